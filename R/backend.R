@@ -1,0 +1,102 @@
+#' Compute backends available to bulkem
+#'
+#' Reports which backends can run on this machine and, for those that
+#' cannot, why not. `use.gpu = NA` in the compute functions uses CUDA when it
+#' is usable and the CPU otherwise.
+#'
+#' @return A data frame with one row per backend and columns `backend`,
+#'   `usable` (logical), `threads` (CPU worker threads; `NA` for GPUs) and
+#'   `detail` (what was found, or why the backend is not usable).
+#' @examples
+#' bulkem_backends()
+#' @export
+bulkem_backends <- function() {
+  info <- backends_()
+  threads <- cpu_threads(info)
+  data.frame(
+    backend = c("cpu", "cuda"),
+    usable = c(TRUE, isTRUE(info$cuda_usable)),
+    threads = c(threads, NA_integer_),
+    detail = c(
+      sprintf("%d of %d cores (option bulkem.threads)", threads, info$cpu_threads),
+      info$cuda_reason
+    ),
+    stringsAsFactors = FALSE
+  )
+}
+
+# Worker threads for the CPU backend: option bulkem.threads, else all cores.
+cpu_threads <- function(info = backends_()) {
+  opt <- getOption("bulkem.threads")
+  if (is.null(opt)) return(as.integer(info$cpu_threads))
+  check_count(opt, "options(bulkem.threads)", call = NULL)
+}
+
+the <- new.env(parent = emptyenv())
+
+# Turn use.gpu into a backend name, with a one-time message when NA falls
+# back to the CPU.
+resolve_backend <- function(use.gpu, call = parent.frame()) {
+  check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
+  info <- backends_()
+  if (isTRUE(info$cuda_usable) && !isFALSE(use.gpu)) return("cuda")
+  if (isTRUE(use.gpu)) {
+    cli::cli_abort(c(
+      "{.code use.gpu = TRUE} but no CUDA backend is usable.",
+      x = info$cuda_reason,
+      i = "Use {.code use.gpu = NA} to fall back to the CPU, or see {.fn bulkem_backends}."
+    ), call = call)
+  }
+  if (is.na(use.gpu) && is.null(the$cpu_message_shown)) {
+    the$cpu_message_shown <- TRUE
+    cli::cli_inform(c(
+      i = "bulkem is using the CPU backend ({cpu_threads(info)} threads): {info$cuda_reason}.",
+      " " = "This message is shown once per session; {.code use.gpu = FALSE} silences it."
+    ))
+  }
+  "cpu"
+}
+
+# Run a core entry point, turning its errors into cli errors of `call`.
+# `fn` names the user-facing function.
+call_core <- function(expr, call, fn) {
+  tryCatch(expr, error = function(e) {
+    msg <- conditionMessage(e)
+    if (grepl("interrupted by the user", msg, fixed = TRUE)) {
+      cli::cli_abort("{.fn {fn}} was interrupted; no results were kept.", call = call)
+    }
+    if (startsWith(msg, "dataset ")) {
+      cli::cli_abort(c("{.arg datasets} must contain only valid observations.", x = "{msg}"), call = call)
+    }
+    if (startsWith(msg, "`")) {
+      cli::cli_abort(c("Invalid argument to {.fn {fn}}.", x = "{msg}"), call = call)
+    }
+    cli::cli_abort(c("{.fn {fn}} failed.", x = "{msg}"), call = call)
+  })
+}
+
+# A progress callback for the core: progressr when installed, else NULL.
+# The progressor belongs to the caller's frame, so it ends when that call ends.
+make_progress <- function(steps, envir = parent.frame()) {
+  if (steps < 2 || !requireNamespace("progressr", quietly = TRUE)) return(NULL)
+  p <- progressr::progressor(steps = steps, envir = envir)
+  function(amount) p(amount = amount)
+}
+
+# Run `fit(idx)` over the datasets 1..D and bind the core's results. With a
+# progress reporter the datasets go in about 50 chunks (each large enough to
+# keep every thread busy) and progress is reported after each; otherwise in
+# one call. Random streams are keyed by the global dataset index, so the
+# chunking never changes the result.
+run_chunks <- function(D, threads, progress, fit) {
+  size <- if (is.null(progress)) D else max(4L * threads, ceiling(D / 50))
+  chunks <- split(seq_len(D), ceiling(seq_len(D) / size))
+  parts <- lapply(unname(chunks), function(idx) {
+    part <- fit(idx)
+    if (!is.null(progress)) progress(length(idx))
+    part
+  })
+  if (length(parts) == 1) return(parts[[1]])
+  fields <- names(parts[[1]])
+  stats::setNames(lapply(fields, function(f) do.call(c, lapply(parts, `[[`, f))), fields)
+}

@@ -1,0 +1,16 @@
+#' bulkem: fit many statistical models at once
+#'
+#' bulkem fits mixtures of inverse Gaussian or Normal distributions by EM to
+#' many datasets at once, with many random starts each, in parallel on every
+#' CPU core (the numerics are a Rust core; a CUDA backend is planned).
+#'
+#' Start with [bulkem()]; [bulkem_backends()] tells what can run here.
+#'
+#' Options:
+#' * `bulkem.threads`: CPU threads to use (default: all cores).
+#' * `bulkem.verbose`: `TRUE` makes every call report its backend and time.
+#'
+#' @keywords internal
+#' @importFrom stats AIC BIC coef logLik nobs predict
+#' @useDynLib bulkem, .registration = TRUE
+"_PACKAGE"

@@ -1,0 +1,270 @@
+#' Fit mixture models to many datasets at once
+#'
+#' Fits an `num.components`-component mixture of inverse Gaussian or Normal
+#' distributions by the EM algorithm to every dataset, from `random.inits`
+#' random starts each, and keeps the start with the highest log-likelihood.
+#' All (dataset, start) pairs run in parallel on every CPU core.
+#'
+#' **Random starts.** For each component, the maximum-likelihood estimate
+#' from 3 distinct randomly chosen observations (p + 1 for p = 2 parameters),
+#' with equal weights; a component whose draw gives invalid values (e.g. tied
+#' observations) is redrawn, up to 100 times. Every (dataset, start) pair has
+#' its own random stream keyed by `seed`, so results do not depend on the
+#' number of threads.
+#'
+#' **Iterations.** The E-step works in log space (log-sum-exp); the M-step is
+#' exact (for the inverse Gaussian the shape update uses the new mean). EM
+#' stops when the log-likelihood changes by less than `epsilon`
+#' (`status = "converged"`) or after `max.iters` iterations
+#' (`status = "max_iters"`). A start whose components become empty or
+#' degenerate fails; a dataset whose starts all fail, or that is too small or
+#' constant to fit, gets `status = "failed"` and a `message` saying why,
+#' without affecting the other datasets.
+#'
+#' Long calls can be interrupted (Esc / Ctrl-C) and report progress through
+#' \pkg{progressr} when it is installed (wrap the call in
+#' `progressr::with_progress()`).
+#'
+#' @param datasets A list of numeric vectors (one per dataset), or a single
+#'   numeric vector. Integer vectors are accepted.
+#' @param num.components Number of mixture components M (at least 1).
+#' @param family Component distribution: `"invgauss"` (inverse Gaussian with
+#'   mean `mu` and shape `lambda`; data must be positive) or `"normal"` (mean
+#'   `mu`, standard deviation `sigma`).
+#' @param max.iters Maximum number of EM iterations per start.
+#' @param random.inits Number of random starts per dataset.
+#' @param use.gpu `NA` (default): a CUDA GPU when one is usable, otherwise the
+#'   CPU with a one-time message; `TRUE`: a GPU or an error saying why not;
+#'   `FALSE`: the CPU.
+#' @param epsilon Convergence threshold on the change of the log-likelihood
+#'   between iterations. `0` runs exactly `max.iters` iterations.
+#' @param verbose If `TRUE` (or option `bulkem.verbose` is `TRUE`), report
+#'   the backend, the time taken and a count of statuses.
+#' @param inits Explicit starting values instead of random starts:
+#'   `list(alpha = , mu = , lambda = )` (`sigma =` for the Normal family), each
+#'   of length `num.components`, used for every dataset; or a list of such
+#'   lists, one per dataset.
+#' @param seed A whole number keying the random starts. `NULL` draws one from
+#'   R's random number generator, so [set.seed()] makes a call reproducible.
+#' @param keep.posterior If `TRUE`, keep each dataset's matrix of posterior
+#'   component probabilities (n x M) as `posterior`.
+#' @param parallel `"none"`: run in this R session. `"future"` (spreading
+#'   datasets over future workers) is not available in this version.
+#'
+#' @return An object of class `bulkem_fits`: a list with one element per
+#'   dataset (named as `datasets`), each of class `c("bulkem_fit", "mixEM")`
+#'   with the fields
+#'   \describe{
+#'   \item{`alpha`, `mu`, `lambda` (or `sigma`)}{fitted weights, means and
+#'     shapes (standard deviations), components ordered by increasing `mu`;
+#'     `NA` when the fit failed.}
+#'   \item{`init_alpha`, `init_mu`, `init_lambda` (or `init_sigma`)}{the
+#'     starting values of the kept start, in the same component order.}
+#'   \item{`loglik`}{log-likelihood of the fitted parameters.}
+#'   \item{`num_iterations`}{EM iterations run by the kept start.}
+#'   \item{`fit_success`}{`TRUE` when the parameters are a valid fit
+#'     (`status` `"converged"` or `"max_iters"`).}
+#'   \item{`status`}{`"converged"`, `"max_iters"` or `"failed"`.}
+#'   \item{`message`}{why the fit failed, or `NA`.}
+#'   \item{`n`, `family`, `ft`}{number of observations, the family, and
+#'     `"bulkem"`.}
+#'   \item{`start_logliks`}{final log-likelihood of every start (`NA` for
+#'     failed starts); `best_start` is the index of the kept one.}
+#'   \item{`loglik_trace`}{log-likelihood after each iteration of the kept
+#'     start.}
+#'   \item{`posterior`}{only with `keep.posterior = TRUE`.}
+#'   }
+#'   The list has attributes `backend`, `threads`, `seconds` and `seed`.
+#' @seealso [as.data.frame.bulkem_fits()], [predict.bulkem_fit()],
+#'   [plot.bulkem_fit()], [rinvgaussmix()] to simulate data.
+#' @examples
+#' set.seed(1)
+#' datasets <- replicate(20, rinvgaussmix(500, alpha = c(0.3, 0.7),
+#'   mu = c(1, 3), lambda = c(30, 0.2)), simplify = FALSE)
+#' fits <- bulkem(datasets, random.inits = 5, use.gpu = FALSE)
+#' fits
+#' head(as.data.frame(fits))
+#' fits[[1]]
+#'
+#' # A Normal mixture of one dataset
+#' fit <- bulkem(faithful$waiting, family = "normal", random.inits = 10,
+#'   use.gpu = FALSE)[[1]]
+#' coef(fit)
+#' @export
+bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"),
+                   max.iters = 100, random.inits = 1, use.gpu = NA, epsilon = 1e-6,
+                   verbose = FALSE, inits = NULL, seed = NULL, keep.posterior = FALSE,
+                   parallel = c("none", "future")) {
+  call <- environment()
+  family <- match_arg(family, c("invgauss", "normal"), "family", call)
+  parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
+  datasets <- check_datasets(datasets, call)
+  M <- check_count(num.components, "num.components", call = call)
+  max.iters <- check_count(max.iters, "max.iters", call = call)
+  random.inits <- check_count(random.inits, "random.inits", call = call)
+  epsilon <- check_number(epsilon, "epsilon", min = 0, call = call)
+  verbose <- check_flag(verbose, "verbose", call = call) || isTRUE(getOption("bulkem.verbose"))
+  keep.posterior <- check_flag(keep.posterior, "keep.posterior", call = call)
+  inits <- check_inits(inits, M, family, length(datasets), call)
+  seed <- check_seed(seed, call)
+  if (parallel == "future") {
+    cli::cli_abort(c(
+      "{.code parallel = \"future\"} is not available in this version of bulkem.",
+      i = "Use {.code parallel = \"none\"}; it already uses every CPU core."
+    ), call = call)
+  }
+  backend <- resolve_backend(use.gpu, call)
+  threads <- cpu_threads()
+
+  progress <- make_progress(length(datasets))
+  started <- proc.time()[["elapsed"]]
+  raw <- call_core(
+    run_chunks(length(datasets), threads, progress, function(idx) {
+      em_fit_(datasets[idx], family, M, max.iters, random.inits, epsilon, seed,
+              inits_rows(inits, idx), keep.posterior, idx[1] - 1L, threads, backend)
+    }),
+    call, "bulkem"
+  )
+  seconds <- proc.time()[["elapsed"]] - started
+  fits <- assemble_fits(raw, names(datasets), family, M, keep.posterior)
+  fits <- structure(fits, class = "bulkem_fits", backend = backend, threads = threads,
+                    seconds = seconds, seed = seed, family = family, num.components = M)
+  if (verbose) {
+    status <- table(factor(raw$status, c("converged", "max_iters", "failed")))
+    cli::cli_inform(c(
+      i = "bulkem: {length(fits)} dataset{?s} x {random.inits} start{?s} on {backend} ({threads} thread{?s}) in {format(seconds, digits = 3)} s.",
+      " " = "{status[['converged']]} converged, {status[['max_iters']]} hit max.iters, {status[['failed']]} failed."
+    ))
+  }
+  fits
+}
+
+match_arg <- function(x, choices, arg, call) {
+  if (identical(x, choices)) return(choices[1])
+  if (!is.character(x) || length(x) != 1 || !(x %in% choices)) {
+    cli::cli_abort(c(
+      "{.arg {arg}} must be one of {.or {.val {choices}}}.",
+      x = "You supplied {describe_value(x)}."
+    ), call = call)
+  }
+  x
+}
+
+# A list of double vectors. Values are checked by the core (finite, positive
+# for the inverse Gaussian), which reports dataset, position and value.
+check_datasets <- function(datasets, call) {
+  if (is.numeric(datasets) && is.null(dim(datasets))) datasets <- list(datasets)
+  if (!is.list(datasets) || is.data.frame(datasets)) {
+    cli::cli_abort(c(
+      "{.arg datasets} must be a list of numeric vectors or a numeric vector.",
+      x = "You supplied {describe_value(datasets)}."
+    ), call = call)
+  }
+  if (length(datasets) == 0) {
+    cli::cli_abort("{.arg datasets} must contain at least one dataset.", call = call)
+  }
+  numeric <- vapply(datasets, function(x) is.numeric(x) && is.null(dim(x)), logical(1))
+  if (!all(numeric)) {
+    bad <- which(!numeric)[1]
+    cli::cli_abort(c(
+      "Every element of {.arg datasets} must be a numeric vector.",
+      x = "Dataset {bad} is {describe_value(datasets[[bad]])}."
+    ), call = call)
+  }
+  # NA is found here (the core sees NA only as NaN); other values are
+  # checked by the core, which reports dataset, position and value.
+  has_na <- vapply(datasets, anyNA, logical(1))
+  if (any(has_na)) {
+    bad <- which(has_na)[1]
+    cli::cli_abort(c(
+      "{.arg datasets} must not contain missing values.",
+      x = "Dataset {bad} has {.val {NA}} at position {which(is.na(datasets[[bad]]))[1]}."
+    ), call = call)
+  }
+  is_double <- vapply(datasets, is.double, logical(1))
+  datasets[!is_double] <- lapply(datasets[!is_double], as.double)
+  datasets
+}
+
+# NULL, or list(alpha, mu, scale) of K x M matrices for the core.
+check_inits <- function(inits, M, family, n_datasets, call) {
+  if (is.null(inits)) return(NULL)
+  scale_name <- if (family == "invgauss") "lambda" else "sigma"
+  one_set <- function(x) is.list(x) && all(c("alpha", "mu", scale_name) %in% names(x))
+  sets <- if (one_set(inits)) list(inits) else inits
+  if (!is.list(sets) || !all(vapply(sets, one_set, logical(1)))) {
+    cli::cli_abort(c(
+      "{.arg inits} must be {.code list(alpha = , mu = , {scale_name} = )} or a list of those, one per dataset.",
+      x = "You supplied {describe_value(inits)}."
+    ), call = call)
+  }
+  if (!(length(sets) %in% c(1L, n_datasets))) {
+    cli::cli_abort(c(
+      "{.arg inits} must hold one set of starting values or one per dataset ({n_datasets}).",
+      x = "It holds {length(sets)}."
+    ), call = call)
+  }
+  field <- function(name) {
+    values <- lapply(seq_along(sets), function(k) {
+      v <- sets[[k]][[name]]
+      if (!is.numeric(v) || length(v) != M || anyNA(v)) {
+        cli::cli_abort(c(
+          "{.code inits${name}} must be a numeric vector of length {.arg num.components} ({M}) without NA.",
+          x = "Set {k} has {describe_value(v)}."
+        ), call = call)
+      }
+      as.double(v)
+    })
+    do.call(rbind, values)
+  }
+  list(alpha = field("alpha"), mu = field("mu"), scale = field(scale_name))
+}
+
+# Starting values for the datasets `idx`: a single set serves them all.
+inits_rows <- function(inits, idx) {
+  if (is.null(inits) || nrow(inits$alpha) == 1) return(inits)
+  lapply(inits, function(m) m[idx, , drop = FALSE])
+}
+
+# Split the core's flat vectors into one bulkem_fit per dataset.
+assemble_fits <- function(raw, names, family, M, keep.posterior) {
+  D <- length(raw$loglik)
+  by_row <- function(v, ncol) matrix(v, nrow = D, ncol = ncol, byrow = TRUE)
+  alpha <- by_row(raw$alpha, M)
+  mu <- by_row(raw$mu, M)
+  scale <- by_row(raw$scale, M)
+  init_alpha <- by_row(raw$init_alpha, M)
+  init_mu <- by_row(raw$init_mu, M)
+  init_scale <- by_row(raw$init_scale, M)
+  S <- length(raw$start_logliks) / D
+  start_ll <- by_row(raw$start_logliks, S)
+  start_ll[is.nan(start_ll)] <- NA_real_
+  loglik <- raw$loglik
+  loglik[is.nan(loglik)] <- NA_real_
+  na_nan <- function(v) { v[is.nan(v)] <- NA_real_; v }
+  scale_name <- if (family == "invgauss") "lambda" else "sigma"
+  fits <- lapply(seq_len(D), function(d) {
+    fit <- list(
+      alpha = na_nan(alpha[d, ]), mu = na_nan(mu[d, ]), scale = na_nan(scale[d, ]),
+      init_alpha = na_nan(init_alpha[d, ]), init_mu = na_nan(init_mu[d, ]),
+      init_scale = na_nan(init_scale[d, ]),
+      loglik = loglik[d], num_iterations = raw$iterations[d],
+      fit_success = raw$status[d] != "failed", status = raw$status[d],
+      message = if (nzchar(raw$message[d])) raw$message[d] else NA_character_,
+      n = raw$n[d], family = family, ft = "bulkem",
+      start_logliks = start_ll[d, ], best_start = raw$best_start[d],
+      loglik_trace = raw$trace[[d]]
+    )
+    names(fit)[c(3, 6)] <- c(scale_name, paste0("init_", scale_name))
+    if (keep.posterior) fit$posterior <- posterior_matrix(raw$posterior[[d]], fit$n, M)
+    class(fit) <- c("bulkem_fit", "mixEM")
+    fit
+  })
+  names(fits) <- names
+  fits
+}
+
+posterior_matrix <- function(p, n, M) {
+  if (is.null(p)) return(NULL)
+  matrix(p, nrow = n, ncol = M, dimnames = list(NULL, paste0("comp", seq_len(M))))
+}

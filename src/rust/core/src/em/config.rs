@@ -1,0 +1,155 @@
+//! Validated settings of a many-dataset EM fit (params builder + `check`).
+
+use crate::error::{Error, Result};
+use crate::tolerances::MAX_RANDOM_INITS;
+
+use super::family::Family;
+use super::fit::MixParams;
+
+/// How each dataset's EM is started.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Starts {
+    /// `count` random starts per dataset, drawn from the keyed streams.
+    Random { count: usize },
+    /// Explicit starting values: one for all datasets, or one per dataset.
+    Given(Vec<MixParams>),
+}
+
+/// Settings of [`super::fit_many`]. Build with [`EmConfig::new`], adjust with
+/// the setters, then call [`EmConfig::check`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmConfig {
+    pub family: Family,
+    pub components: usize,
+    pub max_iters: usize,
+    pub epsilon: f64,
+    pub starts: Starts,
+    pub seed: u64,
+    /// Index of the first dataset in the caller's whole collection: random
+    /// streams are keyed by the global index, so a chunked call gives the
+    /// same answer as one call.
+    pub dataset_offset: usize,
+    pub keep_posterior: bool,
+}
+
+/// An [`EmConfig`] that passed [`EmConfig::check`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedEmConfig(pub(crate) EmConfig);
+
+impl std::ops::Deref for CheckedEmConfig {
+    type Target = EmConfig;
+    fn deref(&self) -> &EmConfig {
+        &self.0
+    }
+}
+
+impl EmConfig {
+    pub fn new(family: Family, components: usize) -> Self {
+        EmConfig {
+            family,
+            components,
+            max_iters: 100,
+            epsilon: 1e-6,
+            starts: Starts::Random { count: 1 },
+            seed: 0,
+            dataset_offset: 0,
+            keep_posterior: false,
+        }
+    }
+    pub fn max_iters(mut self, n: usize) -> Self {
+        self.max_iters = n;
+        self
+    }
+    pub fn epsilon(mut self, eps: f64) -> Self {
+        self.epsilon = eps;
+        self
+    }
+    pub fn random_inits(mut self, count: usize) -> Self {
+        self.starts = Starts::Random { count };
+        self
+    }
+    pub fn inits(mut self, inits: Vec<MixParams>) -> Self {
+        self.starts = Starts::Given(inits);
+        self
+    }
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+    pub fn dataset_offset(mut self, offset: usize) -> Self {
+        self.dataset_offset = offset;
+        self
+    }
+    pub fn keep_posterior(mut self, keep: bool) -> Self {
+        self.keep_posterior = keep;
+        self
+    }
+
+    /// Number of starts run per dataset.
+    pub fn starts_per_dataset(&self) -> usize {
+        match &self.starts {
+            Starts::Random { count } => *count,
+            Starts::Given(_) => 1,
+        }
+    }
+
+    /// Validate every setting; the error names the offending argument.
+    pub fn check(self) -> Result<CheckedEmConfig> {
+        if self.components == 0 {
+            return Err(Error::arg("num.components", "must be at least 1"));
+        }
+        if self.max_iters == 0 {
+            return Err(Error::arg("max.iters", "must be at least 1"));
+        }
+        if !(self.epsilon >= 0.0 && self.epsilon.is_finite()) {
+            return Err(Error::arg("epsilon", format!("must be a finite number >= 0, not {}", self.epsilon)));
+        }
+        match &self.starts {
+            Starts::Random { count } => {
+                if *count == 0 || *count > MAX_RANDOM_INITS {
+                    return Err(Error::arg(
+                        "random.inits",
+                        format!("must be between 1 and {MAX_RANDOM_INITS}, not {count}"),
+                    ));
+                }
+            }
+            Starts::Given(inits) => {
+                if inits.is_empty() {
+                    return Err(Error::arg("inits", "must hold at least one set of starting values"));
+                }
+                for (i, p) in inits.iter().enumerate() {
+                    p.check_start(self.family, self.components)
+                        .map_err(|why| Error::arg("inits", format!("set {}: {why}", i + 1)))?;
+                }
+            }
+        }
+        Ok(CheckedEmConfig(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(config: EmConfig, arg: &str) {
+        match config.check() {
+            Err(Error::InvalidArgument { arg: a, .. }) => assert_eq!(a, arg),
+            other => panic!("expected an error about {arg}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_invalid_setting_is_named() {
+        let ok = EmConfig::new(Family::InvGauss, 2);
+        assert!(ok.clone().check().is_ok());
+        bad(EmConfig::new(Family::InvGauss, 0), "num.components");
+        bad(ok.clone().max_iters(0), "max.iters");
+        bad(ok.clone().epsilon(-1.0), "epsilon");
+        bad(ok.clone().epsilon(f64::NAN), "epsilon");
+        bad(ok.clone().random_inits(0), "random.inits");
+        bad(ok.clone().inits(vec![]), "inits");
+        let p = MixParams { alpha: vec![0.5, 0.5], mu: vec![1.0, -2.0], scale: vec![1.0, 1.0] };
+        bad(ok.clone().inits(vec![p.clone()]), "inits");
+        assert!(EmConfig::new(Family::Normal, 2).inits(vec![p]).check().is_ok());
+    }
+}

@@ -1,0 +1,249 @@
+//! The EM algorithm on the CPU: the reference backend.
+//!
+//! One (dataset, start) pair is the unit of work; pairs run in parallel
+//! through rayon and each runs its whole EM sequentially, so the result is
+//! identical for any number of threads.
+
+use rayon::prelude::*;
+
+use crate::error::Result;
+use crate::exec::Exec;
+use crate::rng::KeyedStream;
+
+use super::config::{CheckedEmConfig, Starts};
+use super::data::{unfittable_reason, Prepared};
+use super::family::{Family, Natural};
+use super::fit::{FitStatus, MixFit, MixParams, StartFit};
+use super::starts::random_start;
+
+/// Weighted sums of one component: sum w, sum w*u, sum w*v.
+pub type Sums = [f64; 3];
+
+/// Largest M whose E-step keeps its per-observation values on the stack.
+const STACK_COMPONENTS: usize = 8;
+
+/// One E-step: fills `sums` with each component's weighted sums and returns
+/// the log-likelihood (without the shared term). Log-sum-exp per observation;
+/// the log of the sum is taken once per block of observations, on the
+/// product of the per-observation sums (each lies in [1, M]), which is exact
+/// to rounding and saves one log per observation.
+pub fn e_step(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    match nat.len() {
+        1 => e_step_sized::<1>(prep, nat, sums),
+        2 => e_step_two(prep, nat, sums),
+        3 => e_step_sized::<3>(prep, nat, sums),
+        4 => e_step_sized::<4>(prep, nat, sums),
+        _ => e_step_sized::<0>(prep, nat, sums),
+    }
+}
+
+/// `FIXED` > 0 fixes M at compile time so the component loops unroll;
+/// `FIXED` = 0 reads M from `nat`.
+#[inline(always)]
+fn e_step_sized<const FIXED: usize>(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    let m = if FIXED > 0 { FIXED } else { nat.len() };
+    let nat = &nat[..m];
+    let sums = &mut sums[..m];
+    sums.fill([0.0; 3]);
+    let mut heap = Vec::new();
+    let mut stack = [0.0f64; STACK_COMPONENTS];
+    let lp: &mut [f64] = if m <= STACK_COMPONENTS {
+        &mut stack[..m]
+    } else {
+        heap.resize(m, 0.0);
+        &mut heap[..]
+    };
+    let block = log_block_len(m);
+    let (mut max_sum, mut log_sum, mut prod, mut in_block) = (0.0f64, 0.0f64, 1.0f64, 0usize);
+    for &[u, v] in &prep.uv {
+        let mut top = f64::NEG_INFINITY;
+        for (l, c) in lp.iter_mut().zip(nat) {
+            *l = c.a + c.b * u + c.c * v;
+            top = top.max(*l);
+        }
+        let mut s = 0.0;
+        for l in lp.iter_mut() {
+            *l = (*l - top).exp();
+            s += *l;
+        }
+        let r = 1.0 / s;
+        for (acc, l) in sums.iter_mut().zip(lp.iter()) {
+            let w = l * r;
+            acc[0] += w;
+            acc[1] += w * u;
+            acc[2] += w * v;
+        }
+        max_sum += top;
+        prod *= s;
+        in_block += 1;
+        if in_block == block {
+            log_sum += prod.ln();
+            prod = 1.0;
+            in_block = 0;
+        }
+    }
+    max_sum + log_sum + prod.ln()
+}
+
+/// M = 2, the common case: one exp per observation instead of two.
+fn e_step_two(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    let (c0, c1) = (nat[0], nat[1]);
+    let mut acc = [[0.0f64; 3]; 2];
+    let block = log_block_len(2);
+    let (mut max_sum, mut log_sum, mut prod, mut in_block) = (0.0f64, 0.0f64, 1.0f64, 0usize);
+    for &[u, v] in &prep.uv {
+        let l0 = c0.a + c0.b * u + c0.c * v;
+        let l1 = c1.a + c1.b * u + c1.c * v;
+        let d = l1 - l0;
+        // e = ratio of the smaller to the larger weighted density.
+        let e = (-d.abs()).exp();
+        let s = 1.0 + e;
+        let w_top = 1.0 / s;
+        let w_low = e * w_top;
+        let (w0, w1) = if d > 0.0 { (w_low, w_top) } else { (w_top, w_low) };
+        acc[0][0] += w0;
+        acc[0][1] += w0 * u;
+        acc[0][2] += w0 * v;
+        acc[1][0] += w1;
+        acc[1][1] += w1 * u;
+        acc[1][2] += w1 * v;
+        max_sum += l0.max(l1);
+        prod *= s;
+        in_block += 1;
+        if in_block == block {
+            log_sum += prod.ln();
+            prod = 1.0;
+            in_block = 0;
+        }
+    }
+    sums[..2].copy_from_slice(&acc);
+    max_sum + log_sum + prod.ln()
+}
+
+/// Observations per block whose product of sums (each <= M) cannot overflow.
+fn log_block_len(m: usize) -> usize {
+    if m <= 1 {
+        usize::MAX
+    } else {
+        ((900.0 / (m as f64).log2()) as usize).clamp(1, 512)
+    }
+}
+
+fn naturals(family: Family, p: &MixParams, centre: f64, out: &mut Vec<Natural>) {
+    out.clear();
+    out.extend((0..p.components()).map(|j| family.natural(p.alpha[j], p.mu[j], p.scale[j], centre)));
+}
+
+/// Run EM from `init` until the log-likelihood changes by less than epsilon
+/// or max_iters M-steps have run. The reported log-likelihood is that of the
+/// returned parameters.
+pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &CheckedEmConfig, cancelled: &dyn Fn() -> bool) -> StartFit {
+    let m = init.components();
+    let mut params = init.clone();
+    let mut nat = Vec::with_capacity(m);
+    let mut sums = vec![[0.0; 3]; m];
+    let mut trace = Vec::with_capacity(config.max_iters.min(1 << 16));
+    naturals(family, &params, prep.centre, &mut nat);
+    let mut ll = e_step(prep, &nat, &mut sums) + prep.shared;
+    if !ll.is_finite() {
+        return StartFit::failed(m, init, 0, "the starting values give a non-finite log-likelihood".into());
+    }
+    for iter in 1..=config.max_iters {
+        if cancelled() {
+            return StartFit::failed(m, init, iter - 1, "interrupted".into());
+        }
+        for (j, s) in sums.iter().enumerate() {
+            match family.m_step(s[0], s[1], s[2], prep.n, prep.centre) {
+                Ok((a, mu, sc)) => {
+                    params.alpha[j] = a;
+                    params.mu[j] = mu;
+                    params.scale[j] = sc;
+                }
+                Err(why) => return StartFit::failed(m, init, iter, format!("{why} at iteration {iter}")),
+            }
+        }
+        naturals(family, &params, prep.centre, &mut nat);
+        let new_ll = e_step(prep, &nat, &mut sums) + prep.shared;
+        if !new_ll.is_finite() {
+            return StartFit::failed(m, init, iter, format!("the log-likelihood became non-finite at iteration {iter}"));
+        }
+        trace.push(new_ll);
+        let change = (new_ll - ll).abs();
+        ll = new_ll;
+        if change < config.epsilon {
+            return StartFit { params, init, loglik: ll, iterations: iter, status: FitStatus::Converged, message: None, trace };
+        }
+    }
+    StartFit { params, init, loglik: ll, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, trace }
+}
+
+/// Posterior probabilities of each component, n x M column-major.
+pub fn posterior(family: Family, prep: &Prepared, p: &MixParams) -> Vec<f64> {
+    let m = p.components();
+    let mut nat = Vec::new();
+    naturals(family, p, prep.centre, &mut nat);
+    let mut out = vec![0.0; prep.n * m];
+    let mut lp = vec![0.0; m];
+    for (i, &[u, v]) in prep.uv.iter().enumerate() {
+        let mut top = f64::NEG_INFINITY;
+        for (l, c) in lp.iter_mut().zip(&nat) {
+            *l = c.a + c.b * u + c.c * v;
+            top = top.max(*l);
+        }
+        let s: f64 = lp.iter().map(|l| (l - top).exp()).sum();
+        for (j, l) in lp.iter().enumerate() {
+            out[j * prep.n + i] = (l - top).exp() / s;
+        }
+    }
+    out
+}
+
+/// Fit one dataset (global 0-based index `dataset`) from all its starts.
+pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, cancelled: &(dyn Fn() -> bool + Sync)) -> MixFit {
+    let (family, m) = (config.family, config.components);
+    let n_starts = config.starts_per_dataset();
+    if let Some(why) = unfittable_reason(x, m) {
+        let failed = StartFit::failed(m, MixParams::nan(m), 0, why);
+        return MixFit::best_of(vec![failed; n_starts], x.len());
+    }
+    let prep = Prepared::new(family, x);
+    let local = dataset - config.dataset_offset;
+    let starts: Vec<StartFit> = (0..n_starts)
+        .into_par_iter()
+        .map(|s| {
+            let init = match &config.starts {
+                Starts::Random { .. } => {
+                    random_start(family, x, m, &mut KeyedStream::new(config.seed, dataset as u64, s as u64))
+                }
+                Starts::Given(inits) => Ok(inits[if inits.len() == 1 { 0 } else { local }].clone()),
+            };
+            match init {
+                Ok(init) => run_start(family, &prep, init, config, cancelled),
+                Err(why) => StartFit::failed(m, MixParams::nan(m), 0, why),
+            }
+        })
+        .collect();
+    let mut fit = MixFit::best_of(starts, x.len());
+    if config.keep_posterior && fit.success() {
+        fit.posterior = Some(posterior(family, &prep, &fit.params));
+    }
+    fit
+}
+
+/// Fit every dataset on the CPU.
+pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
+    let monitor = exec.monitor.clone();
+    let cancelled = move || monitor.is_cancelled();
+    let fits: Vec<MixFit> = exec.install(|| {
+        data.par_iter()
+            .enumerate()
+            .map(|(d, x)| {
+                let fit = fit_dataset(x, config.dataset_offset + d, config, &cancelled);
+                exec.monitor.add_done(1);
+                fit
+            })
+            .collect()
+    })?;
+    exec.monitor.check()?;
+    Ok(fits)
+}

@@ -1,0 +1,195 @@
+//! Parameters and results of mixture fits.
+
+use super::family::Family;
+
+/// Parameters of an M-component mixture. `scale` is lambda (inverse
+/// Gaussian shape) or sigma (Normal standard deviation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MixParams {
+    pub alpha: Vec<f64>,
+    pub mu: Vec<f64>,
+    pub scale: Vec<f64>,
+}
+
+impl MixParams {
+    pub fn components(&self) -> usize {
+        self.alpha.len()
+    }
+
+    /// Why these are not usable starting values, if they are not.
+    pub fn check_start(&self, family: Family, components: usize) -> Result<(), String> {
+        if self.alpha.len() != components || self.mu.len() != components || self.scale.len() != components {
+            return Err(format!(
+                "alpha, mu and {} must each have {components} values (num.components)",
+                family.scale_name()
+            ));
+        }
+        if self.alpha.iter().any(|a| !(a.is_finite() && *a > 0.0)) {
+            return Err("alpha must be positive and finite".into());
+        }
+        let sum: f64 = self.alpha.iter().sum();
+        if (sum - 1.0).abs() > 1e-6 {
+            return Err(format!("alpha must sum to 1, not {sum}"));
+        }
+        if self.mu.iter().any(|m| !m.is_finite() || (family == Family::InvGauss && *m <= 0.0)) {
+            return Err(match family {
+                Family::InvGauss => "mu must be positive and finite".into(),
+                Family::Normal => "mu must be finite".into(),
+            });
+        }
+        if self.scale.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(format!("{} must be positive and finite", family.scale_name()));
+        }
+        Ok(())
+    }
+
+    /// Reorder components by increasing `mu` (ties keep their order); the
+    /// same permutation is returned so that companions can follow.
+    pub fn sort_by_mu(&mut self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.mu.len()).collect();
+        order.sort_by(|&i, &j| self.mu[i].total_cmp(&self.mu[j]));
+        self.permute(&order);
+        order
+    }
+
+    pub fn permute(&mut self, order: &[usize]) {
+        let pick = |v: &Vec<f64>| order.iter().map(|&i| v[i]).collect::<Vec<_>>();
+        self.alpha = pick(&self.alpha);
+        self.mu = pick(&self.mu);
+        self.scale = pick(&self.scale);
+    }
+
+    pub(crate) fn nan(components: usize) -> Self {
+        MixParams { alpha: vec![f64::NAN; components], mu: vec![f64::NAN; components], scale: vec![f64::NAN; components] }
+    }
+}
+
+/// How a fit ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FitStatus {
+    /// The log-likelihood changed by less than epsilon.
+    Converged,
+    /// max_iters EM iterations ran without converging; the parameters are valid.
+    MaxIters,
+    /// No valid fit: see the message.
+    Failed,
+}
+
+impl FitStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            FitStatus::Converged => "converged",
+            FitStatus::MaxIters => "max_iters",
+            FitStatus::Failed => "failed",
+        }
+    }
+}
+
+/// Result of one EM run from one start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartFit {
+    pub params: MixParams,
+    pub init: MixParams,
+    pub loglik: f64,
+    pub iterations: usize,
+    pub status: FitStatus,
+    pub message: Option<String>,
+    /// Log-likelihood after each EM iteration.
+    pub trace: Vec<f64>,
+}
+
+impl StartFit {
+    pub(crate) fn failed(components: usize, init: MixParams, iterations: usize, message: String) -> Self {
+        StartFit {
+            params: MixParams::nan(components),
+            init,
+            loglik: f64::NAN,
+            iterations,
+            status: FitStatus::Failed,
+            message: Some(message),
+            trace: Vec::new(),
+        }
+    }
+}
+
+/// The fit of one dataset: its best start, plus every start's log-likelihood.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MixFit {
+    /// Fitted parameters, components ordered by increasing mu (NaN when failed).
+    pub params: MixParams,
+    /// Starting values of the best start, in the same component order.
+    pub init: MixParams,
+    pub loglik: f64,
+    pub iterations: usize,
+    pub status: FitStatus,
+    /// Why the fit failed (None unless `status` is Failed).
+    pub message: Option<String>,
+    pub n: usize,
+    /// Final log-likelihood of every start (NaN for failed starts).
+    pub start_logliks: Vec<f64>,
+    /// 0-based index of the start that was kept.
+    pub best_start: usize,
+    pub trace: Vec<f64>,
+    /// Posterior probabilities, n x M column-major, when asked for.
+    pub posterior: Option<Vec<f64>>,
+}
+
+impl MixFit {
+    pub fn success(&self) -> bool {
+        self.status != FitStatus::Failed
+    }
+
+    /// Keep the start with the highest log-likelihood (ties: lowest index).
+    pub(crate) fn best_of(starts: Vec<StartFit>, n: usize) -> MixFit {
+        let start_logliks: Vec<f64> = starts.iter().map(|s| s.loglik).collect();
+        let best = starts
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.status != FitStatus::Failed)
+            .fold(None, |best: Option<(usize, f64)>, (i, s)| match best {
+                Some((_, ll)) if ll >= s.loglik => best,
+                _ => Some((i, s.loglik)),
+            });
+        let n_starts = starts.len();
+        match best {
+            Some((i, _)) => {
+                let s = starts.into_iter().nth(i).expect("index from enumerate");
+                let mut params = s.params;
+                let order = params.sort_by_mu();
+                let mut init = s.init;
+                init.permute(&order);
+                MixFit {
+                    params,
+                    init,
+                    loglik: s.loglik,
+                    iterations: s.iterations,
+                    status: s.status,
+                    message: None,
+                    n,
+                    start_logliks,
+                    best_start: i,
+                    trace: s.trace,
+                    posterior: None,
+                }
+            }
+            None => {
+                let first = starts.into_iter().next().expect("at least one start");
+                let why = first.message.unwrap_or_default();
+                let message = if n_starts == 1 { why } else { format!("all {n_starts} starts failed; the first: {why}") };
+                MixFit {
+                    params: first.params,
+                    init: first.init,
+                    loglik: f64::NAN,
+                    iterations: first.iterations,
+                    status: FitStatus::Failed,
+                    message: Some(message),
+                    n,
+                    start_logliks,
+                    best_start: 0,
+                    trace: Vec::new(),
+                    posterior: None,
+                }
+            }
+        }
+    }
+}

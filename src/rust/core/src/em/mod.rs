@@ -1,0 +1,48 @@
+//! Mixture EM for many datasets x many random starts.
+//!
+//! ```text
+//! E-step   w_ij = alpha_j f_j(x_i) / sum_k alpha_k f_k(x_i)         (log-sum-exp)
+//! M-step   alpha_j = sum_i w_ij / n,   mu_j = sum_i w_ij x_i / sum_i w_ij
+//!          IG:     lambda_j = sum w / (sum w/x - sum w / mu_j)      (new mu_j)
+//!          Normal: sigma_j^2 = sum w (x - mu_j)^2 / sum w
+//! ```
+//! Iterations stop when the log-likelihood changes by less than epsilon, or
+//! after max_iters M-steps.
+
+mod config;
+pub mod cpu;
+mod data;
+mod family;
+mod fit;
+pub mod simulate;
+mod starts;
+
+pub use config::{CheckedEmConfig, EmConfig, Starts};
+pub use data::{min_observations, unfittable_reason, validate, Prepared};
+pub use family::{Family, Natural};
+pub use fit::{FitStatus, MixFit, MixParams, StartFit};
+pub use starts::random_start;
+
+use crate::error::{Error, Result};
+use crate::exec::{Backend, Exec};
+
+/// Fit a mixture to every dataset. All data are validated before any work;
+/// a dataset that is valid but cannot be fitted gets status Failed without
+/// affecting the others.
+pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
+    for (d, x) in data.iter().enumerate() {
+        validate(config.family, x, config.dataset_offset + d + 1)?;
+    }
+    if let Starts::Given(inits) = &config.starts {
+        if inits.len() != 1 && inits.len() != data.len() {
+            return Err(Error::arg(
+                "inits",
+                format!("must hold one set of starting values or one per dataset ({}), not {}", data.len(), inits.len()),
+            ));
+        }
+    }
+    match exec.backend {
+        Backend::Cpu => cpu::fit_many(data, config, exec),
+        Backend::Cuda => Err(Error::BackendUnavailable("the CUDA backend of bulkem() is not available in this build".into())),
+    }
+}

@@ -1,0 +1,172 @@
+//! Where and how a computation runs: the backend, the CPU thread count, and a
+//! monitor through which a caller sees progress and can cancel.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The compute backend a routine runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Every CPU core, through rayon. The reference implementation.
+    Cpu,
+    /// A CUDA device.
+    Cuda,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+/// Progress counter and cancellation flag shared between the workers and
+/// the thread that started them.
+#[derive(Debug, Default)]
+pub struct Monitor {
+    cancelled: AtomicBool,
+    done: AtomicUsize,
+}
+
+impl Monitor {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+    /// Record `k` more finished work items (datasets, sequences, ...).
+    pub fn add_done(&self, k: usize) {
+        self.done.fetch_add(k, Ordering::Relaxed);
+    }
+    pub fn done(&self) -> usize {
+        self.done.load(Ordering::Relaxed)
+    }
+    /// `Err(Interrupted)` once cancelled; workers call this between units.
+    pub fn check(&self) -> Result<()> {
+        if self.is_cancelled() {
+            Err(Error::Interrupted)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Execution settings for one call.
+#[derive(Debug, Clone)]
+pub struct Exec {
+    pub backend: Backend,
+    /// CPU worker threads; 0 means one per available core.
+    pub threads: usize,
+    pub monitor: Arc<Monitor>,
+}
+
+impl Exec {
+    /// The CPU backend on every core.
+    pub fn cpu() -> Self {
+        Exec { backend: Backend::Cpu, threads: 0, monitor: Arc::new(Monitor::new()) }
+    }
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+    pub fn with_monitor(mut self, monitor: Arc<Monitor>) -> Self {
+        self.monitor = monitor;
+        self
+    }
+    /// Run `work` inside this call's thread pool.
+    pub fn install<T: Send>(&self, work: impl FnOnce() -> T + Send) -> Result<T> {
+        Ok(cpu_pool(self.threads)?.install(work))
+    }
+}
+
+/// Number of CPU threads used when `threads = 0`.
+pub fn available_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// One rayon pool per thread count, built once per process: building a pool
+/// per call would cost milliseconds on small jobs.
+fn cpu_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let n = if threads == 0 { available_threads() } else { threads };
+    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(pool) = pools.get(&n) {
+        return Ok(pool.clone());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("bulkem-{i}"))
+        .build()
+        .map_err(|e| Error::BackendUnavailable(format!("cannot start {n} CPU threads: {e}")))?;
+    let pool = Arc::new(pool);
+    pools.insert(n, pool.clone());
+    Ok(pool)
+}
+
+/// Run `work` on a background thread while the calling thread calls
+/// `poll(items_done)` every `interval`. When `poll` returns false the monitor
+/// is cancelled and the workers stop at their next check.
+///
+/// This is how a caller with a single-threaded runtime (R) stays responsive:
+/// only the calling thread talks to the runtime, the workers never do.
+pub fn run_polled<T: Send>(
+    monitor: &Monitor,
+    interval: Duration,
+    work: impl FnOnce() -> T + Send,
+    mut poll: impl FnMut(usize) -> bool,
+) -> T {
+    std::thread::scope(|scope| {
+        let handle = scope.spawn(work);
+        while !handle.is_finished() {
+            std::thread::sleep(interval);
+            if !monitor.is_cancelled() && !poll(monitor.done()) {
+                monitor.cancel();
+            }
+        }
+        match handle.join() {
+            Ok(value) => value,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polling_can_cancel_long_work() {
+        let monitor = Monitor::new();
+        let started = std::time::Instant::now();
+        let out = run_polled(
+            &monitor,
+            Duration::from_millis(5),
+            || {
+                while !monitor.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                monitor.check()
+            },
+            |_| started.elapsed() < Duration::from_millis(30),
+        );
+        assert_eq!(out, Err(Error::Interrupted));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn exec_types_are_send_and_sync() {
+        fn is<T: Send + Sync>() {}
+        is::<Exec>();
+        is::<Monitor>();
+    }
+}

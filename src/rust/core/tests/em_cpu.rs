@@ -1,0 +1,158 @@
+//! EM on the CPU backend against hand computation, invariants and recovery.
+
+use bulkem_core::em::{cpu, fit_many, simulate, EmConfig, Family, FitStatus, MixParams, Prepared};
+use bulkem_core::exec::Exec;
+
+fn ig_data(n: usize, seed: u64) -> Vec<f64> {
+    simulate::mixture(Family::InvGauss, &simulate::demo_params(), n, seed)
+}
+
+/// One EM iteration written out directly from the textbook formulas.
+fn hand_em_step(family: Family, x: &[f64], p: &MixParams) -> (MixParams, f64) {
+    let m = p.components();
+    let n = x.len() as f64;
+    let dens: Vec<Vec<f64>> = x
+        .iter()
+        .map(|&xi| (0..m).map(|j| p.alpha[j] * family.log_density(xi, p.mu[j], p.scale[j]).exp()).collect())
+        .collect();
+    let loglik: f64 = dens.iter().map(|d| d.iter().sum::<f64>().ln()).sum();
+    let w: Vec<Vec<f64>> = dens.iter().map(|d| { let s: f64 = d.iter().sum(); d.iter().map(|v| v / s).collect() }).collect();
+    let mut out = MixParams { alpha: vec![0.0; m], mu: vec![0.0; m], scale: vec![0.0; m] };
+    for j in 0..m {
+        let sw: f64 = w.iter().map(|r| r[j]).sum();
+        let mu = x.iter().zip(&w).map(|(xi, r)| r[j] * xi).sum::<f64>() / sw;
+        out.alpha[j] = sw / n;
+        out.mu[j] = mu;
+        out.scale[j] = match family {
+            Family::InvGauss => sw / x.iter().zip(&w).map(|(xi, r)| r[j] * (1.0 / xi - 1.0 / mu)).sum::<f64>(),
+            Family::Normal => (x.iter().zip(&w).map(|(xi, r)| r[j] * (xi - mu).powi(2)).sum::<f64>() / sw).sqrt(),
+        };
+    }
+    (out, loglik)
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * b.abs().max(1e-300)
+}
+
+#[test]
+fn one_em_step_matches_hand_computation() {
+    let x = [0.4, 0.9, 1.1, 1.3, 2.0, 2.7, 3.5, 5.0, 8.0, 0.2];
+    for family in [Family::InvGauss, Family::Normal] {
+        let init = MixParams { alpha: vec![0.4, 0.6], mu: vec![1.0, 3.0], scale: vec![2.0, 1.5] };
+        let config = EmConfig::new(family, 2).inits(vec![init.clone()]).max_iters(1).epsilon(0.0).check().unwrap();
+        let fit = &fit_many(&[&x[..]], &config, &Exec::cpu()).unwrap()[0];
+        let (want, _) = hand_em_step(family, &x, &init);
+        let (_, want_ll) = hand_em_step(family, &x, &want);
+        assert_eq!(fit.iterations, 1);
+        assert_eq!(fit.status, FitStatus::MaxIters);
+        for j in 0..2 {
+            assert!(close(fit.params.alpha[j], want.alpha[j], 1e-12), "{family:?} alpha");
+            assert!(close(fit.params.mu[j], want.mu[j], 1e-12), "{family:?} mu");
+            assert!(close(fit.params.scale[j], want.scale[j], 1e-12), "{family:?} scale");
+        }
+        // The reported log-likelihood is that of the returned parameters.
+        assert!(close(fit.loglik, want_ll, 1e-12), "{family:?} loglik {} vs {want_ll}", fit.loglik);
+    }
+}
+
+#[test]
+fn e_step_loglik_matches_direct_sum_for_many_components() {
+    // M = 9 uses the heap path and several log blocks.
+    let x = ig_data(3000, 3);
+    let m = 9;
+    let p = MixParams {
+        alpha: vec![1.0 / m as f64; m],
+        mu: (0..m).map(|j| 0.5 + j as f64 * 0.4).collect(),
+        scale: (0..m).map(|j| 0.3 + j as f64).collect(),
+    };
+    let prep = Prepared::new(Family::InvGauss, &x);
+    let nat: Vec<_> = (0..m).map(|j| Family::InvGauss.natural(p.alpha[j], p.mu[j], p.scale[j], 0.0)).collect();
+    let mut sums = vec![[0.0; 3]; m];
+    let ll = cpu::e_step(&prep, &nat, &mut sums) + prep.shared;
+    let (_, want) = hand_em_step(Family::InvGauss, &x, &p);
+    assert!(close(ll, want, 1e-12), "{ll} vs {want}");
+    let total: f64 = sums.iter().map(|s| s[0]).sum();
+    assert!(close(total, x.len() as f64, 1e-12));
+}
+
+#[test]
+fn loglik_never_decreases() {
+    for (family, seed) in [(Family::InvGauss, 1u64), (Family::Normal, 2), (Family::InvGauss, 3)] {
+        let x = match family {
+            Family::InvGauss => ig_data(500, seed),
+            Family::Normal => simulate::mixture(
+                family,
+                &MixParams { alpha: vec![0.5, 0.3, 0.2], mu: vec![0.0, 3.0, 7.0], scale: vec![1.0, 0.5, 2.0] },
+                500,
+                seed,
+            ),
+        };
+        for m in 1..=4 {
+            let config = EmConfig::new(family, m).random_inits(4).seed(seed).max_iters(300).epsilon(0.0).check().unwrap();
+            let fit = &fit_many(&[&x[..]], &config, &Exec::cpu()).unwrap()[0];
+            if fit.status == FitStatus::Failed {
+                continue;
+            }
+            for w in fit.trace.windows(2) {
+                assert!(w[1] >= w[0] - 1e-9 * w[0].abs(), "{family:?} M={m}: {} then {}", w[0], w[1]);
+            }
+        }
+    }
+}
+
+#[test]
+fn identical_results_for_any_thread_count() {
+    let data: Vec<Vec<f64>> = (0..24).map(|d| ig_data(300 + 7 * d, 100 + d as u64)).collect();
+    let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
+    let config = EmConfig::new(Family::InvGauss, 2).random_inits(5).seed(9).check().unwrap();
+    let one = fit_many(&refs, &config, &Exec::cpu().threads(1)).unwrap();
+    let two = fit_many(&refs, &config, &Exec::cpu().threads(2)).unwrap();
+    let three = fit_many(&refs, &config, &Exec::cpu().threads(3)).unwrap();
+    assert_eq!(one, two);
+    assert_eq!(one, three);
+    // Chunked calls with a dataset offset give the same answer as one call.
+    let head = fit_many(&refs[..10], &config, &Exec::cpu()).unwrap();
+    let tail_cfg = EmConfig::new(Family::InvGauss, 2).random_inits(5).seed(9).dataset_offset(10).check().unwrap();
+    let tail = fit_many(&refs[10..], &tail_cfg, &Exec::cpu()).unwrap();
+    assert_eq!(one, [head, tail].concat());
+}
+
+#[test]
+fn recovers_the_demo_mixture() {
+    let truth = simulate::demo_params();
+    let data: Vec<Vec<f64>> = (0..8).map(|d| ig_data(4000, 500 + d)).collect();
+    let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
+    let config = EmConfig::new(Family::InvGauss, 2).random_inits(10).seed(1).max_iters(1000).epsilon(1e-8).check().unwrap();
+    for fit in fit_many(&refs, &config, &Exec::cpu()).unwrap() {
+        assert_eq!(fit.status, FitStatus::Converged);
+        assert!((fit.params.alpha[0] - truth.alpha[0]).abs() < 0.05, "{:?}", fit.params);
+        assert!((fit.params.mu[0] - truth.mu[0]).abs() < 0.05, "{:?}", fit.params);
+        assert!((fit.params.mu[1] - truth.mu[1]).abs() < 0.6, "{:?}", fit.params);
+        assert!((fit.params.scale[0] / truth.scale[0] - 1.0).abs() < 0.3, "{:?}", fit.params);
+        assert!((fit.params.scale[1] / truth.scale[1] - 1.0).abs() < 0.3, "{:?}", fit.params);
+        // The best start really is the best.
+        let best = fit.start_logliks.iter().cloned().filter(|v| v.is_finite()).fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(fit.loglik, best);
+    }
+}
+
+#[test]
+fn unfittable_and_failing_datasets_do_not_affect_others() {
+    let good = ig_data(400, 11);
+    let data: Vec<&[f64]> = vec![&good, &[1.0, 2.0][..], &[3.0; 20][..], &good];
+    let config = EmConfig::new(Family::InvGauss, 2).random_inits(3).seed(4).check().unwrap();
+    let fits = fit_many(&data, &config, &Exec::cpu()).unwrap();
+    assert_eq!(fits[1].status, FitStatus::Failed);
+    assert!(fits[1].message.as_deref().unwrap().contains("at least 5"), "{:?}", fits[1].message);
+    assert!(fits[1].params.mu.iter().all(|v| v.is_nan()));
+    assert_eq!(fits[2].status, FitStatus::Failed);
+    assert!(fits[2].message.as_deref().unwrap().contains("equal"));
+    // The good datasets get exactly what they get when fitted alone at their index.
+    for d in [0usize, 3] {
+        let alone_cfg = EmConfig::new(Family::InvGauss, 2).random_inits(3).seed(4).dataset_offset(d).check().unwrap();
+        let alone = fit_many(&[&good[..]], &alone_cfg, &Exec::cpu()).unwrap();
+        assert!(fits[d].success());
+        assert_eq!(fits[d], alone[0]);
+    }
+}

@@ -1,0 +1,102 @@
+//! bulkem(): R values -> EmConfig, fits -> flat R vectors (reshaped in R).
+
+use bulkem_core::em::{fit_many, EmConfig, Family, MixFit, MixParams};
+use extendr_api::prelude::*;
+use extendr_api::Result;
+
+use crate::session::{parse_backend, r_error, run_in_session};
+
+fn real_slice<'a>(x: &'a Robj, what: &str) -> Result<&'a [f64]> {
+    x.as_real_slice().ok_or_else(|| Error::Other(format!("internal: {what} must be a double vector")))
+}
+
+/// Starting values from R: NULL, or list(alpha, mu, scale) of K x M matrices.
+fn inits_from_r(inits: &Robj, components: usize) -> Result<Option<Vec<MixParams>>> {
+    if inits.is_null() {
+        return Ok(None);
+    }
+    let list = inits.as_list().ok_or_else(|| Error::Other("internal: inits must be a list".into()))?;
+    let get = |name: &str| -> Result<Vec<f64>> {
+        let v = list.dollar(name)?;
+        Ok(real_slice(&v, name)?.to_vec())
+    };
+    let (alpha, mu, scale) = (get("alpha")?, get("mu")?, get("scale")?);
+    let k = alpha.len() / components.max(1);
+    // Column-major K x M: element (set, component) at component * K + set.
+    let row = |v: &[f64], set: usize| (0..components).map(|j| v[j * k + set]).collect::<Vec<_>>();
+    Ok(Some((0..k).map(|s| MixParams { alpha: row(&alpha, s), mu: row(&mu, s), scale: row(&scale, s) }).collect()))
+}
+
+/// Flatten one field of every fit, dataset-major (R: matrix(byrow = TRUE)).
+fn flat(fits: &[MixFit], field: impl Fn(&MixFit) -> &[f64]) -> Vec<f64> {
+    fits.iter().flat_map(|f| field(f).iter().copied()).collect()
+}
+
+/// Fit mixtures to every dataset; see bulkem() for the arguments.
+/// @noRd
+#[extendr]
+#[allow(clippy::too_many_arguments)]
+fn em_fit_(
+    datasets: List,
+    family: &str,
+    components: i32,
+    max_iters: i32,
+    random_inits: i32,
+    epsilon: f64,
+    seed: f64,
+    inits: Robj,
+    keep_posterior: bool,
+    dataset_offset: i32,
+    threads: i32,
+    backend: &str,
+) -> Result<List> {
+    let family = Family::parse(family).ok_or_else(|| Error::Other(format!("unknown family '{family}'")))?;
+    let m = components.max(0) as usize;
+    let values: Vec<Robj> = datasets.values().collect();
+    let data: Vec<&[f64]> = values.iter().map(|x| real_slice(x, "each dataset")).collect::<Result<_>>()?;
+    let mut config = EmConfig::new(family, m)
+        .max_iters(max_iters.max(0) as usize)
+        .epsilon(epsilon)
+        .random_inits(random_inits.max(0) as usize)
+        .seed(seed as u64)
+        .dataset_offset(dataset_offset.max(0) as usize)
+        .keep_posterior(keep_posterior);
+    if let Some(given) = inits_from_r(&inits, m)? {
+        config = config.inits(given);
+    }
+    let config = config.check().map_err(r_error)?;
+    let backend = parse_backend(backend)?;
+    let fits = run_in_session(backend, threads.max(0) as usize, |exec| fit_many(&data, &config, exec)).map_err(r_error)?;
+
+    let posterior: Robj = if keep_posterior {
+        List::from_values(fits.iter().map(|f| match &f.posterior {
+            Some(p) => Robj::from(p.clone()),
+            None => Robj::from(()),
+        }))
+        .into()
+    } else {
+        ().into()
+    };
+    Ok(list!(
+        alpha = flat(&fits, |f| &f.params.alpha),
+        mu = flat(&fits, |f| &f.params.mu),
+        scale = flat(&fits, |f| &f.params.scale),
+        init_alpha = flat(&fits, |f| &f.init.alpha),
+        init_mu = flat(&fits, |f| &f.init.mu),
+        init_scale = flat(&fits, |f| &f.init.scale),
+        loglik = fits.iter().map(|f| f.loglik).collect::<Vec<_>>(),
+        iterations = fits.iter().map(|f| f.iterations as i32).collect::<Vec<_>>(),
+        status = fits.iter().map(|f| f.status.name()).collect::<Vec<_>>(),
+        message = fits.iter().map(|f| f.message.clone().unwrap_or_default()).collect::<Vec<_>>(),
+        n = fits.iter().map(|f| f.n as f64).collect::<Vec<_>>(),
+        start_logliks = flat(&fits, |f| &f.start_logliks),
+        best_start = fits.iter().map(|f| f.best_start as i32 + 1).collect::<Vec<_>>(),
+        trace = List::from_values(fits.iter().map(|f| f.trace.clone())),
+        posterior = posterior
+    ))
+}
+
+extendr_module! {
+    mod em;
+    fn em_fit_;
+}

@@ -1,0 +1,15 @@
+//! extendr glue of the bulkem R package: converts R values to core types and
+//! back, and keeps R responsive (interrupts, progress) while the core runs.
+//! No numerics here; argument checks that need R live in the R functions.
+
+use extendr_api::prelude::*;
+
+mod em;
+mod backend;
+mod session;
+
+extendr_module! {
+    mod bulkem;
+    use em;
+    use backend;
+}

@@ -1,0 +1,44 @@
+//! Running core work from R's main thread: the workers compute while the
+//! main thread polls R for a user interrupt and cancels the work if one came.
+
+use std::os::raw::c_int;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bulkem_core::exec::{Backend, Exec, Monitor};
+use extendr_api::prelude::*;
+use extendr_api::Result;
+
+extern "C" {
+    /// Defined in entrypoint.c: non-zero when the user interrupted R.
+    fn bulkem_interrupt_pending() -> c_int;
+}
+
+/// How often the main thread checks for an interrupt.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Core error -> R error message.
+pub fn r_error(e: bulkem_core::Error) -> Error {
+    Error::Other(e.to_string())
+}
+
+pub fn parse_backend(name: &str) -> Result<Backend> {
+    match name {
+        "cpu" => Ok(Backend::Cpu),
+        "cuda" => Ok(Backend::Cuda),
+        other => Err(Error::Other(format!("unknown backend '{other}'"))),
+    }
+}
+
+/// Run `work` with an [`Exec`] for `backend` and `threads`, cancelling it
+/// when the user interrupts R.
+pub fn run_in_session<T: Send>(backend: Backend, threads: usize, work: impl FnOnce(&Exec) -> T + Send) -> T {
+    let monitor = Arc::new(Monitor::new());
+    let exec = Exec { backend, ..Exec::cpu().threads(threads).with_monitor(monitor.clone()) };
+    bulkem_core::exec::run_polled(&monitor, POLL, || work(&exec), |_| {
+        // SAFETY: called on R's main thread, which is blocked in this call;
+        // the C helper runs R_CheckUserInterrupt inside R_ToplevelExec, so
+        // no R error or longjmp can cross these Rust frames.
+        unsafe { bulkem_interrupt_pending() == 0 }
+    })
+}

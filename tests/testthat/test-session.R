@@ -1,0 +1,44 @@
+test_that("bulkem_backends reports the CPU and why CUDA is not used", {
+  b <- bulkem_backends()
+  expect_s3_class(b, "data.frame")
+  expect_equal(b$backend, c("cpu", "cuda"))
+  expect_true(b$usable[1])
+  expect_gte(b$threads[1], 1)
+  expect_true(nzchar(b$detail[2]))
+})
+
+test_that("progress is reported through progressr for every dataset", {
+  skip_if_not_installed("progressr")
+  old <- options(progressr.enable = TRUE, bulkem.threads = 1)
+  on.exit(options(old))
+  d <- sim_ig(30, 50)
+  steps <- 0
+  fits <- withCallingHandlers(
+    bulkem(d, seed = 1, use.gpu = FALSE),
+    progression = function(p) if (identical(p$type, "update")) steps <<- steps + p$amount
+  )
+  expect_equal(steps, 30)
+  # Chunked for progress, the answer is the one of a single call.
+  options(progressr.enable = FALSE)
+  expect_identical(fits_only(fits), fits_only(bulkem(d, seed = 1, use.gpu = FALSE)))
+})
+
+test_that("an interrupt stops a long call within a second, leaving R usable", {
+  # setTimeLimit() raises its error through R_CheckUserInterrupt, exactly
+  # where a user's Ctrl-C is seen.
+  set.seed(22)
+  d <- sim_ig(100, 20000)
+  started <- proc.time()[["elapsed"]]
+  err <- tryCatch({
+    setTimeLimit(elapsed = 0.5, transient = TRUE)
+    bulkem(d, random.inits = 50, max.iters = 1000, epsilon = 0, use.gpu = FALSE)
+    NULL
+  }, error = function(e) e)
+  setTimeLimit()
+  took <- proc.time()[["elapsed"]] - started
+  expect_s3_class(err, "error")
+  expect_match(conditionMessage(err), "interrupted|time limit")
+  expect_lt(took, 3)
+  # The session still works.
+  expect_s3_class(bulkem(d[1:2], use.gpu = FALSE), "bulkem_fits")
+})
