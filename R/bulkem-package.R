@@ -11,6 +11,9 @@
 #' * `bulkem.verbose`: `TRUE` makes every call report its backend and time.
 #'
 #' @keywords internal
+#' @docType package
+#' @name bulkem-package
+#' @aliases bulkem-package
 #' @importFrom stats AIC BIC coef logLik nobs predict
 #' @useDynLib bulkem, .registration = TRUE
-"_PACKAGE"
+NULL

@@ -212,7 +212,9 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
   }
   if (!x$fit_success) cli::cli_abort(c("Can't plot the density of a failed fit.", x = "{x$message}"))
   h <- graphics::hist(data, breaks = breaks, plot = FALSE)
-  grid <- seq(min(data), max(data), length.out = 512)
+  # Evaluate the density finely over the part of the data that is shown.
+  shown <- if (is.null(list(...)$xlim)) range(data) else list(...)$xlim
+  grid <- seq(max(shown[1], min(data)), min(shown[2], max(data)), length.out = 1000)
   lw <- weighted_log_densities(x, grid)
   dens <- exp(row_logsumexp(lw))
   ylim <- c(0, max(c(h$density, dens[is.finite(dens)])))
