@@ -9,3 +9,12 @@ pub const MIN_COMPONENT_WEIGHT: f64 = 1e-300;
 
 /// Number of (dataset, start) random streams available per dataset.
 pub const MAX_RANDOM_INITS: usize = 1 << 24;
+
+/// GPU against CPU, same data and starts: relative agreement of parameters
+/// (converged or after the same iterations) and of log-likelihoods.
+pub const GPU_CPU_PARAM_REL: f64 = 1e-8;
+pub const GPU_CPU_LOGLIK_REL: f64 = 1e-10;
+
+/// Starts whose log-likelihoods are within this relative distance of the
+/// best are ties, resolved by the lowest start index.
+pub const START_TIE_REL: f64 = 1e-9;

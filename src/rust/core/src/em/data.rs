@@ -1,5 +1,7 @@
 //! Checking datasets and preparing them for the E-step.
 
+use rayon::prelude::*;
+
 use crate::error::{Error, Result};
 
 use super::family::Family;
@@ -30,10 +32,24 @@ impl Prepared {
     }
 }
 
+/// Datasets longer than this are scanned in parallel chunks of this size.
+const SCAN_CHUNK: usize = 1 << 16;
+
+/// Position of the first element of `x` for which `bad` holds, scanning
+/// long vectors in parallel.
+fn first_where(x: &[f64], bad: impl Fn(f64) -> bool + Sync) -> Option<usize> {
+    if x.len() <= 4 * SCAN_CHUNK {
+        return x.iter().position(|&v| bad(v));
+    }
+    let chunk = x.par_chunks(SCAN_CHUNK).position_first(|c| c.iter().any(|&v| bad(v)))?;
+    let start = chunk * SCAN_CHUNK;
+    x[start..].iter().position(|&v| bad(v)).map(|i| start + i)
+}
+
 /// Reject the first value that is not a valid observation (dataset is the
 /// 1-based index the caller reports).
 pub fn validate(family: Family, x: &[f64], dataset: usize) -> Result<()> {
-    match x.iter().position(|&v| family.observation_problem(v).is_some()) {
+    match first_where(x, |v| family.observation_problem(v).is_some()) {
         None => Ok(()),
         Some(i) => Err(Error::InvalidData {
             dataset,
@@ -41,6 +57,16 @@ pub fn validate(family: Family, x: &[f64], dataset: usize) -> Result<()> {
             value: x[i],
             problem: family.observation_problem(x[i]).unwrap_or_default().to_string(),
         }),
+    }
+}
+
+/// Validate every dataset; the error names the first invalid one.
+/// `first` is the 1-based index of `data[0]`.
+pub fn validate_all(family: Family, data: &[&[f64]], first: usize) -> Result<()> {
+    let bad = data.par_iter().position_first(|x| first_where(x, |v| family.observation_problem(v).is_some()).is_some());
+    match bad {
+        None => Ok(()),
+        Some(d) => validate(family, data[d], first + d),
     }
 }
 
@@ -60,7 +86,7 @@ pub fn unfittable_reason(x: &[f64], components: usize) -> Option<String> {
             if x.len() == 1 { "" } else { "s" }
         ));
     }
-    if x.iter().all(|&v| v == x[0]) {
+    if first_where(x, |v| v != x[0]).is_none() {
         return Some(format!("all {} observations are equal ({})", x.len(), x[0]));
     }
     None

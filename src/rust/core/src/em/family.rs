@@ -17,6 +17,9 @@ pub enum Family {
     Normal,
 }
 
+/// Why an M-step failed when a component's total weight vanished.
+pub const EMPTY_COMPONENT: &str = "a component lost all its observations";
+
 /// Natural parameters of one weighted component: log(alpha * f(x)) = a + b*u + c*v + k(x).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Natural {
@@ -116,7 +119,7 @@ impl Family {
     /// `(alpha, mu, scale)`, or why the component cannot continue.
     pub fn m_step(self, sw: f64, su: f64, sv: f64, n: usize, centre: f64) -> Result<(f64, f64, f64), &'static str> {
         if !(sw > crate::tolerances::MIN_COMPONENT_WEIGHT) {
-            return Err("a component lost all its observations");
+            return Err(EMPTY_COMPONENT);
         }
         let alpha = sw / n as f64;
         match self {
@@ -127,7 +130,7 @@ impl Family {
                 if mu > 0.0 && mu.is_finite() && lambda > 0.0 && lambda.is_finite() {
                     Ok((alpha, mu, lambda))
                 } else {
-                    Err("a component collapsed (its shape became infinite or invalid)")
+                    Err(self.collapse_text())
                 }
             }
             Family::Normal => {
@@ -136,9 +139,17 @@ impl Family {
                 if var > 0.0 && var.is_finite() && m.is_finite() {
                     Ok((alpha, m + centre, var.sqrt()))
                 } else {
-                    Err("a component collapsed onto a single value (its sd became zero)")
+                    Err(self.collapse_text())
                 }
             }
+        }
+    }
+
+    /// Why a component of this family collapsed in an M-step.
+    pub fn collapse_text(self) -> &'static str {
+        match self {
+            Family::InvGauss => "a component collapsed (its shape became infinite or invalid)",
+            Family::Normal => "a component collapsed onto a single value (its sd became zero)",
         }
     }
 

@@ -1,5 +1,7 @@
 //! Parameters and results of mixture fits.
 
+use crate::tolerances::START_TIE_REL;
+
 use super::family::Family;
 
 /// Parameters of an M-component mixture. `scale` is lambda (inverse
@@ -139,17 +141,17 @@ impl MixFit {
         self.status != FitStatus::Failed
     }
 
-    /// Keep the start with the highest log-likelihood (ties: lowest index).
+    /// Keep the start with the highest log-likelihood. Starts within
+    /// START_TIE_REL (relative) of the best count as ties and the lowest
+    /// index wins: several starts usually reach the same optimum, and their
+    /// log-likelihoods differ only by rounding and the stopping rule, so an
+    /// exact comparison would let rounding (thread count, backend) choose.
     pub(crate) fn best_of(starts: Vec<StartFit>, n: usize) -> MixFit {
         let start_logliks: Vec<f64> = starts.iter().map(|s| s.loglik).collect();
-        let best = starts
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.status != FitStatus::Failed)
-            .fold(None, |best: Option<(usize, f64)>, (i, s)| match best {
-                Some((_, ll)) if ll >= s.loglik => best,
-                _ => Some((i, s.loglik)),
-            });
+        let ok = |s: &StartFit| s.status != FitStatus::Failed;
+        let top = starts.iter().filter(|s| ok(s)).map(|s| s.loglik).fold(f64::NEG_INFINITY, f64::max);
+        let tie = START_TIE_REL * top.abs();
+        let best = starts.iter().position(|s| ok(s) && s.loglik >= top - tie).map(|i| (i, top));
         let n_starts = starts.len();
         match best {
             Some((i, _)) => {

@@ -14,14 +14,15 @@ pub mod cpu;
 mod data;
 mod family;
 mod fit;
+pub mod gpu;
 pub mod simulate;
 mod starts;
 
 pub use config::{CheckedEmConfig, EmConfig, Starts};
-pub use data::{min_observations, unfittable_reason, validate, Prepared};
+pub use data::{min_observations, unfittable_reason, validate, validate_all, Prepared};
 pub use family::{Family, Natural};
 pub use fit::{FitStatus, MixFit, MixParams, StartFit};
-pub use starts::random_start;
+pub use starts::{initial_values, random_start};
 
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec};
@@ -30,9 +31,7 @@ use crate::exec::{Backend, Exec};
 /// a dataset that is valid but cannot be fitted gets status Failed without
 /// affecting the others.
 pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
-    for (d, x) in data.iter().enumerate() {
-        validate(config.family, x, config.dataset_offset + d + 1)?;
-    }
+    exec.install(|| validate_all(config.family, data, config.dataset_offset + 1))??;
     if let Starts::Given(inits) = &config.starts {
         if inits.len() != 1 && inits.len() != data.len() {
             return Err(Error::arg(
@@ -43,6 +42,6 @@ pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Resul
     }
     match exec.backend {
         Backend::Cpu => cpu::fit_many(data, config, exec),
-        Backend::Cuda => Err(Error::BackendUnavailable("the CUDA backend of bulkem() is not available in this build".into())),
+        Backend::Cuda => gpu::fit_many(data, config, exec),
     }
 }

@@ -2,6 +2,8 @@
 //! (dataset, start) pair so that every backend starts from the same values.
 
 use crate::rng::KeyedStream;
+
+use super::config::{CheckedEmConfig, Starts};
 use crate::tolerances::MAX_START_REDRAWS;
 
 use super::family::Family;
@@ -27,6 +29,20 @@ pub fn random_start(family: Family, x: &[f64], components: usize, rng: &mut Keye
         scale.push(s);
     }
     Ok(MixParams { alpha: vec![1.0 / components as f64; components], mu, scale })
+}
+
+/// Starting values of start `start` of the dataset with global index
+/// `dataset` (the same on every backend).
+pub fn initial_values(config: &CheckedEmConfig, x: &[f64], dataset: usize, start: usize) -> Result<MixParams, String> {
+    match &config.starts {
+        Starts::Random { .. } => random_start(
+            config.family,
+            x,
+            config.components,
+            &mut KeyedStream::new(config.seed, dataset as u64, start as u64),
+        ),
+        Starts::Given(inits) => Ok(inits[if inits.len() == 1 { 0 } else { dataset - config.dataset_offset }].clone()),
+    }
 }
 
 /// Three observations at distinct random positions.

@@ -1,0 +1,327 @@
+// Mixture EM on the GPU (bulkem_core::em::gpu drives these kernels).
+//
+// Compiled by NVRTC once per (device, EM_M, EM_FAMILY) with
+//   -DEM_M=<components 1..8> -DEM_FAMILY=<0 inverse Gaussian | 1 Normal>
+// and double precision throughout. The arithmetic mirrors the CPU backend
+// (src/em/family.rs, src/em/cpu.rs), which is the reference:
+//   log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x)
+//   inverse Gaussian: u = x, v = 1/x, k(x) = -1.5 log x
+//   Normal:           u = x - centre, v = u^2, k(x) = 0
+
+#ifndef EM_M
+#error "EM_M (number of components) must be defined"
+#endif
+#ifndef EM_FAMILY
+#error "EM_FAMILY must be defined"
+#endif
+
+#define NSTAT (3 * EM_M)
+// Status codes; the same numbers are in src/em/gpu.rs.
+#define ST_RUNNING 0
+#define ST_CONVERGED 1
+#define ST_MAX_ITERS 2
+#define ST_BAD_START 10
+#define ST_EMPTY 11
+#define ST_COLLAPSED 12
+#define ST_NONFINITE 13
+#define MIN_COMPONENT_WEIGHT 1e-300
+#define TWO_PI 6.283185307179586
+
+__device__ __forceinline__ void features(double x, double centre, double& u, double& v) {
+#if EM_FAMILY == 0
+    u = x;
+    v = 1.0 / x;
+#else
+    u = x - centre;
+    v = u * u;
+#endif
+}
+
+__device__ __forceinline__ double shared_term(double x) {
+#if EM_FAMILY == 0
+    return -1.5 * log(x);
+#else
+    return 0.0;
+#endif
+}
+
+// Natural parameters of every component from (alpha, mu, scale).
+__device__ void naturals(const double* p, double centre, double* A, double* B, double* C) {
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        const double alpha = p[j], mu = p[EM_M + j], s = p[2 * EM_M + j];
+#if EM_FAMILY == 0
+        A[j] = log(alpha) + 0.5 * log(s / TWO_PI) + s / mu;
+        B[j] = -s / (2.0 * mu * mu);
+        C[j] = -s / 2.0;
+#else
+        const double m = mu - centre, prec = 1.0 / (s * s);
+        A[j] = log(alpha) - 0.5 * log(TWO_PI) - log(s) - 0.5 * m * m * prec;
+        B[j] = m * prec;
+        C[j] = -0.5 * prec;
+#endif
+    }
+}
+
+// Exact M-step of every component from its sums; returns a status.
+__device__ int m_step(const double* S, int n, double centre, double* p) {
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        const double sw = S[3 * j], su = S[3 * j + 1], sv = S[3 * j + 2];
+        if (!(sw > MIN_COMPONENT_WEIGHT)) return ST_EMPTY;
+        const double alpha = sw / (double)n;
+#if EM_FAMILY == 0
+        const double mu = su / sw;
+        const double lambda = sw / (sv - sw / mu);  // uses the new mu
+        if (!(mu > 0.0 && isfinite(mu) && lambda > 0.0 && isfinite(lambda))) return ST_COLLAPSED;
+        p[j] = alpha; p[EM_M + j] = mu; p[2 * EM_M + j] = lambda;
+#else
+        const double m = su / sw;
+        const double var = sv / sw - m * m;
+        if (!(var > 0.0 && isfinite(var) && isfinite(m))) return ST_COLLAPSED;
+        p[j] = alpha; p[EM_M + j] = m + centre; p[2 * EM_M + j] = sqrt(var);
+#endif
+    }
+    return ST_RUNNING;
+}
+
+// Observations per lane between two logs of the product of the
+// per-observation sums (each in [1, M]), as on the CPU.
+#define LOG_BLOCK (EM_M <= 2 ? 512 : 128)
+
+// One observation's E-step contribution: weighted sums into S, the max into
+// maxsum, the sum of exp into prod.
+__device__ __forceinline__ void e_obs(double u, double v, const double* A, const double* B, const double* C,
+                                      double* S, double& maxsum, double& prod) {
+#if EM_M == 1
+    const double l0 = A[0] + B[0] * u + C[0] * v;
+    S[0] += 1.0; S[1] += u; S[2] += v;
+    maxsum += l0;
+#elif EM_M == 2
+    const double l0 = A[0] + B[0] * u + C[0] * v;
+    const double l1 = A[1] + B[1] * u + C[1] * v;
+    const double d = l1 - l0;
+    const double e = exp(-fabs(d));  // ratio of the smaller to the larger term
+    const double s = 1.0 + e;
+    const double w_top = 1.0 / s, w_low = e * w_top;
+    const double w0 = d > 0.0 ? w_low : w_top, w1 = d > 0.0 ? w_top : w_low;
+    S[0] += w0; S[1] += w0 * u; S[2] += w0 * v;
+    S[3] += w1; S[4] += w1 * u; S[5] += w1 * v;
+    maxsum += fmax(l0, l1);  // a NaN still reaches ll through prod
+    prod *= s;
+#else
+    double l[EM_M];
+    double top = -__longlong_as_double(0x7ff0000000000000LL);  // -inf (no math.h under NVRTC)
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        l[j] = A[j] + B[j] * u + C[j] * v;
+        top = fmax(top, l[j]);
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        l[j] = exp(l[j] - top);
+        s += l[j];
+    }
+    const double r = 1.0 / s;
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        const double w = l[j] * r;
+        S[3 * j] += w; S[3 * j + 1] += w * u; S[3 * j + 2] += w * v;
+    }
+    maxsum += top;
+    prod *= s;
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// Small datasets: one warp per (dataset, start), the dataset's features in
+// shared memory, shared by the warps of the block (the dataset's starts).
+// The whole EM runs in this one launch; each warp stops at its own
+// convergence.
+
+// E-step of one warp over n observations in shared memory. All lanes return
+// the same sums and log-likelihood (without the shared term).
+__device__ double warp_e_step(const double2* uv, int n, const double* A, const double* B, const double* C, double* S) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) S[k] = 0.0;
+    double maxsum = 0.0, logsum = 0.0, prod = 1.0;
+    int in_block = 0;
+    for (int i = lane; i < n; i += 32) {
+        const double2 f = uv[i];
+        e_obs(f.x, f.y, A, B, C, S, maxsum, prod);
+        if (++in_block == LOG_BLOCK) {
+            logsum += log(prod);
+            prod = 1.0;
+            in_block = 0;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) S[k] = warp_sum(S[k]);
+    return warp_sum(maxsum + (logsum + log(prod)));
+}
+
+extern "C" __global__ void em_warp(
+    const double* __restrict__ x, const long long* __restrict__ offsets, const int* __restrict__ lengths,
+    const double* __restrict__ centres, const int* __restrict__ block_dataset, const int* __restrict__ block_pair0,
+    const int* __restrict__ block_pairs, const double* __restrict__ init, double* __restrict__ out_params,
+    double* __restrict__ out_ll, int* __restrict__ out_iters, int* __restrict__ out_status,
+    double* __restrict__ trace, int max_iters, double epsilon)
+{
+    extern __shared__ double2 uv[];  // n observations, then one double per warp of scratch
+    const int d = block_dataset[blockIdx.x];
+    const int n = lengths[d];
+    const double* xd = x + offsets[d];
+    const double centre = centres[d];
+    double* scratch = (double*)(uv + n);
+
+    double k_local = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const double xi = xd[i];
+        double u, v;
+        features(xi, centre, u, v);
+        uv[i] = make_double2(u, v);
+        k_local += shared_term(xi);
+    }
+    const double shared_k = block_sum(k_local, scratch);  // ends with a barrier
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp >= block_pairs[blockIdx.x]) return;
+    const int pair = block_pair0[blockIdx.x] + warp;
+
+    double p[NSTAT], A[EM_M], B[EM_M], C[EM_M], S[NSTAT];
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) p[k] = init[(long long)pair * NSTAT + k];
+    double* my_trace = trace ? trace + (long long)pair * max_iters : nullptr;
+
+    naturals(p, centre, A, B, C);
+    double ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
+    int status = isfinite(ll) ? ST_RUNNING : ST_BAD_START;
+    int iter = 0;
+    while (status == ST_RUNNING && iter < max_iters) {
+        ++iter;
+        status = m_step(S, n, centre, p);
+        if (status != ST_RUNNING) break;
+        naturals(p, centre, A, B, C);
+        const double new_ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
+        if (!isfinite(new_ll)) { status = ST_NONFINITE; break; }
+        if (my_trace && lane == 0) my_trace[iter - 1] = new_ll;
+        const double change = fabs(new_ll - ll);
+        ll = new_ll;
+        if (change < epsilon) status = ST_CONVERGED;
+    }
+    if (status == ST_RUNNING) status = ST_MAX_ITERS;
+    if (lane == 0) {
+        for (int k = 0; k < NSTAT; ++k) out_params[(long long)pair * NSTAT + k] = p[k];
+        out_ll[pair] = ll;
+        out_iters[pair] = iter;
+        out_status[pair] = status;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Large datasets: many blocks per (dataset, start). Each EM iteration is two
+// launches, em_partial (per-block sums) then em_update (reduce, convergence,
+// M-step), queued back to back with no host synchronisation; finished pairs
+// make both kernels return at once.
+
+// Pair state, in device memory: params[NSTAT], ll, shared_k, iter, status.
+#define STATE_LEN (NSTAT + 4)
+#define PARTIAL_LEN (NSTAT + 2)
+
+extern "C" __global__ void em_partial(
+    const double* __restrict__ x, const long long* __restrict__ offsets, const int* __restrict__ lengths,
+    const double* __restrict__ centres, const int* __restrict__ pair_dataset, const double* __restrict__ state,
+    double* __restrict__ partial, int first)
+{
+    __shared__ double scratch[32];
+    const int pair = blockIdx.y;
+    const double* st = state + (long long)pair * STATE_LEN;
+    if ((int)st[NSTAT + 3] != ST_RUNNING) return;
+    const int d = pair_dataset[pair];
+    const int n = lengths[d];
+    const double* xd = x + offsets[d];
+    const double centre = centres[d];
+    double A[EM_M], B[EM_M], C[EM_M], S[NSTAT], p[NSTAT];
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) { p[k] = st[k]; S[k] = 0.0; }
+    naturals(p, centre, A, B, C);
+    double maxsum = 0.0, logsum = 0.0, prod = 1.0, k_local = 0.0;
+    int in_block = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const double xi = xd[i];
+        double u, v;
+        features(xi, centre, u, v);
+        e_obs(u, v, A, B, C, S, maxsum, prod);
+        if (first) k_local += shared_term(xi);
+        if (++in_block == LOG_BLOCK) {
+            logsum += log(prod);
+            prod = 1.0;
+            in_block = 0;
+        }
+    }
+    double* out = partial + ((long long)pair * gridDim.x + blockIdx.x) * PARTIAL_LEN;
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) {
+        const double t = block_sum(S[k], scratch);
+        if (threadIdx.x == 0) out[k] = t;
+    }
+    const double ll = block_sum(maxsum + (logsum + log(prod)), scratch);
+    const double kk = block_sum(k_local, scratch);
+    if (threadIdx.x == 0) { out[NSTAT] = ll; out[NSTAT + 1] = kk; }
+}
+
+// One warp per pair: reduce the partials in a fixed order, then the same
+// decisions as the warp kernel's loop.
+extern "C" __global__ void em_update(
+    const int* __restrict__ lengths, const double* __restrict__ centres, const int* __restrict__ pair_dataset,
+    double* __restrict__ state, const double* __restrict__ partial, int blocks_per_pair,
+    double* __restrict__ trace, const int* __restrict__ pair_global, int max_iters, double epsilon)
+{
+    const int pair = blockIdx.x, lane = threadIdx.x & 31;
+    double* st = state + (long long)pair * STATE_LEN;
+    if ((int)st[NSTAT + 3] != ST_RUNNING) return;
+    double tot[PARTIAL_LEN];
+#pragma unroll
+    for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] = 0.0;
+    for (int b = lane; b < blocks_per_pair; b += 32) {
+        const double* in = partial + ((long long)pair * blocks_per_pair + b) * PARTIAL_LEN;
+#pragma unroll
+        for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] += in[k];
+    }
+#pragma unroll
+    for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] = warp_sum(tot[k]);
+    if (lane != 0) return;
+
+    const int d = pair_dataset[pair];
+    const int n = lengths[d];
+    const double centre = centres[d];
+    int iter = (int)st[NSTAT + 2];
+    int status = ST_RUNNING;
+    if (iter == 0) st[NSTAT + 1] = tot[NSTAT + 1];  // shared term, summed on the first pass
+    const double new_ll = tot[NSTAT] + st[NSTAT + 1];
+    if (iter == 0) {
+        if (!isfinite(new_ll)) status = ST_BAD_START;
+    } else if (!isfinite(new_ll)) {
+        status = ST_NONFINITE;
+    } else {
+        if (trace) trace[(long long)pair_global[pair] * max_iters + iter - 1] = new_ll;
+        if (fabs(new_ll - st[NSTAT]) < epsilon) status = ST_CONVERGED;
+    }
+    if (isfinite(new_ll) || iter == 0) st[NSTAT] = new_ll;
+    if (status == ST_RUNNING && iter == max_iters) status = ST_MAX_ITERS;
+    if (status == ST_RUNNING) {
+        double p[NSTAT];
+#pragma unroll
+        for (int k = 0; k < NSTAT; ++k) p[k] = st[k];
+        ++iter;
+        status = m_step(tot, n, centre, p);
+        if (status == ST_RUNNING) {
+            for (int k = 0; k < NSTAT; ++k) st[k] = p[k];
+        }
+    }
+    st[NSTAT + 2] = (double)iter;
+    st[NSTAT + 3] = (double)status;
+}

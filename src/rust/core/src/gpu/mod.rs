@@ -1,0 +1,266 @@
+//! CUDA devices: detection that never panics, one context, stream and
+//! kernel cache per device. Kernels are CUDA C sources under `kernels/`,
+//! compiled at run time by NVRTC for the device's compute capability.
+
+mod kernels;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+
+use crate::error::{Error, Result};
+
+pub use kernels::{kernel_source, KERNELS};
+
+/// What was found of one CUDA device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub total_memory: usize,
+    pub usable: bool,
+    /// Why the device cannot be used (empty when usable).
+    pub reason: String,
+}
+
+/// The CUDA situation of this process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    pub devices: Vec<DeviceInfo>,
+    /// Why no device can be used (empty when at least one can).
+    pub reason: String,
+}
+
+impl Probe {
+    pub fn usable(&self) -> bool {
+        self.devices.iter().any(|d| d.usable)
+    }
+}
+
+/// A usable device with its stream and compiled kernels.
+pub struct Device {
+    pub info: DeviceInfo,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub multiprocessors: u32,
+    pub max_shared_per_block: usize,
+    arch: &'static str,
+    modules: Mutex<HashMap<String, Arc<CudaModule>>>,
+}
+
+/// Oldest compute capability the kernels target (double-precision atomics,
+/// 48+ KB shared memory).
+const MIN_COMPUTE_CAPABILITY: (i32, i32) = (6, 0);
+
+fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda; no CUDA call is made.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen libnvrtc.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Whether NVRTC can be loaded (needed to compile kernels).
+pub fn nvrtc_available() -> bool {
+    nvrtc_present()
+}
+
+/// Run a cudarc call that may panic (it panics when a symbol is missing from
+/// an old driver), turning the panic into an error.
+fn guarded<T>(what: &str, f: impl FnOnce() -> std::result::Result<T, cudarc::driver::DriverError>) -> std::result::Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: the CUDA driver library is incompatible")),
+    }
+}
+
+struct Registry {
+    probe: Probe,
+    devices: Vec<Arc<Device>>,
+}
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(open_all)
+}
+
+fn open_all() -> Registry {
+    let none = |reason: &str| Registry { probe: Probe { devices: vec![], reason: reason.to_string() }, devices: vec![] };
+    if !driver_present() {
+        return none("no CUDA driver (libcuda) was found");
+    }
+    let count = match guarded("counting CUDA devices", CudaContext::device_count) {
+        Ok(n) => n.max(0) as usize,
+        Err(e) => return none(&e),
+    };
+    if count == 0 {
+        return none("the CUDA driver reports no device");
+    }
+    let have_nvrtc = nvrtc_present();
+    let mut infos = Vec::new();
+    let mut devices = Vec::new();
+    for ordinal in 0..count {
+        match open_device(ordinal, have_nvrtc) {
+            Ok(dev) => {
+                infos.push(dev.info.clone());
+                devices.push(Arc::new(dev));
+            }
+            Err(info) => infos.push(info),
+        }
+    }
+    let reason = if devices.is_empty() {
+        infos.iter().map(|d| format!("device {}: {}", d.ordinal, d.reason)).collect::<Vec<_>>().join("; ")
+    } else {
+        String::new()
+    };
+    Registry { probe: Probe { devices: infos, reason }, devices }
+}
+
+fn open_device(ordinal: usize, have_nvrtc: bool) -> std::result::Result<Device, DeviceInfo> {
+    let mut info = DeviceInfo {
+        ordinal,
+        name: String::from("unknown"),
+        compute_capability: (0, 0),
+        total_memory: 0,
+        usable: false,
+        reason: String::new(),
+    };
+    let ctx = match guarded("opening the device", || CudaContext::new(ordinal)) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            info.reason = e;
+            return Err(info);
+        }
+    };
+    let query = || -> std::result::Result<(String, (i32, i32), usize, i32, i32), String> {
+        Ok((
+            guarded("reading its name", || ctx.name())?,
+            guarded("reading its compute capability", || ctx.compute_capability())?,
+            guarded("reading its memory", || ctx.total_mem())?,
+            guarded("reading its multiprocessors", || ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT))?,
+            guarded("reading its shared memory", || {
+                ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            })?,
+        ))
+    };
+    let (name, cc, mem, sms, smem) = match query() {
+        Ok(v) => v,
+        Err(e) => {
+            info.reason = e;
+            return Err(info);
+        }
+    };
+    info.name = name;
+    info.compute_capability = cc;
+    info.total_memory = mem;
+    if cc < MIN_COMPUTE_CAPABILITY {
+        info.reason = format!("compute capability {}.{} is below the required {}.{}", cc.0, cc.1, MIN_COMPUTE_CAPABILITY.0, MIN_COMPUTE_CAPABILITY.1);
+        return Err(info);
+    }
+    if !have_nvrtc {
+        info.reason = "the NVRTC library (libnvrtc), needed to compile the kernels, was not found".into();
+        return Err(info);
+    }
+    let stream = match guarded("creating a stream", || ctx.new_stream()) {
+        Ok(s) => s,
+        Err(e) => {
+            info.reason = e;
+            return Err(info);
+        }
+    };
+    info.usable = true;
+    Ok(Device {
+        info,
+        ctx,
+        stream,
+        multiprocessors: sms.max(1) as u32,
+        max_shared_per_block: smem.max(0) as usize,
+        arch: arch_name(cc),
+        modules: Mutex::new(HashMap::new()),
+    })
+}
+
+/// NVRTC's name for a compute capability, e.g. "sm_90".
+pub fn arch_name(cc: (i32, i32)) -> &'static str {
+    match cc {
+        (8, 0) => "sm_80",
+        (8, 6) => "sm_86",
+        (8, 9) => "sm_89",
+        (9, 0) => "sm_90",
+        (10, 0) => "sm_100",
+        (12, 0) => "sm_120",
+        // Leaked once per unusual device of the process: NVRTC wants &'static str.
+        (major, minor) => Box::leak(format!("sm_{major}{minor}").into_boxed_str()),
+    }
+}
+
+/// What CUDA offers this process; computed once.
+pub fn probe() -> Probe {
+    registry().probe.clone()
+}
+
+/// The usable devices, or why there are none.
+pub fn devices() -> Result<&'static [Arc<Device>]> {
+    let reg = registry();
+    if reg.devices.is_empty() {
+        Err(Error::BackendUnavailable(reg.probe.reason.clone()))
+    } else {
+        Ok(&reg.devices)
+    }
+}
+
+/// Compile one kernel source for `arch` with `-D` definitions.
+pub fn compile(source: &str, arch: &'static str, defines: &[(&str, i64)]) -> std::result::Result<Ptx, String> {
+    let opts = CompileOptions {
+        arch: Some(arch),
+        options: defines.iter().map(|(k, v)| format!("-D{k}={v}")).collect(),
+        ..Default::default()
+    };
+    std::panic::catch_unwind(|| compile_ptx_with_opts(source, opts))
+        .map_err(|_| "NVRTC could not be loaded".to_string())?
+        .map_err(|e| match e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                format!("kernel compilation failed:\n{}", log.to_string_lossy())
+            }
+            other => format!("kernel compilation failed: {other:?}"),
+        })
+}
+
+impl Device {
+    /// Function `name` of kernel file `file` compiled with `defines`,
+    /// compiled once per device and cached.
+    pub fn function(&self, file: &str, defines: &[(&str, i64)], name: &str) -> Result<CudaFunction> {
+        let key = format!("{file}{defines:?}");
+        let module = {
+            let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+            match modules.get(&key) {
+                Some(m) => m.clone(),
+                None => {
+                    let src = kernel_source(file).ok_or_else(|| Error::BackendUnavailable(format!("no kernel file {file}")))?;
+                    let ptx = compile(&src, self.arch, defines).map_err(Error::BackendUnavailable)?;
+                    let m = self.ctx.load_module(ptx).map_err(|e| self.err("loading kernels", e))?;
+                    modules.insert(key, m.clone());
+                    m
+                }
+            }
+        };
+        module.load_function(name).map_err(|e| self.err(&format!("finding kernel {name}"), e))
+    }
+
+    /// A driver error as a core error naming this device.
+    pub fn err(&self, what: &str, e: cudarc::driver::DriverError) -> Error {
+        Error::BackendUnavailable(format!("CUDA device {} ({}): {what}: {e}", self.info.ordinal, self.info.name))
+    }
+
+    /// Free device memory in bytes.
+    pub fn free_memory(&self) -> Result<usize> {
+        self.ctx.mem_get_info().map(|(free, _)| free).map_err(|e| self.err("reading free memory", e))
+    }
+}

@@ -1,0 +1,158 @@
+//! The CUDA backend against the CPU reference: same seed and data give the
+//! same starts, statuses and iterations, parameters to 1e-8 relative and
+//! log-likelihoods to 1e-10. Skipped (with a note) where no device is usable.
+
+use bulkem_core::em::{fit_many, simulate, EmConfig, Family, FitStatus, MixFit, MixParams};
+use bulkem_core::exec::{Backend, Exec};
+use bulkem_core::gpu;
+use bulkem_core::tolerances::{GPU_CPU_LOGLIK_REL, GPU_CPU_PARAM_REL};
+
+fn gpu_or_skip() -> bool {
+    let probe = gpu::probe();
+    if !probe.usable() {
+        eprintln!("skipped: no usable CUDA device ({})", probe.reason);
+    }
+    probe.usable()
+}
+
+fn cuda() -> Exec {
+    Exec { backend: Backend::Cuda, ..Exec::cpu() }
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    if a == b { 0.0 } else { (a - b).abs() / b.abs().max(1e-300) }
+}
+
+fn datasets(family: Family, m: usize, sizes: &[usize], seed: u64) -> Vec<Vec<f64>> {
+    let p = match family {
+        Family::InvGauss => MixParams {
+            alpha: vec![1.0 / m as f64; m],
+            mu: (0..m).map(|j| 1.0 + 2.0 * j as f64).collect(),
+            scale: (0..m).map(|j| 30.0 / (1.0 + 10.0 * j as f64)).collect(),
+        },
+        Family::Normal => MixParams {
+            alpha: vec![1.0 / m as f64; m],
+            mu: (0..m).map(|j| 4.0 * j as f64).collect(),
+            scale: (0..m).map(|j| 1.0 + 0.3 * j as f64).collect(),
+        },
+    };
+    sizes.iter().enumerate().map(|(i, &n)| simulate::mixture(family, &p, n, seed + i as u64)).collect()
+}
+
+/// Compare two fits of the same dataset; returns a description of the first
+/// disagreement.
+fn compare(cpu: &MixFit, gpu: &MixFit) -> Result<(), String> {
+    if cpu.status != gpu.status || cpu.iterations != gpu.iterations || cpu.best_start != gpu.best_start {
+        return Err(format!(
+            "status/iterations/best start differ: cpu {:?}/{}/{} gpu {:?}/{}/{} ({:?} vs {:?})",
+            cpu.status, cpu.iterations, cpu.best_start, gpu.status, gpu.iterations, gpu.best_start, cpu.message, gpu.message
+        ));
+    }
+    let bits = |p: &MixParams| p.alpha.iter().chain(&p.mu).chain(&p.scale).map(|v| v.to_bits()).collect::<Vec<_>>();
+    if bits(&cpu.init) != bits(&gpu.init) {
+        return Err("different starting values".into());
+    }
+    if cpu.status == FitStatus::Failed {
+        return if cpu.message == gpu.message { Ok(()) } else { Err(format!("messages {:?} vs {:?}", cpu.message, gpu.message)) };
+    }
+    let pairs = cpu.params.alpha.iter().zip(&gpu.params.alpha)
+        .chain(cpu.params.mu.iter().zip(&gpu.params.mu))
+        .chain(cpu.params.scale.iter().zip(&gpu.params.scale));
+    for (a, b) in pairs {
+        if rel(*b, *a) > GPU_CPU_PARAM_REL {
+            return Err(format!("parameter {b} vs cpu {a}: {:e}", rel(*b, *a)));
+        }
+    }
+    if rel(gpu.loglik, cpu.loglik) > GPU_CPU_LOGLIK_REL {
+        return Err(format!("loglik {} vs cpu {}", gpu.loglik, cpu.loglik));
+    }
+    for (s, (a, b)) in cpu.start_logliks.iter().zip(&gpu.start_logliks).enumerate() {
+        if a.is_nan() != b.is_nan() || (a.is_finite() && rel(*b, *a) > GPU_CPU_LOGLIK_REL) {
+            return Err(format!("start {s} loglik {b} vs cpu {a}"));
+        }
+    }
+    if cpu.trace.len() != gpu.trace.len() {
+        return Err("trace lengths differ".into());
+    }
+    Ok(())
+}
+
+fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) {
+    let config = config.check().unwrap();
+    let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
+    let cpu = fit_many(&refs, &config, &Exec::cpu()).unwrap();
+    let gpu = fit_many(&refs, &config, &cuda()).unwrap();
+    assert_eq!(cpu.len(), gpu.len());
+    let bad: Vec<String> = cpu.iter().zip(&gpu).enumerate()
+        .filter_map(|(d, (c, g))| compare(c, g).err().map(|e| format!("dataset {d} (n = {}): {e}", data[d].len())))
+        .collect();
+    let ok = cpu.iter().filter(|f| f.success()).count();
+    println!("{label}: {} datasets, {ok} fitted, {} disagreements", cpu.len(), bad.len());
+    assert!(bad.is_empty(), "{label}: {}", bad.join("\n"));
+}
+
+#[test]
+fn gpu_matches_cpu_fixed_iterations() {
+    if !gpu_or_skip() { return; }
+    // n from 3 to beyond the shared-memory limit (grid path), with
+    // unfittable datasets mixed in.
+    let sizes = [3usize, 5, 8, 40, 200, 2000, 2001, 5999, 6001, 20_000];
+    for family in [Family::InvGauss, Family::Normal] {
+        for m in 1..=4 {
+            let mut data = datasets(family, m, &sizes, 10 * m as u64);
+            data.push(vec![2.5; 100]);
+            data.push(vec![1.0, 2.0]);
+            let config = EmConfig::new(family, m).random_inits(5).seed(3).max_iters(25).epsilon(0.0);
+            check_all(&format!("{family:?} M={m} fixed"), &data, config);
+        }
+    }
+}
+
+#[test]
+fn gpu_matches_cpu_converged() {
+    if !gpu_or_skip() { return; }
+    let sizes: Vec<usize> = (0..60).map(|i| 100 + 173 * i).collect();
+    for family in [Family::InvGauss, Family::Normal] {
+        for m in 1..=4 {
+            let data = datasets(family, m, &sizes, 100 + m as u64);
+            let config = EmConfig::new(family, m).random_inits(4).seed(7).max_iters(500).epsilon(1e-9);
+            check_all(&format!("{family:?} M={m} converged"), &data, config);
+        }
+    }
+}
+
+#[test]
+fn gpu_fits_ten_million_observations() {
+    if !gpu_or_skip() { return; }
+    let data = datasets(Family::InvGauss, 2, &[10_000_000], 5);
+    let config = EmConfig::new(Family::InvGauss, 2).random_inits(1).seed(1).max_iters(20).epsilon(0.0);
+    check_all("InvGauss M=2 n=1e7", &data, config);
+}
+
+#[test]
+fn gpu_failures_match_cpu() {
+    if !gpu_or_skip() { return; }
+    // Starts that collapse: heavily tied data with a few outliers.
+    let mut data: Vec<Vec<f64>> = (0..20).map(|i| {
+        let mut x = vec![1.0; 200];
+        for k in 0..(i % 5 + 3) { x[k] = 1.0 + k as f64; }
+        x
+    }).collect();
+    data.push(vec![]);
+    for family in [Family::InvGauss, Family::Normal] {
+        let config = EmConfig::new(family, 3).random_inits(6).seed(11).max_iters(200).epsilon(1e-10);
+        check_all(&format!("{family:?} degenerate"), &data, config);
+    }
+}
+
+#[test]
+fn gpu_inits_and_posterior() {
+    if !gpu_or_skip() { return; }
+    let data = datasets(Family::Normal, 2, &[500, 800], 9);
+    let init = MixParams { alpha: vec![0.5, 0.5], mu: vec![-1.0, 5.0], scale: vec![1.0, 1.0] };
+    let config = EmConfig::new(Family::Normal, 2).inits(vec![init]).max_iters(300).epsilon(1e-10).keep_posterior(true);
+    check_all("Normal inits", &data, config.clone());
+    let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
+    let g = fit_many(&refs, &config.check().unwrap(), &cuda()).unwrap();
+    assert_eq!(g[0].posterior.as_ref().map(|p| p.len()), Some(1000));
+}

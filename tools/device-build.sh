@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds, here, what tools/device-run.sh runs on the GPU machine, into
+# .device/ (ignored by git; carried with the device tool's `carry`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .device && mkdir -p .device/peers
+cd src/rust
+cargo build --release --bin bulkem-bench
+cp target/release/bulkem-bench ../../.device/
+cargo test --release -p bulkem-core --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        shutil.copy(m["executable"], "../../.device/" + m["target"]["name"])
+'
+cd ../..
+cp ../shared/peers/*.py .device/peers/ 2>/dev/null || true
+ls -la .device
