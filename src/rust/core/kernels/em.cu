@@ -1,7 +1,8 @@
 // Mixture EM on the GPU (bulkem_core::em::gpu drives these kernels).
 //
 // Compiled by NVRTC once per (device, EM_M, EM_FAMILY) with
-//   -DEM_M=<components 1..8> -DEM_FAMILY=<0 inverse Gaussian | 1 Normal>
+//   -DEM_M=<components 1..8> -DEM_FAMILY=<0 inverse Gaussian | 1 Normal>;
+// MIN_COMPONENT_WEIGHT and COLLAPSE_REL come from src/tolerances.rs.
 // and double precision throughout. The arithmetic mirrors the CPU backend
 // (src/em/family.rs, src/em/cpu.rs), which is the reference:
 //   log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x)
@@ -24,7 +25,6 @@
 #define ST_EMPTY 11
 #define ST_COLLAPSED 12
 #define ST_NONFINITE 13
-#define MIN_COMPONENT_WEIGHT 1e-300
 #define TWO_PI 6.283185307179586
 
 __device__ __forceinline__ void features(double x, double centre, double& u, double& v) {
@@ -72,13 +72,14 @@ __device__ int m_step(const double* S, int n, double centre, double* p) {
         const double alpha = sw / (double)n;
 #if EM_FAMILY == 0
         const double mu = su / sw;
-        const double lambda = sw / (sv - sw / mu);  // uses the new mu
-        if (!(mu > 0.0 && isfinite(mu) && lambda > 0.0 && isfinite(lambda))) return ST_COLLAPSED;
+        const double spread = sv - sw / mu;  // uses the new mu
+        const double lambda = sw / spread;
+        if (!(mu > 0.0 && isfinite(mu) && spread > COLLAPSE_REL * sv && isfinite(lambda))) return ST_COLLAPSED;
         p[j] = alpha; p[EM_M + j] = mu; p[2 * EM_M + j] = lambda;
 #else
         const double m = su / sw;
         const double var = sv / sw - m * m;
-        if (!(var > 0.0 && isfinite(var) && isfinite(m))) return ST_COLLAPSED;
+        if (!(var > COLLAPSE_REL * (sv / sw) && isfinite(var) && isfinite(m))) return ST_COLLAPSED;
         p[j] = alpha; p[EM_M + j] = m + centre; p[2 * EM_M + j] = sqrt(var);
 #endif
     }
@@ -162,33 +163,39 @@ __device__ double warp_e_step(const double2* uv, int n, const double* A, const d
     return warp_sum(maxsum + (logsum + log(prod)));
 }
 
-extern "C" __global__ void em_warp(
+// 256 threads (8 warps), 3 blocks per SM: caps registers at 80 (ptxas
+// reported 82 without the bound, which left room for only 2 blocks).
+extern "C" __global__ void __launch_bounds__(256, 3) em_warp(
     const double* __restrict__ x, const long long* __restrict__ offsets, const int* __restrict__ lengths,
     const double* __restrict__ centres, const int* __restrict__ block_dataset, const int* __restrict__ block_pair0,
     const int* __restrict__ block_pairs, const double* __restrict__ init, double* __restrict__ out_params,
     double* __restrict__ out_ll, int* __restrict__ out_iters, int* __restrict__ out_status,
     double* __restrict__ trace, int max_iters, double epsilon)
 {
-    extern __shared__ double2 uv[];  // n observations, then one double per warp of scratch
+    extern __shared__ double2 uv[];  // the dataset's features (u, v)
     const int d = block_dataset[blockIdx.x];
     const int n = lengths[d];
     const double* xd = x + offsets[d];
     const double centre = centres[d];
-    double* scratch = (double*)(uv + n);
 
-    double k_local = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const double xi = xd[i];
         double u, v;
-        features(xi, centre, u, v);
+        features(xd[i], centre, u, v);
         uv[i] = make_double2(u, v);
-        k_local += shared_term(xi);
     }
-    const double shared_k = block_sum(k_local, scratch);  // ends with a barrier
+    __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (warp >= block_pairs[blockIdx.x]) return;
     const int pair = block_pair0[blockIdx.x] + warp;
+
+    // The shared log-density term, summed by each warp in the same order
+    // whatever the block's shape, so a rerun of one start repeats it exactly.
+    double k_local = 0.0;
+#if EM_FAMILY == 0
+    for (int i = lane; i < n; i += 32) k_local += shared_term(uv[i].x);
+#endif
+    const double shared_k = warp_sum(k_local);
 
     double p[NSTAT], A[EM_M], B[EM_M], C[EM_M], S[NSTAT];
 #pragma unroll

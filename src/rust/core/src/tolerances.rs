@@ -7,6 +7,13 @@ pub const MAX_START_REDRAWS: usize = 100;
 /// A component whose total responsibility falls below this is declared empty.
 pub const MIN_COMPONENT_WEIGHT: f64 = 1e-300;
 
+/// A component has collapsed onto (nearly) a single value when its spread
+/// falls below this fraction of its second moment: there the spread is
+/// rounding noise, and backends would disagree on it. Inverse Gaussian:
+/// sum w/x - sum w/mu <= COLLAPSE_REL * sum w/x; Normal: variance <=
+/// COLLAPSE_REL * E_w[(x - centre)^2].
+pub const COLLAPSE_REL: f64 = 1e-10;
+
 /// Number of (dataset, start) random streams available per dataset.
 pub const MAX_RANDOM_INITS: usize = 1 << 24;
 

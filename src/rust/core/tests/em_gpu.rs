@@ -39,9 +39,31 @@ fn datasets(family: Family, m: usize, sizes: &[usize], seed: u64) -> Vec<Vec<f64
     sizes.iter().enumerate().map(|(i, &n)| simulate::mixture(family, &p, n, seed + i as u64)).collect()
 }
 
+/// How two fits of one dataset relate.
+enum Agreement {
+    Same,
+    /// Both converged from the same start, one iteration apart, with the same
+    /// trajectory: the last change of the log-likelihood fell within rounding
+    /// of epsilon, so the stopping rule, not the arithmetic, differed.
+    StoppedAtEpsilon,
+}
+
 /// Compare two fits of the same dataset; returns a description of the first
 /// disagreement.
-fn compare(cpu: &MixFit, gpu: &MixFit) -> Result<(), String> {
+fn compare(cpu: &MixFit, gpu: &MixFit) -> Result<Agreement, String> {
+    if let Some(last) = gpu.trace.last() {
+        if rel(*last, gpu.loglik) > 1e-12 {
+            return Err(format!("the kept trace ends at {last}, not at the log-likelihood {}", gpu.loglik));
+        }
+    }
+    let one_apart = cpu.iterations.abs_diff(gpu.iterations) == 1;
+    if cpu.status == FitStatus::Converged && gpu.status == FitStatus::Converged && cpu.best_start == gpu.best_start && one_apart {
+        let common = cpu.trace.len().min(gpu.trace.len());
+        return match (0..common).find(|&i| rel(gpu.trace[i], cpu.trace[i]) > GPU_CPU_LOGLIK_REL) {
+            None => Ok(Agreement::StoppedAtEpsilon),
+            Some(i) => Err(format!("traces part at iteration {}", i + 1)),
+        };
+    }
     if cpu.status != gpu.status || cpu.iterations != gpu.iterations || cpu.best_start != gpu.best_start {
         return Err(format!(
             "status/iterations/best start differ: cpu {:?}/{}/{} gpu {:?}/{}/{} ({:?} vs {:?})",
@@ -53,7 +75,7 @@ fn compare(cpu: &MixFit, gpu: &MixFit) -> Result<(), String> {
         return Err("different starting values".into());
     }
     if cpu.status == FitStatus::Failed {
-        return if cpu.message == gpu.message { Ok(()) } else { Err(format!("messages {:?} vs {:?}", cpu.message, gpu.message)) };
+        return if cpu.message == gpu.message { Ok(Agreement::Same) } else { Err(format!("messages {:?} vs {:?}", cpu.message, gpu.message)) };
     }
     let pairs = cpu.params.alpha.iter().zip(&gpu.params.alpha)
         .chain(cpu.params.mu.iter().zip(&gpu.params.mu))
@@ -74,7 +96,7 @@ fn compare(cpu: &MixFit, gpu: &MixFit) -> Result<(), String> {
     if cpu.trace.len() != gpu.trace.len() {
         return Err("trace lengths differ".into());
     }
-    Ok(())
+    Ok(Agreement::Same)
 }
 
 fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) {
@@ -83,12 +105,20 @@ fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) {
     let cpu = fit_many(&refs, &config, &Exec::cpu()).unwrap();
     let gpu = fit_many(&refs, &config, &cuda()).unwrap();
     assert_eq!(cpu.len(), gpu.len());
-    let bad: Vec<String> = cpu.iter().zip(&gpu).enumerate()
-        .filter_map(|(d, (c, g))| compare(c, g).err().map(|e| format!("dataset {d} (n = {}): {e}", data[d].len())))
-        .collect();
+    let mut bad = Vec::new();
+    let mut at_epsilon = 0;
+    for (d, (c, g)) in cpu.iter().zip(&gpu).enumerate() {
+        match compare(c, g) {
+            Ok(Agreement::Same) => {}
+            Ok(Agreement::StoppedAtEpsilon) => at_epsilon += 1,
+            Err(e) => bad.push(format!("dataset {d} (n = {}): {e}", data[d].len())),
+        }
+    }
     let ok = cpu.iter().filter(|f| f.success()).count();
-    println!("{label}: {} datasets, {ok} fitted, {} disagreements", cpu.len(), bad.len());
+    println!("{label}: {} datasets, {ok} fitted, {} disagreements, {at_epsilon} stopped one iteration apart at epsilon", cpu.len(), bad.len());
     assert!(bad.is_empty(), "{label}: {}", bad.join("\n"));
+    // Stopping one iteration apart needs |change| within rounding of epsilon: rare.
+    assert!(at_epsilon * 20 <= cpu.len().max(20), "{label}: {at_epsilon} datasets stopped one iteration apart");
 }
 
 #[test]

@@ -8,6 +8,8 @@
 
 use std::f64::consts::PI;
 
+use crate::tolerances::{COLLAPSE_REL, MIN_COMPONENT_WEIGHT};
+
 /// Component distribution of a mixture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -118,7 +120,7 @@ impl Family {
     /// Exact M-step of one component from its weighted sums over n observations:
     /// `(alpha, mu, scale)`, or why the component cannot continue.
     pub fn m_step(self, sw: f64, su: f64, sv: f64, n: usize, centre: f64) -> Result<(f64, f64, f64), &'static str> {
-        if !(sw > crate::tolerances::MIN_COMPONENT_WEIGHT) {
+        if !(sw > MIN_COMPONENT_WEIGHT) {
             return Err(EMPTY_COMPONENT);
         }
         let alpha = sw / n as f64;
@@ -126,8 +128,9 @@ impl Family {
             Family::InvGauss => {
                 let mu = su / sw;
                 // The shape update uses the new mu.
-                let lambda = sw / (sv - sw / mu);
-                if mu > 0.0 && mu.is_finite() && lambda > 0.0 && lambda.is_finite() {
+                let spread = sv - sw / mu;
+                let lambda = sw / spread;
+                if mu > 0.0 && mu.is_finite() && spread > COLLAPSE_REL * sv && lambda.is_finite() {
                     Ok((alpha, mu, lambda))
                 } else {
                     Err(self.collapse_text())
@@ -136,7 +139,7 @@ impl Family {
             Family::Normal => {
                 let m = su / sw;
                 let var = sv / sw - m * m;
-                if var > 0.0 && var.is_finite() && m.is_finite() {
+                if var > COLLAPSE_REL * (sv / sw) && var.is_finite() && m.is_finite() {
                     Ok((alpha, m + centre, var.sqrt()))
                 } else {
                     Err(self.collapse_text())

@@ -114,6 +114,17 @@ impl StartFit {
     }
 }
 
+/// Index of the start to keep: the highest log-likelihood among the starts
+/// that did not fail. Starts within START_TIE_REL (relative) of the best are
+/// ties and the lowest index wins: several starts usually reach the same
+/// optimum, and their log-likelihoods then differ only by rounding and the
+/// stopping rule, which must not decide (thread count, backend).
+pub fn best_start(logliks: &[f64], ok: &[bool]) -> Option<usize> {
+    let top = logliks.iter().zip(ok).filter(|(_, &ok)| ok).map(|(&l, _)| l).fold(f64::NEG_INFINITY, f64::max);
+    let tie = START_TIE_REL * top.abs();
+    (0..logliks.len()).find(|&i| ok[i] && logliks[i] >= top - tie)
+}
+
 /// The fit of one dataset: its best start, plus every start's log-likelihood.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MixFit {
@@ -141,57 +152,52 @@ impl MixFit {
         self.status != FitStatus::Failed
     }
 
-    /// Keep the start with the highest log-likelihood. Starts within
-    /// START_TIE_REL (relative) of the best count as ties and the lowest
-    /// index wins: several starts usually reach the same optimum, and their
-    /// log-likelihoods differ only by rounding and the stopping rule, so an
-    /// exact comparison would let rounding (thread count, backend) choose.
+    /// Keep the start with the highest log-likelihood (see [`best_start`]).
     pub(crate) fn best_of(starts: Vec<StartFit>, n: usize) -> MixFit {
         let start_logliks: Vec<f64> = starts.iter().map(|s| s.loglik).collect();
-        let ok = |s: &StartFit| s.status != FitStatus::Failed;
-        let top = starts.iter().filter(|s| ok(s)).map(|s| s.loglik).fold(f64::NEG_INFINITY, f64::max);
-        let tie = START_TIE_REL * top.abs();
-        let best = starts.iter().position(|s| ok(s) && s.loglik >= top - tie).map(|i| (i, top));
-        let n_starts = starts.len();
-        match best {
-            Some((i, _)) => {
-                let s = starts.into_iter().nth(i).expect("index from enumerate");
-                let mut params = s.params;
-                let order = params.sort_by_mu();
-                let mut init = s.init;
-                init.permute(&order);
-                MixFit {
-                    params,
-                    init,
-                    loglik: s.loglik,
-                    iterations: s.iterations,
-                    status: s.status,
-                    message: None,
-                    n,
-                    start_logliks,
-                    best_start: i,
-                    trace: s.trace,
-                    posterior: None,
-                }
-            }
-            None => {
-                let first = starts.into_iter().next().expect("at least one start");
-                let why = first.message.unwrap_or_default();
-                let message = if n_starts == 1 { why } else { format!("all {n_starts} starts failed; the first: {why}") };
-                MixFit {
-                    params: first.params,
-                    init: first.init,
-                    loglik: f64::NAN,
-                    iterations: first.iterations,
-                    status: FitStatus::Failed,
-                    message: Some(message),
-                    n,
-                    start_logliks,
-                    best_start: 0,
-                    trace: Vec::new(),
-                    posterior: None,
-                }
-            }
+        let ok: Vec<bool> = starts.iter().map(|s| s.status != FitStatus::Failed).collect();
+        let chosen = best_start(&start_logliks, &ok).unwrap_or(0);
+        let start = starts.into_iter().nth(chosen).expect("at least one start");
+        MixFit::from_chosen(start, chosen, start_logliks, n)
+    }
+
+    /// The fit of a dataset from its chosen start (the best one, or the
+    /// first when every start failed) and every start's log-likelihood.
+    pub(crate) fn from_chosen(start: StartFit, index: usize, start_logliks: Vec<f64>, n: usize) -> MixFit {
+        let n_starts = start_logliks.len();
+        if start.status == FitStatus::Failed {
+            let why = start.message.unwrap_or_default();
+            let message = if n_starts == 1 { why } else { format!("all {n_starts} starts failed; the first: {why}") };
+            return MixFit {
+                params: start.params,
+                init: start.init,
+                loglik: f64::NAN,
+                iterations: start.iterations,
+                status: FitStatus::Failed,
+                message: Some(message),
+                n,
+                start_logliks,
+                best_start: 0,
+                trace: Vec::new(),
+                posterior: None,
+            };
+        }
+        let mut params = start.params;
+        let order = params.sort_by_mu();
+        let mut init = start.init;
+        init.permute(&order);
+        MixFit {
+            params,
+            init,
+            loglik: start.loglik,
+            iterations: start.iterations,
+            status: start.status,
+            message: None,
+            n,
+            start_logliks,
+            best_start: index,
+            trace: start.trace,
+            posterior: None,
         }
     }
 }

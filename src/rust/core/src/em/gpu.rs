@@ -14,6 +14,7 @@ use std::ops::Range;
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::exec::{Exec, Monitor};
@@ -23,7 +24,7 @@ use super::config::CheckedEmConfig;
 use super::cpu;
 use super::data::{unfittable_reason, Prepared};
 use super::family::{Family, EMPTY_COMPONENT};
-use super::fit::{FitStatus, MixFit, MixParams, StartFit};
+use super::fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
 use super::starts::initial_values;
 
 /// Largest M with a GPU kernel; larger mixtures run on the CPU backend.
@@ -48,21 +49,59 @@ const ST_BAD_START: i32 = 10;
 const ST_EMPTY: i32 = 11;
 const ST_COLLAPSED: i32 = 12;
 
-/// One (dataset, start) to run.
-struct Pair {
-    dataset: usize,
-    start: usize,
-    init: MixParams,
+/// The (dataset, start) pairs to run on one kernel path, in dataset order.
+#[derive(Default)]
+struct Pairs {
+    dataset: Vec<usize>,
+    start: Vec<usize>,
+    /// Starting values, 3M per pair: alpha, mu, scale.
+    init: Vec<f64>,
 }
 
-/// What a kernel returns for one pair.
-struct PairResult {
-    params: Vec<f64>,
-    loglik: f64,
-    iterations: usize,
-    status: i32,
-    trace: Vec<f64>,
+impl Pairs {
+    fn len(&self) -> usize {
+        self.dataset.len()
+    }
+    fn push(&mut self, dataset: usize, start: usize, init: &MixParams) {
+        self.dataset.push(dataset);
+        self.start.push(start);
+        self.init.extend(init.alpha.iter().chain(&init.mu).chain(&init.scale));
+    }
 }
+
+/// Where each start of a dataset went.
+#[derive(Clone)]
+enum Slot {
+    Failed(String),
+    Small(usize),
+    Large(usize),
+}
+
+/// What the kernels returned, one entry per pair of a [`Pairs`].
+#[derive(Default)]
+struct Outputs {
+    params: Vec<f64>,
+    loglik: Vec<f64>,
+    iterations: Vec<i32>,
+    status: Vec<i32>,
+    /// Per pair, when recorded.
+    trace: Vec<Vec<f64>>,
+}
+
+impl Outputs {
+    fn append(&mut self, other: Outputs) {
+        self.params.extend(other.params);
+        self.loglik.extend(other.loglik);
+        self.iterations.extend(other.iterations);
+        self.status.extend(other.status);
+        self.trace.extend(other.trace);
+    }
+}
+
+/// Starts per dataset up to which every start's trace is recorded in the
+/// main launch; with more, only the kept start is run again to record it
+/// (1/S more work instead of S traces of memory and transfer).
+const INLINE_TRACE_STARTS: usize = 4;
 
 /// Fit every dataset on the usable CUDA devices.
 pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
@@ -116,40 +155,61 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
     let m = config.components;
     let n_starts = config.starts_per_dataset();
     let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / 16);
-    let mut starts: Vec<Vec<Option<StartFit>>> = vec![vec![None; n_starts]; data.len()];
-    let (mut small, mut large) = (Vec::new(), Vec::new());
-    for (i, x) in data.iter().enumerate() {
-        if let Some(why) = unfittable_reason(x, m) {
-            starts[i].iter_mut().for_each(|s| *s = Some(StartFit::failed(m, MixParams::nan(m), 0, why.clone())));
-            continue;
-        }
-        for s in 0..n_starts {
-            match initial_values(config, x, first + i, s) {
-                Ok(init) => {
-                    let pair = Pair { dataset: i, start: s, init };
-                    if x.len() <= small_max { small.push(pair) } else { large.push(pair) }
-                }
-                Err(why) => starts[i][s] = Some(StartFit::failed(m, MixParams::nan(m), 0, why)),
-            }
-        }
-    }
-    for (pairs, kernel) in [(&small, Kernel::Warp), (&large, Kernel::Grid)] {
-        for chunk in plan_launches(dev, data, pairs, config, kernel)? {
-            monitor.check()?;
-            let results = match kernel {
-                Kernel::Warp => run_warp(dev, data, &pairs[chunk.clone()], config)?,
-                Kernel::Grid => run_grid(dev, data, &pairs[chunk.clone()], config, monitor)?,
-            };
-            for (pair, r) in pairs[chunk].iter().zip(results) {
-                starts[pair.dataset][pair.start] = Some(start_fit(config.family, m, pair.init.clone(), r));
-            }
-        }
-    }
-    let fits = data
-        .iter()
-        .zip(starts)
-        .map(|(x, s)| {
-            let mut fit = MixFit::best_of(s.into_iter().map(|s| s.expect("every start was run")).collect(), x.len());
+    // Starting values on the host, from the same keyed streams as the CPU.
+    let planned: Vec<std::result::Result<Vec<std::result::Result<MixParams, String>>, String>> = data
+        .par_iter()
+        .enumerate()
+        .map(|(i, x)| match unfittable_reason(x, m) {
+            Some(why) => Err(why),
+            None => Ok((0..n_starts).map(|s| initial_values(config, x, first + i, s)).collect()),
+        })
+        .collect();
+    let (mut small, mut large) = (Pairs::default(), Pairs::default());
+    let slots: Vec<Vec<Slot>> = planned
+        .into_iter()
+        .enumerate()
+        .map(|(i, plan)| match plan {
+            Err(why) => vec![Slot::Failed(why); n_starts],
+            Ok(starts) => starts
+                .into_iter()
+                .enumerate()
+                .map(|(s, init)| match init {
+                    Err(why) => Slot::Failed(why),
+                    Ok(p) if data[i].len() <= small_max => {
+                        small.push(i, s, &p);
+                        Slot::Small(small.len() - 1)
+                    }
+                    Ok(p) => {
+                        large.push(i, s, &p);
+                        Slot::Large(large.len() - 1)
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    let inline_trace = n_starts <= INLINE_TRACE_STARTS;
+    let small_out = run_all(dev, data, &small, config, Kernel::Warp, inline_trace, monitor)?;
+    let large_out = run_all(dev, data, &large, config, Kernel::Grid, true, monitor)?;
+
+    let nstat = 3 * m;
+    let pair_fit = |slot: &Slot| -> StartFit {
+        let (pairs, out, p) = match slot {
+            Slot::Failed(why) => return StartFit::failed(m, MixParams::nan(m), 0, why.clone()),
+            Slot::Small(p) => (&small, &small_out, *p),
+            Slot::Large(p) => (&large, &large_out, *p),
+        };
+        let init = params_at(&pairs.init, p, m);
+        let trace = out.trace.get(p).cloned().unwrap_or_default();
+        start_fit(config.family, m, init, &out.params[p * nstat..(p + 1) * nstat], out.loglik[p], out.iterations[p], out.status[p], trace)
+    };
+    let mut fits: Vec<MixFit> = data
+        .par_iter()
+        .zip(slots.par_iter())
+        .map(|(x, slots)| {
+            let ll: Vec<f64> = slots.iter().map(|s| outcome(s, &small_out, &large_out).0).collect();
+            let ok: Vec<bool> = slots.iter().map(|s| outcome(s, &small_out, &large_out).1).collect();
+            let chosen = best_start(&ll, &ok).unwrap_or(0);
+            let mut fit = MixFit::from_chosen(pair_fit(&slots[chosen]), chosen, ll, x.len());
             if config.keep_posterior && fit.success() {
                 fit.posterior = Some(cpu::posterior(config.family, &Prepared::new(config.family, x), &fit.params));
             }
@@ -157,16 +217,50 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
             fit
         })
         .collect();
+
+    if !inline_trace {
+        // Run each kept start of the shared-memory path again, recording its trace.
+        let mut kept = Pairs::default();
+        let mut owner = Vec::new();
+        for (d, fit) in fits.iter().enumerate() {
+            if let (true, Slot::Small(p)) = (fit.success(), &slots[d][fit.best_start]) {
+                kept.push(d, fit.best_start, &params_at(&small.init, *p, m));
+                owner.push(d);
+            }
+        }
+        let rerun = run_all(dev, data, &kept, config, Kernel::Warp, true, monitor)?;
+        for (k, d) in owner.into_iter().enumerate() {
+            fits[d].trace = rerun.trace[k].clone();
+        }
+    }
     Ok(fits)
 }
 
-fn start_fit(family: Family, m: usize, init: MixParams, r: PairResult) -> StartFit {
-    let params = MixParams { alpha: r.params[..m].to_vec(), mu: r.params[m..2 * m].to_vec(), scale: r.params[2 * m..].to_vec() };
-    let status = match r.status {
+/// A pair's (log-likelihood, succeeded).
+fn outcome(slot: &Slot, small: &Outputs, large: &Outputs) -> (f64, bool) {
+    let (out, p) = match slot {
+        Slot::Failed(_) => return (f64::NAN, false),
+        Slot::Small(p) => (small, *p),
+        Slot::Large(p) => (large, *p),
+    };
+    match out.status[p] {
+        ST_CONVERGED | ST_MAX_ITERS => (out.loglik[p], true),
+        _ => (f64::NAN, false),
+    }
+}
+
+fn params_at(flat: &[f64], p: usize, m: usize) -> MixParams {
+    let v = &flat[p * 3 * m..(p + 1) * 3 * m];
+    MixParams { alpha: v[..m].to_vec(), mu: v[m..2 * m].to_vec(), scale: v[2 * m..].to_vec() }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: f64, iterations: i32, status: i32, trace: Vec<f64>) -> StartFit {
+    let iter = iterations.max(0) as usize;
+    let status = match status {
         ST_CONVERGED => FitStatus::Converged,
         ST_MAX_ITERS => FitStatus::MaxIters,
         code => {
-            let iter = r.iterations;
             let why = match code {
                 ST_BAD_START => "the starting values give a non-finite log-likelihood".to_string(),
                 ST_EMPTY => format!("{EMPTY_COMPONENT} at iteration {iter}"),
@@ -176,7 +270,22 @@ fn start_fit(family: Family, m: usize, init: MixParams, r: PairResult) -> StartF
             return StartFit::failed(m, init, iter, why);
         }
     };
-    StartFit { params, init, loglik: r.loglik, iterations: r.iterations, status, message: None, trace: r.trace }
+    let params = MixParams { alpha: params[..m].to_vec(), mu: params[m..2 * m].to_vec(), scale: params[2 * m..].to_vec() };
+    StartFit { params, init, loglik, iterations: iter, status, message: None, trace }
+}
+
+/// Run every pair of `pairs` on one kernel path, launch by launch.
+fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, config: &CheckedEmConfig, kernel: Kernel, trace: bool, monitor: &Monitor) -> Result<Outputs> {
+    let mut all = Outputs::default();
+    for chunk in plan_launches(dev, data, pairs, config, kernel, trace)? {
+        monitor.check()?;
+        let out = match kernel {
+            Kernel::Warp => run_warp(dev, data, pairs, chunk, config, trace)?,
+            Kernel::Grid => run_grid(dev, data, pairs, chunk, config, monitor)?,
+        };
+        all.append(out);
+    }
+    Ok(all)
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -186,19 +295,20 @@ enum Kernel {
 }
 
 /// Consecutive ranges of pairs, each small enough for one launch.
-fn plan_launches(dev: &Device, data: &[&[f64]], pairs: &[Pair], config: &CheckedEmConfig, kernel: Kernel) -> Result<Vec<Range<usize>>> {
-    if pairs.is_empty() {
+fn plan_launches(dev: &Device, data: &[&[f64]], pairs: &Pairs, config: &CheckedEmConfig, kernel: Kernel, trace: bool) -> Result<Vec<Range<usize>>> {
+    if pairs.len() == 0 {
         return Ok(vec![]);
     }
     let budget = dev.free_memory()? as f64 * MEMORY_SHARE;
-    let per_pair = (8 * (3 * config.components + 8 + config.max_iters)) as f64;
+    let trace_len = if trace { config.max_iters } else { 0 };
+    let per_pair = (8 * (3 * config.components + 8 + trace_len)) as f64;
     let mut ranges = Vec::new();
     let (mut start, mut bytes, mut work) = (0usize, 0f64, 0f64);
-    for (i, p) in pairs.iter().enumerate() {
-        let n = data[p.dataset].len() as f64;
+    for i in 0..pairs.len() {
+        let n = data[pairs.dataset[i]].len() as f64;
         let add_work = n * config.max_iters as f64;
         // A pair brings its dataset along when it is the first of it in a launch.
-        let bytes_of = |start: usize| per_pair + if i == start || pairs[i - 1].dataset != p.dataset { 8.0 * n } else { 0.0 };
+        let bytes_of = |start: usize| per_pair + if i == start || pairs.dataset[i - 1] != pairs.dataset[i] { 8.0 * n } else { 0.0 };
         let full = i > start
             && (bytes + bytes_of(start) > budget
                 || (kernel == Kernel::Warp && work + add_work > LAUNCH_WORK)
@@ -216,8 +326,8 @@ fn plan_launches(dev: &Device, data: &[&[f64]], pairs: &[Pair], config: &Checked
     Ok(ranges)
 }
 
-/// The datasets used by `pairs`, concatenated, with their layout. A single
-/// dataset is borrowed, not copied (10^7 observations: no host copy).
+/// The datasets used by a range of pairs, concatenated, with their layout.
+/// A single dataset is borrowed, not copied (10^7 observations: no host copy).
 struct Uploaded<'a> {
     x: Cow<'a, [f64]>,
     offsets: Vec<i64>,
@@ -228,13 +338,13 @@ struct Uploaded<'a> {
     max_n: usize,
 }
 
-fn gather<'a>(family: Family, data: &[&'a [f64]], pairs: &[Pair]) -> Uploaded<'a> {
-    let single = pairs.iter().all(|p| p.dataset == pairs[0].dataset);
+fn gather<'a>(family: Family, data: &[&'a [f64]], datasets: &[usize]) -> Uploaded<'a> {
+    let single = datasets.iter().all(|&d| d == datasets[0]);
     let mut up = Uploaded { x: Cow::Borrowed(&[]), offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], max_n: 0 };
     let mut last = usize::MAX;
-    for p in pairs {
-        if p.dataset != last {
-            let x = data[p.dataset];
+    for &d in datasets {
+        if d != last {
+            let x = data[d];
             up.offsets.push(up.x.len() as i64);
             up.lengths.push(x.len() as i32);
             up.centres.push(family.centre(x));
@@ -244,15 +354,11 @@ fn gather<'a>(family: Family, data: &[&'a [f64]], pairs: &[Pair]) -> Uploaded<'a
                 up.x.to_mut().extend_from_slice(x);
             }
             up.max_n = up.max_n.max(x.len());
-            last = p.dataset;
+            last = d;
         }
         up.pair_dataset.push(up.lengths.len() as i32 - 1);
     }
     up
-}
-
-fn flat_inits(pairs: &[Pair]) -> Vec<f64> {
-    pairs.iter().flat_map(|p| p.init.alpha.iter().chain(&p.init.mu).chain(&p.init.scale).copied()).collect()
 }
 
 fn em_function(dev: &Device, config: &CheckedEmConfig, name: &str) -> Result<CudaFunction> {
@@ -263,9 +369,20 @@ fn em_function(dev: &Device, config: &CheckedEmConfig, name: &str) -> Result<Cud
     dev.function("em", &[("EM_M", config.components as i64), ("EM_FAMILY", family)], name)
 }
 
-fn run_warp(dev: &Device, data: &[&[f64]], pairs: &[Pair], config: &CheckedEmConfig) -> Result<Vec<PairResult>> {
+/// Per-pair traces out of a pairs x max_iters buffer, each as long as its
+/// pair's iterations.
+fn split_trace(trace: &[f64], iterations: &[i32], max_iters: usize) -> Vec<Vec<f64>> {
+    iterations
+        .iter()
+        .enumerate()
+        .map(|(p, &it)| trace[p * max_iters..p * max_iters + (it.max(0) as usize).min(max_iters)].to_vec())
+        .collect()
+}
+
+fn run_warp(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, config: &CheckedEmConfig, record_trace: bool) -> Result<Outputs> {
     let nstat = 3 * config.components;
-    let up = gather(config.family, data, pairs);
+    let n_pairs = range.len();
+    let up = gather(config.family, data, &pairs.dataset[range.clone()]);
     // Blocks: up to WARPS_PER_BLOCK consecutive pairs of one dataset.
     let (mut block_dataset, mut block_pair0, mut block_pairs) = (vec![], vec![], vec![]);
     for (i, &d) in up.pair_dataset.iter().enumerate() {
@@ -278,8 +395,7 @@ fn run_warp(dev: &Device, data: &[&[f64]], pairs: &[Pair], config: &CheckedEmCon
             block_pairs.push(1);
         }
     }
-    let warps = block_pairs.iter().copied().max().unwrap_or(1) as u32;
-    let smem = (16 * up.max_n + 8 * 32) as u32;
+    let smem = (16 * up.max_n) as u32;
     let f = em_function(dev, config, "em_warp")?;
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(|e| dev.err("raising the shared-memory limit", e))?;
@@ -293,50 +409,53 @@ fn run_warp(dev: &Device, data: &[&[f64]], pairs: &[Pair], config: &CheckedEmCon
     let d_bd = s.clone_htod(&block_dataset).map_err(e("copying data"))?;
     let d_bp0 = s.clone_htod(&block_pair0).map_err(e("copying data"))?;
     let d_bp = s.clone_htod(&block_pairs).map_err(e("copying data"))?;
-    let d_init = s.clone_htod(&flat_inits(pairs)).map_err(e("copying starts"))?;
-    let mut d_params = s.alloc_zeros::<f64>(pairs.len() * nstat).map_err(e("allocating results"))?;
-    let mut d_ll = s.alloc_zeros::<f64>(pairs.len()).map_err(e("allocating results"))?;
-    let mut d_iters = s.alloc_zeros::<i32>(pairs.len()).map_err(e("allocating results"))?;
-    let mut d_status = s.alloc_zeros::<i32>(pairs.len()).map_err(e("allocating results"))?;
-    let mut d_trace = s.alloc_zeros::<f64>(pairs.len() * config.max_iters).map_err(e("allocating the trace"))?;
+    let d_init = s.clone_htod(&pairs.init[range.start * nstat..range.end * nstat]).map_err(e("copying starts"))?;
+    let mut d_params = s.alloc_zeros::<f64>(n_pairs * nstat).map_err(e("allocating results"))?;
+    let mut d_ll = s.alloc_zeros::<f64>(n_pairs).map_err(e("allocating results"))?;
+    let mut d_iters = s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?;
+    let mut d_status = s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?;
+    let trace_len = if record_trace { n_pairs * config.max_iters } else { 1 };
+    let mut d_trace = s.alloc_zeros::<f64>(trace_len).map_err(e("allocating the trace"))?;
     let (max_iters, epsilon) = (config.max_iters as i32, config.epsilon);
-    let cfg = LaunchConfig { grid_dim: (block_dataset.len() as u32, 1, 1), block_dim: (32 * warps, 1, 1), shared_mem_bytes: smem };
+    let cfg = LaunchConfig { grid_dim: (block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
     let mut launch = s.launch_builder(&f);
     launch
         .arg(&d_x).arg(&d_off).arg(&d_len).arg(&d_cen).arg(&d_bd).arg(&d_bp0).arg(&d_bp).arg(&d_init)
-        .arg(&mut d_params).arg(&mut d_ll).arg(&mut d_iters).arg(&mut d_status).arg(&mut d_trace)
-        .arg(&max_iters).arg(&epsilon);
+        .arg(&mut d_params).arg(&mut d_ll).arg(&mut d_iters).arg(&mut d_status);
+    let null_trace: u64 = 0;
+    if record_trace {
+        launch.arg(&mut d_trace);
+    } else {
+        launch.arg(&null_trace);
+    }
+    launch.arg(&max_iters).arg(&epsilon);
     // SAFETY: the arguments match em_warp's parameter list in kernels/em.cu
-    // in order and type; every buffer holds the elements the kernel indexes
-    // (blocks, pairs x 3M params, pairs x max_iters trace, the datasets'
-    // observations at their offsets), and shared memory holds max_n pairs
-    // of doubles plus one double per warp.
+    // in order and type (a null pointer for the trace when none is kept);
+    // every buffer holds the elements the kernel indexes (blocks, pairs x 3M
+    // params, pairs x max_iters trace, the datasets' observations at their
+    // offsets), and shared memory holds max_n pairs of doubles.
     unsafe { launch.launch(cfg) }.map_err(e("launching em_warp"))?;
-    let params = s.clone_dtoh(&d_params).map_err(e("reading results"))?;
-    let ll = s.clone_dtoh(&d_ll).map_err(e("reading results"))?;
-    let iters = s.clone_dtoh(&d_iters).map_err(e("reading results"))?;
-    let status = s.clone_dtoh(&d_status).map_err(e("reading results"))?;
-    let trace = s.clone_dtoh(&d_trace).map_err(e("reading the trace"))?;
-    Ok((0..pairs.len())
-        .map(|p| {
-            let it = iters[p].max(0) as usize;
-            PairResult {
-                params: params[p * nstat..(p + 1) * nstat].to_vec(),
-                loglik: ll[p],
-                iterations: it,
-                status: status[p],
-                trace: trace[p * config.max_iters..p * config.max_iters + it.min(config.max_iters)].to_vec(),
-            }
-        })
-        .collect())
+    let iterations = s.clone_dtoh(&d_iters).map_err(e("reading results"))?;
+    let trace = if record_trace {
+        split_trace(&s.clone_dtoh(&d_trace).map_err(e("reading the trace"))?, &iterations, config.max_iters)
+    } else {
+        vec![]
+    };
+    Ok(Outputs {
+        params: s.clone_dtoh(&d_params).map_err(e("reading results"))?,
+        loglik: s.clone_dtoh(&d_ll).map_err(e("reading results"))?,
+        status: s.clone_dtoh(&d_status).map_err(e("reading results"))?,
+        iterations,
+        trace,
+    })
 }
 
-fn run_grid(dev: &Device, data: &[&[f64]], pairs: &[Pair], config: &CheckedEmConfig, monitor: &Monitor) -> Result<Vec<PairResult>> {
+fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Outputs> {
     let nstat = 3 * config.components;
     let state_len = nstat + 4;
     let partial_len = nstat + 2;
-    let up = gather(config.family, data, pairs);
-    let n_pairs = pairs.len();
+    let up = gather(config.family, data, &pairs.dataset[range.clone()]);
+    let n_pairs = range.len();
     let per_pair_blocks = up.max_n.div_ceil(LARGE_THREADS as usize * 4);
     let wanted = (8 * dev.multiprocessors as usize).div_ceil(n_pairs).max(1);
     let blocks_x = per_pair_blocks.min(wanted).max(1);
@@ -344,7 +463,7 @@ fn run_grid(dev: &Device, data: &[&[f64]], pairs: &[Pair], config: &CheckedEmCon
     let update_fn = em_function(dev, config, "em_update")?;
 
     let mut state = vec![0.0f64; n_pairs * state_len];
-    for (p, init) in flat_inits(pairs).chunks(nstat).enumerate() {
+    for (p, init) in pairs.init[range.start * nstat..range.end * nstat].chunks(nstat).enumerate() {
         state[p * state_len..p * state_len + nstat].copy_from_slice(init);
     }
     let s = &dev.stream;
@@ -384,22 +503,16 @@ fn run_grid(dev: &Device, data: &[&[f64]], pairs: &[Pair], config: &CheckedEmCon
     }
     let state = s.clone_dtoh(&d_state).map_err(e("reading results"))?;
     let trace = s.clone_dtoh(&d_trace).map_err(e("reading the trace"))?;
-    Ok(state
-        .chunks(state_len)
-        .enumerate()
-        .map(|(p, st)| {
-            let it = st[nstat + 2].max(0.0) as usize;
-            let status = match st[nstat + 3] as i32 {
-                ST_RUNNING => ST_MAX_ITERS,
-                other => other,
-            };
-            PairResult {
-                params: st[..nstat].to_vec(),
-                loglik: st[nstat],
-                iterations: it,
-                status,
-                trace: trace[p * config.max_iters..p * config.max_iters + it.min(config.max_iters)].to_vec(),
-            }
-        })
-        .collect())
+    let mut out = Outputs::default();
+    for st in state.chunks(state_len) {
+        out.params.extend_from_slice(&st[..nstat]);
+        out.loglik.push(st[nstat]);
+        out.iterations.push(st[nstat + 2].max(0.0) as i32);
+        out.status.push(match st[nstat + 3] as i32 {
+            ST_RUNNING => ST_MAX_ITERS,
+            other => other,
+        });
+    }
+    out.trace = split_trace(&trace, &out.iterations, config.max_iters);
+    Ok(out)
 }
