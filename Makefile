@@ -8,6 +8,9 @@
 APT_PACKAGES = r-base-dev pandoc r-cran-cli r-cran-testthat r-cran-knitr \
   r-cran-rmarkdown r-cran-roxygen2 r-cran-mixtools r-cran-statmod r-cran-progressr
 RUST_DIR = src/rust
+# NVRTC from PyPI, so every CUDA kernel is compile-checked without a GPU.
+NVRTC_DIR = $(CURDIR)/.nvrtc
+NVRTC_LIB = $(NVRTC_DIR)/nvidia/cu13/lib
 LIB = $(CURDIR)/.lib
 CHECK_DIR = $(CURDIR)/.check
 export BULKEM_CARGO_TARGET_DIR = $(CURDIR)/$(RUST_DIR)/target
@@ -16,7 +19,7 @@ export R_LIBS_USER = $(LIB)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERSION = $(shell sed -n 's/^Version: //p' DESCRIPTION)
 
-.PHONY: demo test deps install cargo-test check document wrappers bench clean
+.PHONY: demo test deps nvrtc install cargo-test check document wrappers bench clean
 
 demo: install
 	mkdir -p demo-output
@@ -39,8 +42,13 @@ install: deps
 	R CMD INSTALL --no-test-load --library=$(LIB) . && \
 	  Rscript -e 'library(bulkem, lib.loc = "$(LIB)")' >/dev/null
 
-cargo-test: deps
-	cd $(RUST_DIR) && cargo test --workspace
+nvrtc:
+	@[ -f $(NVRTC_LIB)/libnvrtc.so.13 ] || python3 -m pip install -q --disable-pip-version-check \
+	  --target $(NVRTC_DIR) nvidia-cuda-nvrtc==13.0.88
+
+cargo-test: deps nvrtc
+	cd $(RUST_DIR) && LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH BULKEM_REQUIRE_NVRTC=1 \
+	  cargo test --workspace
 
 check: deps
 	rm -rf $(CHECK_DIR) && mkdir -p $(CHECK_DIR)
@@ -64,4 +72,4 @@ bench: install
 	Rscript inst/bench/cpu_em.R
 
 clean:
-	rm -rf $(LIB) $(CHECK_DIR) demo-output $(RUST_DIR)/target src/*.o src/*.so
+	rm -rf $(LIB) $(CHECK_DIR) $(NVRTC_DIR) demo-output $(RUST_DIR)/target src/*.o src/*.so

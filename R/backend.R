@@ -1,28 +1,43 @@
 #' Compute backends available to bulkem
 #'
 #' Reports which backends can run on this machine and, for those that
-#' cannot, why not. `use.gpu = NA` in the compute functions uses CUDA when it
-#' is usable and the CPU otherwise.
+#' cannot, why not. `use.gpu = NA` in the compute functions uses a CUDA GPU
+#' when one is usable and the job is large enough to gain from it (smaller
+#' jobs finish sooner on the CPU), and the CPU otherwise.
 #'
-#' @return A data frame with one row per backend and columns `backend`,
-#'   `usable` (logical), `threads` (CPU worker threads; `NA` for GPUs) and
-#'   `detail` (what was found, or why the backend is not usable).
+#' @return A data frame with one row for the CPU and one per CUDA device (a
+#'   single `cuda` row when none was found), with columns `backend`,
+#'   `device` (GPU ordinal), `name`, `usable`, `threads` (CPU worker
+#'   threads), `memory_gb`, `compute_capability` and `detail` (what was
+#'   found, or why the backend is not usable).
 #' @examples
 #' bulkem_backends()
 #' @export
 bulkem_backends <- function() {
   info <- backends_()
   threads <- cpu_threads(info)
-  data.frame(
-    backend = c("cpu", "cuda"),
-    usable = c(TRUE, isTRUE(info$cuda_usable)),
-    threads = c(threads, NA_integer_),
-    detail = c(
-      sprintf("%d of %d cores (option bulkem.threads)", threads, info$cpu_threads),
-      info$cuda_reason
-    ),
+  cpu <- data.frame(
+    backend = "cpu", device = NA_integer_, name = "CPU", usable = TRUE, threads = threads,
+    memory_gb = NA_real_, compute_capability = NA_character_,
+    detail = sprintf("%d of %d cores (option bulkem.threads)", threads, info$cpu_threads),
     stringsAsFactors = FALSE
   )
+  dev <- info$devices
+  gpus <- if (length(dev$ordinal) == 0) {
+    data.frame(
+      backend = "cuda", device = NA_integer_, name = NA_character_, usable = FALSE,
+      threads = NA_integer_, memory_gb = NA_real_, compute_capability = NA_character_,
+      detail = info$cuda_reason, stringsAsFactors = FALSE
+    )
+  } else {
+    data.frame(
+      backend = "cuda", device = dev$ordinal, name = dev$name, usable = dev$usable,
+      threads = NA_integer_, memory_gb = round(dev$memory_gb, 1),
+      compute_capability = dev$compute_capability,
+      detail = ifelse(dev$usable, "usable", dev$reason), stringsAsFactors = FALSE
+    )
+  }
+  rbind(cpu, gpus)
 }
 
 # Worker threads for the CPU backend: option bulkem.threads, else all cores.
@@ -34,20 +49,21 @@ cpu_threads <- function(info = backends_()) {
 
 the <- new.env(parent = emptyenv())
 
-# Turn use.gpu into a backend name, with a one-time message when NA falls
-# back to the CPU.
+# Turn use.gpu into "cpu", "cuda" or "auto" (NA with a usable GPU: the core
+# picks by job size), with a one-time message when NA falls back to the CPU.
 resolve_backend <- function(use.gpu, call = parent.frame()) {
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   info <- backends_()
-  if (isTRUE(info$cuda_usable) && !isFALSE(use.gpu)) return("cuda")
+  if (isFALSE(use.gpu)) return("cpu")
+  if (isTRUE(info$cuda_usable)) return(if (isTRUE(use.gpu)) "cuda" else "auto")
   if (isTRUE(use.gpu)) {
     cli::cli_abort(c(
-      "{.code use.gpu = TRUE} but no CUDA backend is usable.",
+      "{.code use.gpu = TRUE} but no CUDA GPU is usable.",
       x = info$cuda_reason,
       i = "Use {.code use.gpu = NA} to fall back to the CPU, or see {.fn bulkem_backends}."
     ), call = call)
   }
-  if (is.na(use.gpu) && is.null(the$cpu_message_shown)) {
+  if (is.null(the$cpu_message_shown)) {
     the$cpu_message_shown <- TRUE
     cli::cli_inform(c(
       i = "bulkem is using the CPU backend ({cpu_threads(info)} threads): {info$cuda_reason}.",

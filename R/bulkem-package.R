@@ -1,8 +1,9 @@
 #' bulkem: fit many statistical models at once
 #'
 #' bulkem fits mixtures of inverse Gaussian or Normal distributions by EM to
-#' many datasets at once, with many random starts each, in parallel on every
-#' CPU core (the numerics are a Rust core; a CUDA backend is planned).
+#' many datasets at once, with many random starts each, on CUDA GPUs when
+#' they are usable and in parallel on every CPU core otherwise (the numerics
+#' are a Rust core; GPU kernels are compiled at run time with NVRTC).
 #'
 #' Start with [bulkem()]; [bulkem_backends()] tells what can run here.
 #'

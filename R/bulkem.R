@@ -3,7 +3,9 @@
 #' Fits an `num.components`-component mixture of inverse Gaussian or Normal
 #' distributions by the EM algorithm to every dataset, from `random.inits`
 #' random starts each, and keeps the start with the highest log-likelihood.
-#' All (dataset, start) pairs run in parallel on every CPU core.
+#' All (dataset, start) pairs run in parallel: on a CUDA GPU (the whole EM of
+#' each start in one kernel; `bulkem_backends()` lists the devices, and
+#' several are used together) or on every CPU core.
 #'
 #' **Random starts.** For each component, the maximum-likelihood estimate
 #' from 3 distinct randomly chosen observations (p + 1 for p = 2 parameters),
@@ -33,9 +35,12 @@
 #'   `mu`, standard deviation `sigma`).
 #' @param max.iters Maximum number of EM iterations per start.
 #' @param random.inits Number of random starts per dataset.
-#' @param use.gpu `NA` (default): a CUDA GPU when one is usable, otherwise the
-#'   CPU with a one-time message; `TRUE`: a GPU or an error saying why not;
-#'   `FALSE`: the CPU.
+#' @param use.gpu `NA` (default): a CUDA GPU when one is usable and the job
+#'   is large enough to gain from it (at least 2e7 observation-iterations,
+#'   e.g. 100 datasets x 2,000 observations x 1 start x 100 iterations;
+#'   smaller jobs finish sooner on the CPU), otherwise the CPU, with a
+#'   one-time message when no GPU is usable; `TRUE`: a GPU or an error saying
+#'   why not; `FALSE`: the CPU. The GPU kernels fit up to 8 components.
 #' @param epsilon Convergence threshold on the change of the log-likelihood
 #'   between iterations. `0` runs exactly `max.iters` iterations.
 #' @param verbose If `TRUE` (or option `bulkem.verbose` is `TRUE`), report
@@ -114,6 +119,10 @@ bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"
     ), call = call)
   }
   backend <- resolve_backend(use.gpu, call)
+  if (backend == "auto") {
+    work <- sum(as.double(lengths(datasets))) * (if (is.null(inits)) random.inits else 1) * max.iters
+    backend <- em_auto_backend_(work, M)
+  }
   threads <- cpu_threads()
 
   progress <- make_progress(length(datasets))

@@ -4,7 +4,13 @@
 #' @noRd
 em_fit_ <- function(datasets, family, components, max_iters, random_inits, epsilon, seed, inits, keep_posterior, dataset_offset, threads, backend) .Call(wrap__em_fit_, datasets, family, components, max_iters, random_inits, epsilon, seed, inits, keep_posterior, dataset_offset, threads, backend)
 
-#' Backends of this build: list(cpu_threads, cuda_usable, cuda_reason).
+#' Backend for a bulkem() job of `work` observation-iterations and
+#' `components` components when use.gpu = NA: "cuda" or "cpu".
+#' @noRd
+em_auto_backend_ <- function(work, components) .Call(wrap__em_auto_backend_, work, components)
+
+#' Backends of this process: list(cpu_threads, cuda_usable, cuda_reason,
+#' devices = list(ordinal, name, compute_capability, memory_gb, usable, reason)).
 #' @noRd
 backends_ <- function() .Call(wrap__backends_)
 

@@ -51,7 +51,7 @@ test_that("bad inits are rejected", {
 
 test_that("use.gpu = TRUE explains why no GPU can be used", {
   skip_if(bulkem_backends()$usable[2])
-  expect_error(bulkem(d, use.gpu = TRUE), "no CUDA backend is usable")
+  expect_error(bulkem(d, use.gpu = TRUE), "no CUDA GPU is usable")
 })
 
 test_that("error messages are stable", {

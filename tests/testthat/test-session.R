@@ -1,10 +1,22 @@
-test_that("bulkem_backends reports the CPU and why CUDA is not used", {
+test_that("bulkem_backends reports the CPU and every CUDA device, or why none", {
   b <- bulkem_backends()
   expect_s3_class(b, "data.frame")
-  expect_equal(b$backend, c("cpu", "cuda"))
+  expect_equal(b$backend[1], "cpu")
+  expect_true(all(b$backend[-1] == "cuda"))
   expect_true(b$usable[1])
   expect_gte(b$threads[1], 1)
-  expect_true(nzchar(b$detail[2]))
+  expect_named(b, c("backend", "device", "name", "usable", "threads", "memory_gb",
+                    "compute_capability", "detail"))
+  expect_true(all(nzchar(b$detail)))
+  if (!any(b$usable[-1])) expect_match(b$detail[2], "CUDA|libcuda|device|NVRTC")
+})
+
+test_that("the job size picks the backend when use.gpu = NA", {
+  # Below the threshold the CPU always wins; above it CUDA only when usable.
+  expect_equal(bulkem:::em_auto_backend_(1e6, 2L), "cpu")
+  big <- bulkem:::em_auto_backend_(1e10, 2L)
+  expect_equal(big, if (any(bulkem_backends()$usable[-1])) "cuda" else "cpu")
+  expect_equal(bulkem:::em_auto_backend_(1e10, 9L), "cpu")
 })
 
 test_that("progress is reported through progressr for every dataset", {

@@ -65,7 +65,7 @@ fn em_fit_(
         config = config.inits(given);
     }
     let config = config.check().map_err(r_error)?;
-    let backend = parse_backend(backend)?;
+    let backend = parse_backend(backend)?.unwrap_or_else(|| bulkem_core::em::auto_backend(&data, &config));
     let fits = run_in_session(backend, threads.max(0) as usize, |exec| fit_many(&data, &config, exec)).map_err(r_error)?;
 
     let posterior: Robj = if keep_posterior {
@@ -78,6 +78,7 @@ fn em_fit_(
         ().into()
     };
     Ok(list!(
+        backend = backend.name(),
         alpha = flat(&fits, |f| &f.params.alpha),
         mu = flat(&fits, |f| &f.params.mu),
         scale = flat(&fits, |f| &f.params.scale),
@@ -96,7 +97,16 @@ fn em_fit_(
     ))
 }
 
+/// Backend for a bulkem() job of `work` observation-iterations and
+/// `components` components when use.gpu = NA: "cuda" or "cpu".
+/// @noRd
+#[extendr]
+fn em_auto_backend_(work: f64, components: i32) -> &'static str {
+    bulkem_core::em::auto_backend_for(work, components.max(0) as usize).name()
+}
+
 extendr_module! {
     mod em;
     fn em_fit_;
+    fn em_auto_backend_;
 }

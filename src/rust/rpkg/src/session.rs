@@ -22,10 +22,12 @@ pub fn r_error(e: bulkem_core::Error) -> Error {
     Error::Other(e.to_string())
 }
 
-pub fn parse_backend(name: &str) -> Result<Backend> {
+/// "cpu", "cuda", or "auto" (None: the core chooses by the size of the job).
+pub fn parse_backend(name: &str) -> Result<Option<Backend>> {
     match name {
-        "cpu" => Ok(Backend::Cpu),
-        "cuda" => Ok(Backend::Cuda),
+        "cpu" => Ok(Some(Backend::Cpu)),
+        "cuda" => Ok(Some(Backend::Cuda)),
+        "auto" => Ok(None),
         other => Err(Error::Other(format!("unknown backend '{other}'"))),
     }
 }

@@ -27,7 +27,7 @@ use super::family::{Family, EMPTY_COMPONENT};
 use super::fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
 use super::starts::initial_values;
 
-/// Largest M with a GPU kernel; larger mixtures run on the CPU backend.
+/// Largest M with a GPU kernel (use.gpu = NA runs larger M on the CPU).
 pub const MAX_GPU_COMPONENTS: usize = 8;
 /// Datasets up to this size use the shared-memory kernel (16 bytes each).
 const SMALL_MAX_N: usize = 6000;
@@ -106,7 +106,10 @@ const INLINE_TRACE_STARTS: usize = 4;
 /// Fit every dataset on the usable CUDA devices.
 pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
     if config.components > MAX_GPU_COMPONENTS {
-        return cpu::fit_many(data, config, exec);
+        return Err(Error::BackendUnavailable(format!(
+            "the GPU kernels fit up to {MAX_GPU_COMPONENTS} components, not {}; use the CPU backend",
+            config.components
+        )));
     }
     let devices = gpu::devices()?;
     let ranges = split_work(data, devices.len());
