@@ -86,6 +86,18 @@ __device__ int m_step(const double* S, int n, double centre, double* p) {
     return ST_RUNNING;
 }
 
+// 1/s for s >= 1 (a sum of exp terms, one of which is 1): the hardware
+// approximation refined by two Newton steps, within an ulp of the IEEE
+// quotient, without the division's special-case branch.
+__device__ __forceinline__ double rcp_sum(double s) {
+    double r;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(s));
+    double e = fma(-s, r, 1.0);
+    r = fma(r, e, r);
+    e = fma(-s, r, 1.0);
+    return fma(r, e, r);
+}
+
 // Observations per lane between two logs of the product of the
 // per-observation sums (each in [1, M]), as on the CPU.
 #define LOG_BLOCK (EM_M <= 2 ? 512 : 128)
@@ -104,7 +116,7 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
     const double d = l1 - l0;
     const double e = exp(-fabs(d));  // ratio of the smaller to the larger term
     const double s = 1.0 + e;
-    const double w_top = 1.0 / s, w_low = e * w_top;
+    const double w_top = rcp_sum(s), w_low = e * w_top;
     const double w0 = d > 0.0 ? w_low : w_top, w1 = d > 0.0 ? w_top : w_low;
     S[0] += w0; S[1] += w0 * u; S[2] += w0 * v;
     S[3] += w1; S[4] += w1 * u; S[5] += w1 * v;
@@ -124,7 +136,7 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
         l[j] = exp(l[j] - top);
         s += l[j];
     }
-    const double r = 1.0 / s;
+    const double r = rcp_sum(s);
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
         const double w = l[j] * r;

@@ -53,9 +53,15 @@ fn run(case: &Case, data: &[Vec<f64>], backend: Backend, threads: usize) -> Resu
     let exec = Exec { backend, ..Exec::cpu().threads(threads) };
     // Warm-up: thread pool, CUDA context, kernel compilation.
     fit_many(&refs[..refs.len().min(2)], &config, &exec).map_err(|e| e.to_string())?;
+    gpu::timing::take();
     let t0 = Instant::now();
     let fits = fit_many(&refs, &config, &exec).map_err(|e| e.to_string())?;
     let seconds = t0.elapsed().as_secs_f64();
+    let phases = gpu::timing::take();
+    if backend == Backend::Cuda {
+        let parts: Vec<String> = phases.iter().map(|(p, s)| format!("{p} {:.3}", s)).collect();
+        println!("    phases (s): {}", parts.join(", "));
+    }
     // Work actually done: every start's iterations (all max_iters when epsilon = 0).
     let iters_done: f64 = if case.epsilon == 0.0 {
         (fits.len() * case.starts * case.iters) as f64

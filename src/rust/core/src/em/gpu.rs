@@ -11,14 +11,15 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::time::Instant;
 
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::exec::{Exec, Monitor};
-use crate::gpu::{self, Device};
+use crate::gpu::{self, timing, Device};
 
 use super::config::CheckedEmConfig;
 use super::cpu;
@@ -158,6 +159,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
     let m = config.components;
     let n_starts = config.starts_per_dataset();
     let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / 16);
+    let t0 = Instant::now();
     // Starting values on the host, from the same keyed streams as the CPU.
     let planned: Vec<std::result::Result<Vec<std::result::Result<MixParams, String>>, String>> = data
         .par_iter()
@@ -190,9 +192,13 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
                 .collect(),
         })
         .collect();
+    timing::record("starting values", t0);
     let inline_trace = n_starts <= INLINE_TRACE_STARTS;
+    let t0 = Instant::now();
     let small_out = run_all(dev, data, &small, config, Kernel::Warp, inline_trace, monitor)?;
     let large_out = run_all(dev, data, &large, config, Kernel::Grid, true, monitor)?;
+    timing::record("kernels", t0);
+    let t0 = Instant::now();
 
     let nstat = 3 * m;
     let pair_fit = |slot: &Slot| -> StartFit {
@@ -221,7 +227,9 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
         })
         .collect();
 
+    timing::record("results", t0);
     if !inline_trace {
+        let t0 = Instant::now();
         // Run each kept start of the shared-memory path again, recording its trace.
         let mut kept = Pairs::default();
         let mut owner = Vec::new();
@@ -235,6 +243,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
         for (k, d) in owner.into_iter().enumerate() {
             fits[d].trace = rerun.trace[k].clone();
         }
+        timing::record("trace of kept starts", t0);
     }
     Ok(fits)
 }
@@ -277,16 +286,31 @@ fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: 
     StartFit { params, init, loglik, iterations: iter, status, message: None, trace }
 }
 
-/// Run every pair of `pairs` on one kernel path, launch by launch.
+/// Run every pair of `pairs` on one kernel path, launch by launch. On the
+/// shared-memory path the host prepares launch k + 1 while the device runs
+/// launch k, and handles k's results while it runs k + 1.
 fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, config: &CheckedEmConfig, kernel: Kernel, trace: bool, monitor: &Monitor) -> Result<Outputs> {
     let mut all = Outputs::default();
-    for chunk in plan_launches(dev, data, pairs, config, kernel, trace)? {
+    let chunks = plan_launches(dev, data, pairs, config, kernel, trace)?;
+    if kernel == Kernel::Grid {
+        for chunk in chunks {
+            monitor.check()?;
+            all.append(run_grid(dev, data, pairs, chunk, config, monitor)?);
+        }
+        return Ok(all);
+    }
+    let mut in_flight: Option<WarpInFlight> = None;
+    for chunk in chunks {
+        let job = prepare_warp(data, pairs, chunk, config);
+        let done = in_flight.take().map(|f| collect_warp(dev, f, config)).transpose()?;
         monitor.check()?;
-        let out = match kernel {
-            Kernel::Warp => run_warp(dev, data, pairs, chunk, config, trace)?,
-            Kernel::Grid => run_grid(dev, data, pairs, chunk, config, monitor)?,
-        };
-        all.append(out);
+        in_flight = Some(launch_warp(dev, &job, config, trace)?);
+        if let Some(out) = done {
+            all.append(out);
+        }
+    }
+    if let Some(f) = in_flight {
+        all.append(collect_warp(dev, f, config)?);
     }
     Ok(all)
 }
@@ -382,9 +406,18 @@ fn split_trace(trace: &[f64], iterations: &[i32], max_iters: usize) -> Vec<Vec<f
         .collect()
 }
 
-fn run_warp(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, config: &CheckedEmConfig, record_trace: bool) -> Result<Outputs> {
+/// A launch of em_warp prepared on the host (no device work yet).
+struct WarpJob<'a> {
+    up: Uploaded<'a>,
+    block_dataset: Vec<i32>,
+    block_pair0: Vec<i32>,
+    block_pairs: Vec<i32>,
+    init: &'a [f64],
+    n_pairs: usize,
+}
+
+fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &'a Pairs, range: Range<usize>, config: &CheckedEmConfig) -> WarpJob<'a> {
     let nstat = 3 * config.components;
-    let n_pairs = range.len();
     let up = gather(config.family, data, &pairs.dataset[range.clone()]);
     // Blocks: up to WARPS_PER_BLOCK consecutive pairs of one dataset.
     let (mut block_dataset, mut block_pair0, mut block_pairs) = (vec![], vec![], vec![]);
@@ -398,56 +431,83 @@ fn run_warp(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, c
             block_pairs.push(1);
         }
     }
-    let smem = (16 * up.max_n) as u32;
+    WarpJob { up, block_dataset, block_pair0, block_pairs, init: &pairs.init[range.start * nstat..range.end * nstat], n_pairs: range.len() }
+}
+
+/// Device buffers of a launched em_warp, read back by [`collect_warp`]; its
+/// inputs are kept until then, so nothing is freed under a running kernel.
+struct WarpInFlight {
+    _inputs: (CudaSlice<f64>, CudaSlice<i64>, [CudaSlice<i32>; 4], CudaSlice<f64>, CudaSlice<f64>),
+    params: CudaSlice<f64>,
+    loglik: CudaSlice<f64>,
+    iterations: CudaSlice<i32>,
+    status: CudaSlice<i32>,
+    trace: Option<CudaSlice<f64>>,
+}
+
+fn launch_warp(dev: &Device, job: &WarpJob, config: &CheckedEmConfig, record_trace: bool) -> Result<WarpInFlight> {
+    let nstat = 3 * config.components;
+    let n_pairs = job.n_pairs;
+    let smem = (16 * job.up.max_n) as u32;
     let f = em_function(dev, config, "em_warp")?;
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(|e| dev.err("raising the shared-memory limit", e))?;
-
     let s = &dev.stream;
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
-    let d_x = s.clone_htod(&up.x[..]).map_err(e("copying data"))?;
-    let d_off = s.clone_htod(&up.offsets).map_err(e("copying data"))?;
-    let d_len = s.clone_htod(&up.lengths).map_err(e("copying data"))?;
-    let d_cen = s.clone_htod(&up.centres).map_err(e("copying data"))?;
-    let d_bd = s.clone_htod(&block_dataset).map_err(e("copying data"))?;
-    let d_bp0 = s.clone_htod(&block_pair0).map_err(e("copying data"))?;
-    let d_bp = s.clone_htod(&block_pairs).map_err(e("copying data"))?;
-    let d_init = s.clone_htod(&pairs.init[range.start * nstat..range.end * nstat]).map_err(e("copying starts"))?;
-    let mut d_params = s.alloc_zeros::<f64>(n_pairs * nstat).map_err(e("allocating results"))?;
-    let mut d_ll = s.alloc_zeros::<f64>(n_pairs).map_err(e("allocating results"))?;
-    let mut d_iters = s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?;
-    let mut d_status = s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?;
-    let trace_len = if record_trace { n_pairs * config.max_iters } else { 1 };
-    let mut d_trace = s.alloc_zeros::<f64>(trace_len).map_err(e("allocating the trace"))?;
+    let d_x = s.clone_htod(&job.up.x[..]).map_err(e("copying data"))?;
+    let d_off = s.clone_htod(&job.up.offsets).map_err(e("copying data"))?;
+    let d_len = s.clone_htod(&job.up.lengths).map_err(e("copying data"))?;
+    let d_cen = s.clone_htod(&job.up.centres).map_err(e("copying data"))?;
+    let d_bd = s.clone_htod(&job.block_dataset).map_err(e("copying data"))?;
+    let d_bp0 = s.clone_htod(&job.block_pair0).map_err(e("copying data"))?;
+    let d_bp = s.clone_htod(&job.block_pairs).map_err(e("copying data"))?;
+    let d_init = s.clone_htod(job.init).map_err(e("copying starts"))?;
+    let mut out = WarpInFlight {
+        _inputs: (d_x, d_off, [d_len, d_bd, d_bp0, d_bp], d_cen, d_init),
+        params: s.alloc_zeros::<f64>(n_pairs * nstat).map_err(e("allocating results"))?,
+        loglik: s.alloc_zeros::<f64>(n_pairs).map_err(e("allocating results"))?,
+        iterations: s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?,
+        status: s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?,
+        trace: None,
+    };
+    if record_trace {
+        out.trace = Some(s.alloc_zeros::<f64>(n_pairs * config.max_iters).map_err(e("allocating the trace"))?);
+    }
     let (max_iters, epsilon) = (config.max_iters as i32, config.epsilon);
-    let cfg = LaunchConfig { grid_dim: (block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
+    let cfg = LaunchConfig { grid_dim: (job.block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
+    let null_trace: u64 = 0;
+    let inputs = &out._inputs;
     let mut launch = s.launch_builder(&f);
     launch
-        .arg(&d_x).arg(&d_off).arg(&d_len).arg(&d_cen).arg(&d_bd).arg(&d_bp0).arg(&d_bp).arg(&d_init)
-        .arg(&mut d_params).arg(&mut d_ll).arg(&mut d_iters).arg(&mut d_status);
-    let null_trace: u64 = 0;
-    if record_trace {
-        launch.arg(&mut d_trace);
-    } else {
-        launch.arg(&null_trace);
-    }
+        .arg(&inputs.0).arg(&inputs.1).arg(&inputs.2[0]).arg(&inputs.3).arg(&inputs.2[1]).arg(&inputs.2[2]).arg(&inputs.2[3]).arg(&inputs.4)
+        .arg(&mut out.params).arg(&mut out.loglik).arg(&mut out.iterations).arg(&mut out.status);
+    match out.trace.as_mut() {
+        Some(t) => launch.arg(t),
+        None => launch.arg(&null_trace),
+    };
     launch.arg(&max_iters).arg(&epsilon);
     // SAFETY: the arguments match em_warp's parameter list in kernels/em.cu
     // in order and type (a null pointer for the trace when none is kept);
     // every buffer holds the elements the kernel indexes (blocks, pairs x 3M
     // params, pairs x max_iters trace, the datasets' observations at their
-    // offsets), and shared memory holds max_n pairs of doubles.
+    // offsets), and shared memory holds max_n pairs of doubles. The inputs
+    // live in `out` until the results are read.
     unsafe { launch.launch(cfg) }.map_err(e("launching em_warp"))?;
-    let iterations = s.clone_dtoh(&d_iters).map_err(e("reading results"))?;
-    let trace = if record_trace {
-        split_trace(&s.clone_dtoh(&d_trace).map_err(e("reading the trace"))?, &iterations, config.max_iters)
-    } else {
-        vec![]
+    Ok(out)
+}
+
+fn collect_warp(dev: &Device, out: WarpInFlight, config: &CheckedEmConfig) -> Result<Outputs> {
+    let s = &dev.stream;
+    let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
+    let iterations = s.clone_dtoh(&out.iterations).map_err(e("reading results"))?;
+    let trace = match &out.trace {
+        Some(t) => split_trace(&s.clone_dtoh(t).map_err(e("reading the trace"))?, &iterations, config.max_iters),
+        None => vec![],
     };
     Ok(Outputs {
-        params: s.clone_dtoh(&d_params).map_err(e("reading results"))?,
-        loglik: s.clone_dtoh(&d_ll).map_err(e("reading results"))?,
-        status: s.clone_dtoh(&d_status).map_err(e("reading results"))?,
+        params: s.clone_dtoh(&out.params).map_err(e("reading results"))?,
+        loglik: s.clone_dtoh(&out.loglik).map_err(e("reading results"))?,
+        status: s.clone_dtoh(&out.status).map_err(e("reading results"))?,
         iterations,
         trace,
     })

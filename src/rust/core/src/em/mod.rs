@@ -54,7 +54,9 @@ pub fn auto_backend_for(work: f64, components: usize) -> Backend {
 /// a dataset that is valid but cannot be fitted gets status Failed without
 /// affecting the others.
 pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
+    let t0 = std::time::Instant::now();
     exec.install(|| validate_all(config.family, data, config.dataset_offset + 1))??;
+    crate::gpu::timing::record("validation", t0);
     if let Starts::Given(inits) = &config.starts {
         if inits.len() != 1 && inits.len() != data.len() {
             return Err(Error::arg(

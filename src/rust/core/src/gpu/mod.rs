@@ -264,3 +264,23 @@ impl Device {
         self.ctx.mem_get_info().map(|(free, _)| free).map_err(|e| self.err("reading free memory", e))
     }
 }
+
+/// Wall time of the phases of the last GPU calls, for benchmarks (the
+/// library itself never prints).
+pub mod timing {
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    static PHASES: Mutex<Vec<(&'static str, f64)>> = Mutex::new(Vec::new());
+
+    /// Record that `phase` ran from `since` until now.
+    pub fn record(phase: &'static str, since: Instant) {
+        let secs = since.elapsed().as_secs_f64();
+        PHASES.lock().unwrap_or_else(|e| e.into_inner()).push((phase, secs));
+    }
+
+    /// The phases recorded since the last call.
+    pub fn take() -> Vec<(&'static str, f64)> {
+        std::mem::take(&mut *PHASES.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
