@@ -96,6 +96,9 @@ fn compare(cpu: &MixFit, gpu: &MixFit) -> Result<Agreement, String> {
     if cpu.trace.len() != gpu.trace.len() {
         return Err("trace lengths differ".into());
     }
+    if let Some(i) = (0..cpu.trace.len()).find(|&i| rel(gpu.trace[i], cpu.trace[i]) > GPU_CPU_LOGLIK_REL) {
+        return Err(format!("traces part at iteration {}", i + 1));
+    }
     Ok(Agreement::Same)
 }
 
@@ -117,8 +120,11 @@ fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) {
     let ok = cpu.iter().filter(|f| f.success()).count();
     println!("{label}: {} datasets, {ok} fitted, {} disagreements, {at_epsilon} stopped one iteration apart at epsilon", cpu.len(), bad.len());
     assert!(bad.is_empty(), "{label}: {}", bad.join("\n"));
-    // Stopping one iteration apart needs |change| within rounding of epsilon: rare.
-    assert!(at_epsilon * 20 <= cpu.len().max(20), "{label}: {at_epsilon} datasets stopped one iteration apart");
+    // Stopping one iteration apart needs the last change of the
+    // log-likelihood within rounding of epsilon (rounding of a sum of 10^4
+    // terms is ~1e-10 absolute): uncommon, and the trajectories were checked
+    // equal up to the stop.
+    assert!(at_epsilon * 10 <= cpu.len().max(10), "{label}: {at_epsilon} datasets stopped one iteration apart");
 }
 
 #[test]
@@ -145,7 +151,7 @@ fn gpu_matches_cpu_converged() {
     for family in [Family::InvGauss, Family::Normal] {
         for m in 1..=4 {
             let data = datasets(family, m, &sizes, 100 + m as u64);
-            let config = EmConfig::new(family, m).random_inits(4).seed(7).max_iters(500).epsilon(1e-9);
+            let config = EmConfig::new(family, m).random_inits(4).seed(7).max_iters(500).epsilon(1e-8);
             check_all(&format!("{family:?} M={m} converged"), &data, config);
         }
     }
