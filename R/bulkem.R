@@ -52,7 +52,9 @@
 #' @param seed A whole number keying the random starts. `NULL` draws one from
 #'   R's random number generator, so [set.seed()] makes a call reproducible.
 #' @param keep.posterior If `TRUE`, keep each dataset's matrix of posterior
-#'   component probabilities (n x M) as `posterior`.
+#'   component probabilities (n x M) as `posterior`, and the log-likelihood
+#'   after each iteration of the kept start as `loglik_trace` (for
+#'   `plot(fit, which = "loglik")`).
 #' @param parallel `"none"`: run in this R session. `"future"` (spreading
 #'   datasets over future workers) is not available in this version.
 #'
@@ -75,9 +77,9 @@
 #'     `"bulkem"`.}
 #'   \item{`start_logliks`}{final log-likelihood of every start (`NA` for
 #'     failed starts); `best_start` is the index of the kept one.}
-#'   \item{`loglik_trace`}{log-likelihood after each iteration of the kept
-#'     start.}
-#'   \item{`posterior`}{only with `keep.posterior = TRUE`.}
+#'   \item{`loglik_trace`, `posterior`}{only with `keep.posterior = TRUE`:
+#'     the log-likelihood after each iteration of the kept start, and the
+#'     n x M matrix of posterior probabilities.}
 #'   }
 #'   The list has attributes `backend`, `threads`, `seconds` and `seed`.
 #' @seealso [as.data.frame.bulkem_fits()], [predict.bulkem_fit()],
@@ -262,7 +264,7 @@ assemble_fits <- function(raw, names, family, M, keep.posterior) {
       message = if (nzchar(raw$message[d])) raw$message[d] else NA_character_,
       n = raw$n[d], family = family, ft = "bulkem",
       start_logliks = start_ll[d, ], best_start = raw$best_start[d],
-      loglik_trace = raw$trace[[d]]
+      loglik_trace = if (keep.posterior) raw$trace[[d]]
     )
     names(fit)[c(3, 6)] <- c(scale_name, paste0("init_", scale_name))
     if (keep.posterior) fit$posterior <- posterior_matrix(raw$posterior[[d]], fit$n, M)

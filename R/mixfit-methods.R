@@ -178,7 +178,8 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
 #'
 #' `which = "density"` draws the fitted mixture density (and each weighted
 #' component) over a histogram of the data; `which = "loglik"` draws the
-#' log-likelihood after each EM iteration of the kept start.
+#' log-likelihood after each EM iteration of the kept start (kept by
+#' `bulkem(..., keep.posterior = TRUE)`).
 #'
 #' @param x A `bulkem_fit`.
 #' @param data The numeric vector the model was fitted to (bulkem fits do
@@ -191,7 +192,7 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
 #' @examples
 #' set.seed(4)
 #' x <- rinvgaussmix(1000, c(0.3, 0.7), c(1, 3), c(30, 0.2))
-#' fit <- bulkem(x, random.inits = 5, use.gpu = FALSE)[[1]]
+#' fit <- bulkem(x, random.inits = 5, keep.posterior = TRUE, use.gpu = FALSE)[[1]]
 #' plot(fit, x)
 #' plot(fit, which = "loglik")
 #' @export
@@ -199,6 +200,12 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
                             main = NULL, xlab = NULL, ...) {
   which <- match_arg(which, c("density", "loglik"), "which", environment())
   if (which == "loglik") {
+    if (length(x$loglik_trace) == 0) {
+      cli::cli_abort(c(
+        "This fit kept no log-likelihood trace.",
+        i = "Fit with {.code bulkem(..., keep.posterior = TRUE)} to keep it."
+      ))
+    }
     graphics::plot(seq_along(x$loglik_trace), x$loglik_trace, type = "b", pch = 20,
                    xlab = "iteration", ylab = "log-likelihood",
                    main = if (is.null(main)) "EM log-likelihood" else main, ...)

@@ -114,11 +114,13 @@ test_that("unfittable datasets fail with a reason and leave the others alone", {
 
 test_that("max.iters is reported as such and fit_success stays TRUE", {
   d <- sim_ig(1, 500)
-  f <- bulkem(d, max.iters = 2, epsilon = 0, seed = 3, use.gpu = FALSE)[[1]]
+  f <- bulkem(d, max.iters = 2, epsilon = 0, seed = 3, keep.posterior = TRUE, use.gpu = FALSE)[[1]]
   expect_equal(f$status, "max_iters")
   expect_equal(f$num_iterations, 2L)
   expect_true(f$fit_success)
   expect_length(f$loglik_trace, 2)
+  expect_equal(f$loglik_trace[2], f$loglik)
+  expect_null(bulkem(d, max.iters = 2, seed = 3, use.gpu = FALSE)[[1]]$loglik_trace)
 })
 
 test_that("the result has every documented field", {

@@ -1,7 +1,7 @@
 set.seed(20)
 x <- rinvgaussmix(600, c(0.4, 0.6), c(1, 4), c(20, 2))
 fits <- bulkem(list(first = x, second = rev(x), third = c(1, 2)), random.inits = 4, seed = 8,
-               use.gpu = FALSE)
+               keep.posterior = TRUE, use.gpu = FALSE)
 fit <- fits$first
 
 test_that("logLik supports AIC, BIC and nobs", {
@@ -28,7 +28,8 @@ test_that("predict gives posteriors, classes and the mixture density", {
   expect_equal(dens, dinvgaussmix(new, fit$alpha, fit$mu, fit$lambda))
   # A posterior is the weighted component density over the mixture density.
   expect_equal(post[, 1], fit$alpha[1] * exp(bulkem:::ldinvgauss(new, fit$mu[1], fit$lambda[1])) / dens)
-  expect_error(predict(fit), "newdata")
+  expect_equal(predict(fit), fit$posterior)
+  expect_error(predict(fit, type = "density"), "newdata")
   expect_error(predict(fits$third, 1), "failed fit")
   expect_error(predict(fit, "a"), "numeric")
 })
@@ -71,4 +72,5 @@ test_that("plot draws the density and the log-likelihood trace", {
   grDevices::dev.off()
   expect_gt(file.size(path), 0)
   expect_error(plot(fit), "data")
+  expect_error(plot(bulkem(x, use.gpu = FALSE)[[1]], which = "loglik"), "no log-likelihood trace")
 })

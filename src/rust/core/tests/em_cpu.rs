@@ -89,7 +89,7 @@ fn loglik_never_decreases() {
             ),
         };
         for m in 1..=4 {
-            let config = EmConfig::new(family, m).random_inits(4).seed(seed).max_iters(300).epsilon(0.0).check().unwrap();
+            let config = EmConfig::new(family, m).random_inits(4).seed(seed).max_iters(300).epsilon(0.0).keep_trace(true).check().unwrap();
             let fit = &fit_many(&[&x[..]], &config, &Exec::cpu()).unwrap()[0];
             if fit.status == FitStatus::Failed {
                 continue;

@@ -103,7 +103,7 @@ fn compare(cpu: &MixFit, gpu: &MixFit) -> Result<Agreement, String> {
 }
 
 fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) {
-    let config = config.check().unwrap();
+    let config = config.keep_trace(true).check().unwrap();
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
     let cpu = fit_many(&refs, &config, &Exec::cpu()).unwrap();
     let gpu = fit_many(&refs, &config, &cuda()).unwrap();

@@ -60,7 +60,8 @@ fn em_fit_(
         .random_inits(random_inits.max(0) as usize)
         .seed(seed as u64)
         .dataset_offset(dataset_offset.max(0) as usize)
-        .keep_posterior(keep_posterior);
+        .keep_posterior(keep_posterior)
+        .keep_trace(keep_posterior);
     if let Some(given) = inits_from_r(&inits, m)? {
         config = config.inits(given);
     }

@@ -30,6 +30,8 @@ pub struct EmConfig {
     /// same answer as one call.
     pub dataset_offset: usize,
     pub keep_posterior: bool,
+    /// Keep the log-likelihood after each iteration of the kept start.
+    pub keep_trace: bool,
 }
 
 /// An [`EmConfig`] that passed [`EmConfig::check`].
@@ -54,6 +56,7 @@ impl EmConfig {
             seed: 0,
             dataset_offset: 0,
             keep_posterior: false,
+            keep_trace: false,
         }
     }
     pub fn max_iters(mut self, n: usize) -> Self {
@@ -82,6 +85,10 @@ impl EmConfig {
     }
     pub fn keep_posterior(mut self, keep: bool) -> Self {
         self.keep_posterior = keep;
+        self
+    }
+    pub fn keep_trace(mut self, keep: bool) -> Self {
+        self.keep_trace = keep;
         self
     }
 

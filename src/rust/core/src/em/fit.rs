@@ -142,6 +142,8 @@ pub struct MixFit {
     pub start_logliks: Vec<f64>,
     /// 0-based index of the start that was kept.
     pub best_start: usize,
+    /// Log-likelihood after each iteration of the kept start (empty unless
+    /// the configuration keeps it).
     pub trace: Vec<f64>,
     /// Posterior probabilities, n x M column-major, when asked for.
     pub posterior: Option<Vec<f64>>,

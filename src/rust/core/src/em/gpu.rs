@@ -51,36 +51,41 @@ const ST_EMPTY: i32 = 11;
 const ST_COLLAPSED: i32 = 12;
 
 /// The (dataset, start) pairs to run on one kernel path, in dataset order.
+/// Their starting values are drawn launch by launch (see [`starting_values`]),
+/// on the host while the device runs the previous launch.
 #[derive(Default)]
 struct Pairs {
     dataset: Vec<usize>,
     start: Vec<usize>,
-    /// Starting values, 3M per pair: alpha, mu, scale.
-    init: Vec<f64>,
+    /// Given starting values (3M per pair), instead of drawing them.
+    given: Option<Vec<f64>>,
 }
 
 impl Pairs {
     fn len(&self) -> usize {
         self.dataset.len()
     }
-    fn push(&mut self, dataset: usize, start: usize, init: &MixParams) {
+    fn push(&mut self, dataset: usize, start: usize) {
         self.dataset.push(dataset);
         self.start.push(start);
-        self.init.extend(init.alpha.iter().chain(&init.mu).chain(&init.scale));
     }
 }
 
-/// Where each start of a dataset went.
+/// Where a dataset's starts went: unfittable, or its first pair on a path.
 #[derive(Clone)]
 enum Slot {
-    Failed(String),
+    Unfittable(String),
     Small(usize),
     Large(usize),
 }
 
-/// What the kernels returned, one entry per pair of a [`Pairs`].
+/// What a launch used and returned, one entry per pair of a [`Pairs`].
 #[derive(Default)]
 struct Outputs {
+    init: Vec<f64>,
+    /// Why no starting values could be drawn (the pair then ran from NaN
+    /// and its result is ignored).
+    no_start: Vec<Option<String>>,
     params: Vec<f64>,
     loglik: Vec<f64>,
     iterations: Vec<i32>,
@@ -91,12 +96,42 @@ struct Outputs {
 
 impl Outputs {
     fn append(&mut self, other: Outputs) {
+        self.init.extend(other.init);
+        self.no_start.extend(other.no_start);
         self.params.extend(other.params);
         self.loglik.extend(other.loglik);
         self.iterations.extend(other.iterations);
         self.status.extend(other.status);
         self.trace.extend(other.trace);
     }
+}
+
+/// Starting values of the pairs `range` (3M each, NaN where none could be
+/// drawn) and why not, drawn in parallel from the keyed streams.
+fn starting_values(data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig) -> (Vec<f64>, Vec<Option<String>>) {
+    let nstat = 3 * config.components;
+    if let Some(given) = &pairs.given {
+        return (given[range.start * nstat..range.end * nstat].to_vec(), vec![None; range.len()]);
+    }
+    let drawn: Vec<std::result::Result<MixParams, String>> = range
+        .into_par_iter()
+        .map(|p| initial_values(config, data[pairs.dataset[p]], first + pairs.dataset[p], pairs.start[p]))
+        .collect();
+    let mut init = Vec::with_capacity(drawn.len() * nstat);
+    let mut why = Vec::with_capacity(drawn.len());
+    for d in drawn {
+        match d {
+            Ok(p) => {
+                init.extend(p.alpha.iter().chain(&p.mu).chain(&p.scale));
+                why.push(None);
+            }
+            Err(e) => {
+                init.extend(std::iter::repeat_n(f64::NAN, nstat));
+                why.push(Some(e));
+            }
+        }
+    }
+    (init, why)
 }
 
 /// Starts per dataset up to which every start's trace is recorded in the
@@ -160,65 +195,64 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
     let n_starts = config.starts_per_dataset();
     let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / 16);
     let t0 = Instant::now();
-    // Starting values on the host, from the same keyed streams as the CPU.
-    let planned: Vec<std::result::Result<Vec<std::result::Result<MixParams, String>>, String>> = data
-        .par_iter()
-        .enumerate()
-        .map(|(i, x)| match unfittable_reason(x, m) {
-            Some(why) => Err(why),
-            None => Ok((0..n_starts).map(|s| initial_values(config, x, first + i, s)).collect()),
-        })
-        .collect();
+    let unfittable: Vec<Option<String>> = data.par_iter().map(|x| unfittable_reason(x, m)).collect();
     let (mut small, mut large) = (Pairs::default(), Pairs::default());
-    let slots: Vec<Vec<Slot>> = planned
-        .into_iter()
-        .enumerate()
-        .map(|(i, plan)| match plan {
-            Err(why) => vec![Slot::Failed(why); n_starts],
-            Ok(starts) => starts
-                .into_iter()
-                .enumerate()
-                .map(|(s, init)| match init {
-                    Err(why) => Slot::Failed(why),
-                    Ok(p) if data[i].len() <= small_max => {
-                        small.push(i, s, &p);
-                        Slot::Small(small.len() - 1)
-                    }
-                    Ok(p) => {
-                        large.push(i, s, &p);
-                        Slot::Large(large.len() - 1)
-                    }
-                })
-                .collect(),
+    let slots: Vec<Slot> = (0..data.len())
+        .map(|i| {
+            if let Some(why) = &unfittable[i] {
+                return Slot::Unfittable(why.clone());
+            }
+            let (slot, pairs) = if data[i].len() <= small_max {
+                (Slot::Small(small.len()), &mut small)
+            } else {
+                (Slot::Large(large.len()), &mut large)
+            };
+            (0..n_starts).for_each(|s| pairs.push(i, s));
+            slot
         })
         .collect();
-    timing::record("starting values", t0);
-    let inline_trace = n_starts <= INLINE_TRACE_STARTS;
+    if let super::config::Starts::Given(given) = &config.starts {
+        // Explicit starting values: one set for all datasets, or one each.
+        for pairs in [&mut small, &mut large] {
+            let flat = pairs.dataset.iter().flat_map(|&d| {
+                let p = &given[if given.len() == 1 { 0 } else { first - config.dataset_offset + d }];
+                p.alpha.iter().chain(&p.mu).chain(&p.scale).copied().collect::<Vec<_>>()
+            });
+            pairs.given = Some(flat.collect());
+        }
+    }
+    timing::record("planning", t0);
     let t0 = Instant::now();
-    let small_out = run_all(dev, data, &small, config, Kernel::Warp, inline_trace, monitor)?;
-    let large_out = run_all(dev, data, &large, config, Kernel::Grid, true, monitor)?;
+    let inline_trace = config.keep_trace && n_starts <= INLINE_TRACE_STARTS;
+    let small_out = run_all(dev, data, &small, first, config, Kernel::Warp, inline_trace, monitor)?;
+    let large_out = run_all(dev, data, &large, first, config, Kernel::Grid, config.keep_trace, monitor)?;
     timing::record("kernels", t0);
     let t0 = Instant::now();
 
     let nstat = 3 * m;
-    let pair_fit = |slot: &Slot| -> StartFit {
-        let (pairs, out, p) = match slot {
-            Slot::Failed(why) => return StartFit::failed(m, MixParams::nan(m), 0, why.clone()),
-            Slot::Small(p) => (&small, &small_out, *p),
-            Slot::Large(p) => (&large, &large_out, *p),
-        };
-        let init = params_at(&pairs.init, p, m);
+    let start_of = |out: &Outputs, p: usize| -> StartFit {
+        let init = params_at(&out.init, p, m);
+        if let Some(why) = &out.no_start[p] {
+            return StartFit::failed(m, MixParams::nan(m), 0, why.clone());
+        }
         let trace = out.trace.get(p).cloned().unwrap_or_default();
         start_fit(config.family, m, init, &out.params[p * nstat..(p + 1) * nstat], out.loglik[p], out.iterations[p], out.status[p], trace)
     };
     let mut fits: Vec<MixFit> = data
         .par_iter()
         .zip(slots.par_iter())
-        .map(|(x, slots)| {
-            let ll: Vec<f64> = slots.iter().map(|s| outcome(s, &small_out, &large_out).0).collect();
-            let ok: Vec<bool> = slots.iter().map(|s| outcome(s, &small_out, &large_out).1).collect();
+        .map(|(x, slot)| {
+            let (out, p0) = match slot {
+                Slot::Unfittable(why) => {
+                    let failed = StartFit::failed(m, MixParams::nan(m), 0, why.clone());
+                    return MixFit::from_chosen(failed, 0, vec![f64::NAN; n_starts], x.len());
+                }
+                Slot::Small(p) => (&small_out, *p),
+                Slot::Large(p) => (&large_out, *p),
+            };
+            let (ll, ok): (Vec<f64>, Vec<bool>) = (p0..p0 + n_starts).map(|p| outcome(out, p)).unzip();
             let chosen = best_start(&ll, &ok).unwrap_or(0);
-            let mut fit = MixFit::from_chosen(pair_fit(&slots[chosen]), chosen, ll, x.len());
+            let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len());
             if config.keep_posterior && fit.success() {
                 fit.posterior = Some(cpu::posterior(config.family, &Prepared::new(config.family, x), &fit.params));
             }
@@ -226,20 +260,22 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
             fit
         })
         .collect();
-
     timing::record("results", t0);
-    if !inline_trace {
+
+    if config.keep_trace && !inline_trace {
         let t0 = Instant::now();
         // Run each kept start of the shared-memory path again, recording its trace.
-        let mut kept = Pairs::default();
+        let mut kept = Pairs { given: Some(Vec::new()), ..Pairs::default() };
         let mut owner = Vec::new();
         for (d, fit) in fits.iter().enumerate() {
-            if let (true, Slot::Small(p)) = (fit.success(), &slots[d][fit.best_start]) {
-                kept.push(d, fit.best_start, &params_at(&small.init, *p, m));
+            if let (true, Slot::Small(p0)) = (fit.success(), &slots[d]) {
+                let p = p0 + fit.best_start;
+                kept.push(d, fit.best_start);
+                kept.given.as_mut().expect("given").extend_from_slice(&small_out.init[p * nstat..(p + 1) * nstat]);
                 owner.push(d);
             }
         }
-        let rerun = run_all(dev, data, &kept, config, Kernel::Warp, true, monitor)?;
+        let rerun = run_all(dev, data, &kept, first, config, Kernel::Warp, true, monitor)?;
         for (k, d) in owner.into_iter().enumerate() {
             fits[d].trace = rerun.trace[k].clone();
         }
@@ -249,14 +285,9 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
 }
 
 /// A pair's (log-likelihood, succeeded).
-fn outcome(slot: &Slot, small: &Outputs, large: &Outputs) -> (f64, bool) {
-    let (out, p) = match slot {
-        Slot::Failed(_) => return (f64::NAN, false),
-        Slot::Small(p) => (small, *p),
-        Slot::Large(p) => (large, *p),
-    };
-    match out.status[p] {
-        ST_CONVERGED | ST_MAX_ITERS => (out.loglik[p], true),
+fn outcome(out: &Outputs, p: usize) -> (f64, bool) {
+    match (out.status[p], &out.no_start[p]) {
+        (ST_CONVERGED | ST_MAX_ITERS, None) => (out.loglik[p], true),
         _ => (f64::NAN, false),
     }
 }
@@ -289,22 +320,22 @@ fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: 
 /// Run every pair of `pairs` on one kernel path, launch by launch. On the
 /// shared-memory path the host prepares launch k + 1 while the device runs
 /// launch k, and handles k's results while it runs k + 1.
-fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, config: &CheckedEmConfig, kernel: Kernel, trace: bool, monitor: &Monitor) -> Result<Outputs> {
+fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, config: &CheckedEmConfig, kernel: Kernel, trace: bool, monitor: &Monitor) -> Result<Outputs> {
     let mut all = Outputs::default();
     let chunks = plan_launches(dev, data, pairs, config, kernel, trace)?;
     if kernel == Kernel::Grid {
         for chunk in chunks {
             monitor.check()?;
-            all.append(run_grid(dev, data, pairs, chunk, config, monitor)?);
+            all.append(run_grid(dev, data, pairs, chunk, first, config, monitor)?);
         }
         return Ok(all);
     }
     let mut in_flight: Option<WarpInFlight> = None;
     for chunk in chunks {
-        let job = prepare_warp(data, pairs, chunk, config);
+        let job = prepare_warp(data, pairs, chunk, first, config);
         let done = in_flight.take().map(|f| collect_warp(dev, f, config)).transpose()?;
         monitor.check()?;
-        in_flight = Some(launch_warp(dev, &job, config, trace)?);
+        in_flight = Some(launch_warp(dev, job, config, trace)?);
         if let Some(out) = done {
             all.append(out);
         }
@@ -412,12 +443,13 @@ struct WarpJob<'a> {
     block_dataset: Vec<i32>,
     block_pair0: Vec<i32>,
     block_pairs: Vec<i32>,
-    init: &'a [f64],
+    init: Vec<f64>,
+    no_start: Vec<Option<String>>,
     n_pairs: usize,
 }
 
-fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &'a Pairs, range: Range<usize>, config: &CheckedEmConfig) -> WarpJob<'a> {
-    let nstat = 3 * config.components;
+fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig) -> WarpJob<'a> {
+    let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
     let up = gather(config.family, data, &pairs.dataset[range.clone()]);
     // Blocks: up to WARPS_PER_BLOCK consecutive pairs of one dataset.
     let (mut block_dataset, mut block_pair0, mut block_pairs) = (vec![], vec![], vec![]);
@@ -431,12 +463,14 @@ fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &'a Pairs, range: Range<usize>, c
             block_pairs.push(1);
         }
     }
-    WarpJob { up, block_dataset, block_pair0, block_pairs, init: &pairs.init[range.start * nstat..range.end * nstat], n_pairs: range.len() }
+    WarpJob { up, block_dataset, block_pair0, block_pairs, init, no_start, n_pairs: range.len() }
 }
 
 /// Device buffers of a launched em_warp, read back by [`collect_warp`]; its
 /// inputs are kept until then, so nothing is freed under a running kernel.
 struct WarpInFlight {
+    init: Vec<f64>,
+    no_start: Vec<Option<String>>,
     _inputs: (CudaSlice<f64>, CudaSlice<i64>, [CudaSlice<i32>; 4], CudaSlice<f64>, CudaSlice<f64>),
     params: CudaSlice<f64>,
     loglik: CudaSlice<f64>,
@@ -445,7 +479,7 @@ struct WarpInFlight {
     trace: Option<CudaSlice<f64>>,
 }
 
-fn launch_warp(dev: &Device, job: &WarpJob, config: &CheckedEmConfig, record_trace: bool) -> Result<WarpInFlight> {
+fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, record_trace: bool) -> Result<WarpInFlight> {
     let nstat = 3 * config.components;
     let n_pairs = job.n_pairs;
     let smem = (16 * job.up.max_n) as u32;
@@ -461,8 +495,10 @@ fn launch_warp(dev: &Device, job: &WarpJob, config: &CheckedEmConfig, record_tra
     let d_bd = s.clone_htod(&job.block_dataset).map_err(e("copying data"))?;
     let d_bp0 = s.clone_htod(&job.block_pair0).map_err(e("copying data"))?;
     let d_bp = s.clone_htod(&job.block_pairs).map_err(e("copying data"))?;
-    let d_init = s.clone_htod(job.init).map_err(e("copying starts"))?;
+    let d_init = s.clone_htod(&job.init).map_err(e("copying starts"))?;
     let mut out = WarpInFlight {
+        init: job.init,
+        no_start: job.no_start,
         _inputs: (d_x, d_off, [d_len, d_bd, d_bp0, d_bp], d_cen, d_init),
         params: s.alloc_zeros::<f64>(n_pairs * nstat).map_err(e("allocating results"))?,
         loglik: s.alloc_zeros::<f64>(n_pairs).map_err(e("allocating results"))?,
@@ -505,6 +541,8 @@ fn collect_warp(dev: &Device, out: WarpInFlight, config: &CheckedEmConfig) -> Re
         None => vec![],
     };
     Ok(Outputs {
+        init: out.init,
+        no_start: out.no_start,
         params: s.clone_dtoh(&out.params).map_err(e("reading results"))?,
         loglik: s.clone_dtoh(&out.loglik).map_err(e("reading results"))?,
         status: s.clone_dtoh(&out.status).map_err(e("reading results"))?,
@@ -513,7 +551,7 @@ fn collect_warp(dev: &Device, out: WarpInFlight, config: &CheckedEmConfig) -> Re
     })
 }
 
-fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Outputs> {
+fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Outputs> {
     let nstat = 3 * config.components;
     let state_len = nstat + 4;
     let partial_len = nstat + 2;
@@ -525,8 +563,9 @@ fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, c
     let partial_fn = em_function(dev, config, "em_partial")?;
     let update_fn = em_function(dev, config, "em_update")?;
 
+    let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
     let mut state = vec![0.0f64; n_pairs * state_len];
-    for (p, init) in pairs.init[range.start * nstat..range.end * nstat].chunks(nstat).enumerate() {
+    for (p, init) in init.chunks(nstat).enumerate() {
         state[p * state_len..p * state_len + nstat].copy_from_slice(init);
     }
     let s = &dev.stream;
@@ -566,7 +605,7 @@ fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, c
     }
     let state = s.clone_dtoh(&d_state).map_err(e("reading results"))?;
     let trace = s.clone_dtoh(&d_trace).map_err(e("reading the trace"))?;
-    let mut out = Outputs::default();
+    let mut out = Outputs { init, no_start, ..Outputs::default() };
     for st in state.chunks(state_len) {
         out.params.extend_from_slice(&st[..nstat]);
         out.loglik.push(st[nstat]);

@@ -65,8 +65,12 @@ pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Resul
             ));
         }
     }
-    match exec.backend {
-        Backend::Cpu => cpu::fit_many(data, config, exec),
-        Backend::Cuda => gpu::fit_many(data, config, exec),
+    let mut fits = match exec.backend {
+        Backend::Cpu => cpu::fit_many(data, config, exec)?,
+        Backend::Cuda => gpu::fit_many(data, config, exec)?,
+    };
+    if !config.keep_trace {
+        fits.iter_mut().for_each(|f| f.trace = Vec::new());
     }
+    Ok(fits)
 }
