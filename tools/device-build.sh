@@ -16,5 +16,5 @@ for line in sys.stdin:
         shutil.copy(m["executable"], "../../.device/" + m["target"]["name"])
 '
 cd ../..
-cp ../shared/peers/*.py .device/peers/ 2>/dev/null || true
+cp "${BULKEM_PEERS:-../shared/peers}"/*.py .device/peers/  # the peers of the issues
 ls -la .device

@@ -27,10 +27,14 @@
 #define ST_NONFINITE 13
 #define TWO_PI 6.283185307179586
 
+__device__ __forceinline__ double rcp_sum(double s);
+
 __device__ __forceinline__ void features(double x, double centre, double& u, double& v) {
 #if EM_FAMILY == 0
     u = x;
-    v = 1.0 / x;
+    // The fast reciprocal needs x well inside the normal range; it always is
+    // for data, but extreme values take the IEEE division.
+    v = (x > 1e-300 && x < 1e300) ? rcp_sum(x) : 1.0 / x;
 #else
     u = x - centre;
     v = u * u;
@@ -86,9 +90,9 @@ __device__ int m_step(const double* S, int n, double centre, double* p) {
     return ST_RUNNING;
 }
 
-// 1/s for s >= 1 (a sum of exp terms, one of which is 1): the hardware
-// approximation refined by two Newton steps, within an ulp of the IEEE
-// quotient, without the division's special-case branch.
+// 1/s for s in the normal range (in the E-step s is a sum of exp terms, one
+// of which is 1): the hardware approximation refined by two Newton steps,
+// within an ulp of the IEEE quotient, without the division's special cases.
 __device__ __forceinline__ double rcp_sum(double s) {
     double r;
     asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(s));
@@ -292,27 +296,28 @@ extern "C" __global__ void em_partial(
     if (threadIdx.x == 0) { out[NSTAT] = ll; out[NSTAT + 1] = kk; }
 }
 
-// One warp per pair: reduce the partials in a fixed order, then the same
-// decisions as the warp kernel's loop.
+// One block per pair: reduce the partials in a fixed order, then thread 0
+// takes the same decisions as the warp kernel's loop.
 extern "C" __global__ void em_update(
     const int* __restrict__ lengths, const double* __restrict__ centres, const int* __restrict__ pair_dataset,
     double* __restrict__ state, const double* __restrict__ partial, int blocks_per_pair,
     double* __restrict__ trace, const int* __restrict__ pair_global, int max_iters, double epsilon)
 {
-    const int pair = blockIdx.x, lane = threadIdx.x & 31;
+    __shared__ double scratch[32];
+    const int pair = blockIdx.x;
     double* st = state + (long long)pair * STATE_LEN;
-    if ((int)st[NSTAT + 3] != ST_RUNNING) return;
+    if ((int)st[NSTAT + 3] != ST_RUNNING) return;  // uniform over the block
     double tot[PARTIAL_LEN];
 #pragma unroll
     for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] = 0.0;
-    for (int b = lane; b < blocks_per_pair; b += 32) {
+    for (int b = threadIdx.x; b < blocks_per_pair; b += blockDim.x) {
         const double* in = partial + ((long long)pair * blocks_per_pair + b) * PARTIAL_LEN;
 #pragma unroll
         for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] += in[k];
     }
 #pragma unroll
-    for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] = warp_sum(tot[k]);
-    if (lane != 0) return;
+    for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] = block_sum(tot[k], scratch);
+    if (threadIdx.x != 0) return;
 
     const int d = pair_dataset[pair];
     const int n = lengths[d];

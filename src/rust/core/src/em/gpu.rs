@@ -582,7 +582,7 @@ fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, f
     let mut d_trace = s.alloc_zeros::<f64>(n_pairs * config.max_iters).map_err(e("allocating the trace"))?;
     let (max_iters, epsilon, bpp) = (config.max_iters as i32, config.epsilon, blocks_x as i32);
     let partial_cfg = LaunchConfig { grid_dim: (blocks_x as u32, n_pairs as u32, 1), block_dim: (LARGE_THREADS, 1, 1), shared_mem_bytes: 0 };
-    let update_cfg = LaunchConfig { grid_dim: (n_pairs as u32, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+    let update_cfg = LaunchConfig { grid_dim: (n_pairs as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     for iter in 0..=config.max_iters {
         let first = (iter == 0) as i32;
         let mut launch = s.launch_builder(&partial_fn);
