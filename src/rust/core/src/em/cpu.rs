@@ -14,6 +14,7 @@ use super::config::{CheckedEmConfig, Starts};
 use super::data::{unfittable_reason, Prepared};
 use super::family::{Family, Natural};
 use super::fit::{FitStatus, MixFit, MixParams, StartFit};
+use super::simd::{self, Simd};
 use super::starts::random_start;
 
 /// Weighted sums of one component: sum w, sum w*u, sum w*v.
@@ -27,7 +28,18 @@ const STACK_COMPONENTS: usize = 8;
 /// the log of the sum is taken once per block of observations, on the
 /// product of the per-observation sums (each lies in [1, M]), which is exact
 /// to rounding and saves one log per observation.
+///
+/// Uses the SIMD kernels where the CPU has them (AVX2 + FMA, M <= 8) and
+/// `e_step_scalar` elsewhere; both are deterministic, and agree to rounding.
 pub fn e_step(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    match Simd::detect() {
+        Some(simd) if (1..=simd::MAX_COMPONENTS).contains(&nat.len()) => simd.e_step(prep, nat, sums),
+        _ => e_step_scalar(prep, nat, sums),
+    }
+}
+
+/// The portable E-step, one observation at a time (see `e_step`).
+pub fn e_step_scalar(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
     match nat.len() {
         1 => e_step_sized::<1>(prep, nat, sums),
         2 => e_step_two(prep, nat, sums),
@@ -121,7 +133,7 @@ fn e_step_two(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
 }
 
 /// Observations per block whose product of sums (each <= M) cannot overflow.
-fn log_block_len(m: usize) -> usize {
+pub(super) fn log_block_len(m: usize) -> usize {
     if m <= 1 {
         usize::MAX
     } else {

@@ -15,6 +15,7 @@ mod data;
 mod family;
 mod fit;
 pub mod gpu;
+mod simd;
 pub mod simulate;
 mod starts;
 

@@ -1,0 +1,600 @@
+//! SIMD E-step for the CPU backend, chosen at run time.
+//!
+//! `cpu::e_step` calls these kernels where the CPU has AVX2 + FMA (x86 only)
+//! and M <= MAX_COMPONENTS; everywhere else it runs the scalar E-step. The
+//! kernels are plain Rust over fixed-size arrays, compiled inside
+//! `#[target_feature]` functions where LLVM vectorises their lane loops into
+//! AVX2 or AVX-512 instructions.
+//!
+//! Observation i of a dataset goes to lane i % LANES: every lane keeps its
+//! own running sums, and the lanes are added in a fixed order at the end. So
+//! the lane layout, not the vector width, fixes the order of every addition:
+//! the AVX2 and AVX-512 builds give the same bits, and both are deterministic.
+//! They differ from the scalar E-step at the level of rounding only: exp is
+//! the polynomial below instead of libm's (results under the smallest normal
+//! number are flushed to 0), sums are split over lanes, and for M = 2 w*u
+//! and w*v are added with a fused multiply-add.
+// On targets without a SIMD kernel only the tests use this module.
+#![cfg_attr(not(any(target_arch = "x86_64", target_arch = "x86")), allow(dead_code))]
+
+use super::cpu::{log_block_len, Sums};
+use super::data::Prepared;
+use super::family::Natural;
+
+/// Lanes of running sums: observations taken per step.
+const LANES: usize = 16;
+
+/// Largest M the SIMD kernels handle (their per-component values live in fixed arrays).
+pub(super) const MAX_COMPONENTS: usize = 8;
+
+/// One value per lane, aligned so that full-width vector loads and stores
+/// never straddle a cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Lanes([f64; LANES]);
+
+impl Lanes {
+    const fn splat(x: f64) -> Self {
+        Lanes([x; LANES])
+    }
+}
+
+impl std::ops::Deref for Lanes {
+    type Target = [f64; LANES];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Lanes {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// exp for arguments <= 0
+// ---------------------------------------------------------------------------
+
+/// Below this, exp(x) is under the smallest normal f64 and is returned as 0
+/// (-1022 ln 2 = ln f64::MIN_POSITIVE).
+const EXP_MIN_ARG: f64 = -708.396_418_532_264_1;
+/// 1.5 * 2^52: adding it rounds to an integer, which lands in the low mantissa bits.
+const SHIFTER: f64 = 6_755_399_441_055_744.0;
+const LN2_HI: f64 = std::f64::consts::LN_2;
+/// ln 2 - LN2_HI.
+const LN2_LO: f64 = 2.319_046_813_846_299_6e-17;
+/// exp(r) ~ 1 + r + r^2 q(r) on |r| <= ln2/2, q(r) = sum Q[k] r^k: a
+/// Chebyshev fit (mpmath `chebyfit` of (exp(r) - 1 - r)/r^2, degree 9), whose
+/// relative error, with these rounded coefficients, is below 1.7e-17.
+const EXP_Q: [f64; 10] = [
+    0.500_000_000_000_000_1,
+    0.166_666_666_666_666_69,
+    0.041_666_666_666_623_824,
+    0.008_333_333_333_330_039,
+    0.001_388_888_891_736_708_1,
+    0.000_198_412_698_631_715_57,
+    2.480_152_105_786_820_4e-5,
+    2.755_726_827_690_569_6e-6,
+    2.762_020_159_103_154_7e-7,
+    2.510_047_250_569_499_6e-8,
+];
+
+/// exp(x) for x <= 0: relative error below 2.5e-16 (the tests measure it)
+/// where the result is a normal number, 0 below EXP_MIN_ARG (and for -inf),
+/// NaN for NaN. Branch-free, so that a loop over it vectorises. Uses
+/// `mul_add`: call it only where FMA is enabled, or that is a libm call.
+#[inline(always)]
+fn exp_nonpos(x: f64) -> f64 {
+    // x = n ln2 + r with n an integer and |r| <= ln2/2 (Cody-Waite; each FMA
+    // rounds once, so r is accurate to an ulp of r).
+    let k = x.mul_add(std::f64::consts::LOG2_E, SHIFTER);
+    let n = k - SHIFTER;
+    let r = (-n).mul_add(LN2_HI, x);
+    let r = (-n).mul_add(LN2_LO, r);
+    let mut q = EXP_Q[9];
+    for &c in EXP_Q[..9].iter().rev() {
+        q = q.mul_add(r, c);
+    }
+    // 1 + r(1 + r q): the last two steps keep the rounding error near 1 ulp.
+    let p = q.mul_add(r, 1.0).mul_add(r, 1.0);
+    // 2^n from the low bits of k: n + 1023 is the biased exponent, in
+    // [1, 1023] whenever x >= EXP_MIN_ARG (other lanes are replaced below).
+    let y = p * f64::from_bits(k.to_bits().wrapping_add(1023) << 52);
+    // A select between two computed values, so no branch. NaN fails the
+    // comparison and keeps y = NaN.
+    if x < EXP_MIN_ARG {
+        0.0
+    } else {
+        y
+    }
+}
+
+// ---------------------------------------------------------------------------
+// E-step kernels
+// ---------------------------------------------------------------------------
+//
+// Each step takes LANES observations through a few loops over the lanes
+// (log-densities, exps, then weights and sums). Every loop is elementwise,
+// with no reduction inside, so LLVM vectorises it at the target's width;
+// keeping the exps in a loop of their own lets the CPU overlap their long
+// dependency chains (this measured faster than one fused loop).
+
+/// Running log-likelihood per lane: sum of maxima, sum of logs of full
+/// products, and the current product of per-observation sums (each in
+/// [1, M]), as in the scalar E-step.
+struct LogLik {
+    max_sum: Lanes,
+    log_sum: Lanes,
+    prod: Lanes,
+    /// Factors a product may hold before its log is taken.
+    limit: usize,
+    factors: usize,
+}
+
+impl LogLik {
+    #[inline(always)]
+    fn new(m: usize) -> Self {
+        LogLik { max_sum: Lanes::splat(0.0), log_sum: Lanes::splat(0.0), prod: Lanes::splat(1.0), limit: log_block_len(m), factors: 0 }
+    }
+
+    /// Makes room in every lane's product for one more factor.
+    #[inline(always)]
+    fn reserve(&mut self) {
+        if self.factors == self.limit {
+            for (log_sum, prod) in self.log_sum.iter_mut().zip(self.prod.iter_mut()) {
+                *log_sum += prod.ln();
+                *prod = 1.0;
+            }
+            self.factors = 0;
+        }
+        self.factors += 1;
+    }
+
+    /// Lanes combined in a fixed order.
+    fn total(&self) -> f64 {
+        let max_sum = sum_lanes(&self.max_sum);
+        let log_sum = (0..LANES).fold(0.0, |t, l| t + (self.log_sum[l] + self.prod[l].ln()));
+        max_sum + log_sum
+    }
+}
+
+/// Lanes added in a fixed order.
+fn sum_lanes(x: &Lanes) -> f64 {
+    x.iter().fold(0.0, |t, x| t + x)
+}
+
+/// The last `tail.len() < LANES` observations, padded with (0, 0) (padding
+/// lanes are computed, then masked).
+fn pad(tail: &[[f64; 2]]) -> [[f64; 2]; LANES] {
+    let mut out = [[0.0; 2]; LANES];
+    out[..tail.len()].copy_from_slice(tail);
+    out
+}
+
+/// Running sums of M = 2 components: w, w*u, w*v of component 0, then of 1.
+type TwoSums = [Lanes; 6];
+
+/// LANES observations of the M = 2 E-step. With TAIL, only the first
+/// `count` lanes hold observations.
+#[inline(always)]
+fn two_step<const TAIL: bool>(c: [Natural; 2], obs: &[[f64; 2]; LANES], count: usize, acc: &mut TwoSums, ll: &mut LogLik) {
+    ll.reserve();
+    let [mut u, mut v, mut d, mut top, mut e] = [Lanes::splat(0.0); 5];
+    for i in 0..LANES {
+        [u[i], v[i]] = obs[i];
+        // Same expressions as the scalar code (Rust never fuses them into FMAs).
+        let l0 = c[0].a + c[0].b * u[i] + c[0].c * v[i];
+        let l1 = c[1].a + c[1].b * u[i] + c[1].c * v[i];
+        d[i] = l1 - l0;
+        top[i] = if l1 > l0 { l1 } else { l0 };
+    }
+    for i in 0..LANES {
+        // Ratio of the smaller to the larger weighted density.
+        e[i] = exp_nonpos(-d[i].abs());
+    }
+    for i in 0..LANES {
+        let mut s = 1.0 + e[i];
+        let w_top = 1.0 / s;
+        let w_low = e[i] * w_top;
+        let (mut w0, mut w1) = if d[i] > 0.0 { (w_low, w_top) } else { (w_top, w_low) };
+        let mut t = top[i];
+        if TAIL && i >= count {
+            (w0, w1, t, s) = (0.0, 0.0, 0.0, 1.0);
+        }
+        acc[0][i] += w0;
+        acc[1][i] = w0.mul_add(u[i], acc[1][i]);
+        acc[2][i] = w0.mul_add(v[i], acc[2][i]);
+        acc[3][i] += w1;
+        acc[4][i] = w1.mul_add(u[i], acc[4][i]);
+        acc[5][i] = w1.mul_add(v[i], acc[5][i]);
+        ll.max_sum[i] += t;
+        ll.prod[i] *= s;
+    }
+}
+
+/// The M = 2 E-step, one exp per observation as in `cpu::e_step_two`.
+/// Returns the log-likelihood without the shared term. Call only with FMA
+/// enabled (through `Simd`).
+#[inline(always)]
+fn e_step_two(uv: &[[f64; 2]], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    let c = [nat[0], nat[1]];
+    let mut acc = [Lanes::splat(0.0); 6];
+    let mut ll = LogLik::new(2);
+    let chunks = uv.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for obs in chunks {
+        two_step::<false>(c, obs.try_into().expect("chunks_exact gives full chunks"), LANES, &mut acc, &mut ll);
+    }
+    if !tail.is_empty() {
+        two_step::<true>(c, &pad(tail), tail.len(), &mut acc, &mut ll);
+    }
+    for (k, a) in acc.iter().enumerate() {
+        sums[k / 3][k % 3] = sum_lanes(a);
+    }
+    ll.total()
+}
+
+/// Running sums w, w*u, w*v of up to MAX_COMPONENTS components.
+type SmallSums = [[Lanes; 3]; MAX_COMPONENTS];
+
+/// LANES observations of the E-step for 1 <= M <= MAX_COMPONENTS. With
+/// TAIL, only the first `count` lanes hold observations.
+#[inline(always)]
+fn small_step<const TAIL: bool>(nat: &[Natural], obs: &[[f64; 2]; LANES], count: usize, acc: &mut SmallSums, ll: &mut LogLik) {
+    ll.reserve();
+    let [mut u, mut v, mut s, mut r] = [Lanes::splat(0.0); 4];
+    for i in 0..LANES {
+        [u[i], v[i]] = obs[i];
+    }
+    let mut lp = [Lanes::splat(0.0); MAX_COMPONENTS];
+    let lp = &mut lp[..nat.len()];
+    let mut top = Lanes::splat(f64::NEG_INFINITY);
+    for (l, c) in lp.iter_mut().zip(nat) {
+        for i in 0..LANES {
+            l[i] = c.a + c.b * u[i] + c.c * v[i];
+            // As f64::max in the scalar code: a NaN l leaves top alone (it
+            // still makes s, and so the log-likelihood, NaN).
+            top[i] = if l[i] > top[i] { l[i] } else { top[i] };
+        }
+    }
+    for l in lp.iter_mut() {
+        for i in 0..LANES {
+            l[i] = exp_nonpos(l[i] - top[i]);
+            s[i] += l[i];
+        }
+    }
+    for i in 0..LANES {
+        r[i] = 1.0 / s[i];
+        if TAIL && i >= count {
+            (r[i], top[i], s[i]) = (0.0, 0.0, 1.0);
+        }
+        ll.max_sum[i] += top[i];
+        ll.prod[i] *= s[i];
+    }
+    // Plain multiply and add here: with mul_add, LLVM vectorises this loop
+    // across the three sums (scatter stores) and M = 8 runs 3x slower.
+    for (l, a) in lp.iter().zip(acc.iter_mut()) {
+        for i in 0..LANES {
+            let w = l[i] * r[i];
+            a[0][i] += w;
+            a[1][i] += w * u[i];
+            a[2][i] += w * v[i];
+        }
+    }
+}
+
+/// The E-step for 1 <= M <= MAX_COMPONENTS, as in `cpu::e_step_sized`.
+/// Call only with FMA enabled (through `Simd`).
+#[inline(always)]
+fn e_step_small(uv: &[[f64; 2]], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    let m = nat.len();
+    assert!((1..=MAX_COMPONENTS).contains(&m));
+    let mut acc = [[Lanes::splat(0.0); 3]; MAX_COMPONENTS];
+    let mut ll = LogLik::new(m);
+    let chunks = uv.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for obs in chunks {
+        small_step::<false>(nat, obs.try_into().expect("chunks_exact gives full chunks"), LANES, &mut acc, &mut ll);
+    }
+    if !tail.is_empty() {
+        small_step::<true>(nat, &pad(tail), tail.len(), &mut acc, &mut ll);
+    }
+    for (out, a) in sums[..m].iter_mut().zip(&acc) {
+        *out = [sum_lanes(&a[0]), sum_lanes(&a[1]), sum_lanes(&a[2])];
+    }
+    ll.total()
+}
+
+// ---------------------------------------------------------------------------
+// Run-time dispatch
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Avx2,
+    Avx512,
+}
+
+/// Proof that this CPU runs the SIMD kernels: the field is private, and
+/// only `detect` (and `avx2` in tests) make one, after checking the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Simd(Level);
+
+impl Simd {
+    /// The widest SIMD kernels this CPU supports, if any.
+    #[inline]
+    pub(super) fn detect() -> Option<Simd> {
+        #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+        {
+            // std caches the CPUID results: these are a few atomic loads.
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                let level = if is_x86_feature_detected!("avx512f") { Level::Avx512 } else { Level::Avx2 };
+                return Some(Simd(level));
+            }
+        }
+        None
+    }
+
+    /// The AVX2 build even where AVX-512 is available.
+    #[cfg(test)]
+    fn avx2() -> Option<Simd> {
+        Simd::detect().map(|_| Simd(Level::Avx2))
+    }
+
+    /// One E-step of M = nat.len() <= MAX_COMPONENTS components, as
+    /// `cpu::e_step`: fills `sums[..M]` and returns the log-likelihood
+    /// without the shared term.
+    pub(super) fn e_step(self, prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+        assert!((1..=MAX_COMPONENTS).contains(&nat.len()), "the SIMD E-step takes 1 to {MAX_COMPONENTS} components");
+        assert!(sums.len() >= nat.len());
+        #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+        match self.0 {
+            // SAFETY: a Simd holding Level::Avx512 is made only after
+            // `detect` found avx512f, avx2 and fma on this CPU.
+            Level::Avx512 => unsafe { x86::e_step_avx512(&prep.uv, nat, sums) },
+            // SAFETY: any Simd is made only after `detect` found avx2 and fma.
+            Level::Avx2 => unsafe { x86::e_step_avx2(&prep.uv, nat, sums) },
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
+        {
+            let _ = (prep, sums);
+            unreachable!("Simd::detect never succeeds on this architecture")
+        }
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+mod x86 {
+    use super::*;
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn e_step_avx2(uv: &[[f64; 2]], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+        if nat.len() == 2 {
+            e_step_two(uv, nat, sums)
+        } else {
+            e_step_small(uv, nat, sums)
+        }
+    }
+
+    /// The same kernels with 512-bit vectors (same results, fewer instructions).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn e_step_avx512(uv: &[[f64; 2]], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+        if nat.len() == 2 {
+            e_step_two(uv, nat, sums)
+        } else {
+            e_step_small(uv, nat, sums)
+        }
+    }
+
+    /// `exp_nonpos` on a slice, compiled as in the kernels.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[cfg(test)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn exp_slice_avx2(x: &[f64], out: &mut [f64]) {
+        for (o, &x) in out.iter_mut().zip(x) {
+            *o = exp_nonpos(x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::cpu;
+    use super::super::family::Family;
+    use super::*;
+
+    /// The relative error bound stated on `exp_nonpos`.
+    const EXP_REL_ERR: f64 = 2.5e-16;
+
+    /// exp_nonpos on every element, compiled as in the kernels where the CPU
+    /// allows; elsewhere the portable build, where mul_add is libm's fma
+    /// (slower, same results).
+    fn exp_all(x: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; x.len()];
+        #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+        if Simd::detect().is_some() {
+            // SAFETY: detect found avx2 and fma on this CPU.
+            unsafe { x86::exp_slice_avx2(x, &mut out) };
+            return out;
+        }
+        for (o, &x) in out.iter_mut().zip(x) {
+            *o = exp_nonpos(x);
+        }
+        out
+    }
+
+    /// Relative error against libm's exp (itself within 1 ulp).
+    fn rel_err(x: f64, got: f64) -> f64 {
+        let want = x.exp();
+        ((got - want) / want).abs()
+    }
+
+    #[test]
+    fn exp_matches_libm_on_dense_grid() {
+        // Every 1e-4 over [-745, 0], and every 1e-7 over [-0.1, 0] where
+        // most E-step arguments lie.
+        let coarse = (0..=7_450_000).map(|i| -1e-4 * i as f64);
+        let fine = (0..=1_000_000).map(|i| -1e-7 * i as f64);
+        let x: Vec<f64> = coarse.chain(fine).collect();
+        let y = exp_all(&x);
+        let (mut worst, mut worst_x) = (0.0f64, 0.0f64);
+        for (&x, &y) in x.iter().zip(&y) {
+            if x >= EXP_MIN_ARG {
+                let e = rel_err(x, y);
+                if e > worst {
+                    (worst, worst_x) = (e, x);
+                }
+            } else {
+                // Flushed to zero where libm's answer is below the normal range.
+                assert_eq!(y, 0.0, "x = {x}");
+                assert!(x.exp() < f64::MIN_POSITIVE, "x = {x}");
+            }
+        }
+        println!("exp_nonpos: largest relative error {worst:.3e} (x = {worst_x})");
+        assert!(worst <= EXP_REL_ERR, "relative error {worst:e} at x = {worst_x}");
+    }
+
+    #[test]
+    fn exp_special_values() {
+        let tiny = f64::from_bits(1); // the smallest subnormal
+        let x = [0.0, -0.0, -tiny, -f64::MIN_POSITIVE, -1e-300, f64::NEG_INFINITY, f64::NAN, -1e300, EXP_MIN_ARG, EXP_MIN_ARG - 1e-9, -745.2];
+        let y = exp_all(&x);
+        assert_eq!(y[..5], [1.0; 5]);
+        assert_eq!(y[5], 0.0);
+        assert!(y[6].is_nan());
+        assert_eq!(y[7], 0.0);
+        assert!(y[8] >= f64::MIN_POSITIVE && rel_err(x[8], y[8]) <= EXP_REL_ERR);
+        assert_eq!(y[9..], [0.0; 2]);
+        // NaN in one element leaves its neighbours alone (vector lanes).
+        let x = [-1.0, f64::NAN, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0];
+        let y = exp_all(&x);
+        assert!(y[1].is_nan());
+        for (&x, &y) in x.iter().zip(&y).filter(|(x, _)| !x.is_nan()) {
+            assert!(rel_err(x, y) <= EXP_REL_ERR, "x = {x}");
+        }
+    }
+
+    /// Small deterministic generator (xorshift64*), enough for test data.
+    struct Rng(u64);
+
+    impl Rng {
+        fn unif(&mut self) -> f64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// Random data and parameters of each family for M = 1..=MAX_COMPONENTS,
+    /// with n not a multiple of LANES, plus widely separated components
+    /// (weights that underflow).
+    fn cases() -> Vec<(Family, Prepared, Vec<Natural>)> {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut out = Vec::new();
+        for family in [Family::InvGauss, Family::Normal] {
+            for m in 1..=MAX_COMPONENTS {
+                for n in [1usize, 15, 16, 17, 1000, 2003, 20_011] {
+                    let x: Vec<f64> = (0..n).map(|_| 0.05 + 10.0 * rng.unif() * rng.unif()).collect();
+                    let prep = Prepared::new(family, &x);
+                    let nat = (0..m)
+                        .map(|_| family.natural(0.05 + rng.unif(), 0.3 + 6.0 * rng.unif(), 0.2 + 5.0 * rng.unif(), prep.centre))
+                        .collect();
+                    out.push((family, prep, nat));
+                }
+            }
+            let x: Vec<f64> = (0..999).map(|i| 0.01 + 0.05 * i as f64).collect();
+            let prep = Prepared::new(family, &x);
+            for m in [2, 3] {
+                let nat = (0..m).map(|j| family.natural(0.5, 0.2 + 20.0 * j as f64, 0.01 + 500.0 * j as f64, prep.centre)).collect();
+                out.push((family, prep.clone(), nat));
+            }
+        }
+        out
+    }
+
+    /// Sum over observations of |w_j * f| for each component j and f = 1,
+    /// u, v: the size of the terms each weighted sum adds up.
+    fn term_sizes(prep: &Prepared, nat: &[Natural]) -> Vec<[f64; 3]> {
+        let mut out = vec![[0.0; 3]; nat.len()];
+        for &[u, v] in &prep.uv {
+            let l: Vec<f64> = nat.iter().map(|c| c.a + c.b * u + c.c * v).collect();
+            let top = l.iter().fold(f64::NEG_INFINITY, |t, &x| t.max(x));
+            let s: f64 = l.iter().map(|x| (x - top).exp()).sum();
+            for (o, x) in out.iter_mut().zip(&l) {
+                let w = (x - top).exp() / s;
+                *o = [o[0] + w, o[1] + (w * u).abs(), o[2] + (w * v).abs()];
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn simd_e_step_matches_scalar() {
+        let Some(simd) = Simd::detect() else {
+            println!("no SIMD kernels on this CPU: nothing to compare");
+            return;
+        };
+        let (mut worst_sum, mut worst_ll) = (0.0f64, 0.0f64);
+        for (family, prep, nat) in cases() {
+            let m = nat.len();
+            let mut want = vec![[0.0; 3]; m];
+            let mut got = vec![[f64::NAN; 3]; m];
+            let want_ll = cpu::e_step_scalar(&prep, &nat, &mut want);
+            let got_ll = simd.e_step(&prep, &nat, &mut got);
+            // Relative to the sum of the magnitudes of the terms: sums of w
+            // have no cancellation, but for Normal data u changes sign and a
+            // sum of w*u can cancel to far below its terms.
+            let size = term_sizes(&prep, &nat);
+            for j in 0..m {
+                for k in 0..3 {
+                    let rel = (got[j][k] - want[j][k]).abs() / size[j][k].max(1e-300);
+                    assert!(rel <= 1e-13, "{family:?} M={m} n={} sums[{j}][{k}]: {} vs {} ({rel:e})", prep.n, got[j][k], want[j][k]);
+                    worst_sum = worst_sum.max(rel);
+                }
+            }
+            let rel = (got_ll - want_ll).abs() / want_ll.abs();
+            assert!(rel <= 1e-13, "{family:?} M={m} n={} loglik: {got_ll} vs {want_ll} ({rel:e})", prep.n);
+            worst_ll = worst_ll.max(rel);
+        }
+        println!("largest relative difference from the scalar E-step: sums {worst_sum:.2e}, loglik {worst_ll:.2e}");
+    }
+
+    #[test]
+    fn avx2_and_avx512_builds_agree_bitwise() {
+        let (Some(best), Some(avx2)) = (Simd::detect(), Simd::avx2()) else { return };
+        for (_, prep, nat) in cases() {
+            let m = nat.len();
+            let (mut a, mut b) = (vec![[0.0; 3]; m], vec![[0.0; 3]; m]);
+            let (la, lb) = (best.e_step(&prep, &nat, &mut a), avx2.e_step(&prep, &nat, &mut b));
+            assert_eq!(la.to_bits(), lb.to_bits());
+            for (x, y) in a.iter().flatten().zip(b.iter().flatten()) {
+                assert_eq!(x.to_bits(), y.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_parameters_give_nan_loglik() {
+        let Some(simd) = Simd::detect() else { return };
+        let x: Vec<f64> = (1..=37).map(|i| i as f64 * 0.3).collect();
+        let prep = Prepared::new(Family::InvGauss, &x);
+        for m in [2, 3] {
+            for bad in [f64::NAN, f64::INFINITY] {
+                let mut nat = vec![Natural { a: -1.0, b: -0.5, c: -0.5 }; m];
+                nat[1].a = bad;
+                let mut sums = vec![[0.0; 3]; m];
+                let (got, want) = (simd.e_step(&prep, &nat, &mut sums), cpu::e_step_scalar(&prep, &nat, &mut sums));
+                assert!(!got.is_finite() && !want.is_finite(), "M={m} a={bad}: {got} vs {want}");
+            }
+        }
+    }
+}
