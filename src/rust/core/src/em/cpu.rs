@@ -8,14 +8,13 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::exec::Exec;
-use crate::rng::KeyedStream;
 
-use super::config::{CheckedEmConfig, Starts};
+use super::config::CheckedEmConfig;
 use super::data::{unfittable_reason, Prepared};
 use super::family::{Family, Natural};
-use super::fit::{FitStatus, MixFit, MixParams, StartFit};
+use super::fit::{failure, FitStatus, MixFit, MixParams, StartFit};
 use super::simd::{self, Simd};
-use super::starts::random_start;
+use super::starts::initial_values;
 
 /// Weighted sums of one component: sum w, sum w*u, sum w*v.
 pub type Sums = [f64; 3];
@@ -158,7 +157,7 @@ pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &Chec
     naturals(family, &params, prep.centre, &mut nat);
     let mut ll = e_step(prep, &nat, &mut sums) + prep.shared;
     if !ll.is_finite() {
-        return StartFit::failed(m, init, 0, "the starting values give a non-finite log-likelihood".into());
+        return StartFit::failed(m, init, 0, failure::bad_start());
     }
     for iter in 1..=config.max_iters {
         if cancelled() {
@@ -171,13 +170,13 @@ pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &Chec
                     params.mu[j] = mu;
                     params.scale[j] = sc;
                 }
-                Err(why) => return StartFit::failed(m, init, iter, format!("{why} at iteration {iter}")),
+                Err(why) => return StartFit::failed(m, init, iter, failure::m_step(why, family, iter)),
             }
         }
         naturals(family, &params, prep.centre, &mut nat);
         let new_ll = e_step(prep, &nat, &mut sums) + prep.shared;
         if !new_ll.is_finite() {
-            return StartFit::failed(m, init, iter, format!("the log-likelihood became non-finite at iteration {iter}"));
+            return StartFit::failed(m, init, iter, failure::non_finite(iter));
         }
         trace.push(new_ll);
         let change = (new_ll - ll).abs();
@@ -219,16 +218,10 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
         return MixFit::best_of(vec![failed; n_starts], x.len());
     }
     let prep = Prepared::new(family, x);
-    let local = dataset - config.dataset_offset;
     let starts: Vec<StartFit> = (0..n_starts)
         .into_par_iter()
         .map(|s| {
-            let init = match &config.starts {
-                Starts::Random { .. } => {
-                    random_start(family, x, m, &mut KeyedStream::new(config.seed, dataset as u64, s as u64))
-                }
-                Starts::Given(inits) => Ok(inits[if inits.len() == 1 { 0 } else { local }].clone()),
-            };
+            let init = initial_values(config, x, dataset, s);
             match init {
                 Ok(init) => run_start(family, &prep, init, config, cancelled),
                 Err(why) => StartFit::failed(m, MixParams::nan(m), 0, why),

@@ -22,6 +22,15 @@ pub enum Family {
 /// Why an M-step failed when a component's total weight vanished.
 pub const EMPTY_COMPONENT: &str = "a component lost all its observations";
 
+/// Why an M-step could not give valid parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MStepFailure {
+    /// The component's total weight vanished.
+    Empty,
+    /// The component sits on (nearly) a single value.
+    Collapsed,
+}
+
 /// Natural parameters of one weighted component: log(alpha * f(x)) = a + b*u + c*v + k(x).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Natural {
@@ -119,9 +128,9 @@ impl Family {
 
     /// Exact M-step of one component from its weighted sums over n observations:
     /// `(alpha, mu, scale)`, or why the component cannot continue.
-    pub fn m_step(self, sw: f64, su: f64, sv: f64, n: usize, centre: f64) -> Result<(f64, f64, f64), &'static str> {
+    pub fn m_step(self, sw: f64, su: f64, sv: f64, n: usize, centre: f64) -> Result<(f64, f64, f64), MStepFailure> {
         if !(sw > MIN_COMPONENT_WEIGHT) {
-            return Err(EMPTY_COMPONENT);
+            return Err(MStepFailure::Empty);
         }
         let alpha = sw / n as f64;
         match self {
@@ -133,7 +142,7 @@ impl Family {
                 if mu > 0.0 && mu.is_finite() && spread > COLLAPSE_REL * sv && lambda.is_finite() {
                     Ok((alpha, mu, lambda))
                 } else {
-                    Err(self.collapse_text())
+                    Err(MStepFailure::Collapsed)
                 }
             }
             Family::Normal => {
@@ -142,7 +151,7 @@ impl Family {
                 if var > COLLAPSE_REL * (sv / sw) && var.is_finite() && m.is_finite() {
                     Ok((alpha, m + centre, var.sqrt()))
                 } else {
-                    Err(self.collapse_text())
+                    Err(MStepFailure::Collapsed)
                 }
             }
         }

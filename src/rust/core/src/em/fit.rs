@@ -100,6 +100,30 @@ pub struct StartFit {
     pub trace: Vec<f64>,
 }
 
+/// Why a start failed, in the words every backend uses.
+pub(crate) mod failure {
+    use super::super::family::{Family, MStepFailure, EMPTY_COMPONENT};
+
+    pub fn bad_start() -> String {
+        "the starting values give a non-finite log-likelihood".into()
+    }
+    pub fn empty(iter: usize) -> String {
+        format!("{EMPTY_COMPONENT} at iteration {iter}")
+    }
+    pub fn collapsed(family: Family, iter: usize) -> String {
+        format!("{} at iteration {iter}", family.collapse_text())
+    }
+    pub fn m_step(why: MStepFailure, family: Family, iter: usize) -> String {
+        match why {
+            MStepFailure::Empty => empty(iter),
+            MStepFailure::Collapsed => collapsed(family, iter),
+        }
+    }
+    pub fn non_finite(iter: usize) -> String {
+        format!("the log-likelihood became non-finite at iteration {iter}")
+    }
+}
+
 impl StartFit {
     pub(crate) fn failed(components: usize, init: MixParams, iterations: usize, message: String) -> Self {
         StartFit {

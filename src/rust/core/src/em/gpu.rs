@@ -24,8 +24,8 @@ use crate::gpu::{self, timing, Device};
 use super::config::CheckedEmConfig;
 use super::cpu;
 use super::data::{unfittable_reason, Prepared};
-use super::family::{Family, EMPTY_COMPONENT};
-use super::fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
+use super::family::Family;
+use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
 use super::starts::initial_values;
 
 /// Largest M with a GPU kernel (use.gpu = NA runs larger M on the CPU).
@@ -305,10 +305,10 @@ fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: 
         ST_MAX_ITERS => FitStatus::MaxIters,
         code => {
             let why = match code {
-                ST_BAD_START => "the starting values give a non-finite log-likelihood".to_string(),
-                ST_EMPTY => format!("{EMPTY_COMPONENT} at iteration {iter}"),
-                ST_COLLAPSED => format!("{} at iteration {iter}", family.collapse_text()),
-                _ => format!("the log-likelihood became non-finite at iteration {iter}"),
+                ST_BAD_START => failure::bad_start(),
+                ST_EMPTY => failure::empty(iter),
+                ST_COLLAPSED => failure::collapsed(family, iter),
+                _ => failure::non_finite(iter),
             };
             return StartFit::failed(m, init, iter, why);
         }

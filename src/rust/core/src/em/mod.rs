@@ -21,7 +21,7 @@ mod starts;
 
 pub use config::{CheckedEmConfig, EmConfig, Starts};
 pub use data::{min_observations, unfittable_reason, validate, validate_all, Prepared};
-pub use family::{Family, Natural};
+pub use family::{Family, MStepFailure, Natural};
 pub use fit::{FitStatus, MixFit, MixParams, StartFit};
 pub use starts::{initial_values, random_start};
 
