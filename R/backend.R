@@ -100,12 +100,11 @@ make_progress <- function(steps, envir = parent.frame()) {
 }
 
 # Run `fit(idx)` over the datasets 1..D and bind the core's results. With a
-# progress reporter the datasets go in about 50 chunks (each large enough to
-# keep every thread busy) and progress is reported after each; otherwise in
-# one call. Random streams are keyed by the global dataset index, so the
-# chunking never changes the result.
-run_chunks <- function(D, threads, progress, fit) {
-  size <- if (is.null(progress)) D else max(4L * threads, ceiling(D / 50))
+# progress reporter the datasets go in chunks of `chunk_size` and progress is
+# reported after each; otherwise in one call. Random streams are keyed by the
+# global dataset index, so the chunking never changes the result.
+run_chunks <- function(D, chunk_size, progress, fit) {
+  size <- if (is.null(progress)) D else max(1L, chunk_size)
   chunks <- split(seq_len(D), ceiling(seq_len(D) / size))
   parts <- lapply(unname(chunks), function(idx) {
     part <- fit(idx)
@@ -115,4 +114,11 @@ run_chunks <- function(D, threads, progress, fit) {
   if (length(parts) == 1) return(parts[[1]])
   fields <- names(parts[[1]])
   stats::setNames(lapply(fields, function(f) do.call(c, lapply(parts, `[[`, f))), fields)
+}
+
+# Datasets per progress step: about 50 steps on the CPU (each still keeping
+# every thread busy); on a GPU few, large launches (a launch wants tens of
+# thousands of (dataset, start) pairs to fill the device).
+progress_chunk_size <- function(D, backend, threads) {
+  if (backend == "cuda") max(50000L, ceiling(D / 10)) else max(4L * threads, ceiling(D / 50))
 }

@@ -130,7 +130,7 @@ bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"
   progress <- make_progress(length(datasets))
   started <- proc.time()[["elapsed"]]
   raw <- call_core(
-    run_chunks(length(datasets), threads, progress, function(idx) {
+    run_chunks(length(datasets), progress_chunk_size(length(datasets), backend, threads), progress, function(idx) {
       em_fit_(datasets[idx], family, M, max.iters, random.inits, epsilon, seed,
               inits_rows(inits, idx), keep.posterior, idx[1] - 1L, threads, backend)
     }),

@@ -126,9 +126,15 @@ pub fn run_polled<T: Send>(
     mut poll: impl FnMut(usize) -> bool,
 ) -> T {
     std::thread::scope(|scope| {
-        let handle = scope.spawn(work);
-        while !handle.is_finished() {
-            std::thread::sleep(interval);
+        let (done, finished) = std::sync::mpsc::channel();
+        let handle = scope.spawn(move || {
+            let out = work();
+            // The receiver outlives this thread; a send cannot fail.
+            let _ = done.send(());
+            out
+        });
+        // Wake at once when the work ends, else every `interval` to poll.
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(interval) {
             if !monitor.is_cancelled() && !poll(monitor.done()) {
                 monitor.cancel();
             }
@@ -161,6 +167,15 @@ mod tests {
         );
         assert_eq!(out, Err(Error::Interrupted));
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn quick_work_returns_without_waiting_for_a_poll() {
+        let monitor = Monitor::new();
+        let started = std::time::Instant::now();
+        let out = run_polled(&monitor, Duration::from_secs(5), || 7, |_| true);
+        assert_eq!(out, 7);
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 
     #[test]
