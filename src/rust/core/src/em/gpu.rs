@@ -358,6 +358,14 @@ fn plan_launches(dev: &Device, data: &[&[f64]], pairs: &Pairs, config: &CheckedE
         return Ok(vec![]);
     }
     let budget = dev.free_memory()? as f64 * MEMORY_SHARE;
+    Ok(plan_ranges(data, pairs, config, kernel, trace, budget))
+}
+
+/// [`plan_launches`] for a memory budget in bytes: a launch holds its
+/// pairs' datasets, starts, results and traces within `budget` (a single
+/// pair always makes a launch), at most LAUNCH_WORK observation-iterations on
+/// the shared-memory path and 65,535 pairs (the grid's y limit) on the other.
+fn plan_ranges(data: &[&[f64]], pairs: &Pairs, config: &CheckedEmConfig, kernel: Kernel, trace: bool, budget: f64) -> Vec<Range<usize>> {
     let trace_len = if trace { config.max_iters } else { 0 };
     let per_pair = (8 * (3 * config.components + 8 + trace_len)) as f64;
     let mut ranges = Vec::new();
@@ -381,7 +389,7 @@ fn plan_launches(dev: &Device, data: &[&[f64]], pairs: &Pairs, config: &CheckedE
         work += add_work;
     }
     ranges.push(start..pairs.len());
-    Ok(ranges)
+    ranges
 }
 
 /// The datasets used by a range of pairs, concatenated, with their layout.
@@ -617,4 +625,34 @@ fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, f
     }
     out.trace = split_trace(&trace, &out.iterations, config.max_iters);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::em::EmConfig;
+
+    #[test]
+    fn launches_cover_every_pair_within_the_memory_budget() {
+        let data: Vec<Vec<f64>> = (0..50).map(|d| vec![1.0; 100 + 37 * d]).collect();
+        let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
+        let config = EmConfig::new(Family::InvGauss, 2).random_inits(7).max_iters(30).check().unwrap();
+        let mut pairs = Pairs::default();
+        (0..50).for_each(|d| (0..7).for_each(|s| pairs.push(d, s)));
+        for budget in [1.0, 20_000.0, 100_000.0, 1e12] {
+            let ranges = plan_ranges(&refs, &pairs, &config, Kernel::Warp, true, budget);
+            assert_eq!(ranges.first().map(|r| r.start), Some(0));
+            assert_eq!(ranges.last().map(|r| r.end), Some(pairs.len()));
+            assert!(ranges.windows(2).all(|w| w[0].end == w[1].start && !w[0].is_empty()));
+            for r in &ranges {
+                let mut datasets: Vec<usize> = pairs.dataset[r.clone()].to_vec();
+                datasets.dedup();
+                let bytes: usize = datasets.iter().map(|&d| 8 * data[d].len()).sum::<usize>() + r.len() * 8 * (6 + 8 + 30);
+                assert!(bytes as f64 <= budget || r.len() == 1, "budget {budget}: {} bytes in {r:?}", bytes);
+            }
+            if budget == 1e12 {
+                assert_eq!(ranges.len(), 1);
+            }
+        }
+    }
 }
