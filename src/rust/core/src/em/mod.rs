@@ -30,8 +30,8 @@ use crate::exec::{Backend, Exec};
 
 /// Work (observation-iterations, at most) below which the CPU backend
 /// answers faster than a GPU: measured on an H100 against 16 CPU threads,
-/// one 2,000-observation dataset x 1 start took 1.1 ms on the CPU and
-/// 0.9 ms on the GPU, 1,000 such datasets 161 ms and 12 ms (BENCHMARKS.md);
+/// one 2,000-observation dataset x 1 start took 0.4 ms on the CPU and
+/// 0.9 ms on the GPU, 1,000 such datasets 29 ms and 10 ms (BENCHMARKS.md);
 /// a GPU also pays its kernel compilation on its first use in a process.
 pub const GPU_MIN_WORK: f64 = 2e7;
 
