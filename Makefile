@@ -57,6 +57,9 @@ check: deps
 	  R CMD check --no-manual bulkem_$(VERSION).tar.gz
 	@status=$$(sed -n 's/^Status: //p' $(CHECK_DIR)/bulkem.Rcheck/00check.log); \
 	echo "R CMD check status: $$status"; \
+	counts=$$(grep -Eo 'FAIL [0-9]+ \| WARN [0-9]+ \| SKIP [0-9]+ \| PASS [0-9]+' \
+	  $(CHECK_DIR)/bulkem.Rcheck/tests/testthat.Rout | tail -n 1); \
+	echo "$$counts" | awk '{ print "testthat: " $$11 " passed, " $$2 " failed, " $$8 " skipped" }'; \
 	case "$$status" in *ERROR*|*WARNING*) exit 1;; esac
 
 # Regenerate R/extendr-wrappers.R from the installed package (never edit it).
