@@ -1,0 +1,83 @@
+//! The large-dataset path: em_partial + em_update, many blocks per (dataset,
+//! start), two launches per iteration queued without host synchronisation.
+
+use std::ops::Range;
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
+use crate::exec::Monitor;
+use crate::gpu::Device;
+
+use super::super::config::CheckedEmConfig;
+use super::pairs::{gather, split_trace, starting_values, Outputs, Pairs};
+use super::{em_function, CHECK_EVERY, LARGE_THREADS, ST_MAX_ITERS, ST_RUNNING};
+
+pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Outputs> {
+    let nstat = 3 * config.components;
+    let state_len = nstat + 4;
+    let partial_len = nstat + 2;
+    let up = gather(config.family, data, &pairs.dataset[range.clone()]);
+    let n_pairs = range.len();
+    let per_pair_blocks = up.max_n.div_ceil(LARGE_THREADS as usize * 4);
+    let wanted = (8 * dev.multiprocessors as usize).div_ceil(n_pairs).max(1);
+    let blocks_x = per_pair_blocks.min(wanted).max(1);
+    let partial_fn = em_function(dev, config, "em_partial")?;
+    let update_fn = em_function(dev, config, "em_update")?;
+
+    let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
+    let mut state = vec![0.0f64; n_pairs * state_len];
+    for (p, init) in init.chunks(nstat).enumerate() {
+        state[p * state_len..p * state_len + nstat].copy_from_slice(init);
+    }
+    let s = &dev.stream;
+    let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
+    let d_x = s.clone_htod(&up.x[..]).map_err(e("copying data"))?;
+    let d_off = s.clone_htod(&up.offsets).map_err(e("copying data"))?;
+    let d_len = s.clone_htod(&up.lengths).map_err(e("copying data"))?;
+    let d_cen = s.clone_htod(&up.centres).map_err(e("copying data"))?;
+    let d_pd = s.clone_htod(&up.pair_dataset).map_err(e("copying data"))?;
+    let pair_global: Vec<i32> = (0..n_pairs as i32).collect();
+    let d_pg = s.clone_htod(&pair_global).map_err(e("copying data"))?;
+    let mut d_state = s.clone_htod(&state).map_err(e("copying starts"))?;
+    let mut d_partial = s.alloc_zeros::<f64>(n_pairs * blocks_x * partial_len).map_err(e("allocating sums"))?;
+    let mut d_trace = s.alloc_zeros::<f64>(n_pairs * config.max_iters).map_err(e("allocating the trace"))?;
+    let (max_iters, epsilon, bpp) = (config.max_iters as i32, config.epsilon, blocks_x as i32);
+    let partial_cfg = LaunchConfig { grid_dim: (blocks_x as u32, n_pairs as u32, 1), block_dim: (LARGE_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let update_cfg = LaunchConfig { grid_dim: (n_pairs as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    for iter in 0..=config.max_iters {
+        let first = (iter == 0) as i32;
+        let mut launch = s.launch_builder(&partial_fn);
+        launch.arg(&d_x).arg(&d_off).arg(&d_len).arg(&d_cen).arg(&d_pd).arg(&d_state).arg(&mut d_partial).arg(&first);
+        // SAFETY: arguments match em_partial in kernels/em.cu; partial holds
+        // pairs x blocks_x x (3M + 2) doubles, state pairs x (3M + 4).
+        unsafe { launch.launch(partial_cfg) }.map_err(e("launching em_partial"))?;
+        let mut launch = s.launch_builder(&update_fn);
+        launch.arg(&d_len).arg(&d_cen).arg(&d_pd).arg(&mut d_state).arg(&d_partial).arg(&bpp).arg(&mut d_trace).arg(&d_pg).arg(&max_iters).arg(&epsilon);
+        // SAFETY: arguments match em_update in kernels/em.cu; the trace holds
+        // pairs x max_iters doubles and pair_global maps pairs to its rows.
+        unsafe { launch.launch(update_cfg) }.map_err(e("launching em_update"))?;
+        if iter % CHECK_EVERY == CHECK_EVERY - 1 {
+            let now = s.clone_dtoh(&d_state).map_err(e("reading progress"))?;
+            if now.chunks(state_len).all(|st| st[nstat + 3] as i32 != ST_RUNNING) {
+                break;
+            }
+            monitor.check()?;
+        }
+    }
+    let state = s.clone_dtoh(&d_state).map_err(e("reading results"))?;
+    let trace = s.clone_dtoh(&d_trace).map_err(e("reading the trace"))?;
+    let mut out = Outputs { init, no_start, ..Outputs::default() };
+    for st in state.chunks(state_len) {
+        out.params.extend_from_slice(&st[..nstat]);
+        out.loglik.push(st[nstat]);
+        out.iterations.push(st[nstat + 2].max(0.0) as i32);
+        out.status.push(match st[nstat + 3] as i32 {
+            ST_RUNNING => ST_MAX_ITERS,
+            other => other,
+        });
+    }
+    out.trace = split_trace(&trace, &out.iterations, config.max_iters);
+    Ok(out)
+}
+

@@ -1,0 +1,285 @@
+//! The EM algorithm on CUDA devices (kernels/em.cu): the same starts, the
+//! same arithmetic and the same stopping rule as the CPU backend, which is
+//! the reference.
+//!
+//! Datasets of up to SMALL_MAX_N observations run in `em_warp`: one warp
+//! per (dataset, start), the whole EM in one launch. Larger datasets run in
+//! `em_partial` + `em_update`, two launches per iteration queued without
+//! host synchronisation. Work is split into launches of bounded size (device
+//! memory, and time, so an interrupt is seen within a fraction of a second)
+//! and spread over every usable device.
+
+mod grid;
+mod pairs;
+mod plan;
+mod warp;
+
+use std::ops::Range;
+use std::time::Instant;
+
+use cudarc::driver::CudaFunction;
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::exec::{Exec, Monitor};
+use crate::gpu::{self, timing, Device};
+
+use super::config::CheckedEmConfig;
+use super::cpu;
+use super::data::{unfittable_reason, Prepared};
+use super::family::Family;
+use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
+
+use pairs::{Outputs, Pairs, Slot};
+use plan::plan_launches;
+use warp::{collect_warp, launch_warp, prepare_warp, WarpInFlight};
+
+/// Largest M with a GPU kernel (use.gpu = NA runs larger M on the CPU).
+pub const MAX_GPU_COMPONENTS: usize = 8;
+/// Datasets up to this size use the shared-memory kernel (16 bytes each).
+const SMALL_MAX_N: usize = 6000;
+const WARPS_PER_BLOCK: usize = 8;
+/// Upper bound of observation-iterations per launch (about 0.25 s at the
+/// target rate), so interrupts are seen promptly and no launch runs long.
+const LAUNCH_WORK: f64 = 4e10;
+const LARGE_THREADS: u32 = 256;
+/// Large path: iterations queued between two looks at the pairs' status.
+const CHECK_EVERY: usize = 16;
+/// Fraction of free device memory one launch may use.
+const MEMORY_SHARE: f64 = 0.5;
+
+// Status codes written by the kernels (kernels/em.cu).
+const ST_RUNNING: i32 = 0;
+const ST_CONVERGED: i32 = 1;
+const ST_MAX_ITERS: i32 = 2;
+const ST_BAD_START: i32 = 10;
+const ST_EMPTY: i32 = 11;
+const ST_COLLAPSED: i32 = 12;
+
+/// Starts per dataset up to which every start's trace is recorded in the
+/// main launch; with more, only the kept start is run again to record it
+/// (1/S more work instead of S traces of memory and transfer).
+const INLINE_TRACE_STARTS: usize = 4;
+
+/// Fit every dataset on the usable CUDA devices.
+pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
+    if config.components > MAX_GPU_COMPONENTS {
+        return Err(Error::BackendUnavailable(format!(
+            "the GPU kernels fit up to {MAX_GPU_COMPONENTS} components, not {}; use the CPU backend",
+            config.components
+        )));
+    }
+    let devices = gpu::devices()?;
+    let ranges = split_work(data, devices.len());
+    let results: Vec<Result<Vec<MixFit>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ranges
+            .iter()
+            .zip(devices)
+            .map(|(range, dev)| {
+                let part = &data[range.clone()];
+                let first = config.dataset_offset + range.start;
+                let monitor = &exec.monitor;
+                scope.spawn(move || fit_on_device(dev, part, first, config, monitor))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::BackendUnavailable("a GPU worker thread panicked".into()))))
+            .collect()
+    });
+    let mut fits = Vec::with_capacity(data.len());
+    for r in results {
+        fits.extend(r?);
+    }
+    exec.monitor.check()?;
+    Ok(fits)
+}
+
+/// Contiguous ranges of datasets, one per device, of about equal size.
+fn split_work(data: &[&[f64]], devices: usize) -> Vec<Range<usize>> {
+    let total: usize = data.iter().map(|x| x.len() + 1).sum();
+    let mut ranges = Vec::with_capacity(devices);
+    let (mut start, mut acc) = (0, 0usize);
+    for (i, x) in data.iter().enumerate() {
+        acc += x.len() + 1;
+        let k = ranges.len() + 1;
+        if k < devices && acc * devices >= total * k {
+            ranges.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    ranges.push(start..data.len());
+    ranges
+}
+
+fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Vec<MixFit>> {
+    let m = config.components;
+    let n_starts = config.starts_per_dataset();
+    let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / 16);
+    let t0 = Instant::now();
+    let unfittable: Vec<Option<String>> = data.par_iter().map(|x| unfittable_reason(x, m)).collect();
+    let (mut small, mut large) = (Pairs::default(), Pairs::default());
+    let slots: Vec<Slot> = (0..data.len())
+        .map(|i| {
+            if let Some(why) = &unfittable[i] {
+                return Slot::Unfittable(why.clone());
+            }
+            let (slot, pairs) = if data[i].len() <= small_max {
+                (Slot::Small(small.len()), &mut small)
+            } else {
+                (Slot::Large(large.len()), &mut large)
+            };
+            (0..n_starts).for_each(|s| pairs.push(i, s));
+            slot
+        })
+        .collect();
+    if let super::config::Starts::Given(given) = &config.starts {
+        // Explicit starting values: one set for all datasets, or one each.
+        for pairs in [&mut small, &mut large] {
+            let flat = pairs.dataset.iter().flat_map(|&d| {
+                let p = &given[if given.len() == 1 { 0 } else { first - config.dataset_offset + d }];
+                p.alpha.iter().chain(&p.mu).chain(&p.scale).copied().collect::<Vec<_>>()
+            });
+            pairs.given = Some(flat.collect());
+        }
+    }
+    timing::record("planning", t0);
+    let t0 = Instant::now();
+    let inline_trace = config.keep_trace && n_starts <= INLINE_TRACE_STARTS;
+    let small_out = run_all(dev, data, &small, first, config, Kernel::Warp, inline_trace, monitor)?;
+    let large_out = run_all(dev, data, &large, first, config, Kernel::Grid, config.keep_trace, monitor)?;
+    timing::record("kernels", t0);
+    let t0 = Instant::now();
+
+    let nstat = 3 * m;
+    let start_of = |out: &Outputs, p: usize| -> StartFit {
+        let init = params_at(&out.init, p, m);
+        if let Some(why) = &out.no_start[p] {
+            return StartFit::failed(m, MixParams::nan(m), 0, why.clone());
+        }
+        let trace = out.trace.get(p).cloned().unwrap_or_default();
+        start_fit(config.family, m, init, &out.params[p * nstat..(p + 1) * nstat], out.loglik[p], out.iterations[p], out.status[p], trace)
+    };
+    let mut fits: Vec<MixFit> = data
+        .par_iter()
+        .zip(slots.par_iter())
+        .map(|(x, slot)| {
+            let (out, p0) = match slot {
+                Slot::Unfittable(why) => {
+                    let failed = StartFit::failed(m, MixParams::nan(m), 0, why.clone());
+                    return MixFit::from_chosen(failed, 0, vec![f64::NAN; n_starts], x.len());
+                }
+                Slot::Small(p) => (&small_out, *p),
+                Slot::Large(p) => (&large_out, *p),
+            };
+            let (ll, ok): (Vec<f64>, Vec<bool>) = (p0..p0 + n_starts).map(|p| outcome(out, p)).unzip();
+            let chosen = best_start(&ll, &ok).unwrap_or(0);
+            let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len());
+            if config.keep_posterior && fit.success() {
+                fit.posterior = Some(cpu::posterior(config.family, &Prepared::new(config.family, x), &fit.params));
+            }
+            monitor.add_done(1);
+            fit
+        })
+        .collect();
+    timing::record("results", t0);
+
+    if config.keep_trace && !inline_trace {
+        let t0 = Instant::now();
+        // Run each kept start of the shared-memory path again, recording its trace.
+        let mut kept = Pairs { given: Some(Vec::new()), ..Pairs::default() };
+        let mut owner = Vec::new();
+        for (d, fit) in fits.iter().enumerate() {
+            if let (true, Slot::Small(p0)) = (fit.success(), &slots[d]) {
+                let p = p0 + fit.best_start;
+                kept.push(d, fit.best_start);
+                kept.given.as_mut().expect("given").extend_from_slice(&small_out.init[p * nstat..(p + 1) * nstat]);
+                owner.push(d);
+            }
+        }
+        let rerun = run_all(dev, data, &kept, first, config, Kernel::Warp, true, monitor)?;
+        for (k, d) in owner.into_iter().enumerate() {
+            fits[d].trace = rerun.trace[k].clone();
+        }
+        timing::record("trace of kept starts", t0);
+    }
+    Ok(fits)
+}
+
+/// A pair's (log-likelihood, succeeded).
+fn outcome(out: &Outputs, p: usize) -> (f64, bool) {
+    match (out.status[p], &out.no_start[p]) {
+        (ST_CONVERGED | ST_MAX_ITERS, None) => (out.loglik[p], true),
+        _ => (f64::NAN, false),
+    }
+}
+
+fn params_at(flat: &[f64], p: usize, m: usize) -> MixParams {
+    let v = &flat[p * 3 * m..(p + 1) * 3 * m];
+    MixParams { alpha: v[..m].to_vec(), mu: v[m..2 * m].to_vec(), scale: v[2 * m..].to_vec() }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: f64, iterations: i32, status: i32, trace: Vec<f64>) -> StartFit {
+    let iter = iterations.max(0) as usize;
+    let status = match status {
+        ST_CONVERGED => FitStatus::Converged,
+        ST_MAX_ITERS => FitStatus::MaxIters,
+        code => {
+            let why = match code {
+                ST_BAD_START => failure::bad_start(),
+                ST_EMPTY => failure::empty(iter),
+                ST_COLLAPSED => failure::collapsed(family, iter),
+                _ => failure::non_finite(iter),
+            };
+            return StartFit::failed(m, init, iter, why);
+        }
+    };
+    let params = MixParams { alpha: params[..m].to_vec(), mu: params[m..2 * m].to_vec(), scale: params[2 * m..].to_vec() };
+    StartFit { params, init, loglik, iterations: iter, status, message: None, trace }
+}
+
+/// Run every pair of `pairs` on one kernel path, launch by launch. On the
+/// shared-memory path the host prepares launch k + 1 while the device runs
+/// launch k, and handles k's results while it runs k + 1.
+fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, config: &CheckedEmConfig, kernel: Kernel, trace: bool, monitor: &Monitor) -> Result<Outputs> {
+    let mut all = Outputs::default();
+    let chunks = plan_launches(dev, data, pairs, config, kernel, trace)?;
+    if kernel == Kernel::Grid {
+        for chunk in chunks {
+            monitor.check()?;
+            all.append(grid::run_grid(dev, data, pairs, chunk, first, config, monitor)?);
+        }
+        return Ok(all);
+    }
+    let mut in_flight: Option<WarpInFlight> = None;
+    for chunk in chunks {
+        let job = prepare_warp(data, pairs, chunk, first, config);
+        let done = in_flight.take().map(|f| collect_warp(dev, f, config)).transpose()?;
+        monitor.check()?;
+        in_flight = Some(launch_warp(dev, job, config, trace)?);
+        if let Some(out) = done {
+            all.append(out);
+        }
+    }
+    if let Some(f) = in_flight {
+        all.append(collect_warp(dev, f, config)?);
+    }
+    Ok(all)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kernel {
+    Warp,
+    Grid,
+}
+
+
+fn em_function(dev: &Device, config: &CheckedEmConfig, name: &str) -> Result<CudaFunction> {
+    let family = match config.family {
+        Family::InvGauss => 0,
+        Family::Normal => 1,
+    };
+    dev.function("em", &[("EM_M", config.components as i64), ("EM_FAMILY", family)], name)
+}
+

@@ -1,0 +1,144 @@
+//! The (dataset, start) pairs of one device, their starting values, the
+//! datasets a launch uploads, and what launches return.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use super::super::config::CheckedEmConfig;
+use super::super::family::Family;
+use super::super::fit::MixParams;
+use super::super::starts::initial_values;
+
+/// The (dataset, start) pairs to run on one kernel path, in dataset order.
+/// Their starting values are drawn launch by launch (see [`starting_values`]),
+/// on the host while the device runs the previous launch.
+#[derive(Default)]
+pub(super) struct Pairs {
+    pub(super) dataset: Vec<usize>,
+    pub(super) start: Vec<usize>,
+    /// Given starting values (3M per pair), instead of drawing them.
+    pub(super) given: Option<Vec<f64>>,
+}
+
+impl Pairs {
+    pub(super) fn len(&self) -> usize {
+        self.dataset.len()
+    }
+    pub(super) fn push(&mut self, dataset: usize, start: usize) {
+        self.dataset.push(dataset);
+        self.start.push(start);
+    }
+}
+
+/// Where a dataset's starts went: unfittable, or its first pair on a path.
+#[derive(Clone)]
+pub(super) enum Slot {
+    Unfittable(String),
+    Small(usize),
+    Large(usize),
+}
+
+/// What a launch used and returned, one entry per pair of a [`Pairs`].
+#[derive(Default)]
+pub(super) struct Outputs {
+    pub(super) init: Vec<f64>,
+    /// Why no starting values could be drawn (the pair then ran from NaN
+    /// and its result is ignored).
+    pub(super) no_start: Vec<Option<String>>,
+    pub(super) params: Vec<f64>,
+    pub(super) loglik: Vec<f64>,
+    pub(super) iterations: Vec<i32>,
+    pub(super) status: Vec<i32>,
+    /// Per pair, when recorded.
+    pub(super) trace: Vec<Vec<f64>>,
+}
+
+impl Outputs {
+    pub(super) fn append(&mut self, other: Outputs) {
+        self.init.extend(other.init);
+        self.no_start.extend(other.no_start);
+        self.params.extend(other.params);
+        self.loglik.extend(other.loglik);
+        self.iterations.extend(other.iterations);
+        self.status.extend(other.status);
+        self.trace.extend(other.trace);
+    }
+}
+
+/// Starting values of the pairs `range` (3M each, NaN where none could be
+/// drawn) and why not, drawn in parallel from the keyed streams.
+pub(super) fn starting_values(data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig) -> (Vec<f64>, Vec<Option<String>>) {
+    let nstat = 3 * config.components;
+    if let Some(given) = &pairs.given {
+        return (given[range.start * nstat..range.end * nstat].to_vec(), vec![None; range.len()]);
+    }
+    let drawn: Vec<std::result::Result<MixParams, String>> = range
+        .into_par_iter()
+        .map(|p| initial_values(config, data[pairs.dataset[p]], first + pairs.dataset[p], pairs.start[p]))
+        .collect();
+    let mut init = Vec::with_capacity(drawn.len() * nstat);
+    let mut why = Vec::with_capacity(drawn.len());
+    for d in drawn {
+        match d {
+            Ok(p) => {
+                init.extend(p.alpha.iter().chain(&p.mu).chain(&p.scale));
+                why.push(None);
+            }
+            Err(e) => {
+                init.extend(std::iter::repeat_n(f64::NAN, nstat));
+                why.push(Some(e));
+            }
+        }
+    }
+    (init, why)
+}
+
+
+/// The datasets used by a range of pairs, concatenated, with their layout.
+/// A single dataset is borrowed, not copied (10^7 observations: no host copy).
+pub(super) struct Uploaded<'a> {
+    pub(super) x: Cow<'a, [f64]>,
+    pub(super) offsets: Vec<i64>,
+    pub(super) lengths: Vec<i32>,
+    pub(super) centres: Vec<f64>,
+    /// Index into the lists above of each pair's dataset.
+    pub(super) pair_dataset: Vec<i32>,
+    pub(super) max_n: usize,
+}
+
+pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], datasets: &[usize]) -> Uploaded<'a> {
+    let single = datasets.iter().all(|&d| d == datasets[0]);
+    let mut up = Uploaded { x: Cow::Borrowed(&[]), offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], max_n: 0 };
+    let mut last = usize::MAX;
+    for &d in datasets {
+        if d != last {
+            let x = data[d];
+            up.offsets.push(up.x.len() as i64);
+            up.lengths.push(x.len() as i32);
+            up.centres.push(family.centre(x));
+            if single {
+                up.x = Cow::Borrowed(x);
+            } else {
+                up.x.to_mut().extend_from_slice(x);
+            }
+            up.max_n = up.max_n.max(x.len());
+            last = d;
+        }
+        up.pair_dataset.push(up.lengths.len() as i32 - 1);
+    }
+    up
+}
+
+
+/// Per-pair traces out of a pairs x max_iters buffer, each as long as its
+/// pair's iterations.
+pub(super) fn split_trace(trace: &[f64], iterations: &[i32], max_iters: usize) -> Vec<Vec<f64>> {
+    iterations
+        .iter()
+        .enumerate()
+        .map(|(p, &it)| trace[p * max_iters..p * max_iters + (it.max(0) as usize).min(max_iters)].to_vec())
+        .collect()
+}
+

@@ -1,0 +1,129 @@
+//! The shared-memory path: em_warp, one warp per (dataset, start), the
+//! whole EM in one launch.
+
+use std::ops::Range;
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
+use crate::gpu::Device;
+
+use super::super::config::CheckedEmConfig;
+use super::pairs::{gather, split_trace, starting_values, Outputs, Pairs, Uploaded};
+use super::{em_function, WARPS_PER_BLOCK};
+
+/// A launch of em_warp prepared on the host (no device work yet).
+pub(super) struct WarpJob<'a> {
+    up: Uploaded<'a>,
+    block_dataset: Vec<i32>,
+    block_pair0: Vec<i32>,
+    block_pairs: Vec<i32>,
+    init: Vec<f64>,
+    no_start: Vec<Option<String>>,
+    n_pairs: usize,
+}
+
+pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig) -> WarpJob<'a> {
+    let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
+    let up = gather(config.family, data, &pairs.dataset[range.clone()]);
+    // Blocks: up to WARPS_PER_BLOCK consecutive pairs of one dataset.
+    let (mut block_dataset, mut block_pair0, mut block_pairs) = (vec![], vec![], vec![]);
+    for (i, &d) in up.pair_dataset.iter().enumerate() {
+        let open = block_dataset.last() == Some(&d) && *block_pairs.last().unwrap_or(&0) < WARPS_PER_BLOCK as i32;
+        if open {
+            *block_pairs.last_mut().expect("open block") += 1;
+        } else {
+            block_dataset.push(d);
+            block_pair0.push(i as i32);
+            block_pairs.push(1);
+        }
+    }
+    WarpJob { up, block_dataset, block_pair0, block_pairs, init, no_start, n_pairs: range.len() }
+}
+
+/// Device buffers of a launched em_warp, read back by [`collect_warp`]; its
+/// inputs are kept until then, so nothing is freed under a running kernel.
+pub(super) struct WarpInFlight {
+    init: Vec<f64>,
+    no_start: Vec<Option<String>>,
+    _inputs: (CudaSlice<f64>, CudaSlice<i64>, [CudaSlice<i32>; 4], CudaSlice<f64>, CudaSlice<f64>),
+    params: CudaSlice<f64>,
+    loglik: CudaSlice<f64>,
+    iterations: CudaSlice<i32>,
+    status: CudaSlice<i32>,
+    trace: Option<CudaSlice<f64>>,
+}
+
+pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, record_trace: bool) -> Result<WarpInFlight> {
+    let nstat = 3 * config.components;
+    let n_pairs = job.n_pairs;
+    let smem = (16 * job.up.max_n) as u32;
+    let f = em_function(dev, config, "em_warp")?;
+    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+        .map_err(|e| dev.err("raising the shared-memory limit", e))?;
+    let s = &dev.stream;
+    let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
+    let d_x = s.clone_htod(&job.up.x[..]).map_err(e("copying data"))?;
+    let d_off = s.clone_htod(&job.up.offsets).map_err(e("copying data"))?;
+    let d_len = s.clone_htod(&job.up.lengths).map_err(e("copying data"))?;
+    let d_cen = s.clone_htod(&job.up.centres).map_err(e("copying data"))?;
+    let d_bd = s.clone_htod(&job.block_dataset).map_err(e("copying data"))?;
+    let d_bp0 = s.clone_htod(&job.block_pair0).map_err(e("copying data"))?;
+    let d_bp = s.clone_htod(&job.block_pairs).map_err(e("copying data"))?;
+    let d_init = s.clone_htod(&job.init).map_err(e("copying starts"))?;
+    let mut out = WarpInFlight {
+        init: job.init,
+        no_start: job.no_start,
+        _inputs: (d_x, d_off, [d_len, d_bd, d_bp0, d_bp], d_cen, d_init),
+        params: s.alloc_zeros::<f64>(n_pairs * nstat).map_err(e("allocating results"))?,
+        loglik: s.alloc_zeros::<f64>(n_pairs).map_err(e("allocating results"))?,
+        iterations: s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?,
+        status: s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?,
+        trace: None,
+    };
+    if record_trace {
+        out.trace = Some(s.alloc_zeros::<f64>(n_pairs * config.max_iters).map_err(e("allocating the trace"))?);
+    }
+    let (max_iters, epsilon) = (config.max_iters as i32, config.epsilon);
+    let cfg = LaunchConfig { grid_dim: (job.block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
+    let null_trace: u64 = 0;
+    let inputs = &out._inputs;
+    let mut launch = s.launch_builder(&f);
+    launch
+        .arg(&inputs.0).arg(&inputs.1).arg(&inputs.2[0]).arg(&inputs.3).arg(&inputs.2[1]).arg(&inputs.2[2]).arg(&inputs.2[3]).arg(&inputs.4)
+        .arg(&mut out.params).arg(&mut out.loglik).arg(&mut out.iterations).arg(&mut out.status);
+    match out.trace.as_mut() {
+        Some(t) => launch.arg(t),
+        None => launch.arg(&null_trace),
+    };
+    launch.arg(&max_iters).arg(&epsilon);
+    // SAFETY: the arguments match em_warp's parameter list in kernels/em.cu
+    // in order and type (a null pointer for the trace when none is kept);
+    // every buffer holds the elements the kernel indexes (blocks, pairs x 3M
+    // params, pairs x max_iters trace, the datasets' observations at their
+    // offsets), and shared memory holds max_n pairs of doubles. The inputs
+    // live in `out` until the results are read.
+    unsafe { launch.launch(cfg) }.map_err(e("launching em_warp"))?;
+    Ok(out)
+}
+
+pub(super) fn collect_warp(dev: &Device, out: WarpInFlight, config: &CheckedEmConfig) -> Result<Outputs> {
+    let s = &dev.stream;
+    let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
+    let iterations = s.clone_dtoh(&out.iterations).map_err(e("reading results"))?;
+    let trace = match &out.trace {
+        Some(t) => split_trace(&s.clone_dtoh(t).map_err(e("reading the trace"))?, &iterations, config.max_iters),
+        None => vec![],
+    };
+    Ok(Outputs {
+        init: out.init,
+        no_start: out.no_start,
+        params: s.clone_dtoh(&out.params).map_err(e("reading results"))?,
+        loglik: s.clone_dtoh(&out.loglik).map_err(e("reading results"))?,
+        status: s.clone_dtoh(&out.status).map_err(e("reading results"))?,
+        iterations,
+        trace,
+    })
+}
+
