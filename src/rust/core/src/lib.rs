@@ -17,6 +17,7 @@ pub mod error;
 pub mod exec;
 pub mod rng;
 pub mod em;
+pub mod reduce;
 pub mod gpu;
 pub mod tolerances;
 
