@@ -14,4 +14,13 @@ em_auto_backend_ <- function(work, components) .Call(wrap__em_auto_backend_, wor
 #' @noRd
 backends_ <- function() .Call(wrap__backends_)
 
+#' Sum or mean ("sum" / "mean") of every element of `x` with `method` in
+#' `precision`, on the CPU.
+#' @noRd
+reduce_ <- function(x, method, precision, kind, threads) .Call(wrap__reduce_, x, method, precision, kind, threads)
+
+#' log(mean(exp(x))) of every element of `x`, on the CPU.
+#' @noRd
+log_mean_exp_ <- function(x, threads) .Call(wrap__log_mean_exp_, x, threads)
+
 

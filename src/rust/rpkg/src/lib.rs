@@ -6,10 +6,12 @@ use extendr_api::prelude::*;
 
 mod em;
 mod backend;
+mod reduce;
 mod session;
 
 extendr_module! {
     mod bulkem;
     use em;
     use backend;
+    use reduce;
 }
