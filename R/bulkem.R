@@ -240,25 +240,23 @@ inits_rows <- function(inits, idx) {
 # Split the core's flat vectors into one bulkem_fit per dataset.
 assemble_fits <- function(raw, names, family, M, keep.posterior) {
   D <- length(raw$loglik)
-  by_row <- function(v, ncol) matrix(v, nrow = D, ncol = ncol, byrow = TRUE)
+  # The core marks "no value" with NaN; R users expect NA. Converted once,
+  # on whole matrices, before splitting by dataset.
+  na_nan <- function(v) { v[is.nan(v)] <- NA_real_; v }
+  by_row <- function(v, ncol) na_nan(matrix(v, nrow = D, ncol = ncol, byrow = TRUE))
   alpha <- by_row(raw$alpha, M)
   mu <- by_row(raw$mu, M)
   scale <- by_row(raw$scale, M)
   init_alpha <- by_row(raw$init_alpha, M)
   init_mu <- by_row(raw$init_mu, M)
   init_scale <- by_row(raw$init_scale, M)
-  S <- length(raw$start_logliks) / D
-  start_ll <- by_row(raw$start_logliks, S)
-  start_ll[is.nan(start_ll)] <- NA_real_
-  loglik <- raw$loglik
-  loglik[is.nan(loglik)] <- NA_real_
-  na_nan <- function(v) { v[is.nan(v)] <- NA_real_; v }
+  start_ll <- by_row(raw$start_logliks, length(raw$start_logliks) / D)
+  loglik <- na_nan(raw$loglik)
   scale_name <- if (family == "invgauss") "lambda" else "sigma"
   fits <- lapply(seq_len(D), function(d) {
     fit <- list(
-      alpha = na_nan(alpha[d, ]), mu = na_nan(mu[d, ]), scale = na_nan(scale[d, ]),
-      init_alpha = na_nan(init_alpha[d, ]), init_mu = na_nan(init_mu[d, ]),
-      init_scale = na_nan(init_scale[d, ]),
+      alpha = alpha[d, ], mu = mu[d, ], scale = scale[d, ],
+      init_alpha = init_alpha[d, ], init_mu = init_mu[d, ], init_scale = init_scale[d, ],
       loglik = loglik[d], num_iterations = raw$iterations[d],
       fit_success = raw$status[d] != "failed", status = raw$status[d],
       message = if (nzchar(raw$message[d])) raw$message[d] else NA_character_,

@@ -5,14 +5,7 @@ use bulkem_core::reduce::{self, Method, Precision};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{r_error, run_in_session};
-
-fn vectors(values: &[Robj]) -> Result<Vec<&[f64]>> {
-    values
-        .iter()
-        .map(|v| v.as_real_slice().ok_or_else(|| Error::Other("internal: every element must be a double vector".into())))
-        .collect()
-}
+use crate::session::{r_error, real_slices, run_in_session};
 
 /// Sum or mean ("sum" / "mean") of every element of `x` with `method` in
 /// `precision`, on the CPU.
@@ -22,7 +15,7 @@ fn reduce_(x: List, method: &str, precision: &str, kind: &str, threads: i32) -> 
     let method = Method::parse(method).ok_or_else(|| Error::Other(format!("unknown method '{method}'")))?;
     let precision = Precision::parse(precision).ok_or_else(|| Error::Other(format!("unknown precision '{precision}'")))?;
     let values: Vec<Robj> = x.values().collect();
-    let data = vectors(&values)?;
+    let data = real_slices(&values)?;
     let out = run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| match kind {
         "sum" => reduce::sums(&data, method, precision, exec),
         _ => reduce::means(&data, method, precision, exec),
@@ -35,7 +28,7 @@ fn reduce_(x: List, method: &str, precision: &str, kind: &str, threads: i32) -> 
 #[extendr]
 fn log_mean_exp_(x: List, threads: i32) -> Result<Vec<f64>> {
     let values: Vec<Robj> = x.values().collect();
-    let data = vectors(&values)?;
+    let data = real_slices(&values)?;
     run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| reduce::log_mean_exps(&data, exec)).map_err(r_error)
 }
 

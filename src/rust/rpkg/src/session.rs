@@ -17,6 +17,14 @@ extern "C" {
 /// How often the main thread checks for an interrupt.
 const POLL: Duration = Duration::from_millis(50);
 
+/// The double vectors of an R list, borrowed (the R side has coerced them).
+pub fn real_slices(values: &[Robj]) -> Result<Vec<&[f64]>> {
+    values
+        .iter()
+        .map(|v| v.as_real_slice().ok_or_else(|| Error::Other("internal: every element must be a double vector".into())))
+        .collect()
+}
+
 /// Core error -> R error message.
 pub fn r_error(e: bulkem_core::Error) -> Error {
     Error::Other(e.to_string())
