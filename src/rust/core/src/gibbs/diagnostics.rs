@@ -193,3 +193,20 @@ pub fn ess(chains: &[Vec<f64>]) -> f64 {
     let tau_hat = tau_hat.max(1.0 / total.log10());
     total / tau_hat
 }
+
+/// R-hat and bulk ESS of every parameter of a kept x chains x parameters
+/// array (iteration fastest), parameters in parallel.
+pub fn rhat_ess_all(draws: &[f64], kept: usize, chains: usize) -> (Vec<f64>, Vec<f64>) {
+    use rayon::prelude::*;
+    let per = kept * chains;
+    if per == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    draws
+        .par_chunks(per)
+        .map(|d| {
+            let refs: Vec<&[f64]> = d.chunks(kept).collect();
+            (rhat(&refs), ess_bulk(&refs))
+        })
+        .unzip()
+}
