@@ -67,7 +67,7 @@ summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.97
   flat <- matrix(draws, ncol = length(pars))
   q <- t(apply(flat, 2, stats::quantile, probs = probs, names = FALSE))
   if (length(probs) == 1) q <- t(q)
-  colnames(q) <- paste0(format(100 * probs, trim = TRUE), "%")
+  colnames(q) <- paste0(formatC(100 * probs, format = "fg", digits = 6), "%")
   diag <- hbglm_diagnostics(draws)
   out <- data.frame(mean = colMeans(flat), sd = apply(flat, 2, stats::sd), q,
                     rhat = diag$rhat, ess_bulk = diag$ess_bulk,
@@ -105,7 +105,7 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
   all <- hbglm_diagnostics(x$draws)
-  cat("\nAll ", nrow(all), " parameters: max R-hat ", format(max(all$rhat, na.rm = TRUE), digits = 3),
+  cat("\nAll ", nrow(all), " parameters: max R-hat ", sprintf("%.3f", max(all$rhat, na.rm = TRUE)),
       ", min bulk ESS ", format(round(min(all$ess_bulk, na.rm = TRUE))), "\n", sep = "")
   invisible(x)
 }
