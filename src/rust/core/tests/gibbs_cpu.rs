@@ -235,17 +235,17 @@ fn quadrature(family: Family, y: &[f64], x: &[f64], m0: f64, v0: f64) -> (f64, f
     (mean, var.sqrt())
 }
 
-fn one_group_glm(family: Family, y: Vec<f64>, x: Vec<f64>) {
+fn one_group_glm(family: Family, y: Vec<f64>, x: Vec<f64>, iter: usize) {
     let n = y.len();
     let data = HbData::new(y.clone(), x.clone(), vec![], &[n], 1, 0).unwrap();
     let prior = Prior { mu_mean: 0.3, mu_sd: 1.0, tau: ScalePrior::Fixed(0.5), ..Prior::default() };
-    let config = HbglmConfig { prior, iter: 3000, warmup: 500, chains: 4, seed: 5, ..HbglmConfig::new(family) };
+    let config = HbglmConfig { prior, iter, warmup: iter / 6, chains: 4, seed: 5, ..HbglmConfig::new(family) };
     let fit = sample(&data, &config, &Exec::cpu()).unwrap();
     let (mean, sd) = quadrature(family, &y, &x, 0.3, 1.0 + 0.25);
     let chains = fit.chains_of(fit.layout.beta(0, 0));
     let n_eff = ess_bulk(&chains);
     let m = fit.mean(fit.layout.beta(0, 0));
-    assert!(n_eff > 1000.0);
+    assert!(n_eff > 0.2 * (config.kept() * 4) as f64, "ESS {n_eff}");
     assert!((m - mean).abs() < Z * sd / n_eff.sqrt(), "{family:?}: mean {m} vs quadrature {mean} (sd {sd}, ESS {n_eff})");
 }
 
@@ -253,14 +253,23 @@ fn one_group_glm(family: Family, y: Vec<f64>, x: Vec<f64>) {
 fn one_group_binomial_matches_quadrature() {
     let x: Vec<f64> = (0..40).map(|i| -1.0 + i as f64 / 20.0).collect();
     let y: Vec<f64> = x.iter().enumerate().map(|(i, &v)| if (v + 0.3 * ((i * 7) % 5) as f64 - 0.4) > 0.0 { 1.0 } else { 0.0 }).collect();
-    one_group_glm(Family::Binomial, y, x);
+    one_group_glm(Family::Binomial, y, x, 3000);
+}
+
+#[test]
+fn a_group_large_enough_to_be_split_matches_quadrature() {
+    // Above SPLIT_GROUP_ROWS: the group's log-likelihood is summed in parallel.
+    let n = bulkem_core::gibbs::sweep::SPLIT_GROUP_ROWS + 1000;
+    let x: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0).collect();
+    let y: Vec<f64> = (0..n).map(|i| ((i * 7919) % 13 < 5 + (x[i] > 0.0) as usize * 3) as u8 as f64).collect();
+    one_group_glm(Family::Binomial, y, x, 300);
 }
 
 #[test]
 fn one_group_poisson_matches_quadrature() {
     let x: Vec<f64> = (0..30).map(|i| 0.5 + (i % 6) as f64 / 6.0).collect();
     let y: Vec<f64> = (0..30).map(|i| ((i * 5) % 7) as f64).collect();
-    one_group_glm(Family::Poisson, y, x);
+    one_group_glm(Family::Poisson, y, x, 3000);
 }
 
 /// Geweke (2004): the successive-conditional simulator (a Gibbs sweep
@@ -284,7 +293,7 @@ fn geweke_joint_distribution_check() {
     };
     // Successive-conditional chain.
     let mut state = {
-        let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0 };
+        let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0, balance: true };
         sw.init(config.w)
     };
     simulate_y(&mut data, &state, 0);
@@ -292,7 +301,7 @@ fn geweke_joint_distribution_check() {
     let mut chain: Vec<[f64; 6]> = Vec::with_capacity(n_iter);
     for t in 0..n_iter {
         {
-            let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0 };
+            let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0, balance: true };
             sw.sweep(&mut state, t, false);
         }
         simulate_y(&mut data, &state, t + 1);
@@ -328,7 +337,8 @@ fn geweke_joint_distribution_check() {
 
 #[test]
 fn draws_do_not_depend_on_thread_count() {
-    let sizes: Vec<usize> = (0..150).map(|g| 1 + g % 9).collect();
+    let mut sizes: Vec<usize> = (0..150).map(|g| 1 + g % 9).collect();
+    sizes[7] = bulkem_core::gibbs::sweep::SPLIT_GROUP_ROWS + 5;
     let (x, z) = design(&sizes, 2, 1, 21);
     let n = x.len() / 2;
     let y: Vec<f64> = (0..n).map(|i| ((i * 13) % 3 == 0) as u8 as f64).collect();

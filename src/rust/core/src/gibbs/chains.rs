@@ -23,7 +23,7 @@ fn push_draw(out: &mut Vec<f64>, s: &super::sweep::State, gaussian: bool) {
 /// Run one chain: kept draws (kept x parameters, row-major) and its
 /// evaluation counts.
 fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec) -> Result<(Vec<f64>, SweepStats)> {
-    let sweeper = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain };
+    let sweeper = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain, balance: true };
     let layout = Layout::of(data, config.family);
     let gaussian = layout.sigma;
     let mut state = sweeper.init(config.w);

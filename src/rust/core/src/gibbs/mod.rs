@@ -168,12 +168,27 @@ impl HbglmFit {
 
 /// The CPU backend's plan for `data`.
 pub fn cpu_plan(data: &HbData, family: Family) -> Vec<BlockPlan> {
-    let mut plan = vec![
+    let big = (0..data.groups()).filter(|&g| data.rows(g).len() >= sweep::SPLIT_GROUP_ROWS).count();
+    let beta = if big == 0 {
         BlockPlan {
             block: "beta",
             regime: "block-parallel",
             detail: format!("{} groups across CPU threads; each group's log posterior ({} rows on average) summed serially", data.groups(), data.n() / data.groups().max(1)),
-        },
+        }
+    } else {
+        BlockPlan {
+            block: "beta",
+            regime: "both",
+            detail: format!(
+                "{} groups across CPU threads; the log posteriors of the {} groups of at least {} rows also summed in parallel chunks",
+                data.groups(),
+                big,
+                sweep::SPLIT_GROUP_ROWS
+            ),
+        }
+    };
+    let mut plan = vec![
+        beta,
         BlockPlan { block: "mu", regime: "serial", detail: "conjugate normal draw per coefficient (sums over groups in parallel)".into() },
         BlockPlan { block: "tau", regime: "serial", detail: "slice on log tau per coefficient (sums over groups in parallel)".into() },
     ];

@@ -18,6 +18,11 @@ use super::slice::{slice_step, SliceSettings};
 const SUM_CHUNK: usize = 4096;
 /// Groups per rayon task at least: tiny groups cost less than a task.
 const MIN_GROUPS_PER_TASK: usize = 64;
+/// A group with at least this many rows sums its log-likelihood in parallel
+/// chunks too (with load balancing on), so one huge group cannot keep a
+/// single thread busy while the others idle. Depends on the data only, so
+/// draws stay independent of the thread count.
+pub const SPLIT_GROUP_ROWS: usize = 2 * SUM_CHUNK;
 
 /// The parameters of one chain and its cached linear predictor.
 #[derive(Debug, Clone)]
@@ -61,6 +66,11 @@ pub struct Sweeper<'a> {
     pub slice: SliceSettings,
     pub seed: u64,
     pub chain: usize,
+    /// Load balancing of the group block: small rayon tasks that idle
+    /// threads steal (true), or one fixed, equal-count range of groups per
+    /// thread (false; kept to measure what balancing buys with unequal
+    /// group sizes).
+    pub balance: bool,
 }
 
 /// Sum of `f(range)` over fixed chunks of 0..n, in a fixed order.
@@ -171,18 +181,26 @@ impl Sweeper<'_> {
             .zip(w_beta.par_chunks_mut(k))
             .zip(moved_beta.par_chunks_mut(k))
             .enumerate()
-            .with_min_len(MIN_GROUPS_PER_TASK)
+            .with_min_len(if self.balance { MIN_GROUPS_PER_TASK } else { g_count.div_ceil(rayon::current_num_threads()).max(1) })
             .map(|(g, (((eta, beta), w), moved))| {
                 let rows = d.rows(g);
                 let y = &d.y[rows.clone()];
                 let x = &d.x[rows.start * k..rows.end * k];
                 let mut rng = self.rng(sweep, Block::Group(g));
+                let split = self.balance && y.len() >= SPLIT_GROUP_ROWS;
                 let loglik = |eta: &[f64], j: usize, delta: f64| -> f64 {
-                    let mut s = 0.0;
-                    for i in 0..y.len() {
-                        s += self.family.loglik(y[i], eta[i] + x[i * k + j] * delta, inv_var);
+                    let part = |r: std::ops::Range<usize>| -> f64 {
+                        let mut s = 0.0;
+                        for i in r {
+                            s += self.family.loglik(y[i], eta[i] + x[i * k + j] * delta, inv_var);
+                        }
+                        s
+                    };
+                    if split {
+                        par_sum(y.len(), part)
+                    } else {
+                        part(0..y.len())
                     }
-                    s
                 };
                 let (mut evals, mut stuck) = (1u64, 0u64);
                 // The group's log-likelihood at the current point, carried
