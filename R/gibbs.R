@@ -43,8 +43,11 @@
 #' @param slice A list with the initial slice width `w` (default 1), the
 #'   stepping-out limit `m` (default `Inf`) and optionally `adapt` (default
 #'   `TRUE`: adapt the widths during warmup).
-#' @param use.gpu `NA` or `FALSE`: the CPU. `TRUE`: an error (the GPU
-#'   sampler is not available in this version).
+#' @param use.gpu `NA`: a CUDA GPU when one is usable and the job is large
+#'   (rows x sweeps x chains of at least 5e8), else the CPU. `TRUE`: the GPU,
+#'   or an error explaining why not. `FALSE`: the CPU. The GPU draws its own
+#'   random numbers: its draws agree with the CPU backend's in
+#'   distribution, not bit for bit.
 #' @param seed `NULL` (drawn from R's RNG, so [set.seed()] reproduces a
 #'   call) or a whole number.
 #' @return An object of class `bulkem_hbglm`, a list with
@@ -111,19 +114,14 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   }
   slice <- check_slice(slice, call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
-  if (isTRUE(use.gpu)) {
-    cli::cli_abort(c(
-      "{.code use.gpu = TRUE} but the GPU Gibbs sampler is not available in this version.",
-      i = "Use {.code use.gpu = NA} or {.code FALSE} for the CPU."
-    ), call = call)
-  }
   seed <- check_seed(seed, call = call)
 
   model <- hbglm_data(formula, data, group, family, global, call)
+  backend <- resolve_backend(use.gpu, call)
   raw <- call_core(hbglm_fit_(
     model$y, as.double(t(model$x)), as.double(t(model$z)), model$sizes,
     ncol(model$x), ncol(model$z), family, unclass(prior), iter, warmup, chains, thin,
-    slice$w, slice$m, slice$adapt, seed, cpu_threads(), "cpu"
+    slice$w, slice$m, slice$adapt, seed, cpu_threads(), backend
   ), call, "hbglm")
 
   pars <- hbglm_par_names(model$groups, colnames(model$x), colnames(model$z), family)

@@ -231,12 +231,14 @@ test_that("bad input to hbglm() is a clear error naming the argument", {
     hbglm(y ~ price, d, group = "store", prior = list(mu_sd = 1))
     hbglm(y ~ price, d, group = "store", slice = list(w = 0))
     hbglm(y ~ price, d, group = "store", slice = list(m = 0.5))
-    hbglm(y ~ price, d, group = "store", use.gpu = TRUE)
     hbglm(y ~ price, d, group = "store", global = ~ price)
     hbglm(~ price, d, group = "store")
     hbglm_prior(tau_scale = -1)
     hbglm_prior(tau_family = "cauchy")
   })
+  if (!bulkem_backends()$usable[2]) {
+    expect_error(hbglm(y ~ price, d, group = "store", use.gpu = TRUE), "no CUDA GPU is usable")
+  }
   na_y <- d
   na_y$y[5] <- NA
   expect_snapshot(hbglm(y ~ price, na_y, group = "store"), error = TRUE)

@@ -13,7 +13,7 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
         eprintln!("skipped: libnvrtc not found");
         return;
     }
-    assert_eq!(KERNELS.len(), 1, "a new kernel file needs its specialisations listed here");
+    assert_eq!(KERNELS.len(), 2, "a new kernel file needs its specialisations listed here");
     let src = kernel_source("em").expect("em kernel source");
     for arch in ["sm_80", "sm_90"] {
         for family in 0..2 {
@@ -24,6 +24,17 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
                 for entry in ["em_warp", "em_partial", "em_update"] {
                     assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {arch} M = {m}");
                 }
+            }
+        }
+    }
+    let src = kernel_source("gibbs").expect("gibbs kernel source");
+    for arch in ["sm_80", "sm_90"] {
+        for family in 0..3 {
+            let ptx = compile(&src, arch, &[("HB_FAMILY", family)]);
+            let ptx = ptx.unwrap_or_else(|e| panic!("gibbs.cu, {arch}, family {family}: {e}"));
+            let text = ptx.to_src();
+            for entry in ["hb_beta_tiles", "hb_beta_block", "hb_global"] {
+                assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {arch}, family {family}");
             }
         }
     }

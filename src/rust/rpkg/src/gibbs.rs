@@ -72,7 +72,7 @@ fn hbglm_fit_(
         adapt,
         seed: seed as u64,
     };
-    let backend = parse_backend(backend)?.unwrap_or(Backend::Cpu);
+    let backend = parse_backend(backend)?.unwrap_or_else(|| bulkem_core::gibbs::auto_backend(&data, &config));
     let t0 = std::time::Instant::now();
     let fit = run_in_session(backend, threads.max(0) as usize, |exec| sample(&data, &config, exec)).map_err(r_error)?;
     let seconds = t0.elapsed().as_secs_f64();

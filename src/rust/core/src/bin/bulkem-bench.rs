@@ -6,7 +6,7 @@
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
-//!                    [--big-groups B] [--sweeps N] [--json FILE]
+//!                    [--big-groups B] [--sweeps N] [--backend cpu|cuda|both] [--json FILE]
 //! ```
 //! `gibbs`: hierarchical logistic regression as in
 //! shared/peers/numpyro_hblogit.py (G groups x n obs x K coefficients,
@@ -15,6 +15,9 @@
 //! as time per sweep (one chain): B single-coefficient groups x 5 obs
 //! (default 4,000,000), one global coefficient over 6,390 obs, G x n, and
 //! G groups with heavy-tailed sizes (same total) with load balancing on/off.
+//! On CUDA the kernels are compiled by an untimed warm-up run first (its
+//! time is printed), and time per sweep is the difference between runs of
+//! 2N and N sweeps, so uploads and start-up are excluded.
 //! Prints one row per (case, backend) and appends one JSON line per row to
 //! FILE (default bench-results.jsonl). With `--backend both` the CPU runs on
 //! the first K datasets (default: all) and the ratio compares throughputs.
@@ -197,8 +200,9 @@ mod gibbs_bench {
     use std::io::Write;
     use std::time::Instant;
 
-    use bulkem_core::exec::{available_threads, Exec};
+    use bulkem_core::exec::{available_threads, Backend, Exec};
     use bulkem_core::gibbs::diagnostics::ess_bulk;
+    use bulkem_core::gibbs::gpu::sample_gpu;
     use bulkem_core::gibbs::{sample, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, Sweeper};
     use rayon::prelude::*;
 
@@ -213,10 +217,11 @@ mod gibbs_bench {
         big_groups: usize,
         sweeps: usize,
         threads: usize,
+        backends: Vec<Backend>,
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu] };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -231,6 +236,14 @@ mod gibbs_bench {
                 "--chains" => o.chains = num()?,
                 "--big-groups" => o.big_groups = num()?,
                 "--sweeps" => o.sweeps = num()?,
+                "--backend" => {
+                    o.backends = match value.as_str() {
+                        "cpu" => vec![Backend::Cpu],
+                        "cuda" => vec![Backend::Cuda],
+                        "both" => vec![Backend::Cpu, Backend::Cuda],
+                        other => return Err(format!("unknown backend {other}")),
+                    }
+                }
                 "--threads" | "--json" => {}
                 _ => return Err(format!("unknown flag {flag}")),
             }
@@ -277,6 +290,34 @@ mod gibbs_bench {
 
     fn hblogit(o: &Opts, json: &mut std::fs::File) -> Result<(), String> {
         let data = hblogit_data(&vec![o.n; o.groups], o.k, 0);
+        let mut cpu_rate = None;
+        for &backend in &o.backends {
+            let rate = hblogit_on(o, &data, backend, json)?;
+            match backend {
+                Backend::Cpu => cpu_rate = Some(rate),
+                Backend::Cuda => {
+                    if let Some(c) = cpu_rate {
+                        println!("  gpu/cpu: {:.1}x min ESS/s", rate / c);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn warm_gpu(family: Family) -> Result<f64, String> {
+        let t0 = Instant::now();
+        let tiny = hblogit_data(&[5, 80, 9000], 2, 9);
+        let config = HbglmConfig { iter: 2, warmup: 1, chains: 1, ..HbglmConfig::new(family) };
+        sample_gpu(&tiny, &config, &Exec { backend: Backend::Cuda, ..Exec::cpu() }, true).map_err(|e| e.to_string())?;
+        Ok(t0.elapsed().as_secs_f64())
+    }
+
+    /// One backend's run of the hblogit case; returns min ESS/s.
+    fn hblogit_on(o: &Opts, data: &HbData, backend: Backend, json: &mut std::fs::File) -> Result<f64, String> {
+        if backend == Backend::Cuda {
+            println!("  cuda warm-up (kernel compilation): {:.2} s", warm_gpu(Family::Binomial)?);
+        }
         let config = HbglmConfig {
             prior: peer_prior(),
             iter: o.warmup + o.draws,
@@ -285,9 +326,9 @@ mod gibbs_bench {
             seed: 1,
             ..HbglmConfig::new(Family::Binomial)
         };
-        let exec = Exec::cpu().threads(o.threads);
+        let exec = Exec { backend, ..Exec::cpu().threads(o.threads) };
         let t0 = Instant::now();
-        let fit = sample(&data, &config, &exec).map_err(|e| e.to_string())?;
+        let fit = sample(data, &config, &exec).map_err(|e| e.to_string())?;
         let seconds = t0.elapsed().as_secs_f64();
         let ess: Vec<f64> = (0..o.groups * o.k).into_par_iter().map(|p| ess_bulk(&fit.chains_of(p))).collect();
         let min_ess = ess.iter().cloned().fold(f64::INFINITY, f64::min);
@@ -297,15 +338,36 @@ mod gibbs_bench {
         let sweeps = (o.chains * config.iter) as f64;
         let evals = fit.stats.beta_evals as f64 / (sweeps * (o.groups * o.k) as f64);
         println!(
-            "hblogit G={} n={} K={} warmup={} draws={} chains={} backend=cpu threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update",
-            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals
+            "hblogit G={} n={} K={} warmup={} draws={} chains={} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update",
+            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals
         );
         writeln!(
             json,
-            "{{\"area\":\"gibbs\",\"case\":\"hblogit\",\"backend\":\"cpu\",\"groups\":{},\"n\":{},\"k\":{},\"warmup\":{},\"draws\":{},\"chains\":{},\"threads\":{},\"seconds\":{:.4},\"sweeps_per_s\":{:.3},\"min_ess_bulk\":{:.1},\"median_ess_bulk\":{:.1},\"min_ess_per_s\":{:.3},\"evals_per_beta_update\":{:.3}}}",
-            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, evals
+            "{{\"area\":\"gibbs\",\"case\":\"hblogit\",\"backend\":\"{}\",\"groups\":{},\"n\":{},\"k\":{},\"warmup\":{},\"draws\":{},\"chains\":{},\"threads\":{},\"seconds\":{:.4},\"sweeps_per_s\":{:.3},\"min_ess_bulk\":{:.1},\"median_ess_bulk\":{:.1},\"min_ess_per_s\":{:.3},\"evals_per_beta_update\":{:.3}}}",
+            backend.name(), o.groups, o.n, o.k, o.warmup, o.draws, o.chains, threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, evals
         )
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+        Ok(min_ess / seconds)
+    }
+
+    /// Seconds per sweep of one chain on `backend`.
+    fn per_sweep(backend: Backend, data: &HbData, family: Family, prior: &Prior, sweeps: usize, balance: bool) -> Result<f64, String> {
+        match backend {
+            Backend::Cpu => Ok(time_per_sweep(data, family, prior, sweeps, balance)),
+            Backend::Cuda => {
+                // Difference of 2N and N sweeps: start-up and uploads cancel.
+                let exec = Exec { backend: Backend::Cuda, ..Exec::cpu() };
+                let run = |iter: usize| -> Result<f64, String> {
+                    let config = HbglmConfig { prior: prior.clone(), iter, warmup: iter - 1, chains: 1, ..HbglmConfig::new(family) };
+                    let t0 = Instant::now();
+                    sample_gpu(data, &config, &exec, balance).map_err(|e| e.to_string())?;
+                    Ok(t0.elapsed().as_secs_f64())
+                };
+                let n = sweeps.max(20);
+                let (a, b) = (run(n)?, run(2 * n)?);
+                Ok(((b - a) / n as f64).max(0.0))
+            }
+        }
     }
 
     /// Seconds per sweep of one chain after `sweeps / 2` untimed sweeps.
@@ -323,23 +385,31 @@ mod gibbs_bench {
         t0.elapsed().as_secs_f64() / sweeps as f64
     }
 
-    fn regime_row(json: &mut std::fs::File, name: &str, regime: &str, data: &HbData, per_sweep: f64, threads: usize) -> Result<(), String> {
-        println!("{:<34} {:<24} G={:<9} n={:<10} K={} P={}  {:>10.3} ms/sweep", name, regime, data.groups(), data.n(), data.k, data.p, per_sweep * 1e3);
-        writeln!(
-            json,
-            "{{\"area\":\"gibbs\",\"case\":\"{name}\",\"regime\":\"{regime}\",\"backend\":\"cpu\",\"groups\":{},\"n\":{},\"k\":{},\"p\":{},\"threads\":{},\"seconds_per_sweep\":{:.6}}}",
-            data.groups(), data.n(), data.k, data.p, threads, per_sweep
-        )
-        .map_err(|e| e.to_string())
+    /// Time one regime case on every backend and print/record it.
+    #[allow(clippy::too_many_arguments)]
+    fn regime_row(o: &Opts, json: &mut std::fs::File, name: &str, regime: &str, data: &HbData, prior: &Prior, sweeps: usize, balance: bool) -> Result<(), String> {
+        for &backend in &o.backends {
+            let t = per_sweep(backend, data, Family::Binomial, prior, sweeps, balance)?;
+            let threads = threads_used(o.threads);
+            println!("{:<34} {:<24} {:<5} G={:<9} n={:<10} K={} P={}  {:>10.3} ms/sweep", name, regime, backend.name(), data.groups(), data.n(), data.k, data.p, t * 1e3);
+            writeln!(
+                json,
+                "{{\"area\":\"gibbs\",\"case\":\"{name}\",\"regime\":\"{regime}\",\"backend\":\"{}\",\"groups\":{},\"n\":{},\"k\":{},\"p\":{},\"threads\":{},\"seconds_per_sweep\":{:.6}}}",
+                backend.name(), data.groups(), data.n(), data.k, data.p, threads, t
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     fn regimes(o: &Opts, json: &mut std::fs::File) -> Result<(), String> {
         let prior = peer_prior();
-        let threads = threads_used(o.threads);
+        if o.backends.contains(&Backend::Cuda) {
+            println!("  cuda warm-up (kernel compilation): {:.2} s", warm_gpu(Family::Binomial)?);
+        }
         // Block-parallel: many single-coefficient groups of 5 observations.
         let many = hblogit_data(&vec![5; o.big_groups], 1, 3);
-        let t = time_per_sweep(&many, Family::Binomial, &prior, o.sweeps, true);
-        regime_row(json, "many groups x 5 obs", "block-parallel", &many, t, threads)?;
+        regime_row(o, json, "many groups x 5 obs", "block-parallel", &many, &prior, o.sweeps, true)?;
         drop(many);
         // Log-posterior-parallel: one global coefficient over 6,390 rows
         // (one group holding an intercept).
@@ -347,18 +417,15 @@ mod gibbs_bench {
         let x: Vec<f64> = base.x.chunks(2).map(|r| r[0]).collect();
         let z: Vec<f64> = base.x.chunks(2).map(|r| r[1]).collect();
         let global = HbData::new(base.y.clone(), x, z, &[6390], 1, 1).map_err(|e| e.to_string())?;
-        let t = time_per_sweep(&global, Family::Binomial, &prior, o.sweeps.max(100), true);
-        regime_row(json, "one global coefficient, 6390 obs", "log-posterior-parallel", &global, t, threads)?;
+        regime_row(o, json, "one global coefficient, 6390 obs", "log-posterior-parallel", &global, &prior, o.sweeps.max(100), true)?;
         // Both: G x n, and heavy-tailed sizes with the same total.
         let even = hblogit_data(&vec![o.n; o.groups], o.k, 5);
-        let t = time_per_sweep(&even, Family::Binomial, &prior, o.sweeps, true);
-        regime_row(json, "equal groups", "both", &even, t, threads)?;
+        regime_row(o, json, "equal groups", "both", &even, &prior, o.sweeps, true)?;
         let sizes = heavy_tailed_sizes(o.groups, o.groups * o.n);
         let heavy = hblogit_data(&sizes, o.k, 6);
         for balance in [true, false] {
-            let t = time_per_sweep(&heavy, Family::Binomial, &prior, o.sweeps, balance);
             let name = if balance { "heavy-tailed groups, balanced" } else { "heavy-tailed groups, unbalanced" };
-            regime_row(json, name, "both", &heavy, t, threads)?;
+            regime_row(o, json, name, "both", &heavy, &prior, o.sweeps, balance)?;
         }
         println!("  heavy-tailed sizes: min {}, median {}, max {}", sizes.iter().min().unwrap_or(&0), { let mut s = sizes.clone(); s.sort(); s[s.len() / 2] }, sizes.iter().max().unwrap_or(&0));
         Ok(())

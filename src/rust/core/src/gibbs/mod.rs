@@ -18,6 +18,7 @@
 
 mod adapt;
 mod chains;
+pub mod gpu;
 pub mod diagnostics;
 mod model;
 mod prior;
@@ -201,6 +202,21 @@ pub fn cpu_plan(data: &HbData, family: Family) -> Vec<BlockPlan> {
     plan
 }
 
+/// Work (rows x sweeps x chains) from which `use.gpu = NA` picks a usable
+/// GPU. Provisional: chosen before any GPU measurement of this sampler;
+/// to be set from BENCHMARKS.md once the GPU/CPU crossover is measured.
+pub const GPU_MIN_WORK: f64 = 5e8;
+
+/// The backend `use.gpu = NA` runs a job on.
+pub fn auto_backend(data: &HbData, config: &HbglmConfig) -> Backend {
+    let work = data.n() as f64 * config.iter as f64 * config.chains as f64;
+    if work >= GPU_MIN_WORK && crate::gpu::probe().usable() {
+        Backend::Cuda
+    } else {
+        Backend::Cpu
+    }
+}
+
 /// Sample the posterior of a hierarchical GLM: every chain, on `exec`'s
 /// backend. Data and settings are validated first.
 pub fn sample(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmFit> {
@@ -208,6 +224,6 @@ pub fn sample(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmF
     data.check_family(config.family)?;
     match exec.backend {
         Backend::Cpu => chains::sample_cpu(data, config, exec),
-        Backend::Cuda => Err(Error::BackendUnavailable("the GPU Gibbs sampler is not available in this version; use the CPU".into())),
+        Backend::Cuda => gpu::sample_gpu(data, config, exec, true),
     }
 }
