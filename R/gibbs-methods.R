@@ -67,7 +67,7 @@ summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.97
   flat <- matrix(draws, ncol = length(pars))
   q <- t(apply(flat, 2, stats::quantile, probs = probs, names = FALSE))
   if (length(probs) == 1) q <- t(q)
-  colnames(q) <- paste0(formatC(100 * probs, format = "fg", digits = 6), "%")
+  colnames(q) <- paste0(format(100 * probs, trim = TRUE, drop0trailing = TRUE), "%")
   diag <- hbglm_diagnostics(draws)
   out <- data.frame(mean = colMeans(flat), sd = apply(flat, 2, stats::sd), q,
                     rhat = diag$rhat, ess_bulk = diag$ess_bulk,
