@@ -77,12 +77,24 @@ pub fn softplus(x: f64) -> f64 {
     }
 }
 
+/// sum_i loglik(y_i, eta_i + xc_i * delta) over rows of one group, `xc`
+/// being the updated coefficient's column for these rows.
+#[inline]
+pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f64, inv_var: f64) -> f64 {
+    y.iter().zip(eta).zip(xc).map(|((&y, &e), &x)| family.loglik(y, e + x * delta, inv_var)).sum()
+}
+
 /// Data of a hierarchical GLM, grouped and validated.
 #[derive(Debug, Clone)]
 pub struct HbData {
     pub y: Vec<f64>,
     /// n x K, row-major: coefficients that vary by group.
     pub x: Vec<f64>,
+    /// The same values by group, each group's block column-major: element
+    /// (row r of group g, coefficient j) at K * offsets[g] + j * n_g +
+    /// (r - offsets[g]). A slice update of one coefficient reads a
+    /// contiguous column (vector loads on the CPU, coalesced on a GPU).
+    pub xcol: Vec<f64>,
     /// n x P, row-major: coefficients shared by all groups.
     pub z: Vec<f64>,
     /// G + 1 row offsets; group g owns rows offsets[g]..offsets[g + 1].
@@ -123,7 +135,16 @@ impl HbData {
             let which = if i < x.len() { "formula" } else { "global" };
             return Err(Error::arg(which, format!("gives a non-finite predictor value (element {})", i + 1)));
         }
-        Ok(HbData { y, x, z, offsets, k, p })
+        let mut xcol = vec![0.0; x.len()];
+        for g in 0..group_sizes.len() {
+            let (r0, ng) = (offsets[g], group_sizes[g]);
+            for i in 0..ng {
+                for j in 0..k {
+                    xcol[k * r0 + j * ng + i] = x[(r0 + i) * k + j];
+                }
+            }
+        }
+        Ok(HbData { y, x, xcol, z, offsets, k, p })
     }
 
     pub fn n(&self) -> usize {

@@ -12,6 +12,7 @@ use super::model::{Family, HbData};
 use super::prior::Prior;
 use super::random::{stream, Block, Rng};
 use super::slice::{slice_step, SliceSettings};
+use super::model::rows_loglik;
 
 /// Rows per task of a sum over all observations. Fixed, so the order of
 /// additions (and the result) does not depend on the thread count.
@@ -184,22 +185,19 @@ impl Sweeper<'_> {
             .with_min_len(if self.balance { MIN_GROUPS_PER_TASK } else { g_count.div_ceil(rayon::current_num_threads()).max(1) })
             .map(|(g, (((eta, beta), w), moved))| {
                 let rows = d.rows(g);
+                let ng = rows.len();
                 let y = &d.y[rows.clone()];
-                let x = &d.x[rows.start * k..rows.end * k];
+                let xg = &d.xcol[rows.start * k..rows.end * k];
                 let mut rng = self.rng(sweep, Block::Group(g));
-                let split = self.balance && y.len() >= SPLIT_GROUP_ROWS;
+                let split = self.balance && ng >= SPLIT_GROUP_ROWS;
+                let family = self.family;
                 let loglik = |eta: &[f64], j: usize, delta: f64| -> f64 {
-                    let part = |r: std::ops::Range<usize>| -> f64 {
-                        let mut s = 0.0;
-                        for i in r {
-                            s += self.family.loglik(y[i], eta[i] + x[i * k + j] * delta, inv_var);
-                        }
-                        s
-                    };
+                    let xc = &xg[j * ng..(j + 1) * ng];
+                    let part = |r: std::ops::Range<usize>| rows_loglik(family, &y[r.clone()], &eta[r.clone()], &xc[r], delta, inv_var);
                     if split {
-                        par_sum(y.len(), part)
+                        par_sum(ng, part)
                     } else {
-                        part(0..y.len())
+                        part(0..ng)
                     }
                 };
                 let (mut evals, mut stuck) = (1u64, 0u64);
@@ -215,8 +213,8 @@ impl Sweeper<'_> {
                     stuck += step.stuck as u64;
                     let delta = step.x - b0;
                     if delta != 0.0 {
-                        for (i, e) in eta.iter_mut().enumerate() {
-                            *e += x[i * k + j] * delta;
+                        for (e, xv) in eta.iter_mut().zip(&xg[j * ng..(j + 1) * ng]) {
+                            *e += xv * delta;
                         }
                         beta[j] = step.x;
                         lik = step.logf - prior(step.x);
