@@ -130,7 +130,7 @@ __device__ HbStep hb_slice(double x0, double f0, F& logf, double w, int m, doubl
 // Everything the group updates read.
 struct HbArgs {
     const double* y;
-    const double* x;   // HbData::xcol
+    const double* x;
     const long long* offsets;
     int G, K, n, ncoord;
     double* beta;         // chains x G x K
@@ -159,16 +159,9 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     HbRng rng(a.seed, c, a.sweep, g);
     int j_coord = 0;
     double d0 = 0.0, b0 = 0.0, mu = 0.0, inv_tau = 1.0;
-    // The group's block of x is column-major (HbData::xcol): lanes read
-    // consecutive rows of one column, coalesced.
-    const long long ng = r1 - r0;
-    const double* xg = a.x + (size_t)K * r0;
-    const double* yg = a.y + r0;
-    double* eg = eta + r0;
     auto lik = [&](double d) -> double {
         double s = 0.0;
-        const double* xc = xg + (size_t)j_coord * ng;
-        for (long long i = lane; i < ng; i += nthreads) s += hb_loglik(yg[i], eg[i] + xc[i] * d, inv_var);
+        for (long long i = r0 + lane; i < r1; i += nthreads) s += hb_loglik(a.y[i], eta[i] + a.x[i * K + j_coord] * d, inv_var);
         return reduce(s);
     };
     auto post = [&](double v) -> double {
@@ -190,8 +183,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
         stuck += st.stuck;
         const double delta = st.x - b0;
         if (delta != 0.0) {
-            const double* xc = xg + (size_t)j * ng;
-            for (long long i = lane; i < ng; i += nthreads) eg[i] += xc[i] * delta;
+            for (long long i = r0 + lane; i < r1; i += nthreads) eta[i] += a.x[i * K + j] * delta;
             const double z1 = (st.x - mu) * inv_tau;
             L = st.logf + 0.5 * z1 * z1;
             if (lane == 0) b[j] = st.x;

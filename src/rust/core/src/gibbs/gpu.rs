@@ -175,7 +175,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     }
     let offsets: Vec<i64> = data.offsets.iter().map(|&o| o as i64).collect();
     let d_y = s.clone_htod(&data.y).map_err(e("copying data"))?;
-    let d_x = s.clone_htod(&data.xcol).map_err(e("copying data"))?;
+    let d_x = s.clone_htod(&data.x).map_err(e("copying data"))?;
     let d_z = if p > 0 { s.clone_htod(&data.z).map_err(e("copying data"))? } else { s.alloc_zeros::<f64>(1).map_err(e("allocating"))? };
     let d_off = s.clone_htod(&offsets).map_err(e("copying data"))?;
     let d_beta = s.clone_htod(&beta).map_err(e("copying the state"))?;
