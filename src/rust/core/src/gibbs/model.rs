@@ -93,7 +93,7 @@ pub struct HbData {
     /// The same values by group, each group's block column-major: element
     /// (row r of group g, coefficient j) at K * offsets[g] + j * n_g +
     /// (r - offsets[g]). A slice update of one coefficient reads a
-    /// contiguous column (vector loads on the CPU, coalesced on a GPU).
+    /// contiguous column. (The GPU kernels still read the row-major `x`.)
     pub xcol: Vec<f64>,
     /// n x P, row-major: coefficients shared by all groups.
     pub z: Vec<f64>,
