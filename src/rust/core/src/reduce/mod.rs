@@ -42,10 +42,12 @@ pub mod logexp;
 mod method;
 pub mod naive;
 pub mod real;
+pub mod stream;
 pub mod superacc;
 pub mod tree;
 
 pub use method::{Method, Precision};
+pub use stream::Stream;
 pub use superacc::Superacc;
 
 use crate::error::{Error, Result};
