@@ -5,6 +5,7 @@
 //!                 [--backend cpu|cuda|both] [--cpu-datasets K] [--threads T] [--json FILE]
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
 //! bulkem-bench reduce [--log2 20,24,28] [--reps R] [--backend cpu|cuda|both] [--threads T] [--sweep yes]
+//! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! ```
 //! Prints one row per (case, backend) and appends one JSON line per row to
 //! FILE (default bench-results.jsonl). With `--backend both` the CPU runs on
@@ -183,7 +184,8 @@ fn main() {
                 reduce_opts.threads = threads;
                 reduce_bench::run(&reduce_opts, &mut file)
             }
-            other => Err(format!("unknown area {other}; known: em, em-suite, reduce")),
+            "reduce-table" => reduce_bench::accuracy_table(&[16_384, 1_048_576, 10_000_000, 16_777_216, 67_108_864, 134_215_680], &mut file),
+            other => Err(format!("unknown area {other}; known: em, em-suite, reduce, reduce-table")),
         }
     })();
     if let Err(e) = result {

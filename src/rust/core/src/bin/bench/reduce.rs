@@ -162,3 +162,38 @@ pub fn run(opts: &Options, json: &mut std::fs::File) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The paper's accuracy table in single precision: relative error of each
+/// method's mean against the float64 exact mean, for uniform(0, 1) and
+/// normal(6, 1) samples of growing size.
+pub fn accuracy_table(sizes: &[usize], json: &mut std::fs::File) -> Result<(), String> {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, Normal, Uniform};
+    let exec = Exec::cpu();
+    println!("{:<12} {:>12} {:>11} {:>11} {:>11} {:>11} {:>11}", "sample", "n", "naive", "kahan", "pairwise", "div2", "exact");
+    for (name, normal) in [("uniform(0,1)", false), ("normal(6,1)", true)] {
+        for &n in sizes {
+            let mut x = vec![0.0; n];
+            x.par_chunks_mut(1 << 16).enumerate().for_each(|(b, chunk)| {
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(b as u64 + if normal { 1 << 40 } else { 0 });
+                if normal {
+                    let d = Normal::new(6.0, 1.0).expect("valid normal");
+                    chunk.iter_mut().for_each(|v| *v = d.sample(&mut rng));
+                } else {
+                    let d = Uniform::new(0.0, 1.0).expect("valid uniform");
+                    chunk.iter_mut().for_each(|v| *v = d.sample(&mut rng));
+                }
+            });
+            let reference = reduce::mean(&x, Method::Exact, Precision::Double, &exec).map_err(|e| e.to_string())?;
+            let mut row = format!("{name:<12} {n:>12}");
+            for method in [Method::Naive, Method::Kahan, Method::Pairwise, Method::Div2, Method::Exact] {
+                let got = reduce::mean(&x, method, Precision::Single, &exec).map_err(|e| e.to_string())?;
+                let rel = ((got - reference) / reference).abs();
+                row += &format!(" {rel:>11.2e}");
+                writeln!(json, "{{\"area\":\"reduce-table\",\"sample\":\"{name}\",\"n\":{n},\"method\":\"{}\",\"rel_error\":{rel:e}}}", method.name()).map_err(|e| e.to_string())?;
+            }
+            println!("{row}");
+        }
+    }
+    Ok(())
+}
