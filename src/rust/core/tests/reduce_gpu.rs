@@ -3,22 +3,14 @@
 //! shape); `naive` and `kahan` stay within their error bounds. Skipped
 //! (with a note) where no device is usable.
 
-use bulkem_core::exec::{Backend, Exec};
+mod common;
+use common::{cuda, gpu_or_skip};
+
+use bulkem_core::exec::Exec;
 use bulkem_core::gpu;
 use bulkem_core::reduce::gpu::{Tuning, Workspace};
 use bulkem_core::reduce::{self, Kind, Method, Precision};
 
-fn gpu_or_skip() -> bool {
-    let probe = gpu::probe();
-    if !probe.usable() {
-        eprintln!("skipped: no usable CUDA device ({})", probe.reason);
-    }
-    probe.usable()
-}
-
-fn cuda() -> Exec {
-    Exec { backend: Backend::Cuda, ..Exec::cpu() }
-}
 
 /// Values of mixed signs and magnitudes 2^lo .. 2^hi (xorshift; cheap for big n).
 fn mixed(n: usize, seed: u64, lo: i32, hi: i32) -> Vec<f64> {
