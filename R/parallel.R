@@ -33,16 +33,23 @@ MAX_CHUNK_BYTES <- 128 * 2^20
 #' Items per chunk for parallel = "future"
 #'
 #' About `per_worker` chunks per worker, so that a faster worker (a GPU node
-#' next to CPU nodes) takes more of them and progress moves; more when the
-#' data would make a chunk larger than `MAX_CHUNK_BYTES`.
+#' next to CPU nodes) takes more of them and progress moves; fewer when a
+#' chunk would do less than `min_work` (a future costs tens of milliseconds
+#' to send, start and collect: measured 70-115 ms per future on 2 busy
+#' cores); more when the data would make a chunk larger than
+#' `MAX_CHUNK_BYTES`.
 #'
 #' @param n Number of items.
 #' @param bytes Size of all the items' data, in bytes.
+#' @param work,min_work The job's work and the least worth a chunk, in the
+#'   caller's unit (bulkem: observation-iterations).
 #' @param workers Number of future workers.
 #' @noRd
-future_chunk_size <- function(n, bytes, workers = future::nbrOfWorkers(), per_worker = 4) {
+future_chunk_size <- function(n, bytes, work = Inf, min_work = 0,
+                              workers = future::nbrOfWorkers(), per_worker = 4) {
   workers <- if (is.finite(workers)) max(1, workers) else n
-  chunks <- max(per_worker * workers, ceiling(bytes / MAX_CHUNK_BYTES))
+  chunks <- min(per_worker * workers, max(1, floor(work / min_work)))
+  chunks <- max(chunks, ceiling(bytes / MAX_CHUNK_BYTES))
   as.integer(ceiling(n / min(n, chunks)))
 }
 

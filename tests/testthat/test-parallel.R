@@ -26,9 +26,13 @@ test_that("chunks are contiguous, cover every item once, and are sized from work
   # About 4 chunks per worker ...
   expect_equal(future_chunk_size(2000, 8 * 2000 * 2000, workers = 2), 250)
   expect_equal(future_chunk_size(5, 100, workers = 8), 1)
-  # ... more when a chunk would exceed 128 MiB of data.
-  expect_equal(future_chunk_size(1e6, 8 * 1e6 * 2000, workers = 8), ceiling(1e6 / 120))
   expect_equal(future_chunk_size(100, 800, workers = Inf), 1)
+  # ... fewer when chunks would do too little work ...
+  expect_equal(future_chunk_size(2000, 8 * 2000 * 2000, work = 1e9, min_work = 2e8, workers = 2), 400)
+  expect_equal(future_chunk_size(40, 8 * 40 * 200, work = 1e6, min_work = 2e8, workers = 2), 40)
+  # ... more when a chunk would exceed 128 MiB of data.
+  expect_equal(future_chunk_size(1e6, 8 * 1e6 * 2000, work = 1e13, min_work = 2e8, workers = 8),
+               ceiling(1e6 / 120))
 })
 
 test_that("map_chunks sends each chunk its slice and names the chunk that failed", {
@@ -73,10 +77,14 @@ test_that("multisession workers give the sequential result, failed fits included
   expect_equal(worker_hosts(), stats::setNames(2L, Sys.info()[["nodename"]]))
 
   fut <- bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE, keep.posterior = TRUE,
-                parallel = "future")
+                parallel = "future", chunk.size = 5)
   expect_identical(fits_only(fut), fits_only(seq_fits))
   expect_equal(attr(fut, "workers"), 2)
   expect_equal(attr(fut, "chunks"), 8)
+  # Without chunk.size, so little work makes one chunk.
+  one <- bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE, parallel = "future")
+  expect_equal(attr(one, "chunks"), 1)
+  expect_identical(fits_only(one), fits_only(bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE)))
   expect_equal(attr(fut, "backend"), "cpu")
   expect_equal(attr(fut, "threads"), max(1L, bulkem_backends()$threads[1] %/% 2L))
   # The datasets that cannot be fitted are reported where they were.
