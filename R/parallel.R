@@ -112,7 +112,7 @@ run_chunk <- function(job, fun, args, progress) {
     list(k = job$k, value = fun(job$part, job$idx, args)),
     error = function(e) list(k = job$k, error = conditionMessage(e))
   )
-  if (!is.null(progress)) progress(amount = length(job$idx))
+  if (!is.null(progress) && is.null(out$error)) progress(amount = length(job$idx))
   out
 }
 
@@ -135,10 +135,15 @@ worker_lost <- function(e, chunks, what, call) {
   } else {
     sprintf("one of %d chunks (%s 1-%d)", length(chunks), what, max(unlist(chunks)))
   }
+  hint <- if (grepl("package called", msg, fixed = TRUE)) {
+    "Workers must be able to load bulkem: install it in a library on their {.fn .libPaths}."
+  } else {
+    "A worker process may have died (e.g. out of memory): a smaller chunk size needs less memory per worker."
+  }
   cli::cli_abort(c(
     "A future worker failed while running {where}; no results were kept.",
     x = "{msg}",
-    i = "Workers must be able to load bulkem: install it in a library on their {.fn .libPaths}."
+    i = hint
   ), call = call)
 }
 

@@ -161,3 +161,21 @@ test_that("a worker that cannot load bulkem gives an error saying so", {
     "A future worker failed while running .*datasets 1-40.*Workers must be able to load bulkem"
   )
 })
+
+test_that("a worker process that dies is reported with its chunk", {
+  skip_if_no_future()
+  cl <- parallelly::makeClusterPSOCK(2, rscript_libs = .libPaths(), autoStop = TRUE)
+  on.exit(try(parallel::stopCluster(cl), silent = TRUE), add = TRUE)
+  old_plan <- future::plan(future::cluster, workers = cl)
+  on.exit(future::plan(old_plan), add = TRUE)
+  # The worker running item 23 ends its own process.
+  die <- function(part, idx, args) {
+    if (23 %in% idx) tools::pskill(Sys.getpid())
+    sum(part)
+  }
+  expect_error(
+    map_chunks(chunk_indices(40, 5), die, slice = identity, parallel = "future", what = "datasets",
+               on_error = stop),
+    "A future worker failed while running chunk 5 of 8 \\(datasets 21-25\\).*may have died"
+  )
+})
