@@ -149,16 +149,14 @@ bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"
   settings <- list(family = family, M = M, max.iters = max.iters, random.inits = random.inits,
                    epsilon = epsilon, seed = seed, keep.posterior = keep.posterior,
                    given_inits = !is.null(inits))
+  settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
-    backend <- resolve_backend(use.gpu, call)
-    if (backend == "auto") backend <- em_auto_backend_(em_work(datasets, settings), M)
-    threads <- cpu_threads()
-    settings <- c(settings, list(backend = backend, threads = threads))
+    # The whole job picks the backend; a worker picks by its chunk.
+    if (settings$backend == "auto") settings$backend <- em_auto_backend_(em_work(datasets, settings), M)
+    backend <- settings$backend
+    threads <- settings$threads
   } else {
-    check_future_installed(call)
     workers <- future::nbrOfWorkers()
-    settings <- c(settings, list(use.gpu = use.gpu, hosts = worker_hosts(),
-                                 worker_threads = worker_threads_option(call)))
   }
   progress <- make_progress(D)
   size <- if (!is.null(chunk.size)) {
@@ -292,20 +290,15 @@ check_inits <- function(inits, M, family, n_datasets, call) {
 }
 
 # One chunk of bulkem(), in this session or on a future worker (map_chunks()).
-# `s$backend` is NULL on workers: each resolves use.gpu and its threads for
-# its own machine. The offset keys the random streams by global dataset
+# On a worker, chunk_exec() resolves use.gpu and the threads for the
+# worker's own machine. The offset keys the random streams by global dataset
 # index, so the chunking never changes the result.
 em_chunk <- function(part, idx, s) {
-  backend <- s$backend
-  threads <- s$threads
-  if (is.null(backend)) {
-    backend <- resolve_backend(s$use.gpu, call = NULL, quiet = TRUE)
-    if (backend == "auto") backend <- em_auto_backend_(em_work(part$datasets, s), s$M)
-    threads <- worker_threads(s$worker_threads, s$hosts)
-  }
+  ex <- chunk_exec(s)
+  if (ex$backend == "auto") ex$backend <- em_auto_backend_(em_work(part$datasets, s), s$M)
   raw <- em_fit_(part$datasets, s$family, s$M, s$max.iters, s$random.inits, s$epsilon, s$seed,
-                 part$inits, s$keep.posterior, idx[1] - 1L, threads, backend)
-  raw$threads <- threads
+                 part$inits, s$keep.posterior, idx[1] - 1L, ex$threads, ex$backend)
+  raw$threads <- ex$threads
   raw
 }
 
@@ -316,13 +309,6 @@ MIN_CHUNK_WORK <- 2e8
 # Observation-iterations of a job, for the choice of backend and chunks.
 em_work <- function(datasets, s) {
   sum(as.double(lengths(datasets))) * (if (s$given_inits) 1 else s$random.inits) * s$max.iters
-}
-
-# Option bulkem.worker.threads: CPU threads of every future worker, or NULL.
-worker_threads_option <- function(call) {
-  opt <- getOption("bulkem.worker.threads")
-  if (is.null(opt)) return(NULL)
-  check_count(opt, "options(bulkem.worker.threads)", call = call)
 }
 
 # Starting values for the datasets `idx`: a single set serves them all.

@@ -13,6 +13,27 @@
 #   depend on the chunking or on the workers.
 # * A chunk's R error comes back as a value (so the caller knows which chunk
 #   failed) and is raised on the caller naming the chunk's items.
+#
+# An area uses it like bulkem() does (R/bulkem.R, em_chunk()):
+#
+#   ex <- exec_settings(parallel, use.gpu, call)   # backend here, or for workers
+#   size <- if (!is.null(chunk.size)) chunk.size else if (parallel == "future")
+#     future_chunk_size(n, bytes = <data bytes>, work = <work>, min_work = <least per future>)
+#     else n
+#   parts <- map_chunks(chunk_indices(n, size), hmm_loglik_chunk,
+#     slice = function(idx) seqs[idx], args = c(list(model = model), ex),
+#     parallel = parallel, progress = make_progress(n), what = "sequences",
+#     on_error = function(msg, where) core_error(msg, call, "hmm_loglik", if (parallel == "future") where))
+#   unlist(parts)            # or bind_chunks(parts) for lists of fields
+#
+#   hmm_loglik_chunk <- function(part, idx, s) {   # top level of R/hmm.R
+#     ex <- chunk_exec(s)                           # backend and threads where it runs
+#     hmm_loglik_(s$model, part, ex$threads, ex$backend)
+#   }
+#
+# For chains (hbglm), one chain per chunk: chunk_indices(chains, 1), `slice`
+# returning NULL and the data in `args` (every chain needs all of it), the
+# chain's random stream keyed by its global index `idx`.
 
 #' Split 1..n into contiguous chunks
 #'
@@ -163,6 +184,34 @@ bind_chunks <- function(parts) {
   if (length(parts) == 1) return(parts[[1]])
   fields <- names(parts[[1]])
   stats::setNames(lapply(fields, function(f) do.call(c, lapply(parts, `[[`, f))), fields)
+}
+
+# Where the chunks run, for map_chunks()'s `args`. In this session the
+# backend ("cpu", "cuda" or "auto": the area picks by job size) and threads
+# are fixed here; future workers get what they need to choose their own
+# (chunk_exec()), since a worker may have GPUs or cores this machine lacks.
+exec_settings <- function(parallel, use.gpu, call) {
+  if (parallel == "none") {
+    return(list(backend = resolve_backend(use.gpu, call), threads = cpu_threads()))
+  }
+  check_future_installed(call)
+  list(use.gpu = use.gpu, hosts = worker_hosts(), worker_threads = worker_threads_option(call))
+}
+
+# Backend and threads for a chunk, where it runs (settings `s` from
+# exec_settings()). On a worker, use.gpu = TRUE without a GPU is an error of
+# that chunk; the one-time CPU message is not repeated by every worker.
+chunk_exec <- function(s) {
+  if (!is.null(s$backend)) return(list(backend = s$backend, threads = s$threads))
+  list(backend = resolve_backend(s$use.gpu, call = NULL, quiet = TRUE),
+       threads = worker_threads(s$worker_threads, s$hosts))
+}
+
+# Option bulkem.worker.threads: CPU threads of every future worker, or NULL.
+worker_threads_option <- function(call) {
+  opt <- getOption("bulkem.worker.threads")
+  if (is.null(opt)) return(NULL)
+  check_count(opt, "options(bulkem.worker.threads)", call = call)
 }
 
 # CPU threads for the core on a future worker. Option bulkem.worker.threads

@@ -56,25 +56,42 @@ configs <- list(
   "future 1 x default" = list(cl = w1$cl),
   "future 2 x default" = list(cl = w2$cl)
 )
+# CPU seconds (user + system, children's threads included) of this process
+# and of each worker: the machine is shared, so wall times carry other
+# processes' load, while CPU seconds show the work and the overhead.
+cpu_here <- function() sum(proc.time()[c("user.self", "sys.self")])
+cpu_workers <- function(cl) {
+  vapply(parallel::clusterEvalQ(cl, sum(proc.time()[c("user.self", "sys.self")])), identity, 0)
+}
 run <- function(cfg) {
   old <- options(bulkem.threads = cfg$threads, bulkem.worker.threads = cfg$worker_threads)
   on.exit(options(old))
+  c0 <- cpu_here()
   if (is.null(cfg$cl)) {
+    w <- 0
     t <- system.time(res <- fit())[["elapsed"]]
   } else {
     future::plan(future::cluster, workers = cfg$cl)
+    w0 <- cpu_workers(cfg$cl)
+    c0 <- cpu_here()
     t <- system.time(res <- fit(parallel = "future"))[["elapsed"]]
+    w <- cpu_workers(cfg$cl) - w0
   }
+  caller <- cpu_here() - c0
   stopifnot(identical(strip(res), reference))
-  list(seconds = t, threads = attr(res, "threads"), chunks = if (is.null(attr(res, "chunks"))) NA else attr(res, "chunks"))
+  list(seconds = t, caller_cpu = caller, worker_cpu = w, threads = attr(res, "threads"),
+       chunks = if (is.null(attr(res, "chunks"))) NA else attr(res, "chunks"))
 }
 times <- matrix(NA_real_, rounds, length(configs), dimnames = list(NULL, names(configs)))
 info <- list()
+cpu <- list()
 for (r in seq_len(rounds)) {
   for (name in names(configs)) {
     out <- run(configs[[name]])
     times[r, name] <- out$seconds
     info[[name]] <- out
+    cpu[[name]] <- rbind(cpu[[name]], c(caller = out$caller_cpu, workers = sum(out$worker_cpu),
+                                        busiest_worker = max(out$worker_cpu)))
   }
 }
 future::plan(future::sequential)
@@ -108,6 +125,10 @@ tab <- data.frame(
   row.names = NULL, stringsAsFactors = FALSE
 )
 print(tab, row.names = FALSE)
+cat("CPU seconds per call (fewest over the rounds): caller, all workers, busiest worker\n")
+cpu_min <- t(vapply(cpu, function(m) apply(m, 2, min), numeric(3)))
+print(round(cpu_min, 2))
+cat(sprintf("load average at the end: %s\n", paste(readLines("/proc/loadavg"), collapse = "")))
 cat(sprintf("worker start-up (PSOCK, incl. loading bulkem): 1 worker %.2f s, 2 workers %.2f s\n",
             w1$seconds, w2$seconds))
 cat(sprintf("plan(multisession, workers = 2): start-up %.2f s, call %.2f s\n", t_ms_start, t_ms))
@@ -120,4 +141,11 @@ cat(sprintf("overhead, 2 workers vs parallel = \"none\" on all cores: %+.2f s (%
 cat(sprintf("overhead, 1 worker (1 thread) vs parallel = \"none\" on 1 thread: %+.2f s (%+.1f%%)\n",
             m[["future 1 x 1 thread"]] - m[["none, 1 thread"]],
             100 * (m[["future 1 x 1 thread"]] / m[["none, 1 thread"]] - 1)))
+cp <- cpu_min[, "caller"] + cpu_min[, "workers"]
+cat(sprintf("CPU overhead, 2 workers vs parallel = \"none\" (1 thread): %+.2f CPU s (%+.1f%%); caller %.2f CPU s\n",
+            cp[["future 2 x default"]] - cp[["none, 1 thread"]],
+            100 * (cp[["future 2 x default"]] / cp[["none, 1 thread"]] - 1), cpu_min["future 2 x default", "caller"]))
+cat(sprintf("speed-up on 2 idle cores from CPU seconds (1 x 1 thread: all worker CPU; 2 workers: busiest worker + caller): %.2fx\n",
+            cp[["future 1 x 1 thread"]] /
+              (cpu_min["future 2 x default", "busiest_worker"] + cpu_min["future 2 x default", "caller"])))
 cat("results identical to parallel = \"none\" in every configuration\n")
