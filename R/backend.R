@@ -95,12 +95,17 @@ core_error <- function(msg, call, fn, where = NULL) {
   cli::cli_abort(c("{.fn {fn}} failed.", x = "{msg}", at), call = call)
 }
 
-# A progressr progressor of `steps` steps (advance with `p(amount = k)`), or
-# NULL without progressr. It belongs to the caller's frame, so it ends when
-# that call ends; it is small and can be sent to future workers.
+# A progress callback for the core: `function(amount)` advancing a progressr
+# progressor, or NULL without progressr. The progressor belongs to the
+# caller's frame, so it ends when that call ends. The callback's environment
+# holds only the progressor (not the caller's frame and its data), so it can
+# be sent to future workers.
 make_progress <- function(steps, envir = parent.frame()) {
   if (steps < 2 || !requireNamespace("progressr", quietly = TRUE)) return(NULL)
-  progressr::progressor(steps = steps, envir = envir)
+  callback <- function(amount) p(amount = amount)
+  environment(callback) <- list2env(list(p = progressr::progressor(steps = steps, envir = envir)),
+                                    parent = baseenv())
+  callback
 }
 
 # Datasets per progress step: about 50 steps on the CPU (each still keeping

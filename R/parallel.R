@@ -84,7 +84,7 @@ future_chunk_size <- function(n, bytes, work = Inf, min_work = 0,
 #' @param args Settings shared by every chunk (sent to every worker: keep
 #'   them small).
 #' @param parallel `"none"` or `"future"`.
-#' @param progress A progressr progressor or `NULL`; advanced by
+#' @param progress `NULL` or a callback from `make_progress()`, called with
 #'   `length(idx)` after each chunk, on the worker (progressr relays it).
 #' @param what Plural noun for the items in error messages ("datasets").
 #' @param on_error `function(msg, where)` raising the caller's error for a
@@ -133,7 +133,7 @@ run_chunk <- function(job, fun, args, progress) {
     list(k = job$k, value = fun(job$part, job$idx, args)),
     error = function(e) list(k = job$k, error = conditionMessage(e))
   )
-  if (!is.null(progress) && is.null(out$error)) progress(amount = length(job$idx))
+  if (!is.null(progress) && is.null(out$error)) progress(length(job$idx))
   out
 }
 

@@ -54,6 +54,19 @@ test_that("map_chunks sends each chunk its slice and names the chunk that failed
   expect_identical(ran, 1:8)
 })
 
+test_that("what goes to every worker does not carry the caller's data", {
+  # The functions are the namespace's (sent by reference) ...
+  expect_identical(environment(em_chunk), asNamespace("bulkem"))
+  expect_identical(environment(run_chunk), asNamespace("bulkem"))
+  # ... and the progress callback holds only its progressor.
+  skip_if_not_installed("progressr")
+  made_in_a_big_frame <- function() {
+    big <- runif(1e6)
+    make_progress(10)
+  }
+  expect_lt(length(serialize(made_in_a_big_frame(), NULL)), 1e5)
+})
+
 test_that("the workers of a machine share its cores", {
   cores <- bulkem_backends()$threads[1]
   here <- Sys.info()[["nodename"]]
