@@ -102,10 +102,13 @@ core_error <- function(msg, call, fn, where = NULL) {
 # be sent to future workers.
 make_progress <- function(steps, envir = parent.frame()) {
   if (steps < 2 || !requireNamespace("progressr", quietly = TRUE)) return(NULL)
-  callback <- function(amount) p(amount = amount)
-  environment(callback) <- list2env(list(p = progressr::progressor(steps = steps, envir = envir)),
-                                    parent = baseenv())
-  callback
+  progress_callback(progressr::progressor(steps = steps, envir = envir))
+}
+
+# Made here, the callback's environment is this small frame.
+progress_callback <- function(p) {
+  force(p)
+  function(amount) p(amount = amount)
 }
 
 # Datasets per progress step: about 50 steps on the CPU (each still keeping
