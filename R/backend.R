@@ -51,7 +51,7 @@ the <- new.env(parent = emptyenv())
 
 # Turn use.gpu into "cpu", "cuda" or "auto" (NA with a usable GPU: the core
 # picks by job size), with a one-time message when NA falls back to the CPU.
-resolve_backend <- function(use.gpu, call = parent.frame()) {
+resolve_backend <- function(use.gpu, call = parent.frame(), quiet = FALSE) {
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   info <- backends_()
   if (isFALSE(use.gpu)) return("cpu")
@@ -63,7 +63,7 @@ resolve_backend <- function(use.gpu, call = parent.frame()) {
       i = "Use {.code use.gpu = NA} to fall back to the CPU, or see {.fn bulkem_backends}."
     ), call = call)
   }
-  if (is.null(the$cpu_message_shown)) {
+  if (!quiet && is.null(the$cpu_message_shown)) {
     the$cpu_message_shown <- TRUE
     cli::cli_inform(c(
       i = "bulkem is using the CPU backend ({cpu_threads(info)} threads): {info$cuda_reason}.",
@@ -76,44 +76,39 @@ resolve_backend <- function(use.gpu, call = parent.frame()) {
 # Run a core entry point, turning its errors into cli errors of `call`.
 # `fn` names the user-facing function.
 call_core <- function(expr, call, fn) {
-  tryCatch(expr, error = function(e) {
-    msg <- conditionMessage(e)
-    if (grepl("interrupted by the user", msg, fixed = TRUE)) {
-      cli::cli_abort("{.fn {fn}} was interrupted; no results were kept.", call = call)
-    }
-    if (startsWith(msg, "dataset ")) {
-      cli::cli_abort(c("{.arg datasets} must contain only valid observations.", x = "{msg}"), call = call)
-    }
-    if (startsWith(msg, "`")) {
-      cli::cli_abort(c("Invalid argument to {.fn {fn}}.", x = "{msg}"), call = call)
-    }
-    cli::cli_abort(c("{.fn {fn}} failed.", x = "{msg}"), call = call)
-  })
+  tryCatch(expr, error = function(e) core_error(conditionMessage(e), call, fn))
 }
 
-# A progress callback for the core: progressr when installed, else NULL.
-# The progressor belongs to the caller's frame, so it ends when that call ends.
+# The cli error for a core error message `msg`; `where` (optional) says
+# which chunk raised it.
+core_error <- function(msg, call, fn, where = NULL) {
+  at <- if (!is.null(where)) c(i = "Raised by {where}.")
+  if (grepl("interrupted by the user", msg, fixed = TRUE)) {
+    cli::cli_abort("{.fn {fn}} was interrupted; no results were kept.", call = call)
+  }
+  if (startsWith(msg, "dataset ")) {
+    cli::cli_abort(c("{.arg datasets} must contain only valid observations.", x = "{msg}", at), call = call)
+  }
+  if (startsWith(msg, "`")) {
+    cli::cli_abort(c("Invalid argument to {.fn {fn}}.", x = "{msg}", at), call = call)
+  }
+  cli::cli_abort(c("{.fn {fn}} failed.", x = "{msg}", at), call = call)
+}
+
+# A progress callback for the core: `function(amount)` advancing a progressr
+# progressor, or NULL without progressr. The progressor belongs to the
+# caller's frame, so it ends when that call ends. The callback's environment
+# holds only the progressor (not the caller's frame and its data), so it can
+# be sent to future workers.
 make_progress <- function(steps, envir = parent.frame()) {
   if (steps < 2 || !requireNamespace("progressr", quietly = TRUE)) return(NULL)
-  p <- progressr::progressor(steps = steps, envir = envir)
-  function(amount) p(amount = amount)
+  progress_callback(progressr::progressor(steps = steps, envir = envir))
 }
 
-# Run `fit(idx)` over the datasets 1..D and bind the core's results. With a
-# progress reporter the datasets go in chunks of `chunk_size` and progress is
-# reported after each; otherwise in one call. Random streams are keyed by the
-# global dataset index, so the chunking never changes the result.
-run_chunks <- function(D, chunk_size, progress, fit) {
-  size <- if (is.null(progress)) D else max(1L, chunk_size)
-  chunks <- split(seq_len(D), ceiling(seq_len(D) / size))
-  parts <- lapply(unname(chunks), function(idx) {
-    part <- fit(idx)
-    if (!is.null(progress)) progress(length(idx))
-    part
-  })
-  if (length(parts) == 1) return(parts[[1]])
-  fields <- names(parts[[1]])
-  stats::setNames(lapply(fields, function(f) do.call(c, lapply(parts, `[[`, f))), fields)
+# Made here, the callback's environment is this small frame.
+progress_callback <- function(p) {
+  force(p)
+  function(amount) p(amount = amount)
 }
 
 # Datasets per progress step: about 50 steps on the CPU (each still keeping

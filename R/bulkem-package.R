@@ -8,7 +8,11 @@
 #' Start with [bulkem()]; [bulkem_backends()] tells what can run here.
 #'
 #' Options:
-#' * `bulkem.threads`: CPU threads to use (default: all cores).
+#' * `bulkem.threads`: CPU threads to use (default: all cores). Set on a
+#'   future worker, the threads that worker uses.
+#' * `bulkem.worker.threads`: CPU threads of every future worker with
+#'   `parallel = "future"` (default: each worker's cores divided by the
+#'   number of workers on its machine, as far as the plan says).
 #' * `bulkem.verbose`: `TRUE` makes every call report its backend and time.
 #'
 #' @keywords internal

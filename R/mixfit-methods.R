@@ -270,7 +270,8 @@ print.bulkem_fits <- function(x, n = 5, ...) {
   cat(sprintf("status: %d converged, %d max_iters, %d failed\n",
               counts[["converged"]], counts[["max_iters"]], counts[["failed"]]))
   if (!is.null(attr(x, "backend"))) {
-    cat(sprintf("backend: %s (%d threads), %s s\n", attr(x, "backend"), attr(x, "threads"),
+    where <- if (is.null(attr(x, "workers"))) "" else sprintf(" per worker, %s future workers", attr(x, "workers"))
+    cat(sprintf("backend: %s (%d threads%s), %s s\n", attr(x, "backend"), attr(x, "threads"), where,
                 format(attr(x, "seconds"), digits = 3)))
   }
   if (length(x) == 1) {

@@ -31,7 +31,8 @@ test_that("bad settings name their argument", {
   expect_error(bulkem(d, keep.posterior = 1), "`keep.posterior` must be")
   expect_error(bulkem(d, seed = -3), "`seed` must be")
   expect_error(bulkem(d, seed = 1.5), "`seed` must be")
-  expect_error(bulkem(d, parallel = "future"), "not available in this version")
+  expect_error(bulkem(d, parallel = "futures"), "`parallel` must be one of")
+  expect_error(bulkem(d, chunk.size = 0), "`chunk.size` must be a whole number")
 })
 
 test_that("bad inits are rejected", {

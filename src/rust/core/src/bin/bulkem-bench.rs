@@ -4,6 +4,8 @@
 //! bulkem-bench em [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E]
 //!                 [--backend cpu|cuda|both] [--cpu-datasets K] [--threads T] [--json FILE]
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
+//! bulkem-bench reduce [--log2 20,24,28] [--reps R] [--backend cpu|cuda|both] [--threads T] [--sweep yes]
+//! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
 //!                    [--big-groups B] [--sweeps N] [--backend cpu|cuda|both] [--json FILE]
@@ -29,6 +31,9 @@ use bulkem_core::em::{fit_many, simulate, EmConfig, Family};
 use bulkem_core::exec::{available_threads, Backend, Exec};
 use bulkem_core::gpu;
 use rayon::prelude::*;
+
+#[path = "bench/reduce.rs"]
+mod reduce_bench;
 
 #[derive(Clone)]
 struct Case {
@@ -140,7 +145,7 @@ fn suite() -> Vec<Case> {
 fn main() {
     let result = (|| -> Result<(), String> {
         let mut it = std::env::args().skip(1);
-        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|gibbs [flags]; see the source header")?;
+        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|reduce|reduce-table|gibbs [flags]; see the source header")?;
         if area == "gibbs" {
             let args: Vec<String> = it.collect();
             let json = args.windows(2).find(|w| w[0] == "--json").map(|w| w[1].clone()).unwrap_or_else(|| "bench-results.jsonl".into());
@@ -148,6 +153,7 @@ fn main() {
             let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&json).map_err(|e| e.to_string())?;
             return Exec::cpu().threads(threads).install(|| gibbs_bench::main(&args, threads, &mut file)).map_err(|e| e.to_string())?;
         }
+        let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
         let mut case = Case { name: "custom".into(), datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
         while let Some(flag) = it.next() {
@@ -163,6 +169,11 @@ fn main() {
                 "--backend" => backend = value.clone(),
                 "--threads" => threads = num()?,
                 "--json" => json = value.clone(),
+                "--log2" => {
+                    reduce_opts.log2_sizes = value.split(',').map(|v| v.parse().map_err(|_| format!("--log2: not a list of whole numbers: {value}"))).collect::<Result<_, _>>()?
+                }
+                "--reps" => reduce_opts.reps = num()?,
+                "--sweep" => reduce_opts.sweep = value == "yes",
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }
@@ -170,9 +181,9 @@ fn main() {
         let probe = gpu::probe();
         println!("cpu threads: {}; cuda: {}", available_threads(),
             if probe.usable() { probe.devices.iter().map(|d| format!("{} (cc {}.{}, {:.0} GiB)", d.name, d.compute_capability.0, d.compute_capability.1, d.total_memory as f64 / 1073741824.0)).collect::<Vec<_>>().join(", ") } else { probe.reason.clone() });
-        print_header();
         match area.as_str() {
             "em" => {
+                print_header();
                 let backends = match backend.as_str() {
                     "cpu" => vec![Backend::Cpu],
                     "cuda" => vec![Backend::Cuda],
@@ -182,12 +193,19 @@ fn main() {
                 bench(&case, &backends, threads, &mut file)
             }
             "em-suite" => {
+                print_header();
                 for case in suite() {
                     bench(&case, &[Backend::Cpu, Backend::Cuda], threads, &mut file)?;
                 }
                 Ok(())
             }
-            other => Err(format!("unknown area {other}; known: em, em-suite, gibbs")),
+            "reduce" => {
+                reduce_opts.backend = backend.clone();
+                reduce_opts.threads = threads;
+                reduce_bench::run(&reduce_opts, &mut file)
+            }
+            "reduce-table" => reduce_bench::accuracy_table(&[16_384, 1_048_576, 10_000_000, 16_777_216, 67_108_864, 134_215_680], &mut file),
+            other => Err(format!("unknown area {other}; known: em, em-suite, reduce, reduce-table, gibbs")),
         }
     })();
     if let Err(e) = result {

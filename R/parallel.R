@@ -1,0 +1,258 @@
+# Spreading work over chunks, in this session or on future workers
+# (parallel = "future": the future framework, through future.apply). Generic,
+# so every area uses the same machinery: bulkem() splits datasets, the HMM
+# functions can split sequences, hbglm() can put chains on workers.
+#
+# The rules that make it safe:
+# * Each chunk is sent only its own slice of the data (`slice(idx)`, cut on
+#   the caller), never the whole input: `fun` must be a function of the
+#   package namespace (or one whose environment holds nothing large), since a
+#   closure made inside the caller would carry the caller's frame with it.
+# * Randomness is keyed by global indices (the seed is drawn once on the
+#   caller and `idx` says where the chunk starts), so the result does not
+#   depend on the chunking or on the workers.
+# * A chunk's R error comes back as a value (so the caller knows which chunk
+#   failed) and is raised on the caller naming the chunk's items.
+#
+# An area uses it like bulkem() does (R/bulkem.R, em_chunk()):
+#
+#   ex <- exec_settings(parallel, use.gpu, call)   # backend here, or for workers
+#   size <- if (!is.null(chunk.size)) chunk.size else if (parallel == "future")
+#     future_chunk_size(n, bytes = <data bytes>, work = <work>, min_work = <least per future>)
+#     else n
+#   parts <- map_chunks(chunk_indices(n, size), hmm_loglik_chunk,
+#     slice = function(idx) seqs[idx], args = c(list(model = model), ex),
+#     parallel = parallel, progress = make_progress(n), what = "sequences",
+#     on_error = function(msg, where) core_error(msg, call, "hmm_loglik", if (parallel == "future") where))
+#   unlist(parts)            # or bind_chunks(parts) for lists of fields
+#
+#   hmm_loglik_chunk <- function(part, idx, s) {   # top level of R/hmm.R
+#     ex <- chunk_exec(s)                           # backend and threads where it runs
+#     hmm_loglik_(s$model, part, ex$threads, ex$backend)
+#   }
+#
+# For chains (hbglm), one chain per chunk: chunk_indices(chains, 1), `slice`
+# returning NULL and the data in `args` (every chain needs all of it), the
+# chain's random stream keyed by its global index `idx`.
+
+#' Split 1..n into contiguous chunks
+#'
+#' @param n Number of items.
+#' @param size Items per chunk (the last one may be shorter).
+#' @return A list of integer vectors.
+#' @noRd
+chunk_indices <- function(n, size) {
+  size <- max(1L, as.integer(size))
+  unname(split(seq_len(n), ceiling(seq_len(n) / size)))
+}
+
+# Largest chunk sent to a worker, in bytes of data: well below future's
+# default limit on the globals of one future (500 MiB, option
+# future.globals.maxSize), and small enough that a worker holds little.
+MAX_CHUNK_BYTES <- 128 * 2^20
+
+#' Items per chunk for parallel = "future"
+#'
+#' About `per_worker` chunks per worker, so that a faster worker (a GPU node
+#' next to CPU nodes) takes more of them and progress moves; fewer when a
+#' chunk would do less than `min_work` (a future costs tens of milliseconds
+#' to send, start and collect: measured 70-115 ms per future on 2 busy
+#' cores); more when the data would make a chunk larger than
+#' `MAX_CHUNK_BYTES`.
+#'
+#' @param n Number of items.
+#' @param bytes Size of all the items' data, in bytes.
+#' @param work,min_work The job's work and the least worth a chunk, in the
+#'   caller's unit (bulkem: observation-iterations).
+#' @param workers Number of future workers.
+#' @noRd
+future_chunk_size <- function(n, bytes, work = Inf, min_work = 0,
+                              workers = future::nbrOfWorkers(), per_worker = 4) {
+  workers <- if (is.finite(workers)) max(1, workers) else n
+  chunks <- min(per_worker * workers, max(1, floor(work / min_work)))
+  chunks <- max(chunks, ceiling(bytes / MAX_CHUNK_BYTES))
+  as.integer(ceiling(n / min(n, chunks)))
+}
+
+#' Run `fun` over chunks, here or on future workers
+#'
+#' @param chunks A list of integer index vectors (from `chunk_indices()`).
+#' @param fun `function(part, idx, args)`, run once per chunk (on a worker
+#'   with `parallel = "future"`); a namespace function, see above.
+#' @param slice `function(idx)`, run on the caller: what chunk `idx` needs
+#'   (e.g. `datasets[idx]`); only this is sent to the worker.
+#' @param args Settings shared by every chunk (sent to every worker: keep
+#'   them small).
+#' @param parallel `"none"` or `"future"`.
+#' @param progress `NULL` or a callback from `make_progress()`, called with
+#'   `length(idx)` after each chunk, on the worker (progressr relays it).
+#' @param what Plural noun for the items in error messages ("datasets").
+#' @param on_error `function(msg, where)` raising the caller's error for a
+#'   chunk's R error `msg`; `where` names the chunk (a string).
+#' @return The list of `fun`'s results, one per chunk, in order.
+#' @noRd
+map_chunks <- function(chunks, fun, slice, args = list(), parallel = "none", progress = NULL,
+                       what = "items", on_error, call = parent.frame()) {
+  jobs <- lapply(seq_along(chunks), function(k) {
+    list(k = k, idx = chunks[[k]], part = slice(chunks[[k]]))
+  })
+  if (parallel == "none") {
+    # Stop at the first failing chunk (an interrupt, or invalid data).
+    results <- vector("list", length(jobs))
+    for (k in seq_along(jobs)) {
+      results[[k]] <- run_chunk(jobs[[k]], fun, args, progress)
+      if (!is.null(results[[k]]$error)) break
+    }
+  } else {
+    check_future_installed(call)
+    results <- tryCatch(
+      future.apply::future_lapply(
+        jobs, run_chunk, fun = fun, args = args, progress = progress,
+        # One future per chunk: the chunking above is the chunking.
+        future.chunk.size = 1,
+        # No R random numbers are used on workers: streams are keyed by the
+        # seed drawn on the caller.
+        future.seed = FALSE,
+        future.packages = "bulkem",
+        future.label = "bulkem-chunk-%d"
+      ),
+      FutureError = function(e) worker_lost(e, chunks, what, call)
+    )
+  }
+  for (r in results) {
+    if (!is.null(r) && !is.null(r$error)) {
+      on_error(r$error, chunk_where(chunks, r$k, what, parallel))
+    }
+  }
+  lapply(results, `[[`, "value")
+}
+
+# Runs where the chunk runs: `fun` on the chunk, its error kept as a value.
+run_chunk <- function(job, fun, args, progress) {
+  out <- tryCatch(
+    list(k = job$k, value = fun(job$part, job$idx, args)),
+    error = function(e) list(k = job$k, error = conditionMessage(e))
+  )
+  if (!is.null(progress) && is.null(out$error)) progress(length(job$idx))
+  out
+}
+
+# "chunk 2 of 8 (datasets 251-500)"
+chunk_where <- function(chunks, k, what, parallel) {
+  idx <- chunks[[k]]
+  range <- if (length(idx) == 1) idx else paste0(min(idx), "-", max(idx))
+  where <- sprintf("chunk %d of %d (%s %s)", k, length(chunks), what, range)
+  if (parallel == "future") paste(where, "on a future worker") else where
+}
+
+# A worker that died, or could not run its future (e.g. bulkem is not
+# installed there). future names the failed future by its label when it
+# knows it; future_lapply() keeps no other chunk's result.
+worker_lost <- function(e, chunks, what, call) {
+  msg <- conditionMessage(e)
+  k <- regmatches(msg, regexec("bulkem-chunk-([0-9]+)", msg))[[1]]
+  where <- if (length(k) == 2 && as.integer(k[2]) <= length(chunks)) {
+    chunk_where(chunks, as.integer(k[2]), what, "none")
+  } else {
+    sprintf("one of %d chunks (%s 1-%d)", length(chunks), what, max(unlist(chunks)))
+  }
+  hint <- if (grepl("package called", msg, fixed = TRUE)) {
+    "Workers must be able to load bulkem: install it in a library on their {.fn .libPaths}."
+  } else {
+    "A worker process may have died (e.g. out of memory): a smaller chunk size needs less memory per worker."
+  }
+  cli::cli_abort(c(
+    "A future worker failed while running {where}; no results were kept.",
+    x = "{msg}",
+    i = hint
+  ), call = call)
+}
+
+check_future_installed <- function(call) {
+  missing <- c("future", "future.apply")[!vapply(c("future", "future.apply"), requireNamespace,
+                                                    logical(1), quietly = TRUE)]
+  if (length(missing) > 0) {
+    cli::cli_abort(c(
+      "{.code parallel = \"future\"} needs the {.pkg {missing}} package{?s}.",
+      i = "Install {?it/them} (e.g. {.code install.packages(c(\"future\", \"future.apply\"))}), or use {.code parallel = \"none\"}."
+    ), call = call)
+  }
+}
+
+# Bind chunks' results field by field (each a list of vectors or lists).
+bind_chunks <- function(parts) {
+  if (length(parts) == 1) return(parts[[1]])
+  fields <- names(parts[[1]])
+  stats::setNames(lapply(fields, function(f) do.call(c, lapply(parts, `[[`, f))), fields)
+}
+
+# Where the chunks run, for map_chunks()'s `args`. In this session the
+# backend ("cpu", "cuda" or "auto": the area picks by job size) and threads
+# are fixed here; future workers get what they need to choose their own
+# (chunk_exec()), since a worker may have GPUs or cores this machine lacks.
+exec_settings <- function(parallel, use.gpu, call) {
+  if (parallel == "none") {
+    return(list(backend = resolve_backend(use.gpu, call), threads = cpu_threads()))
+  }
+  check_future_installed(call)
+  list(use.gpu = use.gpu, hosts = worker_hosts(), worker_threads = worker_threads_option(call))
+}
+
+# Backend and threads for a chunk, where it runs (settings `s` from
+# exec_settings()). On a worker, use.gpu = TRUE without a GPU is an error of
+# that chunk; the one-time CPU message is not repeated by every worker.
+chunk_exec <- function(s) {
+  if (!is.null(s$backend)) return(list(backend = s$backend, threads = s$threads))
+  list(backend = resolve_backend(s$use.gpu, call = NULL, quiet = TRUE),
+       threads = worker_threads(s$worker_threads, s$hosts))
+}
+
+# Option bulkem.worker.threads: CPU threads of every future worker, or NULL.
+worker_threads_option <- function(call) {
+  opt <- getOption("bulkem.worker.threads")
+  if (is.null(opt)) return(NULL)
+  check_count(opt, "options(bulkem.worker.threads)", call = call)
+}
+
+# CPU threads for the core on a future worker. Option bulkem.worker.threads
+# on the caller fixes it; else option bulkem.threads set on the worker; else
+# the worker's cores shared among the workers on its machine (`hosts`: how
+# many workers each machine runs, from worker_hosts()). future itself sets
+# mc.cores = 1 on workers to stop nested R-level parallelism; the core's
+# threads are accounted for here instead.
+worker_threads <- function(fixed, hosts) {
+  if (!is.null(fixed)) return(fixed)
+  if (!is.null(getOption("bulkem.threads"))) return(cpu_threads())
+  share <- hosts[Sys.info()[["nodename"]]]
+  if (length(share) != 1 || is.na(share)) share <- 1L
+  max(1L, as.integer(backends_()$cpu_threads %/% share))
+}
+
+# Workers per machine (named by node name) of the current plan, as far as
+# it can be known: multisession, multicore and callr workers all run here;
+# a cluster's nodes say where they run. Machines not listed (e.g. jobs of an
+# HPC scheduler) are assumed to run one worker each.
+worker_hosts <- function() {
+  here <- Sys.info()[["nodename"]]
+  strategy <- future::plan("next")
+  n <- future::nbrOfWorkers()
+  if (inherits(strategy, c("multisession", "multicore", "uniprocess", "callr"))) {
+    return(stats::setNames(as.integer(min(n, .Machine$integer.max)), here))
+  }
+  if (!inherits(strategy, "cluster")) return(integer(0))
+  workers <- formals(strategy)$workers
+  hosts <- if (inherits(workers, "cluster")) {
+    vapply(workers, function(node) {
+      name <- node$session_info$system$nodename
+      if (is.character(name) && length(name) == 1) name else as.character(node$host)[1]
+    }, character(1))
+  } else if (is.character(workers)) {
+    workers
+  } else {
+    # The default, availableWorkers(): this machine unless a scheduler says
+    # otherwise.
+    rep(here, n)
+  }
+  hosts[hosts %in% c("localhost", "127.0.0.1", "")] <- here
+  c(table(hosts))
+}

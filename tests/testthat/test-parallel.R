@@ -1,0 +1,194 @@
+# parallel = "future": real separate R processes on this machine. Workers
+# load the bulkem under test from the caller's library paths (R CMD check
+# installs it in a temporary library on .libPaths()).
+
+skip_if_no_future <- function() {
+  skip_on_cran()
+  skip_if_not_installed("future")
+  skip_if_not_installed("future.apply")
+  skip_if_not_installed("parallelly")
+}
+
+# 40 datasets, two that cannot be fitted (too few observations, constant).
+future_data <- function() {
+  set.seed(7)
+  d <- sim_ig(40, 200)
+  d[[7]] <- c(1, 2)
+  d[[31]] <- rep(3, 50)
+  names(d) <- paste0("d", seq_along(d))
+  d
+}
+
+test_that("chunks are contiguous, cover every item once, and are sized from workers and data", {
+  expect_identical(chunk_indices(10, 4), list(1:4, 5:8, 9:10))
+  expect_identical(chunk_indices(3, 10), list(1:3))
+  expect_identical(unlist(chunk_indices(1001, 7)), seq_len(1001))
+  # About 4 chunks per worker ...
+  expect_equal(future_chunk_size(2000, 8 * 2000 * 2000, workers = 2), 250)
+  expect_equal(future_chunk_size(5, 100, workers = 8), 1)
+  expect_equal(future_chunk_size(100, 800, workers = Inf), 1)
+  # ... fewer when chunks would do too little work ...
+  expect_equal(future_chunk_size(2000, 8 * 2000 * 2000, work = 1e9, min_work = 2e8, workers = 2), 400)
+  expect_equal(future_chunk_size(40, 8 * 40 * 200, work = 1e6, min_work = 2e8, workers = 2), 40)
+  # ... more when a chunk would exceed 128 MiB of data.
+  expect_equal(future_chunk_size(1e6, 8 * 1e6 * 2000, work = 1e13, min_work = 2e8, workers = 8),
+               ceiling(1e6 / 120))
+})
+
+test_that("map_chunks sends each chunk its slice and names the chunk that failed", {
+  chunks <- chunk_indices(10, 4)
+  seen <- map_chunks(chunks, function(part, idx, args) list(part = part, idx = idx, k = args$k),
+                     slice = function(idx) letters[idx], args = list(k = 3), on_error = stop)
+  expect_identical(lapply(seen, `[[`, "part"), list(letters[1:4], letters[5:8], letters[9:10]))
+  expect_identical(lapply(seen, `[[`, "idx"), chunks)
+  ran <- integer(0)
+  expect_error(
+    map_chunks(chunks, function(part, idx, args) {
+      ran <<- c(ran, idx)
+      if (7 %in% idx) stop("boom") else idx
+    }, slice = identity, what = "sequences",
+    on_error = function(msg, where) stop(paste0(msg, " in ", where), call. = FALSE)),
+    "boom in chunk 2 of 3 \\(sequences 5-8\\)"
+  )
+  # In this session the first failing chunk stops the work.
+  expect_identical(ran, 1:8)
+})
+
+test_that("what goes to every worker does not carry the caller's data", {
+  # The functions are the namespace's (sent by reference) ...
+  expect_identical(environment(em_chunk), asNamespace("bulkem"))
+  expect_identical(environment(run_chunk), asNamespace("bulkem"))
+  # ... and the progress callback holds only its progressor.
+  skip_if_not_installed("progressr")
+  made_in_a_big_frame <- function() {
+    big <- runif(1e6)
+    make_progress(10)
+  }
+  expect_lt(length(serialize(made_in_a_big_frame(), NULL)), 1e5)
+})
+
+test_that("the workers of a machine share its cores", {
+  cores <- bulkem_backends()$threads[1]
+  here <- Sys.info()[["nodename"]]
+  old <- options(bulkem.threads = NULL)
+  on.exit(options(old))
+  expect_equal(worker_threads(NULL, stats::setNames(2L, here)), max(1L, cores %/% 2L))
+  expect_equal(worker_threads(NULL, c(elsewhere = 4L)), cores)
+  expect_equal(worker_threads(3L, stats::setNames(2L, here)), 3L)
+  options(bulkem.threads = 1)
+  expect_equal(worker_threads(NULL, c(elsewhere = 1L)), 1L)
+})
+
+test_that("multisession workers give the sequential result, failed fits included", {
+  skip_if_no_future()
+  d <- future_data()
+  seq_fits <- bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE, keep.posterior = TRUE)
+
+  old_plan <- future::plan(future::multisession, workers = 2)
+  on.exit(future::plan(old_plan), add = TRUE)
+  expect_equal(future::nbrOfWorkers(), 2)
+  expect_equal(worker_hosts(), stats::setNames(2L, Sys.info()[["nodename"]]))
+
+  fut <- bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE, keep.posterior = TRUE,
+                parallel = "future", chunk.size = 5)
+  expect_identical(fits_only(fut), fits_only(seq_fits))
+  expect_equal(attr(fut, "workers"), 2)
+  expect_equal(attr(fut, "chunks"), 8)
+  # Without chunk.size, so little work makes one chunk.
+  one <- bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE, parallel = "future")
+  expect_equal(attr(one, "chunks"), 1)
+  expect_identical(fits_only(one), fits_only(bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE)))
+  expect_equal(attr(fut, "backend"), "cpu")
+  expect_equal(attr(fut, "threads"), max(1L, bulkem_backends()$threads[1] %/% 2L))
+  # The datasets that cannot be fitted are reported where they were.
+  expect_identical(unname(which(!vapply(fut, `[[`, TRUE, "fit_success"))), c(7L, 31L))
+  expect_match(fut[[7]]$message, "at least 5")
+
+  # Any chunking, the seed drawn by R once on the caller.
+  set.seed(3)
+  a <- bulkem(d, random.inits = 2, use.gpu = FALSE, parallel = "future", chunk.size = 7)
+  set.seed(3)
+  b <- bulkem(d, random.inits = 2, use.gpu = FALSE)
+  expect_identical(fits_only(a), fits_only(b))
+  expect_equal(attr(a, "chunks"), 6)
+
+  # Starting values given per dataset go with their datasets.
+  inits <- lapply(seq_along(d), function(i) list(alpha = c(0.5, 0.5), mu = c(1, 2 + i / 40), lambda = c(1, 1)))
+  expect_identical(
+    fits_only(bulkem(d, inits = inits, use.gpu = FALSE, parallel = "future", chunk.size = 9)),
+    fits_only(bulkem(d, inits = inits, use.gpu = FALSE))
+  )
+})
+
+test_that("an error in one chunk names the chunk's datasets; progress comes from workers", {
+  skip_if_no_future()
+  d <- future_data()
+  d[[23]][5] <- -1
+  old_plan <- future::plan(future::multisession, workers = 2)
+  on.exit(future::plan(old_plan), add = TRUE)
+  err <- expect_error(
+    bulkem(d, seed = 1, use.gpu = FALSE, parallel = "future", chunk.size = 5),
+    "dataset 23 has an invalid value at position 5"
+  )
+  expect_match(conditionMessage(err), "chunk 5 of 8 \\(datasets 21-25\\) on a future worker")
+
+  skip_if_not_installed("progressr")
+  old <- options(progressr.enable = TRUE)
+  on.exit(options(old), add = TRUE)
+  steps <- 0
+  withCallingHandlers(
+    bulkem(d[-23], seed = 1, use.gpu = FALSE, parallel = "future", chunk.size = 6),
+    progression = function(p) if (identical(p$type, "update")) steps <<- steps + p$amount
+  )
+  expect_equal(steps, 39)
+})
+
+test_that("a PSOCK cluster of 2 localhost workers gives the sequential result", {
+  skip_if_no_future()
+  d <- future_data()
+  cl <- parallelly::makeClusterPSOCK(2, rscript_libs = .libPaths(), autoStop = TRUE)
+  on.exit(parallel::stopCluster(cl), add = TRUE)
+  old_plan <- future::plan(future::cluster, workers = cl)
+  on.exit(future::plan(old_plan), add = TRUE)
+  # The nodes report where they run, so they share this machine's cores.
+  expect_equal(worker_hosts(), stats::setNames(2L, Sys.info()[["nodename"]]))
+  fut <- bulkem(d, num.components = 3, family = "normal", random.inits = 4, seed = 5,
+                use.gpu = FALSE, parallel = "future", chunk.size = 11)
+  expect_identical(fits_only(fut), fits_only(bulkem(d, num.components = 3, family = "normal",
+                                                    random.inits = 4, seed = 5, use.gpu = FALSE)))
+  expect_equal(attr(fut, "threads"), max(1L, bulkem_backends()$threads[1] %/% 2L))
+})
+
+test_that("a worker that cannot load bulkem gives an error saying so", {
+  skip_if_no_future()
+  # A library path without bulkem (R's own libraries are always added).
+  cl <- parallelly::makeClusterPSOCK(1, rscript_libs = tempdir(), autoStop = TRUE)
+  on.exit(parallel::stopCluster(cl), add = TRUE)
+  if (parallel::clusterEvalQ(cl, requireNamespace("bulkem", quietly = TRUE))[[1]]) {
+    skip("bulkem is installed in a library every R session sees")
+  }
+  old_plan <- future::plan(future::cluster, workers = cl)
+  on.exit(future::plan(old_plan), add = TRUE)
+  expect_error(
+    bulkem(future_data(), use.gpu = FALSE, parallel = "future"),
+    "A future worker failed while running .*datasets 1-40.*Workers must be able to load bulkem"
+  )
+})
+
+test_that("a worker process that dies is reported with its chunk", {
+  skip_if_no_future()
+  cl <- parallelly::makeClusterPSOCK(2, rscript_libs = .libPaths(), autoStop = TRUE)
+  on.exit(try(parallel::stopCluster(cl), silent = TRUE), add = TRUE)
+  old_plan <- future::plan(future::cluster, workers = cl)
+  on.exit(future::plan(old_plan), add = TRUE)
+  # The worker running item 23 ends its own process.
+  die <- function(part, idx, args) {
+    if (23 %in% idx) tools::pskill(Sys.getpid())
+    sum(part)
+  }
+  expect_error(
+    map_chunks(chunk_indices(40, 5), die, slice = identity, parallel = "future", what = "datasets",
+               on_error = stop),
+    "A future worker failed while running chunk 5 of 8 \\(datasets 21-25\\).*may have died"
+  )
+})
