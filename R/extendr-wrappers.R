@@ -34,6 +34,7 @@ stream_push_ <- function(stream, x) .Call(wrap__stream_push_, stream, x)
 #' The stream's sum or mean so far.
 #' @noRd
 stream_value_ <- function(stream, kind) .Call(wrap__stream_value_, stream, kind)
+
 #' Sample a hierarchical GLM. `x` (n x k) and `z` (n x p) are row-major,
 #' rows sorted by group; `sizes` are the groups' row counts. `m` is Inf
 #' for unlimited stepping out.
