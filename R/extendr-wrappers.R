@@ -35,4 +35,15 @@ stream_push_ <- function(stream, x) .Call(wrap__stream_push_, stream, x)
 #' @noRd
 stream_value_ <- function(stream, kind) .Call(wrap__stream_value_, stream, kind)
 
+#' Sample a hierarchical GLM. `x` (n x k) and `z` (n x p) are row-major,
+#' rows sorted by group; `sizes` are the groups' row counts. `m` is Inf
+#' for unlimited stepping out.
+#' @noRd
+hbglm_fit_ <- function(y, x, z, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, threads, backend) .Call(wrap__hbglm_fit_, y, x, z, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, threads, backend)
+
+#' Rank-normalised split R-hat and bulk ESS of every parameter of a
+#' kept x chains x parameters array (R order).
+#' @noRd
+gibbs_diagnostics_ <- function(draws, kept, chains, threads) .Call(wrap__gibbs_diagnostics_, draws, kept, chains, threads)
+
 

@@ -25,3 +25,13 @@ pub const GPU_CPU_LOGLIK_REL: f64 = 1e-10;
 /// Starts whose log-likelihoods are within this relative distance of the
 /// best are ties, resolved by the lowest start index.
 pub const START_TIE_REL: f64 = 1e-9;
+
+/// Slice sampler: most stepping-out steps when `m` is unlimited, and most
+/// shrinkage proposals before an update gives up and keeps its point.
+pub const SLICE_MAX_STEPS: usize = 1_000;
+pub const SLICE_MAX_SHRINKS: usize = 200;
+
+/// Slice-width adaptation during warmup: a window's widths become
+/// `SLICE_ADAPT_FACTOR` x the mean absolute move, once per this many sweeps.
+pub const SLICE_ADAPT_WINDOW: usize = 10;
+pub const SLICE_ADAPT_FACTOR: f64 = 2.0;

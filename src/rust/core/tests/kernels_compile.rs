@@ -33,7 +33,7 @@ fn check(file: &str, variants: &[Vec<(&str, i64)>], entries: &[&str]) {
 
 #[test]
 fn every_kernel_file_is_checked() {
-    let checked = ["em", "reduce"];
+    let checked = ["em", "reduce", "gibbs"];
     for (name, _) in KERNELS {
         assert!(checked.contains(name), "kernel file {name}.cu needs a compile test here");
     }
@@ -57,4 +57,13 @@ fn reduce_kernels_compile() {
     let variants = vec![vec![("REDUCE_SINGLE", 0)], vec![("REDUCE_SINGLE", 1)]];
     let entries = ["tree_pairwise", "tree_div2", "tree_small_pairwise", "tree_small_div2", "plain_naive", "plain_kahan", "exact_sum", "exact_bins"];
     check("reduce", &variants, &entries);
+}
+
+#[test]
+fn gibbs_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let variants: Vec<Vec<(&str, i64)>> = (0..3).map(|family| vec![("HB_FAMILY", family)]).collect();
+    check("gibbs", &variants, &["hb_beta_tiles", "hb_beta_block", "hb_global"]);
 }

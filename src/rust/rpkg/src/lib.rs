@@ -5,6 +5,7 @@
 use extendr_api::prelude::*;
 
 mod em;
+mod gibbs;
 mod backend;
 mod reduce;
 mod session;
@@ -14,4 +15,5 @@ extendr_module! {
     use em;
     use backend;
     use reduce;
+    use gibbs;
 }

@@ -6,7 +6,20 @@
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
 //! bulkem-bench reduce [--log2 20,24,28] [--reps R] [--backend cpu|cuda|both] [--threads T] [--sweep yes]
 //! bulkem-bench reduce-table                the paper's single-precision accuracy table
+//! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
+//!                    [--warmup W] [--draws S] [--chains C] [--threads T]
+//!                    [--big-groups B] [--sweeps N] [--backend cpu|cuda|both] [--json FILE]
 //! ```
+//! `gibbs`: hierarchical logistic regression as in
+//! shared/peers/numpyro_hblogit.py (G groups x n obs x K coefficients,
+//! mu ~ N(0, 5^2), tau ~ half-normal(2)): wall time, sweeps/s, minimum bulk
+//! ESS over the group coefficients, ESS/s; then the three parallel regimes
+//! as time per sweep (one chain): B single-coefficient groups x 5 obs
+//! (default 4,000,000), one global coefficient over 6,390 obs, G x n, and
+//! G groups with heavy-tailed sizes (same total) with load balancing on/off.
+//! On CUDA the kernels are compiled by an untimed warm-up run first (its
+//! time is printed), and time per sweep is the difference between runs of
+//! 2N and N sweeps, so uploads and start-up are excluded.
 //! Prints one row per (case, backend) and appends one JSON line per row to
 //! FILE (default bench-results.jsonl). With `--backend both` the CPU runs on
 //! the first K datasets (default: all) and the ratio compares throughputs.
@@ -132,7 +145,14 @@ fn suite() -> Vec<Case> {
 fn main() {
     let result = (|| -> Result<(), String> {
         let mut it = std::env::args().skip(1);
-        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|reduce [flags]; see the source header")?;
+        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|reduce|reduce-table|gibbs [flags]; see the source header")?;
+        if area == "gibbs" {
+            let args: Vec<String> = it.collect();
+            let json = args.windows(2).find(|w| w[0] == "--json").map(|w| w[1].clone()).unwrap_or_else(|| "bench-results.jsonl".into());
+            let threads = args.windows(2).find(|w| w[0] == "--threads").and_then(|w| w[1].parse().ok()).unwrap_or(0);
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&json).map_err(|e| e.to_string())?;
+            return Exec::cpu().threads(threads).install(|| gibbs_bench::main(&args, threads, &mut file)).map_err(|e| e.to_string())?;
+        }
         let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
         let mut case = Case { name: "custom".into(), datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
@@ -185,11 +205,273 @@ fn main() {
                 reduce_bench::run(&reduce_opts, &mut file)
             }
             "reduce-table" => reduce_bench::accuracy_table(&[16_384, 1_048_576, 10_000_000, 16_777_216, 67_108_864, 134_215_680], &mut file),
-            other => Err(format!("unknown area {other}; known: em, em-suite, reduce, reduce-table")),
+            other => Err(format!("unknown area {other}; known: em, em-suite, reduce, reduce-table, gibbs")),
         }
     })();
     if let Err(e) = result {
         eprintln!("bulkem-bench: {e}");
         std::process::exit(2);
+    }
+}
+
+mod gibbs_bench {
+    use std::io::Write;
+    use std::time::Instant;
+
+    use bulkem_core::exec::{available_threads, Backend, Exec};
+    use bulkem_core::gibbs::diagnostics::ess_bulk;
+    use bulkem_core::gibbs::gpu::sample_gpu;
+    use bulkem_core::gibbs::{sample, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, Sweeper};
+    use rayon::prelude::*;
+
+    struct Opts {
+        case: String,
+        groups: usize,
+        n: usize,
+        k: usize,
+        warmup: usize,
+        draws: usize,
+        chains: usize,
+        big_groups: usize,
+        sweeps: usize,
+        threads: usize,
+        backends: Vec<Backend>,
+    }
+
+    fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu] };
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let value = it.next().ok_or(format!("{flag} needs a value"))?;
+            let num = || value.parse::<usize>().map_err(|_| format!("{flag}: not a whole number: {value}"));
+            match flag.as_str() {
+                "--case" => o.case = value.clone(),
+                "--groups" => o.groups = num()?,
+                "--n" => o.n = num()?,
+                "--k" => o.k = num()?,
+                "--warmup" => o.warmup = num()?,
+                "--draws" => o.draws = num()?,
+                "--chains" => o.chains = num()?,
+                "--big-groups" => o.big_groups = num()?,
+                "--sweeps" => o.sweeps = num()?,
+                "--backend" => {
+                    o.backends = match value.as_str() {
+                        "cpu" => vec![Backend::Cpu],
+                        "cuda" => vec![Backend::Cuda],
+                        "both" => vec![Backend::Cpu, Backend::Cuda],
+                        other => return Err(format!("unknown backend {other}")),
+                    }
+                }
+                "--threads" | "--json" => {}
+                _ => return Err(format!("unknown flag {flag}")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// The peer's data: x = [1, N(0,1) x (K-1)], beta_g = (0.5, 1, ..., 1) +
+    /// 0.5 N(0,1), y ~ Bernoulli(logistic(x' beta_g)). `sizes` give the rows
+    /// per group.
+    fn hblogit_data(sizes: &[usize], k: usize, seed: u64) -> HbData {
+        let parts: Vec<(Vec<f64>, Vec<f64>)> = sizes
+            .par_iter()
+            .enumerate()
+            .map(|(g, &n)| {
+                let mut rng = stream(seed, 0, 0, Block::Group(g), sizes.len());
+                let beta: Vec<f64> = (0..k).map(|j| if j == 0 { 0.5 } else { 1.0 } + 0.5 * rng.normal()).collect();
+                let mut x = Vec::with_capacity(n * k);
+                let mut y = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let row: Vec<f64> = (0..k).map(|j| if j == 0 { 1.0 } else { rng.normal() }).collect();
+                    let eta: f64 = row.iter().zip(&beta).map(|(a, b)| a * b).sum();
+                    y.push((rng.uniform() < 1.0 / (1.0 + (-eta).exp())) as u8 as f64);
+                    x.extend(row);
+                }
+                (y, x)
+            })
+            .collect();
+        let (mut y, mut x) = (Vec::new(), Vec::new());
+        for (py, px) in parts {
+            y.extend(py);
+            x.extend(px);
+        }
+        HbData::new(y, x, vec![], sizes, k, 0).expect("valid benchmark data")
+    }
+
+    fn peer_prior() -> Prior {
+        Prior { mu_mean: 0.0, mu_sd: 5.0, tau: ScalePrior::HalfNormal(2.0), ..Prior::default() }
+    }
+
+    fn threads_used(t: usize) -> usize {
+        if t == 0 { available_threads() } else { t }
+    }
+
+    fn hblogit(o: &Opts, json: &mut std::fs::File) -> Result<(), String> {
+        let data = hblogit_data(&vec![o.n; o.groups], o.k, 0);
+        let mut cpu_rate = None;
+        for &backend in &o.backends {
+            let rate = hblogit_on(o, &data, backend, json)?;
+            match backend {
+                Backend::Cpu => cpu_rate = Some(rate),
+                Backend::Cuda => {
+                    if let Some(c) = cpu_rate {
+                        println!("  gpu/cpu: {:.1}x min ESS/s", rate / c);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn warm_gpu(family: Family) -> Result<f64, String> {
+        let t0 = Instant::now();
+        let tiny = hblogit_data(&[5, 80, 9000], 2, 9);
+        let config = HbglmConfig { iter: 2, warmup: 1, chains: 1, ..HbglmConfig::new(family) };
+        sample_gpu(&tiny, &config, &Exec { backend: Backend::Cuda, ..Exec::cpu() }, true).map_err(|e| e.to_string())?;
+        Ok(t0.elapsed().as_secs_f64())
+    }
+
+    /// One backend's run of the hblogit case; returns min ESS/s.
+    fn hblogit_on(o: &Opts, data: &HbData, backend: Backend, json: &mut std::fs::File) -> Result<f64, String> {
+        if backend == Backend::Cuda {
+            println!("  cuda warm-up (kernel compilation): {:.2} s", warm_gpu(Family::Binomial)?);
+        }
+        let config = HbglmConfig {
+            prior: peer_prior(),
+            iter: o.warmup + o.draws,
+            warmup: o.warmup,
+            chains: o.chains,
+            seed: 1,
+            ..HbglmConfig::new(Family::Binomial)
+        };
+        let exec = Exec { backend, ..Exec::cpu().threads(o.threads) };
+        let t0 = Instant::now();
+        let fit = sample(data, &config, &exec).map_err(|e| e.to_string())?;
+        let seconds = t0.elapsed().as_secs_f64();
+        let ess: Vec<f64> = (0..o.groups * o.k).into_par_iter().map(|p| ess_bulk(&fit.chains_of(p))).collect();
+        let min_ess = ess.iter().cloned().fold(f64::INFINITY, f64::min);
+        let mut sorted = ess.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let sweeps = (o.chains * config.iter) as f64;
+        let evals = fit.stats.beta_evals as f64 / (sweeps * (o.groups * o.k) as f64);
+        println!(
+            "hblogit G={} n={} K={} warmup={} draws={} chains={} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update",
+            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals
+        );
+        writeln!(
+            json,
+            "{{\"area\":\"gibbs\",\"case\":\"hblogit\",\"backend\":\"{}\",\"groups\":{},\"n\":{},\"k\":{},\"warmup\":{},\"draws\":{},\"chains\":{},\"threads\":{},\"seconds\":{:.4},\"sweeps_per_s\":{:.3},\"min_ess_bulk\":{:.1},\"median_ess_bulk\":{:.1},\"min_ess_per_s\":{:.3},\"evals_per_beta_update\":{:.3}}}",
+            backend.name(), o.groups, o.n, o.k, o.warmup, o.draws, o.chains, threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, evals
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(min_ess / seconds)
+    }
+
+    /// Seconds per sweep of one chain on `backend`.
+    fn per_sweep(backend: Backend, data: &HbData, family: Family, prior: &Prior, sweeps: usize, balance: bool) -> Result<f64, String> {
+        match backend {
+            Backend::Cpu => Ok(time_per_sweep(data, family, prior, sweeps, balance)),
+            Backend::Cuda => {
+                // Difference of 2N and N sweeps: start-up and uploads cancel.
+                let exec = Exec { backend: Backend::Cuda, ..Exec::cpu() };
+                let run = |iter: usize| -> Result<f64, String> {
+                    let config = HbglmConfig { prior: prior.clone(), iter, warmup: iter - 1, chains: 1, ..HbglmConfig::new(family) };
+                    let t0 = Instant::now();
+                    sample_gpu(data, &config, &exec, balance).map_err(|e| e.to_string())?;
+                    Ok(t0.elapsed().as_secs_f64())
+                };
+                let n = sweeps.max(20);
+                let (a, b) = (run(n)?, run(2 * n)?);
+                Ok(((b - a) / n as f64).max(0.0))
+            }
+        }
+    }
+
+    /// Seconds per sweep of one chain after `sweeps / 2` untimed sweeps.
+    fn time_per_sweep(data: &HbData, family: Family, prior: &Prior, sweeps: usize, balance: bool) -> f64 {
+        let sw = Sweeper { data, family, prior, slice: SliceSettings::new(1.0), seed: 2, chain: 0, balance };
+        let mut state = sw.init(1.0);
+        let warm = (sweeps / 2).max(1);
+        for t in 0..warm {
+            sw.sweep(&mut state, t, true);
+        }
+        let t0 = Instant::now();
+        for t in 0..sweeps {
+            sw.sweep(&mut state, warm + t, false);
+        }
+        t0.elapsed().as_secs_f64() / sweeps as f64
+    }
+
+    /// Time one regime case on every backend and print/record it.
+    #[allow(clippy::too_many_arguments)]
+    fn regime_row(o: &Opts, json: &mut std::fs::File, name: &str, regime: &str, data: &HbData, prior: &Prior, sweeps: usize, balance: bool) -> Result<(), String> {
+        for &backend in &o.backends {
+            let t = per_sweep(backend, data, Family::Binomial, prior, sweeps, balance)?;
+            let threads = threads_used(o.threads);
+            println!("{:<34} {:<24} {:<5} G={:<9} n={:<10} K={} P={}  {:>10.3} ms/sweep", name, regime, backend.name(), data.groups(), data.n(), data.k, data.p, t * 1e3);
+            writeln!(
+                json,
+                "{{\"area\":\"gibbs\",\"case\":\"{name}\",\"regime\":\"{regime}\",\"backend\":\"{}\",\"groups\":{},\"n\":{},\"k\":{},\"p\":{},\"threads\":{},\"seconds_per_sweep\":{:.6}}}",
+                backend.name(), data.groups(), data.n(), data.k, data.p, threads, t
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn regimes(o: &Opts, json: &mut std::fs::File) -> Result<(), String> {
+        let prior = peer_prior();
+        if o.backends.contains(&Backend::Cuda) {
+            println!("  cuda warm-up (kernel compilation): {:.2} s", warm_gpu(Family::Binomial)?);
+        }
+        // Block-parallel: many single-coefficient groups of 5 observations.
+        let many = hblogit_data(&vec![5; o.big_groups], 1, 3);
+        regime_row(o, json, "many groups x 5 obs", "block-parallel", &many, &prior, o.sweeps, true)?;
+        drop(many);
+        // Log-posterior-parallel: one global coefficient over 6,390 rows
+        // (one group holding an intercept).
+        let base = hblogit_data(&[6390], 2, 4);
+        let x: Vec<f64> = base.x.chunks(2).map(|r| r[0]).collect();
+        let z: Vec<f64> = base.x.chunks(2).map(|r| r[1]).collect();
+        let global = HbData::new(base.y.clone(), x, z, &[6390], 1, 1).map_err(|e| e.to_string())?;
+        regime_row(o, json, "one global coefficient, 6390 obs", "log-posterior-parallel", &global, &prior, o.sweeps.max(100), true)?;
+        // Both: G x n, and heavy-tailed sizes with the same total.
+        let even = hblogit_data(&vec![o.n; o.groups], o.k, 5);
+        regime_row(o, json, "equal groups", "both", &even, &prior, o.sweeps, true)?;
+        let sizes = heavy_tailed_sizes(o.groups, o.groups * o.n);
+        let heavy = hblogit_data(&sizes, o.k, 6);
+        for balance in [true, false] {
+            let name = if balance { "heavy-tailed groups, balanced" } else { "heavy-tailed groups, unbalanced" };
+            regime_row(o, json, name, "both", &heavy, &prior, o.sweeps, balance)?;
+        }
+        println!("  heavy-tailed sizes: min {}, median {}, max {}", sizes.iter().min().unwrap_or(&0), { let mut s = sizes.clone(); s.sort(); s[s.len() / 2] }, sizes.iter().max().unwrap_or(&0));
+        Ok(())
+    }
+
+    /// G group sizes from a Pareto(1.1) distribution (at least 5 rows),
+    /// scaled to add up to about `total`, largest first so that an
+    /// unbalanced split puts the big groups on one thread.
+    fn heavy_tailed_sizes(groups: usize, total: usize) -> Vec<usize> {
+        let mut rng = stream(7, 0, 0, Block::Init, 1);
+        let raw: Vec<f64> = (0..groups).map(|_| rng.uniform().powf(-1.0 / 1.1)).collect();
+        let sum: f64 = raw.iter().sum();
+        let mut sizes: Vec<usize> = raw.iter().map(|r| ((r / sum * total as f64).round() as usize).max(5)).collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        sizes
+    }
+
+    pub fn main(args: &[String], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+        let o = parse(args, threads)?;
+        println!("cpu threads: {}", threads_used(o.threads));
+        match o.case.as_str() {
+            "hblogit" => hblogit(&o, json),
+            "regimes" => regimes(&o, json),
+            "all" => {
+                hblogit(&o, json)?;
+                regimes(&o, json)
+            }
+            other => Err(format!("unknown gibbs case {other}; known: all, hblogit, regimes")),
+        }
     }
 }

@@ -1,0 +1,378 @@
+// Gibbs sampling of hierarchical GLMs with slice updates (core/src/gibbs/gpu.rs).
+//
+// One sweep is a few launches queued without host synchronisation:
+//   hb_beta_tiles  (chain, group) pairs, `tile` lanes each (8 lanes for small
+//                  groups, packed 4 to a warp; 32 for medium groups): the
+//                  lanes sum the group's log-likelihood (log-posterior-
+//                  parallel), the tiles run independently (block-parallel);
+//   hb_beta_block  large groups, a whole block each (split over its threads);
+//   hb_global      one block per chain: gamma (log posterior summed over all
+//                  rows), mu (conjugate), tau and sigma (slice), then the
+//                  draw is written to the device buffer if kept.
+// Every lane of a tile computes the same sums (butterfly reduction), so the
+// slice decisions are uniform within a tile; tiles that finish early simply
+// stop (their shuffles use the tile's mask), and never stall the others.
+//
+// Random numbers: Philox4x32-10, keyed by the seed, counter (draw, block,
+// sweep, chain): the same (seed, chain, sweep, block) addressing as the CPU
+// streams, but not the same numbers (GPU draws agree in distribution).
+//
+// HB_FAMILY: 0 gaussian, 1 binomial (logit), 2 poisson (log).
+
+#ifndef HB_FAMILY
+#define HB_FAMILY 1
+#endif
+
+#define HB_INF __longlong_as_double(0x7ff0000000000000LL)
+
+__device__ __forceinline__ double hb_loglik(double y, double eta, double inv_var) {
+#if HB_FAMILY == 0
+    const double r = y - eta;
+    return -0.5 * r * r * inv_var;
+#elif HB_FAMILY == 1
+    return y * eta - (eta > 0.0 ? eta + log1p(exp(-eta)) : log1p(exp(eta)));
+#else
+    return y * eta - exp(eta);
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// Philox4x32-10
+// ---------------------------------------------------------------------------
+
+__device__ __forceinline__ uint4 philox(uint4 c, uint2 k) {
+    for (int i = 0; i < 10; ++i) {
+        const unsigned hi0 = __umulhi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
+        const unsigned hi1 = __umulhi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
+        c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+        k.x += 0x9E3779B9u;
+        k.y += 0xBB67AE85u;
+    }
+    return c;
+}
+
+struct HbRng {
+    uint2 key;
+    uint4 ctr;
+    double spare;
+    bool has_spare;
+
+    __device__ HbRng(unsigned long long seed, int chain, int sweep, int block)
+        : key(make_uint2((unsigned)seed, (unsigned)(seed >> 32))),
+          ctr(make_uint4(0u, (unsigned)block, (unsigned)sweep, (unsigned)chain)),
+          spare(0.0), has_spare(false) {}
+
+    // Uniform on (0, 1) from 53 bits.
+    __device__ static double unit(unsigned a, unsigned b) {
+        const unsigned long long v = ((unsigned long long)(a >> 5) << 26) | (b >> 6);
+        return ((double)v + 0.5) * (1.0 / 9007199254740992.0);
+    }
+    __device__ double uniform() {
+        if (has_spare) {
+            has_spare = false;
+            return spare;
+        }
+        const uint4 r = philox(ctr, key);
+        ctr.x += 1u;
+        spare = unit(r.z, r.w);
+        has_spare = true;
+        return unit(r.x, r.y);
+    }
+    __device__ double normal() {
+        const double u1 = uniform(), u2 = uniform();
+        return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    }
+};
+
+// ---------------------------------------------------------------------------
+// Neal's slice sampler (as core/src/gibbs/slice.rs)
+// ---------------------------------------------------------------------------
+
+struct HbStep {
+    double x, logf;
+    int evals;
+    int stuck;
+};
+
+template <class F>
+__device__ HbStep hb_slice(double x0, double f0, F& logf, double w, int m, double lower, double upper, HbRng& rng) {
+    HbStep out = {x0, f0, 0, 0};
+    auto f = [&](double x) -> double {
+        if (x < lower || x > upper) return -HB_INF;
+        out.evals += 1;
+        return logf(x);
+    };
+    const double y = f0 + log(rng.uniform());
+    double left = x0 - w * rng.uniform();
+    double right = left + w;
+    int j = (int)floor(m * rng.uniform());
+    if (j > m - 1) j = m - 1;
+    int k = m - 1 - j;
+    while (j > 0 && left > lower && f(left) > y) { left -= w; --j; }
+    while (k > 0 && right < upper && f(right) > y) { right += w; --k; }
+    left = fmax(left, lower);
+    right = fmin(right, upper);
+    for (int s = 0; s < SLICE_MAX_SHRINKS; ++s) {
+        const double x1 = left + (right - left) * rng.uniform();
+        const double f1 = f(x1);
+        if (f1 > y) {
+            out.x = x1;
+            out.logf = f1;
+            return out;
+        }
+        if (x1 < x0) left = x1; else right = x1;
+        if (right - left <= 2.220446049250313e-16 * fmax(fabs(x0), 2.2250738585072014e-308)) break;
+    }
+    out.stuck = 1;
+    return out;
+}
+
+// Everything the group updates read.
+struct HbArgs {
+    const double* y;
+    const double* x;
+    const long long* offsets;
+    int G, K, n, ncoord;
+    double* beta;         // chains x G x K
+    const double* mu;     // chains x K
+    const double* tau;    // chains x K
+    const double* sigma;  // chains
+    double* eta;          // chains x n
+    double* widths;       // chains x ncoord
+    double* moved;        // chains x ncoord
+    int sweep, adapting, adapt_now, m;
+    double adapt_factor, adapt_window;
+    unsigned long long seed;
+    unsigned long long* counters;  // beta evals, gamma evals, scale evals, stuck
+};
+
+// The coordinate-wise slice updates of group g of chain c, by `nthreads`
+// threads (thread `lane` owns rows r0 + lane, r0 + lane + nthreads, ...),
+// `reduce` summing over them and returning the same total to every thread.
+template <class R>
+__device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nthreads, R& reduce) {
+    const long long r0 = a.offsets[g], r1 = a.offsets[g + 1];
+    const int K = a.K;
+    double* eta = a.eta + (size_t)c * a.n;
+    double* b = a.beta + ((size_t)c * a.G + g) * K;
+    const double inv_var = HB_FAMILY == 0 ? 1.0 / (a.sigma[c] * a.sigma[c]) : 1.0;
+    HbRng rng(a.seed, c, a.sweep, g);
+    int j_coord = 0;
+    double d0 = 0.0, b0 = 0.0, mu = 0.0, inv_tau = 1.0;
+    auto lik = [&](double d) -> double {
+        double s = 0.0;
+        for (long long i = r0 + lane; i < r1; i += nthreads) s += hb_loglik(a.y[i], eta[i] + a.x[i * K + j_coord] * d, inv_var);
+        return reduce(s);
+    };
+    auto post = [&](double v) -> double {
+        const double z = (v - mu) * inv_tau;
+        return lik(v - b0) - 0.5 * z * z;
+    };
+    double L = lik(d0);
+    long long evals = 1, stuck = 0;
+    double* w = a.widths + (size_t)c * a.ncoord + (size_t)g * K;
+    double* moved = a.moved + (size_t)c * a.ncoord + (size_t)g * K;
+    for (int j = 0; j < K; ++j) {
+        j_coord = j;
+        b0 = b[j];
+        mu = a.mu[c * K + j];
+        inv_tau = 1.0 / a.tau[c * K + j];
+        const double z0 = (b0 - mu) * inv_tau;
+        const HbStep st = hb_slice(b0, L - 0.5 * z0 * z0, post, w[j], a.m, -HB_INF, HB_INF, rng);
+        evals += st.evals;
+        stuck += st.stuck;
+        const double delta = st.x - b0;
+        if (delta != 0.0) {
+            for (long long i = r0 + lane; i < r1; i += nthreads) eta[i] += a.x[i * K + j] * delta;
+            const double z1 = (st.x - mu) * inv_tau;
+            L = st.logf + 0.5 * z1 * z1;
+            if (lane == 0) b[j] = st.x;
+        }
+        if (lane == 0 && a.adapting) moved[j] += fabs(delta);
+    }
+    if (lane == 0) {
+        if (a.adapt_now) {
+            for (int j = 0; j < K; ++j) {
+                const double target = a.adapt_factor * moved[j] / a.adapt_window;
+                if (isfinite(target) && target > 0.0) w[j] = sqrt(w[j] * target);
+                moved[j] = 0.0;
+            }
+        }
+        atomicAdd(&a.counters[0], (unsigned long long)evals);
+        if (stuck) atomicAdd(&a.counters[3], (unsigned long long)stuck);
+    }
+}
+
+__device__ __forceinline__ double tile_sum(double v, unsigned mask, int tile) {
+    for (int o = tile >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o);
+    return v;
+}
+
+// (chain, group) pairs of `groups` (n_items of them per chain), `tile`
+// lanes each; tile divides 32 and blockDim.x.
+extern "C" __global__ void hb_beta_tiles(HbArgs a, const int* groups, int n_items, int chains, int tile) {
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long item = t / tile;
+    if (item >= (long long)n_items * chains) return;  // whole tiles leave together
+    const int lane = (int)(t % tile);
+    const int c = (int)(item / n_items);
+    const int g = groups[item % n_items];
+    const int base = ((int)(threadIdx.x & 31) / tile) * tile;
+    const unsigned mask = tile == 32 ? FULL_MASK : (((1u << tile) - 1u) << base);
+    auto reduce = [&](double v) { return tile_sum(v, mask, tile); };
+    hb_update_group(a, c, g, lane, tile, reduce);
+}
+
+// One block per (chain, large group).
+extern "C" __global__ void hb_beta_block(HbArgs a, const int* groups, int n_items) {
+    __shared__ double scratch[32];
+    const int c = blockIdx.x / n_items;
+    const int g = groups[blockIdx.x % n_items];
+    auto reduce = [&](double v) { return block_sum(v, scratch); };
+    hb_update_group(a, c, g, threadIdx.x, blockDim.x, reduce);
+}
+
+// Scale prior log densities (prior.rs): kind 0 half-Cauchy, 1 half-normal.
+__device__ __forceinline__ double hb_scale_prior(int kind, double a, double s) {
+    const double r = s / a;
+    return kind == 0 ? -log1p(r * r) : -0.5 * r * r;
+}
+
+struct HbGlobal {
+    const double* z;   // n x P
+    int P;
+    double* gamma;     // chains x P
+    double* mu;        // chains x K
+    double* tau;       // chains x K
+    double* sigma;     // chains
+    double mu_mean, mu_sd, gamma_sd;
+    int tau_kind, sigma_kind;  // 0 half-Cauchy, 1 half-normal, 2 fixed
+    double tau_scale, sigma_scale;
+    // Draws: chains x kept x params; -1: not kept this sweep.
+    double* draws;
+    int kept, params, draw_index;
+};
+
+// One block per chain: gamma, mu, tau, sigma; then record the draw.
+extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
+    __shared__ double scratch[32];
+    const int c = blockIdx.x;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int G = a.G, K = a.K, n = a.n, P = h.P;
+    double* eta = a.eta + (size_t)c * n;
+    const double* beta = a.beta + (size_t)c * G * K;
+    double* w = a.widths + (size_t)c * a.ncoord;
+    double* moved = a.moved + (size_t)c * a.ncoord;
+    HbRng rng(a.seed, c, a.sweep, G);
+    const double inv_var = HB_FAMILY == 0 ? 1.0 / (a.sigma[c] * a.sigma[c]) : 1.0;
+    long long gamma_evals = 0, scale_evals = 0, stuck = 0;
+
+    // gamma: log-posterior-parallel over all rows.
+    for (int j = 0; j < P; ++j) {
+        const double c0 = h.gamma[c * P + j];
+        auto logf = [&](double v) -> double {
+            double s = 0.0;
+            const double d = v - c0;
+            for (int i = tid; i < n; i += nt) s += hb_loglik(a.y[i], eta[i] + h.z[(size_t)i * P + j] * d, inv_var);
+            const double q = v / h.gamma_sd;
+            return block_sum(s, scratch) - 0.5 * q * q;
+        };
+        const int idx = G * K + j;
+        const HbStep st = hb_slice(c0, logf(c0), logf, w[idx], a.m, -HB_INF, HB_INF, rng);
+        gamma_evals += st.evals + 1;
+        stuck += st.stuck;
+        const double delta = st.x - c0;
+        if (delta != 0.0) {
+            for (int i = tid; i < n; i += nt) eta[i] += h.z[(size_t)i * P + j] * delta;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            h.gamma[c * P + j] = st.x;
+            if (a.adapting) moved[idx] += fabs(delta);
+        }
+    }
+    // mu: conjugate normal.
+    for (int k = 0; k < K; ++k) {
+        double s = 0.0;
+        for (int g = tid; g < G; g += nt) s += beta[(size_t)g * K + k];
+        s = block_sum(s, scratch);
+        const double t2 = h.tau[c * K + k] * h.tau[c * K + k];
+        const double s02 = h.mu_sd * h.mu_sd;
+        const double prec = 1.0 / s02 + G / t2;
+        const double mean = (h.mu_mean / s02 + s / t2) / prec;
+        const double v = mean + rng.normal() / sqrt(prec);
+        if (tid == 0) h.mu[c * K + k] = v;
+        __syncthreads();
+    }
+    // tau: slice on log tau.
+    if (h.tau_kind != 2) {
+        for (int k = 0; k < K; ++k) {
+            const double m = h.mu[c * K + k];
+            double s = 0.0;
+            for (int g = tid; g < G; g += nt) {
+                const double r = beta[(size_t)g * K + k] - m;
+                s += r * r;
+            }
+            const double ss = block_sum(s, scratch);
+            auto logf = [&](double u) -> double {
+                return hb_scale_prior(h.tau_kind, h.tau_scale, exp(u)) + (1.0 - G) * u - 0.5 * ss * exp(-2.0 * u);
+            };
+            const int idx = G * K + P + k;
+            const double u0 = log(h.tau[c * K + k]);
+            const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, -HB_INF, HB_INF, rng);
+            scale_evals += st.evals + 1;
+            stuck += st.stuck;
+            __syncthreads();
+            if (tid == 0) {
+                h.tau[c * K + k] = exp(st.x);
+                if (a.adapting) moved[idx] += fabs(st.x - u0);
+            }
+        }
+    }
+    // sigma: slice on log sigma from the residual sum of squares.
+    if (HB_FAMILY == 0 && h.sigma_kind != 2) {
+        double s = 0.0;
+        for (int i = tid; i < n; i += nt) {
+            const double r = a.y[i] - eta[i];
+            s += r * r;
+        }
+        const double rss = block_sum(s, scratch);
+        auto logf = [&](double u) -> double {
+            return hb_scale_prior(h.sigma_kind, h.sigma_scale, exp(u)) + (1.0 - n) * u - 0.5 * rss * exp(-2.0 * u);
+        };
+        const int idx = G * K + P + K;
+        const double u0 = log(h.sigma[c]);
+        const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, -HB_INF, HB_INF, rng);
+        scale_evals += st.evals + 1;
+        stuck += st.stuck;
+        __syncthreads();
+        if (tid == 0) {
+            h.sigma[c] = exp(st.x);
+            if (a.adapting) moved[idx] += fabs(st.x - u0);
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        if (a.adapt_now) {
+            for (int i = G * K; i < a.ncoord; ++i) {
+                const double target = a.adapt_factor * moved[i] / a.adapt_window;
+                if (isfinite(target) && target > 0.0) w[i] = sqrt(w[i] * target);
+                moved[i] = 0.0;
+            }
+        }
+        atomicAdd(&a.counters[1], (unsigned long long)gamma_evals);
+        atomicAdd(&a.counters[2], (unsigned long long)scale_evals);
+        if (stuck) atomicAdd(&a.counters[3], (unsigned long long)stuck);
+    }
+    // The draw, in the CPU order: beta, mu, tau, gamma, sigma (gaussian).
+    if (h.draw_index >= 0) {
+        double* out = h.draws + ((size_t)c * h.kept + h.draw_index) * h.params;
+        for (int i = tid; i < G * K; i += nt) out[i] = beta[i];
+        if (tid == 0) {
+            for (int k = 0; k < K; ++k) out[G * K + k] = h.mu[c * K + k];
+            for (int k = 0; k < K; ++k) out[G * K + K + k] = h.tau[c * K + k];
+            for (int j = 0; j < P; ++j) out[G * K + 2 * K + j] = h.gamma[c * P + j];
+            if (HB_FAMILY == 0) out[G * K + 2 * K + P] = h.sigma[c];
+        }
+    }
+}

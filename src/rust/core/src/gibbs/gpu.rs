@@ -1,0 +1,299 @@
+//! The Gibbs sampler on a CUDA device (kernels/gibbs.cu).
+//!
+//! Each sweep queues, without host synchronisation, the group updates
+//! (packed tiles of 8 lanes for groups of up to `TILE8_MAX_ROWS` rows, a warp
+//! per group up to `SPLIT_GROUP_ROWS`, a block per larger group) and then
+//! one block per chain for gamma, mu, tau and sigma, which also writes the
+//! kept draws into a device buffer; the draws come back once, at the end.
+//! The state stays on the device throughout. Starting values are the CPU
+//! backend's; the random numbers are the device's own (Philox), so draws
+//! agree with the CPU backend in distribution, not bit for bit.
+
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::sweep::{Sweeper, SPLIT_GROUP_ROWS};
+use super::{BlockPlan, Family, HbData, HbglmConfig, HbglmFit, Layout, ScalePrior, SweepStats};
+use crate::error::{Error, Result};
+use crate::exec::{Backend, Exec};
+use crate::gpu::{self, Device};
+use crate::tolerances::{SLICE_ADAPT_FACTOR, SLICE_ADAPT_WINDOW, SLICE_MAX_STEPS};
+
+/// Groups of up to this many rows share a warp, 8 lanes each.
+pub const TILE8_MAX_ROWS: usize = 64;
+const THREADS: u32 = 256;
+/// Sweeps queued between two looks at the interrupt flag.
+const CHECK_EVERY: usize = 64;
+
+/// Mirrors `struct HbArgs` of kernels/gibbs.cu (device pointers as u64).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct HbArgs {
+    y: u64,
+    x: u64,
+    offsets: u64,
+    g: i32,
+    k: i32,
+    n: i32,
+    ncoord: i32,
+    beta: u64,
+    mu: u64,
+    tau: u64,
+    sigma: u64,
+    eta: u64,
+    widths: u64,
+    moved: u64,
+    sweep: i32,
+    adapting: i32,
+    adapt_now: i32,
+    m: i32,
+    adapt_factor: f64,
+    adapt_window: f64,
+    seed: u64,
+    counters: u64,
+}
+
+/// Mirrors `struct HbGlobal` of kernels/gibbs.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct HbGlobal {
+    z: u64,
+    p: i32,
+    gamma: u64,
+    mu: u64,
+    tau: u64,
+    sigma: u64,
+    mu_mean: f64,
+    mu_sd: f64,
+    gamma_sd: f64,
+    tau_kind: i32,
+    sigma_kind: i32,
+    tau_scale: f64,
+    sigma_scale: f64,
+    draws: u64,
+    kept: i32,
+    params: i32,
+    draw_index: i32,
+}
+
+// SAFETY: plain #[repr(C)] structs of integers and floats whose layout
+// matches the CUDA structs field for field (same order, natural alignment).
+unsafe impl DeviceRepr for HbArgs {}
+unsafe impl DeviceRepr for HbGlobal {}
+
+fn scale_code(p: ScalePrior) -> (i32, f64) {
+    match p {
+        ScalePrior::HalfCauchy(a) => (0, a),
+        ScalePrior::HalfNormal(a) => (1, a),
+        ScalePrior::Fixed(v) => (2, v),
+    }
+}
+
+fn family_code(f: Family) -> i64 {
+    match f {
+        Family::Gaussian => 0,
+        Family::Binomial => 1,
+        Family::Poisson => 2,
+    }
+}
+
+/// Groups by launch class: (tiles of 8, warps, blocks).
+pub fn classify(data: &HbData, balance: bool) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
+    let (mut small, mut medium, mut large) = (vec![], vec![], vec![]);
+    for g in 0..data.groups() {
+        let rows = data.rows(g).len();
+        if !balance {
+            medium.push(g as i32);
+        } else if rows <= TILE8_MAX_ROWS {
+            small.push(g as i32);
+        } else if rows < SPLIT_GROUP_ROWS {
+            medium.push(g as i32);
+        } else {
+            large.push(g as i32);
+        }
+    }
+    (small, medium, large)
+}
+
+/// How the GPU backend parallelises each block for `data`.
+pub fn gpu_plan(data: &HbData, family: Family, balance: bool) -> Vec<BlockPlan> {
+    let (s, m, l) = classify(data, balance);
+    let mut plan = vec![
+        BlockPlan {
+            block: "beta",
+            regime: "both",
+            detail: format!(
+                "one tile per (chain, group), its lanes summing the group's log posterior: {} groups in 8-lane tiles (4 per warp), {} in a warp each, {} in a {}-thread block each",
+                s.len(), m.len(), l.len(), THREADS
+            ),
+        },
+        BlockPlan { block: "mu", regime: "log-posterior-parallel", detail: "conjugate draw; sums over groups by a block per chain".into() },
+        BlockPlan { block: "tau", regime: "log-posterior-parallel", detail: "slice on log tau; sums over groups by a block per chain".into() },
+    ];
+    if data.p > 0 {
+        plan.insert(1, BlockPlan { block: "gamma", regime: "log-posterior-parallel", detail: format!("a block per chain sums the log posterior over {} rows", data.n()) });
+    }
+    if family == Family::Gaussian {
+        plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares by a block per chain, then a slice on log sigma".into() });
+    }
+    plan
+}
+
+fn ptr<T>(s: &CudaSlice<T>, dev: &Device) -> u64 {
+    let (p, _sync) = s.device_ptr(&dev.stream);
+    p as u64
+}
+
+/// Sample on the first usable device. `balance = false` sends every group
+/// through the warp-per-group kernel (for measuring what packing buys).
+pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: bool) -> Result<HbglmFit> {
+    let dev = &gpu::devices()?[0];
+    let (g, k, p, n) = (data.groups(), data.k, data.p, data.n());
+    if n > i32::MAX as usize || g * k > i32::MAX as usize {
+        return Err(Error::BackendUnavailable("the GPU sampler handles at most 2^31 rows and group coefficients".into()));
+    }
+    let layout = Layout::of(data, config.family);
+    let (chains, kept, np) = (config.chains, config.kept(), layout.n_params());
+    let ncoord = g * k + p + k + 1;
+    let defines = [("HB_FAMILY", family_code(config.family))];
+    let f_tiles = dev.function("gibbs", &defines, "hb_beta_tiles")?;
+    let f_block = dev.function("gibbs", &defines, "hb_beta_block")?;
+    let f_global = dev.function("gibbs", &defines, "hb_global")?;
+    let s = &dev.stream;
+    let e = |what: &'static str| move |err| dev.err(what, err);
+
+    // Starting values: the CPU backend's, chain by chain.
+    let (mut beta, mut gamma, mut mu, mut tau, mut sigma, mut eta) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for c in 0..chains {
+        let sw = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: c, balance };
+        let st = sw.init(config.w);
+        beta.extend(st.beta);
+        gamma.extend(st.gamma);
+        mu.extend(st.mu);
+        tau.extend(st.tau);
+        sigma.push(st.sigma);
+        eta.extend(st.eta);
+    }
+    let offsets: Vec<i64> = data.offsets.iter().map(|&o| o as i64).collect();
+    let d_y = s.clone_htod(&data.y).map_err(e("copying data"))?;
+    let d_x = s.clone_htod(&data.x).map_err(e("copying data"))?;
+    let d_z = if p > 0 { s.clone_htod(&data.z).map_err(e("copying data"))? } else { s.alloc_zeros::<f64>(1).map_err(e("allocating"))? };
+    let d_off = s.clone_htod(&offsets).map_err(e("copying data"))?;
+    let d_beta = s.clone_htod(&beta).map_err(e("copying the state"))?;
+    let d_gamma = if p > 0 { s.clone_htod(&gamma).map_err(e("copying the state"))? } else { s.alloc_zeros::<f64>(1).map_err(e("allocating"))? };
+    let d_mu = s.clone_htod(&mu).map_err(e("copying the state"))?;
+    let d_tau = s.clone_htod(&tau).map_err(e("copying the state"))?;
+    let d_sigma = s.clone_htod(&sigma).map_err(e("copying the state"))?;
+    let d_eta = s.clone_htod(&eta).map_err(e("copying the state"))?;
+    let d_w = s.clone_htod(&vec![config.w; chains * ncoord]).map_err(e("copying the state"))?;
+    let d_moved = s.alloc_zeros::<f64>(chains * ncoord).map_err(e("allocating"))?;
+    let d_counters = s.alloc_zeros::<u64>(4).map_err(e("allocating"))?;
+    let d_draws = s.alloc_zeros::<f64>((chains * kept * np).max(1)).map_err(e("allocating the draws"))?;
+    let (small, medium, large) = classify(data, balance);
+    let d_small = s.clone_htod(&small[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
+    let d_medium = s.clone_htod(&medium[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
+    let d_large = s.clone_htod(&large[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
+
+    let mut args = HbArgs {
+        y: ptr(&d_y, dev),
+        x: ptr(&d_x, dev),
+        offsets: ptr(&d_off, dev),
+        g: g as i32,
+        k: k as i32,
+        n: n as i32,
+        ncoord: ncoord as i32,
+        beta: ptr(&d_beta, dev),
+        mu: ptr(&d_mu, dev),
+        tau: ptr(&d_tau, dev),
+        sigma: ptr(&d_sigma, dev),
+        eta: ptr(&d_eta, dev),
+        widths: ptr(&d_w, dev),
+        moved: ptr(&d_moved, dev),
+        m: config.m.unwrap_or(SLICE_MAX_STEPS).clamp(1, SLICE_MAX_STEPS) as i32,
+        adapt_factor: SLICE_ADAPT_FACTOR,
+        adapt_window: SLICE_ADAPT_WINDOW as f64,
+        seed: config.seed,
+        counters: ptr(&d_counters, dev),
+        ..Default::default()
+    };
+    let (tau_kind, tau_scale) = scale_code(config.prior.tau);
+    let (sigma_kind, sigma_scale) = scale_code(config.prior.sigma);
+    let mut global = HbGlobal {
+        z: ptr(&d_z, dev),
+        p: p as i32,
+        gamma: ptr(&d_gamma, dev),
+        mu: args.mu,
+        tau: args.tau,
+        sigma: args.sigma,
+        mu_mean: config.prior.mu_mean,
+        mu_sd: config.prior.mu_sd,
+        gamma_sd: config.prior.gamma_sd,
+        tau_kind,
+        sigma_kind,
+        tau_scale,
+        sigma_scale,
+        draws: ptr(&d_draws, dev),
+        kept: kept as i32,
+        params: np as i32,
+        draw_index: -1,
+    };
+
+    let tiles = |count: usize, tile: u32| -> LaunchConfig {
+        let threads = (count * chains) as u64 * tile as u64;
+        LaunchConfig { grid_dim: (threads.div_ceil(THREADS as u64) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+    };
+    for t in 0..config.iter {
+        let adapting = config.adapt && t < config.warmup;
+        args.sweep = t as i32;
+        args.adapting = adapting as i32;
+        args.adapt_now = (adapting && (t + 1) % SLICE_ADAPT_WINDOW == 0) as i32;
+        global.draw_index = if t >= config.warmup && (t - config.warmup + 1) % config.thin == 0 { ((t - config.warmup + 1) / config.thin - 1) as i32 } else { -1 };
+        for (list, d_list, tile) in [(&small, &d_small, 8i32), (&medium, &d_medium, 32i32)] {
+            if list.is_empty() {
+                continue;
+            }
+            let items = list.len() as i32;
+            let chains_i = chains as i32;
+            let mut launch = s.launch_builder(&f_tiles);
+            launch.arg(&args).arg(d_list).arg(&items).arg(&chains_i).arg(&tile);
+            // SAFETY: the arguments match hb_beta_tiles(HbArgs, const int*,
+            // int, int, int); every pointer in `args` addresses a live
+            // buffer of the size the kernel indexes (rows, chains x groups x
+            // K, chains x rows, chains x ncoord); the group list holds
+            // `items` entries; THREADS is a multiple of the tile width.
+            unsafe { launch.launch(tiles(list.len(), tile as u32)) }.map_err(e("launching hb_beta_tiles"))?;
+        }
+        if !large.is_empty() {
+            let items = large.len() as i32;
+            let mut launch = s.launch_builder(&f_block);
+            launch.arg(&args).arg(&d_large).arg(&items);
+            let cfg = LaunchConfig { grid_dim: ((large.len() * chains) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: as above, for hb_beta_block(HbArgs, const int*, int),
+            // one block per (chain, large group).
+            unsafe { launch.launch(cfg) }.map_err(e("launching hb_beta_block"))?;
+        }
+        let mut launch = s.launch_builder(&f_global);
+        launch.arg(&args).arg(&global);
+        let cfg = LaunchConfig { grid_dim: (chains as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: hb_global(HbArgs, HbGlobal): one block per chain; `global`
+        // points at live buffers (chains x P gamma, chains x K mu and tau,
+        // chains sigma, chains x kept x params draws with draw_index < kept).
+        unsafe { launch.launch(cfg) }.map_err(e("launching hb_global"))?;
+        if (t + 1) % CHECK_EVERY == 0 || t + 1 == config.iter {
+            s.synchronize().map_err(e("running the sampler"))?;
+            exec.monitor.add_done(chains * ((t % CHECK_EVERY) + 1));
+            exec.monitor.check()?;
+        }
+    }
+    let raw = s.clone_dtoh(&d_draws).map_err(e("reading the draws"))?;
+    let counters = s.clone_dtoh(&d_counters).map_err(e("reading the counters"))?;
+    let mut draws = vec![0.0; kept * chains * np];
+    for c in 0..chains {
+        for i in 0..kept {
+            for q in 0..np {
+                draws[i + kept * (c + chains * q)] = raw[(c * kept + i) * np + q];
+            }
+        }
+    }
+    let stats = SweepStats { beta_evals: counters[0], gamma_evals: counters[1], scale_evals: counters[2], stuck: counters[3] };
+    Ok(HbglmFit { draws, kept, chains, layout, stats, sweeps: config.iter * chains, plan: gpu_plan(data, config.family, balance), backend: Backend::Cuda })
+}

@@ -1,0 +1,229 @@
+//! Hierarchical Bayesian GLMs by Gibbs sampling, every coordinate drawn with
+//! Neal's univariate slice sampler.
+//!
+//! ```text
+//! y_gj ~ family(x_gj' beta_g + z_gj' gamma),  beta_g ~ N(mu, diag(tau^2))
+//! sweep: beta_g for all g (parallel, coordinate-wise slice updates with the
+//!        linear predictor cached), gamma (slice, log posterior summed in
+//!        parallel), mu (conjugate normal), tau and sigma (slice, log scale)
+//! ```
+//! Chains are independent, with random streams keyed by (seed, chain,
+//! sweep, block), so draws do not depend on the thread count.
+//!
+//! The three parallel regimes of GPU Gibbs sampling (Mahani and Sharabiani):
+//! *block-parallel* (many conditionally independent parameters, each with a
+//! cheap log posterior), *log-posterior-parallel* (one parameter whose log
+//! posterior sums over many observations), and *both*. [`HbglmFit::plan`]
+//! records which one each block used.
+
+mod adapt;
+mod chains;
+pub mod gpu;
+pub mod diagnostics;
+mod model;
+mod prior;
+mod random;
+pub mod slice;
+pub mod sweep;
+
+pub use model::{Family, HbData};
+pub use prior::{Prior, ScalePrior};
+pub use random::{stream, Block, Rng};
+pub use slice::{slice_step, SliceSettings, SliceStep};
+pub use sweep::{State, SweepStats, Sweeper};
+
+use crate::error::{Error, Result};
+use crate::exec::{Backend, Exec};
+
+/// Settings of a sampling run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HbglmConfig {
+    pub family: Family,
+    pub prior: Prior,
+    /// Sweeps per chain, warmup included.
+    pub iter: usize,
+    pub warmup: usize,
+    pub chains: usize,
+    pub thin: usize,
+    /// Initial slice width of every coordinate.
+    pub w: f64,
+    /// Stepping-out limit; `None`: unlimited.
+    pub m: Option<usize>,
+    /// Adapt the widths during warmup.
+    pub adapt: bool,
+    pub seed: u64,
+}
+
+impl HbglmConfig {
+    pub fn new(family: Family) -> Self {
+        HbglmConfig { family, prior: Prior::default(), iter: 2000, warmup: 1000, chains: 4, thin: 1, w: 1.0, m: None, adapt: true, seed: 1 }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        if self.iter == 0 {
+            return Err(Error::arg("iter", "must be at least 1"));
+        }
+        if self.warmup >= self.iter {
+            return Err(Error::arg("warmup", format!("must be less than `iter` ({}), not {}", self.iter, self.warmup)));
+        }
+        if self.chains == 0 {
+            return Err(Error::arg("chains", "must be at least 1"));
+        }
+        if self.thin == 0 || self.thin > self.iter - self.warmup {
+            return Err(Error::arg("thin", format!("must be between 1 and iter - warmup ({}), not {}", self.iter - self.warmup, self.thin)));
+        }
+        if !(self.w.is_finite() && self.w > 0.0) {
+            return Err(Error::arg("slice$w", format!("must be a positive finite number, not {}", self.w)));
+        }
+        if self.m == Some(0) {
+            return Err(Error::arg("slice$m", "must be at least 1"));
+        }
+        self.prior.check()
+    }
+
+    /// Draws kept per chain.
+    pub fn kept(&self) -> usize {
+        (self.iter - self.warmup) / self.thin
+    }
+
+    fn slice_settings(&self) -> SliceSettings {
+        SliceSettings { m: self.m, ..SliceSettings::new(self.w) }
+    }
+}
+
+/// Where each parameter sits in a draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub groups: usize,
+    pub k: usize,
+    pub p: usize,
+    /// A residual sd is sampled (gaussian family).
+    pub sigma: bool,
+}
+
+impl Layout {
+    pub fn of(data: &HbData, family: Family) -> Self {
+        Layout { groups: data.groups(), k: data.k, p: data.p, sigma: family == Family::Gaussian }
+    }
+    pub fn n_params(&self) -> usize {
+        self.groups * self.k + 2 * self.k + self.p + self.sigma as usize
+    }
+    pub fn beta(&self, g: usize, k: usize) -> usize {
+        g * self.k + k
+    }
+    pub fn mu(&self, k: usize) -> usize {
+        self.groups * self.k + k
+    }
+    pub fn tau(&self, k: usize) -> usize {
+        self.groups * self.k + self.k + k
+    }
+    pub fn gamma(&self, j: usize) -> usize {
+        self.groups * self.k + 2 * self.k + j
+    }
+    pub fn sigma(&self) -> Option<usize> {
+        self.sigma.then(|| self.n_params() - 1)
+    }
+}
+
+/// How one block of a sweep was parallelised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockPlan {
+    pub block: &'static str,
+    /// "block-parallel", "log-posterior-parallel", "both" or "serial".
+    pub regime: &'static str,
+    pub detail: String,
+}
+
+/// The result of a sampling run.
+#[derive(Debug, Clone)]
+pub struct HbglmFit {
+    /// kept x chains x parameters, iteration fastest (R's array order).
+    pub draws: Vec<f64>,
+    pub kept: usize,
+    pub chains: usize,
+    pub layout: Layout,
+    /// Slice evaluations and stuck updates, summed over chains and sweeps.
+    pub stats: SweepStats,
+    /// Sweeps run, summed over chains.
+    pub sweeps: usize,
+    pub plan: Vec<BlockPlan>,
+    pub backend: Backend,
+}
+
+impl HbglmFit {
+    /// The draws of parameter `p` of chain `c`.
+    pub fn chain(&self, p: usize, c: usize) -> &[f64] {
+        let start = self.kept * (c + self.chains * p);
+        &self.draws[start..start + self.kept]
+    }
+    /// Every chain's draws of parameter `p`.
+    pub fn chains_of(&self, p: usize) -> Vec<&[f64]> {
+        (0..self.chains).map(|c| self.chain(p, c)).collect()
+    }
+    /// Posterior mean of parameter `p` over all chains.
+    pub fn mean(&self, p: usize) -> f64 {
+        let all = &self.draws[self.kept * self.chains * p..self.kept * self.chains * (p + 1)];
+        all.iter().sum::<f64>() / all.len() as f64
+    }
+}
+
+/// The CPU backend's plan for `data`.
+pub fn cpu_plan(data: &HbData, family: Family) -> Vec<BlockPlan> {
+    let big = (0..data.groups()).filter(|&g| data.rows(g).len() >= sweep::SPLIT_GROUP_ROWS).count();
+    let beta = if big == 0 {
+        BlockPlan {
+            block: "beta",
+            regime: "block-parallel",
+            detail: format!("{} groups across CPU threads; each group's log posterior ({} rows on average) summed serially", data.groups(), data.n() / data.groups().max(1)),
+        }
+    } else {
+        BlockPlan {
+            block: "beta",
+            regime: "both",
+            detail: format!(
+                "{} groups across CPU threads; the log posteriors of the {} groups of at least {} rows also summed in parallel chunks",
+                data.groups(),
+                big,
+                sweep::SPLIT_GROUP_ROWS
+            ),
+        }
+    };
+    let mut plan = vec![
+        beta,
+        BlockPlan { block: "mu", regime: "serial", detail: "conjugate normal draw per coefficient (sums over groups in parallel)".into() },
+        BlockPlan { block: "tau", regime: "serial", detail: "slice on log tau per coefficient (sums over groups in parallel)".into() },
+    ];
+    if data.p > 0 {
+        plan.insert(1, BlockPlan { block: "gamma", regime: "log-posterior-parallel", detail: format!("log posterior summed over {} rows in parallel chunks", data.n()) });
+    }
+    if family == Family::Gaussian {
+        plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares in parallel chunks, then a slice on log sigma".into() });
+    }
+    plan
+}
+
+/// Work (rows x sweeps x chains) from which `use.gpu = NA` picks a usable
+/// GPU. Provisional: chosen before any GPU measurement of this sampler;
+/// to be set from BENCHMARKS.md once the GPU/CPU crossover is measured.
+pub const GPU_MIN_WORK: f64 = 5e8;
+
+/// The backend `use.gpu = NA` runs a job on.
+pub fn auto_backend(data: &HbData, config: &HbglmConfig) -> Backend {
+    let work = data.n() as f64 * config.iter as f64 * config.chains as f64;
+    if work >= GPU_MIN_WORK && crate::gpu::probe().usable() {
+        Backend::Cuda
+    } else {
+        Backend::Cpu
+    }
+}
+
+/// Sample the posterior of a hierarchical GLM: every chain, on `exec`'s
+/// backend. Data and settings are validated first.
+pub fn sample(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmFit> {
+    config.check()?;
+    data.check_family(config.family)?;
+    match exec.backend {
+        Backend::Cpu => chains::sample_cpu(data, config, exec),
+        Backend::Cuda => gpu::sample_gpu(data, config, exec, true),
+    }
+}

@@ -1,0 +1,80 @@
+//! Priors of the hyperparameters and global coefficients.
+//!
+//! ```text
+//! mu_k    ~ N(mu_mean, mu_sd^2)             (conjugate: drawn exactly)
+//! tau_k   ~ half-Cauchy(0, tau_scale)  or half-normal(0, tau_scale)
+//! gamma_j ~ N(0, gamma_sd^2)
+//! sigma   ~ half-Cauchy(0, sigma_scale)     (gaussian family only)
+//! ```
+//! `tau_fixed` / `sigma_fixed` hold a scale at a known value instead (the
+//! conjugate model with known variances, whose posterior is closed-form).
+
+use crate::error::{Error, Result};
+
+/// Prior of a positive scale parameter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalePrior {
+    HalfCauchy(f64),
+    HalfNormal(f64),
+    /// Not sampled: held at this value.
+    Fixed(f64),
+}
+
+impl ScalePrior {
+    /// Log density at `s > 0`, up to a constant.
+    #[inline]
+    pub fn log_density(self, s: f64) -> f64 {
+        match self {
+            ScalePrior::HalfCauchy(a) => -((s / a) * (s / a)).ln_1p(),
+            ScalePrior::HalfNormal(a) => -0.5 * (s / a) * (s / a),
+            ScalePrior::Fixed(_) => 0.0,
+        }
+    }
+    pub fn fixed(self) -> Option<f64> {
+        match self {
+            ScalePrior::Fixed(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn check(self, arg: &'static str) -> Result<()> {
+        let v = match self {
+            ScalePrior::HalfCauchy(v) | ScalePrior::HalfNormal(v) | ScalePrior::Fixed(v) => v,
+        };
+        if !(v.is_finite() && v > 0.0) {
+            return Err(Error::arg(arg, format!("must be a positive finite number, not {v}")));
+        }
+        Ok(())
+    }
+}
+
+/// All priors of a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prior {
+    pub mu_mean: f64,
+    pub mu_sd: f64,
+    pub tau: ScalePrior,
+    pub gamma_sd: f64,
+    pub sigma: ScalePrior,
+}
+
+impl Default for Prior {
+    /// The documented defaults: N(0, 10^2), half-Cauchy(0, 2.5).
+    fn default() -> Self {
+        Prior { mu_mean: 0.0, mu_sd: 10.0, tau: ScalePrior::HalfCauchy(2.5), gamma_sd: 10.0, sigma: ScalePrior::HalfCauchy(2.5) }
+    }
+}
+
+impl Prior {
+    pub fn check(&self) -> Result<()> {
+        if !self.mu_mean.is_finite() {
+            return Err(Error::arg("prior$mu_mean", "must be finite"));
+        }
+        for (v, arg) in [(self.mu_sd, "prior$mu_sd"), (self.gamma_sd, "prior$gamma_sd")] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::arg(arg, format!("must be a positive finite number, not {v}")));
+            }
+        }
+        self.tau.check("prior$tau")?;
+        self.sigma.check("prior$sigma")
+    }
+}

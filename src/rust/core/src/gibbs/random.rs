@@ -1,0 +1,64 @@
+//! Uniform, exponential and normal variates from a keyed stream, spelled out
+//! so that draws never change with a crate version.
+//!
+//! Streams are keyed by (seed, chain, sweep, block): the block is a group's
+//! coefficients, or one of the global blocks. Keying by sweep too keeps no
+//! per-group generator state between sweeps (4 million groups would need
+//! gigabytes of it), and the draws stay independent of thread count.
+
+use crate::rng::KeyedStream;
+
+/// Global blocks, numbered after the groups' blocks 0..G.
+#[derive(Debug, Clone, Copy)]
+pub enum Block {
+    Group(usize),
+    Gamma,
+    Mu,
+    Tau,
+    Sigma,
+    Init,
+}
+
+impl Block {
+    fn index(self, groups: usize) -> u64 {
+        let g = groups as u64;
+        match self {
+            Block::Group(i) => i as u64,
+            Block::Gamma => g,
+            Block::Mu => g + 1,
+            Block::Tau => g + 2,
+            Block::Sigma => g + 3,
+            Block::Init => g + 4,
+        }
+    }
+}
+
+/// The stream of one (seed, chain, sweep, block).
+pub fn stream(seed: u64, chain: usize, sweep: usize, block: Block, groups: usize) -> Rng {
+    // Fold the sweep into the key (splitmix-style), so that (chain, block)
+    // addresses the ChaCha stream and position.
+    let mut s = seed ^ (sweep as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+    s = s.wrapping_add((sweep as u64) << 1 | 1);
+    Rng(KeyedStream::new(s, chain as u64, block.index(groups)))
+}
+
+/// A source of variates.
+pub struct Rng(KeyedStream);
+
+impl Rng {
+    /// Uniform on (0, 1): never exactly 0 or 1.
+    pub fn uniform(&mut self) -> f64 {
+        ((self.0.next_u64() >> 11) as f64 + 0.5) * (1.0 / 9_007_199_254_740_992.0)
+    }
+    /// Standard exponential.
+    pub fn exp1(&mut self) -> f64 {
+        -self.uniform().ln()
+    }
+    /// Standard normal (Box-Muller; the second variate is discarded so that
+    /// a draw's position in the stream never depends on earlier calls).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = self.uniform();
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}

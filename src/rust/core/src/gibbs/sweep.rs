@@ -1,0 +1,337 @@
+//! One Gibbs sweep of a chain: beta (every group at once), gamma, mu, tau,
+//! sigma.
+//!
+//! The linear predictor eta is cached and updated incrementally: changing
+//! one coefficient by d changes eta_i by x_ik d, so a slice evaluation for
+//! beta_gk costs one pass over group g's rows and none over the others.
+
+use rayon::prelude::*;
+
+use super::adapt::Widths;
+use super::model::{Family, HbData};
+use super::prior::Prior;
+use super::random::{stream, Block, Rng};
+use super::slice::{slice_step, SliceSettings};
+use super::model::rows_loglik;
+
+/// Rows per task of a sum over all observations. Fixed, so the order of
+/// additions (and the result) does not depend on the thread count.
+const SUM_CHUNK: usize = 4096;
+/// Groups per rayon task at least: tiny groups cost less than a task.
+const MIN_GROUPS_PER_TASK: usize = 64;
+/// A group with at least this many rows sums its log-likelihood in parallel
+/// chunks too (with load balancing on), so one huge group cannot keep a
+/// single thread busy while the others idle. Depends on the data only, so
+/// draws stay independent of the thread count.
+pub const SPLIT_GROUP_ROWS: usize = 2 * SUM_CHUNK;
+
+/// The parameters of one chain and its cached linear predictor.
+#[derive(Debug, Clone)]
+pub struct State {
+    /// G x K, group-major.
+    pub beta: Vec<f64>,
+    pub gamma: Vec<f64>,
+    pub mu: Vec<f64>,
+    pub tau: Vec<f64>,
+    /// Residual sd (gaussian); 1 otherwise.
+    pub sigma: f64,
+    pub eta: Vec<f64>,
+    pub widths: Widths,
+}
+
+/// Slice evaluations and stuck updates of one sweep, per block.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SweepStats {
+    pub beta_evals: u64,
+    pub gamma_evals: u64,
+    pub scale_evals: u64,
+    pub stuck: u64,
+}
+
+impl SweepStats {
+    pub fn add(&mut self, o: &SweepStats) {
+        self.beta_evals += o.beta_evals;
+        self.gamma_evals += o.gamma_evals;
+        self.scale_evals += o.scale_evals;
+        self.stuck += o.stuck;
+    }
+}
+
+/// Everything a sweep needs besides the state.
+#[derive(Debug, Clone)]
+pub struct Sweeper<'a> {
+    pub data: &'a HbData,
+    pub family: Family,
+    pub prior: &'a Prior,
+    /// Stepping-out limit and bounds; widths come from the state.
+    pub slice: SliceSettings,
+    pub seed: u64,
+    pub chain: usize,
+    /// Load balancing of the group block: small rayon tasks that idle
+    /// threads steal (true), or one fixed, equal-count range of groups per
+    /// thread (false; kept to measure what balancing buys with unequal
+    /// group sizes).
+    pub balance: bool,
+}
+
+/// Sum of `f(range)` over fixed chunks of 0..n, in a fixed order.
+fn par_sum(n: usize, f: impl Fn(std::ops::Range<usize>) -> f64 + Sync) -> f64 {
+    if n <= SUM_CHUNK {
+        return f(0..n);
+    }
+    let parts: Vec<f64> = (0..n.div_ceil(SUM_CHUNK)).into_par_iter().map(|c| f(c * SUM_CHUNK..((c + 1) * SUM_CHUNK).min(n))).collect();
+    parts.iter().sum()
+}
+
+impl Sweeper<'_> {
+    fn rng(&self, sweep: usize, block: Block) -> Rng {
+        stream(self.seed, self.chain, sweep, block, self.data.groups())
+    }
+
+    fn inv_var(&self, state: &State) -> f64 {
+        match self.family {
+            Family::Gaussian => 1.0 / (state.sigma * state.sigma),
+            _ => 1.0,
+        }
+    }
+
+    /// Starting values: mu, gamma ~ U(-1, 1); tau, sigma = exp(U(-1, 1))
+    /// unless fixed; beta_g = mu + tau * U(-1, 1).
+    pub fn init(&self, w0: f64) -> State {
+        let d = self.data;
+        let (g, k, p) = (d.groups(), d.k, d.p);
+        let mut rng = self.rng(usize::MAX, Block::Init);
+        let mu: Vec<f64> = (0..k).map(|_| 2.0 * rng.uniform() - 1.0).collect();
+        let tau: Vec<f64> = (0..k).map(|_| self.prior.tau.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp())).collect();
+        let gamma: Vec<f64> = (0..p).map(|_| 2.0 * rng.uniform() - 1.0).collect();
+        let sigma = match self.family {
+            Family::Gaussian => self.prior.sigma.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp()),
+            _ => 1.0,
+        };
+        let mut beta = vec![0.0; g * k];
+        beta.par_chunks_mut(k).enumerate().with_min_len(MIN_GROUPS_PER_TASK).for_each(|(gi, b)| {
+            let mut rng = self.rng(usize::MAX, Block::Group(gi));
+            for (j, v) in b.iter_mut().enumerate() {
+                *v = mu[j] + tau[j] * (2.0 * rng.uniform() - 1.0);
+            }
+        });
+        let mut state = State { beta, gamma, mu, tau, sigma, eta: vec![0.0; d.n()], widths: Widths::new(g * k + p + k + 1, w0) };
+        self.recompute_eta(&mut state);
+        state
+    }
+
+    /// eta from scratch (start, and to shed accumulated rounding).
+    pub fn recompute_eta(&self, state: &mut State) {
+        let d = self.data;
+        let (k, p) = (d.k, d.p);
+        let (beta, gamma) = (&state.beta, &state.gamma);
+        let offsets = &d.offsets;
+        state.eta.par_chunks_mut(SUM_CHUNK).enumerate().for_each(|(c, eta)| {
+            let start = c * SUM_CHUNK;
+            // The group of the first row of this chunk, then walk forward.
+            let mut g = offsets.partition_point(|&o| o <= start) - 1;
+            for (i, e) in eta.iter_mut().enumerate() {
+                let row = start + i;
+                while offsets[g + 1] <= row {
+                    g += 1;
+                }
+                let xr = &d.x[row * k..(row + 1) * k];
+                let zr = &d.z[row * p..(row + 1) * p];
+                *e = xr.iter().zip(&beta[g * k..(g + 1) * k]).map(|(a, b)| a * b).sum::<f64>()
+                    + zr.iter().zip(gamma).map(|(a, b)| a * b).sum::<f64>();
+            }
+        });
+    }
+
+    /// One full sweep (number `sweep` of this chain). With `adapting`, the
+    /// moves feed the warmup width adaptation.
+    pub fn sweep(&self, state: &mut State, sweep: usize, adapting: bool) -> SweepStats {
+        let mut stats = SweepStats::default();
+        self.update_beta(state, sweep, adapting, &mut stats);
+        self.update_gamma(state, sweep, adapting, &mut stats);
+        self.update_mu(state, sweep);
+        self.update_tau(state, sweep, adapting, &mut stats);
+        self.update_sigma(state, sweep, adapting, &mut stats);
+        if adapting {
+            state.widths.end_sweep();
+        }
+        stats
+    }
+
+    /// Block-parallel: groups are conditionally independent given (mu, tau,
+    /// gamma, sigma); each worker updates whole groups, coordinate by
+    /// coordinate, summing its group's log-likelihood serially.
+    fn update_beta(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+        let d = self.data;
+        let (g_count, k) = (d.groups(), d.k);
+        let inv_var = self.inv_var(state);
+        let (mu, tau) = (&state.mu, &state.tau);
+        // Split eta into each group's rows.
+        let mut parts: Vec<&mut [f64]> = Vec::with_capacity(g_count);
+        let mut rest: &mut [f64] = &mut state.eta;
+        for g in 0..g_count {
+            let (head, tail) = rest.split_at_mut(d.offsets[g + 1] - d.offsets[g]);
+            parts.push(head);
+            rest = tail;
+        }
+        let (w_all, moved_all) = state.widths.parts_mut();
+        let (w_beta, moved_beta) = (&mut w_all[..g_count * k], &mut moved_all[..g_count * k]);
+        let (evals, stuck) = parts
+            .into_par_iter()
+            .zip(state.beta.par_chunks_mut(k))
+            .zip(w_beta.par_chunks_mut(k))
+            .zip(moved_beta.par_chunks_mut(k))
+            .enumerate()
+            .with_min_len(if self.balance { MIN_GROUPS_PER_TASK } else { g_count.div_ceil(rayon::current_num_threads()).max(1) })
+            .map(|(g, (((eta, beta), w), moved))| {
+                let rows = d.rows(g);
+                let ng = rows.len();
+                let y = &d.y[rows.clone()];
+                let xg = &d.xcol[rows.start * k..rows.end * k];
+                let mut rng = self.rng(sweep, Block::Group(g));
+                let split = self.balance && ng >= SPLIT_GROUP_ROWS;
+                let family = self.family;
+                let loglik = |eta: &[f64], j: usize, delta: f64| -> f64 {
+                    let xc = &xg[j * ng..(j + 1) * ng];
+                    let part = |r: std::ops::Range<usize>| rows_loglik(family, &y[r.clone()], &eta[r.clone()], &xc[r], delta, inv_var);
+                    if split {
+                        par_sum(ng, part)
+                    } else {
+                        part(0..ng)
+                    }
+                };
+                let (mut evals, mut stuck) = (1u64, 0u64);
+                // The group's log-likelihood at the current point, carried
+                // from one coordinate to the next.
+                let mut lik = loglik(eta, 0, 0.0);
+                for j in 0..k {
+                    let b0 = beta[j];
+                    let prior = |b: f64| -0.5 * ((b - mu[j]) / tau[j]).powi(2);
+                    let settings = SliceSettings { w: w[j], ..self.slice };
+                    let step = slice_step(b0, lik + prior(b0), |b| loglik(eta, j, b - b0) + prior(b), &settings, &mut rng);
+                    evals += step.evals as u64;
+                    stuck += step.stuck as u64;
+                    let delta = step.x - b0;
+                    if delta != 0.0 {
+                        for (e, xv) in eta.iter_mut().zip(&xg[j * ng..(j + 1) * ng]) {
+                            *e += xv * delta;
+                        }
+                        beta[j] = step.x;
+                        lik = step.logf - prior(step.x);
+                    }
+                    if adapting {
+                        moved[j] += delta.abs();
+                    }
+                }
+                (evals, stuck)
+            })
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        stats.beta_evals += evals;
+        stats.stuck += stuck;
+    }
+
+    /// Log-posterior-parallel: each gamma_j's log density sums over every
+    /// observation, in parallel chunks.
+    fn update_gamma(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+        let d = self.data;
+        let p = d.p;
+        if p == 0 {
+            return;
+        }
+        let inv_var = self.inv_var(state);
+        let base = d.groups() * d.k;
+        let mut rng = self.rng(sweep, Block::Gamma);
+        let sd = self.prior.gamma_sd;
+        for j in 0..p {
+            let c0 = state.gamma[j];
+            let eta = &state.eta;
+            let logf = |c: f64| {
+                let delta = c - c0;
+                par_sum(d.n(), |r| r.map(|i| self.family.loglik(d.y[i], eta[i] + d.z[i * p + j] * delta, inv_var)).sum::<f64>())
+                    - 0.5 * (c / sd).powi(2)
+            };
+            let settings = SliceSettings { w: state.widths.w[base + j], ..self.slice };
+            let step = slice_step(c0, logf(c0), logf, &settings, &mut rng);
+            stats.gamma_evals += step.evals as u64 + 1;
+            stats.stuck += step.stuck as u64;
+            let delta = step.x - c0;
+            if delta != 0.0 {
+                state.eta.par_iter_mut().enumerate().with_min_len(SUM_CHUNK).for_each(|(i, e)| *e += d.z[i * p + j] * delta);
+                state.gamma[j] = step.x;
+            }
+            if adapting {
+                state.widths.parts_mut().1[base + j] += delta.abs();
+            }
+        }
+    }
+
+    /// Conjugate: mu_k | beta, tau ~ N with precision 1/s0^2 + G/tau_k^2.
+    fn update_mu(&self, state: &mut State, sweep: usize) {
+        let (g, k) = (self.data.groups(), self.data.k);
+        let mut rng = self.rng(sweep, Block::Mu);
+        let (m0, s0) = (self.prior.mu_mean, self.prior.mu_sd);
+        for j in 0..k {
+            let sum = column_sum(&state.beta, k, j, |b| b);
+            let t2 = state.tau[j] * state.tau[j];
+            let prec = 1.0 / (s0 * s0) + g as f64 / t2;
+            let mean = (m0 / (s0 * s0) + sum / t2) / prec;
+            state.mu[j] = mean + rng.normal() / prec.sqrt();
+        }
+    }
+
+    /// tau_k on the log scale: log p(u) = log prior(e^u) + u - G u - SS/(2 e^{2u}).
+    fn update_tau(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+        if self.prior.tau.fixed().is_some() {
+            return;
+        }
+        let (g, k) = (self.data.groups() as f64, self.data.k);
+        let base = self.data.groups() * k + self.data.p;
+        let mut rng = self.rng(sweep, Block::Tau);
+        for j in 0..k {
+            let mu = state.mu[j];
+            let ss = column_sum(&state.beta, k, j, |b| (b - mu) * (b - mu));
+            let prior = self.prior.tau;
+            let logf = |u: f64| prior.log_density(u.exp()) + (1.0 - g) * u - 0.5 * ss * (-2.0 * u).exp();
+            let u0 = state.tau[j].ln();
+            let settings = SliceSettings { w: state.widths.w[base + j], ..self.slice };
+            let step = slice_step(u0, logf(u0), logf, &settings, &mut rng);
+            stats.scale_evals += step.evals as u64 + 1;
+            stats.stuck += step.stuck as u64;
+            state.tau[j] = step.x.exp();
+            if adapting {
+                state.widths.parts_mut().1[base + j] += (step.x - u0).abs();
+            }
+        }
+    }
+
+    /// sigma on the log scale, from the residual sum of squares (summed in
+    /// parallel): log p(u) = log prior(e^u) + u - n u - RSS/(2 e^{2u}).
+    fn update_sigma(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+        if self.family != Family::Gaussian || self.prior.sigma.fixed().is_some() {
+            return;
+        }
+        let d = self.data;
+        let eta = &state.eta;
+        let rss = par_sum(d.n(), |r| r.map(|i| (d.y[i] - eta[i]).powi(2)).sum::<f64>());
+        let n = d.n() as f64;
+        let prior = self.prior.sigma;
+        let logf = |u: f64| prior.log_density(u.exp()) + (1.0 - n) * u - 0.5 * rss * (-2.0 * u).exp();
+        let idx = d.groups() * d.k + d.p + d.k;
+        let mut rng = self.rng(sweep, Block::Sigma);
+        let u0 = state.sigma.ln();
+        let settings = SliceSettings { w: state.widths.w[idx], ..self.slice };
+        let step = slice_step(u0, logf(u0), logf, &settings, &mut rng);
+        stats.scale_evals += step.evals as u64 + 1;
+        stats.stuck += step.stuck as u64;
+        state.sigma = step.x.exp();
+        if adapting {
+            state.widths.parts_mut().1[idx] += (step.x - u0).abs();
+        }
+    }
+}
+
+/// sum_g f(beta_gj), in a fixed order.
+fn column_sum(beta: &[f64], k: usize, j: usize, f: impl Fn(f64) -> f64 + Sync) -> f64 {
+    let g = beta.len() / k;
+    par_sum(g, |r| r.map(|i| f(beta[i * k + j])).sum::<f64>())
+}

@@ -1,0 +1,367 @@
+//! The Gibbs / slice sampler on the CPU against exact answers: moments of
+//! known densities, closed-form posteriors of conjugate models, quadrature
+//! for one-parameter GLMs, a Geweke joint-distribution check, and
+//! reproducibility across thread counts. Tolerances are several Monte Carlo
+//! standard errors, with the effective sample size estimated from the draws.
+
+use bulkem_core::exec::Exec;
+use bulkem_core::gibbs::diagnostics::{ess, ess_bulk, qnorm, rhat};
+use bulkem_core::gibbs::{sample, slice_step, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, State, Sweeper};
+
+/// Z-score bound of every Monte Carlo comparison.
+const Z: f64 = 5.0;
+
+fn slice_chain(logf: impl Fn(f64) -> f64, x0: f64, n: usize, s: SliceSettings, seed: u64) -> Vec<f64> {
+    let (mut x, mut f) = (x0, logf(x0));
+    (0..n)
+        .map(|t| {
+            let mut rng = stream(seed, 0, t, Block::Group(0), 1);
+            let step = slice_step(x, f, &logf, &s, &mut rng);
+            assert!(!step.stuck);
+            x = step.x;
+            f = step.logf;
+            x
+        })
+        .collect()
+}
+
+/// Check the mean and variance of `draws` against the truth, within Z
+/// Monte Carlo standard errors (ESS from the draws; the variance's standard
+/// error from the fourth central moment).
+fn check_moments(draws: &[f64], mean: f64, var: f64, m4: f64, what: &str) {
+    let n_eff = ess(&[draws.to_vec()]);
+    assert!(n_eff > 0.1 * draws.len() as f64, "{what}: ESS {n_eff} too low");
+    let n = draws.len() as f64;
+    let m = draws.iter().sum::<f64>() / n;
+    let v = draws.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+    let se_m = (var / n_eff).sqrt();
+    let se_v = ((m4 - var * var) / n_eff).sqrt();
+    assert!((m - mean).abs() < Z * se_m, "{what}: mean {m} vs {mean} (se {se_m})");
+    assert!((v - var).abs() < Z * se_v, "{what}: variance {v} vs {var} (se {se_v})");
+}
+
+#[test]
+fn slice_sampler_normal_moments() {
+    let draws = slice_chain(|x| -0.5 * (x - 2.0) * (x - 2.0) / 9.0, 0.0, 20_000, SliceSettings::new(1.0), 11);
+    check_moments(&draws, 2.0, 9.0, 3.0 * 81.0, "normal(2, 3)");
+}
+
+#[test]
+fn slice_sampler_gamma_moments_with_lower_bound() {
+    // Gamma(shape 3, rate 2): mean 1.5, var 0.75, 4th central moment
+    // 3 k (k + 2) / rate^4 = 45 / 16.
+    let logf = |x: f64| if x > 0.0 { 2.0 * x.ln() - 2.0 * x } else { f64::NEG_INFINITY };
+    let s = SliceSettings { lower: 0.0, ..SliceSettings::new(2.0) };
+    let draws = slice_chain(logf, 1.0, 20_000, s, 12);
+    assert!(draws.iter().all(|&x| x > 0.0));
+    check_moments(&draws, 1.5, 0.75, 45.0 / 16.0, "gamma(3, 2)");
+}
+
+#[test]
+fn slice_sampler_truncated_normal_with_minus_inf_outside() {
+    // N(0, 1) truncated to [-0.5, 1.5], given as -inf outside (no bounds),
+    // and with a limited number of stepping-out steps.
+    let (a, b) = (-0.5f64, 1.5f64);
+    let logf = |x: f64| if (a..=b).contains(&x) { -0.5 * x * x } else { f64::NEG_INFINITY };
+    let s = SliceSettings { m: Some(3), ..SliceSettings::new(0.7) };
+    let draws = slice_chain(logf, 0.0, 20_000, s, 13);
+    assert!(draws.iter().all(|&x| (a..=b).contains(&x)));
+    // Moments by quadrature.
+    let grid: Vec<f64> = (0..=20_000).map(|i| a + (b - a) * i as f64 / 20_000.0).collect();
+    let dens: Vec<f64> = grid.iter().map(|&x| (-0.5 * x * x).exp()).collect();
+    let z: f64 = dens.iter().sum();
+    let mean = grid.iter().zip(&dens).map(|(x, d)| x * d).sum::<f64>() / z;
+    let var = grid.iter().zip(&dens).map(|(x, d)| (x - mean).powi(2) * d).sum::<f64>() / z;
+    let m4 = grid.iter().zip(&dens).map(|(x, d)| (x - mean).powi(4) * d).sum::<f64>() / z;
+    check_moments(&draws, mean, var, m4, "truncated normal");
+}
+
+#[test]
+fn qnorm_matches_statrs() {
+    use statrs::distribution::{ContinuousCDF, Normal};
+    let n = Normal::new(0.0, 1.0).unwrap();
+    for p in [1e-10, 1e-4, 0.01, 0.02425, 0.1, 0.3, 0.5, 0.77, 0.975, 0.999, 1.0 - 1e-9] {
+        let want = n.inverse_cdf(p);
+        assert!((qnorm(p) - want).abs() < 1e-8 * want.abs().max(1.0), "qnorm({p})");
+    }
+}
+
+#[test]
+fn ess_and_rhat_of_iid_and_of_stuck_chains() {
+    let draws: Vec<Vec<f64>> = (0..4).map(|c| (0..1000).map(|t| stream(5, c, t, Block::Mu, 1).normal()).collect()).collect();
+    let refs: Vec<&[f64]> = draws.iter().map(|d| &d[..]).collect();
+    let e = ess_bulk(&refs);
+    assert!(e > 3000.0 && e < 5000.0, "iid ESS {e}");
+    assert!((rhat(&refs) - 1.0).abs() < 0.01);
+    // Chains around different centres: R-hat well above 1.
+    let shifted: Vec<Vec<f64>> = draws.iter().enumerate().map(|(c, d)| d.iter().map(|x| x + c as f64).collect()).collect();
+    let refs: Vec<&[f64]> = shifted.iter().map(|d| &d[..]).collect();
+    assert!(rhat(&refs) > 1.5);
+}
+
+/// A small grouped design: sizes, x (intercept + covariate), z.
+fn design(sizes: &[usize], k: usize, p: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
+    let n: usize = sizes.iter().sum();
+    let mut rng = stream(seed, 9, 0, Block::Init, 1);
+    let x: Vec<f64> = (0..n).flat_map(|_| (0..k).map(|j| if j == 0 { 1.0 } else { rng.normal() }).collect::<Vec<_>>()).collect();
+    let z: Vec<f64> = (0..n * p).map(|_| rng.normal()).collect();
+    (x, z)
+}
+
+/// Dense Cholesky inverse of a small symmetric positive definite matrix.
+fn spd_inverse(a: &[f64], n: usize) -> Vec<f64> {
+    let mut l = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..=i {
+            let s: f64 = a[i * n + j] - (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum::<f64>();
+            l[i * n + j] = if i == j { s.sqrt() } else { s / l[j * n + j] };
+        }
+    }
+    let mut inv = vec![0.0; n * n];
+    for col in 0..n {
+        // Solve L L' x = e_col.
+        let mut y = vec![0.0; n];
+        for i in 0..n {
+            let e = if i == col { 1.0 } else { 0.0 };
+            y[i] = (e - (0..i).map(|k| l[i * n + k] * y[k]).sum::<f64>()) / l[i * n + i];
+        }
+        for i in (0..n).rev() {
+            y[i] = (y[i] - (i + 1..n).map(|k| l[k * n + i] * y[k]).sum::<f64>()) / l[i * n + i];
+        }
+        for i in 0..n {
+            inv[i * n + col] = y[i];
+        }
+    }
+    inv
+}
+
+#[test]
+fn gaussian_model_with_known_variances_matches_closed_form_posterior() {
+    let sizes = [3usize, 5, 8, 2, 12, 6];
+    let (g, k, p) = (sizes.len(), 2, 1);
+    let (x, z) = design(&sizes, k, p, 3);
+    let n = x.len() / k;
+    // Simulate y from the model.
+    let (sigma, tau_v, gamma, mu) = (1.5, 0.6, 0.7, [1.0, -0.5]);
+    let mut rng = stream(4, 9, 0, Block::Init, 1);
+    let mut y = Vec::with_capacity(n);
+    let mut row = 0;
+    for &s in &sizes {
+        let b: Vec<f64> = (0..k).map(|j| mu[j] + tau_v * rng.normal()).collect();
+        for _ in 0..s {
+            y.push(x[row * k] * b[0] + x[row * k + 1] * b[1] + z[row] * gamma + sigma * rng.normal());
+            row += 1;
+        }
+    }
+    let data = HbData::new(y.clone(), x.clone(), z.clone(), &sizes, k, p).unwrap();
+    // Known variances: tau and sigma held at their true values.
+    let prior = Prior { mu_mean: 0.5, mu_sd: 2.0, tau: ScalePrior::Fixed(tau_v), gamma_sd: 3.0, sigma: ScalePrior::Fixed(sigma) };
+    let config = HbglmConfig { prior: prior.clone(), iter: 3000, warmup: 500, chains: 4, seed: 77, ..HbglmConfig::new(Family::Gaussian) };
+    let fit = sample(&data, &config, &Exec::cpu()).unwrap();
+
+    // Exact joint Gaussian over theta = (beta (G x K), mu (K), gamma (P)).
+    let d = g * k + k + p;
+    let mut q = vec![0.0; d * d];
+    let mut lin = vec![0.0; d];
+    let mut row = 0;
+    for (gi, &s) in sizes.iter().enumerate() {
+        for _ in 0..s {
+            let mut a = vec![0.0; d];
+            for j in 0..k {
+                a[gi * k + j] = x[row * k + j];
+            }
+            a[g * k + k] = z[row];
+            for i in 0..d {
+                lin[i] += a[i] * y[row] / (sigma * sigma);
+                for j in 0..d {
+                    q[i * d + j] += a[i] * a[j] / (sigma * sigma);
+                }
+            }
+            row += 1;
+        }
+    }
+    for gi in 0..g {
+        for j in 0..k {
+            let (b, m) = (gi * k + j, g * k + j);
+            let t = 1.0 / (tau_v * tau_v);
+            q[b * d + b] += t;
+            q[m * d + m] += t;
+            q[b * d + m] -= t;
+            q[m * d + b] -= t;
+        }
+    }
+    for j in 0..k {
+        let m = g * k + j;
+        q[m * d + m] += 1.0 / (prior.mu_sd * prior.mu_sd);
+        lin[m] += prior.mu_mean / (prior.mu_sd * prior.mu_sd);
+    }
+    q[(g * k + k) * (d + 1)] += 1.0 / (prior.gamma_sd * prior.gamma_sd);
+    let cov = spd_inverse(&q, d);
+    let mean: Vec<f64> = (0..d).map(|i| (0..d).map(|j| cov[i * d + j] * lin[j]).sum()).collect();
+
+    let lay = fit.layout;
+    let index = |i: usize| if i < g * k { lay.beta(i / k, i % k) } else if i < g * k + k { lay.mu(i - g * k) } else { lay.gamma(0) };
+    for i in 0..d {
+        let chains = fit.chains_of(index(i));
+        let all: Vec<f64> = chains.iter().flat_map(|c| c.iter().copied()).collect();
+        let m = all.iter().sum::<f64>() / all.len() as f64;
+        let sd = (all.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (all.len() as f64 - 1.0)).sqrt();
+        let n_eff = ess_bulk(&chains);
+        let exact_sd = cov[i * d + i].sqrt();
+        assert!(rhat(&chains) < 1.01, "parameter {i}: rhat {}", rhat(&chains));
+        assert!(n_eff > 1000.0, "parameter {i}: ESS {n_eff}");
+        assert!((m - mean[i]).abs() < Z * exact_sd / n_eff.sqrt(), "parameter {i}: mean {m} vs exact {} (sd {exact_sd}, ESS {n_eff})", mean[i]);
+        // sd of a normal's sample sd: sd / sqrt(2 ESS).
+        assert!((sd - exact_sd).abs() < Z * exact_sd / (2.0 * n_eff).sqrt(), "parameter {i}: sd {sd} vs exact {exact_sd}");
+    }
+    // tau and sigma are held at their values.
+    assert!(fit.chain(lay.tau(0), 0).iter().all(|&t| t == tau_v));
+    assert!(fit.chain(lay.sigma().unwrap(), 1).iter().all(|&s| s == sigma));
+}
+
+/// Posterior mean and sd of the single coefficient of a one-group GLM by
+/// quadrature; beta's marginal prior is N(m0, s0^2 + tau^2).
+fn quadrature(family: Family, y: &[f64], x: &[f64], m0: f64, v0: f64) -> (f64, f64) {
+    let grid: Vec<f64> = (0..=40_000).map(|i| -8.0 + 16.0 * i as f64 / 40_000.0).collect();
+    let logp: Vec<f64> = grid
+        .iter()
+        .map(|&b| -0.5 * (b - m0) * (b - m0) / v0 + y.iter().zip(x).map(|(&yi, &xi)| family.loglik(yi, xi * b, 1.0)).sum::<f64>())
+        .collect();
+    let top = logp.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = logp.iter().map(|l| (l - top).exp()).collect();
+    let z: f64 = w.iter().sum();
+    let mean = grid.iter().zip(&w).map(|(b, w)| b * w).sum::<f64>() / z;
+    let var = grid.iter().zip(&w).map(|(b, w)| (b - mean).powi(2) * w).sum::<f64>() / z;
+    (mean, var.sqrt())
+}
+
+fn one_group_glm(family: Family, y: Vec<f64>, x: Vec<f64>, iter: usize) {
+    let n = y.len();
+    let data = HbData::new(y.clone(), x.clone(), vec![], &[n], 1, 0).unwrap();
+    let prior = Prior { mu_mean: 0.3, mu_sd: 1.0, tau: ScalePrior::Fixed(0.5), ..Prior::default() };
+    let config = HbglmConfig { prior, iter, warmup: iter / 6, chains: 4, seed: 5, ..HbglmConfig::new(family) };
+    let fit = sample(&data, &config, &Exec::cpu()).unwrap();
+    let (mean, sd) = quadrature(family, &y, &x, 0.3, 1.0 + 0.25);
+    let chains = fit.chains_of(fit.layout.beta(0, 0));
+    let n_eff = ess_bulk(&chains);
+    let m = fit.mean(fit.layout.beta(0, 0));
+    assert!(n_eff > 0.2 * (config.kept() * 4) as f64, "ESS {n_eff}");
+    assert!((m - mean).abs() < Z * sd / n_eff.sqrt(), "{family:?}: mean {m} vs quadrature {mean} (sd {sd}, ESS {n_eff})");
+}
+
+#[test]
+fn one_group_binomial_matches_quadrature() {
+    let x: Vec<f64> = (0..40).map(|i| -1.0 + i as f64 / 20.0).collect();
+    let y: Vec<f64> = x.iter().enumerate().map(|(i, &v)| if (v + 0.3 * ((i * 7) % 5) as f64 - 0.4) > 0.0 { 1.0 } else { 0.0 }).collect();
+    one_group_glm(Family::Binomial, y, x, 3000);
+}
+
+#[test]
+fn a_group_large_enough_to_be_split_matches_quadrature() {
+    // Above SPLIT_GROUP_ROWS: the group's log-likelihood is summed in parallel.
+    let n = bulkem_core::gibbs::sweep::SPLIT_GROUP_ROWS + 1000;
+    let x: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0).collect();
+    let y: Vec<f64> = (0..n).map(|i| ((i * 7919) % 13 < 5 + (x[i] > 0.0) as usize * 3) as u8 as f64).collect();
+    one_group_glm(Family::Binomial, y, x, 300);
+}
+
+#[test]
+fn one_group_poisson_matches_quadrature() {
+    let x: Vec<f64> = (0..30).map(|i| 0.5 + (i % 6) as f64 / 6.0).collect();
+    let y: Vec<f64> = (0..30).map(|i| ((i * 5) % 7) as f64).collect();
+    one_group_glm(Family::Poisson, y, x, 3000);
+}
+
+/// Geweke (2004): the successive-conditional simulator (a Gibbs sweep
+/// given y, then y redrawn given the parameters) has the prior as its
+/// stationary distribution of the parameters; its moments must match
+/// those of direct prior draws.
+#[test]
+fn geweke_joint_distribution_check() {
+    let sizes = [2usize, 3, 2];
+    let (k, p) = (1, 1);
+    let (x, z) = design(&sizes, k, p, 8);
+    let prior = Prior { mu_mean: 0.5, mu_sd: 1.0, tau: ScalePrior::HalfNormal(1.0), gamma_sd: 1.0, sigma: ScalePrior::HalfNormal(1.0) };
+    let mut data = HbData::new(vec![0.0; 7], x, z, &sizes, k, p).unwrap();
+    let n_iter = 40_000;
+    let config = HbglmConfig { prior: prior.clone(), w: 1.0, ..HbglmConfig::new(Family::Gaussian) };
+    let simulate_y = |data: &mut HbData, s: &State, t: usize| {
+        let mut rng = stream(99, 0, t, Block::Sigma, 1);
+        for i in 0..data.y.len() {
+            data.y[i] = s.eta[i] + s.sigma * rng.normal();
+        }
+    };
+    // Successive-conditional chain.
+    let mut state = {
+        let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0, balance: true };
+        sw.init(config.w)
+    };
+    simulate_y(&mut data, &state, 0);
+    let stat = |s: &State| [s.mu[0], s.tau[0], s.sigma, s.gamma[0], s.beta[0], s.tau[0] * s.tau[0]];
+    let mut chain: Vec<[f64; 6]> = Vec::with_capacity(n_iter);
+    for t in 0..n_iter {
+        {
+            let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0, balance: true };
+            sw.sweep(&mut state, t, false);
+        }
+        simulate_y(&mut data, &state, t + 1);
+        chain.push(stat(&state));
+    }
+    // Prior draws: half-normals as |N|.
+    let mut rng = stream(123, 0, 0, Block::Init, 1);
+    let direct: Vec<[f64; 6]> = (0..n_iter)
+        .map(|_| {
+            let mu = 0.5 + rng.normal();
+            let tau = rng.normal().abs();
+            let sigma = rng.normal().abs();
+            let gamma = rng.normal();
+            let beta = mu + tau * rng.normal();
+            [mu, tau, sigma, gamma, beta, tau * tau]
+        })
+        .collect();
+    for s in 0..6 {
+        let a: Vec<f64> = chain.iter().map(|r| r[s]).collect();
+        let b: Vec<f64> = direct.iter().map(|r| r[s]).collect();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let var = |v: &[f64]| {
+            let m = mean(v);
+            v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() as f64 - 1.0)
+        };
+        let ess_a = ess(&[a.clone()]);
+        let se = (var(&a) / ess_a + var(&b) / b.len() as f64).sqrt();
+        let diff = mean(&a) - mean(&b);
+        assert!(ess_a > 200.0, "statistic {s}: ESS {ess_a}");
+        assert!(diff.abs() < Z * se, "statistic {s}: successive-conditional {} vs prior {} (se {se})", mean(&a), mean(&b));
+    }
+}
+
+#[test]
+fn draws_do_not_depend_on_thread_count() {
+    let mut sizes: Vec<usize> = (0..150).map(|g| 1 + g % 9).collect();
+    sizes[7] = bulkem_core::gibbs::sweep::SPLIT_GROUP_ROWS + 5;
+    let (x, z) = design(&sizes, 2, 1, 21);
+    let n = x.len() / 2;
+    let y: Vec<f64> = (0..n).map(|i| ((i * 13) % 3 == 0) as u8 as f64).collect();
+    let data = HbData::new(y, x, z, &sizes, 2, 1).unwrap();
+    let config = HbglmConfig { iter: 60, warmup: 30, chains: 3, seed: 9, ..HbglmConfig::new(Family::Binomial) };
+    let one = sample(&data, &config, &Exec::cpu().threads(1)).unwrap();
+    let three = sample(&data, &config, &Exec::cpu().threads(3)).unwrap();
+    assert_eq!(one.draws, three.draws);
+    // A different seed gives different draws.
+    let other = sample(&data, &HbglmConfig { seed: 10, ..config }, &Exec::cpu().threads(2)).unwrap();
+    assert_ne!(one.draws, other.draws);
+}
+
+#[test]
+fn invalid_input_is_an_error_naming_the_argument() {
+    let err = HbData::new(vec![1.0, 2.0], vec![1.0, 1.0], vec![], &[2, 0], 1, 0).unwrap_err();
+    assert!(err.to_string().contains("group 2 has no observations"), "{err}");
+    let data = HbData::new(vec![1.0, 2.0], vec![1.0, 1.0], vec![], &[2], 1, 0).unwrap();
+    let err = sample(&data, &HbglmConfig::new(Family::Binomial), &Exec::cpu()).unwrap_err();
+    assert!(err.to_string().contains("must be 0 or 1"), "{err}");
+    let data = HbData::new(vec![1.5, 2.0], vec![1.0, 1.0], vec![], &[2], 1, 0).unwrap();
+    let err = sample(&data, &HbglmConfig::new(Family::Poisson), &Exec::cpu()).unwrap_err();
+    assert!(err.to_string().contains("non-negative whole number"), "{err}");
+    let err = sample(&data, &HbglmConfig { warmup: 2000, ..HbglmConfig::new(Family::Gaussian) }, &Exec::cpu()).unwrap_err();
+    assert!(err.to_string().starts_with("`warmup`"), "{err}");
+}

@@ -1,0 +1,118 @@
+//! hbglm(): R vectors -> core data and settings; draws and the
+//! parallelisation record -> R. Also the diagnostics of a draws array.
+
+use bulkem_core::exec::Backend;
+use bulkem_core::gibbs::diagnostics::rhat_ess_all;
+use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior, ScalePrior};
+use extendr_api::prelude::*;
+use extendr_api::Result;
+
+use crate::session::{parse_backend, r_error, run_in_session};
+
+fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
+    match kind {
+        "half-cauchy" => Ok(ScalePrior::HalfCauchy(value)),
+        "half-normal" => Ok(ScalePrior::HalfNormal(value)),
+        "fixed" => Ok(ScalePrior::Fixed(value)),
+        other => Err(Error::Other(format!("internal: unknown scale prior '{other}'"))),
+    }
+}
+
+/// Sample a hierarchical GLM. `x` (n x k) and `z` (n x p) are row-major,
+/// rows sorted by group; `sizes` are the groups' row counts. `m` is Inf
+/// for unlimited stepping out.
+/// @noRd
+#[extendr]
+#[allow(clippy::too_many_arguments)]
+fn hbglm_fit_(
+    y: &[f64],
+    x: &[f64],
+    z: &[f64],
+    sizes: &[i32],
+    k: i32,
+    p: i32,
+    family: &str,
+    prior: List,
+    iter: i32,
+    warmup: i32,
+    chains: i32,
+    thin: i32,
+    w: f64,
+    m: f64,
+    adapt: bool,
+    seed: f64,
+    threads: i32,
+    backend: &str,
+) -> Result<List> {
+    let family = Family::parse(family).ok_or_else(|| Error::Other(format!("unknown family '{family}'")))?;
+    let num = |name: &str| -> Result<f64> {
+        prior.dollar(name)?.as_real().ok_or_else(|| Error::Other(format!("internal: prior${name} must be a number")))
+    };
+    let text = |name: &str| -> Result<String> {
+        prior.dollar(name)?.as_str().map(str::to_owned).ok_or_else(|| Error::Other(format!("internal: prior${name} must be a string")))
+    };
+    let prior = Prior {
+        mu_mean: num("mu_mean")?,
+        mu_sd: num("mu_sd")?,
+        tau: scale_prior(&text("tau_kind")?, num("tau_value")?)?,
+        gamma_sd: num("gamma_sd")?,
+        sigma: scale_prior(&text("sigma_kind")?, num("sigma_value")?)?,
+    };
+    let sizes: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
+    let data = HbData::new(y.to_vec(), x.to_vec(), z.to_vec(), &sizes, k.max(0) as usize, p.max(0) as usize).map_err(r_error)?;
+    let config = HbglmConfig {
+        family,
+        prior,
+        iter: iter.max(0) as usize,
+        warmup: warmup.max(0) as usize,
+        chains: chains.max(0) as usize,
+        thin: thin.max(0) as usize,
+        w,
+        m: if m.is_finite() { Some(m.max(0.0) as usize) } else { None },
+        adapt,
+        seed: seed as u64,
+    };
+    let backend = parse_backend(backend)?.unwrap_or_else(|| bulkem_core::gibbs::auto_backend(&data, &config));
+    let t0 = std::time::Instant::now();
+    let fit = run_in_session(backend, threads.max(0) as usize, |exec| sample(&data, &config, exec)).map_err(r_error)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let plan = &fit.plan;
+    Ok(list!(
+        draws = fit.draws,
+        kept = fit.kept as i32,
+        chains = fit.chains as i32,
+        n_params = fit.layout.n_params() as i32,
+        backend = fit.backend.name(),
+        seconds = seconds,
+        sweeps = fit.sweeps as f64,
+        beta_evals = fit.stats.beta_evals as f64,
+        gamma_evals = fit.stats.gamma_evals as f64,
+        scale_evals = fit.stats.scale_evals as f64,
+        stuck = fit.stats.stuck as f64,
+        plan = list!(
+            block = plan.iter().map(|b| b.block).collect::<Vec<_>>(),
+            regime = plan.iter().map(|b| b.regime).collect::<Vec<_>>(),
+            detail = plan.iter().map(|b| b.detail.clone()).collect::<Vec<_>>()
+        )
+    ))
+}
+
+/// Rank-normalised split R-hat and bulk ESS of every parameter of a
+/// kept x chains x parameters array (R order).
+/// @noRd
+#[extendr]
+fn gibbs_diagnostics_(draws: &[f64], kept: i32, chains: i32, threads: i32) -> Result<List> {
+    let (kept, chains) = (kept.max(0) as usize, chains.max(0) as usize);
+    let per = kept * chains;
+    if per == 0 || draws.len() % per != 0 {
+        return Err(Error::Other("internal: draws do not match kept x chains".into()));
+    }
+    let (r, e) = run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| exec.install(|| rhat_ess_all(draws, kept, chains))).map_err(r_error)?;
+    Ok(list!(rhat = r, ess_bulk = e))
+}
+
+extendr_module! {
+    mod gibbs;
+    fn hbglm_fit_;
+    fn gibbs_diagnostics_;
+}
