@@ -39,7 +39,7 @@ stream_value_ <- function(stream, kind) .Call(wrap__stream_value_, stream, kind)
 #' rows sorted by group; `sizes` are the groups' row counts. `m` is Inf
 #' for unlimited stepping out.
 #' @noRd
-hbglm_fit_ <- function(y, x, z, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, threads, backend) .Call(wrap__hbglm_fit_, y, x, z, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, threads, backend)
+hbglm_fit_ <- function(y, x, z, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, threads, backend) .Call(wrap__hbglm_fit_, y, x, z, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, threads, backend)
 
 #' Rank-normalised split R-hat and bulk ESS of every parameter of a
 #' kept x chains x parameters array (R order).

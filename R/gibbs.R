@@ -50,6 +50,12 @@
 #'   distribution, not bit for bit.
 #' @param seed `NULL` (drawn from R's RNG, so [set.seed()] reproduces a
 #'   call) or a whole number.
+#' @param parallel `"none"`: all chains in this R session. `"future"`: one
+#'   chain per future on the workers of the current [future::plan()] (other
+#'   R processes or machines; each resolves `use.gpu` for itself and gets
+#'   all the data). Chains are keyed by their index, so the draws are
+#'   identical to `parallel = "none"` with the same `seed` on the same
+#'   backend. Needs \pkg{future} and \pkg{future.apply}.
 #' @return An object of class `bulkem_hbglm`, a list with
 #'   \describe{
 #'   \item{draws}{array of kept draws, iterations x chains x parameters;
@@ -87,9 +93,10 @@
 hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson"),
                   global = NULL, iter = 2000, warmup = 1000, chains = 4, thin = 1,
                   prior = hbglm_prior(), slice = list(w = 1, m = Inf), use.gpu = NA,
-                  seed = NULL) {
+                  seed = NULL, parallel = c("none", "future")) {
   call <- environment()
   family <- match_arg(family, c("gaussian", "binomial", "poisson"), "family", call)
+  parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   iter <- check_count(iter, "iter", min = 2, call = call)
   warmup <- check_count(warmup, "warmup", min = 0, call = call)
   if (warmup >= iter) {
@@ -117,12 +124,25 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   seed <- check_seed(seed, call = call)
 
   model <- hbglm_data(formula, data, group, family, global, call)
-  backend <- resolve_backend(use.gpu, call)
-  raw <- call_core(hbglm_fit_(
-    model$y, as.double(t(model$x)), as.double(t(model$z)), model$sizes,
-    ncol(model$x), ncol(model$z), family, unclass(prior), iter, warmup, chains, thin,
-    slice$w, slice$m, slice$adapt, seed, cpu_threads(), backend
-  ), call, "hbglm")
+  settings <- list(
+    y = model$y, x = as.double(t(model$x)), z = as.double(t(model$z)), sizes = model$sizes,
+    k = ncol(model$x), p = ncol(model$z), family = family, prior = unclass(prior), iter = iter,
+    warmup = warmup, thin = thin, slice = slice, seed = seed
+  )
+  settings <- c(settings, exec_settings(parallel, use.gpu, call))
+  # Future workers take one chain each (every chain needs all the data);
+  # chain streams are keyed by the global chain index, so the draws are
+  # those of one call.
+  chunks <- if (parallel == "future") chunk_indices(chains, 1) else list(seq_len(chains))
+  started <- proc.time()[["elapsed"]]
+  parts <- map_chunks(
+    chunks, hbglm_chunk, slice = function(idx) NULL, args = settings, parallel = parallel,
+    progress = if (parallel == "future") make_progress(chains), what = "chains",
+    on_error = function(msg, where) core_error(msg, call, "hbglm", if (parallel == "future") where),
+    call = call
+  )
+  raw <- bind_chain_parts(parts, chunks)
+  if (parallel == "future") raw$seconds <- proc.time()[["elapsed"]] - started
 
   pars <- hbglm_par_names(model$groups, colnames(model$x), colnames(model$z), family)
   draws <- array(raw$draws, dim = c(raw$kept, raw$chains, raw$n_params),
@@ -468,4 +488,31 @@ hbglm_par_names <- function(groups, coefs, globals, family) {
   c(beta, paste0("mu[", coefs, "]"), paste0("tau[", coefs, "]"),
     if (length(globals)) paste0("gamma[", globals, "]"),
     if (family == "gaussian") "sigma")
+}
+
+# One chunk of chains of hbglm(), here or on a future worker.
+hbglm_chunk <- function(part, idx, s) {
+  ex <- chunk_exec(s)
+  hbglm_fit_(s$y, s$x, s$z, s$sizes, s$k, s$p, s$family, s$prior, s$iter, s$warmup,
+             length(idx), s$thin, s$slice$w, s$slice$m, s$slice$adapt, s$seed,
+             idx[1] - 1L, ex$threads, ex$backend)
+}
+
+# The core's results of chunks of chains, as one result over all chains.
+bind_chain_parts <- function(parts, chunks) {
+  if (length(parts) == 1) return(parts[[1]])
+  first <- parts[[1]]
+  chains <- sum(lengths(chunks))
+  draws <- array(0, dim = c(first$kept, chains, first$n_params))
+  for (k in seq_along(parts)) {
+    draws[, chunks[[k]], ] <- array(parts[[k]]$draws, dim = c(first$kept, length(chunks[[k]]), first$n_params))
+  }
+  total <- function(field) sum(vapply(parts, `[[`, numeric(1), field))
+  modifyList(first, list(
+    draws = as.vector(draws), chains = chains,
+    backend = paste(unique(vapply(parts, `[[`, character(1), "backend")), collapse = ", "),
+    seconds = max(vapply(parts, `[[`, numeric(1), "seconds")),
+    sweeps = total("sweeps"), beta_evals = total("beta_evals"), gamma_evals = total("gamma_evals"),
+    scale_evals = total("scale_evals"), stuck = total("stuck")
+  ))
 }

@@ -192,3 +192,19 @@ test_that("a worker process that dies is reported with its chunk", {
     "A future worker failed while running chunk 5 of 8 \\(datasets 21-25\\).*may have died"
   )
 })
+
+test_that("hbglm chains on future workers give the draws of one call", {
+  skip_on_cran()
+  skip_if_not_installed("future")
+  skip_if_not_installed("future.apply")
+  set.seed(5)
+  d <- data.frame(g = rep(1:6, each = 15), x = rnorm(90))
+  d$y <- 1 + 0.5 * d$x + rep(rnorm(6, sd = 0.5), each = 15) + rnorm(90, sd = 0.3)
+  args <- list(y ~ x, data = d, group = d$g, iter = 60, warmup = 30, chains = 3, seed = 11, use.gpu = FALSE)
+  seq_fit <- do.call(hbglm, args)
+  oplan <- future::plan(future::multisession, workers = 2)
+  on.exit(future::plan(oplan), add = TRUE)
+  par_fit <- do.call(hbglm, c(args, parallel = "future"))
+  expect_identical(par_fit$draws, seq_fit$draws)
+  expect_error(do.call(hbglm, modifyList(args, list(parallel = "cluster"))), "`parallel` must be one of")
+})

@@ -144,6 +144,7 @@ struct HbArgs {
     double adapt_factor, adapt_window;
     unsigned long long seed;
     unsigned long long* counters;  // beta evals, gamma evals, scale evals, stuck
+    int chain0;                    // global index of chain 0 (random streams only)
 };
 
 // The coordinate-wise slice updates of group g of chain c, by `nthreads`
@@ -156,7 +157,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     double* eta = a.eta + (size_t)c * a.n;
     double* b = a.beta + ((size_t)c * a.G + g) * K;
     const double inv_var = HB_FAMILY == 0 ? 1.0 / (a.sigma[c] * a.sigma[c]) : 1.0;
-    HbRng rng(a.seed, c, a.sweep, g);
+    HbRng rng(a.seed, a.chain0 + c, a.sweep, g);
     int j_coord = 0;
     double d0 = 0.0, b0 = 0.0, mu = 0.0, inv_tau = 1.0;
     auto lik = [&](double d) -> double {
@@ -263,7 +264,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
     const double* beta = a.beta + (size_t)c * G * K;
     double* w = a.widths + (size_t)c * a.ncoord;
     double* moved = a.moved + (size_t)c * a.ncoord;
-    HbRng rng(a.seed, c, a.sweep, G);
+    HbRng rng(a.seed, a.chain0 + c, a.sweep, G);
     const double inv_var = HB_FAMILY == 0 ? 1.0 / (a.sigma[c] * a.sigma[c]) : 1.0;
     long long gamma_evals = 0, scale_evals = 0, stuck = 0;
 

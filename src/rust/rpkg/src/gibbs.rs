@@ -41,6 +41,7 @@ fn hbglm_fit_(
     m: f64,
     adapt: bool,
     seed: f64,
+    first_chain: i32,
     threads: i32,
     backend: &str,
 ) -> Result<List> {
@@ -71,6 +72,7 @@ fn hbglm_fit_(
         m: if m.is_finite() { Some(m.max(0.0) as usize) } else { None },
         adapt,
         seed: seed as u64,
+        first_chain: first_chain.max(0) as usize,
     };
     let backend = parse_backend(backend)?.unwrap_or_else(|| bulkem_core::gibbs::auto_backend(&data, &config));
     let t0 = std::time::Instant::now();

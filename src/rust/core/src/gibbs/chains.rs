@@ -49,7 +49,7 @@ fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec) -> 
 pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmFit> {
     let layout = Layout::of(data, config.family);
     let per_chain = exec.install(|| {
-        (0..config.chains).into_par_iter().map(|c| run_chain(data, config, c, exec)).collect::<Vec<_>>()
+        (0..config.chains).into_par_iter().map(|c| run_chain(data, config, config.first_chain + c, exec)).collect::<Vec<_>>()
     })?;
     let kept = config.kept();
     let (chains, np) = (config.chains, layout.n_params());

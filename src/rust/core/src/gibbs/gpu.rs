@@ -50,6 +50,8 @@ struct HbArgs {
     adapt_window: f64,
     seed: u64,
     counters: u64,
+    /// Global index of chain 0 (HbglmConfig::first_chain), for the streams.
+    chain0: i32,
 }
 
 /// Mirrors `struct HbGlobal` of kernels/gibbs.cu.
@@ -164,7 +166,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     // Starting values: the CPU backend's, chain by chain.
     let (mut beta, mut gamma, mut mu, mut tau, mut sigma, mut eta) = (vec![], vec![], vec![], vec![], vec![], vec![]);
     for c in 0..chains {
-        let sw = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: c, balance };
+        let sw = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance };
         let st = sw.init(config.w);
         beta.extend(st.beta);
         gamma.extend(st.gamma);
@@ -213,6 +215,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         adapt_window: SLICE_ADAPT_WINDOW as f64,
         seed: config.seed,
         counters: ptr(&d_counters, dev),
+        chain0: config.first_chain as i32,
         ..Default::default()
     };
     let (tau_kind, tau_scale) = scale_code(config.prior.tau);

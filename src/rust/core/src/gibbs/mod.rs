@@ -52,11 +52,15 @@ pub struct HbglmConfig {
     /// Adapt the widths during warmup.
     pub adapt: bool,
     pub seed: u64,
+    /// Global index of the first chain: chain c here draws from the streams
+    /// of chain first_chain + c, so chains split over several calls (future
+    /// workers) give the draws of one call.
+    pub first_chain: usize,
 }
 
 impl HbglmConfig {
     pub fn new(family: Family) -> Self {
-        HbglmConfig { family, prior: Prior::default(), iter: 2000, warmup: 1000, chains: 4, thin: 1, w: 1.0, m: None, adapt: true, seed: 1 }
+        HbglmConfig { family, prior: Prior::default(), iter: 2000, warmup: 1000, chains: 4, thin: 1, w: 1.0, m: None, adapt: true, seed: 1, first_chain: 0 }
     }
 
     pub fn check(&self) -> Result<()> {
