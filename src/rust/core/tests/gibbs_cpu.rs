@@ -348,8 +348,17 @@ fn draws_do_not_depend_on_thread_count() {
     let three = sample(&data, &config, &Exec::cpu().threads(3)).unwrap();
     assert_eq!(one.draws, three.draws);
     // A different seed gives different draws.
-    let other = sample(&data, &HbglmConfig { seed: 10, ..config }, &Exec::cpu().threads(2)).unwrap();
+    let other = sample(&data, &HbglmConfig { seed: 10, ..config.clone() }, &Exec::cpu().threads(2)).unwrap();
     assert_ne!(one.draws, other.draws);
+    // Chains run in two calls (as on two future workers) are the same chains.
+    let first = sample(&data, &HbglmConfig { chains: 1, ..config.clone() }, &Exec::cpu()).unwrap();
+    let rest = sample(&data, &HbglmConfig { chains: 2, first_chain: 1, ..config }, &Exec::cpu()).unwrap();
+    let np = one.layout.n_params();
+    for p in 0..np {
+        assert_eq!(one.chain(p, 0), first.chain(p, 0));
+        assert_eq!(one.chain(p, 1), rest.chain(p, 0));
+        assert_eq!(one.chain(p, 2), rest.chain(p, 1));
+    }
 }
 
 #[test]
