@@ -18,6 +18,7 @@ pub mod exec;
 pub mod rng;
 pub mod em;
 pub mod reduce;
+pub mod hmm;
 pub mod gpu;
 pub mod tolerances;
 

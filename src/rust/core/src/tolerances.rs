@@ -25,3 +25,11 @@ pub const GPU_CPU_LOGLIK_REL: f64 = 1e-10;
 /// Starts whose log-likelihoods are within this relative distance of the
 /// best are ties, resolved by the lowest start index.
 pub const START_TIE_REL: f64 = 1e-9;
+
+/// HMM probability vectors (start, rows of trans and emis) must sum to 1
+/// within this.
+pub const HMM_ROW_SUM_TOL: f64 = 1e-8;
+
+/// Baum-Welch random starts that end within this relative distance of the
+/// best log-likelihood are ties, resolved by the lowest start index.
+pub const HMM_START_TIE_REL: f64 = 1e-9;
