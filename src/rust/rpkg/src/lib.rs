@@ -5,6 +5,7 @@
 use extendr_api::prelude::*;
 
 mod em;
+mod hmm;
 mod backend;
 mod reduce;
 mod session;
@@ -12,6 +13,7 @@ mod session;
 extendr_module! {
     mod bulkem;
     use em;
+    use hmm;
     use backend;
     use reduce;
 }
