@@ -99,6 +99,15 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Post
     Ok(Posterior { probs, loglik })
 }
 
+/// One Baum-Welch iteration from `model`: the E-step over all sequences and
+/// the M-step. Returns the new model and the log-likelihood of `model`.
+pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
+    check(model, seqs, exec)?;
+    let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.n_symbols));
+    let (counts, ll, _) = cpu::e_step(&Tables::new(model), seqs, &chunks, exec)?;
+    Ok((m_step(model, &counts, pseudocount), ll))
+}
+
 /// Baum-Welch over all sequences jointly, from every start; keeps the best.
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     if exec.backend == Backend::Cuda {
