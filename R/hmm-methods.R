@@ -71,8 +71,8 @@ print.summary.bulkem_hmm <- function(x, digits = 4, ...) {
 #' @export
 print.bulkem_hmm_fit <- function(x, digits = 4, ...) {
   cat(sprintf("bulkem HMM fit: %d states, %d symbols, %s sequences (%s symbols)\n",
-              length(x$model$start), ncol(x$model$emis), format(x$n_sequences, big.mark = ","),
-              format(x$n_obs, big.mark = ",")))
+              length(x$model$start), ncol(x$model$emis), format(x$n_sequences, big.mark = ",", scientific = FALSE),
+              format(x$n_obs, big.mark = ",", scientific = FALSE)))
   if (x$status == "failed") {
     cat("Status: failed -", x$message, "\n")
     return(invisible(x))
@@ -101,7 +101,7 @@ summary.bulkem_hmm_fit <- function(object, ...) {
 #' @export
 print.summary.bulkem_hmm_fit <- function(x, digits = 4, ...) {
   cat(sprintf("bulkem HMM fit (%s) on %s sequences, %s symbols\n", x$status,
-              format(x$n_sequences, big.mark = ","), format(x$n_obs, big.mark = ",")))
+              format(x$n_sequences, big.mark = ",", scientific = FALSE), format(x$n_obs, big.mark = ",", scientific = FALSE)))
   if (x$status == "failed") {
     cat("Failed:", x$message, "\n")
     return(invisible(x))
