@@ -13,7 +13,7 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
         eprintln!("skipped: libnvrtc not found");
         return;
     }
-    assert_eq!(KERNELS.len(), 1, "a new kernel file needs its specialisations listed here");
+    assert_eq!(KERNELS.len(), 2, "a new kernel file needs its specialisations listed here");
     let src = kernel_source("em").expect("em kernel source");
     for arch in ["sm_80", "sm_90"] {
         for family in 0..2 {
@@ -25,6 +25,15 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
                     assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {arch} M = {m}");
                 }
             }
+        }
+    }
+    // hmm.cu has no specialisations.
+    let src = kernel_source("hmm").expect("hmm kernel source");
+    for arch in ["sm_80", "sm_90"] {
+        let ptx = compile(&src, arch, &[]).unwrap_or_else(|e| panic!("hmm.cu, {arch}: {e}"));
+        let text = ptx.to_src();
+        for entry in ["hmm_forward", "hmm_viterbi", "hmm_backward", "hmm_reduce"] {
+            assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {arch}");
         }
     }
 }

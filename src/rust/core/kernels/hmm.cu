@@ -1,0 +1,300 @@
+// Hidden Markov models over many sequences (core/src/hmm/gpu.rs launches
+// these). One block per sequence at a time (blocks stride over the
+// sequences of a batch); the threads of a block share the states; every
+// time step of a pass runs inside the kernel, so a pass over all sequences
+// is one launch. Tables the block reads at every step (transitions, count
+// accumulators) live in shared memory when they fit, else in global memory
+// (L2).
+//
+// Arithmetic follows the CPU reference (core/src/hmm/forward.rs,
+// backward.rs, viterbi.rs) term by term: products and sums are rounded
+// separately (__dmul_rn / __dadd_rn, never fused) and each state's sum runs
+// over the other states in increasing order. Only the sums over states of a
+// step (the scales) are reduced in a different order.
+//
+// Layouts: symbols flat (unsigned, 0-based) with long long offsets; a
+// batch [s0, s1) stores per-symbol data (alphas, scales, back-pointers,
+// posteriors) from off[s0] on, `rel` = off[s] - off[s0]. Matrices row-major:
+// trans[i*N + j] = P(j | i), trans_t[j*N + i] = P(j | i), emis_k[k*N + i] =
+// P(symbol k | state i); log tables likewise.
+
+#define HMM_NO_STATE 0xffffffffu
+#define HMM_NEG_INF __longlong_as_double(0xfff0000000000000ULL)
+#define HMM_NAN __longlong_as_double(0x7ff8000000000000ULL)
+
+// Copy `n` doubles to shared memory (block-wide; caller syncs).
+__device__ __forceinline__ void hmm_copy(double* dst, const double* src, long long n) {
+    for (long long k = threadIdx.x; k < n; k += blockDim.x) dst[k] = src[k];
+}
+
+// Scaled forward pass. With `alpha` and `scale` non-null, every scaled
+// alpha (T x N) and scale (T) of the batch is stored for a backward pass.
+// loglik[s - s0] = log P(sequence), -inf when impossible.
+// Shared: cur[N], nxt[N], red[32], then trans (N*N) when trans_smem.
+extern "C" __global__ void hmm_forward(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
+    int trans_smem)
+{
+    extern __shared__ double sm[];
+    double* cur = sm;
+    double* nxt = sm + N;
+    double* red = sm + 2 * N;
+    const double* A = trans;
+    if (trans_smem) {
+        double* As = red + 32;
+        hmm_copy(As, trans, (long long)N * N);
+        A = As;
+    }
+    __syncthreads();
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x; s < s1; s += gridDim.x) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        const double* e = emis_k + (long long)sym[b] * N;
+        double part = 0.0;
+        for (int j = threadIdx.x; j < N; j += blockDim.x) {
+            double x = __dmul_rn(start[j], e[j]);
+            cur[j] = x;
+            part += x;
+        }
+        double c = block_sum(part, red);
+        bool dead = !(c > 0.0);
+        double ll = dead ? 0.0 : log(c);
+        if (!dead) {
+            double r = 1.0 / c;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                cur[j] = __dmul_rn(cur[j], r);
+                if (alpha) alpha[rel * N + j] = cur[j];
+            }
+            if (scale && threadIdx.x == 0) scale[rel] = c;
+        }
+        __syncthreads();
+        for (long long t = 1; t < T && !dead; ++t) {
+            e = emis_k + (long long)sym[b + t] * N;
+            part = 0.0;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                double acc = 0.0;
+                for (int i = 0; i < N; ++i) acc = __dadd_rn(acc, __dmul_rn(cur[i], A[(long long)i * N + j]));
+                double x = __dmul_rn(acc, e[j]);
+                nxt[j] = x;
+                part += x;
+            }
+            c = block_sum(part, red);
+            if (!(c > 0.0)) {
+                dead = true;
+                break;
+            }
+            ll += log(c);
+            double r = 1.0 / c;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                double x = __dmul_rn(nxt[j], r);
+                nxt[j] = x;
+                if (alpha) alpha[(rel + t) * N + j] = x;
+            }
+            if (scale && threadIdx.x == 0) scale[rel + t] = c;
+            double* tmp = cur;
+            cur = nxt;
+            nxt = tmp;
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) loglik[s - s0] = dead ? HMM_NEG_INF : ll;
+        __syncthreads();
+    }
+}
+
+// Viterbi in log space: back-pointers (unsigned short, T x N per sequence)
+// in `back`, then thread 0 walks back. Ties go to the lowest state, as on
+// the CPU. path is laid out like the batch's symbols; logp[s - s0].
+// Shared: cur[N], nxt[N], then ltrans (N*N) when trans_smem.
+extern "C" __global__ void hmm_viterbi(
+    int N, const double* __restrict__ lstart, const double* __restrict__ ltrans,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    unsigned short* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp,
+    int trans_smem)
+{
+    extern __shared__ double sm[];
+    double* cur = sm;
+    double* nxt = sm + N;
+    const double* L = ltrans;
+    if (trans_smem) {
+        double* Ls = sm + 2 * N;
+        hmm_copy(Ls, ltrans, (long long)N * N);
+        L = Ls;
+    }
+    __syncthreads();
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x; s < s1; s += gridDim.x) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        const double* e = lemis_k + (long long)sym[b] * N;
+        for (int j = threadIdx.x; j < N; j += blockDim.x) cur[j] = lstart[j] + e[j];
+        __syncthreads();
+        for (long long t = 1; t < T; ++t) {
+            e = lemis_k + (long long)sym[b + t] * N;
+            unsigned short* bp = back + (rel + t) * N;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                double best = HMM_NEG_INF;
+                int arg = 0;
+                for (int i = 0; i < N; ++i) {
+                    double v = cur[i] + L[(long long)i * N + j];
+                    if (v > best) {
+                        best = v;
+                        arg = i;
+                    }
+                }
+                nxt[j] = best + e[j];
+                bp[j] = (unsigned short)arg;
+            }
+            double* tmp = cur;
+            cur = nxt;
+            nxt = tmp;
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            double best = HMM_NEG_INF;
+            int arg = 0;
+            for (int j = 0; j < N; ++j) {
+                if (cur[j] > best) {
+                    best = cur[j];
+                    arg = j;
+                }
+            }
+            logp[s - s0] = best;
+            if (best == HMM_NEG_INF) {
+                for (long long t = 0; t < T; ++t) path[rel + t] = HMM_NO_STATE;
+            } else {
+                path[rel + T - 1] = (unsigned)arg;
+                for (long long t = T - 1; t > 0; --t) {
+                    arg = back[(rel + t) * N + arg];
+                    path[rel + t - 1] = (unsigned)arg;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Scaled backward pass over a batch whose forward pass stored alpha and
+// scale. Writes posterior rows to `gamma` (non-null) and/or adds the
+// Baum-Welch expected counts of the block's sequences to its accumulator
+// `partial + blockIdx.x * (N + N*N + V*N)` (non-null): start (N), trans_raw
+// (N*N, without the factor A_ij), emis (by symbol, V*N). Impossible
+// sequences (loglik -inf) get NaN rows and no counts.
+// Shared: beta[N], beta2[N], tmp[N], then trans_t (N*N) when trans_smem,
+// then the accumulator when acc_smem (loaded from and stored back to
+// global memory around the pass, so batches add up).
+extern "C" __global__ void hmm_backward(
+    int N, int V, const double* __restrict__ trans_t, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
+    const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
+    int trans_smem, int acc_smem)
+{
+    extern __shared__ double sm[];
+    double* beta = sm;
+    double* beta2 = sm + N;
+    double* tmp = sm + 2 * N;
+    double* next_free = sm + 3 * N;
+    const double* AT = trans_t;
+    if (trans_smem) {
+        hmm_copy(next_free, trans_t, (long long)N * N);
+        AT = next_free;
+        next_free += (long long)N * N;
+    }
+    const long long acc_size = (long long)N + (long long)N * N + (long long)V * N;
+    double* acc = 0;
+    if (partial) {
+        double* mine = partial + blockIdx.x * acc_size;
+        if (acc_smem) {
+            hmm_copy(next_free, mine, acc_size);
+            acc = next_free;
+        } else {
+            acc = mine;
+        }
+    }
+    __syncthreads();
+    double* acc_start = acc;
+    double* acc_xi = acc ? acc + N : 0;
+    double* acc_emis = acc ? acc + N + (long long)N * N : 0;
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x; s < s1; s += gridDim.x) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        if (loglik[s - s0] == HMM_NEG_INF) {
+            if (gamma) {
+                for (long long k = threadIdx.x; k < T * N; k += blockDim.x) gamma[rel * N + k] = HMM_NAN;
+            }
+            continue;
+        }
+        // t = T - 1: beta = 1, gamma = alpha.
+        {
+            const long long t = T - 1;
+            const unsigned o = sym[b + t];
+            for (int i = threadIdx.x; i < N; i += blockDim.x) {
+                beta[i] = 1.0;
+                double g = alpha[(rel + t) * N + i];
+                if (gamma) gamma[(rel + t) * N + i] = g;
+                if (acc) {
+                    acc_emis[(long long)o * N + i] += g;
+                    if (t == 0) acc_start[i] += g;
+                }
+            }
+        }
+        __syncthreads();
+        for (long long t = T - 2; t >= 0; --t) {
+            const double* e = emis_k + (long long)sym[b + t + 1] * N;
+            const double r = 1.0 / scale[rel + t + 1];
+            for (int j = threadIdx.x; j < N; j += blockDim.x) tmp[j] = __dmul_rn(__dmul_rn(e[j], beta[j]), r);
+            __syncthreads();
+            const double* a_t = alpha + (rel + t) * N;
+            if (acc) {
+                for (long long k = threadIdx.x; k < (long long)N * N; k += blockDim.x) {
+                    const double a = a_t[k / N];
+                    if (a != 0.0) acc_xi[k] = __dadd_rn(acc_xi[k], __dmul_rn(a, tmp[k % N]));
+                }
+            }
+            const unsigned o = sym[b + t];
+            for (int i = threadIdx.x; i < N; i += blockDim.x) {
+                double sum = 0.0;
+                for (int j = 0; j < N; ++j) sum = __dadd_rn(sum, __dmul_rn(AT[(long long)j * N + i], tmp[j]));
+                beta2[i] = sum;
+                double g = __dmul_rn(a_t[i], sum);
+                if (gamma) gamma[(rel + t) * N + i] = g;
+                if (acc) {
+                    acc_emis[(long long)o * N + i] += g;
+                    if (t == 0) acc_start[i] += g;
+                }
+            }
+            __syncthreads();
+            double* swap = beta;
+            beta = beta2;
+            beta2 = swap;
+        }
+        __syncthreads();
+    }
+    if (partial && acc_smem) {
+        __syncthreads();
+        double* mine = partial + blockIdx.x * acc_size;
+        for (long long k = threadIdx.x; k < acc_size; k += blockDim.x) mine[k] = acc[k];
+    }
+}
+
+// Sum the per-block accumulators in block order (deterministic):
+// out[k] = sum_g partial[g * size + k].
+extern "C" __global__ void hmm_reduce(const double* __restrict__ partial, int blocks, long long size,
+                                      double* __restrict__ out)
+{
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < size;
+         k += (long long)gridDim.x * blockDim.x) {
+        double s = 0.0;
+        for (int g = 0; g < blocks; ++g) s += partial[(long long)g * size + k];
+        out[k] = s;
+    }
+}
