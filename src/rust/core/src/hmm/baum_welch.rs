@@ -77,11 +77,14 @@ pub fn m_step(model: &HmmModel, counts: &Counts, pc: f64) -> HmmModel {
     next
 }
 
+/// One E-step over all sequences on some backend: expected counts, total
+/// log-likelihood, first impossible sequence (0-based).
+pub(crate) type EStep<'a> = dyn FnMut(&HmmModel) -> Result<(Counts, f64, Option<usize>)> + 'a;
+
 /// Run Baum-Welch from `init`.
-fn run_start(seqs: &Sequences, init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
-    let chunks = cpu::chunks(seqs, Counts::size(init.n_states, init.n_symbols));
+fn run_start(init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec, e_step: &mut EStep) -> Result<HmmFit> {
     let mut model = init.clone();
-    let (mut counts, mut ll, impossible) = cpu::e_step(&Tables::new(&model), seqs, &chunks, exec)?;
+    let (mut counts, mut ll, impossible) = e_step(&model)?;
     let mut trace = vec![ll];
     let failed = |model: HmmModel, trace: Vec<f64>, iterations: usize, why: String| HmmFit {
         model,
@@ -100,7 +103,7 @@ fn run_start(seqs: &Sequences, init: HmmModel, config: &CheckedHmmFitConfig, exe
     for iter in 1..=config.max_iters {
         exec.monitor.check()?;
         let next = m_step(&model, &counts, config.pseudocount);
-        let (next_counts, next_ll, impossible) = cpu::e_step(&Tables::new(&next), seqs, &chunks, exec)?;
+        let (next_counts, next_ll, impossible) = e_step(&next)?;
         if let Some(s) = impossible {
             // Cannot happen in exact arithmetic: EM never lowers the likelihood.
             return Ok(failed(model, trace, iter, format!("sequence {} became impossible at iteration {iter}", s + 1)));
@@ -117,16 +120,23 @@ fn run_start(seqs: &Sequences, init: HmmModel, config: &CheckedHmmFitConfig, exe
     Ok(HmmFit { model, init, loglik: ll, trace, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, start_logliks: vec![], best_start: 0 })
 }
 
-/// Fit from every start (given or random) and keep the best; starts within
-/// [`HMM_START_TIE_REL`] of the best are ties, won by the lowest index.
+/// Fit on the CPU (see [`fit_with`]).
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
+    let chunks = cpu::chunks(seqs, Counts::size(config.n_states, config.n_symbols));
+    fit_with(config, exec, &mut |m: &HmmModel| cpu::e_step(&Tables::new(m), seqs, &chunks, exec))
+}
+
+/// Fit from every start (given or random) with the E-step of a backend and
+/// keep the best; starts within [`HMM_START_TIE_REL`] of the best are ties,
+/// won by the lowest index.
+pub(crate) fn fit_with(config: &CheckedHmmFitConfig, exec: &Exec, e_step: &mut EStep) -> Result<HmmFit> {
     let mut fits = Vec::with_capacity(config.starts());
     for s in 0..config.starts() {
         let init = match &config.init {
             Some(m) => m.clone(),
             None => random_model(config.n_states, config.n_symbols, config.seed, s),
         };
-        fits.push(run_start(seqs, init, config, exec)?);
+        fits.push(run_start(init, config, exec, e_step)?);
         exec.monitor.add_done(1);
     }
     let start_logliks: Vec<f64> = fits.iter().map(|f| f.loglik).collect();

@@ -28,6 +28,7 @@ mod baum_welch;
 mod config;
 pub mod cpu;
 mod forward;
+pub mod gpu;
 mod model;
 mod sequences;
 mod simulate;
@@ -43,7 +44,7 @@ pub use simulate::simulate;
 pub use tables::{LogTables, Tables};
 pub use viterbi::NO_STATE;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exec::{Backend, Exec};
 
 /// Viterbi decoding of many sequences.
@@ -66,53 +67,76 @@ pub struct Posterior {
     pub loglik: Vec<f64>,
 }
 
-/// The backend `use.gpu = NA` runs an HMM job on. The HMM routines have
-/// only the CPU backend in this version.
-pub fn auto_backend(_model_states: usize, _symbols_total: usize) -> Backend {
-    Backend::Cpu
+/// Work (symbol x N^2 x passes) below which the CPU answers sooner than a
+/// GPU, which also pays its kernel compilation on first use in a process.
+/// The CPU does about 1e9 such units per second per core (BENCHMARKS.md,
+/// N = 10: 5,000 symbols in 0.43 ms); not yet tuned against GPU timings.
+pub const GPU_MIN_WORK: f64 = 1e10;
+
+/// The backend `use.gpu = NA` runs an HMM job of `symbols` symbols, `states`
+/// states and `passes` passes over the data on: CUDA when a device is usable
+/// and the job is large enough, the CPU otherwise.
+pub fn auto_backend(states: usize, symbols: usize, passes: usize) -> Backend {
+    let work = symbols as f64 * (states as f64).powi(2) * passes as f64;
+    if work >= GPU_MIN_WORK && states <= gpu::MAX_GPU_STATES && crate::gpu::probe().usable() {
+        Backend::Cuda
+    } else {
+        Backend::Cpu
+    }
 }
 
-fn check(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<()> {
-    if exec.backend == Backend::Cuda {
-        return Err(Error::BackendUnavailable("the hidden Markov model routines have no CUDA backend in this version; use the CPU".into()));
-    }
+fn check(model: &HmmModel, seqs: &Sequences) -> Result<()> {
     seqs.validate(model.n_symbols)
 }
 
 /// log P(sequence) for every sequence.
 pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
-    check(model, seqs, exec)?;
-    cpu::loglik(&Tables::new(model), seqs, exec)
+    check(model, seqs)?;
+    match exec.backend {
+        Backend::Cpu => cpu::loglik(&Tables::new(model), seqs, exec),
+        Backend::Cuda => gpu::loglik(model, seqs, exec),
+    }
 }
 
 /// The most probable state path of every sequence.
 pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Viterbi> {
-    check(model, seqs, exec)?;
-    let (states, log_prob) = cpu::viterbi(&LogTables::new(model), seqs, exec)?;
+    check(model, seqs)?;
+    let (states, log_prob) = match exec.backend {
+        Backend::Cpu => cpu::viterbi(&LogTables::new(model), seqs, exec)?,
+        Backend::Cuda => gpu::viterbi(model, seqs, exec)?,
+    };
     Ok(Viterbi { states, log_prob })
 }
 
 /// Posterior state probabilities (forward-backward) of every sequence.
 pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Posterior> {
-    check(model, seqs, exec)?;
-    let (probs, loglik) = cpu::posterior(&Tables::new(model), seqs, exec)?;
+    check(model, seqs)?;
+    let (probs, loglik) = match exec.backend {
+        Backend::Cpu => cpu::posterior(&Tables::new(model), seqs, exec)?,
+        Backend::Cuda => gpu::posterior(model, seqs, exec)?,
+    };
     Ok(Posterior { probs, loglik })
 }
 
 /// One Baum-Welch iteration from `model`: the E-step over all sequences and
 /// the M-step. Returns the new model and the log-likelihood of `model`.
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
-    check(model, seqs, exec)?;
-    let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.n_symbols));
-    let (counts, ll, _) = cpu::e_step(&Tables::new(model), seqs, &chunks, exec)?;
-    Ok((m_step(model, &counts, pseudocount), ll))
+    check(model, seqs)?;
+    match exec.backend {
+        Backend::Cpu => {
+            let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.n_symbols));
+            let (counts, ll, _) = cpu::e_step(&Tables::new(model), seqs, &chunks, exec)?;
+            Ok((m_step(model, &counts, pseudocount), ll))
+        }
+        Backend::Cuda => gpu::baum_welch_step(model, seqs, pseudocount, exec),
+    }
 }
 
 /// Baum-Welch over all sequences jointly, from every start; keeps the best.
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
-    if exec.backend == Backend::Cuda {
-        return Err(Error::BackendUnavailable("the hidden Markov model routines have no CUDA backend in this version; use the CPU".into()));
-    }
     seqs.validate(config.n_symbols)?;
-    baum_welch::fit(seqs, config, exec)
+    match exec.backend {
+        Backend::Cpu => baum_welch::fit(seqs, config, exec),
+        Backend::Cuda => gpu::fit(seqs, config, exec),
+    }
 }

@@ -1,0 +1,407 @@
+//! The HMM routines on a CUDA device (kernels/hmm.cu), checked against the
+//! CPU reference by tests/hmm_gpu.rs.
+//!
+//! Every pass over all sequences is one launch per batch: `hmm_forward`,
+//! `hmm_viterbi`, `hmm_backward` (posteriors and/or Baum-Welch expected
+//! counts) loop over all time steps inside the kernel, one block per
+//! sequence at a time. Sequences are uploaded once per call (once per fit,
+//! for all iterations). Per-symbol storage (scaled alphas, back-pointers,
+//! posteriors) is bounded: sequences go in batches that fit a share of the
+//! free device memory, so long sequences never overflow it; a single
+//! sequence too long for the device is an error (the CPU backend has no
+//! such limit). Baum-Welch counts go to one accumulator per block, summed
+//! in block order by `hmm_reduce` (deterministic); the M-step runs on the
+//! host with the CPU's code.
+
+use std::ops::Range;
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::error::{Error, Result};
+use crate::exec::Exec;
+use crate::gpu::{self, Device};
+
+use super::backward::Counts;
+use super::baum_welch::{fit_with, HmmFit};
+use super::config::CheckedHmmFitConfig;
+use super::model::HmmModel;
+use super::sequences::Sequences;
+use super::tables::{LogTables, Tables};
+
+/// Largest N with GPU kernels (back-pointers are 16-bit; three N-vectors
+/// must fit in shared memory).
+pub const MAX_GPU_STATES: usize = 2048;
+/// Fraction of free device memory one call may use for per-symbol storage.
+const MEMORY_SHARE: f64 = 0.5;
+/// Fraction of free device memory for the per-block count accumulators.
+const PARTIAL_SHARE: f64 = 0.1;
+/// Blocks per multiprocessor (the blocks stride over the sequences).
+const BLOCKS_PER_SM: u32 = 16;
+const MAX_THREADS: usize = 512;
+/// Dynamic shared memory a launch may use without raising the limit.
+const DEFAULT_SMEM: usize = 48 * 1024;
+
+fn err<'a>(dev: &'a Device, what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error + 'a {
+    move |e| dev.err(what, e)
+}
+
+fn device() -> Result<&'static Device> {
+    Ok(&gpu::devices()?[0])
+}
+
+/// Threads per block for N states: one per state up to MAX_THREADS, in warps.
+fn threads_for(n: usize) -> u32 {
+    (n.div_ceil(32) * 32).clamp(32, MAX_THREADS) as u32
+}
+
+/// Kernel `name`, its dynamic shared memory limit raised to `smem` if needed.
+fn function(dev: &Device, name: &str, smem: usize) -> Result<CudaFunction> {
+    let f = dev.function("hmm", &[], name)?;
+    if smem > DEFAULT_SMEM {
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+            .map_err(err(dev, "raising the shared-memory limit"))?;
+    }
+    Ok(f)
+}
+
+/// Shared memory usable by one block (bytes), with room for the kernels'
+/// static shared memory.
+fn smem_limit(dev: &Device) -> usize {
+    dev.max_shared_per_block.saturating_sub(1024).max(DEFAULT_SMEM)
+}
+
+fn check_size(model: &HmmModel, seqs: &Sequences) -> Result<()> {
+    if model.n_states > MAX_GPU_STATES {
+        return Err(Error::BackendUnavailable(format!(
+            "the GPU kernels handle up to {MAX_GPU_STATES} states, not {}; use the CPU backend",
+            model.n_states
+        )));
+    }
+    if seqs.len() >= i32::MAX as usize {
+        return Err(Error::BackendUnavailable("too many sequences for one GPU call".into()));
+    }
+    Ok(())
+}
+
+/// The sequences on the device.
+struct DeviceSeqs {
+    sym: CudaSlice<u32>,
+    off: CudaSlice<i64>,
+}
+
+fn upload(dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
+    let s = &dev.stream;
+    let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
+    // An empty symbol vector cannot happen (sequences are validated non-empty).
+    Ok(DeviceSeqs {
+        sym: s.clone_htod(&seqs.symbols[..]).map_err(err(dev, "copying sequences"))?,
+        off: s.clone_htod(&off[..]).map_err(err(dev, "copying sequences"))?,
+    })
+}
+
+/// Consecutive batches of sequences whose per-symbol storage
+/// (`bytes_per_symbol`) fits the memory share of the device.
+fn batches(dev: &Device, seqs: &Sequences, bytes_per_symbol: usize) -> Result<Vec<Range<usize>>> {
+    let budget = (dev.free_memory()? as f64 * MEMORY_SHARE) as usize;
+    let max_symbols = (budget / bytes_per_symbol.max(1)).max(1);
+    let mut out = Vec::new();
+    let mut begin = 0;
+    for s in 0..seqs.len() {
+        let len = seqs.offsets[s + 1] - seqs.offsets[s];
+        if len > max_symbols {
+            return Err(Error::BackendUnavailable(format!(
+                "sequence {} ({len} symbols) needs {:.1} GB of GPU memory, more than is free; use the CPU backend",
+                s + 1,
+                len as f64 * bytes_per_symbol as f64 / 1e9
+            )));
+        }
+        if seqs.offsets[s + 1] - seqs.offsets[begin] > max_symbols {
+            out.push(begin..s);
+            begin = s;
+        }
+    }
+    out.push(begin..seqs.len());
+    Ok(out)
+}
+
+fn grid(dev: &Device, count: usize) -> u32 {
+    (count as u32).clamp(1, dev.multiprocessors * BLOCKS_PER_SM)
+}
+
+/// The linear tables on the device: start, trans, trans_t, emis by symbol.
+struct DeviceTables {
+    start: CudaSlice<f64>,
+    trans: CudaSlice<f64>,
+    trans_t: CudaSlice<f64>,
+    emis: CudaSlice<f64>,
+}
+
+fn upload_tables(dev: &Device, model: &HmmModel) -> Result<DeviceTables> {
+    let tab = Tables::new(model);
+    let n = tab.n;
+    let mut trans_t = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            trans_t[j * n + i] = tab.trans[i * n + j];
+        }
+    }
+    let s = &dev.stream;
+    let e = err(dev, "copying the model");
+    Ok(DeviceTables {
+        start: s.clone_htod(&tab.start[..]).map_err(&e)?,
+        trans: s.clone_htod(&tab.trans[..]).map_err(&e)?,
+        trans_t: s.clone_htod(&trans_t[..]).map_err(&e)?,
+        emis: s.clone_htod(&tab.emis[..]).map_err(&e)?,
+    })
+}
+
+/// Launch hmm_forward over sequences `range`; with `store`, alphas and
+/// scales of the batch are kept in (alpha, scale).
+fn launch_forward(
+    dev: &Device,
+    n: usize,
+    tables: &DeviceTables,
+    seqs: &DeviceSeqs,
+    range: &Range<usize>,
+    store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
+    loglik: &mut CudaSlice<f64>,
+) -> Result<()> {
+    let base = (2 * n + 32) * 8;
+    let trans_smem = base + n * n * 8 <= smem_limit(dev);
+    let smem = base + if trans_smem { n * n * 8 } else { 0 };
+    let f = function(dev, "hmm_forward", smem)?;
+    let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+    let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
+    let null: u64 = 0;
+    let s = &dev.stream;
+    let mut launch = s.launch_builder(&f);
+    launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&seqs.off).arg(&s0).arg(&s1);
+    match store {
+        Some((alpha, scale)) => launch.arg(alpha).arg(scale),
+        None => launch.arg(&null).arg(&null),
+    };
+    launch.arg(loglik).arg(&flag);
+    // SAFETY: the arguments match hmm_forward's parameters in order and
+    // type; the tables hold N, N*N and V*N doubles, the symbols are < V
+    // (validated), off has one entry per sequence + 1 and s0 < s1 index it;
+    // alpha and scale (or null) hold N and 1 doubles per symbol of the
+    // batch, loglik one per sequence of the batch; shared memory is sized
+    // for cur, nxt, 32 reduction slots and trans when trans_smem.
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_forward"))?;
+    Ok(())
+}
+
+/// log P(sequence) of every sequence: one launch, O(N) memory per block.
+pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+    check_size(model, seqs)?;
+    let dev = device()?;
+    let tables = upload_tables(dev, model)?;
+    let d_seqs = upload(dev, seqs)?;
+    let s = &dev.stream;
+    let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
+    launch_forward(dev, model.n_states, &tables, &d_seqs, &(0..seqs.len()), None, &mut ll)?;
+    let out = s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?;
+    exec.monitor.add_done(seqs.len());
+    exec.monitor.check()?;
+    Ok(out)
+}
+
+/// Viterbi paths (flat, 0-based, NO_STATE for impossible sequences) and
+/// log-probabilities; one launch per batch.
+pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+    check_size(model, seqs)?;
+    let dev = device()?;
+    let n = model.n_states;
+    let log = LogTables::new(model);
+    // Row-major log transitions: thread j reads ltrans[i * N + j], contiguous.
+    let mut ltrans = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            ltrans[i * n + j] = log.trans_t[j * n + i];
+        }
+    }
+    let s = &dev.stream;
+    let e = err(dev, "copying the model");
+    let (d_start, d_trans, d_emis) = (s.clone_htod(&log.start[..]).map_err(&e)?, s.clone_htod(&ltrans[..]).map_err(&e)?, s.clone_htod(&log.emis[..]).map_err(&e)?);
+    let d_seqs = upload(dev, seqs)?;
+    let base = 2 * n * 8;
+    let trans_smem = base + n * n * 8 <= smem_limit(dev);
+    let smem = base + if trans_smem { n * n * 8 } else { 0 };
+    let f = function(dev, "hmm_viterbi", smem)?;
+    let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
+    for range in batches(dev, seqs, 2 * n + 4)? {
+        exec.monitor.check()?;
+        let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
+        let mut back = s.alloc_zeros::<u16>((sym1 - sym0) * n).map_err(err(dev, "allocating back-pointers"))?;
+        let mut path = s.alloc_zeros::<u32>(sym1 - sym0).map_err(err(dev, "allocating results"))?;
+        let mut lp = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
+        let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+        let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&n_i).arg(&d_start).arg(&d_trans).arg(&d_emis).arg(&d_seqs.sym).arg(&d_seqs.off).arg(&s0).arg(&s1);
+        launch.arg(&mut back).arg(&mut path).arg(&mut lp).arg(&flag);
+        // SAFETY: the arguments match hmm_viterbi's parameters in order and
+        // type; back holds N back-pointers and path one state per symbol of
+        // the batch, lp one value per sequence of the batch; the tables and
+        // sequences are as for hmm_forward; shared memory holds cur, nxt and
+        // the log transitions when trans_smem.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_viterbi"))?;
+        let got = s.clone_dtoh(&path).map_err(err(dev, "reading results"))?;
+        paths[sym0..sym1].copy_from_slice(&got);
+        let got = s.clone_dtoh(&lp).map_err(err(dev, "reading results"))?;
+        logp[range.clone()].copy_from_slice(&got);
+        exec.monitor.add_done(range.len());
+    }
+    Ok((paths, logp))
+}
+
+/// Shared-memory plan of hmm_backward: (bytes, trans_t in smem, accumulator in smem).
+fn backward_smem(dev: &Device, n: usize, v: usize, with_counts: bool) -> (usize, bool, bool) {
+    let limit = smem_limit(dev);
+    let mut bytes = 3 * n * 8;
+    let trans_smem = bytes + n * n * 8 <= limit;
+    if trans_smem {
+        bytes += n * n * 8;
+    }
+    let acc_smem = with_counts && bytes + Counts::size(n, v) * 8 <= limit;
+    if acc_smem {
+        bytes += Counts::size(n, v) * 8;
+    }
+    (bytes, trans_smem, acc_smem)
+}
+
+/// The device state of one call of the forward-backward passes.
+struct Passes<'a> {
+    dev: &'a Device,
+    n: usize,
+    v: usize,
+    seqs: &'a Sequences,
+    d_seqs: DeviceSeqs,
+    batches: Vec<Range<usize>>,
+}
+
+impl<'a> Passes<'a> {
+    fn new(model_n: usize, model_v: usize, seqs: &'a Sequences, extra_per_symbol: usize) -> Result<Self> {
+        let dev = device()?;
+        let d_seqs = upload(dev, seqs)?;
+        let batches = batches(dev, seqs, (model_n + 1) * 8 + extra_per_symbol)?;
+        Ok(Passes { dev, n: model_n, v: model_v, seqs, d_seqs, batches })
+    }
+
+    /// Forward then backward over one batch. Returns the batch's per-sequence
+    /// log-likelihoods; writes posteriors to `gamma` and/or adds counts to
+    /// `partial` (with `blocks` accumulators).
+    fn run_batch(&self, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<(&mut CudaSlice<f64>, u32)>) -> Result<Vec<f64>> {
+        let (dev, n) = (self.dev, self.n);
+        let s = &dev.stream;
+        let symbols = self.seqs.offsets[range.end] - self.seqs.offsets[range.start];
+        let mut alpha = s.alloc_zeros::<f64>(symbols * n).map_err(err(dev, "allocating the forward pass"))?;
+        let mut scale = s.alloc_zeros::<f64>(symbols).map_err(err(dev, "allocating the forward pass"))?;
+        let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
+        launch_forward(dev, n, tables, &self.d_seqs, range, Some((&mut alpha, &mut scale)), &mut ll)?;
+        let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, partial.is_some());
+        let f = function(dev, "hmm_backward", smem)?;
+        let blocks = match &partial {
+            Some((_, g)) => (*g).min(grid(dev, range.len())),
+            None => grid(dev, range.len()),
+        };
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+        let (n_i, v_i, s0, s1) = (n as i32, self.v as i32, range.start as i32, range.end as i32);
+        let (t_flag, a_flag) = (trans_smem as i32, acc_smem as i32);
+        let null: u64 = 0;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&n_i).arg(&v_i).arg(&tables.trans_t).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
+        launch.arg(&alpha).arg(&scale).arg(&ll);
+        match gamma {
+            Some(g) => launch.arg(g),
+            None => launch.arg(&null),
+        };
+        match partial {
+            Some((p, _)) => launch.arg(p),
+            None => launch.arg(&null),
+        };
+        launch.arg(&t_flag).arg(&a_flag);
+        // SAFETY: the arguments match hmm_backward's parameters in order and
+        // type; alpha, scale and ll were filled by hmm_forward for this
+        // batch; gamma (or null) holds N doubles per symbol of the batch;
+        // partial (or null) holds at least `blocks` accumulators of
+        // N + N*N + V*N doubles, and the grid has no more blocks than that;
+        // shared memory holds beta, beta2, tmp, trans_t when trans_smem and
+        // the accumulator when acc_smem.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward"))?;
+        s.clone_dtoh(&ll).map_err(err(dev, "reading results"))
+    }
+}
+
+/// Posterior state probabilities (time-major, NaN rows for impossible
+/// sequences) and per-sequence log-likelihoods.
+pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+    check_size(model, seqs)?;
+    let n = model.n_states;
+    let passes = Passes::new(n, model.n_symbols, seqs, n * 8)?;
+    let tables = upload_tables(passes.dev, model)?;
+    let s = &passes.dev.stream;
+    let (mut probs, mut loglik) = (vec![0.0; seqs.total() * n], vec![0.0; seqs.len()]);
+    for range in &passes.batches {
+        exec.monitor.check()?;
+        let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
+        let mut gamma = s.alloc_zeros::<f64>((sym1 - sym0) * n).map_err(err(passes.dev, "allocating results"))?;
+        let ll = passes.run_batch(&tables, range, Some(&mut gamma), None)?;
+        let got = s.clone_dtoh(&gamma).map_err(err(passes.dev, "reading results"))?;
+        probs[sym0 * n..sym1 * n].copy_from_slice(&got);
+        loglik[range.clone()].copy_from_slice(&ll);
+        exec.monitor.add_done(range.len());
+    }
+    Ok((probs, loglik))
+}
+
+/// One E-step over all sequences on the device: counts, total
+/// log-likelihood (summed on the host in sequence order), first impossible
+/// sequence.
+fn e_step(passes: &Passes, model: &HmmModel, exec: &Exec) -> Result<(Counts, f64, Option<usize>)> {
+    let (dev, n, v) = (passes.dev, passes.n, passes.v);
+    let s = &dev.stream;
+    let tables = upload_tables(dev, model)?;
+    let size = Counts::size(n, v);
+    let max_batch = passes.batches.iter().map(|r| r.len()).max().unwrap_or(1);
+    let by_memory = ((dev.free_memory()? as f64 * PARTIAL_SHARE) as usize / (size * 8)).max(1);
+    let blocks = grid(dev, max_batch).min(by_memory.min(u32::MAX as usize) as u32).max(1);
+    let mut partial = s.alloc_zeros::<f64>(blocks as usize * size).map_err(err(dev, "allocating the counts"))?;
+    let mut ll_all = Vec::with_capacity(passes.seqs.len());
+    for range in &passes.batches {
+        exec.monitor.check()?;
+        ll_all.extend(passes.run_batch(&tables, range, None, Some((&mut partial, blocks)))?);
+    }
+    let mut total = s.alloc_zeros::<f64>(size).map_err(err(dev, "allocating the counts"))?;
+    let f = function(dev, "hmm_reduce", 0)?;
+    let cfg = LaunchConfig { grid_dim: ((size.div_ceil(256) as u32).clamp(1, dev.multiprocessors * BLOCKS_PER_SM), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let (b_i, size_i) = (blocks as i32, size as i64);
+    let mut launch = s.launch_builder(&f);
+    launch.arg(&partial).arg(&b_i).arg(&size_i).arg(&mut total);
+    // SAFETY: partial holds `blocks` accumulators of `size` doubles and
+    // total holds `size`; the arguments match hmm_reduce's parameters.
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_reduce"))?;
+    let flat = s.clone_dtoh(&total).map_err(err(dev, "reading the counts"))?;
+    let counts = Counts { start: flat[..n].to_vec(), trans_raw: flat[n..n + n * n].to_vec(), emis: flat[n + n * n..].to_vec() };
+    let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
+    let ll = ll_all.iter().sum();
+    Ok((counts, ll, impossible))
+}
+
+/// Baum-Welch on the device (the sequences uploaded once for every start
+/// and iteration); the M-step and the stopping rule are the CPU's.
+pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
+    let probe = HmmModel { n_states: config.n_states, n_symbols: config.n_symbols, start: vec![], trans: vec![], emis: vec![] };
+    check_size(&probe, seqs)?;
+    let passes = Passes::new(config.n_states, config.n_symbols, seqs, 0)?;
+    fit_with(config, exec, &mut |m: &HmmModel| e_step(&passes, m, exec))
+}
+
+/// One E-step + M-step on the device (for benchmarks and tests).
+pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
+    check_size(model, seqs)?;
+    let passes = Passes::new(model.n_states, model.n_symbols, seqs, 0)?;
+    let (counts, ll, _) = e_step(&passes, model, exec)?;
+    Ok((super::baum_welch::m_step(model, &counts, pseudocount), ll))
+}
