@@ -9,6 +9,10 @@ em_fit_ <- function(datasets, family, components, max_iters, random_inits, epsil
 #' @noRd
 em_auto_backend_ <- function(work, components) .Call(wrap__em_auto_backend_, work, components)
 
+#' Backend for an HMM job with use.gpu = NA: "cuda" or "cpu".
+#' @noRd
+hmm_auto_backend_ <- function(states, symbols, passes) .Call(wrap__hmm_auto_backend_, states, symbols, passes)
+
 #' log P(sequence) per sequence.
 #' @noRd
 hmm_loglik_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_loglik_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)

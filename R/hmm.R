@@ -112,8 +112,9 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #' @param use.gpu `NA` (default): a CUDA GPU when one is usable and the job
 #'   is large enough, otherwise the CPU (with a one-time message when no GPU
 #'   is usable); `TRUE`: a GPU or an error saying why not; `FALSE`: the CPU.
-#'   The HMM routines have only the CPU backend in this version, so `NA`
-#'   always runs on the CPU.
+#'   "Large enough" means at least 1e10 symbol x N^2 x pass units (e.g.
+#'   10,000 sequences of 1,000 symbols with N = 32 for a Baum-Welch fit);
+#'   the GPU kernels handle up to 2048 states.
 #' @return A numeric vector, one log-likelihood per sequence (named as
 #'   `seqs`).
 #' @examples
@@ -125,7 +126,7 @@ hmm_loglik <- function(model, seqs, use.gpu = NA) {
   call <- environment()
   check_hmm(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
-  backend <- hmm_backend(use.gpu, call)
+  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 1, call)
   ll <- call_core(
     hmm_loglik_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
                 ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
@@ -161,7 +162,7 @@ hmm_viterbi <- function(model, seqs, use.gpu = NA) {
   call <- environment()
   check_hmm(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
-  backend <- hmm_backend(use.gpu, call)
+  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 1, call)
   raw <- call_core(
     hmm_viterbi_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
                  ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
@@ -191,7 +192,7 @@ hmm_posterior <- function(model, seqs, use.gpu = NA) {
   call <- environment()
   check_hmm(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
-  backend <- hmm_backend(use.gpu, call)
+  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 2, call)
   raw <- call_core(
     hmm_posterior_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
                    ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
@@ -301,7 +302,8 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   random.inits <- check_count(random.inits, "random.inits", call = call)
   pseudocount <- check_number(pseudocount, "pseudocount", min = 0, call = call)
   seed <- check_seed(seed, call)
-  backend <- hmm_backend(use.gpu, call)
+  passes <- 2 * max.iters * (if (is.null(init)) random.inits else 1)
+  backend <- hmm_backend(use.gpu, N, sum(as.double(s$lengths)), passes, call)
   init_rows <- if (is.null(init)) NULL else
     list(start = init$start, trans = as.double(t(init$trans)), emis = as.double(t(init$emis)))
 
@@ -342,10 +344,11 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
 
 `%||%` <- function(x, y) if (is.null(x)) y else x
 
-# "cpu" or "cuda" for the HMM routines; NA runs on the CPU (no HMM kernels yet).
-hmm_backend <- function(use.gpu, call) {
+# "cpu" or "cuda" for an HMM job of `symbols` symbols and `passes` passes
+# over them; with use.gpu = NA the core picks by the size of the job.
+hmm_backend <- function(use.gpu, states, symbols, passes, call) {
   backend <- resolve_backend(use.gpu, call)
-  if (backend == "auto") "cpu" else backend
+  if (backend == "auto") hmm_auto_backend_(as.integer(states), as.double(symbols), as.double(passes)) else backend
 }
 
 check_hmm <- function(model, arg, call) {

@@ -137,8 +137,16 @@ fn hmm_simulate_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, len
     ))
 }
 
+/// Backend for an HMM job with use.gpu = NA: "cuda" or "cpu".
+/// @noRd
+#[extendr]
+fn hmm_auto_backend_(states: i32, symbols: f64, passes: f64) -> &'static str {
+    hmm::auto_backend(states.max(0) as usize, symbols.max(0.0) as usize, passes.max(0.0) as usize).name()
+}
+
 extendr_module! {
     mod hmm;
+    fn hmm_auto_backend_;
     fn hmm_loglik_;
     fn hmm_viterbi_;
     fn hmm_posterior_;
