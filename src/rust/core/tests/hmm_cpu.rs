@@ -16,9 +16,9 @@ fn uniform(rng: &mut KeyedStream) -> f64 {
 fn simplex(rng: &mut KeyedStream, len: usize, zeros: bool) -> Vec<f64> {
     let mut x: Vec<f64> = (0..len).map(|_| uniform(rng)).collect();
     if zeros && len > 1 {
-        for k in 0..len {
+        for p in x.iter_mut() {
             if uniform(rng) < 0.3 {
-                x[k] = 0.0;
+                *p = 0.0;
             }
         }
         if x.iter().all(|&p| p == 0.0) {
@@ -171,9 +171,7 @@ fn one_baum_welch_step_matches_brute_force_counts() {
             let (mut st, mut xi, mut em) = (vec![0.0; n], vec![0.0; n * n], vec![0.0; n * v]);
             for seq in &seqs_v {
                 let b = brute(&m, seq);
-                for i in 0..n {
-                    st[i] += b.gamma[i];
-                }
+                st.iter_mut().zip(&b.gamma).for_each(|(a, g)| *a += g);
                 xi.iter_mut().zip(&b.xi).for_each(|(a, b)| *a += b);
                 em.iter_mut().zip(&b.emis).for_each(|(a, b)| *a += b);
             }

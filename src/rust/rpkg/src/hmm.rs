@@ -42,6 +42,7 @@ fn backend_of(name: &str) -> Result<Backend> {
 /// log P(sequence) per sequence.
 /// @noRd
 #[extendr]
+#[allow(clippy::too_many_arguments)]
 fn hmm_loglik_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<Vec<f64>> {
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
@@ -51,6 +52,7 @@ fn hmm_loglik_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbo
 /// Viterbi: list(path = flat 1-based states, NA for impossible sequences; log_prob).
 /// @noRd
 #[extendr]
+#[allow(clippy::too_many_arguments)]
 fn hmm_viterbi_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
@@ -62,6 +64,7 @@ fn hmm_viterbi_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symb
 /// Posteriors: list(probs = flat, time-major (T x N per sequence), loglik).
 /// @noRd
 #[extendr]
+#[allow(clippy::too_many_arguments)]
 fn hmm_posterior_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
