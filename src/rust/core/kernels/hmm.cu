@@ -7,10 +7,12 @@
 // (L2).
 //
 // Arithmetic follows the CPU reference (core/src/hmm/forward.rs,
-// backward.rs, viterbi.rs) term by term: products and sums are rounded
-// separately (__dmul_rn / __dadd_rn, never fused) and each state's sum runs
-// over the other states in increasing order. Only the sums over states of a
-// step (the scales) are reduced in a different order.
+// backward.rs, viterbi.rs) term by term, each state's sum running over the
+// other states in increasing order; products are fused into the sums (fma),
+// and the sums over states of a step (the scales) are reduced in a
+// different order, so forward-backward results agree with the CPU to
+// rounding. Viterbi only adds and compares, so its values and paths are
+// bit-identical to the CPU's.
 //
 // Layouts: symbols flat (unsigned, 0-based) with long long offsets; a
 // batch [s0, s1) stores per-symbol data (alphas, scales, back-pointers,
@@ -57,7 +59,7 @@ extern "C" __global__ void hmm_forward(
         const double* e = emis_k + (long long)sym[b] * N;
         double part = 0.0;
         for (int j = threadIdx.x; j < N; j += blockDim.x) {
-            double x = __dmul_rn(start[j], e[j]);
+            double x = start[j] * e[j];
             cur[j] = x;
             part += x;
         }
@@ -67,7 +69,7 @@ extern "C" __global__ void hmm_forward(
         if (!dead) {
             double r = 1.0 / c;
             for (int j = threadIdx.x; j < N; j += blockDim.x) {
-                cur[j] = __dmul_rn(cur[j], r);
+                cur[j] *= r;
                 if (alpha) alpha[rel * N + j] = cur[j];
             }
             if (scale && threadIdx.x == 0) scale[rel] = c;
@@ -78,8 +80,8 @@ extern "C" __global__ void hmm_forward(
             part = 0.0;
             for (int j = threadIdx.x; j < N; j += blockDim.x) {
                 double acc = 0.0;
-                for (int i = 0; i < N; ++i) acc = __dadd_rn(acc, __dmul_rn(cur[i], A[(long long)i * N + j]));
-                double x = __dmul_rn(acc, e[j]);
+                for (int i = 0; i < N; ++i) acc = fma(cur[i], A[(long long)i * N + j], acc);
+                double x = acc * e[j];
                 nxt[j] = x;
                 part += x;
             }
@@ -91,7 +93,7 @@ extern "C" __global__ void hmm_forward(
             ll += log(c);
             double r = 1.0 / c;
             for (int j = threadIdx.x; j < N; j += blockDim.x) {
-                double x = __dmul_rn(nxt[j], r);
+                double x = nxt[j] * r;
                 nxt[j] = x;
                 if (alpha) alpha[(rel + t) * N + j] = x;
             }
@@ -184,8 +186,11 @@ extern "C" __global__ void hmm_viterbi(
 // scale. Writes posterior rows to `gamma` (non-null) and/or adds the
 // Baum-Welch expected counts of the block's sequences to its accumulator
 // `partial + blockIdx.x * (N + N*N + V*N)` (non-null): start (N), trans_raw
-// (N*N, without the factor A_ij), emis (by symbol, V*N). Impossible
-// sequences (loglik -inf) get NaN rows and no counts.
+// (N*N, without the factor A_ij), emis (by symbol, V*N). With `tmp_out`
+// (large N), the transition counts are left to hmm_xi_gemm instead: row t
+// of each sequence receives B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1}, the
+// last row stays 0. Impossible sequences (loglik -inf) get NaN rows and no
+// counts.
 // Shared: beta[N], beta2[N], tmp[N], then trans_t (N*N) when trans_smem,
 // then the accumulator when acc_smem (loaded from and stored back to
 // global memory around the pass, so batches add up).
@@ -194,7 +199,7 @@ extern "C" __global__ void hmm_backward(
     const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
     const double* __restrict__ alpha, const double* __restrict__ scale,
     const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
-    int trans_smem, int acc_smem)
+    double* __restrict__ tmp_out, int trans_smem, int acc_smem)
 {
     extern __shared__ double sm[];
     double* beta = sm;
@@ -251,21 +256,24 @@ extern "C" __global__ void hmm_backward(
         for (long long t = T - 2; t >= 0; --t) {
             const double* e = emis_k + (long long)sym[b + t + 1] * N;
             const double r = 1.0 / scale[rel + t + 1];
-            for (int j = threadIdx.x; j < N; j += blockDim.x) tmp[j] = __dmul_rn(__dmul_rn(e[j], beta[j]), r);
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                tmp[j] = e[j] * beta[j] * r;
+                if (tmp_out) tmp_out[(rel + t) * N + j] = tmp[j];
+            }
             __syncthreads();
             const double* a_t = alpha + (rel + t) * N;
-            if (acc) {
+            if (acc && !tmp_out) {
                 for (long long k = threadIdx.x; k < (long long)N * N; k += blockDim.x) {
                     const double a = a_t[k / N];
-                    if (a != 0.0) acc_xi[k] = __dadd_rn(acc_xi[k], __dmul_rn(a, tmp[k % N]));
+                    if (a != 0.0) acc_xi[k] = fma(a, tmp[k % N], acc_xi[k]);
                 }
             }
             const unsigned o = sym[b + t];
             for (int i = threadIdx.x; i < N; i += blockDim.x) {
                 double sum = 0.0;
-                for (int j = 0; j < N; ++j) sum = __dadd_rn(sum, __dmul_rn(AT[(long long)j * N + i], tmp[j]));
+                for (int j = 0; j < N; ++j) sum = fma(AT[(long long)j * N + i], tmp[j], sum);
                 beta2[i] = sum;
-                double g = __dmul_rn(a_t[i], sum);
+                double g = a_t[i] * sum;
                 if (gamma) gamma[(rel + t) * N + i] = g;
                 if (acc) {
                     acc_emis[(long long)o * N + i] += g;
@@ -283,6 +291,56 @@ extern "C" __global__ void hmm_backward(
         __syncthreads();
         double* mine = partial + blockIdx.x * acc_size;
         for (long long k = threadIdx.x; k < acc_size; k += blockDim.x) mine[k] = acc[k];
+    }
+}
+
+// Transition counts of a batch for large N, as one matrix product over all
+// its time steps: xi_raw(i, j) += sum_r alpha[r, i] * tmp[r, j] (rows r =
+// symbols of the batch; tmp's last row of each sequence is 0). Output tiles
+// of 64 x 64 per block (16 x 16 threads, 4 x 4 each); blockIdx.z splits the
+// rows, and split z adds into the transition part of accumulator z.
+#define XI_TILE 64
+#define XI_K 16
+extern "C" __global__ void hmm_xi_gemm(int N, long long rows, const double* __restrict__ alpha,
+                                       const double* __restrict__ tmp, double* __restrict__ partial,
+                                       long long acc_size)
+{
+    __shared__ double As[XI_K][XI_TILE];
+    __shared__ double Bs[XI_K][XI_TILE];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int i0 = blockIdx.x * XI_TILE, j0 = blockIdx.y * XI_TILE;
+    const long long per = (rows + gridDim.z - 1) / gridDim.z;
+    const long long r0 = blockIdx.z * per;
+    const long long r1 = r0 + per < rows ? r0 + per : rows;
+    double c[4][4];
+    for (int u = 0; u < 4; ++u)
+        for (int v = 0; v < 4; ++v) c[u][v] = 0.0;
+    for (long long rb = r0; rb < r1; rb += XI_K) {
+        for (int k = threadIdx.x; k < XI_K * XI_TILE; k += blockDim.x) {
+            const int rr = k / XI_TILE, cc = k % XI_TILE;
+            const long long r = rb + rr;
+            As[rr][cc] = (r < r1 && i0 + cc < N) ? alpha[r * N + i0 + cc] : 0.0;
+            Bs[rr][cc] = (r < r1 && j0 + cc < N) ? tmp[r * N + j0 + cc] : 0.0;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < XI_K; ++kk) {
+            double a[4], b[4];
+            for (int u = 0; u < 4; ++u) {
+                a[u] = As[kk][ty + 16 * u];
+                b[u] = Bs[kk][tx + 16 * u];
+            }
+            for (int u = 0; u < 4; ++u)
+                for (int v = 0; v < 4; ++v) c[u][v] = fma(a[u], b[v], c[u][v]);
+        }
+        __syncthreads();
+    }
+    double* xi = partial + blockIdx.z * acc_size + N;
+    for (int u = 0; u < 4; ++u) {
+        const int i = i0 + ty + 16 * u;
+        for (int v = 0; v < 4; ++v) {
+            const int j = j0 + tx + 16 * v;
+            if (i < N && j < N) xi[(long long)i * N + j] += c[u][v];
+        }
     }
 }
 

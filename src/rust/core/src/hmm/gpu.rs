@@ -10,8 +10,10 @@
 //! free device memory, so long sequences never overflow it; a single
 //! sequence too long for the device is an error (the CPU backend has no
 //! such limit). Baum-Welch counts go to one accumulator per block, summed
-//! in block order by `hmm_reduce` (deterministic); the M-step runs on the
-//! host with the CPU's code.
+//! in block order by `hmm_reduce` (deterministic); when N is large the
+//! transition counts are one matrix product over all time steps of a batch
+//! (`hmm_xi_gemm`) instead of per-step updates. The M-step runs on the host
+//! with the CPU's code.
 
 use std::ops::Range;
 
@@ -41,6 +43,9 @@ const BLOCKS_PER_SM: u32 = 16;
 const MAX_THREADS: usize = 512;
 /// Dynamic shared memory a launch may use without raising the limit.
 const DEFAULT_SMEM: usize = 48 * 1024;
+/// Output tile of hmm_xi_gemm (kernels/hmm.cu), and rows per split at least.
+const XI_TILE: usize = 64;
+const XI_ROWS: usize = 256;
 
 fn err<'a>(dev: &'a Device, what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error + 'a {
     move |e| dev.err(what, e)
@@ -279,14 +284,21 @@ struct Passes<'a> {
     seqs: &'a Sequences,
     d_seqs: DeviceSeqs,
     batches: Vec<Range<usize>>,
+    /// Transition counts by hmm_xi_gemm (the accumulators do not fit in
+    /// shared memory, so per-step updates would go to global memory).
+    xi_gemm: bool,
 }
 
 impl<'a> Passes<'a> {
-    fn new(model_n: usize, model_v: usize, seqs: &'a Sequences, extra_per_symbol: usize) -> Result<Self> {
+    /// `counts`: the passes compute Baum-Welch counts; `extra_per_symbol`:
+    /// bytes the caller stores per symbol besides alphas and scales.
+    fn new(model_n: usize, model_v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
         let dev = device()?;
         let d_seqs = upload(dev, seqs)?;
-        let batches = batches(dev, seqs, (model_n + 1) * 8 + extra_per_symbol)?;
-        Ok(Passes { dev, n: model_n, v: model_v, seqs, d_seqs, batches })
+        let xi_gemm = counts && !backward_smem(dev, model_n, model_v, true).2;
+        let per_symbol = (model_n + 1) * 8 + extra_per_symbol + if xi_gemm { model_n * 8 } else { 0 };
+        let batches = batches(dev, seqs, per_symbol)?;
+        Ok(Passes { dev, n: model_n, v: model_v, seqs, d_seqs, batches, xi_gemm })
     }
 
     /// Forward then backward over one batch. Returns the batch's per-sequence
@@ -302,9 +314,14 @@ impl<'a> Passes<'a> {
         launch_forward(dev, n, tables, &self.d_seqs, range, Some((&mut alpha, &mut scale)), &mut ll)?;
         let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, partial.is_some());
         let f = function(dev, "hmm_backward", smem)?;
-        let blocks = match &partial {
-            Some((_, g)) => (*g).min(grid(dev, range.len())),
+        let slots = partial.as_ref().map(|(_, g)| *g);
+        let blocks = match slots {
+            Some(g) => g.min(grid(dev, range.len())),
             None => grid(dev, range.len()),
+        };
+        let mut tmp = match (&partial, self.xi_gemm) {
+            (Some(_), true) => Some(s.alloc_zeros::<f64>(symbols * n).map_err(err(dev, "allocating the backward pass"))?),
+            _ => None,
         };
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
         let (n_i, v_i, s0, s1) = (n as i32, self.v as i32, range.start as i32, range.end as i32);
@@ -317,8 +334,13 @@ impl<'a> Passes<'a> {
             Some(g) => launch.arg(g),
             None => launch.arg(&null),
         };
-        match partial {
-            Some((p, _)) => launch.arg(p),
+        let mut partial = partial.map(|(p, _)| p);
+        match partial.as_deref_mut() {
+            Some(p) => launch.arg(p),
+            None => launch.arg(&null),
+        };
+        match tmp.as_mut() {
+            Some(t) => launch.arg(t),
             None => launch.arg(&null),
         };
         launch.arg(&t_flag).arg(&a_flag);
@@ -328,9 +350,33 @@ impl<'a> Passes<'a> {
         // partial (or null) holds at least `blocks` accumulators of
         // N + N*N + V*N doubles, and the grid has no more blocks than that;
         // shared memory holds beta, beta2, tmp, trans_t when trans_smem and
-        // the accumulator when acc_smem.
+        // the accumulator when acc_smem; tmp (or null) holds N doubles per
+        // symbol of the batch.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward"))?;
+        if let (Some(p), Some(t), Some(slots)) = (partial, tmp.as_ref(), slots) {
+            self.launch_xi_gemm(&alpha, t, p, slots, symbols)?;
+        }
         s.clone_dtoh(&ll).map_err(err(dev, "reading results"))
+    }
+
+    /// Transition counts of a batch as one matrix product (large N).
+    fn launch_xi_gemm(&self, alpha: &CudaSlice<f64>, tmp: &CudaSlice<f64>, partial: &mut CudaSlice<f64>, slots: u32, rows: usize) -> Result<()> {
+        let (dev, n) = (self.dev, self.n);
+        let tiles = n.div_ceil(XI_TILE) as u32;
+        // Enough blocks to fill the device, at least XI_ROWS rows each.
+        let want = (dev.multiprocessors * 4).div_ceil(tiles * tiles).max(1);
+        let splits = want.min(slots).min(rows.div_ceil(XI_ROWS).max(1) as u32).max(1);
+        let f = function(dev, "hmm_xi_gemm", 0)?;
+        let cfg = LaunchConfig { grid_dim: (tiles, tiles, splits), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (n_i, rows_i, size_i) = (n as i32, rows as i64, Counts::size(n, self.v) as i64);
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&rows_i).arg(alpha).arg(tmp).arg(partial).arg(&size_i);
+        // SAFETY: the arguments match hmm_xi_gemm's parameters; alpha and
+        // tmp hold `rows` rows of N doubles; partial holds `slots` >= splits
+        // accumulators of size_i doubles, of which split z writes the N*N
+        // transition entries of accumulator z.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_xi_gemm"))?;
+        Ok(())
     }
 }
 
@@ -339,7 +385,7 @@ impl<'a> Passes<'a> {
 pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model, seqs)?;
     let n = model.n_states;
-    let passes = Passes::new(n, model.n_symbols, seqs, n * 8)?;
+    let passes = Passes::new(n, model.n_symbols, seqs, false, n * 8)?;
     let tables = upload_tables(passes.dev, model)?;
     let s = &passes.dev.stream;
     let (mut probs, mut loglik) = (vec![0.0; seqs.total() * n], vec![0.0; seqs.len()]);
@@ -366,7 +412,12 @@ fn e_step(passes: &Passes, model: &HmmModel, exec: &Exec) -> Result<(Counts, f64
     let size = Counts::size(n, v);
     let max_batch = passes.batches.iter().map(|r| r.len()).max().unwrap_or(1);
     let by_memory = ((dev.free_memory()? as f64 * PARTIAL_SHARE) as usize / (size * 8)).max(1);
-    let blocks = grid(dev, max_batch).min(by_memory.min(u32::MAX as usize) as u32).max(1);
+    let mut blocks = grid(dev, max_batch).min(by_memory.min(u32::MAX as usize) as u32).max(1);
+    if !backward_smem(dev, n, v, true).2 {
+        // Accumulators in global memory: few, so zeroing and reducing them
+        // stays cheap against the passes.
+        blocks = blocks.min(2 * dev.multiprocessors);
+    }
     let mut partial = s.alloc_zeros::<f64>(blocks as usize * size).map_err(err(dev, "allocating the counts"))?;
     let mut ll_all = Vec::with_capacity(passes.seqs.len());
     for range in &passes.batches {
@@ -394,14 +445,14 @@ fn e_step(passes: &Passes, model: &HmmModel, exec: &Exec) -> Result<(Counts, f64
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     let probe = HmmModel { n_states: config.n_states, n_symbols: config.n_symbols, start: vec![], trans: vec![], emis: vec![] };
     check_size(&probe, seqs)?;
-    let passes = Passes::new(config.n_states, config.n_symbols, seqs, 0)?;
+    let passes = Passes::new(config.n_states, config.n_symbols, seqs, true, 0)?;
     fit_with(config, exec, &mut |m: &HmmModel| e_step(&passes, m, exec))
 }
 
 /// One E-step + M-step on the device (for benchmarks and tests).
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
     check_size(model, seqs)?;
-    let passes = Passes::new(model.n_states, model.n_symbols, seqs, 0)?;
+    let passes = Passes::new(model.n_states, model.n_symbols, seqs, true, 0)?;
     let (counts, ll, _) = e_step(&passes, model, exec)?;
     Ok((super::baum_welch::m_step(model, &counts, pseudocount), ll))
 }
