@@ -32,7 +32,7 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
     for arch in ["sm_80", "sm_90"] {
         let ptx = compile(&src, arch, &[]).unwrap_or_else(|e| panic!("hmm.cu, {arch}: {e}"));
         let text = ptx.to_src();
-        for entry in ["hmm_forward", "hmm_viterbi", "hmm_backward", "hmm_xi_gemm", "hmm_reduce"] {
+        for entry in ["hmm_forward", "hmm_viterbi", "hmm_backward", "hmm_xi_gemm", "hmm_reduce", "hmm_forward_tiled", "hmm_viterbi_tiled", "hmm_backward_tiled"] {
             assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {arch}");
         }
     }

@@ -46,6 +46,16 @@ const DEFAULT_SMEM: usize = 48 * 1024;
 /// Output tile of hmm_xi_gemm (kernels/hmm.cu), and rows per split at least.
 const XI_TILE: usize = 64;
 const XI_ROWS: usize = 256;
+/// Sequences per block of the *_tiled kernels (HMM_TILE in kernels/hmm.cu),
+/// used when the transitions do not fit in shared memory.
+const TILE: usize = 4;
+const TILED_MAX_THREADS: usize = 256;
+
+/// Threads per block of the tiled kernels (fewer: each thread keeps TILE
+/// partial sums in registers).
+fn tiled_threads(n: usize) -> u32 {
+    (n.div_ceil(32) * 32).clamp(32, TILED_MAX_THREADS) as u32
+}
 
 fn err<'a>(dev: &'a Device, what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error + 'a {
     move |e| dev.err(what, e)
@@ -174,9 +184,17 @@ fn launch_forward(
 ) -> Result<()> {
     let base = (2 * n + 32) * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
-    let smem = base + if trans_smem { n * n * 8 } else { 0 };
-    let f = function(dev, "hmm_forward", smem)?;
-    let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+    let tiled_smem = (2 * TILE * n + 32 * TILE) * 8;
+    let tiled = !trans_smem && tiled_smem <= smem_limit(dev);
+    let (name, smem, cfg) = if tiled {
+        let cfg = LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: tiled_smem as u32 };
+        ("hmm_forward_tiled", tiled_smem, cfg)
+    } else {
+        let smem = base + if trans_smem { n * n * 8 } else { 0 };
+        let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+        ("hmm_forward", smem, cfg)
+    };
+    let f = function(dev, name, smem)?;
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let null: u64 = 0;
     let s = &dev.stream;
@@ -186,13 +204,18 @@ fn launch_forward(
         Some((alpha, scale)) => launch.arg(alpha).arg(scale),
         None => launch.arg(&null).arg(&null),
     };
-    launch.arg(loglik).arg(&flag);
-    // SAFETY: the arguments match hmm_forward's parameters in order and
-    // type; the tables hold N, N*N and V*N doubles, the symbols are < V
+    launch.arg(loglik);
+    if !tiled {
+        launch.arg(&flag);
+    }
+    // SAFETY: the arguments match the parameters of hmm_forward (or of
+    // hmm_forward_tiled, which has no trans_smem flag) in order and type;
+    // the tables hold N, N*N and V*N doubles, the symbols are < V
     // (validated), off has one entry per sequence + 1 and s0 < s1 index it;
     // alpha and scale (or null) hold N and 1 doubles per symbol of the
     // batch, loglik one per sequence of the batch; shared memory is sized
-    // for cur, nxt, 32 reduction slots and trans when trans_smem.
+    // for cur, nxt and the reduction slots (times TILE when tiled) and
+    // trans when trans_smem.
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_forward"))?;
     Ok(())
 }
@@ -232,8 +255,9 @@ pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u
     let d_seqs = upload(dev, seqs)?;
     let base = 2 * n * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
-    let smem = base + if trans_smem { n * n * 8 } else { 0 };
-    let f = function(dev, "hmm_viterbi", smem)?;
+    let tiled = !trans_smem && TILE * base <= smem_limit(dev);
+    let smem = if tiled { TILE * base } else { base + if trans_smem { n * n * 8 } else { 0 } };
+    let f = function(dev, if tiled { "hmm_viterbi_tiled" } else { "hmm_viterbi" }, smem)?;
     let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
     for range in batches(dev, seqs, 2 * n + 4)? {
         exec.monitor.check()?;
@@ -241,16 +265,24 @@ pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u
         let mut back = s.alloc_zeros::<u16>((sym1 - sym0) * n).map_err(err(dev, "allocating back-pointers"))?;
         let mut path = s.alloc_zeros::<u32>(sym1 - sym0).map_err(err(dev, "allocating results"))?;
         let mut lp = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
-        let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+        let cfg = if tiled {
+            LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 }
+        } else {
+            LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 }
+        };
         let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
         let mut launch = s.launch_builder(&f);
         launch.arg(&n_i).arg(&d_start).arg(&d_trans).arg(&d_emis).arg(&d_seqs.sym).arg(&d_seqs.off).arg(&s0).arg(&s1);
-        launch.arg(&mut back).arg(&mut path).arg(&mut lp).arg(&flag);
-        // SAFETY: the arguments match hmm_viterbi's parameters in order and
-        // type; back holds N back-pointers and path one state per symbol of
-        // the batch, lp one value per sequence of the batch; the tables and
-        // sequences are as for hmm_forward; shared memory holds cur, nxt and
-        // the log transitions when trans_smem.
+        launch.arg(&mut back).arg(&mut path).arg(&mut lp);
+        if !tiled {
+            launch.arg(&flag);
+        }
+        // SAFETY: the arguments match the parameters of hmm_viterbi (or of
+        // hmm_viterbi_tiled, without the flag) in order and type; back holds
+        // N back-pointers and path one state per symbol of the batch, lp one
+        // value per sequence of the batch; the tables and sequences are as
+        // for hmm_forward; shared memory holds cur and nxt (TILE of each
+        // when tiled) and the log transitions when trans_smem.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_viterbi"))?;
         let got = s.clone_dtoh(&path).map_err(err(dev, "reading results"))?;
         paths[sym0..sym1].copy_from_slice(&got);
@@ -313,17 +345,23 @@ impl<'a> Passes<'a> {
         let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
         launch_forward(dev, n, tables, &self.d_seqs, range, Some((&mut alpha, &mut scale)), &mut ll)?;
         let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, partial.is_some());
-        let f = function(dev, "hmm_backward", smem)?;
+        // The tiled kernel leaves transition counts to hmm_xi_gemm.
+        let tiled_smem = 3 * TILE * n * 8;
+        let tiled = !trans_smem && tiled_smem <= smem_limit(dev) && (partial.is_none() || self.xi_gemm);
+        let smem = if tiled { tiled_smem } else { smem };
+        let f = function(dev, if tiled { "hmm_backward_tiled" } else { "hmm_backward" }, smem)?;
         let slots = partial.as_ref().map(|(_, g)| *g);
+        let work = if tiled { range.len().div_ceil(TILE) } else { range.len() };
         let blocks = match slots {
-            Some(g) => g.min(grid(dev, range.len())),
-            None => grid(dev, range.len()),
+            Some(g) => g.min(grid(dev, work)),
+            None => grid(dev, work),
         };
         let mut tmp = match (&partial, self.xi_gemm) {
             (Some(_), true) => Some(s.alloc_zeros::<f64>(symbols * n).map_err(err(dev, "allocating the backward pass"))?),
             _ => None,
         };
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+        let threads = if tiled { tiled_threads(n) } else { threads_for(n) };
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem as u32 };
         let (n_i, v_i, s0, s1) = (n as i32, self.v as i32, range.start as i32, range.end as i32);
         let (t_flag, a_flag) = (trans_smem as i32, acc_smem as i32);
         let null: u64 = 0;
@@ -343,9 +381,12 @@ impl<'a> Passes<'a> {
             Some(t) => launch.arg(t),
             None => launch.arg(&null),
         };
-        launch.arg(&t_flag).arg(&a_flag);
-        // SAFETY: the arguments match hmm_backward's parameters in order and
-        // type; alpha, scale and ll were filled by hmm_forward for this
+        if !tiled {
+            launch.arg(&t_flag).arg(&a_flag);
+        }
+        // SAFETY: the arguments match the parameters of hmm_backward (or of
+        // hmm_backward_tiled, without the flags: its shared memory is 3 TILE
+        // N doubles, its accumulators in global memory) in order and type; alpha, scale and ll were filled by hmm_forward for this
         // batch; gamma (or null) holds N doubles per symbol of the batch;
         // partial (or null) holds at least `blocks` accumulators of
         // N + N*N + V*N doubles, and the grid has no more blocks than that;
