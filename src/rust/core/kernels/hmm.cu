@@ -263,9 +263,13 @@ extern "C" __global__ void hmm_backward(
             __syncthreads();
             const double* a_t = alpha + (rel + t) * N;
             if (acc && !tmp_out) {
-                for (long long k = threadIdx.x; k < (long long)N * N; k += blockDim.x) {
-                    const double a = a_t[k / N];
-                    if (a != 0.0) acc_xi[k] = fma(a, tmp[k % N], acc_xi[k]);
+                // Thread j owns column j of the counts (no division per entry).
+                for (int i = 0; i < N; ++i) {
+                    const double a = a_t[i];
+                    if (a != 0.0) {
+                        double* row = acc_xi + (long long)i * N;
+                        for (int j = threadIdx.x; j < N; j += blockDim.x) row[j] = fma(a, tmp[j], row[j]);
+                    }
                 }
             }
             const unsigned o = sym[b + t];
