@@ -40,12 +40,24 @@ hmm_simulate_ <- function(start, trans, emis, n_symbols, lengths, seed) .Call(wr
 backends_ <- function() .Call(wrap__backends_)
 
 #' Sum or mean ("sum" / "mean") of every element of `x` with `method` in
-#' `precision`, on the CPU.
+#' `precision`, on `backend` ("cpu" or "cuda").
 #' @noRd
-reduce_ <- function(x, method, precision, kind, threads) .Call(wrap__reduce_, x, method, precision, kind, threads)
+reduce_ <- function(x, method, precision, kind, backend, threads) .Call(wrap__reduce_, x, method, precision, kind, backend, threads)
 
 #' log(mean(exp(x))) of every element of `x`, on the CPU.
 #' @noRd
 log_mean_exp_ <- function(x, threads) .Call(wrap__log_mean_exp_, x, threads)
+
+#' A reduction fed chunk by chunk (mc_integrate): pieces of `piece` values.
+#' @noRd
+stream_new_ <- function(method, precision, piece) .Call(wrap__stream_new_, method, precision, piece)
+
+#' Add the next piece to a stream.
+#' @noRd
+stream_push_ <- function(stream, x) .Call(wrap__stream_push_, stream, x)
+
+#' The stream's sum or mean so far.
+#' @noRd
+stream_value_ <- function(stream, kind) .Call(wrap__stream_value_, stream, kind)
 
 

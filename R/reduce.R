@@ -23,13 +23,23 @@
 #' div2 method was designed against.
 #'
 #' Infinite values propagate as in [sum()] (`Inf` and `-Inf` together give
-#' `NaN`). This version computes on the CPU; `use.gpu = TRUE` is an error.
+#' `NaN`).
+#'
+#' On a CUDA GPU (`use.gpu = TRUE`) each vector is copied to the device and
+#' reduced in one kernel launch; `"exact"`, `"pairwise"` and `"div2"` give
+#' the same bits as on the CPU. `"kahan"` and `"naive"` add in the GPU's
+#' order (per-thread running sums merged in a fixed order), so their
+#' results differ from the CPU's within the same error bounds; `"naive"` is
+#' then much more accurate than the CPU's single running sum. The GPU reads
+#' a vector at its memory bandwidth (about 3 TB/s on an H100), but copying it
+#' there from R takes far longer than the CPU needs to reduce it, which is
+#' why `use.gpu = NA` computes on the CPU.
 #'
 #' @param x A numeric vector, or a list of numeric vectors (one result each).
 #' @param method Summation method, see Details.
 #' @param precision `"double"` (default) or `"single"`.
-#' @param use.gpu `NA` or `FALSE`: the CPU. `TRUE`: an error (the GPU
-#'   reductions are not available yet).
+#' @param use.gpu `NA` or `FALSE`: the CPU (faster for vectors in R's
+#'   memory). `TRUE`: a CUDA GPU, or an error saying why none is usable.
 #' @param na.rm If `TRUE`, missing values are dropped; otherwise they are an
 #'   error.
 #' @return A numeric vector with one value per element of `x` (named as `x`),
@@ -84,15 +94,11 @@ reduce_call <- function(x, method, precision, use.gpu, na.rm, kind, call) {
   method <- match_arg(method, c("exact", "div2", "pairwise", "kahan", "naive"), "method", call)
   precision <- match_arg(precision, c("double", "single"), "precision", call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
-  if (isTRUE(use.gpu)) {
-    cli::cli_abort(c(
-      "{.code use.gpu = TRUE} but the GPU reductions are not available in this version.",
-      i = "Use {.code use.gpu = NA} or {.code FALSE} for the CPU."
-    ), call = call)
-  }
+  # NA means the CPU: the copy to a GPU costs more than the whole reduction.
+  backend <- if (isTRUE(use.gpu)) resolve_backend(TRUE, call) else "cpu"
   prepared <- reduce_input(x, na.rm, call)
   fn <- if (kind == "sum") "bulk_sum" else "bulk_mean"
-  out <- call_core(reduce_(prepared$x, method, precision, kind, cpu_threads()), call, fn)
+  out <- call_core(reduce_(prepared$x, method, precision, kind, backend, cpu_threads()), call, fn)
   reduce_output(out, prepared)
 }
 
@@ -136,4 +142,136 @@ reduce_output <- function(out, prepared) {
   if (prepared$single) return(out)
   names(out) <- prepared$names
   out
+}
+
+#' Monte Carlo integration over a box
+#'
+#' Estimates \eqn{\int f} over the box `[lower, upper]` as its volume times
+#' the mean of `f` at `n` uniform random points. The points are drawn and
+#' `f` evaluated in chunks of `chunk.size`, so memory stays bounded for any
+#' `n` (1e9 points need about 3 chunk's worth of memory); the mean is
+#' accumulated chunk by chunk with `method`, and gives the same bits as
+#' [bulk_mean()] of all `n` values at once. The default, `"exact"`, loses
+#' nothing to absorption however large `n` is.
+#'
+#' Points come from R's random number generator ([stats::runif()]), so
+#' [set.seed()] makes a call reproducible.
+#'
+#' @param f A function of the points returning one finite or infinite value
+#'   per point: for one dimension it receives a numeric vector, otherwise a
+#'   matrix with one row per point and one column per dimension.
+#' @param lower,upper Numeric vectors of the same length (the dimension),
+#'   with `lower < upper`.
+#' @param n Number of points, a whole number of at least 2.
+#' @param ... Further arguments to `f`.
+#' @param method Summation method of the mean (see [bulk_mean()]).
+#' @param chunk.size Points per chunk: a power of two, at least 65536.
+#' @return An object of class `bulkem_mc`: a list with `value` (the
+#'   estimate), `std.error` (volume times the sample standard deviation of
+#'   `f` over \eqn{\sqrt{n}}), `n`, `volume` and `method`.
+#' @examples
+#' set.seed(1)
+#' # The integral of exp(-x^2) over [0, 2] (about 0.882)
+#' mc_integrate(function(x) exp(-x^2), 0, 2, n = 1e5)
+#' # A 3-dimensional integral: the volume of the unit ball, 4 pi / 3
+#' ball <- function(p) as.numeric(rowSums(p^2) <= 1)
+#' mc_integrate(ball, c(-1, -1, -1), c(1, 1, 1), n = 2e5)
+#' @export
+mc_integrate <- function(f, lower, upper, n, ..., method = c("exact", "div2", "pairwise", "kahan", "naive"),
+                         chunk.size = 2^20) {
+  call <- environment()
+  if (!is.function(f)) {
+    cli::cli_abort(c("{.arg f} must be a function.", x = "You supplied {describe_value(f)}."), call = call)
+  }
+  check_box(lower, upper, call)
+  if (!(is.numeric(n) && length(n) == 1 && !is.na(n) && n == round(n) && n >= 2 && n <= 2^53)) {
+    cli::cli_abort(c("{.arg n} must be a whole number of at least 2.", x = "You supplied {describe_value(n)}."), call = call)
+  }
+  method <- match_arg(method, c("exact", "div2", "pairwise", "kahan", "naive"), "method", call)
+  ok_chunk <- is.numeric(chunk.size) && length(chunk.size) == 1 && !is.na(chunk.size) &&
+    chunk.size >= 65536 && chunk.size <= 2^30 && log2(chunk.size) == round(log2(chunk.size))
+  if (!ok_chunk) {
+    cli::cli_abort(c(
+      "{.arg chunk.size} must be a power of two between 65536 and 2^30.",
+      x = "You supplied {describe_value(chunk.size)}."
+    ), call = call)
+  }
+  d <- length(lower)
+  width <- upper - lower
+  volume <- prod(width)
+  mean_stream <- stream_new_(method, "double", chunk.size)
+  # The standard error from exact sums of f - shift and its square (shift:
+  # the first chunk's mean, so that the variance does not cancel).
+  dev_stream <- stream_new_("exact", "double", chunk.size)
+  sq_stream <- stream_new_("exact", "double", chunk.size)
+  shift <- NULL
+  progress <- make_progress(ceiling(n / chunk.size))
+  done <- 0
+  while (done < n) {
+    m <- min(chunk.size, n - done)
+    u <- matrix(stats::runif(m * d), m, d)
+    points <- u * rep(width, each = m) + rep(lower, each = m)
+    fx <- f(if (d == 1) points[, 1] else points, ...)
+    fx <- check_integrand(fx, m, done, call)
+    if (is.null(shift)) shift <- if (all(is.finite(fx))) mean(fx) else 0
+    stream_push_(mean_stream, fx)
+    dev <- fx - shift
+    stream_push_(dev_stream, dev)
+    stream_push_(sq_stream, dev * dev)
+    done <- done + m
+    if (!is.null(progress)) progress(1)
+  }
+  m1 <- stream_value_(dev_stream, "mean")
+  m2 <- stream_value_(sq_stream, "mean")
+  variance <- max(m2 - m1^2, 0) * n / (n - 1)
+  structure(list(
+    value = volume * stream_value_(mean_stream, "mean"),
+    std.error = volume * sqrt(variance / n),
+    n = n,
+    volume = volume,
+    method = method
+  ), class = "bulkem_mc")
+}
+
+#' @export
+print.bulkem_mc <- function(x, digits = getOption("digits"), ...) {
+  cat("Monte Carlo integral: ", format(x$value, digits = digits), " (standard error ",
+      format(x$std.error, digits = 3), ")\n", sep = "")
+  cat("  ", format(x$n, big.mark = ",", scientific = FALSE), " points, box volume ",
+      format(x$volume, digits = digits), ", mean by ", x$method, "\n", sep = "")
+  invisible(x)
+}
+
+check_box <- function(lower, upper, call) {
+  ok <- is.numeric(lower) && is.numeric(upper) && length(lower) >= 1 && length(lower) == length(upper) &&
+    all(is.finite(lower)) && all(is.finite(upper))
+  if (!ok) {
+    cli::cli_abort(c(
+      "{.arg lower} and {.arg upper} must be finite numeric vectors of the same length.",
+      x = "You supplied {describe_value(lower)} and {describe_value(upper)}."
+    ), call = call)
+  }
+  if (any(lower >= upper)) {
+    bad <- which(lower >= upper)[1]
+    cli::cli_abort(c(
+      "{.arg lower} must be below {.arg upper} in every dimension.",
+      x = "Dimension {bad}: lower = {lower[bad]}, upper = {upper[bad]}."
+    ), call = call)
+  }
+}
+
+check_integrand <- function(fx, m, done, call) {
+  if (!is.numeric(fx) && !is.logical(fx) || length(fx) != m) {
+    cli::cli_abort(c(
+      "{.arg f} must return one number per point.",
+      x = "Given {m} point{?s}, it returned {describe_value(fx)}."
+    ), call = call)
+  }
+  if (anyNA(fx)) {
+    cli::cli_abort(c(
+      "{.arg f} returned a missing value.",
+      x = "Point {format(done + which(is.na(fx))[1], scientific = FALSE)} gave NA."
+    ), call = call)
+  }
+  as.double(fx)
 }

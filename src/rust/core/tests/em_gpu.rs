@@ -2,22 +2,13 @@
 //! same starts, statuses and iterations, parameters to 1e-8 relative and
 //! log-likelihoods to 1e-10. Skipped (with a note) where no device is usable.
 
+mod common;
+use common::{cuda, gpu_or_skip};
+
 use bulkem_core::em::{fit_many, simulate, EmConfig, Family, FitStatus, MixFit, MixParams};
-use bulkem_core::exec::{Backend, Exec};
-use bulkem_core::gpu;
+use bulkem_core::exec::Exec;
 use bulkem_core::tolerances::{GPU_CPU_LOGLIK_REL, GPU_CPU_PARAM_REL};
 
-fn gpu_or_skip() -> bool {
-    let probe = gpu::probe();
-    if !probe.usable() {
-        eprintln!("skipped: no usable CUDA device ({})", probe.reason);
-    }
-    probe.usable()
-}
-
-fn cuda() -> Exec {
-    Exec { backend: Backend::Cuda, ..Exec::cpu() }
-}
 
 fn rel(a: f64, b: f64) -> f64 {
     if a == b { 0.0 } else { (a - b).abs() / b.abs().max(1e-300) }

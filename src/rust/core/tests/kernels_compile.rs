@@ -6,34 +6,67 @@
 use bulkem_core::em::gpu::MAX_GPU_COMPONENTS;
 use bulkem_core::gpu::{compile, kernel_source, nvrtc_available, KERNELS};
 
-#[test]
-fn every_kernel_compiles_for_sm80_and_sm90() {
+const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+
+fn nvrtc_or_skip() -> bool {
     if !nvrtc_available() {
         assert!(std::env::var_os("BULKEM_REQUIRE_NVRTC").is_none(), "BULKEM_REQUIRE_NVRTC is set but libnvrtc was not found");
         eprintln!("skipped: libnvrtc not found");
-        return;
+        return false;
     }
-    assert_eq!(KERNELS.len(), 2, "a new kernel file needs its specialisations listed here");
-    let src = kernel_source("em").expect("em kernel source");
-    for arch in ["sm_80", "sm_90"] {
-        for family in 0..2 {
-            for m in 1..=MAX_GPU_COMPONENTS as i64 {
-                let ptx = compile(&src, arch, &[("EM_M", m), ("EM_FAMILY", family)]);
-                let ptx = ptx.unwrap_or_else(|e| panic!("em.cu, {arch}, M = {m}, family {family}: {e}"));
-                let text = ptx.to_src();
-                for entry in ["em_warp", "em_partial", "em_update"] {
-                    assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {arch} M = {m}");
-                }
+    true
+}
+
+/// Compile `file` with each set of definitions and check the entry points.
+fn check(file: &str, variants: &[Vec<(&str, i64)>], entries: &[&str]) {
+    let src = kernel_source(file).unwrap_or_else(|| panic!("no kernel file {file}"));
+    for arch in ARCHS {
+        for defines in variants {
+            let ptx = compile(&src, arch, defines).unwrap_or_else(|e| panic!("{file}.cu, {arch}, {defines:?}: {e}"));
+            let text = ptx.to_src();
+            for entry in entries {
+                assert!(text.contains(&format!(".entry {entry}")), "{entry} missing from {file}.cu for {arch}, {defines:?}");
             }
         }
     }
-    // hmm.cu has no specialisations.
-    let src = kernel_source("hmm").expect("hmm kernel source");
-    for arch in ["sm_80", "sm_90"] {
-        let ptx = compile(&src, arch, &[]).unwrap_or_else(|e| panic!("hmm.cu, {arch}: {e}"));
-        let text = ptx.to_src();
-        for entry in ["hmm_forward", "hmm_viterbi", "hmm_backward", "hmm_xi_gemm", "hmm_reduce", "hmm_forward_tiled", "hmm_viterbi_tiled", "hmm_backward_tiled"] {
-            assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {arch}");
-        }
+}
+
+#[test]
+fn every_kernel_file_is_checked() {
+    let checked = ["em", "reduce", "hmm"];
+    for (name, _) in KERNELS {
+        assert!(checked.contains(name), "kernel file {name}.cu needs a compile test here");
     }
+}
+
+#[test]
+fn em_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let variants: Vec<Vec<(&str, i64)>> =
+        (0..2).flat_map(|family| (1..=MAX_GPU_COMPONENTS as i64).map(move |m| vec![("EM_M", m), ("EM_FAMILY", family)])).collect();
+    check("em", &variants, &["em_warp", "em_partial", "em_update"]);
+}
+
+#[test]
+fn reduce_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let variants = vec![vec![("REDUCE_SINGLE", 0)], vec![("REDUCE_SINGLE", 1)]];
+    let entries = ["tree_pairwise", "tree_div2", "tree_small_pairwise", "tree_small_div2", "plain_naive", "plain_kahan", "exact_sum", "exact_bins"];
+    check("reduce", &variants, &entries);
+}
+
+#[test]
+fn hmm_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let entries = [
+        "hmm_forward", "hmm_viterbi", "hmm_backward", "hmm_xi_gemm", "hmm_reduce",
+        "hmm_forward_tiled", "hmm_viterbi_tiled", "hmm_backward_tiled",
+    ];
+    check("hmm", &[vec![]], &entries);
 }

@@ -433,6 +433,33 @@ fn single_precision_naive_drifts_where_the_others_do_not() {
     }
 }
 
+/// The paper's table at its full sizes (up to 134,215,680 values; slow in a
+/// debug build, so run in release:
+/// `cargo test --release -p bulkem-core --test reduce_cpu -- --ignored papers_table`).
+#[test]
+#[ignore]
+fn papers_table_in_single_precision() {
+    let exec = Exec::cpu();
+    for normal in [false, true] {
+        for n in [1_048_576, 16_777_216, 67_108_864, 134_215_680] {
+            let mut s = Stream::new(n as u64 + normal as u64);
+            // normal(6, 1) by Box-Muller, uniform(0, 1) otherwise.
+            let x: Vec<f64> = (0..n)
+                .map(|_| if normal { 6.0 + (-2.0 * (1.0 - s.unit()).ln()).sqrt() * (std::f64::consts::TAU * s.unit()).cos() } else { s.unit() })
+                .collect();
+            let reference = reduce::mean(&x, Method::Exact, Precision::Double, &exec).unwrap();
+            let rel = |m| ((reduce::mean(&x, m, Precision::Single, &exec).unwrap() - reference) / reference).abs();
+            for method in [Method::Div2, Method::Kahan, Method::Exact, Method::Pairwise] {
+                assert!(rel(method) < 1e-6, "{method:?} normal = {normal} n = {n}: {:e}", rel(method));
+            }
+            // A float running sum loses more of every term as it grows, and
+            // past 2^24 it cannot even count by ones.
+            let drift = if n >= 67_108_864 { 0.1 } else if n >= 16_777_216 { 1e-5 } else { 1e-7 };
+            assert!(rel(Method::Naive) > drift, "naive normal = {normal} n = {n}: {:e}", rel(Method::Naive));
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Non-finite and empty inputs
 // ---------------------------------------------------------------------------
@@ -490,7 +517,10 @@ fn empty_inputs() {
 }
 
 #[test]
-fn cuda_backend_says_it_is_not_there_yet() {
+fn cuda_backend_without_a_device_says_why() {
+    if bulkem_core::gpu::probe().usable() {
+        return; // tests/reduce_gpu.rs covers the device
+    }
     let exec = Exec { backend: Backend::Cuda, ..Exec::cpu() };
     assert!(matches!(reduce::sum(&[1.0], Method::Exact, Precision::Double, &exec), Err(Error::BackendUnavailable(_))));
 }

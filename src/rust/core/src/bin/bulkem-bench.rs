@@ -4,15 +4,13 @@
 //! bulkem-bench em [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E]
 //!                 [--backend cpu|cuda|both] [--cpu-datasets K] [--threads T] [--json FILE]
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
+//! bulkem-bench reduce [--log2 20,24,28] [--reps R] [--backend cpu|cuda|both] [--threads T] [--sweep yes]
+//! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
 //! bulkem-bench hmm-suite [--backend ...] [--threads T]   the cases of the HMM issue
 //! ```
-//! `hmm` times the forward log-likelihood, Viterbi and one Baum-Welch
-//! iteration (E-step + M-step) over M random sequences of a random model,
-//! median of 5 runs after a warm-up, as ../shared/peers/torch_hmm.py does;
-//! and a 5-iteration Baum-Welch fit (6 E-steps: the start's and one per
-//! iteration).
+//! `hmm`: see bench/hmm.rs.
 //! Prints one row per (case, backend) and appends one JSON line per row to
 //! FILE (default bench-results.jsonl). With `--backend both` the CPU runs on
 //! the first K datasets (default: all) and the ratio compares throughputs.
@@ -23,9 +21,12 @@ use std::time::Instant;
 use bulkem_core::em::{fit_many, simulate, EmConfig, Family};
 use bulkem_core::exec::{available_threads, Backend, Exec};
 use bulkem_core::gpu;
-use bulkem_core::hmm::{self, HmmFitConfig, HmmModel, Sequences};
-use bulkem_core::rng::KeyedStream;
 use rayon::prelude::*;
+
+#[path = "bench/reduce.rs"]
+mod reduce_bench;
+#[path = "bench/hmm.rs"]
+mod hmm_bench;
 
 #[derive(Clone)]
 struct Case {
@@ -134,71 +135,12 @@ fn suite() -> Vec<Case> {
     ]
 }
 
-/// A random HMM (rows uniform then normalised, uniform start, as the peer)
-/// and M random sequences of length T.
-fn hmm_problem(n: usize, v: usize, m: usize, t: usize) -> (HmmModel, Sequences) {
-    let mut rng = KeyedStream::new(0, 0, 0);
-    let mut u = || ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-    let mut rows = |r: usize, c: usize| -> Vec<f64> {
-        (0..r)
-            .flat_map(|_| {
-                let x: Vec<f64> = (0..c).map(|_| u()).collect();
-                let s: f64 = x.iter().sum();
-                x.into_iter().map(move |p| p / s)
-            })
-            .collect()
-    };
-    let (trans, emis) = (rows(n, n), rows(n, v));
-    let model = HmmModel { n_states: n, n_symbols: v, start: vec![1.0 / n as f64; n], trans, emis };
-    let mut rng = KeyedStream::new(1, 0, 0);
-    let symbols = (0..m * t).map(|_| rng.below(v as u64) as u32).collect();
-    let seqs = Sequences::from_lengths(symbols, &vec![t; m]).unwrap_or_default();
-    (model, seqs)
-}
-
-/// Median seconds of 5 runs after one warm-up run.
-fn median_time(mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
-    f()?;
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let t0 = Instant::now();
-        f()?;
-        times.push(t0.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[2])
-}
-
-fn bench_hmm(n: usize, m: usize, t: usize, v: usize, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
-    let (model, seqs) = hmm_problem(n, v, m, t);
-    for &backend in backends {
-        let exec = Exec { backend, ..Exec::cpu().threads(threads) };
-        let s = |e: bulkem_core::Error| e.to_string();
-        let fwd = median_time(|| hmm::loglik(&model, &seqs, &exec).map(|_| ()).map_err(s))?;
-        let vit = median_time(|| hmm::viterbi(&model, &seqs, &exec).map(|_| ()).map_err(s))?;
-        let bw = median_time(|| hmm::baum_welch_step(&model, &seqs, 0.0, &exec).map(|_| ()).map_err(s))?;
-        let config = HmmFitConfig::new(n, v).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
-        let fit5 = median_time(|| hmm::fit(&seqs, &config, &exec).map(|_| ()).map_err(s))?;
-        let threads_used = if threads == 0 { available_threads() } else { threads };
-        println!(
-            "hmm N={n} M={m} T={t} V={v} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
-            backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
-        );
-        writeln!(
-            json,
-            "{{\"area\":\"hmm\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"symbols\":{v},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
-            backend.name(), fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
-        )
-        .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
 fn main() {
     let result = (|| -> Result<(), String> {
         let mut it = std::env::args().skip(1);
-        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|hmm|hmm-suite [flags]; see the source header")?;
-        let (mut n_states, mut n_seqs, mut length, mut n_symbols) = (10usize, 50usize, 100usize, 10usize);
+        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|reduce|reduce-table|hmm|hmm-suite [flags]; see the source header")?;
+        let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
+        let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10 };
         let mut case = Case { name: "custom".into(), datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
         while let Some(flag) = it.next() {
@@ -214,10 +156,15 @@ fn main() {
                 "--backend" => backend = value.clone(),
                 "--threads" => threads = num()?,
                 "--json" => json = value.clone(),
-                "--states" => n_states = num()?,
-                "--seqs" => n_seqs = num()?,
-                "--length" => length = num()?,
-                "--symbols" => n_symbols = num()?,
+                "--log2" => {
+                    reduce_opts.log2_sizes = value.split(',').map(|v| v.parse().map_err(|_| format!("--log2: not a list of whole numbers: {value}"))).collect::<Result<_, _>>()?
+                }
+                "--reps" => reduce_opts.reps = num()?,
+                "--sweep" => reduce_opts.sweep = value == "yes",
+                "--states" => hmm_case.states = num()?,
+                "--seqs" => hmm_case.seqs = num()?,
+                "--length" => hmm_case.length = num()?,
+                "--symbols" => hmm_case.symbols = num()?,
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }
@@ -225,31 +172,44 @@ fn main() {
         let probe = gpu::probe();
         println!("cpu threads: {}; cuda: {}", available_threads(),
             if probe.usable() { probe.devices.iter().map(|d| format!("{} (cc {}.{}, {:.0} GiB)", d.name, d.compute_capability.0, d.compute_capability.1, d.total_memory as f64 / 1073741824.0)).collect::<Vec<_>>().join(", ") } else { probe.reason.clone() });
-        let backends = match backend.as_str() {
-            "cpu" => vec![Backend::Cpu],
-            "cuda" => vec![Backend::Cuda],
-            "both" => vec![Backend::Cpu, Backend::Cuda],
-            other => return Err(format!("unknown backend {other}")),
-        };
-        if area.starts_with("em") {
-            print_header();
-        }
         match area.as_str() {
-            "em" => bench(&case, &backends, threads, &mut file),
-            "hmm" => bench_hmm(n_states, n_seqs, length, n_symbols, &backends, threads, &mut file),
-            "hmm-suite" => {
-                // The issue's cases: the CPU target (1 thread), then the two GPU cases.
-                bench_hmm(10, 50, 100, 10, &[Backend::Cpu], 1, &mut file)?;
-                bench_hmm(512, 512, 16, 512, &backends, threads, &mut file)?;
-                bench_hmm(32, 10_000, 1000, 16, &backends, threads, &mut file)
+            "em" => {
+                print_header();
+                let backends = match backend.as_str() {
+                    "cpu" => vec![Backend::Cpu],
+                    "cuda" => vec![Backend::Cuda],
+                    "both" => vec![Backend::Cpu, Backend::Cuda],
+                    other => return Err(format!("unknown backend {other}")),
+                };
+                bench(&case, &backends, threads, &mut file)
             }
             "em-suite" => {
+                print_header();
                 for case in suite() {
                     bench(&case, &[Backend::Cpu, Backend::Cuda], threads, &mut file)?;
                 }
                 Ok(())
             }
-            other => Err(format!("unknown area {other}; known: em, em-suite, hmm, hmm-suite")),
+            "reduce" => {
+                reduce_opts.backend = backend.clone();
+                reduce_opts.threads = threads;
+                reduce_bench::run(&reduce_opts, &mut file)
+            }
+            "reduce-table" => reduce_bench::accuracy_table(&[16_384, 1_048_576, 10_000_000, 16_777_216, 67_108_864, 134_215_680], &mut file),
+            "hmm" | "hmm-suite" => {
+                let backends = match backend.as_str() {
+                    "cpu" => vec![Backend::Cpu],
+                    "cuda" => vec![Backend::Cuda],
+                    "both" => vec![Backend::Cpu, Backend::Cuda],
+                    other => return Err(format!("unknown backend {other}")),
+                };
+                if area == "hmm" {
+                    hmm_bench::run(&hmm_case, &backends, threads, &mut file)
+                } else {
+                    hmm_bench::suite(&backends, threads, &mut file)
+                }
+            }
+            other => Err(format!("unknown area {other}; known: em, em-suite, reduce, reduce-table, hmm, hmm-suite")),
         }
     })();
     if let Err(e) = result {

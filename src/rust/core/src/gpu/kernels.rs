@@ -4,7 +4,11 @@
 const COMMON: &str = include_str!("../../kernels/common.cuh");
 
 /// Every kernel file: (name, source).
-pub const KERNELS: &[(&str, &str)] = &[("em", include_str!("../../kernels/em.cu")), ("hmm", include_str!("../../kernels/hmm.cu"))];
+pub const KERNELS: &[(&str, &str)] = &[
+    ("em", include_str!("../../kernels/em.cu")),
+    ("reduce", include_str!("../../kernels/reduce.cu")),
+    ("hmm", include_str!("../../kernels/hmm.cu")),
+];
 
 /// Full source of kernel file `name`: the core's tolerances as macros, the
 /// shared helpers, then the file (one source of truth for the constants).

@@ -73,11 +73,18 @@ pub fn sum<T: Real>(x: &[f64]) -> T {
     if x.len() <= CHUNK {
         return chunk_sum::<T>(x).value();
     }
+    let mut acc = Neumaier::new();
+    add_chunks(&mut acc, x);
+    acc.value()
+}
+
+/// Merge the chunk sums of `x` into `acc` in order (the running state of
+/// [`sum`] over a longer input, of which `x` starts on a chunk boundary).
+pub fn add_chunks<T: Real>(acc: &mut Neumaier<T>, x: &[f64]) {
     let parts: Vec<Neumaier<T>> = x.par_chunks(CHUNK).map(chunk_sum::<T>).collect();
-    parts.into_iter().fold(Neumaier::new(), |mut acc, p| {
+    for p in parts {
         acc.merge(p);
-        acc
-    }).value()
+    }
 }
 
 #[cfg(test)]

@@ -36,15 +36,18 @@
 mod cpu;
 pub mod exact;
 pub mod fixed;
+pub mod gpu;
 pub mod kahan;
 pub mod logexp;
 mod method;
 pub mod naive;
 pub mod real;
+pub mod stream;
 pub mod superacc;
 pub mod tree;
 
 pub use method::{Method, Precision};
+pub use stream::Stream;
 pub use superacc::Superacc;
 
 use crate::error::{Error, Result};
@@ -96,21 +99,23 @@ pub fn log_mean_exps(data: &[&[f64]], exec: &Exec) -> Result<Vec<f64>> {
     check_non_empty(data, "log_mean_exp of no values is undefined")?;
     match exec.backend {
         Backend::Cpu => cpu::log_mean_exp_many(data, exec),
-        Backend::Cuda => Err(no_cuda()),
+        Backend::Cuda => Err(Error::BackendUnavailable(
+            "log_mean_exp runs on the CPU only (it is bound by exp, not by memory); use the CPU backend".into(),
+        )),
     }
 }
 
 fn reduce(x: &[f64], method: Method, precision: Precision, kind: Kind, exec: &Exec) -> Result<f64> {
     match exec.backend {
         Backend::Cpu => cpu::reduce_single(x, method, precision, kind, exec),
-        Backend::Cuda => Err(no_cuda()),
+        Backend::Cuda => Ok(gpu::reduce_many(&[x], method, precision, kind, exec)?[0]),
     }
 }
 
 fn reduce_many(data: &[&[f64]], method: Method, precision: Precision, kind: Kind, exec: &Exec) -> Result<Vec<f64>> {
     match exec.backend {
         Backend::Cpu => cpu::reduce_many(data, method, precision, kind, exec),
-        Backend::Cuda => Err(no_cuda()),
+        Backend::Cuda => gpu::reduce_many(data, method, precision, kind, exec),
     }
 }
 
@@ -122,8 +127,4 @@ fn check_non_empty(data: &[&[f64]], why: &str) -> Result<()> {
             format!("element {} is empty: {why}; drop empty elements or give them at least one value", i + 1),
         )),
     }
-}
-
-fn no_cuda() -> Error {
-    Error::BackendUnavailable("the reductions have no CUDA implementation yet; run them on the CPU backend".into())
 }

@@ -7,5 +7,10 @@ use super::real::Real;
 
 /// s = 0; s = s + x_i for i = 1..n, in the working precision.
 pub fn sum<T: Real>(x: &[f64]) -> T {
-    x.iter().fold(T::ZERO, |s, &v| s + T::from_f64(v))
+    add(T::ZERO, x)
+}
+
+/// The running sum s continued over x.
+pub fn add<T: Real>(s: T, x: &[f64]) -> T {
+    x.iter().fold(s, |s, &v| s + T::from_f64(v))
 }

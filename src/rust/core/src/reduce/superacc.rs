@@ -100,6 +100,23 @@ impl Superacc {
         self.lo..self.hi.max(self.lo)
     }
 
+    /// The accumulator whose bins are `words` (bin e = words[2e] as the low
+    /// and words[2e + 1] as the high 64 bits of its two's-complement value,
+    /// the GPU's layout) with the given special-value flags.
+    pub fn from_words(words: &[u64], nan: bool, pos_inf: bool, neg_inf: bool) -> Box<Self> {
+        let mut acc = Superacc::new();
+        for (e, w) in words.chunks_exact(2).take(BINS).enumerate() {
+            let v = ((w[1] as u128) << 64 | w[0] as u128) as i128;
+            if v != 0 {
+                acc.bins[e] = v;
+                acc.lo = acc.lo.min(e);
+                acc.hi = acc.hi.max(e + 1);
+            }
+        }
+        (acc.nan, acc.pos_inf, acc.neg_inf) = (nan, pos_inf, neg_inf);
+        acc
+    }
+
     /// Add one value exactly.
     pub fn add(&mut self, v: f64) {
         self.add_mapped(&[v], |v| v);
@@ -227,6 +244,15 @@ mod tests {
             }
             assert_eq!(merged, whole);
         }
+    }
+
+    #[test]
+    fn words_round_trip_the_bins() {
+        let mut acc = Superacc::new();
+        acc.add_slice::<f64>(&[1.0, -3.5, 2f64.powi(-1074), -1e300, 7.25e-300]);
+        let words: Vec<u64> = acc.bins.iter().flat_map(|&b| [b as u64, ((b as u128) >> 64) as u64]).collect();
+        assert_eq!(*Superacc::from_words(&words, false, false, false), *acc);
+        assert_eq!(Superacc::from_words(&words, true, false, false).special(), Special::Nan);
     }
 
     #[test]

@@ -83,6 +83,14 @@ pub fn correction<T: Real>(p: usize, n: usize) -> T {
     T::from_bits_u64(ratio_pow2(p.trailing_zeros(), n as u64, T::FORMAT))
 }
 
+/// The value of the aligned subtree of `size` padded inputs (a power of two,
+/// at least `x.len()` and at least 32) whose leading inputs are `x`: a
+/// piece of a longer input, for reductions fed in chunks.
+pub fn piece<T: Real, C: Combine<T>>(x: &[f64], size: usize) -> T {
+    debug_assert!(size.is_power_of_two() && size >= BLOCK && size >= x.len());
+    subtree::<T, C>(x, 0, size)
+}
+
 /// Subtree over padded positions lo .. lo + size (size a power of two >= BLOCK).
 fn subtree<T: Real, C: Combine<T>>(x: &[f64], lo: usize, size: usize) -> T {
     let n = x.len();
