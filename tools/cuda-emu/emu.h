@@ -27,6 +27,8 @@ inline std::vector<EmuWarp> emu_warps;
 #define EMU_SMEM (emu_smem_buf.data())
 
 inline void __syncthreads() { emu_block_bar->arrive_and_wait(); }
+inline void __syncwarp() { emu_warps[threadIdx.x / 32].bar->arrive_and_wait(); }
+struct alignas(16) double2 { double x, y; };
 inline double __shfl_xor_sync(unsigned, double v, int o) {
     auto& w = emu_warps[threadIdx.x / 32];
     int lane = threadIdx.x % 32;

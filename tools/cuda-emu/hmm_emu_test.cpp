@@ -188,6 +188,44 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
         for (int s = 3; s < M; ++s) CHECK(close(ll2[s - 3], ref[s].ll, 1e-12), "N=%d tiled=%d batch forward seq %d", N, tiled, s);
         for (long long k = 0; k < (S - off[3]) * N; ++k) CHECK(a2[k] == alpha[off[3] * N + k], "N=%d tiled=%d batch alpha %lld", N, tiled, k);
     }
+    if (N <= 32) {
+        // The warp-per-sequence kernels (4 warps per block).
+        unsigned blocks = std::min(G, (unsigned)(M + 3) / 4);
+        vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0);
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data());
+        for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d warp forward seq %d: %.17g vs %.17g", N, s, ll[s], ref[s].ll);
+        vector<double> gamma(S * N, 0.0);
+        double* nulw = nullptr;
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw);
+        for (int s = 0; s < M; ++s)
+            for (long long k = 0; k < (off[s + 1] - off[s]) * N; ++k)
+                CHECK(close(gamma[off[s] * N + k], ref[s].ll == -INFINITY ? NAN : ref[s].gamma[k], 1e-12), "N=%d warp gamma seq %d k %lld: %g vs %g", N, s, k, gamma[off[s] * N + k], ref[s].gamma[k]);
+        // Counts in two batches ([0, 4) and [4, M)) into the same slots.
+        unsigned slots = blocks * 4;
+        vector<double> partial(slots * size, 0.0), total(size, 0.0);
+        for (int half = 0; half < 2; ++half) {
+            int a0 = half ? 4 : 0, a1 = half ? M : 4;
+            vector<double> al((off[a1] - off[a0]) * N, 0.0), sc(off[a1] - off[a0], 0.0), l2(a1 - a0, 0.0);
+            unsigned bl = std::min(blocks, (unsigned)(a1 - a0 + 3) / 4);
+            emu_launch({bl, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, al.data(), sc.data(), l2.data());
+            emu_launch({bl, 1, 1}, 128, (4 * 32 + 4 * V * 32) * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, (const double*)al.data(), (const double*)sc.data(), (const double*)l2.data(), nulw, partial.data());
+        }
+        emu_launch({2, 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
+        vector<double> want(size, 0.0);
+        for (int s = 0; s < M; ++s) {
+            if (ref[s].ll == -INFINITY) continue;
+            for (int i = 0; i < N; ++i) want[i] += ref[s].start[i];
+            for (int k = 0; k < N * N; ++k) want[N + k] += ref[s].xi[k];
+            for (int k = 0; k < V * N; ++k) want[N + N * N + k] += ref[s].emis[k];
+        }
+        for (long long k = 0; k < size; ++k) CHECK(close(total[k], want[k], 1e-11), "N=%d warp count %lld: %g vs %g", N, k, total[k], want[k]);
+        vector<unsigned char> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M, 0.0);
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_viterbi_warp, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data());
+        for (int s = 0; s < M; ++s) {
+            CHECK(logp[s] == ref[s].logp, "N=%d warp viterbi logp seq %d: %.17g vs %.17g", N, s, logp[s], ref[s].logp);
+            for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d warp viterbi path seq %d t %lld", N, s, t);
+        }
+    }
     std::printf("N=%d V=%d zeros=%d: %d sequences (%d impossible) checked\n", N, V, zeros, M, impossible);
 }
 
@@ -196,6 +234,10 @@ int main() {
         run_case(1, 3, false, 1, G);
         run_case(3, 4, true, 2, G);
         run_case(5, 2, true, 3, G);
+        run_case(32, 3, true, 6, G);
+        run_case(32, 5, false, 7, G);
+        run_case(20, 12, true, 8, G);
+        run_case(3, 9, true, 9, G);
         run_case(33, 5, false, 4, G);
         run_case(70, 6, true, 5, G);
     }

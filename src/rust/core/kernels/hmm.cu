@@ -706,3 +706,247 @@ extern "C" __global__ void hmm_backward_tiled(
         __syncthreads();
     }
 }
+
+// ---- Small N (<= 32): one warp per sequence ----------------------------------
+// Lane j owns state j: its column (forward, Viterbi) or row (backward) of
+// the transition matrix lives in registers, the state vector of the
+// previous step is broadcast through the warp's slice of shared memory, and
+// only warp-level synchronisation is needed, so a block runs HMM_WARPS
+// sequences at a time. Lanes >= N hold zeros (probabilities) or -inf (logs)
+// and contribute nothing. The scales are multiplied up and a logarithm
+// taken only when the product gets small, not at every step.
+
+#define HMM_WARPS 4
+#define HMM_WN 32
+
+// Add log(c) to the log-likelihood `ll` lazily through the running product
+// `m` (>= 1e-200, and c >= 1e-100 when multiplied, so it never underflows).
+__device__ __forceinline__ void hmm_add_log(double c, double& m, double& ll) {
+    if (c < 1e-100) {
+        ll += log(c);
+    } else {
+        m *= c;
+        if (m < 1e-200) {
+            ll += log(m);
+            m = 1.0;
+        }
+    }
+}
+
+// hmm_forward for N <= 32. Shared: HMM_WARPS * 32 doubles.
+extern "C" __global__ void hmm_forward_warp(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik)
+{
+    extern __shared__ double sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double* wal = sm + warp * HMM_WN;
+    const bool on = lane < N;
+    double a_col[HMM_WN];
+#pragma unroll
+    for (int i = 0; i < HMM_WN; ++i) a_col[i] = (on && i < N) ? trans[(long long)i * N + lane] : 0.0;
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * HMM_WARPS + warp; s < s1; s += gridDim.x * HMM_WARPS) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        double x = on ? start[lane] * emis_k[(long long)sym[b] * N + lane] : 0.0;
+        double c = warp_sum(x);
+        bool dead = !(c > 0.0);
+        double m = 1.0, ll = 0.0;  // log P = ll + log(m)
+        double a = 0.0;
+        if (!dead) {
+            a = x * (1.0 / c);
+            hmm_add_log(c, m, ll);
+            if (alpha && on) alpha[rel * N + lane] = a;
+            if (scale && lane == 0) scale[rel] = c;
+        }
+        for (long long t = 1; t < T && !dead; ++t) {
+            const double e = on ? emis_k[(long long)sym[b + t] * N + lane] : 0.0;
+            __syncwarp();
+            wal[lane] = a;
+            __syncwarp();
+            double acc = 0.0;
+            const double2* w2 = reinterpret_cast<const double2*>(wal);
+#pragma unroll
+            for (int i = 0; i < HMM_WN / 2; ++i) {
+                const double2 p = w2[i];
+                acc = fma(p.x, a_col[2 * i], acc);
+                acc = fma(p.y, a_col[2 * i + 1], acc);
+            }
+            x = acc * e;
+            c = warp_sum(x);
+            if (!(c > 0.0)) {
+                dead = true;
+                break;
+            }
+            a = x * (1.0 / c);
+            hmm_add_log(c, m, ll);
+            if (alpha && on) alpha[(rel + t) * N + lane] = a;
+            if (scale && lane == 0) scale[rel + t] = c;
+        }
+        if (lane == 0) loglik[s - s0] = dead ? HMM_NEG_INF : ll + log(m);
+    }
+}
+
+// hmm_viterbi for N <= 32, back-pointers as bytes. Shared: HMM_WARPS * 32
+// doubles.
+extern "C" __global__ void hmm_viterbi_warp(
+    int N, const double* __restrict__ lstart, const double* __restrict__ ltrans,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    unsigned char* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp)
+{
+    extern __shared__ double sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double* wal = sm + warp * HMM_WN;
+    const bool on = lane < N;
+    double l_col[HMM_WN];
+#pragma unroll
+    for (int i = 0; i < HMM_WN; ++i) l_col[i] = (on && i < N) ? ltrans[(long long)i * N + lane] : HMM_NEG_INF;
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * HMM_WARPS + warp; s < s1; s += gridDim.x * HMM_WARPS) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        double d = on ? lstart[lane] + lemis_k[(long long)sym[b] * N + lane] : HMM_NEG_INF;
+        for (long long t = 1; t < T; ++t) {
+            const double e = on ? lemis_k[(long long)sym[b + t] * N + lane] : 0.0;
+            __syncwarp();
+            wal[lane] = d;
+            __syncwarp();
+            double best = HMM_NEG_INF;
+            int arg = 0;
+            const double2* w2 = reinterpret_cast<const double2*>(wal);
+#pragma unroll
+            for (int i = 0; i < HMM_WN / 2; ++i) {
+                const double2 p = w2[i];
+                const double v0 = p.x + l_col[2 * i], v1 = p.y + l_col[2 * i + 1];
+                if (v0 > best) { best = v0; arg = 2 * i; }
+                if (v1 > best) { best = v1; arg = 2 * i + 1; }
+            }
+            d = on ? best + e : HMM_NEG_INF;
+            if (on) back[(rel + t) * N + lane] = (unsigned char)arg;
+        }
+        // Final argmax, ties to the lowest state.
+        double best = d;
+        int arg = on ? lane : HMM_WN;
+        for (int o = 16; o > 0; o >>= 1) {
+            const double ob = __shfl_xor_sync(FULL_MASK, best, o);
+            const int oa = (int)__shfl_xor_sync(FULL_MASK, (double)arg, o);
+            if (ob > best || (ob == best && oa < arg)) { best = ob; arg = oa; }
+        }
+        __syncwarp();
+        if (lane == 0) {
+            logp[s - s0] = best;
+            if (best == HMM_NEG_INF) {
+                for (long long t = 0; t < T; ++t) path[rel + t] = HMM_NO_STATE;
+            } else {
+                path[rel + T - 1] = (unsigned)arg;
+                for (long long t = T - 1; t > 0; --t) {
+                    arg = back[(rel + t) * N + arg];
+                    path[rel + t - 1] = (unsigned)arg;
+                }
+            }
+        }
+    }
+}
+
+// hmm_backward for N <= 32: lane i owns state i and row i of A (registers),
+// and with counting, row i of the transition counts (registers), its
+// column of the emission counts (the warp's shared slice, V * 32 doubles)
+// and its start count; each warp adds them to accumulator
+// `partial + (blockIdx.x * HMM_WARPS + warp) * (N + N*N + V*N)` at the end.
+// Shared: HMM_WARPS * 32 doubles, plus HMM_WARPS * V * 32 when counting.
+extern "C" __global__ void hmm_backward_warp(
+    int N, int V, const double* __restrict__ trans, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
+    const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial)
+{
+    extern __shared__ double sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double* wal = sm + warp * HMM_WN;
+    double* w_emis = sm + HMM_WARPS * HMM_WN + (long long)warp * V * HMM_WN;
+    const bool on = lane < N;
+    double a_row[HMM_WN], xi[HMM_WN];
+#pragma unroll
+    for (int j = 0; j < HMM_WN; ++j) {
+        a_row[j] = (on && j < N) ? trans[(long long)lane * N + j] : 0.0;
+        xi[j] = 0.0;
+    }
+    double st = 0.0;
+    if (partial)
+        for (int k = 0; k < V; ++k) w_emis[k * HMM_WN + lane] = 0.0;
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * HMM_WARPS + warp; s < s1; s += gridDim.x * HMM_WARPS) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        if (loglik[s - s0] == HMM_NEG_INF) {
+            if (gamma)
+                for (long long k = lane; k < T * N; k += 32) gamma[rel * N + k] = HMM_NAN;
+            continue;
+        }
+        double beta = 1.0;
+        double g = on ? alpha[(rel + T - 1) * N + lane] : 0.0;
+        if (on) {
+            if (gamma) gamma[(rel + T - 1) * N + lane] = g;
+            if (partial) {
+                w_emis[sym[b + T - 1] * HMM_WN + lane] += g;
+                if (T == 1) st += g;
+            }
+        }
+        for (long long t = T - 2; t >= 0; --t) {
+            const double e = on ? emis_k[(long long)sym[b + t + 1] * N + lane] : 0.0;
+            const double r = 1.0 / scale[rel + t + 1];
+            const double tmp = e * beta * r;
+            const double a_t = on ? alpha[(rel + t) * N + lane] : 0.0;
+            __syncwarp();
+            wal[lane] = tmp;
+            __syncwarp();
+            double sum = 0.0;
+            const double2* w2 = reinterpret_cast<const double2*>(wal);
+            if (partial) {
+#pragma unroll
+                for (int j = 0; j < HMM_WN / 2; ++j) {
+                    const double2 p = w2[j];
+                    sum = fma(a_row[2 * j], p.x, sum);
+                    sum = fma(a_row[2 * j + 1], p.y, sum);
+                    xi[2 * j] = fma(a_t, p.x, xi[2 * j]);
+                    xi[2 * j + 1] = fma(a_t, p.y, xi[2 * j + 1]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < HMM_WN / 2; ++j) {
+                    const double2 p = w2[j];
+                    sum = fma(a_row[2 * j], p.x, sum);
+                    sum = fma(a_row[2 * j + 1], p.y, sum);
+                }
+            }
+            beta = sum;
+            g = a_t * sum;
+            if (on) {
+                if (gamma) gamma[(rel + t) * N + lane] = g;
+                if (partial) {
+                    w_emis[sym[b + t] * HMM_WN + lane] += g;
+                    if (t == 0) st += g;
+                }
+            }
+        }
+    }
+    if (partial) {
+        __syncwarp();
+        double* mine = partial + ((long long)blockIdx.x * HMM_WARPS + warp) * ((long long)N + (long long)N * N + (long long)V * N);
+        // Added, not stored: a slot collects every batch of the E-step.
+        if (on) {
+            mine[lane] += st;
+#pragma unroll
+            for (int j = 0; j < HMM_WN; ++j)
+                if (j < N) mine[N + (long long)lane * N + j] += xi[j];
+            for (int k = 0; k < V; ++k) mine[N + (long long)N * N + (long long)k * N + lane] += w_emis[k * HMM_WN + lane];
+        }
+    }
+}

@@ -67,6 +67,7 @@ fn hmm_kernels_compile() {
     let entries = [
         "hmm_forward", "hmm_viterbi", "hmm_backward", "hmm_xi_gemm", "hmm_reduce",
         "hmm_forward_tiled", "hmm_viterbi_tiled", "hmm_backward_tiled",
+        "hmm_forward_warp", "hmm_viterbi_warp", "hmm_backward_warp",
     ];
     check("hmm", &[vec![]], &entries);
 }

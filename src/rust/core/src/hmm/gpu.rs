@@ -51,6 +51,26 @@ const XI_ROWS: usize = 256;
 const TILE: usize = 4;
 const TILED_MAX_THREADS: usize = 256;
 
+/// Sequences per block of the *_warp kernels (HMM_WARPS in kernels/hmm.cu),
+/// one warp each, used for N <= WARP_MAX_STATES.
+const WARPS: usize = 4;
+const WARP_MAX_STATES: usize = 32;
+/// Blocks per multiprocessor of the warp kernels (they stride over the
+/// sequences; each warp of the counting kernel owns an accumulator).
+const WARP_BLOCKS_PER_SM: u32 = 8;
+
+/// Whether the warp-per-sequence kernels run a job of N states and V
+/// symbols (with counts, each warp keeps V x 32 emission counts in shared
+/// memory).
+fn warp_path(dev: &Device, n: usize, v: usize, counts: bool) -> bool {
+    n <= WARP_MAX_STATES && (!counts || (WARPS * 32 + WARPS * v * 32) * 8 <= smem_limit(dev))
+}
+
+/// Blocks of a warp-kernel launch over `count` sequences.
+fn warp_grid(dev: &Device, count: usize) -> u32 {
+    (count.div_ceil(WARPS) as u32).clamp(1, dev.multiprocessors * WARP_BLOCKS_PER_SM)
+}
+
 /// Threads per block of the tiled kernels (fewer: each thread keeps TILE
 /// partial sums in registers).
 fn tiled_threads(n: usize) -> u32 {
@@ -185,8 +205,13 @@ fn launch_forward(
     let base = (2 * n + 32) * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
     let tiled_smem = (2 * TILE * n + 32 * TILE) * 8;
-    let tiled = !trans_smem && tiled_smem <= smem_limit(dev);
-    let (name, smem, cfg) = if tiled {
+    let warp = n <= WARP_MAX_STATES;
+    let tiled = !warp && !trans_smem && tiled_smem <= smem_limit(dev);
+    let (name, smem, cfg) = if warp {
+        let smem = WARPS * 32 * 8;
+        let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
+        ("hmm_forward_warp", smem, cfg)
+    } else if tiled {
         let cfg = LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: tiled_smem as u32 };
         ("hmm_forward_tiled", tiled_smem, cfg)
     } else {
@@ -205,17 +230,18 @@ fn launch_forward(
         None => launch.arg(&null).arg(&null),
     };
     launch.arg(loglik);
-    if !tiled {
+    if !tiled && !warp {
         launch.arg(&flag);
     }
     // SAFETY: the arguments match the parameters of hmm_forward (or of
-    // hmm_forward_tiled, which has no trans_smem flag) in order and type;
+    // hmm_forward_tiled or hmm_forward_warp, which have no trans_smem flag)
+    // in order and type;
     // the tables hold N, N*N and V*N doubles, the symbols are < V
     // (validated), off has one entry per sequence + 1 and s0 < s1 index it;
     // alpha and scale (or null) hold N and 1 doubles per symbol of the
     // batch, loglik one per sequence of the batch; shared memory is sized
     // for cur, nxt and the reduction slots (times TILE when tiled) and
-    // trans when trans_smem.
+    // trans when trans_smem, or for one 32-double slice per warp.
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_forward"))?;
     Ok(())
 }
@@ -253,6 +279,9 @@ pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u
     let e = err(dev, "copying the model");
     let (d_start, d_trans, d_emis) = (s.clone_htod(&log.start[..]).map_err(&e)?, s.clone_htod(&ltrans[..]).map_err(&e)?, s.clone_htod(&log.emis[..]).map_err(&e)?);
     let d_seqs = upload(dev, seqs)?;
+    if n <= WARP_MAX_STATES {
+        return viterbi_warp(dev, n, seqs, &d_seqs, (&d_start, &d_trans, &d_emis), exec);
+    }
     let base = 2 * n * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
     let tiled = !trans_smem && TILE * base <= smem_limit(dev);
@@ -293,6 +322,45 @@ pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u
     Ok((paths, logp))
 }
 
+/// Viterbi for N <= 32: hmm_viterbi_warp, byte back-pointers.
+fn viterbi_warp(
+    dev: &Device,
+    n: usize,
+    seqs: &Sequences,
+    d_seqs: &DeviceSeqs,
+    (d_start, d_trans, d_emis): (&CudaSlice<f64>, &CudaSlice<f64>, &CudaSlice<f64>),
+    exec: &Exec,
+) -> Result<(Vec<u32>, Vec<f64>)> {
+    let s = &dev.stream;
+    let smem = WARPS * 32 * 8;
+    let f = function(dev, "hmm_viterbi_warp", smem)?;
+    let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
+    for range in batches(dev, seqs, n + 4)? {
+        exec.monitor.check()?;
+        let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
+        let mut back = s.alloc_zeros::<u8>((sym1 - sym0) * n).map_err(err(dev, "allocating back-pointers"))?;
+        let mut path = s.alloc_zeros::<u32>(sym1 - sym0).map_err(err(dev, "allocating results"))?;
+        let mut lp = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
+        let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
+        let (n_i, s0, s1) = (n as i32, range.start as i32, range.end as i32);
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&n_i).arg(d_start).arg(d_trans).arg(d_emis).arg(&d_seqs.sym).arg(&d_seqs.off).arg(&s0).arg(&s1);
+        launch.arg(&mut back).arg(&mut path).arg(&mut lp);
+        // SAFETY: the arguments match hmm_viterbi_warp's parameters in
+        // order and type; back holds N byte back-pointers and path one state
+        // per symbol of the batch, lp one value per sequence of the batch;
+        // the log tables hold N, N*N (row-major) and V*N doubles; shared
+        // memory holds one 32-double slice per warp.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_viterbi_warp"))?;
+        let got = s.clone_dtoh(&path).map_err(err(dev, "reading results"))?;
+        paths[sym0..sym1].copy_from_slice(&got);
+        let got = s.clone_dtoh(&lp).map_err(err(dev, "reading results"))?;
+        logp[range.clone()].copy_from_slice(&got);
+        exec.monitor.add_done(range.len());
+    }
+    Ok((paths, logp))
+}
+
 /// Shared-memory plan of hmm_backward: (bytes, trans_t in smem, accumulator in smem).
 fn backward_smem(dev: &Device, n: usize, v: usize, with_counts: bool) -> (usize, bool, bool) {
     let limit = smem_limit(dev);
@@ -319,6 +387,9 @@ struct Passes<'a> {
     /// Transition counts by hmm_xi_gemm (the accumulators do not fit in
     /// shared memory, so per-step updates would go to global memory).
     xi_gemm: bool,
+    /// The warp-per-sequence backward kernel (small N): one accumulator
+    /// per warp.
+    warp: bool,
 }
 
 impl<'a> Passes<'a> {
@@ -327,10 +398,21 @@ impl<'a> Passes<'a> {
     fn new(model_n: usize, model_v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
         let dev = device()?;
         let d_seqs = upload(dev, seqs)?;
-        let xi_gemm = counts && !backward_smem(dev, model_n, model_v, true).2;
+        let warp = warp_path(dev, model_n, model_v, counts);
+        let xi_gemm = counts && !warp && !backward_smem(dev, model_n, model_v, true).2;
         let per_symbol = (model_n + 1) * 8 + extra_per_symbol + if xi_gemm { model_n * 8 } else { 0 };
         let batches = batches(dev, seqs, per_symbol)?;
-        Ok(Passes { dev, n: model_n, v: model_v, seqs, d_seqs, batches, xi_gemm })
+        Ok(Passes { dev, n: model_n, v: model_v, seqs, d_seqs, batches, xi_gemm, warp })
+    }
+
+    /// Count accumulators one E-step needs (blocks, or warps of the warp
+    /// kernel, of the largest batch).
+    fn slots(&self, max_batch: usize) -> u32 {
+        if self.warp {
+            warp_grid(self.dev, max_batch) * WARPS as u32
+        } else {
+            grid(self.dev, max_batch)
+        }
     }
 
     /// Forward then backward over one batch. Returns the batch's per-sequence
@@ -344,6 +426,10 @@ impl<'a> Passes<'a> {
         let mut scale = s.alloc_zeros::<f64>(symbols).map_err(err(dev, "allocating the forward pass"))?;
         let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
         launch_forward(dev, n, tables, &self.d_seqs, range, Some((&mut alpha, &mut scale)), &mut ll)?;
+        if self.warp {
+            self.backward_warp(tables, range, &alpha, &scale, &ll, gamma, partial)?;
+            return s.clone_dtoh(&ll).map_err(err(dev, "reading results"));
+        }
         let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, partial.is_some());
         // The tiled kernel leaves transition counts to hmm_xi_gemm.
         let tiled_smem = 3 * TILE * n * 8;
@@ -400,6 +486,50 @@ impl<'a> Passes<'a> {
         s.clone_dtoh(&ll).map_err(err(dev, "reading results"))
     }
 
+    /// hmm_backward_warp over one batch (N <= 32).
+    #[allow(clippy::too_many_arguments)]
+    fn backward_warp(
+        &self,
+        tables: &DeviceTables,
+        range: &Range<usize>,
+        alpha: &CudaSlice<f64>,
+        scale: &CudaSlice<f64>,
+        ll: &CudaSlice<f64>,
+        gamma: Option<&mut CudaSlice<f64>>,
+        partial: Option<(&mut CudaSlice<f64>, u32)>,
+    ) -> Result<()> {
+        let dev = self.dev;
+        let smem = (WARPS * 32 + if partial.is_some() { WARPS * self.v * 32 } else { 0 }) * 8;
+        let f = function(dev, "hmm_backward_warp", smem)?;
+        let mut blocks = warp_grid(dev, range.len());
+        if let Some((_, slots)) = &partial {
+            blocks = blocks.min(slots / WARPS as u32).max(1);
+        }
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
+        let (n_i, v_i, s0, s1) = (self.n as i32, self.v as i32, range.start as i32, range.end as i32);
+        let null: u64 = 0;
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&v_i).arg(&tables.trans).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
+        launch.arg(alpha).arg(scale).arg(ll);
+        match gamma {
+            Some(g) => launch.arg(g),
+            None => launch.arg(&null),
+        };
+        match partial {
+            Some((p, _)) => launch.arg(p),
+            None => launch.arg(&null),
+        };
+        // SAFETY: the arguments match hmm_backward_warp's parameters in
+        // order and type; alpha, scale and ll were filled by the forward
+        // pass of this batch; gamma (or null) holds N doubles per symbol of
+        // the batch; partial (or null) holds at least blocks x WARPS
+        // accumulators of N + N*N + V*N doubles (one per warp); shared
+        // memory holds a 32-double slice per warp and, when counting, V x 32
+        // emission counts per warp.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward_warp"))?;
+        Ok(())
+    }
+
     /// Transition counts of a batch as one matrix product (large N).
     fn launch_xi_gemm(&self, alpha: &CudaSlice<f64>, tmp: &CudaSlice<f64>, partial: &mut CudaSlice<f64>, slots: u32, rows: usize) -> Result<()> {
         let (dev, n) = (self.dev, self.n);
@@ -453,8 +583,11 @@ fn e_step(passes: &Passes, model: &HmmModel, exec: &Exec) -> Result<(Counts, f64
     let size = Counts::size(n, v);
     let max_batch = passes.batches.iter().map(|r| r.len()).max().unwrap_or(1);
     let by_memory = ((dev.free_memory()? as f64 * PARTIAL_SHARE) as usize / (size * 8)).max(1);
-    let mut blocks = grid(dev, max_batch).min(by_memory.min(u32::MAX as usize) as u32).max(1);
-    if !backward_smem(dev, n, v, true).2 {
+    let mut blocks = passes.slots(max_batch).min(by_memory.min(u32::MAX as usize) as u32).max(1);
+    if passes.warp {
+        // Whole blocks of warps.
+        blocks = (blocks / WARPS as u32).max(1) * WARPS as u32;
+    } else if !backward_smem(dev, n, v, true).2 {
         // Accumulators in global memory: few, so zeroing and reducing them
         // stays cheap against the passes.
         blocks = blocks.min(2 * dev.multiprocessors);
