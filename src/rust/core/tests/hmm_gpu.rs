@@ -68,9 +68,10 @@ fn passes_match_the_cpu() {
     if !gpu_or_skip() {
         return;
     }
-    // Small N (tables in shared memory), N above a warp, and N = 200 (the
-    // transitions in global memory on every device).
-    for (key, &(n, v, zeros)) in [(1usize, 3usize, false), (2, 4, true), (5, 7, true), (33, 16, false), (64, 8, true), (200, 20, false)].iter().enumerate() {
+    // N <= 32 (a warp per sequence), N above a warp (a block per sequence,
+    // tables in shared memory), and N = 200 (transitions in global memory:
+    // several sequences per block).
+    for (key, &(n, v, zeros)) in [(1usize, 3usize, false), (2, 4, true), (5, 7, true), (32, 16, false), (33, 16, false), (64, 8, true), (200, 20, false)].iter().enumerate() {
         let model = random_model(n, v, key as u64, zeros);
         let (seqs, _) = hmm::simulate(&model, &lengths(300, 120, key as u64), key as u64);
         compare_passes(&model, &seqs, &format!("N={n} V={v}"));
@@ -110,7 +111,9 @@ fn baum_welch_matches_the_cpu() {
     if !gpu_or_skip() {
         return;
     }
-    for (key, &(n, v)) in [(2usize, 3usize), (6, 5), (32, 16)].iter().enumerate() {
+    // Warp kernels (N <= 32), block kernels with shared accumulators (V too
+    // large for the warp kernels' emission counts), and N = 40.
+    for (key, &(n, v)) in [(2usize, 3usize), (6, 5), (32, 16), (8, 300), (40, 6)].iter().enumerate() {
         let truth = random_model(n, v, 100 + key as u64, false);
         let (seqs, _) = hmm::simulate(&truth, &lengths(2000, 200, 7 + key as u64), 9);
         // Fixed iterations from a given start.
