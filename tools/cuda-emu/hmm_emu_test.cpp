@@ -134,14 +134,14 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
         unsigned fthreads = threads_for(N, tiled ? 256 : 512);
         for (int trans_smem = 0; trans_smem < 2; ++trans_smem) {
             if (tiled && trans_smem) continue;
-            if (tiled) emu_launch({std::min(G, (unsigned)(M + 3) / 4), 1, 1}, fthreads, (2 * 4 * N + 32 * 4) * 8, hmm_forward_tiled, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data());
+            if (tiled) emu_launch({std::min(G, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, (2 * HMM_TILE * N + 32 * HMM_TILE) * 8, hmm_forward_tiled, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data());
             else emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + 32 + trans_smem * N * N) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), trans_smem);
             for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d tiled=%d forward seq %d: %g vs %g", N, tiled, s, ll[s], ref[s].ll);
         }
         // Posteriors.
         vector<double> gamma(S * N, 0.0);
         const double* nul = nullptr; double* nulw = nullptr;
-        if (tiled) emu_launch({std::min(G, (unsigned)(M + 3) / 4), 1, 1}, fthreads, 3 * 4 * N * 8, hmm_backward_tiled, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw);
+        if (tiled) emu_launch({std::min(G, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, 3 * HMM_TILE * N * 8, hmm_backward_tiled, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw);
         else emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (3 * N + N * N) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, 1, 0);
         (void)nul;
         for (int s = 0; s < M; ++s)
@@ -153,7 +153,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
             unsigned slots = std::min(G, (unsigned)M);
             vector<double> partial(slots * size, 0.0), tmp(S * N, 0.0), total(size, 0.0);
             double* tmp_out = mode == 2 ? tmp.data() : nullptr;
-            if (tiled) emu_launch({std::min(slots, (unsigned)(M + 3) / 4), 1, 1}, fthreads, 3 * 4 * N * 8, hmm_backward_tiled, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), tmp_out);
+            if (tiled) emu_launch({std::min(slots, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, 3 * HMM_TILE * N * 8, hmm_backward_tiled, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), tmp_out);
             else emu_launch({slots, 1, 1}, fthreads, (3 * N + N * N + (mode == 0 ? size : 0)) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), tmp_out, 1, mode == 0 ? 1 : 0);
             if (mode == 2) {
                 unsigned tiles = (N + 63) / 64;
@@ -174,7 +174,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
         for (int trans_smem = 0; trans_smem < 2; ++trans_smem) {
             if (tiled && trans_smem) continue;
             vector<unsigned short> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M, 0.0);
-            if (tiled) emu_launch({std::min(G, (unsigned)(M + 3) / 4), 1, 1}, fthreads, 2 * 4 * N * 8, hmm_viterbi_tiled, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data());
+            if (tiled) emu_launch({std::min(G, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, 2 * HMM_TILE * N * 8, hmm_viterbi_tiled, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data());
             else emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + trans_smem * N * N) * 8, hmm_viterbi, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data(), trans_smem);
             for (int s = 0; s < M; ++s) {
                 CHECK(logp[s] == ref[s].logp, "N=%d tiled=%d viterbi logp seq %d: %.17g vs %.17g", N, tiled, s, logp[s], ref[s].logp);
@@ -183,7 +183,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
         }
         // A batch that starts in the middle: sequences [3, 9) only.
         vector<double> ll2(6, 0.0), a2((S - off[3]) * N, 0.0), sc2(S - off[3], 0.0);
-        if (tiled) emu_launch({2, 1, 1}, fthreads, (2 * 4 * N + 32 * 4) * 8, hmm_forward_tiled, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), sc2.data(), ll2.data());
+        if (tiled) emu_launch({2, 1, 1}, fthreads, (2 * HMM_TILE * N + 32 * HMM_TILE) * 8, hmm_forward_tiled, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), sc2.data(), ll2.data());
         else emu_launch({2, 1, 1}, fthreads, (2 * N + 32) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), sc2.data(), ll2.data(), 0);
         for (int s = 3; s < M; ++s) CHECK(close(ll2[s - 3], ref[s].ll, 1e-12), "N=%d tiled=%d batch forward seq %d", N, tiled, s);
         for (long long k = 0; k < (S - off[3]) * N; ++k) CHECK(a2[k] == alpha[off[3] * N + k], "N=%d tiled=%d batch alpha %lld", N, tiled, k);

@@ -370,7 +370,7 @@ extern "C" __global__ void hmm_reduce(const double* __restrict__ partial, int bl
 // their starts, the backward pass at their ends; a finished (or impossible)
 // sequence is masked out. Results equal the one-sequence kernels'.
 
-#define HMM_TILE 4
+#define HMM_TILE 8
 
 // Sum each of the HMM_TILE values over the block; every thread gets the
 // totals. `red` holds 32 * HMM_TILE doubles.

@@ -48,7 +48,7 @@ const XI_TILE: usize = 64;
 const XI_ROWS: usize = 256;
 /// Sequences per block of the *_tiled kernels (HMM_TILE in kernels/hmm.cu),
 /// used when the transitions do not fit in shared memory.
-const TILE: usize = 4;
+const TILE: usize = 8;
 const TILED_MAX_THREADS: usize = 256;
 
 /// Sequences per block of the *_warp kernels (HMM_WARPS in kernels/hmm.cu),
