@@ -422,8 +422,18 @@ impl<'a> Passes<'a> {
         let (dev, n) = (self.dev, self.n);
         let s = &dev.stream;
         let symbols = self.seqs.offsets[range.end] - self.seqs.offsets[range.start];
-        let mut alpha = s.alloc_zeros::<f64>(symbols * n).map_err(err(dev, "allocating the forward pass"))?;
-        let mut scale = s.alloc_zeros::<f64>(symbols).map_err(err(dev, "allocating the forward pass"))?;
+        let mut alpha = if self.xi_gemm {
+            // hmm_xi_gemm reads every row, also those an impossible sequence
+            // never reached: they must be zeros, not garbage.
+            s.alloc_zeros::<f64>(symbols * n)
+        } else {
+            // SAFETY: the backward kernels read only the rows the forward pass
+            // wrote (those of sequences with a finite log-likelihood).
+            unsafe { s.alloc::<f64>(symbols * n) }
+        }
+        .map_err(err(dev, "allocating the forward pass"))?;
+        // SAFETY: as for alpha, only written entries are read.
+        let mut scale = unsafe { s.alloc::<f64>(symbols) }.map_err(err(dev, "allocating the forward pass"))?;
         let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
         launch_forward(dev, n, tables, &self.d_seqs, range, Some((&mut alpha, &mut scale)), &mut ll)?;
         if self.warp {
