@@ -261,14 +261,17 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
     Ok(out)
 }
 
-/// Viterbi paths (flat, 0-based, NO_STATE for impossible sequences) and
-/// log-probabilities; one launch per batch.
-pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
-    check_size(model, seqs)?;
-    let dev = device()?;
+/// Log tables on the device for Viterbi: start, row-major transitions
+/// (thread j reads ltrans[i * N + j], contiguous), emissions by symbol.
+struct DeviceLogTables {
+    start: CudaSlice<f64>,
+    trans: CudaSlice<f64>,
+    emis: CudaSlice<f64>,
+}
+
+fn upload_log_tables(dev: &Device, model: &HmmModel) -> Result<DeviceLogTables> {
     let n = model.n_states;
     let log = LogTables::new(model);
-    // Row-major log transitions: thread j reads ltrans[i * N + j], contiguous.
     let mut ltrans = vec![0.0; n * n];
     for i in 0..n {
         for j in 0..n {
@@ -277,84 +280,102 @@ pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u
     }
     let s = &dev.stream;
     let e = err(dev, "copying the model");
-    let (d_start, d_trans, d_emis) = (s.clone_htod(&log.start[..]).map_err(&e)?, s.clone_htod(&ltrans[..]).map_err(&e)?, s.clone_htod(&log.emis[..]).map_err(&e)?);
-    let d_seqs = upload(dev, seqs)?;
-    if n <= WARP_MAX_STATES {
-        return viterbi_warp(dev, n, seqs, &d_seqs, (&d_start, &d_trans, &d_emis), exec);
-    }
-    let base = 2 * n * 8;
-    let trans_smem = base + n * n * 8 <= smem_limit(dev);
-    let tiled = !trans_smem && TILE * base <= smem_limit(dev);
-    let smem = if tiled { TILE * base } else { base + if trans_smem { n * n * 8 } else { 0 } };
-    let f = function(dev, if tiled { "hmm_viterbi_tiled" } else { "hmm_viterbi" }, smem)?;
-    let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
-    for range in batches(dev, seqs, 2 * n + 4)? {
-        exec.monitor.check()?;
-        let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
-        let mut back = s.alloc_zeros::<u16>((sym1 - sym0) * n).map_err(err(dev, "allocating back-pointers"))?;
-        let mut path = s.alloc_zeros::<u32>(sym1 - sym0).map_err(err(dev, "allocating results"))?;
-        let mut lp = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
-        let cfg = if tiled {
-            LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 }
-        } else {
-            LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 }
-        };
-        let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
-        let mut launch = s.launch_builder(&f);
-        launch.arg(&n_i).arg(&d_start).arg(&d_trans).arg(&d_emis).arg(&d_seqs.sym).arg(&d_seqs.off).arg(&s0).arg(&s1);
-        launch.arg(&mut back).arg(&mut path).arg(&mut lp);
-        if !tiled {
-            launch.arg(&flag);
-        }
-        // SAFETY: the arguments match the parameters of hmm_viterbi (or of
-        // hmm_viterbi_tiled, without the flag) in order and type; back holds
-        // N back-pointers and path one state per symbol of the batch, lp one
-        // value per sequence of the batch; the tables and sequences are as
-        // for hmm_forward; shared memory holds cur and nxt (TILE of each
-        // when tiled) and the log transitions when trans_smem.
-        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_viterbi"))?;
-        let got = s.clone_dtoh(&path).map_err(err(dev, "reading results"))?;
-        paths[sym0..sym1].copy_from_slice(&got);
-        let got = s.clone_dtoh(&lp).map_err(err(dev, "reading results"))?;
-        logp[range.clone()].copy_from_slice(&got);
-        exec.monitor.add_done(range.len());
-    }
-    Ok((paths, logp))
+    Ok(DeviceLogTables { start: s.clone_htod(&log.start[..]).map_err(&e)?, trans: s.clone_htod(&ltrans[..]).map_err(&e)?, emis: s.clone_htod(&log.emis[..]).map_err(&e)? })
 }
 
-/// Viterbi for N <= 32: hmm_viterbi_warp, byte back-pointers.
-fn viterbi_warp(
-    dev: &Device,
-    n: usize,
-    seqs: &Sequences,
-    d_seqs: &DeviceSeqs,
-    (d_start, d_trans, d_emis): (&CudaSlice<f64>, &CudaSlice<f64>, &CudaSlice<f64>),
-    exec: &Exec,
-) -> Result<(Vec<u32>, Vec<f64>)> {
+/// Back-pointers of a Viterbi batch: bytes for the warp kernel (N <= 32),
+/// 16-bit otherwise.
+enum Back {
+    Byte(CudaSlice<u8>),
+    Short(CudaSlice<u16>),
+}
+
+/// Device buffers of one Viterbi batch.
+struct ViterbiBuffers {
+    back: Back,
+    path: CudaSlice<u32>,
+    logp: CudaSlice<f64>,
+}
+
+fn viterbi_buffers(dev: &Device, n: usize, symbols: usize, count: usize) -> Result<ViterbiBuffers> {
     let s = &dev.stream;
-    let smem = WARPS * 32 * 8;
-    let f = function(dev, "hmm_viterbi_warp", smem)?;
+    // SAFETY (all three): uninitialised on purpose; the kernels write every
+    // path entry and log-probability, and read only back-pointers they wrote
+    // (every state of every step t >= 1).
+    let back = if n <= WARP_MAX_STATES {
+        Back::Byte(unsafe { s.alloc::<u8>(symbols * n) }.map_err(err(dev, "allocating back-pointers"))?)
+    } else {
+        Back::Short(unsafe { s.alloc::<u16>(symbols * n) }.map_err(err(dev, "allocating back-pointers"))?)
+    };
+    Ok(ViterbiBuffers {
+        back,
+        path: unsafe { s.alloc::<u32>(symbols) }.map_err(err(dev, "allocating results"))?,
+        logp: unsafe { s.alloc::<f64>(count) }.map_err(err(dev, "allocating results"))?,
+    })
+}
+
+/// Launch the Viterbi kernel for N over the batch `range` (one launch):
+/// warp per sequence (N <= 32), tiled (transitions not in shared memory) or
+/// block per sequence.
+fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &DeviceSeqs, range: &Range<usize>, buf: &mut ViterbiBuffers) -> Result<()> {
+    let base = 2 * n * 8;
+    let trans_smem = base + n * n * 8 <= smem_limit(dev);
+    let warp = n <= WARP_MAX_STATES;
+    let tiled = !warp && !trans_smem && TILE * base <= smem_limit(dev);
+    let (name, smem, cfg) = if warp {
+        let smem = WARPS * 32 * 8;
+        ("hmm_viterbi_warp", smem, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
+    } else if tiled {
+        let smem = TILE * base;
+        ("hmm_viterbi_tiled", smem, LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 })
+    } else {
+        let smem = base + if trans_smem { n * n * 8 } else { 0 };
+        ("hmm_viterbi", smem, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
+    };
+    let f = function(dev, name, smem)?;
+    let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
+    let mut launch = dev.stream.launch_builder(&f);
+    launch.arg(&n_i).arg(&tabs.start).arg(&tabs.trans).arg(&tabs.emis).arg(&seqs.sym).arg(&seqs.off).arg(&s0).arg(&s1);
+    match &mut buf.back {
+        Back::Byte(b) => launch.arg(b),
+        Back::Short(b) => launch.arg(b),
+    };
+    launch.arg(&mut buf.path).arg(&mut buf.logp);
+    if !warp && !tiled {
+        launch.arg(&flag);
+    }
+    // SAFETY: the arguments match the parameters of the chosen kernel in
+    // order and type (bytes for hmm_viterbi_warp's back-pointers, 16-bit
+    // otherwise; only hmm_viterbi takes the trans_smem flag); back holds N
+    // back-pointers and path one state per symbol of the batch, logp one
+    // value per sequence of the batch; the log tables hold N, N*N and V*N
+    // doubles, the symbols are < V, off indexes the batch; shared memory
+    // holds what the kernel's comment lists (cur and nxt, times TILE when
+    // tiled, one 32-double slice per warp for the warp kernel, the log
+    // transitions when trans_smem).
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching the Viterbi kernel"))?;
+    Ok(())
+}
+
+/// Viterbi paths (flat, 0-based, NO_STATE for impossible sequences) and
+/// log-probabilities; one launch per batch.
+pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+    check_size(model, seqs)?;
+    let dev = device()?;
+    let n = model.n_states;
+    let tabs = upload_log_tables(dev, model)?;
+    let d_seqs = upload(dev, seqs)?;
+    let s = &dev.stream;
+    let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
     let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
-    for range in batches(dev, seqs, n + 4)? {
+    for range in batches(dev, seqs, per_symbol)? {
         exec.monitor.check()?;
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
-        let mut back = s.alloc_zeros::<u8>((sym1 - sym0) * n).map_err(err(dev, "allocating back-pointers"))?;
-        let mut path = s.alloc_zeros::<u32>(sym1 - sym0).map_err(err(dev, "allocating results"))?;
-        let mut lp = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
-        let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
-        let (n_i, s0, s1) = (n as i32, range.start as i32, range.end as i32);
-        let mut launch = s.launch_builder(&f);
-        launch.arg(&n_i).arg(d_start).arg(d_trans).arg(d_emis).arg(&d_seqs.sym).arg(&d_seqs.off).arg(&s0).arg(&s1);
-        launch.arg(&mut back).arg(&mut path).arg(&mut lp);
-        // SAFETY: the arguments match hmm_viterbi_warp's parameters in
-        // order and type; back holds N byte back-pointers and path one state
-        // per symbol of the batch, lp one value per sequence of the batch;
-        // the log tables hold N, N*N (row-major) and V*N doubles; shared
-        // memory holds one 32-double slice per warp.
-        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_viterbi_warp"))?;
-        let got = s.clone_dtoh(&path).map_err(err(dev, "reading results"))?;
+        let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
+        launch_viterbi(dev, n, &tabs, &d_seqs, &range, &mut buf)?;
+        let got = s.clone_dtoh(&buf.path).map_err(err(dev, "reading results"))?;
         paths[sym0..sym1].copy_from_slice(&got);
-        let got = s.clone_dtoh(&lp).map_err(err(dev, "reading results"))?;
+        let got = s.clone_dtoh(&buf.logp).map_err(err(dev, "reading results"))?;
         logp[range.clone()].copy_from_slice(&got);
         exec.monitor.add_done(range.len());
     }
@@ -639,4 +660,75 @@ pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exe
     let passes = Passes::new(model.n_states, model.n_symbols, seqs, true, 0)?;
     let (counts, ll, _) = e_step(&passes, model, exec)?;
     Ok((super::baum_welch::m_step(model, &counts, pseudocount), ll))
+}
+
+/// Device times of the passes with the sequences already on the device, for
+/// comparison with peers that time kernels on resident data (seconds,
+/// median of `reps` runs after a warm-up, each ending with a stream
+/// synchronisation). Forward: the log-likelihood kernel only. Viterbi: the
+/// kernel, paths left on the device. Baum-Welch: one E-step (forward
+/// storing alphas, backward with counts, reduction) with its device
+/// allocations and its small copies (model in; counts and per-sequence
+/// log-likelihoods out), plus the host M-step.
+pub struct DeviceTimes {
+    pub forward: f64,
+    pub viterbi: f64,
+    pub baum_welch: f64,
+}
+
+pub fn time_device(model: &HmmModel, seqs: &Sequences, reps: usize) -> Result<DeviceTimes> {
+    check_size(model, seqs)?;
+    seqs.validate(model.n_symbols)?;
+    let dev = device()?;
+    let s = &dev.stream;
+    let n = model.n_states;
+    let sync = || s.synchronize().map_err(err(dev, "waiting for the device"));
+    let median = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        f()?;
+        let mut t = Vec::with_capacity(reps.max(1));
+        for _ in 0..reps.max(1) {
+            let t0 = std::time::Instant::now();
+            f()?;
+            t.push(t0.elapsed().as_secs_f64());
+        }
+        t.sort_by(f64::total_cmp);
+        Ok(t[t.len() / 2])
+    };
+    let tables = upload_tables(dev, model)?;
+    let d_seqs = upload(dev, seqs)?;
+    let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
+    let all = 0..seqs.len();
+    sync()?;
+    let forward = median(&mut || {
+        launch_forward(dev, n, &tables, &d_seqs, &all, None, &mut ll)?;
+        sync()
+    })?;
+    let tabs = upload_log_tables(dev, model)?;
+    let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
+    let ranges = batches(dev, seqs, per_symbol)?;
+    let mut bufs = Vec::new();
+    if ranges.len() == 1 {
+        bufs.push(viterbi_buffers(dev, n, seqs.total(), seqs.len())?);
+    }
+    let viterbi = median(&mut || {
+        for range in &ranges {
+            let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
+            if ranges.len() == 1 {
+                launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut bufs[0])?;
+            } else {
+                let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
+                launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut buf)?;
+            }
+        }
+        sync()
+    })?;
+    drop(bufs);
+    let passes = Passes::new(n, model.n_symbols, seqs, true, 0)?;
+    let exec = Exec { backend: crate::exec::Backend::Cuda, ..Exec::cpu() };
+    let baum_welch = median(&mut || {
+        let (counts, _, _) = e_step(&passes, model, &exec)?;
+        let _ = super::baum_welch::m_step(model, &counts, 0.0);
+        Ok(())
+    })?;
+    Ok(DeviceTimes { forward, viterbi, baum_welch })
 }
