@@ -763,8 +763,12 @@ extern "C" __global__ void hmm_forward_warp(
             if (alpha && on) alpha[rel * N + lane] = a;
             if (scale && lane == 0) scale[rel] = c;
         }
+        // The next step's emission row is loaded one step ahead, so its
+        // latency overlaps this step's arithmetic.
+        double e_next = (T > 1 && on) ? emis_k[(long long)sym[b + 1] * N + lane] : 0.0;
         for (long long t = 1; t < T && !dead; ++t) {
-            const double e = on ? emis_k[(long long)sym[b + t] * N + lane] : 0.0;
+            const double e = e_next;
+            if (t + 1 < T && on) e_next = emis_k[(long long)sym[b + t + 1] * N + lane];
             __syncwarp();
             wal[lane] = a;
             __syncwarp();
@@ -812,8 +816,10 @@ extern "C" __global__ void hmm_viterbi_warp(
         const long long T = off[s + 1] - b;
         const long long rel = b - base;
         double d = on ? lstart[lane] + lemis_k[(long long)sym[b] * N + lane] : HMM_NEG_INF;
+        double e_next = (T > 1 && on) ? lemis_k[(long long)sym[b + 1] * N + lane] : 0.0;
         for (long long t = 1; t < T; ++t) {
-            const double e = on ? lemis_k[(long long)sym[b + t] * N + lane] : 0.0;
+            const double e = e_next;
+            if (t + 1 < T && on) e_next = lemis_k[(long long)sym[b + t + 1] * N + lane];
             __syncwarp();
             wal[lane] = d;
             __syncwarp();
@@ -899,11 +905,22 @@ extern "C" __global__ void hmm_backward_warp(
                 if (T == 1) st += g;
             }
         }
+        // Loads for step t - 1 are issued during step t.
+        unsigned o_next = T > 1 ? sym[b + T - 1] : 0;
+        double e_next = (T > 1 && on) ? emis_k[(long long)o_next * N + lane] : 0.0;
+        double c_next = T > 1 ? scale[rel + T - 1] : 1.0;
+        double a_next = (T > 1 && on) ? alpha[(rel + T - 2) * N + lane] : 0.0;
         for (long long t = T - 2; t >= 0; --t) {
-            const double e = on ? emis_k[(long long)sym[b + t + 1] * N + lane] : 0.0;
-            const double r = 1.0 / scale[rel + t + 1];
+            const double e = e_next;
+            const double r = 1.0 / c_next;
+            const double a_t = a_next;
+            const unsigned o_t = t >= 0 ? sym[b + t] : 0;
+            if (t >= 1) {
+                e_next = on ? emis_k[(long long)o_t * N + lane] : 0.0;
+                c_next = scale[rel + t];
+                a_next = on ? alpha[(rel + t - 1) * N + lane] : 0.0;
+            }
             const double tmp = e * beta * r;
-            const double a_t = on ? alpha[(rel + t) * N + lane] : 0.0;
             __syncwarp();
             wal[lane] = tmp;
             __syncwarp();
@@ -931,7 +948,7 @@ extern "C" __global__ void hmm_backward_warp(
             if (on) {
                 if (gamma) gamma[(rel + t) * N + lane] = g;
                 if (partial) {
-                    w_emis[sym[b + t] * HMM_WN + lane] += g;
+                    w_emis[o_t * HMM_WN + lane] += g;
                     if (t == 0) st += g;
                 }
             }
