@@ -9,6 +9,31 @@ em_fit_ <- function(datasets, family, components, max_iters, random_inits, epsil
 #' @noRd
 em_auto_backend_ <- function(work, components) .Call(wrap__em_auto_backend_, work, components)
 
+#' Backend for an HMM job with use.gpu = NA: "cuda" or "cpu".
+#' @noRd
+hmm_auto_backend_ <- function(states, symbols, passes) .Call(wrap__hmm_auto_backend_, states, symbols, passes)
+
+#' log P(sequence) per sequence.
+#' @noRd
+hmm_loglik_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_loglik_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)
+
+#' Viterbi: list(path = flat 1-based states, NA for impossible sequences; log_prob).
+#' @noRd
+hmm_viterbi_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_viterbi_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)
+
+#' Posteriors: list(probs = flat, time-major (T x N per sequence), loglik).
+#' @noRd
+hmm_posterior_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_posterior_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)
+
+#' Baum-Welch over all sequences. `init` is NULL or list(start, trans, emis)
+#' (row-major).
+#' @noRd
+hmm_fit_ <- function(symbols, lengths, n_states, n_symbols, init, max_iters, epsilon, random_inits, pseudocount, seed, threads, backend) .Call(wrap__hmm_fit_, symbols, lengths, n_states, n_symbols, init, max_iters, epsilon, random_inits, pseudocount, seed, threads, backend)
+
+#' Simulate: list(symbols, states), flat and 1-based.
+#' @noRd
+hmm_simulate_ <- function(start, trans, emis, n_symbols, lengths, seed) .Call(wrap__hmm_simulate_, start, trans, emis, n_symbols, lengths, seed)
+
 #' Backends of this process: list(cpu_threads, cuda_usable, cuda_reason,
 #' devices = list(ordinal, name, compute_capability, memory_gb, usable, reason)).
 #' @noRd

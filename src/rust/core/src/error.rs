@@ -16,6 +16,10 @@ pub enum Error {
     #[error("dataset {dataset} has an invalid value at position {position} ({value}): {problem}")]
     InvalidData { dataset: usize, position: usize, value: f64, problem: String },
 
+    /// An HMM observation sequence cannot be used (1-based index, as in R).
+    #[error("sequence {sequence} {problem}")]
+    InvalidSequence { sequence: usize, problem: String },
+
     /// The caller asked to stop (user interrupt in R).
     #[error("the computation was interrupted by the user")]
     Interrupted,

@@ -19,6 +19,7 @@ pub mod rng;
 pub mod em;
 pub mod reduce;
 pub mod gibbs;
+pub mod hmm;
 pub mod gpu;
 pub mod tolerances;
 

@@ -35,3 +35,11 @@ pub const SLICE_MAX_SHRINKS: usize = 200;
 /// `SLICE_ADAPT_FACTOR` x the mean absolute move, once per this many sweeps.
 pub const SLICE_ADAPT_WINDOW: usize = 10;
 pub const SLICE_ADAPT_FACTOR: f64 = 2.0;
+
+/// HMM probability vectors (start, rows of trans and emis) must sum to 1
+/// within this.
+pub const HMM_ROW_SUM_TOL: f64 = 1e-8;
+
+/// Baum-Welch random starts that end within this relative distance of the
+/// best log-likelihood are ties, resolved by the lowest start index.
+pub const HMM_START_TIE_REL: f64 = 1e-9;

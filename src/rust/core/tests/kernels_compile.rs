@@ -33,7 +33,7 @@ fn check(file: &str, variants: &[Vec<(&str, i64)>], entries: &[&str]) {
 
 #[test]
 fn every_kernel_file_is_checked() {
-    let checked = ["em", "reduce", "gibbs"];
+    let checked = ["em", "reduce", "gibbs", "hmm"];
     for (name, _) in KERNELS {
         assert!(checked.contains(name), "kernel file {name}.cu needs a compile test here");
     }
@@ -66,4 +66,17 @@ fn gibbs_kernels_compile() {
     }
     let variants: Vec<Vec<(&str, i64)>> = (0..3).map(|family| vec![("HB_FAMILY", family)]).collect();
     check("gibbs", &variants, &["hb_beta_tiles", "hb_beta_block", "hb_global"]);
+}
+
+#[test]
+fn hmm_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let entries = [
+        "hmm_forward", "hmm_viterbi", "hmm_backward", "hmm_xi_gemm", "hmm_reduce",
+        "hmm_forward_tiled", "hmm_viterbi_tiled", "hmm_backward_tiled",
+        "hmm_forward_warp", "hmm_viterbi_warp", "hmm_backward_warp",
+    ];
+    check("hmm", &[vec![]], &entries);
 }

@@ -6,6 +6,7 @@ use extendr_api::prelude::*;
 
 mod em;
 mod gibbs;
+mod hmm;
 mod backend;
 mod reduce;
 mod session;
@@ -13,6 +14,7 @@ mod session;
 extendr_module! {
     mod bulkem;
     use em;
+    use hmm;
     use backend;
     use reduce;
     use gibbs;

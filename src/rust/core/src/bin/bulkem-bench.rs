@@ -9,6 +9,9 @@
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
 //!                    [--big-groups B] [--sweeps N] [--backend cpu|cuda|both] [--json FILE]
+//! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V]
+//!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
+//! bulkem-bench hmm-suite [--backend ...] [--threads T]   the cases of the HMM issue
 //! ```
 //! `gibbs`: hierarchical logistic regression as in
 //! shared/peers/numpyro_hblogit.py (G groups x n obs x K coefficients,
@@ -20,6 +23,7 @@
 //! On CUDA the kernels are compiled by an untimed warm-up run first (its
 //! time is printed), and time per sweep is the difference between runs of
 //! 2N and N sweeps, so uploads and start-up are excluded.
+//! `hmm`: see bench/hmm.rs.
 //! Prints one row per (case, backend) and appends one JSON line per row to
 //! FILE (default bench-results.jsonl). With `--backend both` the CPU runs on
 //! the first K datasets (default: all) and the ratio compares throughputs.
@@ -34,6 +38,8 @@ use rayon::prelude::*;
 
 #[path = "bench/reduce.rs"]
 mod reduce_bench;
+#[path = "bench/hmm.rs"]
+mod hmm_bench;
 
 #[derive(Clone)]
 struct Case {
@@ -145,7 +151,7 @@ fn suite() -> Vec<Case> {
 fn main() {
     let result = (|| -> Result<(), String> {
         let mut it = std::env::args().skip(1);
-        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|reduce|reduce-table|gibbs [flags]; see the source header")?;
+        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|reduce|reduce-table|gibbs|hmm|hmm-suite [flags]; see the source header")?;
         if area == "gibbs" {
             let args: Vec<String> = it.collect();
             let json = args.windows(2).find(|w| w[0] == "--json").map(|w| w[1].clone()).unwrap_or_else(|| "bench-results.jsonl".into());
@@ -154,6 +160,7 @@ fn main() {
             return Exec::cpu().threads(threads).install(|| gibbs_bench::main(&args, threads, &mut file)).map_err(|e| e.to_string())?;
         }
         let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
+        let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10 };
         let mut case = Case { name: "custom".into(), datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
         while let Some(flag) = it.next() {
@@ -174,6 +181,10 @@ fn main() {
                 }
                 "--reps" => reduce_opts.reps = num()?,
                 "--sweep" => reduce_opts.sweep = value == "yes",
+                "--states" => hmm_case.states = num()?,
+                "--seqs" => hmm_case.seqs = num()?,
+                "--length" => hmm_case.length = num()?,
+                "--symbols" => hmm_case.symbols = num()?,
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }
@@ -205,7 +216,20 @@ fn main() {
                 reduce_bench::run(&reduce_opts, &mut file)
             }
             "reduce-table" => reduce_bench::accuracy_table(&[16_384, 1_048_576, 10_000_000, 16_777_216, 67_108_864, 134_215_680], &mut file),
-            other => Err(format!("unknown area {other}; known: em, em-suite, reduce, reduce-table, gibbs")),
+            "hmm" | "hmm-suite" => {
+                let backends = match backend.as_str() {
+                    "cpu" => vec![Backend::Cpu],
+                    "cuda" => vec![Backend::Cuda],
+                    "both" => vec![Backend::Cpu, Backend::Cuda],
+                    other => return Err(format!("unknown backend {other}")),
+                };
+                if area == "hmm" {
+                    hmm_bench::run(&hmm_case, &backends, threads, &mut file)
+                } else {
+                    hmm_bench::suite(&backends, threads, &mut file)
+                }
+            }
+            other => Err(format!("unknown area {other}; known: em, em-suite, reduce, reduce-table, gibbs, hmm, hmm-suite")),
         }
     })();
     if let Err(e) = result {

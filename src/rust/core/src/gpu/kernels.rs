@@ -8,6 +8,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("em", include_str!("../../kernels/em.cu")),
     ("reduce", include_str!("../../kernels/reduce.cu")),
     ("gibbs", include_str!("../../kernels/gibbs.cu")),
+    ("hmm", include_str!("../../kernels/hmm.cu")),
 ];
 
 /// Full source of kernel file `name`: the core's tolerances as macros, the

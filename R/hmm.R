@@ -1,0 +1,513 @@
+#' A discrete-emission hidden Markov model
+#'
+#' Builds and validates a hidden Markov model with N hidden states and V
+#' observable symbols: the probabilities of the first state (`start`), of
+#' moving from one state to the next (`trans`) and of emitting each symbol in
+#' each state (`emis`). Exact zeros are allowed. The model is used by
+#' [hmm_loglik()], [hmm_viterbi()], [hmm_posterior()] and [hmm_simulate()],
+#' and returned (fitted) by [hmm_fit()].
+#'
+#' State labels come from `names(start)`, `rownames(trans)`,
+#' `colnames(trans)` or `rownames(emis)` (the first that is set), symbol
+#' labels from `colnames(emis)`; they default to `"1"`, `"2"`, ... Sequences
+#' may be given as character vectors or factors of the symbol labels.
+#'
+#' @param start Probabilities of the first state: a numeric vector of length
+#'   N summing to 1.
+#' @param trans N x N transition matrix: `trans[i, j]` is the probability of
+#'   moving from state i to state j; every row sums to 1.
+#' @param emis N x V emission matrix: `emis[i, k]` is the probability of
+#'   emitting symbol k in state i; every row sums to 1.
+#' @return An object of class `bulkem_hmm`: a list with `start` (named
+#'   vector), `trans` and `emis` (matrices with dimnames `from`/`to` and
+#'   `state`/`symbol`).
+#' @seealso [hmm_fit()] to estimate a model from sequences.
+#' @examples
+#' # The two-state weather model of the Wikipedia Viterbi example
+#' model <- hmm(
+#'   start = c(Healthy = 0.6, Fever = 0.4),
+#'   trans = matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
+#'   emis = matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE,
+#'     dimnames = list(NULL, c("normal", "cold", "dizzy")))
+#' )
+#' model
+#' summary(model)
+#' @export
+hmm <- function(start, trans, emis) {
+  call <- environment()
+  check_prob_vector(start, "start", call)
+  N <- length(start)
+  check_prob_matrix(trans, "trans", N, N, call)
+  check_prob_matrix(emis, "emis", N, NA, call)
+  states <- names(start) %||% rownames(trans) %||% colnames(trans) %||% rownames(emis) %||%
+    as.character(seq_len(N))
+  symbols <- colnames(emis) %||% as.character(seq_len(ncol(emis)))
+  new_hmm(as.double(start), unname(trans), unname(emis), states, symbols)
+}
+
+new_hmm <- function(start, trans, emis, states, symbols) {
+  storage.mode(trans) <- "double"
+  storage.mode(emis) <- "double"
+  structure(list(
+    start = stats::setNames(start, states),
+    trans = matrix(trans, length(states), dimnames = list(from = states, to = states)),
+    emis = matrix(emis, length(states), dimnames = list(state = states, symbol = symbols))
+  ), class = "bulkem_hmm")
+}
+
+#' Simulate sequences from a hidden Markov model
+#'
+#' @param model A [hmm()] model.
+#' @param n Number of sequences.
+#' @param length Length of each sequence: one number for all, or one per
+#'   sequence.
+#' @param seed A whole number keying the random streams (one per sequence,
+#'   so the result does not depend on the number of threads). `NULL` draws
+#'   one from R's random number generator, so [set.seed()] makes a call
+#'   reproducible.
+#' @return A list of `n` integer vectors of symbol codes `1..V` (the labels
+#'   are `colnames(model$emis)`), with attribute `states`: the list of hidden
+#'   state paths (integer codes `1..N`).
+#' @examples
+#' model <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE),
+#'   matrix(c(0.8, 0.2, 0.3, 0.7), 2, byrow = TRUE))
+#' seqs <- hmm_simulate(model, n = 3, length = c(5, 10, 20), seed = 1)
+#' seqs[[1]]
+#' attr(seqs, "states")[[1]]
+#' @export
+hmm_simulate <- function(model, n, length, seed = NULL) {
+  call <- environment()
+  check_hmm(model, "model", call)
+  n <- check_count(n, "n", call = call)
+  if (!is.numeric(length) || !(base::length(length) %in% c(1L, n)) || anyNA(length) ||
+      any(!is.finite(length)) || any(length != round(length)) || any(length < 1) ||
+      any(length > .Machine$integer.max)) {
+    cli::cli_abort(c(
+      "{.arg length} must be one whole number of at least 1, or one per sequence ({n}).",
+      x = "You supplied {describe_value(length)}."
+    ), call = call)
+  }
+  lens <- rep_len(as.integer(length), n)
+  seed <- check_seed(seed, call)
+  raw <- call_core(
+    hmm_simulate_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
+                  ncol(model$emis), lens, seed),
+    call, "hmm_simulate"
+  )
+  structure(split_flat(raw$symbols, lens), states = split_flat(raw$states, lens))
+}
+
+#' Log-likelihood of each sequence under a hidden Markov model
+#'
+#' Computes log P(sequence | model) for every sequence with the scaled
+#' forward recursion (the log-likelihood accumulated in double precision, so
+#' sequences of any length are safe). A sequence that the model cannot
+#' produce has log-likelihood `-Inf`.
+#'
+#' @param model A [hmm()] model.
+#' @param seqs The observation sequences: a list of integer vectors of
+#'   symbol codes `1..V`, or of character vectors or factors whose values
+#'   are symbol labels (`colnames(model$emis)`); any lengths >= 1. A single
+#'   vector is one sequence.
+#' @param use.gpu `NA` (default): a CUDA GPU when one is usable and the job
+#'   is large enough, otherwise the CPU (with a one-time message when no GPU
+#'   is usable); `TRUE`: a GPU or an error saying why not; `FALSE`: the CPU.
+#'   "Large enough" means at least 1e10 symbol x N^2 x pass units (e.g.
+#'   10,000 sequences of 1,000 symbols with N = 32 for a Baum-Welch fit);
+#'   the GPU kernels handle up to 2048 states.
+#' @return A numeric vector, one log-likelihood per sequence (named as
+#'   `seqs`).
+#' @examples
+#' model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
+#'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
+#' hmm_loglik(model, list(c(1, 2, 3), c(3, 3, 3, 1)), use.gpu = FALSE)
+#' @export
+hmm_loglik <- function(model, seqs, use.gpu = NA) {
+  call <- environment()
+  check_hmm(model, "model", call)
+  s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
+  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 1, call)
+  ll <- call_core(
+    hmm_loglik_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
+                ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
+    call, "hmm_loglik"
+  )
+  stats::setNames(ll, s$names)
+}
+
+#' Most probable hidden state path of each sequence (Viterbi)
+#'
+#' Finds, for every sequence, the state path with the highest joint
+#' probability with the sequence, by the Viterbi algorithm in log space.
+#' Ties are broken towards the lowest state index, so the result is
+#' deterministic.
+#'
+#' @inheritParams hmm_loglik
+#' @return A list with
+#'   \describe{
+#'   \item{`path`}{a list of integer vectors of state codes `1..N` (labels:
+#'     `names(model$start)`), one per sequence; all `NA` for a sequence the
+#'     model cannot produce.}
+#'   \item{`log_prob`}{the log of the joint probability of each path and its
+#'     sequence (`-Inf` for an impossible sequence).}
+#'   }
+#' @examples
+#' model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
+#'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
+#' v <- hmm_viterbi(model, list(c(1, 2, 3)), use.gpu = FALSE)
+#' v$path[[1]]
+#' exp(v$log_prob)
+#' @export
+hmm_viterbi <- function(model, seqs, use.gpu = NA) {
+  call <- environment()
+  check_hmm(model, "model", call)
+  s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
+  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 1, call)
+  raw <- call_core(
+    hmm_viterbi_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
+                 ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
+    call, "hmm_viterbi"
+  )
+  list(path = stats::setNames(split_flat(raw$path, s$lengths), s$names),
+       log_prob = stats::setNames(raw$log_prob, s$names))
+}
+
+#' Posterior state probabilities of each sequence (forward-backward)
+#'
+#' For every sequence and time step t, the probability of each hidden state
+#' given the whole sequence, P(state at t = i | sequence), by the scaled
+#' forward-backward recursions.
+#'
+#' @inheritParams hmm_loglik
+#' @return A list of matrices, one per sequence, each with one row per time
+#'   step and one column per state (rows sum to 1); all `NA` for a sequence
+#'   the model cannot produce. Attribute `loglik` holds the log-likelihood of
+#'   each sequence.
+#' @examples
+#' model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
+#'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
+#' hmm_posterior(model, list(c(1, 2, 3)), use.gpu = FALSE)[[1]]
+#' @export
+hmm_posterior <- function(model, seqs, use.gpu = NA) {
+  call <- environment()
+  check_hmm(model, "model", call)
+  s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
+  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 2, call)
+  raw <- call_core(
+    hmm_posterior_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
+                   ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
+    call, "hmm_posterior"
+  )
+  N <- length(model$start)
+  probs <- raw$probs
+  probs[is.nan(probs)] <- NA_real_
+  ends <- cumsum(s$lengths)
+  starts <- ends - s$lengths
+  states <- names(model$start)
+  out <- lapply(seq_along(s$lengths), function(i) {
+    matrix(probs[(starts[i] * N + 1):(ends[i] * N)], ncol = N, byrow = TRUE,
+           dimnames = list(NULL, states))
+  })
+  structure(stats::setNames(out, s$names), loglik = stats::setNames(raw$loglik, s$names))
+}
+
+#' Fit a hidden Markov model to many sequences (Baum-Welch)
+#'
+#' Estimates the start, transition and emission probabilities of an
+#' `n.states`-state hidden Markov model from all sequences jointly by the
+#' Baum-Welch (EM) algorithm: every iteration sums the expected counts of
+#' every sequence (scaled forward-backward) and re-estimates all
+#' probabilities. The log-likelihood never decreases from one iteration to
+#' the next (beyond rounding). Iterations stop when it changes by less than
+#' `epsilon` (`status = "converged"`) or after `max.iters` iterations
+#' (`status = "max_iters"`).
+#'
+#' **Starts.** With `init = NULL`, `random.inits` random models are tried
+#' (every probability vector drawn uniformly from its simplex, keyed by
+#' `seed` and the start index) and the one reaching the highest
+#' log-likelihood is kept (ties to the first). Baum-Welch finds a local
+#' maximum only, so several starts are advisable. States of a fitted model
+#' are identified only up to relabelling.
+#'
+#' **Pseudocounts.** `pseudocount > 0` adds that count to every expected
+#' count before normalising: a maximum a posteriori estimate under Dirichlet
+#' priors with parameters `1 + pseudocount`, which keeps every probability
+#' positive. The quantity that then never decreases is the log-posterior, not
+#' the log-likelihood reported.
+#'
+#' @inheritParams hmm_loglik
+#' @param n.states Number of hidden states N (taken from `init` when it is
+#'   given and `n.states` is missing).
+#' @param n.symbols Number of symbols V. When missing: the columns of
+#'   `init$emis`, else the number of levels of factor sequences, else the
+#'   largest symbol code.
+#' @param init A [hmm()] model to start from, instead of random starts.
+#' @param max.iters Maximum number of Baum-Welch iterations per start.
+#' @param epsilon Convergence threshold on the change of the total
+#'   log-likelihood between iterations. `0` runs exactly `max.iters`.
+#' @param random.inits Number of random starting models (ignored with
+#'   `init`).
+#' @param pseudocount A number >= 0 added to every expected count.
+#' @param seed A whole number keying the random starts. `NULL` draws one from
+#'   R's random number generator, so [set.seed()] makes a call reproducible.
+#' @return An object of class `bulkem_hmm_fit`: a list with
+#'   \describe{
+#'   \item{`model`}{the fitted model, class `bulkem_hmm`.}
+#'   \item{`loglik`}{the total log-likelihood of `model` over all sequences.}
+#'   \item{`loglik_trace`}{the log-likelihood of the starting model, then
+#'     after each iteration.}
+#'   \item{`iterations`, `status`, `message`}{iterations run; `"converged"`,
+#'     `"max_iters"` or `"failed"`; why the fit failed, or `NA`.}
+#'   \item{`init`}{the starting model of the kept start.}
+#'   \item{`start_logliks`, `best_start`}{final log-likelihood of every start
+#'     (`-Inf` when it failed) and the index of the kept one.}
+#'   \item{`n_sequences`, `n_obs`}{number of sequences and of symbols.}
+#'   \item{`seed`, `backend`, `seconds`}{the seed used, where it ran and how
+#'     long it took.}
+#'   }
+#' @seealso [hmm()], [hmm_viterbi()], [hmm_posterior()]; `vignette("hmm")`.
+#' @examples
+#' truth <- hmm(c(0.8, 0.2), matrix(c(0.95, 0.05, 0.1, 0.9), 2, byrow = TRUE),
+#'   matrix(c(0.6, 0.3, 0.1, 0.1, 0.2, 0.7), 2, byrow = TRUE))
+#' seqs <- hmm_simulate(truth, n = 200, length = 50, seed = 1)
+#' fit <- hmm_fit(seqs, n.states = 2, n.symbols = 3, random.inits = 3,
+#'   seed = 42, use.gpu = FALSE)
+#' fit
+#' fit$model$emis
+#' @export
+hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, epsilon = 1e-6,
+                    random.inits = 1, pseudocount = 0, seed = NULL, use.gpu = NA) {
+  call <- environment()
+  if (!is.null(init)) check_hmm(init, "init", call)
+  if (missing(n.states)) {
+    if (is.null(init)) cli::cli_abort("{.arg n.states} must be given (or {.arg init}).", call = call)
+    n.states <- length(init$start)
+  }
+  N <- check_count(n.states, "n.states", call = call)
+  symbols <- if (!is.null(init)) colnames(init$emis) else seq_symbols(seqs)
+  s <- check_seqs(seqs, symbols, call = call)
+  if (missing(n.symbols)) {
+    n.symbols <- if (!is.null(init)) ncol(init$emis) else if (!is.null(symbols)) length(symbols) else max(s$symbols)
+  }
+  V <- check_count(n.symbols, "n.symbols", call = call)
+  if (!is.null(init) && (length(init$start) != N || ncol(init$emis) != V)) {
+    cli::cli_abort(c(
+      "{.arg init} must have {.arg n.states} states and {.arg n.symbols} symbols.",
+      x = "{.arg init} has {length(init$start)} state{?s} and {ncol(init$emis)} symbol{?s}; {.arg n.states} = {N}, {.arg n.symbols} = {V}."
+    ), call = call)
+  }
+  check_symbol_range(s$symbols, s$lengths, V, "seqs", call)
+  max.iters <- check_count(max.iters, "max.iters", call = call)
+  epsilon <- check_number(epsilon, "epsilon", min = 0, call = call)
+  random.inits <- check_count(random.inits, "random.inits", call = call)
+  pseudocount <- check_number(pseudocount, "pseudocount", min = 0, call = call)
+  seed <- check_seed(seed, call)
+  passes <- 2 * max.iters * (if (is.null(init)) random.inits else 1)
+  backend <- hmm_backend(use.gpu, N, sum(as.double(s$lengths)), passes, call)
+  init_rows <- if (is.null(init)) NULL else
+    list(start = init$start, trans = as.double(t(init$trans)), emis = as.double(t(init$emis)))
+
+  started <- proc.time()[["elapsed"]]
+  raw <- call_core(
+    hmm_fit_(s$symbols, s$lengths, N, V, init_rows, max.iters, epsilon, random.inits,
+             pseudocount, seed, cpu_threads(), backend),
+    call, "hmm_fit"
+  )
+  seconds <- proc.time()[["elapsed"]] - started
+  states <- if (!is.null(init)) names(init$start) else as.character(seq_len(N))
+  symbols <- symbols %||% as.character(seq_len(V))
+  if (length(symbols) < V) symbols <- make.unique(c(symbols, as.character(seq(length(symbols) + 1, V))))
+  as_model <- function(m) {
+    new_hmm(m$start, matrix(m$trans, N, N, byrow = TRUE), matrix(m$emis, N, V, byrow = TRUE),
+            states, symbols)
+  }
+  structure(list(
+    model = as_model(raw$model),
+    loglik = raw$loglik,
+    loglik_trace = raw$trace,
+    iterations = raw$iterations,
+    status = raw$status,
+    message = if (nzchar(raw$message)) raw$message else NA_character_,
+    init = as_model(raw$init),
+    start_logliks = raw$start_logliks,
+    best_start = raw$best_start,
+    n_sequences = length(s$lengths),
+    n_obs = sum(as.double(s$lengths)),
+    pseudocount = pseudocount,
+    seed = seed,
+    backend = backend,
+    seconds = seconds
+  ), class = "bulkem_hmm_fit")
+}
+
+# ---- helpers ---------------------------------------------------------------
+
+`%||%` <- function(x, y) if (is.null(x)) y else x
+
+# "cpu" or "cuda" for an HMM job of `symbols` symbols and `passes` passes
+# over them; with use.gpu = NA the core picks by the size of the job.
+hmm_backend <- function(use.gpu, states, symbols, passes, call) {
+  backend <- resolve_backend(use.gpu, call)
+  if (backend == "auto") hmm_auto_backend_(as.integer(states), as.double(symbols), as.double(passes)) else backend
+}
+
+check_hmm <- function(model, arg, call) {
+  if (!inherits(model, "bulkem_hmm")) {
+    cli::cli_abort(c(
+      "{.arg {arg}} must be a hidden Markov model made by {.fn hmm} or {.fn hmm_fit}.",
+      x = "You supplied {describe_value(model)}.",
+      i = if (inherits(model, "bulkem_hmm_fit")) "Use {.code fit$model} for the model of a {.fn hmm_fit} result."
+    ), call = call)
+  }
+  invisible(model)
+}
+
+check_prob_vector <- function(x, arg, call) {
+  if (!is.numeric(x) || !is.null(dim(x)) || length(x) == 0) {
+    cli::cli_abort(c(
+      "{.arg {arg}} must be a numeric vector of probabilities, one per state.",
+      x = "You supplied {describe_value(x)}."
+    ), call = call)
+  }
+  check_probs(matrix(x, 1), arg, vector = TRUE, call = call)
+}
+
+check_prob_matrix <- function(x, arg, rows, cols, call) {
+  if (!is.numeric(x) || !is.matrix(x)) {
+    cli::cli_abort(c(
+      "{.arg {arg}} must be a numeric matrix.",
+      x = "You supplied {describe_value(x)}."
+    ), call = call)
+  }
+  if (nrow(x) != rows || (!is.na(cols) && ncol(x) != cols) || ncol(x) == 0) {
+    want <- if (is.na(cols)) "{rows} row{?s} (one per state)" else "{rows} x {cols} (one row and column per state)"
+    cli::cli_abort(c(
+      paste0("{.arg {arg}} must be ", want, ", as {.arg start} has {rows} state{?s}."),
+      x = "It is {nrow(x)} x {ncol(x)}."
+    ), call = call)
+  }
+  check_probs(x, arg, vector = FALSE, call = call)
+}
+
+# Rows of probabilities: finite, >= 0, summing to 1 within 1e-8.
+check_probs <- function(x, arg, vector, call) {
+  bad <- which(!is.finite(x) | x < 0, arr.ind = TRUE)
+  if (length(bad) > 0) {
+    r <- bad[1, 1]
+    c <- bad[1, 2]
+    where <- if (vector) "Element {c}" else "Element [{r}, {c}]"
+    cli::cli_abort(c(
+      "{.arg {arg}} must contain only probabilities (finite and >= 0).",
+      x = paste0(where, " is {x[r, c]}.")
+    ), call = call)
+  }
+  sums <- rowSums(x)
+  off <- which(abs(sums - 1) > 1e-8)
+  if (length(off) > 0) {
+    r <- off[1]
+    cli::cli_abort(c(
+      if (vector) "{.arg {arg}} must sum to 1." else "Every row of {.arg {arg}} must sum to 1.",
+      x = if (vector) "It sums to {format(sums[r], digits = 10)}." else
+        "Row {r} sums to {format(sums[r], digits = 10)}."
+    ), call = call)
+  }
+  invisible(x)
+}
+
+# Symbol labels implied by factor or character sequences (NULL for codes).
+seq_symbols <- function(seqs) {
+  if (!is.list(seqs)) seqs <- list(seqs)
+  f <- Filter(is.factor, seqs)
+  if (length(f) > 0) return(unique(unlist(lapply(f, levels), use.names = FALSE)))
+  ch <- Filter(is.character, seqs)
+  if (length(ch) > 0) return(sort(unique(unlist(ch, use.names = FALSE))))
+  NULL
+}
+
+# (sequence, position) of the flat index `i` given the sequence lengths.
+locate <- function(i, lengths) {
+  ends <- cumsum(as.double(lengths))
+  s <- findInterval(i - 1, ends) + 1L
+  c(s, i - (ends[s] - lengths[s]))
+}
+
+# Validate sequences and flatten them: list(symbols = integer codes 1..V,
+# lengths, names). `symbols` are the model's symbol labels (for factor and
+# character sequences); codes above V are found by the core or hmm_fit().
+check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
+  if (is.atomic(seqs) && is.null(dim(seqs)) && length(seqs) > 0) seqs <- list(seqs)
+  if (!is.list(seqs) || is.data.frame(seqs)) {
+    cli::cli_abort(c(
+      "{.arg {arg}} must be a list of sequences (integer vectors, factors or character vectors).",
+      x = "You supplied {describe_value(seqs)}."
+    ), call = call)
+  }
+  if (length(seqs) == 0) {
+    cli::cli_abort("{.arg {arg}} must contain at least one sequence.", call = call)
+  }
+  ok <- vapply(seqs, function(x) (is.numeric(x) || is.factor(x) || is.character(x)) && is.null(dim(x)), NA)
+  if (!all(ok)) {
+    bad <- which(!ok)[1]
+    cli::cli_abort(c(
+      "Every sequence in {.arg {arg}} must be an integer vector, a factor or a character vector.",
+      x = "Sequence {bad} is {describe_value(seqs[[bad]])}."
+    ), call = call)
+  }
+  lens <- lengths(seqs)
+  if (any(lens == 0)) {
+    cli::cli_abort(c(
+      "Every sequence in {.arg {arg}} must have at least one symbol.",
+      x = "Sequence {which(lens == 0)[1]} is empty."
+    ), call = call)
+  }
+  labelled <- vapply(seqs, function(x) is.factor(x) || is.character(x), NA)
+  given <- seqs
+  if (any(labelled)) {
+    if (is.null(symbols)) symbols <- character()
+    seqs[labelled] <- lapply(seqs[labelled], function(x) match(as.character(x), symbols))
+  }
+  flat <- unlist(seqs, use.names = FALSE)
+  if (anyNA(flat)) {
+    bad <- which(is.na(flat))[1]
+    where <- locate(bad, lens)
+    original <- as.character(given[[where[1]]][where[2]])
+    if (labelled[where[1]] && !is.na(original)) {
+      cli::cli_abort(c(
+        "Every symbol in {.arg {arg}} must be one of the model's symbols.",
+        x = "Sequence {where[1]} has {.val {original}} at position {where[2]}.",
+        i = "The symbols are {.val {symbols}}."
+      ), call = call)
+    }
+    cli::cli_abort(c(
+      "{.arg {arg}} must not contain missing values.",
+      x = "Sequence {where[1]} has {.val {NA}} at position {where[2]}."
+    ), call = call)
+  }
+  bad <- which(flat < 1 | flat != round(flat) | flat > .Machine$integer.max)
+  if (length(bad) > 0) {
+    where <- locate(bad[1], lens)
+    cli::cli_abort(c(
+      "Every symbol in {.arg {arg}} must be a whole number of at least 1.",
+      x = "Sequence {where[1]} has {flat[bad[1]]} at position {where[2]}."
+    ), call = call)
+  }
+  if (!is.null(n_symbols)) check_symbol_range(flat, lens, n_symbols, arg, call)
+  list(symbols = as.integer(flat), lengths = as.integer(lens), names = names(seqs))
+}
+
+check_symbol_range <- function(flat, lens, n_symbols, arg, call) {
+  if (max(flat) > n_symbols) {
+    bad <- which(flat > n_symbols)[1]
+    where <- locate(bad, lens)
+    cli::cli_abort(c(
+      "Every symbol in {.arg {arg}} must be between 1 and {n_symbols} (the number of symbols).",
+      x = "Sequence {where[1]} has symbol {flat[bad]} at position {where[2]}."
+    ), call = call)
+  }
+}
+
+# Split a flat vector into one element per sequence of the given lengths.
+split_flat <- function(x, lengths) {
+  ends <- cumsum(lengths)
+  lapply(seq_along(lengths), function(i) x[(ends[i] - lengths[i] + 1):ends[i]])
+}

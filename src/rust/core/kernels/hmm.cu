@@ -1,0 +1,969 @@
+// Hidden Markov models over many sequences (core/src/hmm/gpu.rs launches
+// these). One block per sequence at a time (blocks stride over the
+// sequences of a batch); the threads of a block share the states; every
+// time step of a pass runs inside the kernel, so a pass over all sequences
+// is one launch. Tables the block reads at every step (transitions, count
+// accumulators) live in shared memory when they fit, else in global memory
+// (L2).
+//
+// Arithmetic follows the CPU reference (core/src/hmm/forward.rs,
+// backward.rs, viterbi.rs) term by term, each state's sum running over the
+// other states in increasing order; products are fused into the sums (fma),
+// and the sums over states of a step (the scales) are reduced in a
+// different order, so forward-backward results agree with the CPU to
+// rounding. Viterbi only adds and compares, so its values and paths are
+// bit-identical to the CPU's.
+//
+// Layouts: symbols flat (unsigned, 0-based) with long long offsets; a
+// batch [s0, s1) stores per-symbol data (alphas, scales, back-pointers,
+// posteriors) from off[s0] on, `rel` = off[s] - off[s0]. Matrices row-major:
+// trans[i*N + j] = P(j | i), trans_t[j*N + i] = P(j | i), emis_k[k*N + i] =
+// P(symbol k | state i); log tables likewise.
+
+#define HMM_NO_STATE 0xffffffffu
+#define HMM_NEG_INF __longlong_as_double(0xfff0000000000000ULL)
+#define HMM_NAN __longlong_as_double(0x7ff8000000000000ULL)
+
+// Copy `n` doubles to shared memory (block-wide; caller syncs).
+__device__ __forceinline__ void hmm_copy(double* dst, const double* src, long long n) {
+    for (long long k = threadIdx.x; k < n; k += blockDim.x) dst[k] = src[k];
+}
+
+// Scaled forward pass. With `alpha` and `scale` non-null, every scaled
+// alpha (T x N) and scale (T) of the batch is stored for a backward pass.
+// loglik[s - s0] = log P(sequence), -inf when impossible.
+// Shared: cur[N], nxt[N], red[32], then trans (N*N) when trans_smem.
+extern "C" __global__ void hmm_forward(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
+    int trans_smem)
+{
+    extern __shared__ double sm[];
+    double* cur = sm;
+    double* nxt = sm + N;
+    double* red = sm + 2 * N;
+    const double* A = trans;
+    if (trans_smem) {
+        double* As = red + 32;
+        hmm_copy(As, trans, (long long)N * N);
+        A = As;
+    }
+    __syncthreads();
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x; s < s1; s += gridDim.x) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        const double* e = emis_k + (long long)sym[b] * N;
+        double part = 0.0;
+        for (int j = threadIdx.x; j < N; j += blockDim.x) {
+            double x = start[j] * e[j];
+            cur[j] = x;
+            part += x;
+        }
+        double c = block_sum(part, red);
+        bool dead = !(c > 0.0);
+        double ll = dead ? 0.0 : log(c);
+        if (!dead) {
+            double r = 1.0 / c;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                cur[j] *= r;
+                if (alpha) alpha[rel * N + j] = cur[j];
+            }
+            if (scale && threadIdx.x == 0) scale[rel] = c;
+        }
+        __syncthreads();
+        for (long long t = 1; t < T && !dead; ++t) {
+            e = emis_k + (long long)sym[b + t] * N;
+            part = 0.0;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                double acc = 0.0;
+                for (int i = 0; i < N; ++i) acc = fma(cur[i], A[(long long)i * N + j], acc);
+                double x = acc * e[j];
+                nxt[j] = x;
+                part += x;
+            }
+            c = block_sum(part, red);
+            if (!(c > 0.0)) {
+                dead = true;
+                break;
+            }
+            ll += log(c);
+            double r = 1.0 / c;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                double x = nxt[j] * r;
+                nxt[j] = x;
+                if (alpha) alpha[(rel + t) * N + j] = x;
+            }
+            if (scale && threadIdx.x == 0) scale[rel + t] = c;
+            double* tmp = cur;
+            cur = nxt;
+            nxt = tmp;
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) loglik[s - s0] = dead ? HMM_NEG_INF : ll;
+        __syncthreads();
+    }
+}
+
+// Viterbi in log space: back-pointers (unsigned short, T x N per sequence)
+// in `back`, then thread 0 walks back. Ties go to the lowest state, as on
+// the CPU. path is laid out like the batch's symbols; logp[s - s0].
+// Shared: cur[N], nxt[N], then ltrans (N*N) when trans_smem.
+extern "C" __global__ void hmm_viterbi(
+    int N, const double* __restrict__ lstart, const double* __restrict__ ltrans,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    unsigned short* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp,
+    int trans_smem)
+{
+    extern __shared__ double sm[];
+    double* cur = sm;
+    double* nxt = sm + N;
+    const double* L = ltrans;
+    if (trans_smem) {
+        double* Ls = sm + 2 * N;
+        hmm_copy(Ls, ltrans, (long long)N * N);
+        L = Ls;
+    }
+    __syncthreads();
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x; s < s1; s += gridDim.x) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        const double* e = lemis_k + (long long)sym[b] * N;
+        for (int j = threadIdx.x; j < N; j += blockDim.x) cur[j] = lstart[j] + e[j];
+        __syncthreads();
+        for (long long t = 1; t < T; ++t) {
+            e = lemis_k + (long long)sym[b + t] * N;
+            unsigned short* bp = back + (rel + t) * N;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                double best = HMM_NEG_INF;
+                int arg = 0;
+                for (int i = 0; i < N; ++i) {
+                    double v = cur[i] + L[(long long)i * N + j];
+                    if (v > best) {
+                        best = v;
+                        arg = i;
+                    }
+                }
+                nxt[j] = best + e[j];
+                bp[j] = (unsigned short)arg;
+            }
+            double* tmp = cur;
+            cur = nxt;
+            nxt = tmp;
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            double best = HMM_NEG_INF;
+            int arg = 0;
+            for (int j = 0; j < N; ++j) {
+                if (cur[j] > best) {
+                    best = cur[j];
+                    arg = j;
+                }
+            }
+            logp[s - s0] = best;
+            if (best == HMM_NEG_INF) {
+                for (long long t = 0; t < T; ++t) path[rel + t] = HMM_NO_STATE;
+            } else {
+                path[rel + T - 1] = (unsigned)arg;
+                for (long long t = T - 1; t > 0; --t) {
+                    arg = back[(rel + t) * N + arg];
+                    path[rel + t - 1] = (unsigned)arg;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Scaled backward pass over a batch whose forward pass stored alpha and
+// scale. Writes posterior rows to `gamma` (non-null) and/or adds the
+// Baum-Welch expected counts of the block's sequences to its accumulator
+// `partial + blockIdx.x * (N + N*N + V*N)` (non-null): start (N), trans_raw
+// (N*N, without the factor A_ij), emis (by symbol, V*N). With `tmp_out`
+// (large N), the transition counts are left to hmm_xi_gemm instead: row t
+// of each sequence receives B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1}, the
+// last row stays 0. Impossible sequences (loglik -inf) get NaN rows and no
+// counts.
+// Shared: beta[N], beta2[N], tmp[N], then trans_t (N*N) when trans_smem,
+// then the accumulator when acc_smem (loaded from and stored back to
+// global memory around the pass, so batches add up).
+extern "C" __global__ void hmm_backward(
+    int N, int V, const double* __restrict__ trans_t, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
+    const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
+    double* __restrict__ tmp_out, int trans_smem, int acc_smem)
+{
+    extern __shared__ double sm[];
+    double* beta = sm;
+    double* beta2 = sm + N;
+    double* tmp = sm + 2 * N;
+    double* next_free = sm + 3 * N;
+    const double* AT = trans_t;
+    if (trans_smem) {
+        hmm_copy(next_free, trans_t, (long long)N * N);
+        AT = next_free;
+        next_free += (long long)N * N;
+    }
+    const long long acc_size = (long long)N + (long long)N * N + (long long)V * N;
+    double* acc = 0;
+    if (partial) {
+        double* mine = partial + blockIdx.x * acc_size;
+        if (acc_smem) {
+            hmm_copy(next_free, mine, acc_size);
+            acc = next_free;
+        } else {
+            acc = mine;
+        }
+    }
+    __syncthreads();
+    double* acc_start = acc;
+    double* acc_xi = acc ? acc + N : 0;
+    double* acc_emis = acc ? acc + N + (long long)N * N : 0;
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x; s < s1; s += gridDim.x) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        if (loglik[s - s0] == HMM_NEG_INF) {
+            if (gamma) {
+                for (long long k = threadIdx.x; k < T * N; k += blockDim.x) gamma[rel * N + k] = HMM_NAN;
+            }
+            continue;
+        }
+        // t = T - 1: beta = 1, gamma = alpha.
+        {
+            const long long t = T - 1;
+            const unsigned o = sym[b + t];
+            for (int i = threadIdx.x; i < N; i += blockDim.x) {
+                beta[i] = 1.0;
+                double g = alpha[(rel + t) * N + i];
+                if (gamma) gamma[(rel + t) * N + i] = g;
+                if (acc) {
+                    acc_emis[(long long)o * N + i] += g;
+                    if (t == 0) acc_start[i] += g;
+                }
+            }
+        }
+        __syncthreads();
+        for (long long t = T - 2; t >= 0; --t) {
+            const double* e = emis_k + (long long)sym[b + t + 1] * N;
+            const double r = 1.0 / scale[rel + t + 1];
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                tmp[j] = e[j] * beta[j] * r;
+                if (tmp_out) tmp_out[(rel + t) * N + j] = tmp[j];
+            }
+            __syncthreads();
+            const double* a_t = alpha + (rel + t) * N;
+            if (acc && !tmp_out) {
+                // Thread j owns column j of the counts (no division per entry).
+                for (int i = 0; i < N; ++i) {
+                    const double a = a_t[i];
+                    if (a != 0.0) {
+                        double* row = acc_xi + (long long)i * N;
+                        for (int j = threadIdx.x; j < N; j += blockDim.x) row[j] = fma(a, tmp[j], row[j]);
+                    }
+                }
+            }
+            const unsigned o = sym[b + t];
+            for (int i = threadIdx.x; i < N; i += blockDim.x) {
+                double sum = 0.0;
+                for (int j = 0; j < N; ++j) sum = fma(AT[(long long)j * N + i], tmp[j], sum);
+                beta2[i] = sum;
+                double g = a_t[i] * sum;
+                if (gamma) gamma[(rel + t) * N + i] = g;
+                if (acc) {
+                    acc_emis[(long long)o * N + i] += g;
+                    if (t == 0) acc_start[i] += g;
+                }
+            }
+            __syncthreads();
+            double* swap = beta;
+            beta = beta2;
+            beta2 = swap;
+        }
+        __syncthreads();
+    }
+    if (partial && acc_smem) {
+        __syncthreads();
+        double* mine = partial + blockIdx.x * acc_size;
+        for (long long k = threadIdx.x; k < acc_size; k += blockDim.x) mine[k] = acc[k];
+    }
+}
+
+// Transition counts of a batch for large N, as one matrix product over all
+// its time steps: xi_raw(i, j) += sum_r alpha[r, i] * tmp[r, j] (rows r =
+// symbols of the batch; tmp's last row of each sequence is 0). Output tiles
+// of 64 x 64 per block (16 x 16 threads, 4 x 4 each); blockIdx.z splits the
+// rows, and split z adds into the transition part of accumulator z.
+#define XI_TILE 64
+#define XI_K 16
+extern "C" __global__ void hmm_xi_gemm(int N, long long rows, const double* __restrict__ alpha,
+                                       const double* __restrict__ tmp, double* __restrict__ partial,
+                                       long long acc_size)
+{
+    __shared__ double As[XI_K][XI_TILE];
+    __shared__ double Bs[XI_K][XI_TILE];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int i0 = blockIdx.x * XI_TILE, j0 = blockIdx.y * XI_TILE;
+    const long long per = (rows + gridDim.z - 1) / gridDim.z;
+    const long long r0 = blockIdx.z * per;
+    const long long r1 = r0 + per < rows ? r0 + per : rows;
+    double c[4][4];
+    for (int u = 0; u < 4; ++u)
+        for (int v = 0; v < 4; ++v) c[u][v] = 0.0;
+    for (long long rb = r0; rb < r1; rb += XI_K) {
+        for (int k = threadIdx.x; k < XI_K * XI_TILE; k += blockDim.x) {
+            const int rr = k / XI_TILE, cc = k % XI_TILE;
+            const long long r = rb + rr;
+            As[rr][cc] = (r < r1 && i0 + cc < N) ? alpha[r * N + i0 + cc] : 0.0;
+            Bs[rr][cc] = (r < r1 && j0 + cc < N) ? tmp[r * N + j0 + cc] : 0.0;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < XI_K; ++kk) {
+            double a[4], b[4];
+            for (int u = 0; u < 4; ++u) {
+                a[u] = As[kk][ty + 16 * u];
+                b[u] = Bs[kk][tx + 16 * u];
+            }
+            for (int u = 0; u < 4; ++u)
+                for (int v = 0; v < 4; ++v) c[u][v] = fma(a[u], b[v], c[u][v]);
+        }
+        __syncthreads();
+    }
+    double* xi = partial + blockIdx.z * acc_size + N;
+    for (int u = 0; u < 4; ++u) {
+        const int i = i0 + ty + 16 * u;
+        for (int v = 0; v < 4; ++v) {
+            const int j = j0 + tx + 16 * v;
+            if (i < N && j < N) xi[(long long)i * N + j] += c[u][v];
+        }
+    }
+}
+
+// Sum the per-block accumulators in block order (deterministic):
+// out[k] = sum_g partial[g * size + k].
+extern "C" __global__ void hmm_reduce(const double* __restrict__ partial, int blocks, long long size,
+                                      double* __restrict__ out)
+{
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < size;
+         k += (long long)gridDim.x * blockDim.x) {
+        double s = 0.0;
+        for (int g = 0; g < blocks; ++g) s += partial[(long long)g * size + k];
+        out[k] = s;
+    }
+}
+
+// ---- Large N: a tile of HMM_TILE sequences per block ------------------------
+// When the transitions do not fit in shared memory, every step of the
+// kernels above reads all of A from L2 once per sequence. These variants
+// advance HMM_TILE sequences together, so each element of A read serves
+// all of them (a batched matrix product per step, inside one launch).
+// Sequences of a tile may differ in length: the forward pass aligns them at
+// their starts, the backward pass at their ends; a finished (or impossible)
+// sequence is masked out. Results equal the one-sequence kernels'.
+
+#define HMM_TILE 8
+
+// Sum each of the HMM_TILE values over the block; every thread gets the
+// totals. `red` holds 32 * HMM_TILE doubles.
+__device__ void block_sum_tile(double* v, double* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int k = 0; k < HMM_TILE; ++k) v[k] = warp_sum(v[k]);
+    __syncthreads();
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < HMM_TILE; ++k) red[warp * HMM_TILE + k] = v[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < HMM_TILE; ++k) {
+        double t = 0.0;
+        for (int w = 0; w < warps; ++w) t += red[w * HMM_TILE + k];
+        v[k] = t;
+    }
+    __syncthreads();
+}
+
+// hmm_forward for a tile of sequences per block (transitions in global
+// memory). Shared: cur[HMM_TILE*N], nxt[HMM_TILE*N], red[32*HMM_TILE].
+extern "C" __global__ void hmm_forward_tiled(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik)
+{
+    extern __shared__ double sm[];
+    double* cur = sm;
+    double* nxt = sm + HMM_TILE * N;
+    double* red = sm + 2 * HMM_TILE * N;
+    const long long base = off[s0];
+    const int tiles = (s1 - s0 + HMM_TILE - 1) / HMM_TILE;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int sa = s0 + tile * HMM_TILE;
+        long long b[HMM_TILE], T[HMM_TILE];
+        long long Tmax = 0;
+#pragma unroll
+        for (int k = 0; k < HMM_TILE; ++k) {
+            const bool in = sa + k < s1;
+            b[k] = in ? off[sa + k] : 0;
+            T[k] = in ? off[sa + k + 1] - b[k] : 0;
+            Tmax = T[k] > Tmax ? T[k] : Tmax;
+        }
+        double part[HMM_TILE], ll[HMM_TILE];
+        unsigned live = 0, dead = 0;
+#pragma unroll
+        for (int k = 0; k < HMM_TILE; ++k) {
+            part[k] = 0.0;
+            ll[k] = 0.0;
+            if (T[k] > 0) {
+                const double* e = emis_k + (long long)sym[b[k]] * N;
+                for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                    double x = start[j] * e[j];
+                    cur[k * N + j] = x;
+                    part[k] += x;
+                }
+            }
+        }
+        block_sum_tile(part, red);
+#pragma unroll
+        for (int k = 0; k < HMM_TILE; ++k) {
+            if (T[k] == 0) continue;
+            if (!(part[k] > 0.0)) {
+                dead |= 1u << k;
+                continue;
+            }
+            live |= 1u << k;
+            ll[k] = log(part[k]);
+            const double r = 1.0 / part[k];
+            const long long rel = b[k] - base;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                cur[k * N + j] *= r;
+                if (alpha) alpha[rel * N + j] = cur[k * N + j];
+            }
+            if (scale && threadIdx.x == 0) scale[rel] = part[k];
+        }
+        __syncthreads();
+        for (long long t = 1; t < Tmax; ++t) {
+            unsigned act = 0;
+#pragma unroll
+            for (int k = 0; k < HMM_TILE; ++k)
+                if ((live >> k & 1u) && t < T[k]) act |= 1u << k;
+            if (act == 0) break;
+#pragma unroll
+            for (int k = 0; k < HMM_TILE; ++k) part[k] = 0.0;
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                double acc[HMM_TILE];
+#pragma unroll
+                for (int k = 0; k < HMM_TILE; ++k) acc[k] = 0.0;
+                for (int i = 0; i < N; ++i) {
+                    const double a = trans[(long long)i * N + j];
+#pragma unroll
+                    for (int k = 0; k < HMM_TILE; ++k) acc[k] = fma(cur[k * N + i], a, acc[k]);
+                }
+#pragma unroll
+                for (int k = 0; k < HMM_TILE; ++k) {
+                    if (act >> k & 1u) {
+                        double x = acc[k] * emis_k[(long long)sym[b[k] + t] * N + j];
+                        nxt[k * N + j] = x;
+                        part[k] += x;
+                    }
+                }
+            }
+            block_sum_tile(part, red);
+#pragma unroll
+            for (int k = 0; k < HMM_TILE; ++k) {
+                if (!(act >> k & 1u)) continue;
+                if (!(part[k] > 0.0)) {
+                    dead |= 1u << k;
+                    live &= ~(1u << k);
+                    continue;
+                }
+                ll[k] += log(part[k]);
+                const double r = 1.0 / part[k];
+                const long long rel = b[k] - base;
+                for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                    double x = nxt[k * N + j] * r;
+                    nxt[k * N + j] = x;
+                    if (alpha) alpha[(rel + t) * N + j] = x;
+                }
+                if (scale && threadIdx.x == 0) scale[rel + t] = part[k];
+            }
+            double* tmp = cur;
+            cur = nxt;
+            nxt = tmp;
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            for (int k = 0; k < HMM_TILE; ++k)
+                if (T[k] > 0) loglik[sa + k - s0] = (dead >> k & 1u) ? HMM_NEG_INF : ll[k];
+        }
+        __syncthreads();
+    }
+}
+
+// hmm_viterbi for a tile of sequences per block (log transitions in global
+// memory); back-pointers and paths as in hmm_viterbi.
+// Shared: cur[HMM_TILE*N], nxt[HMM_TILE*N].
+extern "C" __global__ void hmm_viterbi_tiled(
+    int N, const double* __restrict__ lstart, const double* __restrict__ ltrans,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    unsigned short* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp)
+{
+    extern __shared__ double sm[];
+    double* cur = sm;
+    double* nxt = sm + HMM_TILE * N;
+    const long long base = off[s0];
+    const int tiles = (s1 - s0 + HMM_TILE - 1) / HMM_TILE;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int sa = s0 + tile * HMM_TILE;
+        long long b[HMM_TILE], T[HMM_TILE];
+        long long Tmax = 0;
+#pragma unroll
+        for (int k = 0; k < HMM_TILE; ++k) {
+            const bool in = sa + k < s1;
+            b[k] = in ? off[sa + k] : 0;
+            T[k] = in ? off[sa + k + 1] - b[k] : 0;
+            Tmax = T[k] > Tmax ? T[k] : Tmax;
+            if (T[k] > 0) {
+                const double* e = lemis_k + (long long)sym[b[k]] * N;
+                for (int j = threadIdx.x; j < N; j += blockDim.x) cur[k * N + j] = lstart[j] + e[j];
+            }
+        }
+        __syncthreads();
+        for (long long t = 1; t < Tmax; ++t) {
+            for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                double best[HMM_TILE];
+                int arg[HMM_TILE];
+#pragma unroll
+                for (int k = 0; k < HMM_TILE; ++k) {
+                    best[k] = HMM_NEG_INF;
+                    arg[k] = 0;
+                }
+                for (int i = 0; i < N; ++i) {
+                    const double a = ltrans[(long long)i * N + j];
+#pragma unroll
+                    for (int k = 0; k < HMM_TILE; ++k) {
+                        double v = cur[k * N + i] + a;
+                        if (v > best[k]) {
+                            best[k] = v;
+                            arg[k] = i;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < HMM_TILE; ++k) {
+                    if (t < T[k]) {
+                        nxt[k * N + j] = best[k] + lemis_k[(long long)sym[b[k] + t] * N + j];
+                        back[(b[k] - base + t) * N + j] = (unsigned short)arg[k];
+                    } else {
+                        nxt[k * N + j] = cur[k * N + j];  // finished: keep its last column
+                    }
+                }
+            }
+            double* tmp = cur;
+            cur = nxt;
+            nxt = tmp;
+            __syncthreads();
+        }
+        if (threadIdx.x < HMM_TILE && T[threadIdx.x] > 0) {
+            const int k = threadIdx.x;
+            const long long rel = b[k] - base;
+            double bestv = HMM_NEG_INF;
+            int a = 0;
+            for (int j = 0; j < N; ++j) {
+                if (cur[k * N + j] > bestv) {
+                    bestv = cur[k * N + j];
+                    a = j;
+                }
+            }
+            logp[sa + k - s0] = bestv;
+            if (bestv == HMM_NEG_INF) {
+                for (long long t = 0; t < T[k]; ++t) path[rel + t] = HMM_NO_STATE;
+            } else {
+                path[rel + T[k] - 1] = (unsigned)a;
+                for (long long t = T[k] - 1; t > 0; --t) {
+                    a = back[(rel + t) * N + a];
+                    path[rel + t - 1] = (unsigned)a;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// hmm_backward for a tile of sequences per block (transitions in global
+// memory, accumulators in global memory, transition counts by hmm_xi_gemm
+// through tmp_out when counting). Sequences are aligned at their ends:
+// step u handles t = T_k - 2 - u of each sequence k.
+// Shared: beta[HMM_TILE*N], beta2[HMM_TILE*N], tmp[HMM_TILE*N].
+extern "C" __global__ void hmm_backward_tiled(
+    int N, int V, const double* __restrict__ trans_t, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
+    const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
+    double* __restrict__ tmp_out)
+{
+    extern __shared__ double sm[];
+    double* beta = sm;
+    double* beta2 = sm + HMM_TILE * N;
+    double* tmp = sm + 2 * HMM_TILE * N;
+    const long long acc_size = (long long)N + (long long)N * N + (long long)V * N;
+    double* acc_start = partial ? partial + blockIdx.x * acc_size : 0;
+    double* acc_emis = partial ? acc_start + N + (long long)N * N : 0;
+    const long long base = off[s0];
+    const int tiles = (s1 - s0 + HMM_TILE - 1) / HMM_TILE;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int sa = s0 + tile * HMM_TILE;
+        long long b[HMM_TILE], T[HMM_TILE];
+        long long Tmax = 0;
+        unsigned ok = 0;
+#pragma unroll
+        for (int k = 0; k < HMM_TILE; ++k) {
+            const bool in = sa + k < s1;
+            b[k] = in ? off[sa + k] : 0;
+            T[k] = in ? off[sa + k + 1] - b[k] : 0;
+            if (in && loglik[sa + k - s0] != HMM_NEG_INF) {
+                ok |= 1u << k;
+                Tmax = T[k] > Tmax ? T[k] : Tmax;
+            } else if (in && gamma) {
+                const long long rel = b[k] - base;
+                for (long long q = threadIdx.x; q < T[k] * N; q += blockDim.x) gamma[rel * N + q] = HMM_NAN;
+            }
+        }
+        // Last time step: beta = 1, gamma = alpha.
+#pragma unroll
+        for (int k = 0; k < HMM_TILE; ++k) {
+            if (!(ok >> k & 1u)) continue;
+            const long long t = T[k] - 1, rel = b[k] - base;
+            const unsigned o = sym[b[k] + t];
+            for (int i = threadIdx.x; i < N; i += blockDim.x) {
+                beta[k * N + i] = 1.0;
+                double g = alpha[(rel + t) * N + i];
+                if (gamma) gamma[(rel + t) * N + i] = g;
+                if (partial) {
+                    acc_emis[(long long)o * N + i] += g;
+                    if (t == 0) acc_start[i] += g;
+                }
+            }
+        }
+        __syncthreads();
+        for (long long u = 0; u + 1 < Tmax; ++u) {
+            unsigned act = 0;
+#pragma unroll
+            for (int k = 0; k < HMM_TILE; ++k)
+                if ((ok >> k & 1u) && T[k] - 2 - u >= 0) act |= 1u << k;
+#pragma unroll
+            for (int k = 0; k < HMM_TILE; ++k) {
+                if (!(act >> k & 1u)) continue;
+                const long long t = T[k] - 2 - u, rel = b[k] - base;
+                const double* e = emis_k + (long long)sym[b[k] + t + 1] * N;
+                const double r = 1.0 / scale[rel + t + 1];
+                for (int j = threadIdx.x; j < N; j += blockDim.x) {
+                    double x = e[j] * beta[k * N + j] * r;
+                    tmp[k * N + j] = x;
+                    if (tmp_out) tmp_out[(rel + t) * N + j] = x;
+                }
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < N; i += blockDim.x) {
+                double sum[HMM_TILE];
+#pragma unroll
+                for (int k = 0; k < HMM_TILE; ++k) sum[k] = 0.0;
+                for (int j = 0; j < N; ++j) {
+                    const double a = trans_t[(long long)j * N + i];
+#pragma unroll
+                    for (int k = 0; k < HMM_TILE; ++k) sum[k] = fma(a, tmp[k * N + j], sum[k]);
+                }
+#pragma unroll
+                for (int k = 0; k < HMM_TILE; ++k) {
+                    if (!(act >> k & 1u)) continue;
+                    const long long t = T[k] - 2 - u, rel = b[k] - base;
+                    beta2[k * N + i] = sum[k];
+                    double g = alpha[(rel + t) * N + i] * sum[k];
+                    if (gamma) gamma[(rel + t) * N + i] = g;
+                    if (partial) {
+                        acc_emis[(long long)sym[b[k] + t] * N + i] += g;
+                        if (t == 0) acc_start[i] += g;
+                    }
+                }
+            }
+            __syncthreads();
+            double* swap = beta;
+            beta = beta2;
+            beta2 = swap;
+        }
+        __syncthreads();
+    }
+}
+
+// ---- Small N (<= 32): one warp per sequence ----------------------------------
+// Lane j owns state j: its column (forward, Viterbi) or row (backward) of
+// the transition matrix lives in registers, the state vector of the
+// previous step is broadcast through the warp's slice of shared memory, and
+// only warp-level synchronisation is needed, so a block runs HMM_WARPS
+// sequences at a time. Lanes >= N hold zeros (probabilities) or -inf (logs)
+// and contribute nothing. The scales are multiplied up and a logarithm
+// taken only when the product gets small, not at every step.
+
+#define HMM_WARPS 4
+#define HMM_WN 32
+
+// Add log(c) to the log-likelihood `ll` lazily through the running product
+// `m` (>= 1e-200, and c >= 1e-100 when multiplied, so it never underflows).
+__device__ __forceinline__ void hmm_add_log(double c, double& m, double& ll) {
+    if (c < 1e-100) {
+        ll += log(c);
+    } else {
+        m *= c;
+        if (m < 1e-200) {
+            ll += log(m);
+            m = 1.0;
+        }
+    }
+}
+
+// hmm_forward for N <= 32. Shared: HMM_WARPS * 32 doubles.
+extern "C" __global__ void hmm_forward_warp(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik)
+{
+    extern __shared__ double sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double* wal = sm + warp * HMM_WN;
+    const bool on = lane < N;
+    double a_col[HMM_WN];
+#pragma unroll
+    for (int i = 0; i < HMM_WN; ++i) a_col[i] = (on && i < N) ? trans[(long long)i * N + lane] : 0.0;
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * HMM_WARPS + warp; s < s1; s += gridDim.x * HMM_WARPS) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        double x = on ? start[lane] * emis_k[(long long)sym[b] * N + lane] : 0.0;
+        double c = warp_sum(x);
+        bool dead = !(c > 0.0);
+        double m = 1.0, ll = 0.0;  // log P = ll + log(m)
+        double a = 0.0;
+        if (!dead) {
+            a = x * (1.0 / c);
+            hmm_add_log(c, m, ll);
+            if (alpha && on) alpha[rel * N + lane] = a;
+            if (scale && lane == 0) scale[rel] = c;
+        }
+        // The next step's emission row is loaded one step ahead, so its
+        // latency overlaps this step's arithmetic.
+        double e_next = (T > 1 && on) ? emis_k[(long long)sym[b + 1] * N + lane] : 0.0;
+        for (long long t = 1; t < T && !dead; ++t) {
+            const double e = e_next;
+            if (t + 1 < T && on) e_next = emis_k[(long long)sym[b + t + 1] * N + lane];
+            __syncwarp();
+            wal[lane] = a;
+            __syncwarp();
+            double acc = 0.0;
+            const double2* w2 = reinterpret_cast<const double2*>(wal);
+#pragma unroll
+            for (int i = 0; i < HMM_WN / 2; ++i) {
+                const double2 p = w2[i];
+                acc = fma(p.x, a_col[2 * i], acc);
+                acc = fma(p.y, a_col[2 * i + 1], acc);
+            }
+            x = acc * e;
+            c = warp_sum(x);
+            if (!(c > 0.0)) {
+                dead = true;
+                break;
+            }
+            a = x * (1.0 / c);
+            hmm_add_log(c, m, ll);
+            if (alpha && on) alpha[(rel + t) * N + lane] = a;
+            if (scale && lane == 0) scale[rel + t] = c;
+        }
+        if (lane == 0) loglik[s - s0] = dead ? HMM_NEG_INF : ll + log(m);
+    }
+}
+
+// hmm_viterbi for N <= 32, back-pointers as bytes. Shared: HMM_WARPS * 32
+// doubles.
+extern "C" __global__ void hmm_viterbi_warp(
+    int N, const double* __restrict__ lstart, const double* __restrict__ ltrans,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    unsigned char* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp)
+{
+    extern __shared__ double sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double* wal = sm + warp * HMM_WN;
+    const bool on = lane < N;
+    double l_col[HMM_WN];
+#pragma unroll
+    for (int i = 0; i < HMM_WN; ++i) l_col[i] = (on && i < N) ? ltrans[(long long)i * N + lane] : HMM_NEG_INF;
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * HMM_WARPS + warp; s < s1; s += gridDim.x * HMM_WARPS) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        double d = on ? lstart[lane] + lemis_k[(long long)sym[b] * N + lane] : HMM_NEG_INF;
+        double e_next = (T > 1 && on) ? lemis_k[(long long)sym[b + 1] * N + lane] : 0.0;
+        for (long long t = 1; t < T; ++t) {
+            const double e = e_next;
+            if (t + 1 < T && on) e_next = lemis_k[(long long)sym[b + t + 1] * N + lane];
+            __syncwarp();
+            wal[lane] = d;
+            __syncwarp();
+            double best = HMM_NEG_INF;
+            int arg = 0;
+            const double2* w2 = reinterpret_cast<const double2*>(wal);
+#pragma unroll
+            for (int i = 0; i < HMM_WN / 2; ++i) {
+                const double2 p = w2[i];
+                const double v0 = p.x + l_col[2 * i], v1 = p.y + l_col[2 * i + 1];
+                if (v0 > best) { best = v0; arg = 2 * i; }
+                if (v1 > best) { best = v1; arg = 2 * i + 1; }
+            }
+            d = on ? best + e : HMM_NEG_INF;
+            if (on) back[(rel + t) * N + lane] = (unsigned char)arg;
+        }
+        // Final argmax, ties to the lowest state.
+        double best = d;
+        int arg = on ? lane : HMM_WN;
+        for (int o = 16; o > 0; o >>= 1) {
+            const double ob = __shfl_xor_sync(FULL_MASK, best, o);
+            const int oa = (int)__shfl_xor_sync(FULL_MASK, (double)arg, o);
+            if (ob > best || (ob == best && oa < arg)) { best = ob; arg = oa; }
+        }
+        __syncwarp();
+        if (lane == 0) {
+            logp[s - s0] = best;
+            if (best == HMM_NEG_INF) {
+                for (long long t = 0; t < T; ++t) path[rel + t] = HMM_NO_STATE;
+            } else {
+                path[rel + T - 1] = (unsigned)arg;
+                for (long long t = T - 1; t > 0; --t) {
+                    arg = back[(rel + t) * N + arg];
+                    path[rel + t - 1] = (unsigned)arg;
+                }
+            }
+        }
+    }
+}
+
+// hmm_backward for N <= 32: lane i owns state i and row i of A (registers),
+// and with counting, row i of the transition counts (registers), its
+// column of the emission counts (the warp's shared slice, V * 32 doubles)
+// and its start count; each warp adds them to accumulator
+// `partial + (blockIdx.x * HMM_WARPS + warp) * (N + N*N + V*N)` at the end.
+// Shared: HMM_WARPS * 32 doubles, plus HMM_WARPS * V * 32 when counting.
+extern "C" __global__ void hmm_backward_warp(
+    int N, int V, const double* __restrict__ trans, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
+    const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial)
+{
+    extern __shared__ double sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double* wal = sm + warp * HMM_WN;
+    double* w_emis = sm + HMM_WARPS * HMM_WN + (long long)warp * V * HMM_WN;
+    const bool on = lane < N;
+    double a_row[HMM_WN], xi[HMM_WN];
+#pragma unroll
+    for (int j = 0; j < HMM_WN; ++j) {
+        a_row[j] = (on && j < N) ? trans[(long long)lane * N + j] : 0.0;
+        xi[j] = 0.0;
+    }
+    double st = 0.0;
+    if (partial)
+        for (int k = 0; k < V; ++k) w_emis[k * HMM_WN + lane] = 0.0;
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * HMM_WARPS + warp; s < s1; s += gridDim.x * HMM_WARPS) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        if (loglik[s - s0] == HMM_NEG_INF) {
+            if (gamma)
+                for (long long k = lane; k < T * N; k += 32) gamma[rel * N + k] = HMM_NAN;
+            continue;
+        }
+        double beta = 1.0;
+        double g = on ? alpha[(rel + T - 1) * N + lane] : 0.0;
+        if (on) {
+            if (gamma) gamma[(rel + T - 1) * N + lane] = g;
+            if (partial) {
+                w_emis[sym[b + T - 1] * HMM_WN + lane] += g;
+                if (T == 1) st += g;
+            }
+        }
+        // Loads for step t - 1 are issued during step t.
+        unsigned o_next = T > 1 ? sym[b + T - 1] : 0;
+        double e_next = (T > 1 && on) ? emis_k[(long long)o_next * N + lane] : 0.0;
+        double c_next = T > 1 ? scale[rel + T - 1] : 1.0;
+        double a_next = (T > 1 && on) ? alpha[(rel + T - 2) * N + lane] : 0.0;
+        for (long long t = T - 2; t >= 0; --t) {
+            const double e = e_next;
+            const double r = 1.0 / c_next;
+            const double a_t = a_next;
+            const unsigned o_t = t >= 0 ? sym[b + t] : 0;
+            if (t >= 1) {
+                e_next = on ? emis_k[(long long)o_t * N + lane] : 0.0;
+                c_next = scale[rel + t];
+                a_next = on ? alpha[(rel + t - 1) * N + lane] : 0.0;
+            }
+            const double tmp = e * beta * r;
+            __syncwarp();
+            wal[lane] = tmp;
+            __syncwarp();
+            double sum = 0.0;
+            const double2* w2 = reinterpret_cast<const double2*>(wal);
+            if (partial) {
+#pragma unroll
+                for (int j = 0; j < HMM_WN / 2; ++j) {
+                    const double2 p = w2[j];
+                    sum = fma(a_row[2 * j], p.x, sum);
+                    sum = fma(a_row[2 * j + 1], p.y, sum);
+                    xi[2 * j] = fma(a_t, p.x, xi[2 * j]);
+                    xi[2 * j + 1] = fma(a_t, p.y, xi[2 * j + 1]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < HMM_WN / 2; ++j) {
+                    const double2 p = w2[j];
+                    sum = fma(a_row[2 * j], p.x, sum);
+                    sum = fma(a_row[2 * j + 1], p.y, sum);
+                }
+            }
+            beta = sum;
+            g = a_t * sum;
+            if (on) {
+                if (gamma) gamma[(rel + t) * N + lane] = g;
+                if (partial) {
+                    w_emis[o_t * HMM_WN + lane] += g;
+                    if (t == 0) st += g;
+                }
+            }
+        }
+    }
+    if (partial) {
+        __syncwarp();
+        double* mine = partial + ((long long)blockIdx.x * HMM_WARPS + warp) * ((long long)N + (long long)N * N + (long long)V * N);
+        // Added, not stored: a slot collects every batch of the E-step.
+        if (on) {
+            mine[lane] += st;
+#pragma unroll
+            for (int j = 0; j < HMM_WN; ++j)
+                if (j < N) mine[N + (long long)lane * N + j] += xi[j];
+            for (int k = 0; k < V; ++k) mine[N + (long long)N * N + (long long)k * N + lane] += w_emis[k * HMM_WN + lane];
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! `bulkem-bench hmm`: the forward log-likelihood, Viterbi and one
+//! Baum-Welch iteration (E-step + M-step) over M random sequences of a
+//! random model, median of 5 runs after a warm-up, as
+//! ../shared/peers/torch_hmm.py does; and a 5-iteration Baum-Welch fit
+//! (6 E-steps: the start's and one per iteration). GPU times are wall
+//! clock and include copying the sequences to the device and the results
+//! back; a second GPU line times the passes on sequences already on the
+//! device, as the peer's are (hmm::gpu::time_device says what is inside).
+
+use std::io::Write;
+use std::time::Instant;
+
+use bulkem_core::exec::{available_threads, Backend, Exec};
+use bulkem_core::hmm::{self, HmmFitConfig, HmmModel, Sequences};
+use bulkem_core::rng::KeyedStream;
+
+/// One problem size: N states, M sequences of length T, V symbols.
+pub struct Case {
+    pub states: usize,
+    pub seqs: usize,
+    pub length: usize,
+    pub symbols: usize,
+}
+
+pub fn run(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    bench_hmm(case.states, case.seqs, case.length, case.symbols, backends, threads, json)
+}
+
+/// The cases: the CPU target (1 thread), then the two GPU cases.
+pub fn suite(backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    bench_hmm(10, 50, 100, 10, &[Backend::Cpu], 1, json)?;
+    bench_hmm(512, 512, 16, 512, backends, threads, json)?;
+    bench_hmm(32, 10_000, 1000, 16, backends, threads, json)
+}
+
+/// A random HMM (rows uniform then normalised, uniform start, as the peer)
+/// and M random sequences of length T.
+fn hmm_problem(n: usize, v: usize, m: usize, t: usize) -> (HmmModel, Sequences) {
+    let mut rng = KeyedStream::new(0, 0, 0);
+    let mut u = || ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let mut rows = |r: usize, c: usize| -> Vec<f64> {
+        (0..r)
+            .flat_map(|_| {
+                let x: Vec<f64> = (0..c).map(|_| u()).collect();
+                let s: f64 = x.iter().sum();
+                x.into_iter().map(move |p| p / s)
+            })
+            .collect()
+    };
+    let (trans, emis) = (rows(n, n), rows(n, v));
+    let model = HmmModel { n_states: n, n_symbols: v, start: vec![1.0 / n as f64; n], trans, emis };
+    let mut rng = KeyedStream::new(1, 0, 0);
+    let symbols = (0..m * t).map(|_| rng.below(v as u64) as u32).collect();
+    let seqs = Sequences::from_lengths(symbols, &vec![t; m]).unwrap_or_default();
+    (model, seqs)
+}
+
+/// Median seconds of 5 runs after one warm-up run.
+fn median_time(mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+    f()?;
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        f()?;
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[2])
+}
+
+fn bench_hmm(n: usize, m: usize, t: usize, v: usize, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    let (model, seqs) = hmm_problem(n, v, m, t);
+    for &backend in backends {
+        let exec = Exec { backend, ..Exec::cpu().threads(threads) };
+        let s = |e: bulkem_core::Error| e.to_string();
+        let fwd = median_time(|| hmm::loglik(&model, &seqs, &exec).map(|_| ()).map_err(s))?;
+        let vit = median_time(|| hmm::viterbi(&model, &seqs, &exec).map(|_| ()).map_err(s))?;
+        let bw = median_time(|| hmm::baum_welch_step(&model, &seqs, 0.0, &exec).map(|_| ()).map_err(s))?;
+        let config = HmmFitConfig::new(n, v).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
+        let fit5 = median_time(|| hmm::fit(&seqs, &config, &exec).map(|_| ()).map_err(s))?;
+        let threads_used = if threads == 0 { available_threads() } else { threads };
+        println!(
+            "hmm N={n} M={m} T={t} V={v} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
+            backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
+        );
+        writeln!(
+            json,
+            "{{\"area\":\"hmm\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"symbols\":{v},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
+            backend.name(), fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
+        )
+        .map_err(|e| e.to_string())?;
+        if backend == Backend::Cuda {
+            // Like for like with the peer: sequences already on the device.
+            let d = hmm::gpu::time_device(&model, &seqs, 5).map_err(s)?;
+            println!(
+                "hmm N={n} M={m} T={t} V={v} cuda, data on the device: forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms",
+                d.forward * 1e3, d.viterbi * 1e3, d.baum_welch * 1e3
+            );
+            writeln!(
+                json,
+                "{{\"area\":\"hmm\",\"backend\":\"cuda-resident\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"symbols\":{v},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4}}}",
+                d.forward * 1e3, d.viterbi * 1e3, d.baum_welch * 1e3
+            )
+            .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+

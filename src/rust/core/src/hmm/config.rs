@@ -1,0 +1,129 @@
+//! Validated settings of a Baum-Welch fit (params builder + `check`).
+
+use crate::error::{Error, Result};
+use crate::tolerances::MAX_RANDOM_INITS;
+
+use super::model::HmmModel;
+
+/// Settings of [`super::fit`]. Build with [`HmmFitConfig::new`], adjust with
+/// the setters, then call [`HmmFitConfig::check`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct HmmFitConfig {
+    pub n_states: usize,
+    pub n_symbols: usize,
+    /// Starting model; `None` draws `random_inits` random ones.
+    pub init: Option<HmmModel>,
+    pub max_iters: usize,
+    pub epsilon: f64,
+    pub random_inits: usize,
+    /// Added to every expected count before normalising (a Dirichlet prior
+    /// with parameters 1 + pseudocount; MAP instead of ML when > 0).
+    pub pseudocount: f64,
+    pub seed: u64,
+}
+
+/// An [`HmmFitConfig`] that passed [`HmmFitConfig::check`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedHmmFitConfig(pub(crate) HmmFitConfig);
+
+impl std::ops::Deref for CheckedHmmFitConfig {
+    type Target = HmmFitConfig;
+    fn deref(&self) -> &HmmFitConfig {
+        &self.0
+    }
+}
+
+impl HmmFitConfig {
+    pub fn new(n_states: usize, n_symbols: usize) -> Self {
+        HmmFitConfig { n_states, n_symbols, init: None, max_iters: 100, epsilon: 1e-6, random_inits: 1, pseudocount: 0.0, seed: 0 }
+    }
+    pub fn init(mut self, model: HmmModel) -> Self {
+        self.init = Some(model);
+        self
+    }
+    pub fn max_iters(mut self, n: usize) -> Self {
+        self.max_iters = n;
+        self
+    }
+    pub fn epsilon(mut self, eps: f64) -> Self {
+        self.epsilon = eps;
+        self
+    }
+    pub fn random_inits(mut self, n: usize) -> Self {
+        self.random_inits = n;
+        self
+    }
+    pub fn pseudocount(mut self, pc: f64) -> Self {
+        self.pseudocount = pc;
+        self
+    }
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Number of starts run.
+    pub fn starts(&self) -> usize {
+        if self.init.is_some() { 1 } else { self.random_inits }
+    }
+
+    /// Validate every setting; the error names the offending argument.
+    pub fn check(self) -> Result<CheckedHmmFitConfig> {
+        if self.n_states == 0 {
+            return Err(Error::arg("n.states", "must be at least 1"));
+        }
+        if self.n_symbols == 0 {
+            return Err(Error::arg("n.symbols", "must be at least 1"));
+        }
+        if self.max_iters == 0 {
+            return Err(Error::arg("max.iters", "must be at least 1"));
+        }
+        if !(self.epsilon >= 0.0 && self.epsilon.is_finite()) {
+            return Err(Error::arg("epsilon", format!("must be a finite number >= 0, not {}", self.epsilon)));
+        }
+        if !(self.pseudocount >= 0.0 && self.pseudocount.is_finite()) {
+            return Err(Error::arg("pseudocount", format!("must be a finite number >= 0, not {}", self.pseudocount)));
+        }
+        if self.random_inits == 0 || self.random_inits > MAX_RANDOM_INITS {
+            return Err(Error::arg("random.inits", format!("must be between 1 and {MAX_RANDOM_INITS}, not {}", self.random_inits)));
+        }
+        if let Some(m) = &self.init {
+            if m.n_states != self.n_states || m.n_symbols != self.n_symbols {
+                return Err(Error::arg(
+                    "init",
+                    format!(
+                        "has {} states and {} symbols but n.states = {} and n.symbols = {}",
+                        m.n_states, m.n_symbols, self.n_states, self.n_symbols
+                    ),
+                ));
+            }
+        }
+        Ok(CheckedHmmFitConfig(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(config: HmmFitConfig, arg: &str) {
+        match config.check() {
+            Err(Error::InvalidArgument { arg: a, .. }) => assert_eq!(a, arg),
+            other => panic!("expected an error about {arg}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_invalid_setting_is_named() {
+        let ok = HmmFitConfig::new(2, 3);
+        assert!(ok.clone().check().is_ok());
+        bad(HmmFitConfig::new(0, 3), "n.states");
+        bad(HmmFitConfig::new(2, 0), "n.symbols");
+        bad(ok.clone().max_iters(0), "max.iters");
+        bad(ok.clone().epsilon(f64::NAN), "epsilon");
+        bad(ok.clone().pseudocount(-1.0), "pseudocount");
+        bad(ok.clone().random_inits(0), "random.inits");
+        let m = HmmModel::new(vec![1.0], vec![1.0], vec![0.5, 0.5], 2).unwrap();
+        bad(ok.clone().init(m), "init");
+    }
+}

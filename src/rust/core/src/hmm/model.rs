@@ -1,0 +1,105 @@
+//! A discrete-emission HMM: validated start, transition and emission
+//! probabilities, plus the layouts the recursions want.
+
+use crate::error::{Error, Result};
+use crate::tolerances::HMM_ROW_SUM_TOL;
+
+/// An HMM with N states and V symbols. Matrices are row-major:
+/// `trans[i * N + j]` = P(state j at t+1 | state i at t),
+/// `emis[i * V + k]` = P(symbol k | state i). Exact zeros are allowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HmmModel {
+    pub n_states: usize,
+    pub n_symbols: usize,
+    pub start: Vec<f64>,
+    pub trans: Vec<f64>,
+    pub emis: Vec<f64>,
+}
+
+impl HmmModel {
+    /// Validate and build: dimensions agree, entries finite and >= 0, every
+    /// probability vector sums to 1 within [`HMM_ROW_SUM_TOL`].
+    pub fn new(start: Vec<f64>, trans: Vec<f64>, emis: Vec<f64>, n_symbols: usize) -> Result<Self> {
+        let n = start.len();
+        if n == 0 {
+            return Err(Error::arg("start", "must have at least one state"));
+        }
+        if n_symbols == 0 {
+            return Err(Error::arg("emis", "must have at least one symbol (column)"));
+        }
+        if trans.len() != n * n {
+            return Err(Error::arg("trans", format!("must be a {n} x {n} matrix (one row and column per state of `start`), not {} values", trans.len())));
+        }
+        if emis.len() != n * n_symbols {
+            return Err(Error::arg("emis", format!("must have {n} rows (one per state) of {n_symbols} symbols, not {} values", emis.len())));
+        }
+        check_stochastic("start", &start, n)?;
+        check_stochastic("trans", &trans, n)?;
+        check_stochastic("emis", &emis, n_symbols)?;
+        Ok(HmmModel { n_states: n, n_symbols, start, trans, emis })
+    }
+
+    /// Emission probabilities by symbol: `out[k * N + i]` = P(symbol k | state i),
+    /// so one time step reads one contiguous row.
+    pub fn emis_by_symbol(&self) -> Vec<f64> {
+        let (n, v) = (self.n_states, self.n_symbols);
+        let mut out = vec![0.0; n * v];
+        for i in 0..n {
+            for k in 0..v {
+                out[k * n + i] = self.emis[i * v + k];
+            }
+        }
+        out
+    }
+
+    /// Number of free parameters: (N - 1) + N (N - 1) + N (V - 1).
+    pub fn free_parameters(&self) -> usize {
+        let (n, v) = (self.n_states, self.n_symbols);
+        (n - 1) + n * (n - 1) + n * (v - 1)
+    }
+}
+
+/// Rows of `width` values: finite, non-negative, summing to 1.
+fn check_stochastic(arg: &'static str, values: &[f64], width: usize) -> Result<()> {
+    for (r, row) in values.chunks(width).enumerate() {
+        let whose = if arg == "start" { String::new() } else { format!("row {} ", r + 1) };
+        if let Some(c) = row.iter().position(|p| !(p.is_finite() && *p >= 0.0)) {
+            return Err(Error::arg(arg, format!("{whose}has an invalid probability {} at position {}; probabilities must be finite and >= 0", row[c], c + 1)));
+        }
+        let sum: f64 = row.iter().sum();
+        if (sum - 1.0).abs() > HMM_ROW_SUM_TOL {
+            return Err(Error::arg(arg, format!("{whose}must sum to 1, not {sum}")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arg_of(r: Result<HmmModel>) -> &'static str {
+        match r {
+            Err(Error::InvalidArgument { arg, .. }) => arg,
+            other => panic!("expected an argument error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn invalid_models_name_their_argument() {
+        let ok = || (vec![0.5, 0.5], vec![1.0, 0.0, 0.3, 0.7], vec![0.2, 0.8, 1.0, 0.0]);
+        let (s, t, e) = ok();
+        assert!(HmmModel::new(s, t, e, 2).is_ok());
+        let (_, t, e) = ok();
+        assert_eq!(arg_of(HmmModel::new(vec![0.6, 0.5], t, e, 2)), "start");
+        let (s, _, e) = ok();
+        assert_eq!(arg_of(HmmModel::new(s, vec![1.0, 0.0, 0.3], e, 2)), "trans");
+        let (s, _, e) = ok();
+        assert_eq!(arg_of(HmmModel::new(s, vec![1.0, 0.0, f64::NAN, 0.7], e, 2)), "trans");
+        let (s, t, _) = ok();
+        assert_eq!(arg_of(HmmModel::new(s, t, vec![1.2, -0.2, 1.0, 0.0], 2)), "emis");
+        let (s, t, e) = ok();
+        assert_eq!(arg_of(HmmModel::new(s, t, e, 3)), "emis");
+        assert_eq!(arg_of(HmmModel::new(vec![], vec![], vec![], 1)), "start");
+    }
+}

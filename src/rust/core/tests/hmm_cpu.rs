@@ -1,0 +1,420 @@
+//! The HMM routines on the CPU against brute force over all N^T state paths,
+//! a published textbook example, an independent log-space forward pass, and
+//! the properties of Baum-Welch (monotone, recovers a known model).
+
+use bulkem_core::em::FitStatus;
+use bulkem_core::exec::Exec;
+use bulkem_core::hmm::{self, HmmFitConfig, HmmModel, Sequences, NO_STATE};
+use bulkem_core::rng::KeyedStream;
+
+fn uniform(rng: &mut KeyedStream) -> f64 {
+    ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+/// A random probability vector; with `zeros`, some entries are exactly 0
+/// (never all).
+fn simplex(rng: &mut KeyedStream, len: usize, zeros: bool) -> Vec<f64> {
+    let mut x: Vec<f64> = (0..len).map(|_| uniform(rng)).collect();
+    if zeros && len > 1 {
+        for p in x.iter_mut() {
+            if uniform(rng) < 0.3 {
+                *p = 0.0;
+            }
+        }
+        if x.iter().all(|&p| p == 0.0) {
+            x[rng.below(len as u64) as usize] = 1.0;
+        }
+    }
+    let s: f64 = x.iter().sum();
+    x.iter().map(|p| p / s).collect()
+}
+
+fn random_model(n: usize, v: usize, key: u64, zeros: bool) -> HmmModel {
+    let mut rng = KeyedStream::new(99, key, 0);
+    let start = simplex(&mut rng, n, zeros);
+    let trans = (0..n).flat_map(|_| simplex(&mut rng, n, zeros)).collect();
+    let emis = (0..n).flat_map(|_| simplex(&mut rng, v, zeros)).collect();
+    HmmModel::new(start, trans, emis, v).unwrap()
+}
+
+fn random_seq(v: usize, t: usize, key: u64) -> Vec<u32> {
+    let mut rng = KeyedStream::new(7, key, 1);
+    (0..t).map(|_| rng.below(v as u64) as u32).collect()
+}
+
+/// Everything brute force gives for one sequence.
+struct Brute {
+    total: f64,
+    best: f64,
+    best_path: Vec<u32>,
+    /// Probability of the runner-up path (to skip exact ties).
+    second: f64,
+    gamma: Vec<f64>,
+    /// Expected transition counts xi(i, j) and emission counts.
+    xi: Vec<f64>,
+    emis: Vec<f64>,
+}
+
+fn brute(m: &HmmModel, seq: &[u32]) -> Brute {
+    let (n, v, t_len) = (m.n_states, m.n_symbols, seq.len());
+    let mut b = Brute { total: 0.0, best: -1.0, best_path: vec![], second: -1.0, gamma: vec![0.0; t_len * n], xi: vec![0.0; n * n], emis: vec![0.0; n * v] };
+    let paths = n.pow(t_len as u32);
+    let mut joint = Vec::with_capacity(paths);
+    for code in 0..paths {
+        let path: Vec<usize> = (0..t_len).map(|t| (code / n.pow((t_len - 1 - t) as u32)) % n).collect();
+        let mut p = m.start[path[0]] * m.emis[path[0] * v + seq[0] as usize];
+        for t in 1..t_len {
+            p *= m.trans[path[t - 1] * n + path[t]] * m.emis[path[t] * v + seq[t] as usize];
+        }
+        joint.push((p, path));
+    }
+    for (p, path) in &joint {
+        b.total += p;
+        if *p > b.best {
+            b.second = b.best;
+            b.best = *p;
+            b.best_path = path.iter().map(|&s| s as u32).collect();
+        } else if *p > b.second {
+            b.second = *p;
+        }
+    }
+    for (p, path) in &joint {
+        let w = p / b.total;
+        for t in 0..t_len {
+            b.gamma[t * n + path[t]] += w;
+            b.emis[path[t] * v + seq[t] as usize] += w;
+            if t > 0 {
+                b.xi[path[t - 1] * n + path[t]] += w;
+            }
+        }
+    }
+    b
+}
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    a == b || (a - b).abs() <= tol * b.abs().max(1.0)
+}
+
+#[test]
+fn textbook_example() {
+    // Start (0.6, 0.4), trans ((0.7, 0.3), (0.4, 0.6)), emis ((0.5, 0.4, 0.1),
+    // (0.1, 0.3, 0.6)), observations 1, 2, 3 (the Wikipedia Viterbi example).
+    let m = HmmModel::new(vec![0.6, 0.4], vec![0.7, 0.3, 0.4, 0.6], vec![0.5, 0.4, 0.1, 0.1, 0.3, 0.6], 3).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32, 1, 2]]);
+    let ll = hmm::loglik(&m, &seqs, &Exec::cpu()).unwrap();
+    assert!((ll[0] - (-3.316488653735)).abs() < 1e-12, "{}", ll[0]);
+    let v = hmm::viterbi(&m, &seqs, &Exec::cpu()).unwrap();
+    assert_eq!(v.states, vec![0, 0, 1]);
+    assert!((v.log_prob[0].exp() - 0.01512).abs() < 1e-15, "{}", v.log_prob[0].exp());
+}
+
+#[test]
+fn brute_force_over_all_paths() {
+    let exec = Exec::cpu();
+    let mut checked_paths = 0;
+    let mut key = 0;
+    for n in 1..=3usize {
+        for v in 1..=3usize {
+            for t_len in 1..=8usize {
+                for rep in 0..3 {
+                    key += 1;
+                    let zeros = rep == 2;
+                    let m = random_model(n, v, key, zeros);
+                    // Several sequences of this length in one call, plus one
+                    // of every other length, to exercise the flat layout.
+                    let seqs_v: Vec<Vec<u32>> = (0..4).map(|s| random_seq(v, if s == 3 { 1 + (t_len % 5) } else { t_len }, key * 10 + s)).collect();
+                    let seqs = Sequences::from_vecs(&seqs_v);
+                    let ll = hmm::loglik(&m, &seqs, &exec).unwrap();
+                    let vit = hmm::viterbi(&m, &seqs, &exec).unwrap();
+                    let post = hmm::posterior(&m, &seqs, &exec).unwrap();
+                    for (s, seq) in seqs_v.iter().enumerate() {
+                        let b = brute(&m, seq);
+                        let what = format!("N={n} V={v} T={} key={key} seq {s}", seq.len());
+                        assert!(!ll[s].is_nan() && !vit.log_prob[s].is_nan(), "{what}");
+                        assert!(close(ll[s], b.total.ln(), 1e-10), "{what}: loglik {} vs {}", ll[s], b.total.ln());
+                        assert_eq!(ll[s], post.loglik[s], "{what}");
+                        assert!(close(vit.log_prob[s], b.best.ln(), 1e-10), "{what}: viterbi {} vs {}", vit.log_prob[s], b.best.ln());
+                        let path = &vit.states[seqs.offsets[s]..seqs.offsets[s + 1]];
+                        if b.total == 0.0 {
+                            assert!(path.iter().all(|&x| x == NO_STATE), "{what}");
+                            assert!(post.probs[seqs.offsets[s] * n..seqs.offsets[s + 1] * n].iter().all(|p| p.is_nan()));
+                            continue;
+                        }
+                        // A unique best path must be found exactly.
+                        if b.second < b.best * (1.0 - 1e-9) {
+                            assert_eq!(path, &b.best_path[..], "{what}");
+                            checked_paths += 1;
+                        }
+                        let g = &post.probs[seqs.offsets[s] * n..seqs.offsets[s + 1] * n];
+                        for (x, y) in g.iter().zip(&b.gamma) {
+                            assert!((x - y).abs() < 1e-10, "{what}: posterior {x} vs {y}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked_paths > 300, "only {checked_paths} unique paths compared");
+}
+
+#[test]
+fn one_baum_welch_step_matches_brute_force_counts() {
+    let exec = Exec::cpu();
+    for (key, (n, v)) in [(2usize, 3usize), (3, 2), (3, 3), (1, 2)].into_iter().enumerate() {
+        let m = random_model(n, v, 500 + key as u64, key == 2);
+        let seqs_v: Vec<Vec<u32>> = (0..5).map(|s| random_seq(v, 2 + s, 600 + 10 * key as u64 + s as u64)).collect();
+        let seqs = Sequences::from_vecs(&seqs_v);
+        for pc in [0.0, 0.5] {
+            let config = HmmFitConfig::new(n, v).init(m.clone()).max_iters(1).epsilon(0.0).pseudocount(pc).check().unwrap();
+            let fit = hmm::fit(&seqs, &config, &exec).unwrap();
+            // Expected counts by brute force, summed over sequences.
+            let (mut st, mut xi, mut em) = (vec![0.0; n], vec![0.0; n * n], vec![0.0; n * v]);
+            for seq in &seqs_v {
+                let b = brute(&m, seq);
+                st.iter_mut().zip(&b.gamma).for_each(|(a, g)| *a += g);
+                xi.iter_mut().zip(&b.xi).for_each(|(a, b)| *a += b);
+                em.iter_mut().zip(&b.emis).for_each(|(a, b)| *a += b);
+            }
+            let norm = |x: &[f64], width: usize, old: &[f64]| -> Vec<f64> {
+                x.chunks(width)
+                    .zip(old.chunks(width))
+                    .flat_map(|(r, o)| {
+                        let s: f64 = r.iter().map(|c| c + pc).sum();
+                        if s > 0.0 { r.iter().map(|c| (c + pc) / s).collect::<Vec<_>>() } else { o.to_vec() }
+                    })
+                    .collect()
+            };
+            let want = [norm(&st, n, &m.start), norm(&xi, n, &m.trans), norm(&em, v, &m.emis)];
+            let got = [&fit.model.start, &fit.model.trans, &fit.model.emis];
+            for (w, g) in want.iter().zip(got) {
+                for (a, b) in w.iter().zip(g.iter()) {
+                    assert!((a - b).abs() < 1e-10, "N={n} V={v} pc={pc}: {w:?} vs {g:?}");
+                }
+            }
+            // The trace starts at the starting model's log-likelihood.
+            let ll0: f64 = seqs_v.iter().map(|s| brute(&m, s).total.ln()).sum();
+            assert!(close(fit.trace[0], ll0, 1e-10));
+            assert_eq!(fit.trace.len(), 2);
+            assert_eq!(fit.iterations, 1);
+        }
+    }
+}
+
+fn known_model() -> HmmModel {
+    HmmModel::new(
+        vec![0.8, 0.2],
+        vec![0.9, 0.1, 0.2, 0.8],
+        vec![0.7, 0.2, 0.1, 0.05, 0.15, 0.8],
+        3,
+    )
+    .unwrap()
+}
+
+/// Relabel the states of `fit` to best match `truth` (N = 2).
+fn align(fit: &HmmModel, truth: &HmmModel) -> HmmModel {
+    let diff = |m: &HmmModel| m.emis.iter().zip(&truth.emis).map(|(a, b)| (a - b).abs()).sum::<f64>();
+    if fit.n_states != 2 {
+        return fit.clone();
+    }
+    let v = fit.n_symbols;
+    let swapped = HmmModel {
+        start: vec![fit.start[1], fit.start[0]],
+        trans: vec![fit.trans[3], fit.trans[2], fit.trans[1], fit.trans[0]],
+        emis: [&fit.emis[v..], &fit.emis[..v]].concat(),
+        ..fit.clone()
+    };
+    if diff(&swapped) < diff(fit) { swapped } else { fit.clone() }
+}
+
+#[test]
+fn baum_welch_is_monotone_and_recovers_a_known_model() {
+    let truth = known_model();
+    // Many short sequences: enough starts to re-estimate the start probabilities.
+    let (seqs, _) = hmm::simulate(&truth, &vec![60; 3000], 11);
+    let config = HmmFitConfig::new(2, 3).random_inits(3).max_iters(500).epsilon(1e-9).seed(5).check().unwrap();
+    let fit = hmm::fit(&seqs, &config, &Exec::cpu()).unwrap();
+    assert_eq!(fit.status, FitStatus::Converged, "{:?}", fit.message);
+    for w in fit.trace.windows(2) {
+        assert!(w[1] >= w[0] - 1e-9 * w[0].abs(), "log-likelihood decreased: {} -> {}", w[0], w[1]);
+    }
+    assert_eq!(fit.trace.len(), fit.iterations + 1);
+    assert_eq!(*fit.trace.last().unwrap(), fit.loglik);
+    assert_eq!(fit.start_logliks.len(), 3);
+    let m = align(&fit.model, &truth);
+    let worst = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    assert!(worst(&m.start, &truth.start) < 0.04, "start {:?}", m.start);
+    assert!(worst(&m.trans, &truth.trans) < 0.02, "trans {:?}", m.trans);
+    assert!(worst(&m.emis, &truth.emis) < 0.02, "emis {:?}", m.emis);
+    // The fit is at least as likely as the truth on these data.
+    let ll_truth: f64 = hmm::loglik(&truth, &seqs, &Exec::cpu()).unwrap().iter().sum();
+    assert!(fit.loglik >= ll_truth - 1e-6);
+}
+
+#[test]
+fn baum_welch_monotone_from_random_starts_with_zeros_in_data() {
+    // A 3-state model on data from a different model, from random starts.
+    let truth = random_model(3, 4, 77, true);
+    let (seqs, _) = hmm::simulate(&truth, &[5, 200, 1, 37, 1000], 3);
+    for start in 0..4 {
+        let config = HmmFitConfig::new(3, 4).random_inits(1).max_iters(200).epsilon(0.0).seed(start).check().unwrap();
+        let fit = hmm::fit(&seqs, &config, &Exec::cpu()).unwrap();
+        assert_eq!(fit.status, FitStatus::MaxIters);
+        for w in fit.trace.windows(2) {
+            assert!(w[1] >= w[0] - 1e-10 * w[0].abs(), "decreased: {} -> {}", w[0], w[1]);
+        }
+        for p in fit.model.start.iter().chain(&fit.model.trans).chain(&fit.model.emis) {
+            assert!(p.is_finite() && *p >= 0.0);
+        }
+    }
+}
+
+#[test]
+fn fits_do_not_depend_on_the_thread_count() {
+    let truth = known_model();
+    let (seqs, _) = hmm::simulate(&truth, &(0..5000).map(|i| 1 + i % 40).collect::<Vec<_>>(), 2);
+    let config = HmmFitConfig::new(2, 3).random_inits(2).max_iters(20).seed(1).check().unwrap();
+    let one = hmm::fit(&seqs, &config, &Exec::cpu().threads(1)).unwrap();
+    let two = hmm::fit(&seqs, &config, &Exec::cpu().threads(2)).unwrap();
+    assert_eq!(one, two);
+    let p1 = hmm::posterior(&truth, &seqs, &Exec::cpu().threads(1)).unwrap();
+    let p3 = hmm::posterior(&truth, &seqs, &Exec::cpu().threads(3)).unwrap();
+    assert_eq!(p1, p3);
+}
+
+#[test]
+fn impossible_sequences_give_minus_infinity_not_nan() {
+    // State 0 emits only symbol 0 and never leaves; symbol 1 after it is impossible.
+    let m = HmmModel::new(vec![1.0, 0.0], vec![1.0, 0.0, 0.0, 1.0], vec![1.0, 0.0, 0.0, 1.0], 2).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32, 0, 1], vec![0, 0], vec![1]]);
+    let exec = Exec::cpu();
+    let ll = hmm::loglik(&m, &seqs, &exec).unwrap();
+    assert_eq!(ll, vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY]);
+    let v = hmm::viterbi(&m, &seqs, &exec).unwrap();
+    assert_eq!(v.log_prob, vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY]);
+    assert_eq!(v.states, vec![NO_STATE, NO_STATE, NO_STATE, 0, 0, NO_STATE]);
+    let p = hmm::posterior(&m, &seqs, &exec).unwrap();
+    assert_eq!(&p.probs[6..10], &[1.0, 0.0, 1.0, 0.0]);
+    // Baum-Welch from a model that cannot produce a sequence fails, saying which.
+    let config = HmmFitConfig::new(2, 2).init(m).check().unwrap();
+    let fit = hmm::fit(&seqs, &config, &exec).unwrap();
+    assert_eq!(fit.status, FitStatus::Failed);
+    assert!(fit.message.unwrap().contains("sequence 1 "));
+}
+
+#[test]
+fn edge_cases_t1_n1_v1() {
+    let exec = Exec::cpu();
+    // N = 1, V = 1: every sequence has probability 1.
+    let m = HmmModel::new(vec![1.0], vec![1.0], vec![1.0], 1).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32], vec![0; 10]]);
+    assert_eq!(hmm::loglik(&m, &seqs, &exec).unwrap(), vec![0.0, 0.0]);
+    assert_eq!(hmm::viterbi(&m, &seqs, &exec).unwrap().states, vec![0; 11]);
+    assert!(hmm::posterior(&m, &seqs, &exec).unwrap().probs.iter().all(|&p| p == 1.0));
+    let fit = hmm::fit(&seqs, &HmmFitConfig::new(1, 1).check().unwrap(), &exec).unwrap();
+    assert_eq!(fit.status, FitStatus::Converged);
+    assert_eq!(fit.loglik, 0.0);
+    // N = 1, V = 3: Baum-Welch gives the symbol frequencies in one step.
+    let seqs = Sequences::from_vecs(&[vec![0u32, 1, 1, 2], vec![1, 1]]);
+    let fit = hmm::fit(&seqs, &HmmFitConfig::new(1, 3).seed(3).check().unwrap(), &exec).unwrap();
+    let want = [1.0 / 6.0, 4.0 / 6.0, 1.0 / 6.0];
+    assert!(fit.model.emis.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-14), "{:?}", fit.model.emis);
+    // T = 1: the posterior is start * emission, normalised.
+    let m = known_model();
+    let seqs = Sequences::from_vecs(&[vec![2u32]]);
+    let p = hmm::posterior(&m, &seqs, &exec).unwrap();
+    let (a, b) = (0.8 * 0.1, 0.2 * 0.8);
+    assert!((p.probs[0] - a / (a + b)).abs() < 1e-15 && (p.probs[1] - b / (a + b)).abs() < 1e-15);
+    assert!((hmm::loglik(&m, &seqs, &exec).unwrap()[0] - (a + b).ln()).abs() < 1e-15);
+    assert_eq!(hmm::viterbi(&m, &seqs, &exec).unwrap().states, vec![1]);
+}
+
+#[test]
+fn ties_go_to_the_lowest_state() {
+    // Two identical states: every path ties; Viterbi must pick all zeros.
+    let m = HmmModel::new(vec![0.5, 0.5], vec![0.5; 4], vec![0.3, 0.7, 0.3, 0.7], 2).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32, 1, 1, 0, 1]]);
+    let v = hmm::viterbi(&m, &seqs, &Exec::cpu()).unwrap();
+    assert_eq!(v.states, vec![0; 5]);
+}
+
+/// log P(O) by the log-space forward recursion (log-sum-exp), independent
+/// of the scaled implementation.
+fn log_space_loglik(m: &HmmModel, seq: &[u32]) -> f64 {
+    let (n, v) = (m.n_states, m.n_symbols);
+    let lse = |x: &[f64]| {
+        let top = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if top == f64::NEG_INFINITY { top } else { top + x.iter().map(|y| (y - top).exp()).sum::<f64>().ln() }
+    };
+    let mut a: Vec<f64> = (0..n).map(|i| m.start[i].ln() + m.emis[i * v + seq[0] as usize].ln()).collect();
+    for &o in &seq[1..] {
+        a = (0..n)
+            .map(|j| {
+                let terms: Vec<f64> = (0..n).map(|i| a[i] + m.trans[i * n + j].ln()).collect();
+                lse(&terms) + m.emis[j * v + o as usize].ln()
+            })
+            .collect();
+    }
+    lse(&a)
+}
+
+#[test]
+fn long_sequences_are_stable() {
+    let exec = Exec::cpu();
+    let m = random_model(3, 4, 4242, false);
+    let (seqs, _) = hmm::simulate(&m, &[100_000], 9);
+    let ll = hmm::loglik(&m, &seqs, &exec).unwrap()[0];
+    let reference = log_space_loglik(&m, seqs.get(0));
+    assert!(ll.is_finite() && ll < -1e4);
+    assert!(close(ll, reference, 1e-10), "{ll} vs {reference}");
+    let v = hmm::viterbi(&m, &seqs, &exec).unwrap();
+    assert!(v.log_prob[0].is_finite() && v.log_prob[0] <= ll);
+    assert!(v.states.iter().all(|&s| s < 3));
+    let p = hmm::posterior(&m, &seqs, &exec).unwrap();
+    for row in p.probs.chunks(3) {
+        let s: f64 = row.iter().sum();
+        assert!((s - 1.0).abs() < 1e-12 && row.iter().all(|x| (0.0..=1.0 + 1e-12).contains(x)));
+    }
+    let config = HmmFitConfig::new(3, 4).max_iters(5).epsilon(0.0).seed(1).check().unwrap();
+    let fit = hmm::fit(&seqs, &config, &exec).unwrap();
+    assert!(fit.trace.iter().all(|l| l.is_finite()));
+    for w in fit.trace.windows(2) {
+        assert!(w[1] >= w[0] - 1e-9 * w[0].abs());
+    }
+}
+
+#[test]
+fn simulation_is_reproducible_and_follows_the_model() {
+    let m = known_model();
+    let lengths = vec![200; 500];
+    let (a, sa) = hmm::simulate(&m, &lengths, 4);
+    let (b, sb) = hmm::simulate(&m, &lengths, 4);
+    let (c, _) = hmm::simulate(&m, &lengths, 5);
+    assert_eq!((&a, &sa), (&b, &sb));
+    assert_ne!(a, c);
+    assert_eq!(a.len(), 500);
+    assert_eq!(a.total(), 100_000);
+    // First states follow start = (0.8, 0.2): 400 expected in state 0, sd ~ 9.
+    let first0 = (0..500).filter(|&s| sa[a.offsets[s]] == 0).count();
+    assert!((first0 as f64 - 400.0).abs() < 45.0, "{first0}");
+    // Symbol 2 given state 1: 0.8.
+    let (mut in1, mut sym2) = (0usize, 0usize);
+    for (o, s) in a.symbols.iter().zip(&sa) {
+        if *s == 1 {
+            in1 += 1;
+            sym2 += (*o == 2) as usize;
+        }
+    }
+    assert!((sym2 as f64 / in1 as f64 - 0.8).abs() < 0.01);
+}
+
+#[test]
+fn invalid_sequences_are_reported_with_their_index() {
+    let m = known_model();
+    let exec = Exec::cpu();
+    let err = hmm::loglik(&m, &Sequences::from_vecs(&[vec![0u32, 1], vec![0, 3]]), &exec).unwrap_err();
+    assert_eq!(err.to_string(), "sequence 2 has symbol 4 at position 2; symbols must be between 1 and 3");
+    let err = hmm::viterbi(&m, &Sequences::from_vecs(&[vec![0u32], vec![]]), &exec).unwrap_err();
+    assert!(err.to_string().starts_with("sequence 2 is empty"));
+    let empty: [Vec<u32>; 0] = [];
+    assert!(hmm::posterior(&m, &Sequences::from_vecs(&empty), &exec).is_err());
+}

@@ -1,0 +1,168 @@
+//! The CUDA backend of the HMM routines against the CPU reference: log-
+//! likelihoods to 1e-10 relative, identical Viterbi paths, posteriors to
+//! 1e-10, Baum-Welch parameters to 1e-8. Skipped (with a note) where no
+//! device is usable.
+
+mod common;
+use common::{cuda, gpu_or_skip};
+
+use bulkem_core::em::FitStatus;
+use bulkem_core::exec::{Backend, Exec};
+use bulkem_core::hmm::{self, HmmFitConfig, HmmModel, Sequences};
+use bulkem_core::rng::KeyedStream;
+use bulkem_core::tolerances::{GPU_CPU_LOGLIK_REL, GPU_CPU_PARAM_REL};
+
+fn rel(a: f64, b: f64) -> f64 {
+    if a == b { 0.0 } else { (a - b).abs() / b.abs().max(1e-300) }
+}
+
+/// A random model; with `zeros`, some transitions and emissions are 0.
+fn random_model(n: usize, v: usize, key: u64, zeros: bool) -> HmmModel {
+    let mut rng = KeyedStream::new(5, key, 0);
+    let mut u = || ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let mut rows = |r: usize, c: usize, zeros: bool| -> Vec<f64> {
+        (0..r)
+            .flat_map(|_| {
+                let mut x: Vec<f64> = (0..c).map(|_| u()).collect();
+                if zeros && c > 1 {
+                    x[(u() * c as f64) as usize % c] = 0.0;
+                }
+                let s: f64 = x.iter().sum();
+                x.into_iter().map(move |p| p / s).collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let start = rows(1, n, false);
+    let trans = rows(n, n, zeros);
+    let emis = rows(n, v, zeros);
+    HmmModel::new(start, trans, emis, v).unwrap()
+}
+
+fn lengths(count: usize, max: usize, key: u64) -> Vec<usize> {
+    let mut rng = KeyedStream::new(6, key, 0);
+    (0..count).map(|_| 1 + rng.below(max as u64) as usize).collect()
+}
+
+fn compare_passes(model: &HmmModel, seqs: &Sequences, what: &str) {
+    let (cpu, gpu) = (Exec::cpu(), cuda());
+    let a = hmm::loglik(model, seqs, &cpu).unwrap();
+    let b = hmm::loglik(model, seqs, &gpu).unwrap();
+    for (s, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: loglik of sequence {s}: gpu {y} cpu {x}");
+    }
+    let va = hmm::viterbi(model, seqs, &cpu).unwrap();
+    let vb = hmm::viterbi(model, seqs, &gpu).unwrap();
+    assert!(va.states == vb.states, "{what}: Viterbi paths differ");
+    for (x, y) in va.log_prob.iter().zip(&vb.log_prob) {
+        assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: Viterbi log-prob gpu {y} cpu {x}");
+    }
+    let pa = hmm::posterior(model, seqs, &cpu).unwrap();
+    let pb = hmm::posterior(model, seqs, &gpu).unwrap();
+    for (x, y) in pa.probs.iter().zip(&pb.probs) {
+        assert!((x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-10, "{what}: posterior gpu {y} cpu {x}");
+    }
+}
+
+#[test]
+fn passes_match_the_cpu() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // N <= 32 (a warp per sequence), N above a warp (a block per sequence,
+    // tables in shared memory), and N = 200 (transitions in global memory:
+    // several sequences per block).
+    for (key, &(n, v, zeros)) in [(1usize, 3usize, false), (2, 4, true), (5, 7, true), (32, 16, false), (33, 16, false), (64, 8, true), (200, 20, false)].iter().enumerate() {
+        let model = random_model(n, v, key as u64, zeros);
+        let (seqs, _) = hmm::simulate(&model, &lengths(300, 120, key as u64), key as u64);
+        compare_passes(&model, &seqs, &format!("N={n} V={v}"));
+    }
+}
+
+#[test]
+fn impossible_sequences_agree() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let m = HmmModel::new(vec![1.0, 0.0], vec![1.0, 0.0, 0.0, 1.0], vec![1.0, 0.0, 0.0, 1.0], 2).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32, 0, 1], vec![0, 0], vec![1]]);
+    compare_passes(&m, &seqs, "impossible");
+    assert_eq!(hmm::loglik(&m, &seqs, &cuda()).unwrap(), vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY]);
+}
+
+#[test]
+fn long_sequences_agree() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let model = random_model(8, 6, 40, false);
+    let (seqs, _) = hmm::simulate(&model, &[100_000, 10_000, 3], 4);
+    compare_passes(&model, &seqs, "long");
+}
+
+fn compare_models(a: &HmmModel, b: &HmmModel, what: &str) {
+    let all = |m: &HmmModel| [m.start.clone(), m.trans.clone(), m.emis.clone()].concat();
+    for (x, y) in all(a).iter().zip(&all(b)) {
+        assert!((x - y).abs() <= GPU_CPU_PARAM_REL * x.abs().max(1e-6), "{what}: gpu {y} cpu {x}");
+    }
+}
+
+#[test]
+fn baum_welch_matches_the_cpu() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // Warp kernels (N <= 32), block kernels with shared accumulators (V too
+    // large for the warp kernels' emission counts), and N = 40.
+    for (key, &(n, v)) in [(2usize, 3usize), (6, 5), (32, 16), (8, 300), (40, 6)].iter().enumerate() {
+        let truth = random_model(n, v, 100 + key as u64, false);
+        let (seqs, _) = hmm::simulate(&truth, &lengths(2000, 200, 7 + key as u64), 9);
+        // Fixed iterations from a given start.
+        let config = HmmFitConfig::new(n, v).init(random_model(n, v, 200 + key as u64, false)).max_iters(10).epsilon(0.0).check().unwrap();
+        let a = hmm::fit(&seqs, &config, &Exec::cpu()).unwrap();
+        let b = hmm::fit(&seqs, &config, &cuda()).unwrap();
+        assert_eq!((a.status, a.iterations), (b.status, b.iterations));
+        compare_models(&a.model, &b.model, &format!("N={n} V={v}"));
+        for (x, y) in a.trace.iter().zip(&b.trace) {
+            assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "trace gpu {y} cpu {x}");
+        }
+        // Random starts. Both backends stop at the same iteration unless a
+        // change falls within rounding of epsilon; one iteration apart is
+        // tolerated (the status may then differ at the max_iters boundary).
+        let config = HmmFitConfig::new(n, v).random_inits(2).max_iters(300).epsilon(1e-2).seed(3).check().unwrap();
+        let a = hmm::fit(&seqs, &config, &Exec::cpu()).unwrap();
+        let b = hmm::fit(&seqs, &config, &cuda()).unwrap();
+        assert_ne!(a.status, FitStatus::Failed);
+        assert_eq!(a.best_start, b.best_start);
+        assert!(a.iterations.abs_diff(b.iterations) <= 1, "N={n}: {} vs {} iterations", a.iterations, b.iterations);
+        assert!(rel(b.loglik, a.loglik) <= 1e-8, "N={n}: loglik gpu {} cpu {}", b.loglik, a.loglik);
+        if a.iterations == b.iterations {
+            assert_eq!(a.status, b.status);
+            compare_models(&a.model, &b.model, &format!("N={n} V={v}, random starts"));
+        }
+    }
+}
+
+#[test]
+fn one_iteration_with_many_states_matches_the_cpu() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // N = V = 512: counts accumulated in global memory.
+    let model = random_model(512, 512, 300, false);
+    let (seqs, _) = hmm::simulate(&model, &vec![16; 64], 1);
+    let (a, la) = hmm::baum_welch_step(&model, &seqs, 0.0, &Exec::cpu()).unwrap();
+    let (b, lb) = hmm::baum_welch_step(&model, &seqs, 0.0, &cuda()).unwrap();
+    assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL);
+    compare_models(&a, &b, "N=512");
+    compare_passes(&model, &seqs, "N=512");
+}
+
+#[test]
+fn small_jobs_stay_on_the_cpu() {
+    assert_eq!(hmm::auto_backend(10, 5000, 1), Backend::Cpu);
+    assert_eq!(hmm::auto_backend(gpu_max() + 1, 1 << 30, 100), Backend::Cpu);
+}
+
+fn gpu_max() -> usize {
+    hmm::gpu::MAX_GPU_STATES
+}

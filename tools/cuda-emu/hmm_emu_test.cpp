@@ -1,0 +1,246 @@
+// Runs the kernels of src/rust/core/kernels/hmm.cu under emu.h and checks
+// them against a plain C++ reference of the same recursions, for small
+// models (including exact zeros and impossible sequences), every kernel
+// variant (shared/global tables, shared/global accumulators, tiled, the
+// transition-count GEMM) and grids smaller than the work (grid-stride).
+// Build and run: tools/cuda-emu/run.sh
+#include "emu.h"
+#include "gen_hmm.h"
+#include <cstdio>
+#include <random>
+#include <algorithm>
+using std::vector;
+
+static int failures = 0;
+#define CHECK(cond, ...) do { if (!(cond)) { ++failures; if (failures < 20) { std::printf("FAIL %s:%d: ", __FILE__, __LINE__); std::printf(__VA_ARGS__); std::printf("\n"); } } } while (0)
+
+struct Model { int N, V; vector<double> start, trans, emis; };
+
+static vector<double> simplex(std::mt19937_64& g, int len, bool zeros) {
+    std::uniform_real_distribution<double> u(0.01, 1.0);
+    vector<double> x(len);
+    for (auto& v : x) v = u(g);
+    // Half the entries 0 (at least one kept), so some sequences are impossible.
+    if (zeros && len > 1) { for (auto& v : x) if (g() % 2) v = 0.0; x[g() % len] = 0.5; }
+    double s = 0; for (double v : x) s += v;
+    for (auto& v : x) v /= s;
+    return x;
+}
+
+static Model random_model(int N, int V, bool zeros, unsigned seed) {
+    std::mt19937_64 g(seed);
+    Model m{N, V, simplex(g, N, false), {}, {}};
+    for (int i = 0; i < N; ++i) { auto r = simplex(g, N, zeros); m.trans.insert(m.trans.end(), r.begin(), r.end()); }
+    for (int i = 0; i < N; ++i) { auto r = simplex(g, V, zeros); m.emis.insert(m.emis.end(), r.begin(), r.end()); }
+    if (zeros && V > 2) {
+        // No state emits the last symbol: sequences holding it are impossible.
+        for (int i = 0; i < N; ++i) {
+            double* row = &m.emis[i * V];
+            row[V - 1] = 0.0;
+            double s = 0; for (int k = 0; k < V; ++k) s += row[k];
+            if (s == 0) { row[0] = 1.0; s = 1.0; }
+            for (int k = 0; k < V; ++k) row[k] /= s;
+        }
+    }
+    return m;
+}
+
+// ---- reference --------------------------------------------------------------
+struct Ref { double ll; vector<double> gamma; vector<double> start, xi, emis; vector<unsigned> path; double logp; };
+
+static Ref reference(const Model& m, const unsigned* o, int T) {
+    int N = m.N, V = m.V;
+    Ref r; r.start.assign(N, 0); r.xi.assign(N * N, 0); r.emis.assign(V * N, 0); r.gamma.assign(T * N, 0);
+    vector<double> a(T * N), c(T);
+    r.ll = 0;
+    bool dead = false;
+    for (int t = 0; t < T && !dead; ++t) {
+        double s = 0;
+        for (int j = 0; j < N; ++j) {
+            double x;
+            if (t == 0) x = m.start[j];
+            else { x = 0; for (int i = 0; i < N; ++i) x += a[(t - 1) * N + i] * m.trans[i * N + j]; }
+            x *= m.emis[j * V + o[t]];
+            a[t * N + j] = x; s += x;
+        }
+        if (!(s > 0)) { dead = true; break; }
+        c[t] = s; r.ll += std::log(s);
+        for (int j = 0; j < N; ++j) a[t * N + j] /= s;
+    }
+    if (dead) r.ll = -INFINITY;
+    else {
+        vector<double> b(N, 1.0), nb(N), w(N);
+        for (int i = 0; i < N; ++i) r.gamma[(T - 1) * N + i] = a[(T - 1) * N + i];
+        for (int t = T - 2; t >= 0; --t) {
+            for (int j = 0; j < N; ++j) w[j] = m.emis[j * V + o[t + 1]] * b[j] / c[t + 1];
+            for (int i = 0; i < N; ++i) {
+                for (int j = 0; j < N; ++j) r.xi[i * N + j] += a[t * N + i] * w[j];
+                double s = 0; for (int j = 0; j < N; ++j) s += m.trans[i * N + j] * w[j];
+                nb[i] = s; r.gamma[t * N + i] = a[t * N + i] * s;
+            }
+            b = nb;
+        }
+        for (int t = 0; t < T; ++t) for (int i = 0; i < N; ++i) r.emis[o[t] * N + i] += r.gamma[t * N + i];
+        for (int i = 0; i < N; ++i) r.start[i] = r.gamma[i];
+    }
+    // Viterbi, ties to the lowest index.
+    vector<double> d(N), nd(N); vector<unsigned> bp(T * N);
+    for (int j = 0; j < N; ++j) d[j] = std::log(m.start[j]) + std::log(m.emis[j * V + o[0]]);
+    for (int t = 1; t < T; ++t) {
+        for (int j = 0; j < N; ++j) {
+            double best = -INFINITY; unsigned arg = 0;
+            for (int i = 0; i < N; ++i) { double v = d[i] + std::log(m.trans[i * N + j]); if (v > best) { best = v; arg = i; } }
+            nd[j] = best + std::log(m.emis[j * V + o[t]]); bp[t * N + j] = arg;
+        }
+        d = nd;
+    }
+    double best = -INFINITY; unsigned arg = 0;
+    for (int j = 0; j < N; ++j) if (d[j] > best) { best = d[j]; arg = j; }
+    r.logp = best; r.path.assign(T, 0xffffffffu);
+    if (best > -INFINITY) {
+        r.path[T - 1] = arg;
+        for (int t = T - 1; t > 0; --t) { arg = bp[t * N + arg]; r.path[t - 1] = arg; }
+    }
+    return r;
+}
+
+static bool close(double a, double b, double tol) {
+    if (a == b) return true;
+    if (std::isnan(a) && std::isnan(b)) return true;
+    return std::fabs(a - b) <= tol * std::max(1.0, std::fabs(b));
+}
+
+static unsigned threads_for(int n, unsigned cap) { unsigned t = (n + 31) / 32 * 32; return std::min(std::max(t, 32u), cap); }
+
+static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
+    Model m = random_model(N, V, zeros, seed);
+    std::mt19937_64 g(seed * 7 + 1);
+    int M = 9;
+    vector<long long> off{0}; vector<unsigned> sym;
+    for (int s = 0; s < M; ++s) { int T = 1 + g() % 12; for (int t = 0; t < T; ++t) sym.push_back(g() % V); off.push_back(sym.size()); }
+    long long S = sym.size();
+    vector<double> trans_t(N * N), emis_k(V * N), ltrans(N * N), lstart(N), lemis_k(V * N);
+    for (int i = 0; i < N; ++i) for (int j = 0; j < N; ++j) { trans_t[j * N + i] = m.trans[i * N + j]; ltrans[i * N + j] = std::log(m.trans[i * N + j]); }
+    for (int i = 0; i < N; ++i) for (int k = 0; k < V; ++k) { emis_k[k * N + i] = m.emis[i * V + k]; lemis_k[k * N + i] = std::log(m.emis[i * V + k]); }
+    for (int i = 0; i < N; ++i) lstart[i] = std::log(m.start[i]);
+    vector<Ref> ref;
+    int impossible = 0;
+    for (int s = 0; s < M; ++s) { ref.push_back(reference(m, &sym[off[s]], off[s + 1] - off[s])); impossible += ref.back().ll == -INFINITY; }
+    long long size = N + (long long)N * N + (long long)V * N;
+
+    for (int tiled = 0; tiled < 2; ++tiled) {
+        // Forward, keeping alphas.
+        vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0);
+        unsigned fthreads = threads_for(N, tiled ? 256 : 512);
+        for (int trans_smem = 0; trans_smem < 2; ++trans_smem) {
+            if (tiled && trans_smem) continue;
+            if (tiled) emu_launch({std::min(G, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, (2 * HMM_TILE * N + 32 * HMM_TILE) * 8, hmm_forward_tiled, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data());
+            else emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + 32 + trans_smem * N * N) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), trans_smem);
+            for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d tiled=%d forward seq %d: %g vs %g", N, tiled, s, ll[s], ref[s].ll);
+        }
+        // Posteriors.
+        vector<double> gamma(S * N, 0.0);
+        const double* nul = nullptr; double* nulw = nullptr;
+        if (tiled) emu_launch({std::min(G, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, 3 * HMM_TILE * N * 8, hmm_backward_tiled, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw);
+        else emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (3 * N + N * N) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, 1, 0);
+        (void)nul;
+        for (int s = 0; s < M; ++s)
+            for (long long k = 0; k < (off[s + 1] - off[s]) * N; ++k)
+                CHECK(close(gamma[off[s] * N + k], ref[s].ll == -INFINITY ? NAN : ref[s].gamma[k], 1e-12), "N=%d tiled=%d gamma seq %d k %lld: %g vs %g", N, tiled, s, k, gamma[off[s] * N + k], ref[s].gamma[k]);
+        // Counts: in-kernel (shared or global accumulators) and by the GEMM.
+        for (int mode = 0; mode < 3; ++mode) {
+            if (tiled && mode < 2) continue;  // the tiled kernel always leaves xi to the GEMM
+            unsigned slots = std::min(G, (unsigned)M);
+            vector<double> partial(slots * size, 0.0), tmp(S * N, 0.0), total(size, 0.0);
+            double* tmp_out = mode == 2 ? tmp.data() : nullptr;
+            if (tiled) emu_launch({std::min(slots, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, 3 * HMM_TILE * N * 8, hmm_backward_tiled, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), tmp_out);
+            else emu_launch({slots, 1, 1}, fthreads, (3 * N + N * N + (mode == 0 ? size : 0)) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), tmp_out, 1, mode == 0 ? 1 : 0);
+            if (mode == 2) {
+                unsigned tiles = (N + 63) / 64;
+                unsigned splits = std::min(slots, 3u);
+                emu_launch({tiles, tiles, splits}, 256, 0, hmm_xi_gemm, N, (long long)S, (const double*)alpha.data(), (const double*)tmp.data(), partial.data(), size);
+            }
+            emu_launch({2, 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
+            vector<double> want(size, 0.0);
+            for (int s = 0; s < M; ++s) {
+                if (ref[s].ll == -INFINITY) continue;
+                for (int i = 0; i < N; ++i) want[i] += ref[s].start[i];
+                for (int k = 0; k < N * N; ++k) want[N + k] += ref[s].xi[k];
+                for (int k = 0; k < V * N; ++k) want[N + N * N + k] += ref[s].emis[k];
+            }
+            for (long long k = 0; k < size; ++k) CHECK(close(total[k], want[k], 1e-11), "N=%d tiled=%d mode %d count %lld: %g vs %g", N, tiled, mode, k, total[k], want[k]);
+        }
+        // Viterbi.
+        for (int trans_smem = 0; trans_smem < 2; ++trans_smem) {
+            if (tiled && trans_smem) continue;
+            vector<unsigned short> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M, 0.0);
+            if (tiled) emu_launch({std::min(G, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, 2 * HMM_TILE * N * 8, hmm_viterbi_tiled, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data());
+            else emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + trans_smem * N * N) * 8, hmm_viterbi, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data(), trans_smem);
+            for (int s = 0; s < M; ++s) {
+                CHECK(logp[s] == ref[s].logp, "N=%d tiled=%d viterbi logp seq %d: %.17g vs %.17g", N, tiled, s, logp[s], ref[s].logp);
+                for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d tiled=%d viterbi path seq %d t %lld: %u vs %u", N, tiled, s, t, path[off[s] + t], ref[s].path[t]);
+            }
+        }
+        // A batch that starts in the middle: sequences [3, 9) only.
+        vector<double> ll2(6, 0.0), a2((S - off[3]) * N, 0.0), sc2(S - off[3], 0.0);
+        if (tiled) emu_launch({2, 1, 1}, fthreads, (2 * HMM_TILE * N + 32 * HMM_TILE) * 8, hmm_forward_tiled, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), sc2.data(), ll2.data());
+        else emu_launch({2, 1, 1}, fthreads, (2 * N + 32) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), sc2.data(), ll2.data(), 0);
+        for (int s = 3; s < M; ++s) CHECK(close(ll2[s - 3], ref[s].ll, 1e-12), "N=%d tiled=%d batch forward seq %d", N, tiled, s);
+        for (long long k = 0; k < (S - off[3]) * N; ++k) CHECK(a2[k] == alpha[off[3] * N + k], "N=%d tiled=%d batch alpha %lld", N, tiled, k);
+    }
+    if (N <= 32) {
+        // The warp-per-sequence kernels (4 warps per block).
+        unsigned blocks = std::min(G, (unsigned)(M + 3) / 4);
+        vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0);
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data());
+        for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d warp forward seq %d: %.17g vs %.17g", N, s, ll[s], ref[s].ll);
+        vector<double> gamma(S * N, 0.0);
+        double* nulw = nullptr;
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw);
+        for (int s = 0; s < M; ++s)
+            for (long long k = 0; k < (off[s + 1] - off[s]) * N; ++k)
+                CHECK(close(gamma[off[s] * N + k], ref[s].ll == -INFINITY ? NAN : ref[s].gamma[k], 1e-12), "N=%d warp gamma seq %d k %lld: %g vs %g", N, s, k, gamma[off[s] * N + k], ref[s].gamma[k]);
+        // Counts in two batches ([0, 4) and [4, M)) into the same slots.
+        unsigned slots = blocks * 4;
+        vector<double> partial(slots * size, 0.0), total(size, 0.0);
+        for (int half = 0; half < 2; ++half) {
+            int a0 = half ? 4 : 0, a1 = half ? M : 4;
+            vector<double> al((off[a1] - off[a0]) * N, 0.0), sc(off[a1] - off[a0], 0.0), l2(a1 - a0, 0.0);
+            unsigned bl = std::min(blocks, (unsigned)(a1 - a0 + 3) / 4);
+            emu_launch({bl, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, al.data(), sc.data(), l2.data());
+            emu_launch({bl, 1, 1}, 128, (4 * 32 + 4 * V * 32) * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, (const double*)al.data(), (const double*)sc.data(), (const double*)l2.data(), nulw, partial.data());
+        }
+        emu_launch({2, 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
+        vector<double> want(size, 0.0);
+        for (int s = 0; s < M; ++s) {
+            if (ref[s].ll == -INFINITY) continue;
+            for (int i = 0; i < N; ++i) want[i] += ref[s].start[i];
+            for (int k = 0; k < N * N; ++k) want[N + k] += ref[s].xi[k];
+            for (int k = 0; k < V * N; ++k) want[N + N * N + k] += ref[s].emis[k];
+        }
+        for (long long k = 0; k < size; ++k) CHECK(close(total[k], want[k], 1e-11), "N=%d warp count %lld: %g vs %g", N, k, total[k], want[k]);
+        vector<unsigned char> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M, 0.0);
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_viterbi_warp, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data());
+        for (int s = 0; s < M; ++s) {
+            CHECK(logp[s] == ref[s].logp, "N=%d warp viterbi logp seq %d: %.17g vs %.17g", N, s, logp[s], ref[s].logp);
+            for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d warp viterbi path seq %d t %lld", N, s, t);
+        }
+    }
+    std::printf("N=%d V=%d zeros=%d: %d sequences (%d impossible) checked\n", N, V, zeros, M, impossible);
+}
+
+int main() {
+    for (unsigned G : {2u, 5u}) {
+        run_case(1, 3, false, 1, G);
+        run_case(3, 4, true, 2, G);
+        run_case(5, 2, true, 3, G);
+        run_case(32, 3, true, 6, G);
+        run_case(32, 5, false, 7, G);
+        run_case(20, 12, true, 8, G);
+        run_case(3, 9, true, 9, G);
+        run_case(33, 5, false, 4, G);
+        run_case(70, 6, true, 5, G);
+    }
+    std::printf(failures ? "%d FAILURES\n" : "all passed\n", failures);
+    return failures != 0;
+}
