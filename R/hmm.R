@@ -115,6 +115,16 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #'   "Large enough" means at least 1e10 symbol x N^2 x pass units (e.g.
 #'   10,000 sequences of 1,000 symbols with N = 32 for a Baum-Welch fit);
 #'   the GPU kernels handle up to 2048 states.
+#' @param parallel `"none"`: all sequences in this R session. `"future"`:
+#'   the sequences are split into chunks of consecutive sequences and run on
+#'   the workers of the current [future::plan()] through
+#'   [future.apply::future_lapply()], each chunk sent only its own sequences
+#'   and each worker choosing its own backend (`use.gpu` is resolved there).
+#'   Every sequence is computed on its own, so the result is identical to
+#'   `"none"` (on the same backend). Needs \pkg{future} and
+#'   \pkg{future.apply}.
+#' @param chunk.size Sequences per chunk (`NULL`: about 4 chunks per future
+#'   worker, fewer for small jobs; one chunk with `parallel = "none"`).
 #' @return A numeric vector, one log-likelihood per sequence (named as
 #'   `seqs`).
 #' @examples
@@ -122,17 +132,12 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
 #' hmm_loglik(model, list(c(1, 2, 3), c(3, 3, 3, 1)), use.gpu = FALSE)
 #' @export
-hmm_loglik <- function(model, seqs, use.gpu = NA) {
+hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
   check_hmm(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
-  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 1, call)
-  ll <- call_core(
-    hmm_loglik_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
-                ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
-    call, "hmm_loglik"
-  )
-  stats::setNames(ll, s$names)
+  raw <- hmm_run("loglik", model, s, use.gpu, parallel, chunk.size, 1, call)
+  stats::setNames(raw$loglik, s$names)
 }
 
 #' Most probable hidden state path of each sequence (Viterbi)
@@ -158,16 +163,11 @@ hmm_loglik <- function(model, seqs, use.gpu = NA) {
 #' v$path[[1]]
 #' exp(v$log_prob)
 #' @export
-hmm_viterbi <- function(model, seqs, use.gpu = NA) {
+hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
   check_hmm(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
-  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 1, call)
-  raw <- call_core(
-    hmm_viterbi_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
-                 ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
-    call, "hmm_viterbi"
-  )
+  raw <- hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call)
   list(path = stats::setNames(split_flat(raw$path, s$lengths), s$names),
        log_prob = stats::setNames(raw$log_prob, s$names))
 }
@@ -188,16 +188,11 @@ hmm_viterbi <- function(model, seqs, use.gpu = NA) {
 #'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
 #' hmm_posterior(model, list(c(1, 2, 3)), use.gpu = FALSE)[[1]]
 #' @export
-hmm_posterior <- function(model, seqs, use.gpu = NA) {
+hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
   check_hmm(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
-  backend <- hmm_backend(use.gpu, length(model$start), sum(as.double(s$lengths)), 2, call)
-  raw <- call_core(
-    hmm_posterior_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
-                   ncol(model$emis), s$symbols, s$lengths, cpu_threads(), backend),
-    call, "hmm_posterior"
-  )
+  raw <- hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call)
   N <- length(model$start)
   probs <- raw$probs
   probs[is.nan(probs)] <- NA_real_
@@ -346,6 +341,57 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
 
 # "cpu" or "cuda" for an HMM job of `symbols` symbols and `passes` passes
 # over them; with use.gpu = NA the core picks by the size of the job.
+# One pass ("loglik", "viterbi" or "posterior") over the sequences `s`
+# (from check_seqs()), in this session or split by sequences over future
+# workers (map_chunks(), R/parallel.R). Each sequence is computed on its own,
+# so the chunking never changes a result. Returns the core's fields, bound.
+hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call) {
+  parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
+  if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
+  fn <- paste0("hmm_", pass)
+  n <- length(s$lengths)
+  symbols <- sum(as.double(s$lengths))
+  N <- length(model$start)
+  settings <- list(pass = pass, passes = passes, start = model$start, trans = as.double(t(model$trans)),
+                   emis = as.double(t(model$emis)), V = ncol(model$emis))
+  settings <- c(settings, exec_settings(parallel, use.gpu, call))
+  if (parallel == "none" && settings$backend == "auto") {
+    settings$backend <- hmm_auto_backend_(as.integer(N), symbols, as.double(passes))
+  }
+  size <- if (!is.null(chunk.size)) {
+    chunk.size
+  } else if (parallel == "future") {
+    future_chunk_size(n, bytes = 4 * symbols, work = symbols * N * N * passes, min_work = MIN_CHUNK_WORK)
+  } else {
+    n
+  }
+  ends <- cumsum(as.double(s$lengths))
+  parts <- map_chunks(
+    chunk_indices(n, size), hmm_chunk,
+    slice = function(idx) {
+      from <- ends[idx[1]] - s$lengths[idx[1]] + 1
+      list(symbols = s$symbols[from:ends[idx[length(idx)]]], lengths = s$lengths[idx])
+    },
+    args = settings, parallel = parallel,
+    progress = if (parallel == "future") make_progress(n), what = "sequences",
+    on_error = function(msg, where) core_error(msg, call, fn, if (parallel == "future") where),
+    call = call
+  )
+  bind_chunks(parts)
+}
+
+# One chunk of sequences of an HMM pass, here or on a future worker.
+hmm_chunk <- function(part, idx, st) {
+  ex <- chunk_exec(st)
+  backend <- ex$backend
+  if (backend == "auto") {
+    backend <- hmm_auto_backend_(as.integer(length(st$start)), sum(as.double(part$lengths)), as.double(st$passes))
+  }
+  pass <- switch(st$pass, loglik = hmm_loglik_, viterbi = hmm_viterbi_, posterior = hmm_posterior_)
+  out <- pass(st$start, st$trans, st$emis, st$V, part$symbols, part$lengths, ex$threads, backend)
+  if (st$pass == "loglik") list(loglik = out) else out
+}
+
 hmm_backend <- function(use.gpu, states, symbols, passes, call) {
   backend <- resolve_backend(use.gpu, call)
   if (backend == "auto") hmm_auto_backend_(as.integer(states), as.double(symbols), as.double(passes)) else backend

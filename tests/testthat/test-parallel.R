@@ -208,3 +208,23 @@ test_that("hbglm chains on future workers give the draws of one call", {
   expect_identical(par_fit$draws, seq_fit$draws)
   expect_error(do.call(hbglm, modifyList(args, list(parallel = "cluster"))), "`parallel` must be one of")
 })
+
+test_that("HMM passes split by sequences over future workers give the sequential result", {
+  skip_on_cran()
+  skip_if_not_installed("future")
+  skip_if_not_installed("future.apply")
+  model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
+               matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
+  seqs <- hmm_simulate(model, 23, 5:27, seed = 3)
+  seqs[[9]] <- c(1L, 3L)
+  ll <- hmm_loglik(model, seqs, use.gpu = FALSE)
+  vit <- hmm_viterbi(model, seqs, use.gpu = FALSE)
+  post <- hmm_posterior(model, seqs, use.gpu = FALSE)
+  # Chunking alone changes nothing.
+  expect_identical(hmm_loglik(model, seqs, use.gpu = FALSE, chunk.size = 4), ll)
+  oplan <- future::plan(future::multisession, workers = 2)
+  on.exit(future::plan(oplan), add = TRUE)
+  expect_identical(hmm_loglik(model, seqs, use.gpu = FALSE, parallel = "future", chunk.size = 5), ll)
+  expect_identical(hmm_viterbi(model, seqs, use.gpu = FALSE, parallel = "future"), vit)
+  expect_identical(hmm_posterior(model, seqs, use.gpu = FALSE, parallel = "future", chunk.size = 7), post)
+})
