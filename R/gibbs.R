@@ -508,7 +508,7 @@ bind_chain_parts <- function(parts, chunks) {
     draws[, chunks[[k]], ] <- array(parts[[k]]$draws, dim = c(first$kept, length(chunks[[k]]), first$n_params))
   }
   total <- function(field) sum(vapply(parts, `[[`, numeric(1), field))
-  modifyList(first, list(
+  utils::modifyList(first, list(
     draws = as.vector(draws), chains = chains,
     backend = paste(unique(vapply(parts, `[[`, character(1), "backend")), collapse = ", "),
     seconds = max(vapply(parts, `[[`, numeric(1), "seconds")),
