@@ -55,37 +55,18 @@ fn split_by_chunks<'a, T>(mut out: &'a mut [T], seqs: &Sequences, chunks: &[Rang
     parts
 }
 
-pub fn loglik(tab: &Tables, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+/// Run `one(scratch, s, rows)` for every sequence `s`, in parallel chunks,
+/// where `rows` is the sequence's part of `out` (`width` values per symbol)
+/// and `scratch` is reused within a chunk; returns `one`'s values in order.
+fn per_sequence<T: Send, S: Default>(
+    seqs: &Sequences,
+    exec: &Exec,
+    out: &mut [T],
+    width: usize,
+    one: impl Fn(&mut S, usize, &mut [T]) -> f64 + Sync,
+) -> Result<Vec<f64>> {
     let chunks = chunks(seqs, 0);
-    let mut out = vec![0.0; seqs.len()];
-    let mut parts = Vec::with_capacity(chunks.len());
-    let mut rest = &mut out[..];
-    for c in &chunks {
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut(c.len());
-        parts.push(head);
-        rest = tail;
-    }
-    exec.install(|| {
-        chunks.par_iter().zip(parts).for_each(|(c, part)| {
-            if exec.monitor.is_cancelled() {
-                return;
-            }
-            let mut buf = Vec::new();
-            for (s, ll) in c.clone().zip(part.iter_mut()) {
-                *ll = loglik_one(tab, seqs.get(s), &mut buf);
-            }
-            exec.monitor.add_done(c.len());
-        })
-    })?;
-    exec.monitor.check()?;
-    Ok(out)
-}
-
-/// Viterbi paths (flat, laid out like the symbols) and their log-probabilities.
-pub fn viterbi(tab: &LogTables, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
-    let chunks = chunks(seqs, 0);
-    let mut paths = vec![0u32; seqs.total()];
-    let parts = split_by_chunks(&mut paths, seqs, &chunks, 1);
+    let parts = split_by_chunks(out, seqs, &chunks, width);
     let per_chunk: Vec<Vec<f64>> = exec.install(|| {
         chunks
             .par_iter()
@@ -94,62 +75,50 @@ pub fn viterbi(tab: &LogTables, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u3
                 if exec.monitor.is_cancelled() {
                     return Vec::new();
                 }
-                let (mut back, mut buf) = (Vec::new(), Vec::new());
+                let mut scratch = S::default();
                 let base = seqs.offsets[c.start];
-                let out = c
+                let values = c
                     .clone()
-                    .map(|s| {
-                        let path = &mut part[seqs.offsets[s] - base..seqs.offsets[s + 1] - base];
-                        viterbi_one(tab, seqs.get(s), path, &mut back, &mut buf)
-                    })
+                    .map(|s| one(&mut scratch, s, &mut part[(seqs.offsets[s] - base) * width..(seqs.offsets[s + 1] - base) * width]))
                     .collect();
                 exec.monitor.add_done(c.len());
-                out
+                values
             })
             .collect()
     })?;
     exec.monitor.check()?;
-    Ok((paths, per_chunk.concat()))
+    Ok(per_chunk.concat())
+}
+
+pub fn loglik(tab: &Tables, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+    per_sequence(seqs, exec, &mut [0u8; 0], 0, |buf: &mut Vec<f64>, s, _| loglik_one(tab, seqs.get(s), buf))
+}
+
+/// Viterbi paths (flat, laid out like the symbols) and their log-probabilities.
+pub fn viterbi(tab: &LogTables, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+    let mut paths = vec![0u32; seqs.total()];
+    let logp = per_sequence(seqs, exec, &mut paths, 1, |(back, buf): &mut (Vec<u32>, Vec<f64>), s, path| {
+        viterbi_one(tab, seqs.get(s), path, back, buf)
+    })?;
+    Ok((paths, logp))
 }
 
 /// Posterior state probabilities, `total symbols x N` time-major, and the
 /// log-likelihood of each sequence. An impossible sequence gets NaN rows.
 pub fn posterior(tab: &Tables, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     let n = tab.n;
-    let chunks = chunks(seqs, 0);
     let mut post = vec![0.0; seqs.total() * n];
-    let parts = split_by_chunks(&mut post, seqs, &chunks, n);
-    let per_chunk: Vec<Vec<f64>> = exec.install(|| {
-        chunks
-            .par_iter()
-            .zip(parts)
-            .map(|(c, part)| {
-                if exec.monitor.is_cancelled() {
-                    return Vec::new();
-                }
-                let (mut alpha, mut scale, mut buf) = (Vec::new(), Vec::new(), Vec::new());
-                let base = seqs.offsets[c.start];
-                let out = c
-                    .clone()
-                    .map(|s| {
-                        let seq = seqs.get(s);
-                        let rows = &mut part[(seqs.offsets[s] - base) * n..(seqs.offsets[s + 1] - base) * n];
-                        let ll = forward_all(tab, seq, &mut alpha, &mut scale);
-                        if ll == f64::NEG_INFINITY {
-                            rows.fill(f64::NAN);
-                        } else {
-                            backward(tab, seq, &alpha, &scale, &mut buf, None, |t, g| rows[t * n..(t + 1) * n].copy_from_slice(g));
-                        }
-                        ll
-                    })
-                    .collect();
-                exec.monitor.add_done(c.len());
-                out
-            })
-            .collect()
+    let ll = per_sequence(seqs, exec, &mut post, n, |(alpha, scale, buf): &mut (Vec<f64>, Vec<f64>, Vec<f64>), s, rows| {
+        let seq = seqs.get(s);
+        let ll = forward_all(tab, seq, alpha, scale);
+        if ll == f64::NEG_INFINITY {
+            rows.fill(f64::NAN);
+        } else {
+            backward(tab, seq, alpha, scale, buf, None, |t, g| rows[t * n..(t + 1) * n].copy_from_slice(g));
+        }
+        ll
     })?;
-    exec.monitor.check()?;
-    Ok((post, per_chunk.concat()))
+    Ok((post, ll))
 }
 
 /// One E-step over all sequences: expected counts and the total
