@@ -2,6 +2,8 @@
 // source by the host (NVRTC compiles one string; no include paths needed).
 
 #define FULL_MASK 0xffffffffu
+#define HMM_NEG_INF __longlong_as_double(0xfff0000000000000ULL)
+#define HMM_NAN __longlong_as_double(0x7ff8000000000000ULL)
 
 // Sum over the 32 lanes of a warp; every lane gets the same total, summed
 // in the same (butterfly) order, so the result is deterministic.

@@ -21,8 +21,6 @@
 // P(symbol k | state i); log tables likewise.
 
 #define HMM_NO_STATE 0xffffffffu
-#define HMM_NEG_INF __longlong_as_double(0xfff0000000000000ULL)
-#define HMM_NAN __longlong_as_double(0x7ff8000000000000ULL)
 
 // Copy `n` doubles to shared memory (block-wide; caller syncs).
 __device__ __forceinline__ void hmm_copy(double* dst, const double* src, long long n) {
@@ -361,155 +359,15 @@ extern "C" __global__ void hmm_reduce(const double* __restrict__ partial, int bl
     }
 }
 
-// ---- Large N: a tile of HMM_TILE sequences per block ------------------------
-// When the transitions do not fit in shared memory, every step of the
-// kernels above reads all of A from L2 once per sequence. These variants
-// advance HMM_TILE sequences together, so each element of A read serves
-// all of them (a batched matrix product per step, inside one launch).
-// Sequences of a tile may differ in length: the forward pass aligns them at
-// their starts, the backward pass at their ends; a finished (or impossible)
-// sequence is masked out. Results equal the one-sequence kernels'.
+// ---- Large N: a tile of HMM_TILE sequences per block (Viterbi) ------------
+// When the log transitions do not fit in shared memory, hmm_viterbi would
+// read all of them from L2 once per sequence and step. This variant
+// advances HMM_TILE sequences together, so each element read serves all of
+// them. Sequences of a tile may differ in length; a finished sequence is
+// masked out. Results equal hmm_viterbi's. (The forward-backward passes
+// for large N are in hmm_batched.cu.)
 
 #define HMM_TILE 8
-
-// Sum each of the HMM_TILE values over the block; every thread gets the
-// totals. `red` holds 32 * HMM_TILE doubles.
-__device__ void block_sum_tile(double* v, double* red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int warps = (blockDim.x + 31) >> 5;
-#pragma unroll
-    for (int k = 0; k < HMM_TILE; ++k) v[k] = warp_sum(v[k]);
-    __syncthreads();
-    if (lane == 0) {
-#pragma unroll
-        for (int k = 0; k < HMM_TILE; ++k) red[warp * HMM_TILE + k] = v[k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < HMM_TILE; ++k) {
-        double t = 0.0;
-        for (int w = 0; w < warps; ++w) t += red[w * HMM_TILE + k];
-        v[k] = t;
-    }
-    __syncthreads();
-}
-
-// hmm_forward for a tile of sequences per block (transitions in global
-// memory). Shared: cur[HMM_TILE*N], nxt[HMM_TILE*N], red[32*HMM_TILE].
-extern "C" __global__ void hmm_forward_tiled(
-    int N, const double* __restrict__ start, const double* __restrict__ trans,
-    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
-    const long long* __restrict__ off, int s0, int s1,
-    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik)
-{
-    extern __shared__ double sm[];
-    double* cur = sm;
-    double* nxt = sm + HMM_TILE * N;
-    double* red = sm + 2 * HMM_TILE * N;
-    const long long base = off[s0];
-    const int tiles = (s1 - s0 + HMM_TILE - 1) / HMM_TILE;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int sa = s0 + tile * HMM_TILE;
-        long long b[HMM_TILE], T[HMM_TILE];
-        long long Tmax = 0;
-#pragma unroll
-        for (int k = 0; k < HMM_TILE; ++k) {
-            const bool in = sa + k < s1;
-            b[k] = in ? off[sa + k] : 0;
-            T[k] = in ? off[sa + k + 1] - b[k] : 0;
-            Tmax = T[k] > Tmax ? T[k] : Tmax;
-        }
-        double part[HMM_TILE], ll[HMM_TILE];
-        unsigned live = 0, dead = 0;
-#pragma unroll
-        for (int k = 0; k < HMM_TILE; ++k) {
-            part[k] = 0.0;
-            ll[k] = 0.0;
-            if (T[k] > 0) {
-                const double* e = emis_k + (long long)sym[b[k]] * N;
-                for (int j = threadIdx.x; j < N; j += blockDim.x) {
-                    double x = start[j] * e[j];
-                    cur[k * N + j] = x;
-                    part[k] += x;
-                }
-            }
-        }
-        block_sum_tile(part, red);
-#pragma unroll
-        for (int k = 0; k < HMM_TILE; ++k) {
-            if (T[k] == 0) continue;
-            if (!(part[k] > 0.0)) {
-                dead |= 1u << k;
-                continue;
-            }
-            live |= 1u << k;
-            ll[k] = log(part[k]);
-            const double r = 1.0 / part[k];
-            const long long rel = b[k] - base;
-            for (int j = threadIdx.x; j < N; j += blockDim.x) {
-                cur[k * N + j] *= r;
-                if (alpha) alpha[rel * N + j] = cur[k * N + j];
-            }
-            if (scale && threadIdx.x == 0) scale[rel] = part[k];
-        }
-        __syncthreads();
-        for (long long t = 1; t < Tmax; ++t) {
-            unsigned act = 0;
-#pragma unroll
-            for (int k = 0; k < HMM_TILE; ++k)
-                if ((live >> k & 1u) && t < T[k]) act |= 1u << k;
-            if (act == 0) break;
-#pragma unroll
-            for (int k = 0; k < HMM_TILE; ++k) part[k] = 0.0;
-            for (int j = threadIdx.x; j < N; j += blockDim.x) {
-                double acc[HMM_TILE];
-#pragma unroll
-                for (int k = 0; k < HMM_TILE; ++k) acc[k] = 0.0;
-                for (int i = 0; i < N; ++i) {
-                    const double a = trans[(long long)i * N + j];
-#pragma unroll
-                    for (int k = 0; k < HMM_TILE; ++k) acc[k] = fma(cur[k * N + i], a, acc[k]);
-                }
-#pragma unroll
-                for (int k = 0; k < HMM_TILE; ++k) {
-                    if (act >> k & 1u) {
-                        double x = acc[k] * emis_k[(long long)sym[b[k] + t] * N + j];
-                        nxt[k * N + j] = x;
-                        part[k] += x;
-                    }
-                }
-            }
-            block_sum_tile(part, red);
-#pragma unroll
-            for (int k = 0; k < HMM_TILE; ++k) {
-                if (!(act >> k & 1u)) continue;
-                if (!(part[k] > 0.0)) {
-                    dead |= 1u << k;
-                    live &= ~(1u << k);
-                    continue;
-                }
-                ll[k] += log(part[k]);
-                const double r = 1.0 / part[k];
-                const long long rel = b[k] - base;
-                for (int j = threadIdx.x; j < N; j += blockDim.x) {
-                    double x = nxt[k * N + j] * r;
-                    nxt[k * N + j] = x;
-                    if (alpha) alpha[(rel + t) * N + j] = x;
-                }
-                if (scale && threadIdx.x == 0) scale[rel + t] = part[k];
-            }
-            double* tmp = cur;
-            cur = nxt;
-            nxt = tmp;
-            __syncthreads();
-        }
-        if (threadIdx.x == 0) {
-            for (int k = 0; k < HMM_TILE; ++k)
-                if (T[k] > 0) loglik[sa + k - s0] = (dead >> k & 1u) ? HMM_NEG_INF : ll[k];
-        }
-        __syncthreads();
-    }
-}
 
 // hmm_viterbi for a tile of sequences per block (log transitions in global
 // memory); back-pointers and paths as in hmm_viterbi.
@@ -597,111 +455,6 @@ extern "C" __global__ void hmm_viterbi_tiled(
                     path[rel + t - 1] = (unsigned)a;
                 }
             }
-        }
-        __syncthreads();
-    }
-}
-
-// hmm_backward for a tile of sequences per block (transitions in global
-// memory, accumulators in global memory, transition counts by hmm_xi_gemm
-// through tmp_out when counting). Sequences are aligned at their ends:
-// step u handles t = T_k - 2 - u of each sequence k.
-// Shared: beta[HMM_TILE*N], beta2[HMM_TILE*N], tmp[HMM_TILE*N].
-extern "C" __global__ void hmm_backward_tiled(
-    int N, int V, const double* __restrict__ trans_t, const double* __restrict__ emis_k,
-    const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
-    const double* __restrict__ alpha, const double* __restrict__ scale,
-    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
-    double* __restrict__ tmp_out)
-{
-    extern __shared__ double sm[];
-    double* beta = sm;
-    double* beta2 = sm + HMM_TILE * N;
-    double* tmp = sm + 2 * HMM_TILE * N;
-    const long long acc_size = (long long)N + (long long)N * N + (long long)V * N;
-    double* acc_start = partial ? partial + blockIdx.x * acc_size : 0;
-    double* acc_emis = partial ? acc_start + N + (long long)N * N : 0;
-    const long long base = off[s0];
-    const int tiles = (s1 - s0 + HMM_TILE - 1) / HMM_TILE;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int sa = s0 + tile * HMM_TILE;
-        long long b[HMM_TILE], T[HMM_TILE];
-        long long Tmax = 0;
-        unsigned ok = 0;
-#pragma unroll
-        for (int k = 0; k < HMM_TILE; ++k) {
-            const bool in = sa + k < s1;
-            b[k] = in ? off[sa + k] : 0;
-            T[k] = in ? off[sa + k + 1] - b[k] : 0;
-            if (in && loglik[sa + k - s0] != HMM_NEG_INF) {
-                ok |= 1u << k;
-                Tmax = T[k] > Tmax ? T[k] : Tmax;
-            } else if (in && gamma) {
-                const long long rel = b[k] - base;
-                for (long long q = threadIdx.x; q < T[k] * N; q += blockDim.x) gamma[rel * N + q] = HMM_NAN;
-            }
-        }
-        // Last time step: beta = 1, gamma = alpha.
-#pragma unroll
-        for (int k = 0; k < HMM_TILE; ++k) {
-            if (!(ok >> k & 1u)) continue;
-            const long long t = T[k] - 1, rel = b[k] - base;
-            const unsigned o = sym[b[k] + t];
-            for (int i = threadIdx.x; i < N; i += blockDim.x) {
-                beta[k * N + i] = 1.0;
-                double g = alpha[(rel + t) * N + i];
-                if (gamma) gamma[(rel + t) * N + i] = g;
-                if (partial) {
-                    acc_emis[(long long)o * N + i] += g;
-                    if (t == 0) acc_start[i] += g;
-                }
-            }
-        }
-        __syncthreads();
-        for (long long u = 0; u + 1 < Tmax; ++u) {
-            unsigned act = 0;
-#pragma unroll
-            for (int k = 0; k < HMM_TILE; ++k)
-                if ((ok >> k & 1u) && T[k] - 2 - u >= 0) act |= 1u << k;
-#pragma unroll
-            for (int k = 0; k < HMM_TILE; ++k) {
-                if (!(act >> k & 1u)) continue;
-                const long long t = T[k] - 2 - u, rel = b[k] - base;
-                const double* e = emis_k + (long long)sym[b[k] + t + 1] * N;
-                const double r = 1.0 / scale[rel + t + 1];
-                for (int j = threadIdx.x; j < N; j += blockDim.x) {
-                    double x = e[j] * beta[k * N + j] * r;
-                    tmp[k * N + j] = x;
-                    if (tmp_out) tmp_out[(rel + t) * N + j] = x;
-                }
-            }
-            __syncthreads();
-            for (int i = threadIdx.x; i < N; i += blockDim.x) {
-                double sum[HMM_TILE];
-#pragma unroll
-                for (int k = 0; k < HMM_TILE; ++k) sum[k] = 0.0;
-                for (int j = 0; j < N; ++j) {
-                    const double a = trans_t[(long long)j * N + i];
-#pragma unroll
-                    for (int k = 0; k < HMM_TILE; ++k) sum[k] = fma(a, tmp[k * N + j], sum[k]);
-                }
-#pragma unroll
-                for (int k = 0; k < HMM_TILE; ++k) {
-                    if (!(act >> k & 1u)) continue;
-                    const long long t = T[k] - 2 - u, rel = b[k] - base;
-                    beta2[k * N + i] = sum[k];
-                    double g = alpha[(rel + t) * N + i] * sum[k];
-                    if (gamma) gamma[(rel + t) * N + i] = g;
-                    if (partial) {
-                        acc_emis[(long long)sym[b[k] + t] * N + i] += g;
-                        if (t == 0) acc_start[i] += g;
-                    }
-                }
-            }
-            __syncthreads();
-            double* swap = beta;
-            beta = beta2;
-            beta2 = swap;
         }
         __syncthreads();
     }

@@ -27,6 +27,10 @@ pub enum Error {
     /// The requested backend cannot run here.
     #[error("backend unavailable: {0}")]
     BackendUnavailable(String),
+
+    /// A broken invariant of bulkem itself (a bug to report).
+    #[error("internal error (please report): {0}")]
+    Internal(String),
 }
 
 impl Error {

@@ -90,6 +90,25 @@ fn impossible_sequences_agree() {
 }
 
 #[test]
+fn impossible_sequences_agree_with_many_states() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // N = 200 runs the batched kernels: every state emits symbol 1 only and
+    // stays put, so any sequence containing symbol 2 is impossible.
+    let n = 200;
+    let mut start = vec![0.0; n];
+    start[0] = 1.0;
+    let trans: Vec<f64> = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
+    let emis: Vec<f64> = (0..n).flat_map(|_| [1.0, 0.0]).collect();
+    let m = HmmModel::new(start, trans, emis, 2).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32, 0, 1], vec![0; 40], vec![1], vec![0, 1, 0, 0, 0]]);
+    compare_passes(&m, &seqs, "impossible, N=200");
+    let ll = hmm::loglik(&m, &seqs, &cuda()).unwrap();
+    assert_eq!(ll, vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY, f64::NEG_INFINITY]);
+}
+
+#[test]
 fn long_sequences_agree() {
     if !gpu_or_skip() {
         return;
@@ -155,6 +174,26 @@ fn one_iteration_with_many_states_matches_the_cpu() {
     assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL);
     compare_models(&a, &b, "N=512");
     compare_passes(&model, &seqs, "N=512");
+}
+
+#[test]
+fn baum_welch_with_many_states_matches_the_cpu() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // N = 200: the batched kernels, counts from posteriors and hmm_xi_gemm,
+    // the M-step on the device; mixed lengths, a pseudocount.
+    let (n, v) = (200, 30);
+    let truth = random_model(n, v, 400, true);
+    let (seqs, _) = hmm::simulate(&truth, &lengths(150, 40, 11), 12);
+    let config = HmmFitConfig::new(n, v).init(random_model(n, v, 401, false)).max_iters(4).epsilon(0.0).pseudocount(0.5).check().unwrap();
+    let a = hmm::fit(&seqs, &config, &Exec::cpu()).unwrap();
+    let b = hmm::fit(&seqs, &config, &cuda()).unwrap();
+    assert_eq!((a.status, a.iterations), (b.status, b.iterations));
+    compare_models(&a.model, &b.model, "N=200 V=30");
+    for (x, y) in a.trace.iter().zip(&b.trace) {
+        assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "trace gpu {y} cpu {x}");
+    }
 }
 
 #[test]

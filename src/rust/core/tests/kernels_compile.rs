@@ -33,7 +33,7 @@ fn check(file: &str, variants: &[Vec<(&str, i64)>], entries: &[&str]) {
 
 #[test]
 fn every_kernel_file_is_checked() {
-    let checked = ["em", "reduce", "gibbs", "hmm"];
+    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched"];
     for (name, _) in KERNELS {
         assert!(checked.contains(name), "kernel file {name}.cu needs a compile test here");
     }
@@ -75,8 +75,16 @@ fn hmm_kernels_compile() {
     }
     let entries = [
         "hmm_forward", "hmm_viterbi", "hmm_backward", "hmm_xi_gemm", "hmm_reduce",
-        "hmm_forward_tiled", "hmm_viterbi_tiled", "hmm_backward_tiled",
+        "hmm_viterbi_tiled",
         "hmm_forward_warp", "hmm_viterbi_warp", "hmm_backward_warp",
     ];
     check("hmm", &[vec![]], &entries);
+}
+
+#[test]
+fn hmm_batched_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    check("hmm_batched", &[vec![]], &["hmm_forward_batched", "hmm_backward_batched", "hmm_count_emissions", "hmm_m_step"]);
 }

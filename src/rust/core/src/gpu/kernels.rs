@@ -9,6 +9,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("reduce", include_str!("../../kernels/reduce.cu")),
     ("gibbs", include_str!("../../kernels/gibbs.cu")),
     ("hmm", include_str!("../../kernels/hmm.cu")),
+    ("hmm_batched", include_str!("../../kernels/hmm_batched.cu")),
 ];
 
 /// Full source of kernel file `name`: the core's tolerances as macros, the

@@ -77,14 +77,70 @@ pub fn m_step(model: &HmmModel, counts: &Counts, pc: f64) -> HmmModel {
     next
 }
 
-/// One E-step over all sequences on some backend: expected counts, total
-/// log-likelihood, first impossible sequence (0-based).
-pub(crate) type EStep<'a> = dyn FnMut(&HmmModel) -> Result<(Counts, f64, Option<usize>)> + 'a;
+/// One backend's Baum-Welch state: the current model and its expected
+/// counts over all sequences (the GPU keeps both on the device, so an
+/// iteration moves only log-likelihoods to the host).
+pub(crate) trait Engine {
+    /// Make `model` current and compute its counts: (log-likelihood, first
+    /// impossible sequence, 0-based).
+    fn load(&mut self, model: &HmmModel) -> Result<(f64, Option<usize>)>;
+    /// Replace the current model by its M-step (its counts become stale).
+    fn m_step(&mut self, pseudocount: f64) -> Result<()>;
+    /// Compute the current model's counts, as `load`.
+    fn e_step(&mut self) -> Result<(f64, Option<usize>)>;
+    /// The current model, or with `previous` the one before the last M-step.
+    fn model(&self, previous: bool) -> Result<HmmModel>;
+}
+
+/// An engine whose E-step returns the counts to the host (the CPU's); the
+/// M-step runs here.
+pub(crate) struct HostEngine<F> {
+    e_step: F,
+    model: Option<HmmModel>,
+    previous: Option<HmmModel>,
+    counts: Option<Counts>,
+}
+
+impl<F: FnMut(&HmmModel) -> Result<(Counts, f64, Option<usize>)>> HostEngine<F> {
+    pub(crate) fn new(e_step: F) -> Self {
+        HostEngine { e_step, model: None, previous: None, counts: None }
+    }
+}
+
+impl<F: FnMut(&HmmModel) -> Result<(Counts, f64, Option<usize>)>> Engine for HostEngine<F> {
+    fn load(&mut self, model: &HmmModel) -> Result<(f64, Option<usize>)> {
+        self.model = Some(model.clone());
+        self.previous = None;
+        self.e_step()
+    }
+
+    fn m_step(&mut self, pseudocount: f64) -> Result<()> {
+        let (Some(model), Some(counts)) = (self.model.take(), self.counts.take()) else {
+            return Err(crate::error::Error::Internal("Baum-Welch M-step before an E-step".into()));
+        };
+        self.model = Some(m_step(&model, &counts, pseudocount));
+        self.previous = Some(model);
+        Ok(())
+    }
+
+    fn e_step(&mut self) -> Result<(f64, Option<usize>)> {
+        let Some(model) = &self.model else {
+            return Err(crate::error::Error::Internal("Baum-Welch E-step without a model".into()));
+        };
+        let (counts, ll, impossible) = (self.e_step)(model)?;
+        self.counts = Some(counts);
+        Ok((ll, impossible))
+    }
+
+    fn model(&self, previous: bool) -> Result<HmmModel> {
+        let m = if previous { self.previous.as_ref().or(self.model.as_ref()) } else { self.model.as_ref() };
+        m.cloned().ok_or_else(|| crate::error::Error::Internal("Baum-Welch engine without a model".into()))
+    }
+}
 
 /// Run Baum-Welch from `init`.
-fn run_start(init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec, e_step: &mut EStep) -> Result<HmmFit> {
-    let mut model = init.clone();
-    let (mut counts, mut ll, impossible) = e_step(&model)?;
+fn run_start(init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec, engine: &mut dyn Engine) -> Result<HmmFit> {
+    let (mut ll, impossible) = engine.load(&init)?;
     let mut trace = vec![ll];
     let failed = |model: HmmModel, trace: Vec<f64>, iterations: usize, why: String| HmmFit {
         model,
@@ -98,45 +154,43 @@ fn run_start(init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec, e_step: 
         best_start: 0,
     };
     if let Some(s) = impossible {
-        return Ok(failed(model, trace, 0, format!("sequence {} is impossible under the starting model (probability 0)", s + 1)));
+        return Ok(failed(init.clone(), trace, 0, format!("sequence {} is impossible under the starting model (probability 0)", s + 1)));
     }
     for iter in 1..=config.max_iters {
         exec.monitor.check()?;
-        let next = m_step(&model, &counts, config.pseudocount);
-        let (next_counts, next_ll, impossible) = e_step(&next)?;
+        engine.m_step(config.pseudocount)?;
+        let (next_ll, impossible) = engine.e_step()?;
         if let Some(s) = impossible {
             // Cannot happen in exact arithmetic: EM never lowers the likelihood.
-            return Ok(failed(model, trace, iter, format!("sequence {} became impossible at iteration {iter}", s + 1)));
+            return Ok(failed(engine.model(true)?, trace, iter, format!("sequence {} became impossible at iteration {iter}", s + 1)));
         }
         trace.push(next_ll);
         let change = (next_ll - ll).abs();
-        model = next;
-        counts = next_counts;
         ll = next_ll;
         if change < config.epsilon {
-            return Ok(HmmFit { model, init, loglik: ll, trace, iterations: iter, status: FitStatus::Converged, message: None, start_logliks: vec![], best_start: 0 });
+            return Ok(HmmFit { model: engine.model(false)?, init, loglik: ll, trace, iterations: iter, status: FitStatus::Converged, message: None, start_logliks: vec![], best_start: 0 });
         }
     }
-    Ok(HmmFit { model, init, loglik: ll, trace, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, start_logliks: vec![], best_start: 0 })
+    Ok(HmmFit { model: engine.model(false)?, init, loglik: ll, trace, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, start_logliks: vec![], best_start: 0 })
 }
 
 /// Fit on the CPU (see [`fit_with`]).
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     let chunks = cpu::chunks(seqs, Counts::size(config.n_states, config.n_symbols));
-    fit_with(config, exec, &mut |m: &HmmModel| cpu::e_step(&Tables::new(m), seqs, &chunks, exec))
+    fit_with(config, exec, &mut HostEngine::new(|m: &HmmModel| cpu::e_step(&Tables::new(m), seqs, &chunks, exec)))
 }
 
-/// Fit from every start (given or random) with the E-step of a backend and
-/// keep the best; starts within [`HMM_START_TIE_REL`] of the best are ties,
+/// Fit from every start (given or random) with a backend's engine and keep
+/// the best; starts within [`HMM_START_TIE_REL`] of the best are ties,
 /// won by the lowest index.
-pub(crate) fn fit_with(config: &CheckedHmmFitConfig, exec: &Exec, e_step: &mut EStep) -> Result<HmmFit> {
+pub(crate) fn fit_with(config: &CheckedHmmFitConfig, exec: &Exec, engine: &mut dyn Engine) -> Result<HmmFit> {
     let mut fits = Vec::with_capacity(config.starts());
     for s in 0..config.starts() {
         let init = match &config.init {
             Some(m) => m.clone(),
             None => random_model(config.n_states, config.n_symbols, config.seed, s),
         };
-        fits.push(run_start(init, config, exec, e_step)?);
+        fits.push(run_start(init, config, exec, engine)?);
         exec.monitor.add_done(1);
     }
     let start_logliks: Vec<f64> = fits.iter().map(|f| f.loglik).collect();

@@ -24,8 +24,11 @@ use crate::error::{Error, Result};
 use crate::exec::Exec;
 use crate::gpu::{self, Device};
 
+mod batched;
+use batched::{row_batches, Batched};
+
 use super::backward::Counts;
-use super::baum_welch::{fit_with, HmmFit};
+use super::baum_welch::{fit_with, Engine, HmmFit};
 use super::config::CheckedHmmFitConfig;
 use super::model::HmmModel;
 use super::sequences::Sequences;
@@ -90,9 +93,10 @@ fn threads_for(n: usize) -> u32 {
     (n.div_ceil(32) * 32).clamp(32, MAX_THREADS) as u32
 }
 
-/// Kernel `name`, its dynamic shared memory limit raised to `smem` if needed.
-fn function(dev: &Device, name: &str, smem: usize) -> Result<CudaFunction> {
-    let f = dev.function("hmm", &[], name)?;
+/// Kernel `name` of kernel file `file`, its dynamic shared memory limit
+/// raised to `smem` if needed.
+fn function(dev: &Device, file: &str, name: &str, smem: usize) -> Result<CudaFunction> {
+    let f = dev.function(file, &[], name)?;
     if smem > DEFAULT_SMEM {
         f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
             .map_err(err(dev, "raising the shared-memory limit"))?;
@@ -191,7 +195,8 @@ fn upload_tables(dev: &Device, model: &HmmModel) -> Result<DeviceTables> {
     })
 }
 
-/// Launch hmm_forward over sequences `range`; with `store`, alphas and
+/// Launch hmm_forward (or hmm_forward_warp; large N goes to the batched
+/// kernels instead) over sequences `range`; with `store`, alphas and
 /// scales of the batch are kept in (alpha, scale).
 fn launch_forward(
     dev: &Device,
@@ -204,22 +209,17 @@ fn launch_forward(
 ) -> Result<()> {
     let base = (2 * n + 32) * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
-    let tiled_smem = (2 * TILE * n + 32 * TILE) * 8;
     let warp = n <= WARP_MAX_STATES;
-    let tiled = !warp && !trans_smem && tiled_smem <= smem_limit(dev);
     let (name, smem, cfg) = if warp {
         let smem = WARPS * 32 * 8;
         let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
         ("hmm_forward_warp", smem, cfg)
-    } else if tiled {
-        let cfg = LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: tiled_smem as u32 };
-        ("hmm_forward_tiled", tiled_smem, cfg)
     } else {
         let smem = base + if trans_smem { n * n * 8 } else { 0 };
         let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
         ("hmm_forward", smem, cfg)
     };
-    let f = function(dev, name, smem)?;
+    let f = function(dev, "hmm", name, smem)?;
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let null: u64 = 0;
     let s = &dev.stream;
@@ -230,31 +230,45 @@ fn launch_forward(
         None => launch.arg(&null).arg(&null),
     };
     launch.arg(loglik);
-    if !tiled && !warp {
+    if !warp {
         launch.arg(&flag);
     }
     // SAFETY: the arguments match the parameters of hmm_forward (or of
-    // hmm_forward_tiled or hmm_forward_warp, which have no trans_smem flag)
-    // in order and type;
+    // hmm_forward_warp, which has no trans_smem flag) in order and type;
     // the tables hold N, N*N and V*N doubles, the symbols are < V
     // (validated), off has one entry per sequence + 1 and s0 < s1 index it;
     // alpha and scale (or null) hold N and 1 doubles per symbol of the
     // batch, loglik one per sequence of the batch; shared memory is sized
-    // for cur, nxt and the reduction slots (times TILE when tiled) and
-    // trans when trans_smem, or for one 32-double slice per warp.
+    // for cur, nxt and the reduction slots and trans when trans_smem, or for
+    // one 32-double slice per warp.
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_forward"))?;
     Ok(())
 }
 
-/// log P(sequence) of every sequence: one launch, O(N) memory per block.
+/// log P(sequence) of every sequence: one launch (per batch of rows for
+/// large N), O(N) memory per sequence.
 pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
     check_size(model, seqs)?;
     let dev = device()?;
     let tables = upload_tables(dev, model)?;
     let d_seqs = upload(dev, seqs)?;
     let s = &dev.stream;
+    let n = model.n_states;
+    if batched_path(dev, n) {
+        let ranges = row_batches(dev, seqs.len(), n)?;
+        let mut bt = Batched::new(dev, n, model.n_symbols, seqs, &ranges, false)?;
+        let mut out = vec![0.0; seqs.len()];
+        for (b, range) in ranges.iter().enumerate() {
+            exec.monitor.check()?;
+            let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
+            bt.forward(dev, &tables, &d_seqs, b, None, &mut ll)?;
+            out[range.clone()].copy_from_slice(&s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?);
+            exec.monitor.add_done(range.len());
+        }
+        return Ok(out);
+    }
     let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
-    launch_forward(dev, model.n_states, &tables, &d_seqs, &(0..seqs.len()), None, &mut ll)?;
+    launch_forward(dev, n, &tables, &d_seqs, &(0..seqs.len()), None, &mut ll)?;
     let out = s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?;
     exec.monitor.add_done(seqs.len());
     exec.monitor.check()?;
@@ -332,7 +346,7 @@ fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &DeviceS
         let smem = base + if trans_smem { n * n * 8 } else { 0 };
         ("hmm_viterbi", smem, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
     };
-    let f = function(dev, name, smem)?;
+    let f = function(dev, "hmm", name, smem)?;
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let mut launch = dev.stream.launch_builder(&f);
     launch.arg(&n_i).arg(&tabs.start).arg(&tabs.trans).arg(&tabs.emis).arg(&seqs.sym).arg(&seqs.off).arg(&s0).arg(&s1);
@@ -397,7 +411,34 @@ fn backward_smem(dev: &Device, n: usize, v: usize, with_counts: bool) -> (usize,
     (bytes, trans_smem, acc_smem)
 }
 
-/// The device state of one call of the forward-backward passes.
+/// Whether N states go to the batched kernels (the transitions do not fit
+/// in shared memory next to the backward pass's vectors).
+fn batched_path(dev: &Device, n: usize) -> bool {
+    n > WARP_MAX_STATES && !backward_smem(dev, n, 0, false).1
+}
+
+/// Splits of the rows of hmm_xi_gemm: as many as fill one wave of resident
+/// blocks (a partial second wave would nearly double the time), at least
+/// XI_ROWS rows each.
+fn xi_splits(dev: &Device, n: usize, rows: usize) -> Result<u32> {
+    let tiles = n.div_ceil(XI_TILE) as u32;
+    let f = function(dev, "hmm", "hmm_xi_gemm", 0)?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None).map_err(err(dev, "sizing hmm_xi_gemm"))?;
+    let wave = dev.multiprocessors * per_sm.max(1);
+    Ok((wave / (tiles * tiles)).min(rows.div_ceil(XI_ROWS) as u32).max(1))
+}
+
+/// Baum-Welch count accumulators on the device (`slots` of N + N*N + V*N
+/// doubles, summed in slot order into `total`).
+struct CountSlots {
+    partial: CudaSlice<f64>,
+    slots: u32,
+    total: CudaSlice<f64>,
+}
+
+/// The device state of the forward-backward passes of one call: the
+/// sequences (uploaded once, for every start and iteration of a fit),
+/// their batches, and scratch memory every E-step reuses.
 struct Passes<'a> {
     dev: &'a Device,
     n: usize,
@@ -405,133 +446,163 @@ struct Passes<'a> {
     seqs: &'a Sequences,
     d_seqs: DeviceSeqs,
     batches: Vec<Range<usize>>,
-    /// Transition counts by hmm_xi_gemm (the accumulators do not fit in
-    /// shared memory, so per-step updates would go to global memory).
-    xi_gemm: bool,
-    /// The warp-per-sequence backward kernel (small N): one accumulator
-    /// per warp.
+    /// N <= 32: a warp per sequence, one accumulator per warp.
     warp: bool,
+    /// Large N: the batched kernels (start and emission counts from the
+    /// posteriors, transition counts by hmm_xi_gemm).
+    batched: Option<Batched>,
+    /// Scaled alphas, scales and log-likelihoods of the largest batch.
+    alpha: CudaSlice<f64>,
+    scale: CudaSlice<f64>,
+    ll: CudaSlice<f64>,
+    /// Posteriors when the batched kernels count.
+    gamma: Option<CudaSlice<f64>>,
+    /// The rows hmm_xi_gemm multiplies with the alphas, when it computes
+    /// the transition counts (large N, or accumulators too large for shared
+    /// memory, where per-step updates would go to global memory).
+    tmp: Option<CudaSlice<f64>>,
 }
 
 impl<'a> Passes<'a> {
     /// `counts`: the passes compute Baum-Welch counts; `extra_per_symbol`:
     /// bytes the caller stores per symbol besides alphas and scales.
-    fn new(model_n: usize, model_v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
+    fn new(n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
         let dev = device()?;
         let d_seqs = upload(dev, seqs)?;
-        let warp = warp_path(dev, model_n, model_v, counts);
-        let xi_gemm = counts && !warp && !backward_smem(dev, model_n, model_v, true).2;
-        let per_symbol = (model_n + 1) * 8 + extra_per_symbol + if xi_gemm { model_n * 8 } else { 0 };
-        let batches = batches(dev, seqs, per_symbol)?;
-        Ok(Passes { dev, n: model_n, v: model_v, seqs, d_seqs, batches, xi_gemm, warp })
-    }
-
-    /// Count accumulators one E-step needs (blocks, or warps of the warp
-    /// kernel, of the largest batch).
-    fn slots(&self, max_batch: usize) -> u32 {
-        if self.warp {
-            warp_grid(self.dev, max_batch) * WARPS as u32
-        } else {
-            grid(self.dev, max_batch)
+        let warp = warp_path(dev, n, v, counts);
+        let large = !warp && batched_path(dev, n);
+        let xi_gemm = counts && !warp && (large || !backward_smem(dev, n, v, true).2);
+        let mut per_symbol = (n + 1) * 8 + extra_per_symbol + if xi_gemm { n * 8 } else { 0 };
+        if large {
+            // Two state vectors per sequence (at most per symbol), posteriors.
+            per_symbol += 2 * n * 8 + 16 + if counts { n * 8 } else { 0 };
         }
+        let batches = batches(dev, seqs, per_symbol)?;
+        let symbols = batches.iter().map(|r| seqs.offsets[r.end] - seqs.offsets[r.start]).max().unwrap_or(1).max(1);
+        let rows = batches.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
+        let batched = if large { Some(Batched::new(dev, n, v, seqs, &batches, counts)?) } else { None };
+        let s = &dev.stream;
+        let e = err(dev, "allocating the forward-backward passes");
+        // Zeroed once: hmm_xi_gemm reads every alpha row, also rows an
+        // impossible sequence never reached, which must hold finite values.
+        let alpha = s.alloc_zeros::<f64>(symbols * n).map_err(&e)?;
+        let scale = s.alloc_zeros::<f64>(symbols).map_err(&e)?;
+        let ll = s.alloc_zeros::<f64>(rows).map_err(&e)?;
+        let gamma = if large && counts { Some(s.alloc_zeros::<f64>(symbols * n).map_err(&e)?) } else { None };
+        let tmp = if xi_gemm { Some(s.alloc_zeros::<f64>(symbols * n).map_err(&e)?) } else { None };
+        Ok(Passes { dev, n, v, seqs, d_seqs, batches, warp, batched, alpha, scale, ll, gamma, tmp })
     }
 
-    /// Forward then backward over one batch. Returns the batch's per-sequence
-    /// log-likelihoods; writes posteriors to `gamma` and/or adds counts to
-    /// `partial` (with `blocks` accumulators).
-    fn run_batch(&self, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<(&mut CudaSlice<f64>, u32)>) -> Result<Vec<f64>> {
+    /// Count accumulators for this plan's E-steps.
+    fn count_slots(&self) -> Result<CountSlots> {
+        let (dev, n, v) = (self.dev, self.n, self.v);
+        let size = Counts::size(n, v);
+        let max_batch = self.batches.iter().map(|r| r.len()).max().unwrap_or(1);
+        let max_symbols = self.batches.iter().map(|r| self.seqs.offsets[r.end] - self.seqs.offsets[r.start]).max().unwrap_or(1);
+        let by_memory = ((dev.free_memory()? as f64 * PARTIAL_SHARE) as usize / (size * 8)).max(1).min(u32::MAX as usize) as u32;
+        let slots = if self.batched.is_some() {
+            // Slot 0 collects start and emission counts; hmm_xi_gemm's splits.
+            xi_splits(dev, n, max_symbols)?
+        } else if self.warp {
+            // Whole blocks of warps.
+            let slots = (warp_grid(dev, max_batch) * WARPS as u32).min(by_memory);
+            (slots / WARPS as u32).max(1) * WARPS as u32
+        } else if !backward_smem(dev, n, v, true).2 {
+            // Accumulators in global memory: few, so zeroing and reducing them
+            // stays cheap against the passes.
+            grid(dev, max_batch).min(by_memory).min(2 * dev.multiprocessors)
+        } else {
+            grid(dev, max_batch).min(by_memory)
+        }
+        .max(1);
+        let s = &dev.stream;
+        let e = err(dev, "allocating the counts");
+        Ok(CountSlots { partial: s.alloc_zeros::<f64>(slots as usize * size).map_err(&e)?, slots, total: s.alloc_zeros::<f64>(size).map_err(&e)? })
+    }
+
+    /// Forward then backward over batch `b`. Returns the batch's
+    /// per-sequence log-likelihoods; writes posteriors to `gamma` and/or
+    /// adds counts to `counts`.
+    fn run_batch(&mut self, tables: &DeviceTables, b: usize, gamma: Option<&mut CudaSlice<f64>>, counts: Option<&mut CountSlots>) -> Result<Vec<f64>> {
         let (dev, n) = (self.dev, self.n);
         let s = &dev.stream;
+        let range = self.batches[b].clone();
         let symbols = self.seqs.offsets[range.end] - self.seqs.offsets[range.start];
-        let mut alpha = if self.xi_gemm {
-            // hmm_xi_gemm reads every row, also those an impossible sequence
-            // never reached: they must be zeros, not garbage.
-            s.alloc_zeros::<f64>(symbols * n)
-        } else {
-            // SAFETY: the backward kernels read only the rows the forward pass
-            // wrote (those of sequences with a finite log-likelihood).
-            unsafe { s.alloc::<f64>(symbols * n) }
+        if let Some(bt) = self.batched.as_mut() {
+            bt.forward(dev, tables, &self.d_seqs, b, Some((&mut self.alpha, &mut self.scale)), &mut self.ll)?;
+            let g = match gamma {
+                Some(g) => g,
+                None => self.gamma.as_mut().ok_or_else(|| Error::Internal("batched E-step without posteriors".into()))?,
+            };
+            bt.backward(dev, tables, &self.d_seqs, b, &self.alpha, &self.scale, &self.ll, g, self.tmp.as_mut())?;
+            if let (Some(c), Some(t)) = (counts, self.tmp.as_ref()) {
+                launch_xi_gemm(dev, n, self.v, &self.alpha, t, &mut c.partial, c.slots, symbols)?;
+                bt.count_emissions(dev, &self.d_seqs, b, &self.ll, g, &mut c.partial)?;
+            }
+            return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
         }
-        .map_err(err(dev, "allocating the forward pass"))?;
-        // SAFETY: as for alpha, only written entries are read.
-        let mut scale = unsafe { s.alloc::<f64>(symbols) }.map_err(err(dev, "allocating the forward pass"))?;
-        let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
-        launch_forward(dev, n, tables, &self.d_seqs, range, Some((&mut alpha, &mut scale)), &mut ll)?;
+        launch_forward(dev, n, tables, &self.d_seqs, &range, Some((&mut self.alpha, &mut self.scale)), &mut self.ll)?;
         if self.warp {
-            self.backward_warp(tables, range, &alpha, &scale, &ll, gamma, partial)?;
-            return s.clone_dtoh(&ll).map_err(err(dev, "reading results"));
+            self.backward_warp(tables, &range, gamma, counts.map(|c| (&mut c.partial, c.slots)))?;
+            return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
         }
-        let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, partial.is_some());
-        // The tiled kernel leaves transition counts to hmm_xi_gemm.
-        let tiled_smem = 3 * TILE * n * 8;
-        let tiled = !trans_smem && tiled_smem <= smem_limit(dev) && (partial.is_none() || self.xi_gemm);
-        let smem = if tiled { tiled_smem } else { smem };
-        let f = function(dev, if tiled { "hmm_backward_tiled" } else { "hmm_backward" }, smem)?;
-        let slots = partial.as_ref().map(|(_, g)| *g);
-        let work = if tiled { range.len().div_ceil(TILE) } else { range.len() };
-        let blocks = match slots {
-            Some(g) => g.min(grid(dev, work)),
-            None => grid(dev, work),
+        let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, counts.is_some());
+        let f = function(dev, "hmm", "hmm_backward", smem)?;
+        let blocks = match &counts {
+            Some(c) => c.slots.min(grid(dev, range.len())),
+            None => grid(dev, range.len()),
         };
-        let mut tmp = match (&partial, self.xi_gemm) {
-            (Some(_), true) => Some(s.alloc_zeros::<f64>(symbols * n).map_err(err(dev, "allocating the backward pass"))?),
+        let tmp = match (&counts, self.tmp.as_mut()) {
+            (Some(_), Some(t)) => {
+                // Rows hmm_backward leaves alone (last steps, impossible
+                // sequences) must be zero; the scratch held another batch.
+                s.memset_zeros(t).map_err(err(dev, "clearing the backward pass"))?;
+                Some(t)
+            }
             _ => None,
         };
-        let threads = if tiled { tiled_threads(n) } else { threads_for(n) };
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem as u32 };
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
         let (n_i, v_i, s0, s1) = (n as i32, self.v as i32, range.start as i32, range.end as i32);
         let (t_flag, a_flag) = (trans_smem as i32, acc_smem as i32);
         let null: u64 = 0;
         let mut launch = s.launch_builder(&f);
         launch.arg(&n_i).arg(&v_i).arg(&tables.trans_t).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
-        launch.arg(&alpha).arg(&scale).arg(&ll);
+        launch.arg(&self.alpha).arg(&self.scale).arg(&self.ll);
         match gamma {
             Some(g) => launch.arg(g),
             None => launch.arg(&null),
         };
-        let mut partial = partial.map(|(p, _)| p);
-        match partial.as_deref_mut() {
-            Some(p) => launch.arg(p),
+        let mut counts = counts;
+        match counts.as_deref_mut() {
+            Some(c) => launch.arg(&mut c.partial),
             None => launch.arg(&null),
         };
-        match tmp.as_mut() {
+        let tmp_ref = tmp.map(|t| &*t);
+        match tmp_ref {
             Some(t) => launch.arg(t),
             None => launch.arg(&null),
         };
-        if !tiled {
-            launch.arg(&t_flag).arg(&a_flag);
-        }
-        // SAFETY: the arguments match the parameters of hmm_backward (or of
-        // hmm_backward_tiled, without the flags: its shared memory is 3 TILE
-        // N doubles, its accumulators in global memory) in order and type; alpha, scale and ll were filled by hmm_forward for this
-        // batch; gamma (or null) holds N doubles per symbol of the batch;
-        // partial (or null) holds at least `blocks` accumulators of
+        launch.arg(&t_flag).arg(&a_flag);
+        // SAFETY: the arguments match the parameters of hmm_backward in
+        // order and type; alpha, scale and ll were filled by hmm_forward for
+        // this batch; gamma (or null) holds N doubles per symbol of the
+        // batch; partial (or null) holds at least `blocks` accumulators of
         // N + N*N + V*N doubles, and the grid has no more blocks than that;
         // shared memory holds beta, beta2, tmp, trans_t when trans_smem and
         // the accumulator when acc_smem; tmp (or null) holds N doubles per
         // symbol of the batch.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward"))?;
-        if let (Some(p), Some(t), Some(slots)) = (partial, tmp.as_ref(), slots) {
-            self.launch_xi_gemm(&alpha, t, p, slots, symbols)?;
+        if let (Some(c), Some(t)) = (counts, tmp_ref) {
+            launch_xi_gemm(dev, n, self.v, &self.alpha, t, &mut c.partial, c.slots, symbols)?;
         }
-        s.clone_dtoh(&ll).map_err(err(dev, "reading results"))
+        s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"))
     }
 
-    /// hmm_backward_warp over one batch (N <= 32).
-    #[allow(clippy::too_many_arguments)]
-    fn backward_warp(
-        &self,
-        tables: &DeviceTables,
-        range: &Range<usize>,
-        alpha: &CudaSlice<f64>,
-        scale: &CudaSlice<f64>,
-        ll: &CudaSlice<f64>,
-        gamma: Option<&mut CudaSlice<f64>>,
-        partial: Option<(&mut CudaSlice<f64>, u32)>,
-    ) -> Result<()> {
+    /// hmm_backward_warp over one batch (N <= 32), after its forward pass.
+    fn backward_warp(&self, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<(&mut CudaSlice<f64>, u32)>) -> Result<()> {
         let dev = self.dev;
         let smem = (WARPS * 32 + if partial.is_some() { WARPS * self.v * 32 } else { 0 }) * 8;
-        let f = function(dev, "hmm_backward_warp", smem)?;
+        let f = function(dev, "hmm", "hmm_backward_warp", smem)?;
         let mut blocks = warp_grid(dev, range.len());
         if let Some((_, slots)) = &partial {
             blocks = blocks.min(slots / WARPS as u32).max(1);
@@ -541,7 +612,7 @@ impl<'a> Passes<'a> {
         let null: u64 = 0;
         let mut launch = dev.stream.launch_builder(&f);
         launch.arg(&n_i).arg(&v_i).arg(&tables.trans).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
-        launch.arg(alpha).arg(scale).arg(ll);
+        launch.arg(&self.alpha).arg(&self.scale).arg(&self.ll);
         match gamma {
             Some(g) => launch.arg(g),
             None => launch.arg(&null),
@@ -561,25 +632,48 @@ impl<'a> Passes<'a> {
         Ok(())
     }
 
-    /// Transition counts of a batch as one matrix product (large N).
-    fn launch_xi_gemm(&self, alpha: &CudaSlice<f64>, tmp: &CudaSlice<f64>, partial: &mut CudaSlice<f64>, slots: u32, rows: usize) -> Result<()> {
-        let (dev, n) = (self.dev, self.n);
-        let tiles = n.div_ceil(XI_TILE) as u32;
-        // Enough blocks to fill the device, at least XI_ROWS rows each.
-        let want = (dev.multiprocessors * 4).div_ceil(tiles * tiles).max(1);
-        let splits = want.min(slots).min(rows.div_ceil(XI_ROWS).max(1) as u32).max(1);
-        let f = function(dev, "hmm_xi_gemm", 0)?;
-        let cfg = LaunchConfig { grid_dim: (tiles, tiles, splits), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        let (n_i, rows_i, size_i) = (n as i32, rows as i64, Counts::size(n, self.v) as i64);
-        let mut launch = dev.stream.launch_builder(&f);
-        launch.arg(&n_i).arg(&rows_i).arg(alpha).arg(tmp).arg(partial).arg(&size_i);
-        // SAFETY: the arguments match hmm_xi_gemm's parameters; alpha and
-        // tmp hold `rows` rows of N doubles; partial holds `slots` >= splits
-        // accumulators of size_i doubles, of which split z writes the N*N
-        // transition entries of accumulator z.
-        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_xi_gemm"))?;
-        Ok(())
+    /// One E-step over all sequences: the counts (in `counts.total`), the
+    /// total log-likelihood (summed on the host in sequence order) and the
+    /// first impossible sequence.
+    fn e_step(&mut self, tables: &DeviceTables, counts: &mut CountSlots) -> Result<(f64, Option<usize>)> {
+        let dev = self.dev;
+        let s = &dev.stream;
+        s.memset_zeros(&mut counts.partial).map_err(err(dev, "clearing the counts"))?;
+        let mut ll_all = Vec::with_capacity(self.seqs.len());
+        for b in 0..self.batches.len() {
+            ll_all.extend(self.run_batch(tables, b, None, Some(counts))?);
+        }
+        let size = Counts::size(self.n, self.v);
+        let f = function(dev, "hmm", "hmm_reduce", 0)?;
+        let cfg = LaunchConfig { grid_dim: ((size.div_ceil(256) as u32).clamp(1, dev.multiprocessors * BLOCKS_PER_SM), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (b_i, size_i) = (counts.slots as i32, size as i64);
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&counts.partial).arg(&b_i).arg(&size_i).arg(&mut counts.total);
+        // SAFETY: partial holds `slots` accumulators of `size` doubles and
+        // total holds `size`; the arguments match hmm_reduce's parameters.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_reduce"))?;
+        let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
+        Ok((ll_all.iter().sum(), impossible))
     }
+}
+
+/// Transition counts of a batch as one matrix product (large N), split
+/// over at most `slots` accumulators.
+#[allow(clippy::too_many_arguments)]
+fn launch_xi_gemm(dev: &Device, n: usize, v: usize, alpha: &CudaSlice<f64>, tmp: &CudaSlice<f64>, partial: &mut CudaSlice<f64>, slots: u32, rows: usize) -> Result<()> {
+    let tiles = n.div_ceil(XI_TILE) as u32;
+    let splits = xi_splits(dev, n, rows)?.min(slots);
+    let f = function(dev, "hmm", "hmm_xi_gemm", 0)?;
+    let cfg = LaunchConfig { grid_dim: (tiles, tiles, splits), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let (n_i, rows_i, size_i) = (n as i32, rows as i64, Counts::size(n, v) as i64);
+    let mut launch = dev.stream.launch_builder(&f);
+    launch.arg(&n_i).arg(&rows_i).arg(alpha).arg(tmp).arg(partial).arg(&size_i);
+    // SAFETY: the arguments match hmm_xi_gemm's parameters; alpha and tmp
+    // hold at least `rows` rows of N doubles; partial holds `slots` >=
+    // splits accumulators of size_i doubles, of which split z adds into the
+    // N*N transition entries of accumulator z.
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_xi_gemm"))?;
+    Ok(())
 }
 
 /// Posterior state probabilities (time-major, NaN rows for impossible
@@ -587,16 +681,17 @@ impl<'a> Passes<'a> {
 pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model, seqs)?;
     let n = model.n_states;
-    let passes = Passes::new(n, model.n_symbols, seqs, false, n * 8)?;
-    let tables = upload_tables(passes.dev, model)?;
-    let s = &passes.dev.stream;
+    let mut passes = Passes::new(n, model.n_symbols, seqs, false, n * 8)?;
+    let dev = passes.dev;
+    let tables = upload_tables(dev, model)?;
     let (mut probs, mut loglik) = (vec![0.0; seqs.total() * n], vec![0.0; seqs.len()]);
-    for range in &passes.batches {
+    for b in 0..passes.batches.len() {
         exec.monitor.check()?;
+        let range = passes.batches[b].clone();
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
-        let mut gamma = s.alloc_zeros::<f64>((sym1 - sym0) * n).map_err(err(passes.dev, "allocating results"))?;
-        let ll = passes.run_batch(&tables, range, Some(&mut gamma), None)?;
-        let got = s.clone_dtoh(&gamma).map_err(err(passes.dev, "reading results"))?;
+        let mut gamma = dev.stream.alloc_zeros::<f64>((sym1 - sym0) * n).map_err(err(dev, "allocating results"))?;
+        let ll = passes.run_batch(&tables, b, Some(&mut gamma), None)?;
+        let got = dev.stream.clone_dtoh(&gamma).map_err(err(dev, "reading results"))?;
         probs[sym0 * n..sym1 * n].copy_from_slice(&got);
         loglik[range.clone()].copy_from_slice(&ll);
         exec.monitor.add_done(range.len());
@@ -604,72 +699,107 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
     Ok((probs, loglik))
 }
 
-/// One E-step over all sequences on the device: counts, total
-/// log-likelihood (summed on the host in sequence order), first impossible
-/// sequence.
-fn e_step(passes: &Passes, model: &HmmModel, exec: &Exec) -> Result<(Counts, f64, Option<usize>)> {
-    let (dev, n, v) = (passes.dev, passes.n, passes.v);
+/// Baum-Welch on the device: the sequences, the model and the counts stay
+/// there, and an iteration (E-step, reduction, M-step by hmm_m_step) moves
+/// only per-sequence log-likelihoods to the host.
+struct DeviceEngine<'a> {
+    passes: Passes<'a>,
+    /// The current model and the previous one (or scratch), swapped by the M-step.
+    tables: [DeviceTables; 2],
+    cur: usize,
+    counts: CountSlots,
+    exec: &'a Exec,
+}
+
+impl<'a> DeviceEngine<'a> {
+    fn new(n: usize, v: usize, seqs: &'a Sequences, exec: &'a Exec) -> Result<Self> {
+        let passes = Passes::new(n, v, seqs, true, 0)?;
+        let counts = passes.count_slots()?;
+        let blank = HmmModel { n_states: n, n_symbols: v, start: vec![0.0; n], trans: vec![0.0; n * n], emis: vec![0.0; n * v] };
+        let tables = [upload_tables(passes.dev, &blank)?, upload_tables(passes.dev, &blank)?];
+        Ok(DeviceEngine { passes, tables, cur: 0, counts, exec })
+    }
+}
+
+impl Engine for DeviceEngine<'_> {
+    fn load(&mut self, model: &HmmModel) -> Result<(f64, Option<usize>)> {
+        self.tables[self.cur] = upload_tables(self.passes.dev, model)?;
+        self.e_step()
+    }
+
+    fn m_step(&mut self, pseudocount: f64) -> Result<()> {
+        let dev = self.passes.dev;
+        let (n, v) = (self.passes.n, self.passes.v);
+        let (first, second) = self.tables.split_at_mut(1);
+        let (from, to) = if self.cur == 0 { (&first[0], &mut second[0]) } else { (&second[0], &mut first[0]) };
+        let f = function(dev, "hmm_batched", "hmm_m_step", 0)?;
+        let cfg = LaunchConfig { grid_dim: (n as u32 + 1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (n_i, v_i) = (n as i32, v as i32);
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&v_i).arg(&pseudocount).arg(&self.counts.total).arg(&from.start).arg(&from.trans).arg(&from.emis);
+        launch.arg(&mut to.start).arg(&mut to.trans).arg(&mut to.trans_t).arg(&mut to.emis);
+        // SAFETY: the arguments match hmm_m_step's parameters in order and
+        // type; counts.total holds N + N*N + V*N doubles from the last
+        // E-step; both tables hold N, N*N, N*N and V*N doubles.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_m_step"))?;
+        self.cur = 1 - self.cur;
+        Ok(())
+    }
+
+    fn e_step(&mut self) -> Result<(f64, Option<usize>)> {
+        self.exec.monitor.check()?;
+        self.passes.e_step(&self.tables[self.cur], &mut self.counts)
+    }
+
+    fn model(&self, previous: bool) -> Result<HmmModel> {
+        let t = &self.tables[if previous { 1 - self.cur } else { self.cur }];
+        download_model(self.passes.dev, t, self.passes.n, self.passes.v)
+    }
+}
+
+/// A model from its device tables.
+fn download_model(dev: &Device, t: &DeviceTables, n: usize, v: usize) -> Result<HmmModel> {
     let s = &dev.stream;
-    let tables = upload_tables(dev, model)?;
-    let size = Counts::size(n, v);
-    let max_batch = passes.batches.iter().map(|r| r.len()).max().unwrap_or(1);
-    let by_memory = ((dev.free_memory()? as f64 * PARTIAL_SHARE) as usize / (size * 8)).max(1);
-    let mut blocks = passes.slots(max_batch).min(by_memory.min(u32::MAX as usize) as u32).max(1);
-    if passes.warp {
-        // Whole blocks of warps.
-        blocks = (blocks / WARPS as u32).max(1) * WARPS as u32;
-    } else if !backward_smem(dev, n, v, true).2 {
-        // Accumulators in global memory: few, so zeroing and reducing them
-        // stays cheap against the passes.
-        blocks = blocks.min(2 * dev.multiprocessors);
+    let e = err(dev, "reading the model");
+    let start = s.clone_dtoh(&t.start).map_err(&e)?;
+    let trans = s.clone_dtoh(&t.trans).map_err(&e)?;
+    let by_symbol = s.clone_dtoh(&t.emis).map_err(&e)?;
+    let mut emis = vec![0.0; n * v];
+    for k in 0..v {
+        for i in 0..n {
+            emis[i * v + k] = by_symbol[k * n + i];
+        }
     }
-    let mut partial = s.alloc_zeros::<f64>(blocks as usize * size).map_err(err(dev, "allocating the counts"))?;
-    let mut ll_all = Vec::with_capacity(passes.seqs.len());
-    for range in &passes.batches {
-        exec.monitor.check()?;
-        ll_all.extend(passes.run_batch(&tables, range, None, Some((&mut partial, blocks)))?);
-    }
-    let mut total = s.alloc_zeros::<f64>(size).map_err(err(dev, "allocating the counts"))?;
-    let f = function(dev, "hmm_reduce", 0)?;
-    let cfg = LaunchConfig { grid_dim: ((size.div_ceil(256) as u32).clamp(1, dev.multiprocessors * BLOCKS_PER_SM), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    let (b_i, size_i) = (blocks as i32, size as i64);
-    let mut launch = s.launch_builder(&f);
-    launch.arg(&partial).arg(&b_i).arg(&size_i).arg(&mut total);
-    // SAFETY: partial holds `blocks` accumulators of `size` doubles and
-    // total holds `size`; the arguments match hmm_reduce's parameters.
-    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_reduce"))?;
-    let flat = s.clone_dtoh(&total).map_err(err(dev, "reading the counts"))?;
-    let counts = Counts { start: flat[..n].to_vec(), trans_raw: flat[n..n + n * n].to_vec(), emis: flat[n + n * n..].to_vec() };
-    let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
-    let ll = ll_all.iter().sum();
-    Ok((counts, ll, impossible))
+    Ok(HmmModel { n_states: n, n_symbols: v, start, trans, emis })
 }
 
 /// Baum-Welch on the device (the sequences uploaded once for every start
-/// and iteration); the M-step and the stopping rule are the CPU's.
+/// and iteration); the stopping rule is the CPU's.
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     let probe = HmmModel { n_states: config.n_states, n_symbols: config.n_symbols, start: vec![], trans: vec![], emis: vec![] };
     check_size(&probe, seqs)?;
-    let passes = Passes::new(config.n_states, config.n_symbols, seqs, true, 0)?;
-    fit_with(config, exec, &mut |m: &HmmModel| e_step(&passes, m, exec))
+    let mut engine = DeviceEngine::new(config.n_states, config.n_symbols, seqs, exec)?;
+    fit_with(config, exec, &mut engine)
 }
 
-/// One E-step + M-step on the device (for benchmarks and tests).
+/// One E-step + M-step on the device (for benchmarks and tests): the next
+/// model and the log-likelihood of `model`.
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
     check_size(model, seqs)?;
-    let passes = Passes::new(model.n_states, model.n_symbols, seqs, true, 0)?;
-    let (counts, ll, _) = e_step(&passes, model, exec)?;
-    Ok((super::baum_welch::m_step(model, &counts, pseudocount), ll))
+    let mut engine = DeviceEngine::new(model.n_states, model.n_symbols, seqs, exec)?;
+    let (ll, _) = engine.load(model)?;
+    engine.m_step(pseudocount)?;
+    Ok((engine.model(false)?, ll))
 }
 
 /// Device times of the passes with the sequences already on the device, for
 /// comparison with peers that time kernels on resident data (seconds,
 /// median of `reps` runs after a warm-up, each ending with a stream
 /// synchronisation). Forward: the log-likelihood kernel only. Viterbi: the
-/// kernel, paths left on the device. Baum-Welch: one E-step (forward
-/// storing alphas, backward with counts, reduction) with its device
-/// allocations and its small copies (model in; counts and per-sequence
-/// log-likelihoods out), plus the host M-step.
+/// kernel, paths left on the device. Baum-Welch: one iteration as a fit
+/// runs it: the M-step on the device, then the E-step (forward storing
+/// alphas, backward with counts, reduction) with the per-sequence
+/// log-likelihoods copied out.
 pub struct DeviceTimes {
     pub forward: f64,
     pub viterbi: f64,
@@ -696,13 +826,29 @@ pub fn time_device(model: &HmmModel, seqs: &Sequences, reps: usize) -> Result<De
     };
     let tables = upload_tables(dev, model)?;
     let d_seqs = upload(dev, seqs)?;
-    let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
     let all = 0..seqs.len();
-    sync()?;
-    let forward = median(&mut || {
-        launch_forward(dev, n, &tables, &d_seqs, &all, None, &mut ll)?;
-        sync()
-    })?;
+    let forward = if batched_path(dev, n) {
+        let ranges = row_batches(dev, seqs.len(), n)?;
+        let mut bt = Batched::new(dev, n, model.n_symbols, seqs, &ranges, false)?;
+        let mut lls = Vec::with_capacity(ranges.len());
+        for range in &ranges {
+            lls.push(s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?);
+        }
+        sync()?;
+        median(&mut || {
+            for (b, ll) in lls.iter_mut().enumerate() {
+                bt.forward(dev, &tables, &d_seqs, b, None, ll)?;
+            }
+            sync()
+        })?
+    } else {
+        let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
+        sync()?;
+        median(&mut || {
+            launch_forward(dev, n, &tables, &d_seqs, &all, None, &mut ll)?;
+            sync()
+        })?
+    };
     let tabs = upload_log_tables(dev, model)?;
     let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
     let ranges = batches(dev, seqs, per_symbol)?;
@@ -723,11 +869,12 @@ pub fn time_device(model: &HmmModel, seqs: &Sequences, reps: usize) -> Result<De
         sync()
     })?;
     drop(bufs);
-    let passes = Passes::new(n, model.n_symbols, seqs, true, 0)?;
     let exec = Exec { backend: crate::exec::Backend::Cuda, ..Exec::cpu() };
+    let mut engine = DeviceEngine::new(n, model.n_symbols, seqs, &exec)?;
+    engine.load(model)?;
     let baum_welch = median(&mut || {
-        let (counts, _, _) = e_step(&passes, model, &exec)?;
-        let _ = super::baum_welch::m_step(model, &counts, 0.0);
+        engine.m_step(0.0)?;
+        engine.e_step()?;
         Ok(())
     })?;
     Ok(DeviceTimes { forward, viterbi, baum_welch })

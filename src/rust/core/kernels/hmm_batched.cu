@@ -1,0 +1,516 @@
+// HMM passes for large N (core/src/hmm/gpu/batched.rs launches these): all
+// sequences of a batch advance one time step together, and each step is
+// one matrix product (sequences x states) x (states x states) tiled over
+// the whole grid, with a grid-wide barrier between steps. The kernels are
+// launched cooperatively, so every block is resident and the barrier is
+// safe; a pass over a batch is still one launch.
+//
+// Rows are the batch's sequences sorted by decreasing length, so
+// the rows still running at a step are a prefix and finished tiles are
+// skipped. The forward pass aligns sequences at their starts, the backward
+// pass at their ends, as the one-sequence kernels of hmm.cu do. Per-symbol
+// storage (alpha, scale, gamma, tmp) uses hmm.cu's layouts, so the counting
+// kernels of either file read it.
+//
+// Each step's sums over states run in a different order from the CPU's
+// (tiles of HMB_BK, partial row sums per column tile), so results agree
+// with the CPU to rounding; every sum has a fixed order, so they are
+// deterministic.
+
+#define HMB_BM 32           // rows (sequences) per tile
+#define HMB_BN 64           // columns (states) per tile
+#define HMB_BK 16           // states summed per shared-memory stage
+#define HMB_GROUP 128       // threads of a group: 8 x 16, 4 x 4 outputs each
+#define HMB_GROUPS 4        // groups of a block, each summing every 4th stage
+#define HMB_THREADS (HMB_GROUP * HMB_GROUPS)
+#define HMB_AS (HMB_BM + 2) // padded row of the transposed left tile (16-byte aligned)
+
+// Grid-wide barrier: bar[0] counts arrivals, bar[1] is the generation.
+// Safe only under a cooperative launch (all blocks resident).
+__device__ void hmb_grid_sync(unsigned* bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* gen = bar + 1;
+        const unsigned g = *gen;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g) __nanosleep(20);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// Per-row data of a tile, refreshed for every tile and step.
+struct HmbRows {
+    long long rel[HMB_BM];   // first symbol of the row's sequence, batch-relative
+    long long len[HMB_BM];   // its length (0: no such row)
+    double mul[HMB_BM];      // factor applied to the left operand's row
+    long long lrow[HMB_BM];  // emission row (symbol * N) applied to the left operand, -1: none
+    long long erow[HMB_BM];  // emission row applied to the output, -1: none
+    int seq[HMB_BM];         // sequence index - s0
+};
+
+// The stage buffers of one group (dynamic shared memory holds HMB_GROUPS).
+struct HmbStage {
+    __align__(16) double a[2][HMB_BK][HMB_AS];  // left operand, transposed (k, row)
+    __align__(16) double b[2][HMB_BK][HMB_BN];  // right operand (k, column)
+};
+
+// The static shared memory of one block.
+struct HmbShared {
+    HmbRows rows;
+};
+
+// Thread (ty, tx) = (g / 16, g % 16) of its group (g = tid % HMB_GROUP)
+// owns tile rows hmb_row(u) = (u / 2) * 16 + 2 ty + u % 2 and columns
+// hmb_col(v) = (v / 2) * 32 + 2 tx + v % 2, so its shared reads are two
+// 16-byte loads per operand and stage, without bank conflicts. Group 0
+// holds the tile's sums after hmb_tile_product and writes the outputs.
+__device__ __forceinline__ int hmb_gtid() { return threadIdx.x & (HMB_GROUP - 1); }
+__device__ __forceinline__ int hmb_row(int u) { return (u >> 1) * 16 + 2 * (hmb_gtid() >> 4) + (u & 1); }
+__device__ __forceinline__ int hmb_col(int v) { return (v >> 1) * 32 + 2 * (hmb_gtid() & 15) + (v & 1); }
+
+// acc = L x R over k in [0, N) for the tile at (row0, col0), where
+// L(r, k) = src[(row0 + r) * N + k] * rows.mul[r] (* emis_k[rows.lrow[r] + k]
+// when lrow >= 0) and R(k, c) = right[k * N + col0 + c]. Rows with len 0
+// and columns >= N read zeros. With `left_out`, the left operand's values
+// at this tile's columns are also written to left_out[(rows.rel[r] + t_of(r)) * N + k]
+// (tmp rows for the transition counts), where t_of(r) is `left_t[r]`.
+// Group g sums stages g, g + HMB_GROUPS, ... (four groups keep four warps
+// per scheduler busy on one tile); the groups' sums are then added in group
+// order into group 0's `acc` (deterministic). Stages are double-buffered:
+// the next stage's global loads are issued before this stage's products.
+__device__ void hmb_tile_product(int N, int row0, int col0, const double* __restrict__ src,
+                                const double* __restrict__ right, const double* __restrict__ emis_k,
+                                HmbShared& sh, HmbStage* stages, double acc[4][4],
+                                double* __restrict__ left_out, const long long* left_t)
+{
+    const int tid = hmb_gtid(), group = threadIdx.x / HMB_GROUP;
+    HmbStage& st = stages[group];
+    for (int u = 0; u < 4; ++u)
+        for (int v = 0; v < 4; ++v) acc[u][v] = 0.0;
+    double la[4], rb[8];
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int idx = tid + HMB_GROUP * q, r = idx >> 4, k = k0 + (idx & 15);
+            double x = 0.0;
+            if (sh.rows.len[r] > 0 && k < N) {
+                x = src[(long long)(row0 + r) * N + k] * sh.rows.mul[r];
+                if (sh.rows.lrow[r] >= 0) x *= emis_k[sh.rows.lrow[r] + k];
+            }
+            la[q] = x;
+        }
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const int idx = tid + HMB_GROUP * q, k = k0 + (idx >> 6), c = col0 + (idx & 63);
+            rb[q] = (k < N && c < N) ? right[(long long)k * N + c] : 0.0;
+        }
+    };
+    auto store = [&](int buf, int k0) {
+        if (k0 >= N) return;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int idx = tid + HMB_GROUP * q, r = idx >> 4, kk = idx & 15;
+            st.a[buf][kk][r] = la[q];
+            const int k = k0 + kk;
+            if (left_out && sh.rows.len[r] > 0 && k >= col0 && k < col0 + HMB_BN && k < N)
+                left_out[(sh.rows.rel[r] + left_t[r]) * N + k] = la[q];
+        }
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const int idx = tid + HMB_GROUP * q;
+            st.b[buf][idx >> 6][idx & 63] = rb[q];
+        }
+    };
+    // Every group runs the same number of rounds (a group past N idles), so
+    // the block-wide barriers match.
+    const int stride = HMB_BK * HMB_GROUPS;
+    const int rounds = (N + stride - 1) / stride;
+    int k0 = group * HMB_BK;
+    if (k0 < N) load(k0);
+    store(0, k0);
+    __syncthreads();
+    const int ty2 = 2 * (tid >> 4), tx2 = 2 * (tid & 15);
+    int buf = 0;
+    for (int round = 0; round < rounds; ++round, k0 += stride) {
+        const bool here = k0 < N, more = k0 + stride < N;
+        if (more) load(k0 + stride);
+#pragma unroll
+        for (int kk = 0; kk < HMB_BK; ++kk) {
+            if (!here) break;
+            const double2 a0 = *reinterpret_cast<const double2*>(&st.a[buf][kk][ty2]);
+            const double2 a1 = *reinterpret_cast<const double2*>(&st.a[buf][kk][16 + ty2]);
+            const double2 b0 = *reinterpret_cast<const double2*>(&st.b[buf][kk][tx2]);
+            const double2 b1 = *reinterpret_cast<const double2*>(&st.b[buf][kk][32 + tx2]);
+            const double av[4] = {a0.x, a0.y, a1.x, a1.y};
+            const double bv[4] = {b0.x, b0.y, b1.x, b1.y};
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) acc[u][v] = fma(av[u], bv[v], acc[u][v]);
+        }
+        if (more) store(buf ^ 1, k0 + stride);
+        __syncthreads();
+        buf ^= 1;
+    }
+    // Sum the groups' tiles into group 0, in group order (each group's own
+    // stage buffers hold its 32 x 64 sums).
+    double* mine = &st.a[0][0][0];
+    if (group > 0) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) mine[(u * 4 + v) * HMB_GROUP + tid] = acc[u][v];
+    }
+    __syncthreads();
+    if (group == 0) {
+        for (int g = 1; g < HMB_GROUPS; ++g) {
+            const double* theirs = &stages[g].a[0][0][0];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) acc[u][v] += theirs[(u * 4 + v) * HMB_GROUP + tid];
+        }
+    }
+}
+
+// Sum of x over the 16 threads sharing a row group (lanes with equal ty):
+// butterfly within each half-warp, the same order everywhere.
+__device__ __forceinline__ double hmb_row_sum(double x) {
+    for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
+    return x;
+}
+
+// The per-row arrays of a batch, sorted by decreasing length (the host
+// builds them once): first symbol (batch-relative), length, sequence - s0,
+// and running[t] = rows whose length exceeds t.
+struct HmbBatch {
+    const long long* rel;
+    const long long* len;
+    const int* seq;
+    const int* running;
+};
+
+// Load the tile's row data: rows [row0, row0 + HMB_BM) of the sorted batch,
+// those >= run left empty.
+__device__ void hmb_load_rows(HmbShared& sh, int row0, int run, const HmbBatch& bt)
+{
+    for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
+        const int row = row0 + r;
+        const bool in = row < run;
+        sh.rows.seq[r] = in ? bt.seq[row] : 0;
+        sh.rows.rel[r] = in ? bt.rel[row] : 0;
+        sh.rows.len[r] = in ? bt.len[row] : 0;
+        sh.rows.mul[r] = 0.0;
+        sh.rows.lrow[r] = -1;
+        sh.rows.erow[r] = -1;
+    }
+}
+
+// Sum over the column tiles of row `row`'s partial sums (fixed order).
+__device__ __forceinline__ double hmb_scale(const double* __restrict__ ps, int col_tiles, int rows, int row) {
+    double c = 0.0;
+#pragma unroll 8
+    for (int q = 0; q < col_tiles; ++q) c += ps[(long long)q * rows + row];
+    return c;
+}
+
+// Scaled forward pass of a batch of `rows` sequences (HmbBatch's arrays;
+// sym[base + rel + t] is symbol t of a row). buf0/buf1: rows x N each (unnormalised alphas of
+// the previous and current step); psum: 2 x ceil(N / HMB_BN) x rows (row
+// sums per column tile, by step parity); llacc: rows; bar: 2 zeroed
+// counters. With alpha and scale, every scaled alpha and scale is stored
+// as by hmm_forward. loglik[s - s0] = log P(sequence), -inf when impossible.
+extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym, long long base, int rows,
+    const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
+    const int* __restrict__ row_seq, const int* __restrict__ running,
+    double* __restrict__ buf0, double* __restrict__ buf1, double* __restrict__ psum,
+    double* __restrict__ llacc, unsigned* __restrict__ bar,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik)
+{
+    __shared__ HmbShared sh;
+    extern __shared__ double hmb_dynamic[];
+    HmbStage* stages = reinterpret_cast<HmbStage*>(hmb_dynamic);
+    const HmbBatch bt = {row_rel, row_len, row_seq, running};
+    const int col_tiles = (N + HMB_BN - 1) / HMB_BN;
+    const int tiles = ((rows + HMB_BM - 1) / HMB_BM) * col_tiles;
+    const long long Tmax = rows > 0 ? row_len[0] : 0;
+    for (long long t = 0; t <= Tmax; ++t) {
+        // Finish step t - 1: scales, stored alphas, log-likelihoods.
+        if (t > 0) {
+            const double* prev = ((t - 1) & 1) ? buf1 : buf0;
+            const double* ps = psum + ((t - 1) & 1) * (long long)col_tiles * rows;
+            const int run = running[t - 1];
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int row0 = (tile / col_tiles) * HMB_BM, ct = tile % col_tiles, col0 = ct * HMB_BN;
+                if (row0 >= run) continue;
+                __syncthreads();
+                hmb_load_rows(sh, row0, run, bt);
+                __syncthreads();
+                for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
+                    if (sh.rows.len[r] == 0) continue;
+                    const double c = hmb_scale(ps, col_tiles, rows, row0 + r);
+                    sh.rows.mul[r] = c;
+                    if (ct == 0) {
+                        const double l = (t == 1 ? 0.0 : llacc[row0 + r]) + (c > 0.0 ? log(c) : HMM_NEG_INF);
+                        llacc[row0 + r] = l;
+                        if (scale && c > 0.0) scale[sh.rows.rel[r] + t - 1] = c;
+                        if (sh.rows.len[r] == t) loglik[sh.rows.seq[r]] = l;
+                    }
+                }
+                __syncthreads();
+                if (alpha) {
+                    for (int q = threadIdx.x; q < HMB_BM * HMB_BN; q += blockDim.x) {
+                        const int r = q / HMB_BN, j = col0 + q % HMB_BN;
+                        const double c = sh.rows.mul[r];
+                        if (sh.rows.len[r] > 0 && j < N && c > 0.0)
+                            alpha[(sh.rows.rel[r] + t - 1) * N + j] = prev[(long long)(row0 + r) * N + j] / c;
+                    }
+                }
+            }
+        }
+        if (t == Tmax) break;
+        // Step t: nxt = (cur / c_{t-1}) A .* e(o_t), or start .* e(o_0).
+        const double* cur = ((t - 1) & 1) ? buf1 : buf0;
+        double* nxt = (t & 1) ? buf1 : buf0;
+        double* ps = psum + (t & 1) * (long long)col_tiles * rows;
+        const double* prev_ps = psum + ((t - 1) & 1) * (long long)col_tiles * rows;
+        const int run = running[t];
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int row0 = (tile / col_tiles) * HMB_BM, ct = tile % col_tiles, col0 = ct * HMB_BN;
+            if (row0 >= run) continue;
+            __syncthreads();
+            hmb_load_rows(sh, row0, run, bt);
+            __syncthreads();
+            for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
+                if (sh.rows.len[r] == 0) continue;
+                sh.rows.erow[r] = (long long)sym[base + sh.rows.rel[r] + t] * N;
+                if (t > 0) {
+                    const double c = hmb_scale(prev_ps, col_tiles, rows, row0 + r);
+                    // An impossible row stays all zeros (and its scale 0).
+                    sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
+                }
+            }
+            __syncthreads();
+            double acc[4][4];
+            if (t > 0) {
+                hmb_tile_product(N, row0, col0, cur, trans, emis_k, sh, stages, acc, 0, 0);
+            }
+            if (threadIdx.x >= HMB_GROUP) continue;
+            if (t == 0) {
+                for (int v = 0; v < 4; ++v) {
+                    const int j = col0 + hmb_col(v);
+                    for (int u = 0; u < 4; ++u) acc[u][v] = j < N ? start[j] : 0.0;
+                }
+            }
+            double part[4] = {0.0, 0.0, 0.0, 0.0};
+            for (int u = 0; u < 4; ++u) {
+                const int r = hmb_row(u);
+                const bool live = sh.rows.len[r] > 0;
+                for (int v = 0; v < 4; ++v) {
+                    const int j = col0 + hmb_col(v);
+                    if (live && j < N) {
+                        const double x = acc[u][v] * emis_k[sh.rows.erow[r] + j];
+                        nxt[(long long)(row0 + r) * N + j] = x;
+                        part[u] += x;
+                    }
+                }
+            }
+            for (int u = 0; u < 4; ++u) {
+                const double p = hmb_row_sum(part[u]);
+                const int r = hmb_row(u);
+                if ((threadIdx.x & 15) == 0 && sh.rows.len[r] > 0) ps[(long long)ct * rows + row0 + r] = p;
+            }
+        }
+        hmb_grid_sync(bar);
+    }
+}
+
+// Scaled backward pass of a batch whose forward pass stored alpha and
+// scale (hmm_forward_batched, or any forward kernel: same layouts). Row
+// order and cur/nxt as in the forward pass. Writes posterior rows to
+// `gamma` (non-null) and, with `tmp_out`, row t of each sequence receives
+// B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1} for hmm_xi_gemm, the last row 0. Impossible sequences (loglik -inf) get NaN gamma rows
+// and zero tmp rows.
+extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
+    int N, const double* __restrict__ trans_t, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, long long base, int rows,
+    const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
+    const int* __restrict__ row_seq, const int* __restrict__ running,
+    double* __restrict__ buf0, double* __restrict__ buf1,
+    unsigned* __restrict__ bar, const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ tmp_out)
+{
+    __shared__ HmbShared sh;
+    __shared__ long long t_of[HMB_BM];
+    extern __shared__ double hmb_dynamic[];
+    HmbStage* stages = reinterpret_cast<HmbStage*>(hmb_dynamic);
+    const HmbBatch bt = {row_rel, row_len, row_seq, running};
+    const int col_tiles = (N + HMB_BN - 1) / HMB_BN;
+    const int tiles = ((rows + HMB_BM - 1) / HMB_BM) * col_tiles;
+    const long long Tmax = rows > 0 ? row_len[0] : 0;
+    // Last step: beta = 1, gamma = alpha; impossible rows: NaN / zero rows.
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int row0 = (tile / col_tiles) * HMB_BM, col0 = (tile % col_tiles) * HMB_BN;
+        __syncthreads();
+        hmb_load_rows(sh, row0, rows, bt);
+        __syncthreads();
+        for (int q = threadIdx.x; q < HMB_BM * HMB_BN; q += blockDim.x) {
+            const int r = q / HMB_BN, j = col0 + q % HMB_BN;
+            const long long len = sh.rows.len[r];
+            if (len == 0 || j >= N) continue;
+            const long long rel = sh.rows.rel[r];
+            if (loglik[sh.rows.seq[r]] == HMM_NEG_INF) {
+                for (long long t = 0; t < len; ++t) {
+                    if (gamma) gamma[(rel + t) * N + j] = HMM_NAN;
+                    if (tmp_out) tmp_out[(rel + t) * N + j] = 0.0;
+                }
+                continue;
+            }
+            buf0[(long long)(row0 + r) * N + j] = 1.0;
+            if (gamma) gamma[(rel + len - 1) * N + j] = alpha[(rel + len - 1) * N + j];
+            if (tmp_out) tmp_out[(rel + len - 1) * N + j] = 0.0;
+        }
+    }
+    for (long long u = 0; u + 1 < Tmax; ++u) {
+        hmb_grid_sync(bar);
+        const double* cur = (u & 1) ? buf1 : buf0;
+        double* nxt = (u & 1) ? buf0 : buf1;
+        // Rows with t = len - 2 - u >= 0.
+        const int run = running[u + 1];
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int row0 = (tile / col_tiles) * HMB_BM, col0 = (tile % col_tiles) * HMB_BN;
+            if (row0 >= run) continue;
+            __syncthreads();
+            hmb_load_rows(sh, row0, run, bt);
+            __syncthreads();
+            for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
+                const long long len = sh.rows.len[r];
+                t_of[r] = len - 2 - u;
+                if (len == 0) continue;
+                if (loglik[sh.rows.seq[r]] == HMM_NEG_INF) {
+                    sh.rows.len[r] = 0;
+                    continue;
+                }
+                const long long t1 = sh.rows.rel[r] + len - 1 - u;  // symbol t + 1
+                sh.rows.lrow[r] = (long long)sym[base + t1] * N;
+                sh.rows.mul[r] = 1.0 / scale[t1];
+            }
+            __syncthreads();
+            double acc[4][4];
+            hmb_tile_product(N, row0, col0, cur, trans_t, emis_k, sh, stages, acc, tmp_out, t_of);
+            if (threadIdx.x >= HMB_GROUP) continue;
+            for (int u2 = 0; u2 < 4; ++u2) {
+                const int r = hmb_row(u2);
+                if (sh.rows.len[r] == 0) continue;
+                const long long at = (sh.rows.rel[r] + t_of[r]) * N;
+                for (int v = 0; v < 4; ++v) {
+                    const int j = col0 + hmb_col(v);
+                    if (j >= N) continue;
+                    nxt[(long long)(row0 + r) * N + j] = acc[u2][v];
+                    if (gamma) gamma[at + j] = alpha[at + j] * acc[u2][v];
+                }
+            }
+        }
+    }
+}
+
+// Start and emission counts of a batch from its posteriors (gamma, laid out
+// like the batch's symbols), added to counts = start (N), transitions
+// (N*N, untouched), emissions by symbol (V*N). The host groups the batch's
+// positions by symbol (by_sym_off[V + 1] into by_sym_pos, batch-relative,
+// with by_sym_seq = sequence - s0), so every count is summed in a fixed
+// order. Block (v, y) for v < V sums the positions of symbol v; blocks
+// with v == V sum the first position of every sequence. Impossible
+// sequences (loglik -inf) are skipped.
+#define HMB_COUNT_THREADS 256
+extern "C" __global__ void __launch_bounds__(HMB_COUNT_THREADS) hmm_count_emissions(
+    int N, int V, const long long* __restrict__ by_sym_off, const long long* __restrict__ by_sym_pos,
+    const int* __restrict__ by_sym_seq, const long long* __restrict__ off, int s0, int s1,
+    const double* __restrict__ loglik, const double* __restrict__ gamma, double* __restrict__ counts)
+{
+    // A chunk of positions (row offsets, 0 for impossible sequences'
+    // positions, which are skipped) is staged in shared memory, so each
+    // thread's loads of gamma are independent of one another.
+    __shared__ long long at[HMB_COUNT_THREADS];
+    const int v = blockIdx.x;
+    const int i = blockIdx.y * blockDim.x + threadIdx.x;
+    const long long base = off[s0];
+    const long long p0 = v < V ? by_sym_off[v] : 0;
+    const long long p1 = v < V ? by_sym_off[v + 1] : s1 - s0;
+    double s = 0.0;
+    for (long long c = p0; c < p1; c += blockDim.x) {
+        const long long p = c + threadIdx.x;
+        if (p < p1) {
+            const int q = v < V ? by_sym_seq[p] : (int)(p);
+            const long long row = v < V ? by_sym_pos[p] : off[s0 + q] - base;
+            at[threadIdx.x] = loglik[q] != HMM_NEG_INF ? row * N + 1 : 0;
+        }
+        __syncthreads();
+        const int n = (int)(p1 - c < blockDim.x ? p1 - c : blockDim.x);
+        if (i < N) {
+#pragma unroll 4
+            for (int k = 0; k < n; ++k) {
+                const long long a = at[k];
+                if (a) s += gamma[a - 1 + i];
+            }
+        }
+        __syncthreads();
+    }
+    if (i >= N) return;
+    if (v < V) counts[(long long)N + (long long)N * N + (long long)v * N + i] += s;
+    else counts[i] += s;
+}
+
+// The M-step on the device: from the counts (start, trans_raw, emissions by
+// symbol) and the current tables, the next tables (start, trans, trans_t,
+// emis_k), as core/src/hmm/baum_welch.rs's m_step: each probability vector
+// is counts + pc normalised, and a vector with no (or non-finite) mass
+// keeps its old values. Block i < N re-estimates row i of the transitions
+// and emissions; block N the start probabilities. Shared: 32 doubles.
+extern "C" __global__ void hmm_m_step(
+    int N, int V, double pc, const double* __restrict__ counts,
+    const double* __restrict__ start, const double* __restrict__ trans, const double* __restrict__ emis_k,
+    double* __restrict__ start2, double* __restrict__ trans2, double* __restrict__ trans_t2,
+    double* __restrict__ emis_k2)
+{
+    __shared__ double red[32];
+    const int i = blockIdx.x;
+    const double* c_start = counts;
+    const double* c_trans = counts + N;
+    const double* c_emis = counts + N + (long long)N * N;
+    if (i == N) {
+        double s = 0.0;
+        for (int j = threadIdx.x; j < N; j += blockDim.x) s += c_start[j] + pc;
+        s = block_sum(s, red);
+        const bool ok = s > 0.0 && isfinite(s);
+        for (int j = threadIdx.x; j < N; j += blockDim.x) start2[j] = ok ? (c_start[j] + pc) / s : start[j];
+        return;
+    }
+    const long long row = (long long)i * N;
+    double s = 0.0;
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += trans[row + j] * c_trans[row + j] + pc;
+    s = block_sum(s, red);
+    bool ok = s > 0.0 && isfinite(s);
+    for (int j = threadIdx.x; j < N; j += blockDim.x) {
+        const double p = ok ? (trans[row + j] * c_trans[row + j] + pc) / s : trans[row + j];
+        trans2[row + j] = p;
+        trans_t2[(long long)j * N + i] = p;
+    }
+    s = 0.0;
+    for (int k = threadIdx.x; k < V; k += blockDim.x) s += c_emis[(long long)k * N + i] + pc;
+    s = block_sum(s, red);
+    ok = s > 0.0 && isfinite(s);
+    for (int k = threadIdx.x; k < V; k += blockDim.x) {
+        const long long at = (long long)k * N + i;
+        emis_k2[at] = ok ? (c_emis[at] + pc) / s : emis_k[at];
+    }
+}

@@ -1,0 +1,257 @@
+//! The forward and backward passes for large N (kernels/hmm_batched.cu):
+//! the sequences of a batch advance one time step together, each step one
+//! matrix product over the whole grid, and a pass is one cooperative launch
+//! (a grid-wide barrier between steps). Used when the transitions do not
+//! fit in shared memory, where a block per sequence would re-read all of A
+//! from L2 at every step of every sequence.
+
+use std::ops::Range;
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
+use crate::gpu::Device;
+
+use super::super::sequences::Sequences;
+use super::{err, function, DeviceSeqs, DeviceTables};
+
+/// Tile of hmm_batched.cu: rows (sequences) and columns (states); threads
+/// (HMB_THREADS) and dynamic shared memory (HMB_GROUPS stage buffers of
+/// 2 x 16 x (34 + 64) doubles) of a block.
+const ROWS: usize = 32;
+const COLS: usize = 64;
+const THREADS: u32 = 512;
+const STAGE_SMEM: usize = 4 * 2 * 16 * (34 + 64) * 8;
+
+/// One batch's rows: its sequences sorted by decreasing length (ties by
+/// index), as the kernels' HmbBatch arrays, and, for counting, its
+/// positions grouped by symbol.
+struct Batch {
+    range: Range<usize>,
+    /// First symbol of the batch.
+    base: i64,
+    /// First symbol (batch-relative), length and index - range.start of each row.
+    rel: CudaSlice<i64>,
+    len: CudaSlice<i64>,
+    seq: CudaSlice<i32>,
+    /// running[t]: rows whose length exceeds t, for t in 0..=longest.
+    running: CudaSlice<i32>,
+    by_symbol: Option<BySymbol>,
+}
+
+/// Positions of a batch grouped by symbol (CSR), batch-relative, with the
+/// sequence (- s0) of each.
+struct BySymbol {
+    off: CudaSlice<i64>,
+    pos: CudaSlice<i64>,
+    seq: CudaSlice<i32>,
+}
+
+/// The plan and scratch memory of the batched passes over some batches.
+pub(super) struct Batched {
+    n: usize,
+    v: usize,
+    batches: Vec<Batch>,
+    buf0: CudaSlice<f64>,
+    buf1: CudaSlice<f64>,
+    psum: CudaSlice<f64>,
+    llacc: CudaSlice<f64>,
+    bar: CudaSlice<u32>,
+    /// Blocks of a launch: every tile of a step at once if they fit, and
+    /// never more than can be resident (the barrier needs all of them).
+    grid: u32,
+}
+
+impl Batched {
+    /// Plan the batches `ranges` of `seqs` for N states and V symbols;
+    /// `counts`: index positions by symbol for hmm_count_emissions.
+    pub(super) fn new(dev: &Device, n: usize, v: usize, seqs: &Sequences, ranges: &[Range<usize>], counts: bool) -> Result<Self> {
+        let s = &dev.stream;
+        let e = err(dev, "preparing the batched passes");
+        let len = |q: usize| seqs.offsets[q + 1] - seqs.offsets[q];
+        let mut batches = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let mut order: Vec<usize> = range.clone().collect();
+            order.sort_by_key(|&q| (std::cmp::Reverse(len(q)), q));
+            let base = seqs.offsets[range.start];
+            let rel: Vec<i64> = order.iter().map(|&q| (seqs.offsets[q] - base) as i64).collect();
+            let lens: Vec<i64> = order.iter().map(|&q| len(q) as i64).collect();
+            let seq: Vec<i32> = order.iter().map(|&q| (q - range.start) as i32).collect();
+            let longest = lens.first().copied().unwrap_or(0) as usize;
+            let mut running = vec![0i32; longest + 1];
+            let mut r = order.len();
+            for (t, slot) in running.iter_mut().enumerate() {
+                while r > 0 && lens[r - 1] as usize <= t {
+                    r -= 1;
+                }
+                *slot = r as i32;
+            }
+            let by_symbol = if counts { Some(by_symbol(dev, seqs, range, v)?) } else { None };
+            batches.push(Batch {
+                range: range.clone(),
+                base: base as i64,
+                rel: s.clone_htod(&rel).map_err(&e)?,
+                len: s.clone_htod(&lens).map_err(&e)?,
+                seq: s.clone_htod(&seq).map_err(&e)?,
+                running: s.clone_htod(&running).map_err(&e)?,
+                by_symbol,
+            });
+        }
+        let rows = ranges.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
+        let col_tiles = n.div_ceil(COLS);
+        let fwd = function(dev, "hmm_batched", "hmm_forward_batched", STAGE_SMEM)?;
+        let bwd = function(dev, "hmm_batched", "hmm_backward_batched", STAGE_SMEM)?;
+        let resident = |f: &cudarc::driver::CudaFunction| f.occupancy_max_active_blocks_per_multiprocessor(THREADS, STAGE_SMEM, None).map_err(&e);
+        let per_sm = resident(&fwd)?.min(resident(&bwd)?).max(1);
+        let tiles = rows.div_ceil(ROWS) * col_tiles;
+        let grid = (tiles as u32).clamp(1, dev.multiprocessors * per_sm);
+        Ok(Batched {
+            n,
+            v,
+            batches,
+            buf0: s.alloc_zeros::<f64>(rows * n).map_err(&e)?,
+            buf1: s.alloc_zeros::<f64>(rows * n).map_err(&e)?,
+            psum: s.alloc_zeros::<f64>(2 * col_tiles * rows).map_err(&e)?,
+            llacc: s.alloc_zeros::<f64>(rows).map_err(&e)?,
+            bar: s.alloc_zeros::<u32>(2).map_err(&e)?,
+            grid,
+        })
+    }
+
+    fn config(&self) -> LaunchConfig {
+        LaunchConfig { grid_dim: (self.grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: STAGE_SMEM as u32 }
+    }
+
+    /// Forward pass over batch `b`: log-likelihoods (by sequence - s0) and,
+    /// with `store`, the scaled alphas and scales of the batch.
+    pub(super) fn forward(
+        &mut self,
+        dev: &Device,
+        tables: &DeviceTables,
+        seqs: &DeviceSeqs,
+        b: usize,
+        store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
+        loglik: &mut CudaSlice<f64>,
+    ) -> Result<()> {
+        let f = function(dev, "hmm_batched", "hmm_forward_batched", STAGE_SMEM)?;
+        let batch = &self.batches[b];
+        let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
+        let null: u64 = 0;
+        let cfg = self.config();
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&batch.base).arg(&rows);
+        launch.arg(&batch.rel).arg(&batch.len).arg(&batch.seq).arg(&batch.running);
+        launch.arg(&mut self.buf0).arg(&mut self.buf1).arg(&mut self.psum).arg(&mut self.llacc).arg(&mut self.bar);
+        match store {
+            Some((alpha, scale)) => launch.arg(alpha).arg(scale),
+            None => launch.arg(&null).arg(&null),
+        };
+        launch.arg(loglik);
+        // SAFETY: the arguments match hmm_forward_batched's parameters in
+        // order and type; rel, len and seq hold `rows` entries, running
+        // longest + 1, as HmbBatch describes; buf0/buf1 hold rows x N doubles, psum 2 x ceil(N / COLS) x rows,
+        // llacc rows, bar two counters left at zero arrivals by every
+        // launch; alpha and scale (or null) hold N and 1 doubles per symbol
+        // of the batch, loglik one per sequence. The launch is cooperative
+        // with no more blocks than can be resident, as the kernel's grid
+        // barrier requires.
+        unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching hmm_forward_batched"))?;
+        Ok(())
+    }
+
+    /// Backward pass over batch `b` after its forward pass stored alpha and
+    /// scale: posteriors to `gamma`, and with `tmp` the rows hmm_xi_gemm
+    /// multiplies with the alphas.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn backward(
+        &mut self,
+        dev: &Device,
+        tables: &DeviceTables,
+        seqs: &DeviceSeqs,
+        b: usize,
+        alpha: &CudaSlice<f64>,
+        scale: &CudaSlice<f64>,
+        loglik: &CudaSlice<f64>,
+        gamma: &mut CudaSlice<f64>,
+        tmp: Option<&mut CudaSlice<f64>>,
+    ) -> Result<()> {
+        let f = function(dev, "hmm_batched", "hmm_backward_batched", STAGE_SMEM)?;
+        let batch = &self.batches[b];
+        let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
+        let null: u64 = 0;
+        let cfg = self.config();
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&tables.trans_t).arg(&tables.emis).arg(&seqs.sym).arg(&batch.base).arg(&rows);
+        launch.arg(&batch.rel).arg(&batch.len).arg(&batch.seq).arg(&batch.running);
+        launch.arg(&mut self.buf0).arg(&mut self.buf1).arg(&mut self.bar).arg(alpha).arg(scale).arg(loglik).arg(gamma);
+        match tmp {
+            Some(t) => launch.arg(t),
+            None => launch.arg(&null),
+        };
+        // SAFETY: the arguments match hmm_backward_batched's parameters in
+        // order and type; alpha, scale and loglik were filled by a forward
+        // pass of this batch; gamma and tmp (or null) hold N doubles per
+        // symbol of the batch; buffers and launch as for `forward`.
+        unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching hmm_backward_batched"))?;
+        Ok(())
+    }
+
+    /// Add batch `b`'s start and emission counts, from its posteriors, to
+    /// `counts` (start, transitions, emissions by symbol).
+    pub(super) fn count_emissions(&self, dev: &Device, seqs: &DeviceSeqs, b: usize, loglik: &CudaSlice<f64>, gamma: &CudaSlice<f64>, counts: &mut CudaSlice<f64>) -> Result<()> {
+        let batch = &self.batches[b];
+        let Some(by) = &batch.by_symbol else {
+            return Err(crate::error::Error::BackendUnavailable("internal: the batched plan has no symbol index".into()));
+        };
+        let f = function(dev, "hmm_batched", "hmm_count_emissions", 0)?;
+        // HMB_COUNT_THREADS: the kernel stages that many positions at a time.
+        let threads = 256u32;
+        let cfg = LaunchConfig { grid_dim: (self.v as u32 + 1, self.n.div_ceil(threads as usize) as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        let (n_i, v_i, s0, s1) = (self.n as i32, self.v as i32, batch.range.start as i32, batch.range.end as i32);
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&v_i).arg(&by.off).arg(&by.pos).arg(&by.seq).arg(&seqs.off).arg(&s0).arg(&s1).arg(loglik).arg(gamma).arg(counts);
+        // SAFETY: the arguments match hmm_count_emissions's parameters in
+        // order and type; by.off holds V + 1 offsets into by.pos and by.seq
+        // (one entry per symbol of the batch); gamma holds N doubles per
+        // symbol of the batch, loglik one per sequence; counts holds
+        // N + N*N + V*N doubles.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_count_emissions"))?;
+        Ok(())
+    }
+}
+
+/// The positions of batch `range` grouped by symbol, on the device.
+fn by_symbol(dev: &Device, seqs: &Sequences, range: &Range<usize>, v: usize) -> Result<BySymbol> {
+    let base = seqs.offsets[range.start];
+    let mut off = vec![0i64; v + 1];
+    for &k in &seqs.symbols[base..seqs.offsets[range.end]] {
+        off[k as usize + 1] += 1;
+    }
+    for k in 0..v {
+        off[k + 1] += off[k];
+    }
+    let total = off[v] as usize;
+    let (mut pos, mut seq, mut next) = (vec![0i64; total], vec![0i32; total], off.clone());
+    for q in range.clone() {
+        for p in seqs.offsets[q]..seqs.offsets[q + 1] {
+            let k = seqs.symbols[p] as usize;
+            let at = next[k] as usize;
+            pos[at] = (p - base) as i64;
+            seq[at] = (q - range.start) as i32;
+            next[k] += 1;
+        }
+    }
+    let s = &dev.stream;
+    let e = err(dev, "copying the symbol index");
+    // An empty batch cannot happen (sequences are non-empty), so pos is too.
+    Ok(BySymbol { off: s.clone_htod(&off).map_err(&e)?, pos: s.clone_htod(&pos).map_err(&e)?, seq: s.clone_htod(&seq).map_err(&e)? })
+}
+
+/// Consecutive batches of the sequences 0..count whose row buffers (two
+/// state vectors, partial sums, a log-likelihood per sequence) fit the
+/// memory share of the device.
+pub(super) fn row_batches(dev: &Device, count: usize, n: usize) -> Result<Vec<Range<usize>>> {
+    let per_row = (2 * n + 2 * n.div_ceil(COLS) + 2) * 8;
+    let rows = ((dev.free_memory()? as f64 * super::MEMORY_SHARE) as usize / per_row).max(1);
+    Ok((0..count).step_by(rows).map(|a| a..(a + rows).min(count)).collect())
+}
