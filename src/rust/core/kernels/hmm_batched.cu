@@ -23,7 +23,10 @@
 #define HMB_GROUP 128       // threads of a group: 8 x 16, 4 x 4 outputs each
 #define HMB_GROUPS 4        // groups of a block, each summing every 4th stage
 #define HMB_THREADS (HMB_GROUP * HMB_GROUPS)
-#define HMB_AS (HMB_BM + 2) // padded row of the transposed left tile (16-byte aligned)
+// Padded rows of the stage buffers: with 4 extra doubles, the 32 lanes of a
+// tensor-core fragment load hit every bank pair exactly twice (optimal).
+#define HMB_AS (HMB_BM + 4)
+#define HMB_BS (HMB_BN + 4)
 
 // Grid-wide barrier: bar[0] counts arrivals, bar[1] is the generation.
 // Safe only under a cooperative launch (all blocks resident).
@@ -38,7 +41,8 @@ __device__ void hmb_grid_sync(unsigned* bar) {
             __threadfence();
             atomicAdd(bar + 1, 1u);
         } else {
-            while (*gen == g) __nanosleep(20);
+            while (*gen == g) {
+            }
         }
         __threadfence();
     }
@@ -53,12 +57,13 @@ struct HmbRows {
     long long lrow[HMB_BM];  // emission row (symbol * N) applied to the left operand, -1: none
     long long erow[HMB_BM];  // emission row applied to the output, -1: none
     int seq[HMB_BM];         // sequence index - s0
+    int was[HMB_BM];         // forward: the row ran at the previous step
 };
 
 // The stage buffers of one group (dynamic shared memory holds HMB_GROUPS).
 struct HmbStage {
     __align__(16) double a[2][HMB_BK][HMB_AS];  // left operand, transposed (k, row)
-    __align__(16) double b[2][HMB_BK][HMB_BN];  // right operand (k, column)
+    __align__(16) double b[2][HMB_BK][HMB_BS];  // right operand (k, column)
 };
 
 // The static shared memory of one block.
@@ -66,16 +71,34 @@ struct HmbShared {
     HmbRows rows;
 };
 
-// Thread (ty, tx) = (g / 16, g % 16) of its group (g = tid % HMB_GROUP)
-// owns tile rows hmb_row(u) = (u / 2) * 16 + 2 ty + u % 2 and columns
-// hmb_col(v) = (v / 2) * 32 + 2 tx + v % 2, so its shared reads are two
-// 16-byte loads per operand and stage, without bank conflicts. Group 0
-// holds the tile's sums after hmb_tile_product and writes the outputs.
+// The products run on the FP64 tensor cores (mma m8n8k4): warp w of a
+// group owns tile rows 8w..8w+7 and all 64 columns (eight 8 x 8 output
+// fragments). Lane l holds row hmb_out_row() = 8w + l / 4 and columns
+// hmb_out_col(q) = 8 (q / 2) + 2 (l % 4) + q % 2, q = 0..15, so a row's
+// sums stay within 4 lanes of one warp. Group 0 holds the tile's sums
+// after hmb_tile_product and writes the outputs.
+#define HMB_OUT 16
 __device__ __forceinline__ int hmb_gtid() { return threadIdx.x & (HMB_GROUP - 1); }
-__device__ __forceinline__ int hmb_row(int u) { return (u >> 1) * 16 + 2 * (hmb_gtid() >> 4) + (u & 1); }
-__device__ __forceinline__ int hmb_col(int v) { return (v >> 1) * 32 + 2 * (hmb_gtid() & 15) + (v & 1); }
+__device__ __forceinline__ int hmb_out_row() { return 8 * (hmb_gtid() >> 5) + ((threadIdx.x & 31) >> 2); }
+__device__ __forceinline__ int hmb_out_col(int q) { return 8 * (q >> 1) + 2 * (threadIdx.x & 3) + (q & 1); }
 
-// acc = L x R over k in [0, N) for the tile at (row0, col0), where
+// d = a x b + d for one 8 x 8 x 4 fragment (see hmb_out_row). Before
+// sm_80 (no FP64 mma), the same sums by shuffles.
+__device__ __forceinline__ void hmb_mma(double& d0, double& d1, double a, double b) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+                 : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
+#else
+    const int lane = threadIdx.x & 31, row = lane >> 2, col = 2 * (lane & 3);
+    for (int k = 0; k < 4; ++k) {
+        const double x = __shfl_sync(FULL_MASK, a, row * 4 + k);
+        d0 = fma(x, __shfl_sync(FULL_MASK, b, col * 4 + k), d0);
+        d1 = fma(x, __shfl_sync(FULL_MASK, b, (col + 1) * 4 + k), d1);
+    }
+#endif
+}
+
+// acc (hmb_out_row / hmb_out_col) = L x R over k in [0, N) for the tile at (row0, col0), where
 // L(r, k) = src[(row0 + r) * N + k] * rows.mul[r] (* emis_k[rows.lrow[r] + k]
 // when lrow >= 0) and R(k, c) = right[k * N + col0 + c]. Rows with len 0
 // and columns >= N read zeros. With `left_out`, the left operand's values
@@ -87,13 +110,13 @@ __device__ __forceinline__ int hmb_col(int v) { return (v >> 1) * 32 + 2 * (hmb_
 // the next stage's global loads are issued before this stage's products.
 __device__ void hmb_tile_product(int N, int row0, int col0, const double* __restrict__ src,
                                 const double* __restrict__ right, const double* __restrict__ emis_k,
-                                HmbShared& sh, HmbStage* stages, double acc[4][4],
+                                HmbShared& sh, HmbStage* stages, double acc[HMB_OUT],
                                 double* __restrict__ left_out, const long long* left_t)
 {
     const int tid = hmb_gtid(), group = threadIdx.x / HMB_GROUP;
     HmbStage& st = stages[group];
-    for (int u = 0; u < 4; ++u)
-        for (int v = 0; v < 4; ++v) acc[u][v] = 0.0;
+#pragma unroll
+    for (int q = 0; q < HMB_OUT; ++q) acc[q] = 0.0;
     double la[4], rb[8];
     auto load = [&](int k0) {
 #pragma unroll
@@ -136,24 +159,18 @@ __device__ void hmb_tile_product(int N, int row0, int col0, const double* __rest
     if (k0 < N) load(k0);
     store(0, k0);
     __syncthreads();
-    const int ty2 = 2 * (tid >> 4), tx2 = 2 * (tid & 15);
+    const int arow = 8 * (tid >> 5) + ((tid & 31) >> 2), bcol = (tid & 31) >> 2, kq = tid & 3;
     int buf = 0;
     for (int round = 0; round < rounds; ++round, k0 += stride) {
         const bool here = k0 < N, more = k0 + stride < N;
         if (more) load(k0 + stride);
+        if (here) {
 #pragma unroll
-        for (int kk = 0; kk < HMB_BK; ++kk) {
-            if (!here) break;
-            const double2 a0 = *reinterpret_cast<const double2*>(&st.a[buf][kk][ty2]);
-            const double2 a1 = *reinterpret_cast<const double2*>(&st.a[buf][kk][16 + ty2]);
-            const double2 b0 = *reinterpret_cast<const double2*>(&st.b[buf][kk][tx2]);
-            const double2 b1 = *reinterpret_cast<const double2*>(&st.b[buf][kk][32 + tx2]);
-            const double av[4] = {a0.x, a0.y, a1.x, a1.y};
-            const double bv[4] = {b0.x, b0.y, b1.x, b1.y};
+            for (int k4 = 0; k4 < HMB_BK; k4 += 4) {
+                const double a = st.a[buf][k4 + kq][arow];
 #pragma unroll
-            for (int u = 0; u < 4; ++u)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) acc[u][v] = fma(av[u], bv[v], acc[u][v]);
+                for (int j = 0; j < 8; ++j) hmb_mma(acc[2 * j], acc[2 * j + 1], a, st.b[buf][k4 + kq][8 * j + bcol]);
+            }
         }
         if (more) store(buf ^ 1, k0 + stride);
         __syncthreads();
@@ -164,27 +181,23 @@ __device__ void hmb_tile_product(int N, int row0, int col0, const double* __rest
     double* mine = &st.a[0][0][0];
     if (group > 0) {
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) mine[(u * 4 + v) * HMB_GROUP + tid] = acc[u][v];
+        for (int q = 0; q < HMB_OUT; ++q) mine[q * HMB_GROUP + tid] = acc[q];
     }
     __syncthreads();
     if (group == 0) {
         for (int g = 1; g < HMB_GROUPS; ++g) {
             const double* theirs = &stages[g].a[0][0][0];
 #pragma unroll
-            for (int u = 0; u < 4; ++u)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) acc[u][v] += theirs[(u * 4 + v) * HMB_GROUP + tid];
+            for (int q = 0; q < HMB_OUT; ++q) acc[q] += theirs[q * HMB_GROUP + tid];
         }
     }
 }
 
-// Sum of x over the 16 threads sharing a row group (lanes with equal ty):
-// butterfly within each half-warp, the same order everywhere.
+// Sum of x over the 4 lanes sharing an output row (butterfly, the same
+// order everywhere).
 __device__ __forceinline__ double hmb_row_sum(double x) {
-    for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
-    return x;
+    x += __shfl_xor_sync(FULL_MASK, x, 1);
+    return x + __shfl_xor_sync(FULL_MASK, x, 2);
 }
 
 // The per-row arrays of a batch, sorted by decreasing length (the host
@@ -244,93 +257,72 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
     const int tiles = ((rows + HMB_BM - 1) / HMB_BM) * col_tiles;
     const long long Tmax = rows > 0 ? row_len[0] : 0;
     for (long long t = 0; t <= Tmax; ++t) {
-        // Finish step t - 1: scales, stored alphas, log-likelihoods.
-        if (t > 0) {
-            const double* prev = ((t - 1) & 1) ? buf1 : buf0;
-            const double* ps = psum + ((t - 1) & 1) * (long long)col_tiles * rows;
-            const int run = running[t - 1];
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int row0 = (tile / col_tiles) * HMB_BM, ct = tile % col_tiles, col0 = ct * HMB_BN;
-                if (row0 >= run) continue;
-                __syncthreads();
-                hmb_load_rows(sh, row0, run, bt);
-                __syncthreads();
-                for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
-                    if (sh.rows.len[r] == 0) continue;
-                    const double c = hmb_scale(ps, col_tiles, rows, row0 + r);
-                    sh.rows.mul[r] = c;
-                    if (ct == 0) {
-                        const double l = (t == 1 ? 0.0 : llacc[row0 + r]) + (c > 0.0 ? log(c) : HMM_NEG_INF);
-                        llacc[row0 + r] = l;
-                        if (scale && c > 0.0) scale[sh.rows.rel[r] + t - 1] = c;
-                        if (sh.rows.len[r] == t) loglik[sh.rows.seq[r]] = l;
-                    }
-                }
-                __syncthreads();
-                if (alpha) {
-                    for (int q = threadIdx.x; q < HMB_BM * HMB_BN; q += blockDim.x) {
-                        const int r = q / HMB_BN, j = col0 + q % HMB_BN;
-                        const double c = sh.rows.mul[r];
-                        if (sh.rows.len[r] > 0 && j < N && c > 0.0)
-                            alpha[(sh.rows.rel[r] + t - 1) * N + j] = prev[(long long)(row0 + r) * N + j] / c;
-                    }
-                }
-            }
-        }
-        if (t == Tmax) break;
-        // Step t: nxt = (cur / c_{t-1}) A .* e(o_t), or start .* e(o_0).
+        // Step t computes the rows running at t, and finishes step t - 1
+        // (scales, stored alphas, log-likelihoods) for the rows running
+        // then, a superset (lengths are sorted).
         const double* cur = ((t - 1) & 1) ? buf1 : buf0;
         double* nxt = (t & 1) ? buf1 : buf0;
         double* ps = psum + (t & 1) * (long long)col_tiles * rows;
         const double* prev_ps = psum + ((t - 1) & 1) * (long long)col_tiles * rows;
-        const int run = running[t];
+        const int run_prev = t > 0 ? running[t - 1] : 0;
+        const int run = t < Tmax ? running[t] : 0;
+        const int run_any = t > 0 ? run_prev : run;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int row0 = (tile / col_tiles) * HMB_BM, ct = tile % col_tiles, col0 = ct * HMB_BN;
-            if (row0 >= run) continue;
-            __syncthreads();
-            hmb_load_rows(sh, row0, run, bt);
+            if (row0 >= run_any) continue;
             __syncthreads();
             for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
-                if (sh.rows.len[r] == 0) continue;
-                sh.rows.erow[r] = (long long)sym[base + sh.rows.rel[r] + t] * N;
-                if (t > 0) {
-                    const double c = hmb_scale(prev_ps, col_tiles, rows, row0 + r);
-                    // An impossible row stays all zeros (and its scale 0).
-                    sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
+                const int row = row0 + r;
+                const bool was = row < run_prev, now = row < run;
+                // Independent loads: the row's data and its partial sums.
+                const double c = was ? hmb_scale(prev_ps, col_tiles, rows, row) : 0.0;
+                const long long rel = (was || now) ? bt.rel[row] : 0, len = (was || now) ? bt.len[row] : 0;
+                const int seq = was ? bt.seq[row] : 0;
+                sh.rows.rel[r] = rel;
+                sh.rows.len[r] = now ? len : 0;
+                // An impossible row stays all zeros (and its scale 0).
+                sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
+                sh.rows.erow[r] = now ? (long long)sym[base + rel + t] * N : -1;
+                sh.rows.lrow[r] = -1;
+                if (was && ct == 0) {
+                    const double l = (t == 1 ? 0.0 : llacc[row]) + (c > 0.0 ? log(c) : HMM_NEG_INF);
+                    llacc[row] = l;
+                    if (scale && c > 0.0) scale[rel + t - 1] = c;
+                    if (len == t) loglik[seq] = l;
                 }
+                sh.rows.was[r] = was;
             }
             __syncthreads();
-            double acc[4][4];
+            if (alpha) {
+                for (int q = threadIdx.x; q < HMB_BM * HMB_BN; q += blockDim.x) {
+                    const int r = q / HMB_BN, j = col0 + q % HMB_BN;
+                    if (sh.rows.was[r] && j < N && sh.rows.mul[r] > 0.0)
+                        alpha[(sh.rows.rel[r] + t - 1) * N + j] = cur[(long long)(row0 + r) * N + j] * sh.rows.mul[r];
+                }
+            }
+            if (row0 >= run) continue;
+            // Step t: nxt = (cur / c_{t-1}) A .* e(o_t), or start .* e(o_0).
+            double acc[HMB_OUT];
             if (t > 0) {
                 hmb_tile_product(N, row0, col0, cur, trans, emis_k, sh, stages, acc, 0, 0);
             }
             if (threadIdx.x >= HMB_GROUP) continue;
-            if (t == 0) {
-                for (int v = 0; v < 4; ++v) {
-                    const int j = col0 + hmb_col(v);
-                    for (int u = 0; u < 4; ++u) acc[u][v] = j < N ? start[j] : 0.0;
+            const int r = hmb_out_row();
+            const bool live = sh.rows.len[r] > 0;
+            double part = 0.0;
+#pragma unroll
+            for (int q = 0; q < HMB_OUT; ++q) {
+                const int j = col0 + hmb_out_col(q);
+                if (live && j < N) {
+                    const double x = (t > 0 ? acc[q] : start[j]) * emis_k[sh.rows.erow[r] + j];
+                    nxt[(long long)(row0 + r) * N + j] = x;
+                    part += x;
                 }
             }
-            double part[4] = {0.0, 0.0, 0.0, 0.0};
-            for (int u = 0; u < 4; ++u) {
-                const int r = hmb_row(u);
-                const bool live = sh.rows.len[r] > 0;
-                for (int v = 0; v < 4; ++v) {
-                    const int j = col0 + hmb_col(v);
-                    if (live && j < N) {
-                        const double x = acc[u][v] * emis_k[sh.rows.erow[r] + j];
-                        nxt[(long long)(row0 + r) * N + j] = x;
-                        part[u] += x;
-                    }
-                }
-            }
-            for (int u = 0; u < 4; ++u) {
-                const double p = hmb_row_sum(part[u]);
-                const int r = hmb_row(u);
-                if ((threadIdx.x & 15) == 0 && sh.rows.len[r] > 0) ps[(long long)ct * rows + row0 + r] = p;
-            }
+            part = hmb_row_sum(part);
+            if ((threadIdx.x & 3) == 0 && live) ps[(long long)ct * rows + row0 + r] = part;
         }
-        hmb_grid_sync(bar);
+        if (t < Tmax) hmb_grid_sync(bar);
     }
 }
 
@@ -405,19 +397,18 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
                 sh.rows.mul[r] = 1.0 / scale[t1];
             }
             __syncthreads();
-            double acc[4][4];
+            double acc[HMB_OUT];
             hmb_tile_product(N, row0, col0, cur, trans_t, emis_k, sh, stages, acc, tmp_out, t_of);
             if (threadIdx.x >= HMB_GROUP) continue;
-            for (int u2 = 0; u2 < 4; ++u2) {
-                const int r = hmb_row(u2);
-                if (sh.rows.len[r] == 0) continue;
-                const long long at = (sh.rows.rel[r] + t_of[r]) * N;
-                for (int v = 0; v < 4; ++v) {
-                    const int j = col0 + hmb_col(v);
-                    if (j >= N) continue;
-                    nxt[(long long)(row0 + r) * N + j] = acc[u2][v];
-                    if (gamma) gamma[at + j] = alpha[at + j] * acc[u2][v];
-                }
+            const int r = hmb_out_row();
+            if (sh.rows.len[r] == 0) continue;
+            const long long at = (sh.rows.rel[r] + t_of[r]) * N;
+#pragma unroll
+            for (int q = 0; q < HMB_OUT; ++q) {
+                const int j = col0 + hmb_out_col(q);
+                if (j >= N) continue;
+                nxt[(long long)(row0 + r) * N + j] = acc[q];
+                if (gamma) gamma[at + j] = alpha[at + j] * acc[q];
             }
         }
     }

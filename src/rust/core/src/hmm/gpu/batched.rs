@@ -17,11 +17,11 @@ use super::{err, function, DeviceSeqs, DeviceTables};
 
 /// Tile of hmm_batched.cu: rows (sequences) and columns (states); threads
 /// (HMB_THREADS) and dynamic shared memory (HMB_GROUPS stage buffers of
-/// 2 x 16 x (34 + 64) doubles) of a block.
+/// 2 x 16 x (36 + 68) doubles) of a block.
 const ROWS: usize = 32;
 const COLS: usize = 64;
 const THREADS: u32 = 512;
-const STAGE_SMEM: usize = 4 * 2 * 16 * (34 + 64) * 8;
+const STAGE_SMEM: usize = 4 * 2 * 16 * (36 + 68) * 8;
 
 /// One batch's rows: its sequences sorted by decreasing length (ties by
 /// index), as the kernels' HmbBatch arrays, and, for counting, its
