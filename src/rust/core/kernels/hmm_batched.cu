@@ -71,16 +71,18 @@ struct HmbShared {
     HmbRows rows;
 };
 
-// The products run on the FP64 tensor cores (mma m8n8k4): warp w of a
-// group owns tile rows 8w..8w+7 and all 64 columns (eight 8 x 8 output
-// fragments). Lane l holds row hmb_out_row() = 8w + l / 4 and columns
-// hmb_out_col(q) = 8 (q / 2) + 2 (l % 4) + q % 2, q = 0..15, so a row's
-// sums stay within 4 lanes of one warp. Group 0 holds the tile's sums
-// after hmb_tile_product and writes the outputs.
+// The products run on the FP64 tensor cores (mma m16n8k4): warp w of a
+// group owns the 16 x 32 block of tile rows 16 (w / 2) + 0..15 and columns
+// 32 (w % 2) + 0..31 (four 16 x 8 output fragments). Lane l (g = l / 4,
+// c = l % 4) holds, for q = 0..15, row hmb_out_row(q) = 16 (w / 2) + g +
+// 8 (q / 8) and column hmb_out_col(q) = 32 (w % 2) + 8 ((q / 2) % 4) + 2c
+// + q % 2. Group 0 holds the tile's sums after hmb_tile_product and
+// writes the outputs.
 #define HMB_OUT 16
 __device__ __forceinline__ int hmb_gtid() { return threadIdx.x & (HMB_GROUP - 1); }
-__device__ __forceinline__ int hmb_out_row() { return 8 * (hmb_gtid() >> 5) + ((threadIdx.x & 31) >> 2); }
-__device__ __forceinline__ int hmb_out_col(int q) { return 8 * (q >> 1) + 2 * (threadIdx.x & 3) + (q & 1); }
+__device__ __forceinline__ int hmb_warp() { return hmb_gtid() >> 5; }
+__device__ __forceinline__ int hmb_out_row(int q) { return 16 * (hmb_warp() >> 1) + ((threadIdx.x & 31) >> 2) + 8 * (q >> 3); }
+__device__ __forceinline__ int hmb_out_col(int q) { return 32 * (hmb_warp() & 1) + 8 * ((q >> 1) & 3) + 2 * (threadIdx.x & 3) + (q & 1); }
 
 // d = a x b + d for one 8 x 8 x 4 fragment (see hmb_out_row). Before
 // sm_80 (no FP64 mma), the same sums by shuffles.
@@ -95,6 +97,18 @@ __device__ __forceinline__ void hmb_mma(double& d0, double& d1, double a, double
         d0 = fma(x, __shfl_sync(FULL_MASK, b, col * 4 + k), d0);
         d1 = fma(x, __shfl_sync(FULL_MASK, b, (col + 1) * 4 + k), d1);
     }
+#endif
+}
+
+// (d0, d1; d2, d3) += (a0; a1) x b for one 16 x 8 x 4 fragment: rows g and
+// g + 8 of A, as two 8 x 8 x 4 fragments before sm_90.
+__device__ __forceinline__ void hmb_mma16(double& d0, double& d1, double& d2, double& d3, double a0, double a1, double b) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+                 : "+d"(d0), "+d"(d1), "+d"(d2), "+d"(d3) : "d"(a0), "d"(a1), "d"(b));
+#else
+    hmb_mma(d0, d1, a0, b);
+    hmb_mma(d2, d3, a1, b);
 #endif
 }
 
@@ -159,7 +173,7 @@ __device__ void hmb_tile_product(int N, int row0, int col0, const double* __rest
     if (k0 < N) load(k0);
     store(0, k0);
     __syncthreads();
-    const int arow = 8 * (tid >> 5) + ((tid & 31) >> 2), bcol = (tid & 31) >> 2, kq = tid & 3;
+    const int w = tid >> 5, arow = 16 * (w >> 1) + ((tid & 31) >> 2), bcol = 32 * (w & 1) + ((tid & 31) >> 2), kq = tid & 3;
     int buf = 0;
     for (int round = 0; round < rounds; ++round, k0 += stride) {
         const bool here = k0 < N, more = k0 + stride < N;
@@ -167,9 +181,10 @@ __device__ void hmb_tile_product(int N, int row0, int col0, const double* __rest
         if (here) {
 #pragma unroll
             for (int k4 = 0; k4 < HMB_BK; k4 += 4) {
-                const double a = st.a[buf][k4 + kq][arow];
+                const double a0 = st.a[buf][k4 + kq][arow], a1 = st.a[buf][k4 + kq][arow + 8];
 #pragma unroll
-                for (int j = 0; j < 8; ++j) hmb_mma(acc[2 * j], acc[2 * j + 1], a, st.b[buf][k4 + kq][8 * j + bcol]);
+                for (int j = 0; j < 4; ++j)
+                    hmb_mma16(acc[2 * j], acc[2 * j + 1], acc[8 + 2 * j], acc[9 + 2 * j], a0, a1, st.b[buf][k4 + kq][8 * j + bcol]);
             }
         }
         if (more) store(buf ^ 1, k0 + stride);
@@ -193,8 +208,8 @@ __device__ void hmb_tile_product(int N, int row0, int col0, const double* __rest
     }
 }
 
-// Sum of x over the 4 lanes sharing an output row (butterfly, the same
-// order everywhere).
+// Sum of x over the 4 lanes sharing an output row within a warp
+// (butterfly, the same order everywhere).
 __device__ __forceinline__ double hmb_row_sum(double x) {
     x += __shfl_xor_sync(FULL_MASK, x, 1);
     return x + __shfl_xor_sync(FULL_MASK, x, 2);
@@ -250,6 +265,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
     double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik)
 {
     __shared__ HmbShared sh;
+    __shared__ double red[2][HMB_BM];
     extern __shared__ double hmb_dynamic[];
     HmbStage* stages = reinterpret_cast<HmbStage*>(hmb_dynamic);
     const HmbBatch bt = {row_rel, row_len, row_seq, running};
@@ -307,20 +323,25 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
                 hmb_tile_product(N, row0, col0, cur, trans, emis_k, sh, stages, acc, 0, 0);
             }
             if (threadIdx.x >= HMB_GROUP) continue;
-            const int r = hmb_out_row();
-            const bool live = sh.rows.len[r] > 0;
-            double part = 0.0;
+            // A row's columns are split over two warps: each adds its half
+            // (red[warp % 2][row]), then the halves are added in order.
+            double part[2] = {0.0, 0.0};
 #pragma unroll
             for (int q = 0; q < HMB_OUT; ++q) {
-                const int j = col0 + hmb_out_col(q);
-                if (live && j < N) {
+                const int r = hmb_out_row(q), j = col0 + hmb_out_col(q);
+                if (sh.rows.len[r] > 0 && j < N) {
                     const double x = (t > 0 ? acc[q] : start[j]) * emis_k[sh.rows.erow[r] + j];
                     nxt[(long long)(row0 + r) * N + j] = x;
-                    part += x;
+                    part[q >> 3] += x;
                 }
             }
-            part = hmb_row_sum(part);
-            if ((threadIdx.x & 3) == 0 && live) ps[(long long)ct * rows + row0 + r] = part;
+            for (int h = 0; h < 2; ++h) {
+                const double p = hmb_row_sum(part[h]);
+                if ((threadIdx.x & 3) == 0) red[hmb_warp() & 1][hmb_out_row(8 * h)] = p;
+            }
+            asm volatile("bar.sync 1, %0;" :: "n"(HMB_GROUP));
+            if (threadIdx.x < HMB_BM && sh.rows.len[threadIdx.x] > 0)
+                ps[(long long)ct * rows + row0 + threadIdx.x] = red[0][threadIdx.x] + red[1][threadIdx.x];
         }
         if (t < Tmax) hmb_grid_sync(bar);
     }
@@ -400,13 +421,11 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
             double acc[HMB_OUT];
             hmb_tile_product(N, row0, col0, cur, trans_t, emis_k, sh, stages, acc, tmp_out, t_of);
             if (threadIdx.x >= HMB_GROUP) continue;
-            const int r = hmb_out_row();
-            if (sh.rows.len[r] == 0) continue;
-            const long long at = (sh.rows.rel[r] + t_of[r]) * N;
 #pragma unroll
             for (int q = 0; q < HMB_OUT; ++q) {
-                const int j = col0 + hmb_out_col(q);
-                if (j >= N) continue;
+                const int r = hmb_out_row(q), j = col0 + hmb_out_col(q);
+                if (sh.rows.len[r] == 0 || j >= N) continue;
+                const long long at = (sh.rows.rel[r] + t_of[r]) * N;
                 nxt[(long long)(row0 + r) * N + j] = acc[q];
                 if (gamma) gamma[at + j] = alpha[at + j] * acc[q];
             }
