@@ -131,38 +131,41 @@ __device__ void hmb_tile_product(int N, int row0, int col0, const double* __rest
     HmbStage& st = stages[group];
 #pragma unroll
     for (int q = 0; q < HMB_OUT; ++q) acc[q] = 0.0;
-    double la[4], rb[8];
+    // Per thread and stage: HMB_BK * HMB_BM / HMB_GROUP left values,
+    // HMB_BK * HMB_BN / HMB_GROUP right values.
+    double la[HMB_BK * HMB_BM / HMB_GROUP], rb[HMB_BK * HMB_BN / HMB_GROUP];
     auto load = [&](int k0) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int idx = tid + HMB_GROUP * q, r = idx >> 4, k = k0 + (idx & 15);
+        for (int q = 0; q < HMB_BK * HMB_BM / HMB_GROUP; ++q) {
+            const int idx = tid + HMB_GROUP * q, r = idx / HMB_BK, k = k0 + idx % HMB_BK;
             double x = 0.0;
             if (sh.rows.len[r] > 0 && k < N) {
-                x = src[(long long)(row0 + r) * N + k] * sh.rows.mul[r];
+                // L2 only: other blocks wrote src during this launch.
+                x = __ldcg(&src[(long long)(row0 + r) * N + k]) * sh.rows.mul[r];
                 if (sh.rows.lrow[r] >= 0) x *= emis_k[sh.rows.lrow[r] + k];
             }
             la[q] = x;
         }
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
-            const int idx = tid + HMB_GROUP * q, k = k0 + (idx >> 6), c = col0 + (idx & 63);
+        for (int q = 0; q < HMB_BK * HMB_BN / HMB_GROUP; ++q) {
+            const int idx = tid + HMB_GROUP * q, k = k0 + idx / HMB_BN, c = col0 + idx % HMB_BN;
             rb[q] = (k < N && c < N) ? right[(long long)k * N + c] : 0.0;
         }
     };
     auto store = [&](int buf, int k0) {
         if (k0 >= N) return;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int idx = tid + HMB_GROUP * q, r = idx >> 4, kk = idx & 15;
+        for (int q = 0; q < HMB_BK * HMB_BM / HMB_GROUP; ++q) {
+            const int idx = tid + HMB_GROUP * q, r = idx / HMB_BK, kk = idx % HMB_BK;
             st.a[buf][kk][r] = la[q];
             const int k = k0 + kk;
             if (left_out && sh.rows.len[r] > 0 && k >= col0 && k < col0 + HMB_BN && k < N)
                 left_out[(sh.rows.rel[r] + left_t[r]) * N + k] = la[q];
         }
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
+        for (int q = 0; q < HMB_BK * HMB_BN / HMB_GROUP; ++q) {
             const int idx = tid + HMB_GROUP * q;
-            st.b[buf][idx >> 6][idx & 63] = rb[q];
+            st.b[buf][idx / HMB_BN][idx % HMB_BN] = rb[q];
         }
     };
     // Every group runs the same number of rounds (a group past N idles), so
@@ -245,7 +248,7 @@ __device__ void hmb_load_rows(HmbShared& sh, int row0, int run, const HmbBatch& 
 __device__ __forceinline__ double hmb_scale(const double* __restrict__ ps, int col_tiles, int rows, int row) {
     double c = 0.0;
 #pragma unroll 8
-    for (int q = 0; q < col_tiles; ++q) c += ps[(long long)q * rows + row];
+    for (int q = 0; q < col_tiles; ++q) c += __ldcg(&ps[(long long)q * rows + row]);
     return c;
 }
 
@@ -313,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
                 for (int q = threadIdx.x; q < HMB_BM * HMB_BN; q += blockDim.x) {
                     const int r = q / HMB_BN, j = col0 + q % HMB_BN;
                     if (sh.rows.was[r] && j < N && sh.rows.mul[r] > 0.0)
-                        alpha[(sh.rows.rel[r] + t - 1) * N + j] = cur[(long long)(row0 + r) * N + j] * sh.rows.mul[r];
+                        alpha[(sh.rows.rel[r] + t - 1) * N + j] = __ldcg(&cur[(long long)(row0 + r) * N + j]) * sh.rows.mul[r];
                 }
             }
             if (row0 >= run) continue;

@@ -17,7 +17,7 @@ use super::{err, function, DeviceSeqs, DeviceTables};
 
 /// Tile of hmm_batched.cu: rows (sequences) and columns (states); threads
 /// (HMB_THREADS) and dynamic shared memory (HMB_GROUPS stage buffers of
-/// 2 x 16 x (36 + 68) doubles) of a block.
+/// 2 x HMB_BK x (36 + 68) doubles) of a block.
 const ROWS: usize = 32;
 const COLS: usize = 64;
 const THREADS: u32 = 512;
