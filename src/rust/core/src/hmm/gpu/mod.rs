@@ -1,19 +1,27 @@
-//! The HMM routines on a CUDA device (kernels/hmm.cu), checked against the
-//! CPU reference by tests/hmm_gpu.rs.
+//! The HMM routines on a CUDA device (kernels/hmm.cu, kernels/hmm_batched.cu),
+//! checked against the CPU reference by tests/hmm_gpu.rs.
 //!
-//! Every pass over all sequences is one launch per batch: `hmm_forward`,
-//! `hmm_viterbi`, `hmm_backward` (posteriors and/or Baum-Welch expected
-//! counts) loop over all time steps inside the kernel, one block per
-//! sequence at a time. Sequences are uploaded once per call (once per fit,
+//! Every pass over all sequences is one launch per batch. Small and
+//! medium N: `hmm_forward`, `hmm_viterbi`, `hmm_backward` (a warp or a
+//! block per sequence) loop over all time steps inside the kernel. Large N
+//! (the transitions do not fit in shared memory; `batched`): all sequences
+//! of a batch advance one step together, each step one matrix product on
+//! the FP64 tensor cores, with a grid barrier between steps in one
+//! cooperative launch. Sequences are uploaded once per call (once per fit,
 //! for all iterations). Per-symbol storage (scaled alphas, back-pointers,
 //! posteriors) is bounded: sequences go in batches that fit a share of the
 //! free device memory, so long sequences never overflow it; a single
 //! sequence too long for the device is an error (the CPU backend has no
-//! such limit). Baum-Welch counts go to one accumulator per block, summed
-//! in block order by `hmm_reduce` (deterministic); when N is large the
-//! transition counts are one matrix product over all time steps of a batch
-//! (`hmm_xi_gemm`) instead of per-step updates. The M-step runs on the host
-//! with the CPU's code.
+//! such limit).
+//!
+//! Baum-Welch keeps the model, the counts and the scratch memory on the
+//! device for a whole fit (`DeviceEngine`): counts go to one accumulator
+//! per block (or warp), summed in a fixed order by `hmm_reduce`; for large
+//! N the transition counts are one matrix product over all time steps of a
+//! batch (`hmm_xi_gemm`) and the start and emission counts are summed from
+//! the posteriors by symbol (`hmm_count_emissions`); the M-step is
+//! `hmm_m_step`. An iteration copies only the per-sequence
+//! log-likelihoods to the host.
 
 use std::ops::Range;
 
