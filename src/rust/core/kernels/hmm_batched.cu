@@ -244,6 +244,18 @@ __device__ void hmb_load_rows(HmbShared& sh, int row0, int run, const HmbBatch& 
     }
 }
 
+// The shape of a batched pass: column tiles per row tile, tiles, and the
+// longest row's length (rows are sorted).
+struct HmbGrid {
+    int col_tiles, tiles;
+    long long longest;
+};
+
+__device__ HmbGrid hmb_grid(int N, int rows, const long long* __restrict__ row_len) {
+    const int col_tiles = (N + HMB_BN - 1) / HMB_BN;
+    return {col_tiles, ((rows + HMB_BM - 1) / HMB_BM) * col_tiles, rows > 0 ? row_len[0] : 0};
+}
+
 // Sum over the column tiles of row `row`'s partial sums (fixed order).
 __device__ __forceinline__ double hmb_scale(const double* __restrict__ ps, int col_tiles, int rows, int row) {
     double c = 0.0;
@@ -272,9 +284,9 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
     extern __shared__ double hmb_dynamic[];
     HmbStage* stages = reinterpret_cast<HmbStage*>(hmb_dynamic);
     const HmbBatch bt = {row_rel, row_len, row_seq, running};
-    const int col_tiles = (N + HMB_BN - 1) / HMB_BN;
-    const int tiles = ((rows + HMB_BM - 1) / HMB_BM) * col_tiles;
-    const long long Tmax = rows > 0 ? row_len[0] : 0;
+    const HmbGrid gr = hmb_grid(N, rows, row_len);
+    const int col_tiles = gr.col_tiles, tiles = gr.tiles;
+    const long long Tmax = gr.longest;
     for (long long t = 0; t <= Tmax; ++t) {
         // Step t computes the rows running at t, and finishes step t - 1
         // (scales, stored alphas, log-likelihoods) for the rows running
@@ -370,9 +382,9 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
     extern __shared__ double hmb_dynamic[];
     HmbStage* stages = reinterpret_cast<HmbStage*>(hmb_dynamic);
     const HmbBatch bt = {row_rel, row_len, row_seq, running};
-    const int col_tiles = (N + HMB_BN - 1) / HMB_BN;
-    const int tiles = ((rows + HMB_BM - 1) / HMB_BM) * col_tiles;
-    const long long Tmax = rows > 0 ? row_len[0] : 0;
+    const HmbGrid gr = hmb_grid(N, rows, row_len);
+    const int col_tiles = gr.col_tiles, tiles = gr.tiles;
+    const long long Tmax = gr.longest;
     // Last step: beta = 1, gamma = alpha; impossible rows: NaN / zero rows.
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int row0 = (tile / col_tiles) * HMB_BM, col0 = (tile % col_tiles) * HMB_BN;

@@ -184,15 +184,20 @@ struct DeviceTables {
     emis: CudaSlice<f64>,
 }
 
-fn upload_tables(dev: &Device, model: &HmmModel) -> Result<DeviceTables> {
-    let tab = Tables::new(model);
-    let n = tab.n;
-    let mut trans_t = vec![0.0; n * n];
+/// The transpose of the row-major n x n matrix `a`.
+fn transposed(a: &[f64], n: usize) -> Vec<f64> {
+    let mut t = vec![0.0; n * n];
     for i in 0..n {
         for j in 0..n {
-            trans_t[j * n + i] = tab.trans[i * n + j];
+            t[j * n + i] = a[i * n + j];
         }
     }
+    t
+}
+
+fn upload_tables(dev: &Device, model: &HmmModel) -> Result<DeviceTables> {
+    let tab = Tables::new(model);
+    let trans_t = transposed(&tab.trans, tab.n);
     let s = &dev.stream;
     let e = err(dev, "copying the model");
     Ok(DeviceTables {
@@ -292,14 +297,8 @@ struct DeviceLogTables {
 }
 
 fn upload_log_tables(dev: &Device, model: &HmmModel) -> Result<DeviceLogTables> {
-    let n = model.n_states;
     let log = LogTables::new(model);
-    let mut ltrans = vec![0.0; n * n];
-    for i in 0..n {
-        for j in 0..n {
-            ltrans[i * n + j] = log.trans_t[j * n + i];
-        }
-    }
+    let ltrans = transposed(&log.trans_t, model.n_states);
     let s = &dev.stream;
     let e = err(dev, "copying the model");
     Ok(DeviceLogTables { start: s.clone_htod(&log.start[..]).map_err(&e)?, trans: s.clone_htod(&ltrans[..]).map_err(&e)?, emis: s.clone_htod(&log.emis[..]).map_err(&e)? })
