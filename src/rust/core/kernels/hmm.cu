@@ -22,6 +22,26 @@
 
 #define HMM_NO_STATE 0xffffffffu
 
+// Write a sequence's Viterbi result: log-probability `best` (to *logp) and
+// the path ending in state `last`, walked back through the back-pointers
+// (T x N from row `rel`); an impossible sequence gets HMM_NO_STATE
+// throughout. One thread.
+template <typename Back>
+__device__ void hmm_backtrack(double best, int last, long long T, long long rel, int N,
+                              const Back* __restrict__ back, unsigned* __restrict__ path, double* logp)
+{
+    *logp = best;
+    if (best == HMM_NEG_INF) {
+        for (long long t = 0; t < T; ++t) path[rel + t] = HMM_NO_STATE;
+        return;
+    }
+    path[rel + T - 1] = (unsigned)last;
+    for (long long t = T - 1; t > 0; --t) {
+        last = back[(rel + t) * N + last];
+        path[rel + t - 1] = (unsigned)last;
+    }
+}
+
 // Copy `n` doubles to shared memory (block-wide; caller syncs).
 __device__ __forceinline__ void hmm_copy(double* dst, const double* src, long long n) {
     for (long long k = threadIdx.x; k < n; k += blockDim.x) dst[k] = src[k];
@@ -165,16 +185,7 @@ extern "C" __global__ void hmm_viterbi(
                     arg = j;
                 }
             }
-            logp[s - s0] = best;
-            if (best == HMM_NEG_INF) {
-                for (long long t = 0; t < T; ++t) path[rel + t] = HMM_NO_STATE;
-            } else {
-                path[rel + T - 1] = (unsigned)arg;
-                for (long long t = T - 1; t > 0; --t) {
-                    arg = back[(rel + t) * N + arg];
-                    path[rel + t - 1] = (unsigned)arg;
-                }
-            }
+            hmm_backtrack(best, arg, T, rel, N, back, path, &logp[s - s0]);
         }
         __syncthreads();
     }
@@ -445,16 +456,7 @@ extern "C" __global__ void hmm_viterbi_tiled(
                     a = j;
                 }
             }
-            logp[sa + k - s0] = bestv;
-            if (bestv == HMM_NEG_INF) {
-                for (long long t = 0; t < T[k]; ++t) path[rel + t] = HMM_NO_STATE;
-            } else {
-                path[rel + T[k] - 1] = (unsigned)a;
-                for (long long t = T[k] - 1; t > 0; --t) {
-                    a = back[(rel + t) * N + a];
-                    path[rel + t - 1] = (unsigned)a;
-                }
-            }
+            hmm_backtrack(bestv, a, T[k], rel, N, back, path, &logp[sa + k - s0]);
         }
         __syncthreads();
     }
@@ -599,16 +601,7 @@ extern "C" __global__ void hmm_viterbi_warp(
         }
         __syncwarp();
         if (lane == 0) {
-            logp[s - s0] = best;
-            if (best == HMM_NEG_INF) {
-                for (long long t = 0; t < T; ++t) path[rel + t] = HMM_NO_STATE;
-            } else {
-                path[rel + T - 1] = (unsigned)arg;
-                for (long long t = T - 1; t > 0; --t) {
-                    arg = back[(rel + t) * N + arg];
-                    path[rel + t - 1] = (unsigned)arg;
-                }
-            }
+            hmm_backtrack(best, arg, T, rel, N, back, path, &logp[s - s0]);
         }
     }
 }
