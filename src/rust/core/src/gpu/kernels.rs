@@ -14,10 +14,20 @@ pub const KERNELS: &[(&str, &str)] = &[
 
 /// Full source of kernel file `name`: the core's tolerances as macros, the
 /// shared helpers, then the file (one source of truth for the constants).
+/// For kernel development, `BULKEM_KERNEL_DIR` names a directory whose
+/// `<name>.cu` and `common.cuh`, where present, replace the built-in copies
+/// (so variants can be compared in one run without rebuilding).
 pub fn kernel_source(name: &str) -> Option<String> {
     use crate::tolerances::{COLLAPSE_REL, MIN_COMPONENT_WEIGHT, SLICE_MAX_SHRINKS};
     let constants = format!(
         "#define MIN_COMPONENT_WEIGHT {MIN_COMPONENT_WEIGHT:e}\n#define COLLAPSE_REL {COLLAPSE_REL:e}\n#define SLICE_MAX_SHRINKS {SLICE_MAX_SHRINKS}\n"
     );
-    KERNELS.iter().find(|(n, _)| *n == name).map(|(_, src)| format!("{constants}{COMMON}\n{src}"))
+    let builtin = KERNELS.iter().find(|(n, _)| *n == name)?.1;
+    let dir = std::env::var_os("BULKEM_KERNEL_DIR").map(std::path::PathBuf::from);
+    let read = |file: String, fallback: &str| match &dir {
+        Some(d) => std::fs::read_to_string(d.join(file)).unwrap_or_else(|_| fallback.to_string()),
+        None => fallback.to_string(),
+    };
+    let (common, src) = (read("common.cuh".into(), COMMON), read(format!("{name}.cu"), builtin));
+    Some(format!("{constants}{common}\n{src}"))
 }
