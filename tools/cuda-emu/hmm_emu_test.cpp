@@ -154,11 +154,13 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
             double* tmp_out = mode == 2 ? tmp.data() : nullptr;
             emu_launch({slots, 1, 1}, fthreads, (3 * N + N * N + (mode == 0 ? size : 0)) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), tmp_out, 1, mode == 0 ? 1 : 0);
             if (mode == 2) {
-                unsigned tiles = (N + 63) / 64;
-                unsigned splits = std::min(slots, 3u);
-                emu_launch({tiles, tiles, splits}, 256, 0, hmm_xi_gemm, N, (long long)S, (const double*)alpha.data(), (const double*)tmp.data(), partial.data(), size);
+                // The product hmm_xi_gemm (hmm_batched.cu, tensor cores,
+                // tested on a GPU) computes from hmm_backward's tmp rows.
+                for (long long r = 0; r < S; ++r)
+                    for (int i = 0; i < N; ++i)
+                        for (int j = 0; j < N; ++j) partial[N + (long long)i * N + j] += alpha[r * N + i] * tmp[r * N + j];
             }
-            emu_launch({2, 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
+            emu_launch({(unsigned)((size + 31) / 32), 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
             vector<double> want(size, 0.0);
             for (int s = 0; s < M; ++s) {
                 if (ref[s].ll == -INFINITY) continue;
@@ -206,7 +208,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
             emu_launch({bl, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, al.data(), sc.data(), l2.data());
             emu_launch({bl, 1, 1}, 128, (4 * 32 + 4 * V * 32) * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, (const double*)al.data(), (const double*)sc.data(), (const double*)l2.data(), nulw, partial.data());
         }
-        emu_launch({2, 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
+        emu_launch({(unsigned)((size + 31) / 32), 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
         vector<double> want(size, 0.0);
         for (int s = 0; s < M; ++s) {
             if (ref[s].ll == -INFINITY) continue;

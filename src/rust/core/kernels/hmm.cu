@@ -307,66 +307,25 @@ extern "C" __global__ void hmm_backward(
     }
 }
 
-// Transition counts of a batch for large N, as one matrix product over all
-// its time steps: xi_raw(i, j) += sum_r alpha[r, i] * tmp[r, j] (rows r =
-// symbols of the batch; tmp's last row of each sequence is 0). Output tiles
-// of 64 x 64 per block (16 x 16 threads, 4 x 4 each); blockIdx.z splits the
-// rows, and split z adds into the transition part of accumulator z.
-#define XI_TILE 64
-#define XI_K 16
-extern "C" __global__ void hmm_xi_gemm(int N, long long rows, const double* __restrict__ alpha,
-                                       const double* __restrict__ tmp, double* __restrict__ partial,
-                                       long long acc_size)
-{
-    __shared__ double As[XI_K][XI_TILE];
-    __shared__ double Bs[XI_K][XI_TILE];
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int i0 = blockIdx.x * XI_TILE, j0 = blockIdx.y * XI_TILE;
-    const long long per = (rows + gridDim.z - 1) / gridDim.z;
-    const long long r0 = blockIdx.z * per;
-    const long long r1 = r0 + per < rows ? r0 + per : rows;
-    double c[4][4];
-    for (int u = 0; u < 4; ++u)
-        for (int v = 0; v < 4; ++v) c[u][v] = 0.0;
-    for (long long rb = r0; rb < r1; rb += XI_K) {
-        for (int k = threadIdx.x; k < XI_K * XI_TILE; k += blockDim.x) {
-            const int rr = k / XI_TILE, cc = k % XI_TILE;
-            const long long r = rb + rr;
-            As[rr][cc] = (r < r1 && i0 + cc < N) ? alpha[r * N + i0 + cc] : 0.0;
-            Bs[rr][cc] = (r < r1 && j0 + cc < N) ? tmp[r * N + j0 + cc] : 0.0;
-        }
-        __syncthreads();
-        for (int kk = 0; kk < XI_K; ++kk) {
-            double a[4], b[4];
-            for (int u = 0; u < 4; ++u) {
-                a[u] = As[kk][ty + 16 * u];
-                b[u] = Bs[kk][tx + 16 * u];
-            }
-            for (int u = 0; u < 4; ++u)
-                for (int v = 0; v < 4; ++v) c[u][v] = fma(a[u], b[v], c[u][v]);
-        }
-        __syncthreads();
-    }
-    double* xi = partial + blockIdx.z * acc_size + N;
-    for (int u = 0; u < 4; ++u) {
-        const int i = i0 + ty + 16 * u;
-        for (int v = 0; v < 4; ++v) {
-            const int j = j0 + tx + 16 * v;
-            if (i < N && j < N) xi[(long long)i * N + j] += c[u][v];
-        }
-    }
-}
-
-// Sum the per-block accumulators in block order (deterministic):
-// out[k] = sum_g partial[g * size + k].
+// Sum the accumulators (deterministic): out[k] = sum_g partial[g * size + k].
+// A block owns 32 consecutive k; its warp w sums accumulators w, w + W, ...
+// (W warps, up to 32), then the W partial sums are added in warp order, so
+// a few thousand accumulators are read by many threads at once.
 extern "C" __global__ void hmm_reduce(const double* __restrict__ partial, int blocks, long long size,
                                       double* __restrict__ out)
 {
-    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < size;
-         k += (long long)gridDim.x * blockDim.x) {
-        double s = 0.0;
-        for (int g = 0; g < blocks; ++g) s += partial[(long long)g * size + k];
-        out[k] = s;
+    __shared__ double part[32][33];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const long long k = blockIdx.x * 32LL + lane;
+    double s = 0.0;
+    if (k < size)
+        for (int g = warp; g < blocks; g += warps) s += partial[(long long)g * size + k];
+    part[warp][lane] = s;
+    __syncthreads();
+    if (warp == 0 && k < size) {
+        double total = 0.0;
+        for (int w = 0; w < warps; ++w) total += part[w][lane];
+        out[k] = total;
     }
 }
 

@@ -20,13 +20,19 @@
 #define HMB_BM 32           // rows (sequences) per tile
 #define HMB_BN 64           // columns (states) per tile
 #define HMB_BK 16           // states summed per shared-memory stage
-#define HMB_GROUP 128       // threads of a group: 8 x 16, 4 x 4 outputs each
+#define HMB_STAGES 3        // stages of a group's copy pipeline
+#define HMB_GROUP 128       // threads of a group (4 warps)
 #define HMB_GROUPS 4        // groups of a block, each summing every 4th stage
 #define HMB_THREADS (HMB_GROUP * HMB_GROUPS)
-// Padded rows of the stage buffers: with 4 extra doubles, the 32 lanes of a
-// tensor-core fragment load hit every bank pair exactly twice (optimal).
-#define HMB_AS (HMB_BM + 4)
+// Padded rows of the stage buffers (left operand by row, right operand by
+// k): with 4 extra doubles, the 32 lanes of a tensor-core fragment load hit
+// every bank pair exactly twice (optimal).
+#define HMB_AS (HMB_BK + 4)
 #define HMB_BS (HMB_BN + 4)
+// Row stride of the state-vector buffers: N rounded up to even, so that
+// every row starts 16-byte aligned for the asynchronous copies. The pad
+// column is never written and stays 0.
+#define HMB_LD(N) (((N) + 1) & ~1)
 
 // Grid-wide barrier: bar[0] counts arrivals, bar[1] is the generation.
 // Safe only under a cooperative launch (all blocks resident).
@@ -54,7 +60,6 @@ struct HmbRows {
     long long rel[HMB_BM];   // first symbol of the row's sequence, batch-relative
     long long len[HMB_BM];   // its length (0: no such row)
     double mul[HMB_BM];      // factor applied to the left operand's row
-    long long lrow[HMB_BM];  // emission row (symbol * N) applied to the left operand, -1: none
     long long erow[HMB_BM];  // emission row applied to the output, -1: none
     int seq[HMB_BM];         // sequence index - s0
     int was[HMB_BM];         // forward: the row ran at the previous step
@@ -62,8 +67,8 @@ struct HmbRows {
 
 // The stage buffers of one group (dynamic shared memory holds HMB_GROUPS).
 struct HmbStage {
-    __align__(16) double a[2][HMB_BK][HMB_AS];  // left operand, transposed (k, row)
-    __align__(16) double b[2][HMB_BK][HMB_BS];  // right operand (k, column)
+    __align__(16) double a[HMB_STAGES][HMB_BM][HMB_AS];  // left operand (row, k)
+    __align__(16) double b[HMB_STAGES][HMB_BK][HMB_BS];  // right operand (k, column)
 };
 
 // The static shared memory of one block.
@@ -112,90 +117,133 @@ __device__ __forceinline__ void hmb_mma16(double& d0, double& d1, double& d2, do
 #endif
 }
 
-// acc (hmb_out_row / hmb_out_col) = L x R over k in [0, N) for the tile at (row0, col0), where
-// L(r, k) = src[(row0 + r) * N + k] * rows.mul[r] (* emis_k[rows.lrow[r] + k]
-// when lrow >= 0) and R(k, c) = right[k * N + col0 + c]. Rows with len 0
-// and columns >= N read zeros. With `left_out`, the left operand's values
-// at this tile's columns are also written to left_out[(rows.rel[r] + t_of(r)) * N + k]
-// (tmp rows for the transition counts), where t_of(r) is `left_t[r]`.
-// Group g sums stages g, g + HMB_GROUPS, ... (four groups keep four warps
-// per scheduler busy on one tile); the groups' sums are then added in group
-// order into group 0's `acc` (deterministic). Stages are double-buffered:
-// the next stage's global loads are issued before this stage's products.
+// Asynchronous copies from global to shared memory (before sm_80, plain
+// copies); `ok` false fills zeros without reading `src`. hmb_copy_l2 reads
+// through L2 only, for data other blocks write during the launch (L1 is
+// not coherent); hmb_copy_ro may be served by L1, for read-only data.
+__device__ __forceinline__ void hmb_copy_l2(double* dst, const double* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
+                 "r"(ok ? 16 : 0) : "memory");
+#else
+    const double2 v = ok ? __ldcg(reinterpret_cast<const double2*>(src)) : make_double2(0.0, 0.0);
+    *reinterpret_cast<double2*>(dst) = v;
+#endif
+}
+template <int BYTES>
+__device__ __forceinline__ void hmb_copy_ro(double* dst, const double* src, bool ok) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src),
+                 "n"(BYTES), "r"(ok ? BYTES : 0) : "memory");
+#else
+    for (int i = 0; i < BYTES / 8; ++i) dst[i] = ok ? src[i] : 0.0;
+#endif
+}
+__device__ __forceinline__ void hmb_copy_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Wait until at most PENDING committed copy groups are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void hmb_copy_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// Barrier of the HMB_GROUP threads of group g (named barrier 1 + g; 0 is
+// __syncthreads).
+__device__ __forceinline__ void hmb_group_sync(int g) {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "n"(HMB_GROUP) : "memory");
+}
+
+// Copy the HMB_BK x HMB_BN block of `right` (row-major, N columns) at
+// (k0, col0) into `dst` (rows of HMB_BS), zeros outside N x N; each of the
+// HMB_GROUP threads `tid` copies its share. 16-byte copies need N even.
+__device__ __forceinline__ void hmb_load_right(double (*dst)[HMB_BS], const double* __restrict__ right, int N, int k0,
+                                               int col0, int tid) {
+    if ((N & 1) == 0) {
+#pragma unroll
+        for (int q = 0; q < HMB_BK * HMB_BN / 2 / HMB_GROUP; ++q) {
+            const int idx = tid + HMB_GROUP * q, k = idx / (HMB_BN / 2), c = 2 * (idx % (HMB_BN / 2));
+            const bool ok = k0 + k < N && col0 + c < N;
+            hmb_copy_ro<16>(&dst[k][c], ok ? right + (long long)(k0 + k) * N + col0 + c : right, ok);
+        }
+    } else {
+#pragma unroll
+        for (int q = 0; q < HMB_BK * HMB_BN / HMB_GROUP; ++q) {
+            const int idx = tid + HMB_GROUP * q, k = idx / HMB_BN, c = idx % HMB_BN;
+            const bool ok = k0 + k < N && col0 + c < N;
+            hmb_copy_ro<8>(&dst[k][c], ok ? right + (long long)(k0 + k) * N + col0 + c : right, ok);
+        }
+    }
+}
+
+// One HMB_BK-deep stage of a warp's products (see hmb_out_row): the left
+// operand `a` by row, the right `b` by k.
+__device__ __forceinline__ void hmb_stage_mma(const double (*a)[HMB_AS], const double (*b)[HMB_BS], double acc[HMB_OUT]) {
+    const int tid = hmb_gtid(), w = tid >> 5, g = (tid & 31) >> 2, kq = tid & 3;
+    const int arow = 16 * (w >> 1) + g, bcol = 32 * (w & 1) + g;
+#pragma unroll
+    for (int k4 = 0; k4 < HMB_BK; k4 += 4) {
+        const double a0 = a[arow][k4 + kq], a1 = a[arow + 8][k4 + kq];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            hmb_mma16(acc[2 * j], acc[2 * j + 1], acc[8 + 2 * j], acc[9 + 2 * j], a0, a1, b[k4 + kq][8 * j + bcol]);
+    }
+}
+
+// acc (hmb_out_row / hmb_out_col) = L x R over k in [0, N) for the tile at
+// (row0, col0), where L(r, k) = src[(row0 + r) * HMB_LD(N) + k] (zeros for
+// rows with len 0) and R(k, c) = right[k * N + col0 + c] (zeros for
+// columns >= N). Group g sums stages g, g + HMB_GROUPS, ... through its own
+// HMB_STAGES-deep pipeline of asynchronous copies, synchronised by its own
+// barrier, so the four groups (four warps per scheduler) never wait for
+// one another; their sums are then added in group order into group 0's
+// `acc` (deterministic).
 __device__ void hmb_tile_product(int N, int row0, int col0, const double* __restrict__ src,
-                                const double* __restrict__ right, const double* __restrict__ emis_k,
-                                HmbShared& sh, HmbStage* stages, double acc[HMB_OUT],
-                                double* __restrict__ left_out, const long long* left_t)
+                                 const double* __restrict__ right, const HmbShared& sh, HmbStage* stages,
+                                 double acc[HMB_OUT])
 {
     const int tid = hmb_gtid(), group = threadIdx.x / HMB_GROUP;
     HmbStage& st = stages[group];
+    const long long ld = HMB_LD(N);
 #pragma unroll
     for (int q = 0; q < HMB_OUT; ++q) acc[q] = 0.0;
-    // Per thread and stage: HMB_BK * HMB_BM / HMB_GROUP left values,
-    // HMB_BK * HMB_BN / HMB_GROUP right values.
-    double la[HMB_BK * HMB_BM / HMB_GROUP], rb[HMB_BK * HMB_BN / HMB_GROUP];
-    auto load = [&](int k0) {
+    auto load = [&](int buf, int k0) {
+        // Left: 16-byte copies (ld and k0 are even); L2 only, as other
+        // blocks wrote src during this launch.
 #pragma unroll
-        for (int q = 0; q < HMB_BK * HMB_BM / HMB_GROUP; ++q) {
-            const int idx = tid + HMB_GROUP * q, r = idx / HMB_BK, k = k0 + idx % HMB_BK;
-            double x = 0.0;
-            if (sh.rows.len[r] > 0 && k < N) {
-                // L2 only: other blocks wrote src during this launch.
-                x = __ldcg(&src[(long long)(row0 + r) * N + k]) * sh.rows.mul[r];
-                if (sh.rows.lrow[r] >= 0) x *= emis_k[sh.rows.lrow[r] + k];
-            }
-            la[q] = x;
+        for (int q = 0; q < HMB_BM * HMB_BK / 2 / HMB_GROUP; ++q) {
+            const int idx = tid + HMB_GROUP * q, r = idx / (HMB_BK / 2), k = 2 * (idx % (HMB_BK / 2));
+            const bool ok = sh.rows.len[r] > 0 && k0 + k < N;
+            hmb_copy_l2(&st.a[buf][r][k], ok ? src + (row0 + r) * ld + k0 + k : src, ok);
         }
-#pragma unroll
-        for (int q = 0; q < HMB_BK * HMB_BN / HMB_GROUP; ++q) {
-            const int idx = tid + HMB_GROUP * q, k = k0 + idx / HMB_BN, c = col0 + idx % HMB_BN;
-            rb[q] = (k < N && c < N) ? right[(long long)k * N + c] : 0.0;
-        }
+        hmb_load_right(st.b[buf], right, N, k0, col0, tid);
     };
-    auto store = [&](int buf, int k0) {
-        if (k0 >= N) return;
-#pragma unroll
-        for (int q = 0; q < HMB_BK * HMB_BM / HMB_GROUP; ++q) {
-            const int idx = tid + HMB_GROUP * q, r = idx / HMB_BK, kk = idx % HMB_BK;
-            st.a[buf][kk][r] = la[q];
-            const int k = k0 + kk;
-            if (left_out && sh.rows.len[r] > 0 && k >= col0 && k < col0 + HMB_BN && k < N)
-                left_out[(sh.rows.rel[r] + left_t[r]) * N + k] = la[q];
-        }
-#pragma unroll
-        for (int q = 0; q < HMB_BK * HMB_BN / HMB_GROUP; ++q) {
-            const int idx = tid + HMB_GROUP * q;
-            st.b[buf][idx / HMB_BN][idx % HMB_BN] = rb[q];
-        }
-    };
-    // Every group runs the same number of rounds (a group past N idles), so
-    // the block-wide barriers match.
-    const int stride = HMB_BK * HMB_GROUPS;
+    // Every group runs the same number of rounds (a group past N idles).
+    const int stride = HMB_BK * HMB_GROUPS, kg = group * HMB_BK;
     const int rounds = (N + stride - 1) / stride;
-    int k0 = group * HMB_BK;
-    if (k0 < N) load(k0);
-    store(0, k0);
-    __syncthreads();
-    const int w = tid >> 5, arow = 16 * (w >> 1) + ((tid & 31) >> 2), bcol = 32 * (w & 1) + ((tid & 31) >> 2), kq = tid & 3;
-    int buf = 0;
-    for (int round = 0; round < rounds; ++round, k0 += stride) {
-        const bool here = k0 < N, more = k0 + stride < N;
-        if (more) load(k0 + stride);
-        if (here) {
 #pragma unroll
-            for (int k4 = 0; k4 < HMB_BK; k4 += 4) {
-                const double a0 = st.a[buf][k4 + kq][arow], a1 = st.a[buf][k4 + kq][arow + 8];
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    hmb_mma16(acc[2 * j], acc[2 * j + 1], acc[8 + 2 * j], acc[9 + 2 * j], a0, a1, st.b[buf][k4 + kq][8 * j + bcol]);
-            }
-        }
-        if (more) store(buf ^ 1, k0 + stride);
-        __syncthreads();
-        buf ^= 1;
+    for (int s = 0; s < HMB_STAGES - 1; ++s) {
+        if (s < rounds && kg + s * stride < N) load(s, kg + s * stride);
+        hmb_copy_commit();
+    }
+    for (int round = 0; round < rounds; ++round) {
+        hmb_copy_wait<HMB_STAGES - 2>();
+        // Stage `round` is in for every thread of the group, and the buffer
+        // refilled next (read at round - 1) is free.
+        hmb_group_sync(group);
+        const int next = round + HMB_STAGES - 1;
+        if (next < rounds && kg + next * stride < N) load(next % HMB_STAGES, kg + next * stride);
+        hmb_copy_commit();
+        if (kg + round * stride < N) hmb_stage_mma(st.a[round % HMB_STAGES], st.b[round % HMB_STAGES], acc);
     }
     // Sum the groups' tiles into group 0, in group order (each group's own
     // stage buffers hold its 32 x 64 sums).
+    static_assert(HMB_OUT * HMB_GROUP <= sizeof(HmbStage) / sizeof(double), "stage buffers hold a group's sums");
+    __syncthreads();
     double* mine = &st.a[0][0][0];
     if (group > 0) {
 #pragma unroll
@@ -239,7 +287,6 @@ __device__ void hmb_load_rows(HmbShared& sh, int row0, int run, const HmbBatch& 
         sh.rows.rel[r] = in ? bt.rel[row] : 0;
         sh.rows.len[r] = in ? bt.len[row] : 0;
         sh.rows.mul[r] = 0.0;
-        sh.rows.lrow[r] = -1;
         sh.rows.erow[r] = -1;
     }
 }
@@ -265,8 +312,8 @@ __device__ __forceinline__ double hmb_scale(const double* __restrict__ ps, int c
 }
 
 // Scaled forward pass of a batch of `rows` sequences (HmbBatch's arrays;
-// sym[base + rel + t] is symbol t of a row). buf0/buf1: rows x N each (unnormalised alphas of
-// the previous and current step); psum: 2 x ceil(N / HMB_BN) x rows (row
+// sym[base + rel + t] is symbol t of a row). buf0/buf1: rows x HMB_LD(N) each, zeroed once (unnormalised alphas
+// of the previous and current step); psum: 2 x ceil(N / HMB_BN) x rows (row
 // sums per column tile, by step parity); llacc: rows; bar: 2 zeroed
 // counters. With alpha and scale, every scaled alpha and scale is stored
 // as by hmm_forward. loglik[s - s0] = log P(sequence), -inf when impossible.
@@ -287,6 +334,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
     const HmbGrid gr = hmb_grid(N, rows, row_len);
     const int col_tiles = gr.col_tiles, tiles = gr.tiles;
     const long long Tmax = gr.longest;
+    const long long ld = HMB_LD(N);
     for (long long t = 0; t <= Tmax; ++t) {
         // Step t computes the rows running at t, and finishes step t - 1
         // (scales, stored alphas, log-likelihoods) for the rows running
@@ -314,7 +362,6 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
                 // An impossible row stays all zeros (and its scale 0).
                 sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
                 sh.rows.erow[r] = now ? (long long)sym[base + rel + t] * N : -1;
-                sh.rows.lrow[r] = -1;
                 if (was && ct == 0) {
                     const double l = (t == 1 ? 0.0 : llacc[row]) + (c > 0.0 ? log(c) : HMM_NEG_INF);
                     llacc[row] = l;
@@ -324,20 +371,23 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
                 sh.rows.was[r] = was;
             }
             __syncthreads();
-            if (alpha) {
-                for (int q = threadIdx.x; q < HMB_BM * HMB_BN; q += blockDim.x) {
-                    const int r = q / HMB_BN, j = col0 + q % HMB_BN;
-                    if (sh.rows.was[r] && j < N && sh.rows.mul[r] > 0.0)
-                        alpha[(sh.rows.rel[r] + t - 1) * N + j] = __ldcg(&cur[(long long)(row0 + r) * N + j]) * sh.rows.mul[r];
-                }
-            }
-            if (row0 >= run) continue;
-            // Step t: nxt = (cur / c_{t-1}) A .* e(o_t), or start .* e(o_0).
+            // Step t: nxt = (cur A) / c_{t-1} .* e(o_t), or start .* e(o_0).
+            const bool step = row0 < run;
             double acc[HMB_OUT];
-            if (t > 0) {
-                hmb_tile_product(N, row0, col0, cur, trans, emis_k, sh, stages, acc, 0, 0);
+            if (step && t > 0) hmb_tile_product(N, row0, col0, cur, trans, sh, stages, acc);
+            if (threadIdx.x >= HMB_GROUP) {
+                // The other groups store step t - 1's scaled alphas while
+                // group 0 writes step t.
+                if (alpha) {
+                    for (int q = threadIdx.x - HMB_GROUP; q < HMB_BM * HMB_BN; q += HMB_THREADS - HMB_GROUP) {
+                        const int r = q / HMB_BN, j = col0 + q % HMB_BN;
+                        if (sh.rows.was[r] && j < N && sh.rows.mul[r] > 0.0)
+                            alpha[(sh.rows.rel[r] + t - 1) * N + j] = __ldcg(&cur[(row0 + r) * ld + j]) * sh.rows.mul[r];
+                    }
+                }
+                continue;
             }
-            if (threadIdx.x >= HMB_GROUP) continue;
+            if (!step) continue;
             // A row's columns are split over two warps: each adds its half
             // (red[warp % 2][row]), then the halves are added in order.
             double part[2] = {0.0, 0.0};
@@ -345,8 +395,8 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
             for (int q = 0; q < HMB_OUT; ++q) {
                 const int r = hmb_out_row(q), j = col0 + hmb_out_col(q);
                 if (sh.rows.len[r] > 0 && j < N) {
-                    const double x = (t > 0 ? acc[q] : start[j]) * emis_k[sh.rows.erow[r] + j];
-                    nxt[(long long)(row0 + r) * N + j] = x;
+                    const double x = (t > 0 ? acc[q] * sh.rows.mul[r] : start[j]) * emis_k[sh.rows.erow[r] + j];
+                    nxt[(row0 + r) * ld + j] = x;
                     part[q >> 3] += x;
                 }
             }
@@ -354,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
                 const double p = hmb_row_sum(part[h]);
                 if ((threadIdx.x & 3) == 0) red[hmb_warp() & 1][hmb_out_row(8 * h)] = p;
             }
-            asm volatile("bar.sync 1, %0;" :: "n"(HMB_GROUP));
+            hmb_group_sync(0);
             if (threadIdx.x < HMB_BM && sh.rows.len[threadIdx.x] > 0)
                 ps[(long long)ct * rows + row0 + threadIdx.x] = red[0][threadIdx.x] + red[1][threadIdx.x];
         }
@@ -364,10 +414,13 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
 
 // Scaled backward pass of a batch whose forward pass stored alpha and
 // scale (hmm_forward_batched, or any forward kernel: same layouts). Row
-// order and cur/nxt as in the forward pass. Writes posterior rows to
-// `gamma` (non-null) and, with `tmp_out`, row t of each sequence receives
-// B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1} for hmm_xi_gemm, the last row 0. Impossible sequences (loglik -inf) get NaN gamma rows
-// and zero tmp rows.
+// order as in the forward pass. The step computing beta_hat_t multiplies
+// the transitions with w_{t+1} = B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1},
+// which the step before wrote to cur (so the product's operands are plain
+// copies). Writes posterior rows to `gamma` (non-null) and, with
+// `tmp_out`, row t of each sequence receives w_{t+1} for hmm_xi_gemm, the
+// last row 0. Impossible sequences (loglik -inf) get NaN gamma rows and
+// zero tmp rows.
 extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
     int N, const double* __restrict__ trans_t, const double* __restrict__ emis_k,
     const unsigned* __restrict__ sym, long long base, int rows,
@@ -385,7 +438,9 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
     const HmbGrid gr = hmb_grid(N, rows, row_len);
     const int col_tiles = gr.col_tiles, tiles = gr.tiles;
     const long long Tmax = gr.longest;
-    // Last step: beta = 1, gamma = alpha; impossible rows: NaN / zero rows.
+    const long long ld = HMB_LD(N);
+    // Last step: beta = 1, gamma = alpha, w = B(o_{len-1}) / c_{len-1};
+    // impossible rows: NaN / zero rows.
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int row0 = (tile / col_tiles) * HMB_BM, col0 = (tile % col_tiles) * HMB_BN;
         __syncthreads();
@@ -403,9 +458,14 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
                 }
                 continue;
             }
-            buf0[(long long)(row0 + r) * N + j] = 1.0;
-            if (gamma) gamma[(rel + len - 1) * N + j] = alpha[(rel + len - 1) * N + j];
-            if (tmp_out) tmp_out[(rel + len - 1) * N + j] = 0.0;
+            const long long last = rel + len - 1;
+            const double w = emis_k[(long long)sym[base + last] * N + j] / scale[last];
+            buf0[(row0 + r) * ld + j] = w;
+            if (gamma) gamma[last * N + j] = alpha[last * N + j];
+            if (tmp_out) {
+                tmp_out[last * N + j] = 0.0;
+                if (len > 1) tmp_out[(last - 1) * N + j] = w;
+            }
         }
     }
     for (long long u = 0; u + 1 < Tmax; ++u) {
@@ -428,21 +488,27 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
                     sh.rows.len[r] = 0;
                     continue;
                 }
-                const long long t1 = sh.rows.rel[r] + len - 1 - u;  // symbol t + 1
-                sh.rows.lrow[r] = (long long)sym[base + t1] * N;
-                sh.rows.mul[r] = 1.0 / scale[t1];
+                // w_t for the next step (none after t = 0).
+                const long long at = sh.rows.rel[r] + len - 2 - u;
+                if (at > sh.rows.rel[r]) {
+                    sh.rows.erow[r] = (long long)sym[base + at] * N;
+                    sh.rows.mul[r] = 1.0 / scale[at];
+                }
             }
             __syncthreads();
             double acc[HMB_OUT];
-            hmb_tile_product(N, row0, col0, cur, trans_t, emis_k, sh, stages, acc, tmp_out, t_of);
+            hmb_tile_product(N, row0, col0, cur, trans_t, sh, stages, acc);
             if (threadIdx.x >= HMB_GROUP) continue;
 #pragma unroll
             for (int q = 0; q < HMB_OUT; ++q) {
                 const int r = hmb_out_row(q), j = col0 + hmb_out_col(q);
                 if (sh.rows.len[r] == 0 || j >= N) continue;
                 const long long at = (sh.rows.rel[r] + t_of[r]) * N;
-                nxt[(long long)(row0 + r) * N + j] = acc[q];
                 if (gamma) gamma[at + j] = alpha[at + j] * acc[q];
+                if (sh.rows.erow[r] < 0) continue;
+                const double w = acc[q] * emis_k[sh.rows.erow[r] + j] * sh.rows.mul[r];
+                nxt[(row0 + r) * ld + j] = w;
+                if (tmp_out) tmp_out[at - N + j] = w;
             }
         }
     }
@@ -538,4 +604,109 @@ extern "C" __global__ void hmm_m_step(
         const long long at = (long long)k * N + i;
         emis_k2[at] = ok ? (c_emis[at] + pc) / s : emis_k[at];
     }
+}
+
+// Transition counts of a batch, as one matrix product over all its time
+// steps: xi_raw(i, j) += sum_r alpha[r, i] * tmp[r, j] (rows r = symbols
+// of the batch; tmp's last row of each sequence is 0). Used for large N
+// and wherever per-step count updates would go to global memory. Output
+// tiles of XI_TILE x XI_TILE per block of 4 warps (32 x 32 each, on the
+// tensor cores as in hmb_stage_mma); rows are streamed through an
+// XI_STAGES-deep pipeline of asynchronous copies. blockIdx.z splits the
+// rows: split z adds its sums, in row order, into the transition part of
+// accumulator z. Dynamic shared memory: XI_STAGES XiStage.
+#define XI_TILE 64
+#define XI_BK 16
+#define XI_STAGES 4
+#define XI_THREADS 128
+#define XI_S (XI_TILE + 4)
+struct XiStage {
+    __align__(16) double a[XI_BK][XI_S];  // alpha rows (r, i)
+    __align__(16) double b[XI_BK][XI_S];  // tmp rows (r, j)
+};
+extern "C" __global__ void __launch_bounds__(XI_THREADS) hmm_xi_gemm(int N, long long rows,
+                                                                    const double* __restrict__ alpha,
+                                                                    const double* __restrict__ tmp,
+                                                                    double* __restrict__ partial, long long acc_size)
+{
+    extern __shared__ double hmb_dynamic[];
+    XiStage* st = reinterpret_cast<XiStage*>(hmb_dynamic);
+    const int tid = threadIdx.x, w = tid >> 5, g = (tid & 31) >> 2, kq = tid & 3;
+    const int i0 = blockIdx.x * XI_TILE, j0 = blockIdx.y * XI_TILE;
+    const long long per = (rows + gridDim.z - 1) / gridDim.z;
+    const long long r0 = blockIdx.z * per;
+    const long long r1 = r0 + per < rows ? r0 + per : rows;
+    const long long ktiles = r1 > r0 ? (r1 - r0 + XI_BK - 1) / XI_BK : 0;
+    // Copy rows [rb, rb + XI_BK) of both operands' column tiles into stage buf.
+    auto load = [&](int buf, long long rb) {
+        if ((N & 1) == 0) {
+#pragma unroll
+            for (int q = 0; q < XI_BK * XI_TILE / 2 / XI_THREADS; ++q) {
+                const int idx = tid + XI_THREADS * q, k = idx / (XI_TILE / 2), c = 2 * (idx % (XI_TILE / 2));
+                const long long r = rb + k;
+                const bool oa = r < r1 && i0 + c < N, ob = r < r1 && j0 + c < N;
+                hmb_copy_ro<16>(&st[buf].a[k][c], oa ? alpha + r * N + i0 + c : alpha, oa);
+                hmb_copy_ro<16>(&st[buf].b[k][c], ob ? tmp + r * N + j0 + c : tmp, ob);
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < XI_BK * XI_TILE / XI_THREADS; ++q) {
+                const int idx = tid + XI_THREADS * q, k = idx / XI_TILE, c = idx % XI_TILE;
+                const long long r = rb + k;
+                const bool oa = r < r1 && i0 + c < N, ob = r < r1 && j0 + c < N;
+                hmb_copy_ro<8>(&st[buf].a[k][c], oa ? alpha + r * N + i0 + c : alpha, oa);
+                hmb_copy_ro<8>(&st[buf].b[k][c], ob ? tmp + r * N + j0 + c : tmp, ob);
+            }
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < XI_STAGES - 1; ++s) {
+        if (s < ktiles) load(s, r0 + (long long)s * XI_BK);
+        hmb_copy_commit();
+    }
+    // Warp w: rows i0 + 32 (w / 2) + 0..31, columns j0 + 32 (w % 2) + 0..31,
+    // as 2 x 4 fragments of 16 x 8 (layout of hmb_out_row).
+    const int ib = 32 * (w >> 1), jb = 32 * (w & 1);
+    double acc[2][4][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[m][n][q] = 0.0;
+    for (long long kt = 0; kt < ktiles; ++kt) {
+        hmb_copy_wait<XI_STAGES - 2>();
+        __syncthreads();
+        const long long next = kt + XI_STAGES - 1;
+        if (next < ktiles) load((int)(next % XI_STAGES), r0 + next * XI_BK);
+        hmb_copy_commit();
+        const XiStage& s = st[kt % XI_STAGES];
+#pragma unroll
+        for (int k4 = 0; k4 < XI_BK; k4 += 4) {
+            double a[2][2], b[4];
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                a[m][0] = s.a[k4 + kq][ib + 16 * m + g];
+                a[m][1] = s.a[k4 + kq][ib + 16 * m + g + 8];
+            }
+#pragma unroll
+            for (int n = 0; n < 4; ++n) b[n] = s.b[k4 + kq][jb + 8 * n + g];
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                for (int n = 0; n < 4; ++n)
+                    hmb_mma16(acc[m][n][0], acc[m][n][1], acc[m][n][2], acc[m][n][3], a[m][0], a[m][1], b[n]);
+        }
+    }
+    double* xi = partial + blockIdx.z * acc_size + N;
+    const int c2 = 2 * (tid & 3);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int i = i0 + ib + 16 * m + g + 8 * (q >> 1), j = j0 + jb + 8 * n + c2 + (q & 1);
+                if (i < N && j < N) xi[(long long)i * N + j] += acc[m][n][q];
+            }
 }

@@ -17,11 +17,17 @@ use super::{err, function, DeviceSeqs, DeviceTables};
 
 /// Tile of hmm_batched.cu: rows (sequences) and columns (states); threads
 /// (HMB_THREADS) and dynamic shared memory (HMB_GROUPS stage buffers of
-/// 2 x HMB_BK x (36 + 68) doubles) of a block.
+/// HMB_STAGES x (32 x 20 + 16 x 68) doubles) of a block.
 const ROWS: usize = 32;
 const COLS: usize = 64;
 const THREADS: u32 = 512;
-const STAGE_SMEM: usize = 4 * 2 * 16 * (36 + 68) * 8;
+const STAGE_SMEM: usize = 4 * 3 * (32 * 20 + 16 * 68) * 8;
+
+/// Row stride of the kernels' state-vector buffers (HMB_LD: N rounded up
+/// to even, for 16-byte copies).
+fn row_stride(n: usize) -> usize {
+    n.next_multiple_of(2)
+}
 
 /// One batch's rows: its sequences sorted by decreasing length (ties by
 /// index), as the kernels' HmbBatch arrays, and, for counting, its
@@ -109,8 +115,8 @@ impl Batched {
             n,
             v,
             batches,
-            buf0: s.alloc_zeros::<f64>(rows * n).map_err(&e)?,
-            buf1: s.alloc_zeros::<f64>(rows * n).map_err(&e)?,
+            buf0: s.alloc_zeros::<f64>(rows * row_stride(n)).map_err(&e)?,
+            buf1: s.alloc_zeros::<f64>(rows * row_stride(n)).map_err(&e)?,
             psum: s.alloc_zeros::<f64>(2 * col_tiles * rows).map_err(&e)?,
             llacc: s.alloc_zeros::<f64>(rows).map_err(&e)?,
             bar: s.alloc_zeros::<u32>(2).map_err(&e)?,
@@ -149,7 +155,9 @@ impl Batched {
         launch.arg(loglik);
         // SAFETY: the arguments match hmm_forward_batched's parameters in
         // order and type; rel, len and seq hold `rows` entries, running
-        // longest + 1, as HmbBatch describes; buf0/buf1 hold rows x N doubles, psum 2 x ceil(N / COLS) x rows,
+        // longest + 1, as HmbBatch describes; buf0/buf1 hold rows x
+        // row_stride(N) doubles, zeroed at allocation (the pad column is
+        // never written), psum 2 x ceil(N / COLS) x rows,
         // llacc rows, bar two counters left at zero arrivals by every
         // launch; alpha and scale (or null) hold N and 1 doubles per symbol
         // of the batch, loglik one per sequence. The launch is cooperative
@@ -251,7 +259,7 @@ fn by_symbol(dev: &Device, seqs: &Sequences, range: &Range<usize>, v: usize) -> 
 /// state vectors, partial sums, a log-likelihood per sequence) fit the
 /// memory share of the device.
 pub(super) fn row_batches(dev: &Device, count: usize, n: usize) -> Result<Vec<Range<usize>>> {
-    let per_row = (2 * n + 2 * n.div_ceil(COLS) + 2) * 8;
+    let per_row = (2 * row_stride(n) + 2 * n.div_ceil(COLS) + 2) * 8;
     let rows = ((dev.free_memory()? as f64 * super::MEMORY_SHARE) as usize / per_row).max(1);
     Ok((0..count).step_by(rows).map(|a| a..(a + rows).min(count)).collect())
 }

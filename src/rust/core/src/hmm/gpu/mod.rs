@@ -54,8 +54,11 @@ const BLOCKS_PER_SM: u32 = 16;
 const MAX_THREADS: usize = 512;
 /// Dynamic shared memory a launch may use without raising the limit.
 const DEFAULT_SMEM: usize = 48 * 1024;
-/// Output tile of hmm_xi_gemm (kernels/hmm.cu), and rows per split at least.
+/// Output tile, threads and dynamic shared memory (XI_STAGES XiStage) of
+/// hmm_xi_gemm (kernels/hmm_batched.cu), and rows per split at least.
 const XI_TILE: usize = 64;
+const XI_THREADS: u32 = 128;
+const XI_SMEM: usize = 4 * 2 * 16 * (64 + 4) * 8;
 const XI_ROWS: usize = 256;
 /// Sequences per block of the *_tiled kernels (HMM_TILE in kernels/hmm.cu),
 /// used when the transitions do not fit in shared memory.
@@ -429,8 +432,8 @@ fn batched_path(dev: &Device, n: usize) -> bool {
 /// XI_ROWS rows each.
 fn xi_splits(dev: &Device, n: usize, rows: usize) -> Result<u32> {
     let tiles = n.div_ceil(XI_TILE) as u32;
-    let f = function(dev, "hmm", "hmm_xi_gemm", 0)?;
-    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None).map_err(err(dev, "sizing hmm_xi_gemm"))?;
+    let f = function(dev, "hmm_batched", "hmm_xi_gemm", XI_SMEM)?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(XI_THREADS, XI_SMEM, None).map_err(err(dev, "sizing hmm_xi_gemm"))?;
     let wave = dev.multiprocessors * per_sm.max(1);
     Ok((wave / (tiles * tiles)).min(rows.div_ceil(XI_ROWS) as u32).max(1))
 }
@@ -652,7 +655,8 @@ impl<'a> Passes<'a> {
         }
         let size = Counts::size(self.n, self.v);
         let f = function(dev, "hmm", "hmm_reduce", 0)?;
-        let cfg = LaunchConfig { grid_dim: ((size.div_ceil(256) as u32).clamp(1, dev.multiprocessors * BLOCKS_PER_SM), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        // 32 counts per block, a warp per accumulator stride (up to 32).
+        let cfg = LaunchConfig { grid_dim: (size.div_ceil(32) as u32, 1, 1), block_dim: (32 * counts.slots.clamp(1, 32), 1, 1), shared_mem_bytes: 0 };
         let (b_i, size_i) = (counts.slots as i32, size as i64);
         let mut launch = s.launch_builder(&f);
         launch.arg(&counts.partial).arg(&b_i).arg(&size_i).arg(&mut counts.total);
@@ -670,8 +674,8 @@ impl<'a> Passes<'a> {
 fn launch_xi_gemm(dev: &Device, n: usize, v: usize, alpha: &CudaSlice<f64>, tmp: &CudaSlice<f64>, partial: &mut CudaSlice<f64>, slots: u32, rows: usize) -> Result<()> {
     let tiles = n.div_ceil(XI_TILE) as u32;
     let splits = xi_splits(dev, n, rows)?.min(slots);
-    let f = function(dev, "hmm", "hmm_xi_gemm", 0)?;
-    let cfg = LaunchConfig { grid_dim: (tiles, tiles, splits), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let f = function(dev, "hmm_batched", "hmm_xi_gemm", XI_SMEM)?;
+    let cfg = LaunchConfig { grid_dim: (tiles, tiles, splits), block_dim: (XI_THREADS, 1, 1), shared_mem_bytes: XI_SMEM as u32 };
     let (n_i, rows_i, size_i) = (n as i32, rows as i64, Counts::size(n, v) as i64);
     let mut launch = dev.stream.launch_builder(&f);
     launch.arg(&n_i).arg(&rows_i).arg(alpha).arg(tmp).arg(partial).arg(&size_i);
