@@ -119,6 +119,8 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
     vector<long long> off{0}; vector<unsigned> sym;
     for (int s = 0; s < M; ++s) { int T = 1 + g() % 12; for (int t = 0; t < T; ++t) sym.push_back(g() % V); off.push_back(sym.size()); }
     long long S = sym.size();
+    sym.resize(S + HMM_SYM_PAD, 0);  // as the host uploads them
+    sym.shrink_to_fit();             // so AddressSanitizer sees a read past the padding
     vector<double> trans_t(N * N), emis_k(V * N), ltrans(N * N), lstart(N), lemis_k(V * N);
     for (int i = 0; i < N; ++i) for (int j = 0; j < N; ++j) { trans_t[j * N + i] = m.trans[i * N + j]; ltrans[i * N + j] = std::log(m.trans[i * N + j]); }
     for (int i = 0; i < N; ++i) for (int k = 0; k < V; ++k) { emis_k[k * N + i] = m.emis[i * V + k]; lemis_k[k * N + i] = std::log(m.emis[i * V + k]); }

@@ -14,13 +14,16 @@
 // rounding. Viterbi only adds and compares, so its values and paths are
 // bit-identical to the CPU's.
 //
-// Layouts: symbols flat (unsigned, 0-based) with long long offsets; a
+// Layouts: symbols flat (unsigned, 0-based; HMM_SYM_PAD zeros after the
+// last sequence, so the *_warp kernels read ahead unchecked) with long long
+// offsets; a
 // batch [s0, s1) stores per-symbol data (alphas, scales, back-pointers,
 // posteriors) from off[s0] on, `rel` = off[s] - off[s0]. Matrices row-major:
 // trans[i*N + j] = P(j | i), trans_t[j*N + i] = P(j | i), emis_k[k*N + i] =
 // P(symbol k | state i); log tables likewise.
 
 #define HMM_NO_STATE 0xffffffffu
+#define HMM_SYM_PAD 3
 
 // Write a sequence's Viterbi result: log-probability `best` (to *logp) and
 // the path ending in state `last`, walked back through the back-pointers
@@ -447,7 +450,26 @@ __device__ __forceinline__ void hmm_add_log(double c, double& m, double& ll) {
     }
 }
 
+// Sum over i of w[i] * col[i] for the 32 entries of a warp's shared slice
+// `w` (broadcast reads) and a lane's register column `col`, in four
+// independent chains (i mod 4) so the step's latency is a quarter of one
+// chain's.
+__device__ __forceinline__ double hmm_dot32(const double* w, const double (&col)[HMM_WN]) {
+    const double2* w2 = reinterpret_cast<const double2*>(w);
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+    for (int i = 0; i < HMM_WN / 2; ++i) {
+        const double2 p = w2[i];
+        acc[(2 * i) & 3] = fma(p.x, col[2 * i], acc[(2 * i) & 3]);
+        acc[(2 * i + 1) & 3] = fma(p.y, col[2 * i + 1], acc[(2 * i + 1) & 3]);
+    }
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
 // hmm_forward for N <= 32. Shared: HMM_WARPS * 32 doubles.
+// The product of a step runs on the previous step's unscaled vector x and
+// is scaled by 1/c afterwards, so the scale (a warp sum and a reciprocal)
+// is computed alongside the product instead of before it.
 extern "C" __global__ void hmm_forward_warp(
     int N, const double* __restrict__ start, const double* __restrict__ trans,
     const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
@@ -467,43 +489,37 @@ extern "C" __global__ void hmm_forward_warp(
         const long long T = off[s + 1] - b;
         const long long rel = b - base;
         double x = on ? start[lane] * emis_k[(long long)sym[b] * N + lane] : 0.0;
-        double c = warp_sum(x);
-        bool dead = !(c > 0.0);
         double m = 1.0, ll = 0.0;  // log P = ll + log(m)
-        double a = 0.0;
-        if (!dead) {
-            a = x * (1.0 / c);
-            hmm_add_log(c, m, ll);
-            if (alpha && on) alpha[rel * N + lane] = a;
-            if (scale && lane == 0) scale[rel] = c;
-        }
-        // The next step's emission row is loaded one step ahead, so its
-        // latency overlaps this step's arithmetic.
-        double e_next = (T > 1 && on) ? emis_k[(long long)sym[b + 1] * N + lane] : 0.0;
-        for (long long t = 1; t < T && !dead; ++t) {
+        bool dead = false;
+        // The next step's emission row is loaded one step ahead and its
+        // symbol two (past the end: the next sequence's or padding, unused),
+        // so their latency overlaps a step's arithmetic. Indices, not
+        // pointers: kernel parameters cost no registers, and this kernel
+        // uses 126, under the 128 that keep 16 warps on a multiprocessor
+        // (with 4 more it spilled and ran 2.4x slower).
+        double e_next = on ? emis_k[(long long)sym[b + 1] * N + lane] : 0.0;
+        unsigned o_ahead = sym[b + 2];  // symbol t + 1 in step t
+        // Step t: x is step t - 1's unscaled vector, c its scale.
+        for (long long t = 1;; ++t) {
+            const bool more = t < T;
             const double e = e_next;
-            if (t + 1 < T && on) e_next = emis_k[(long long)sym[b + t + 1] * N + lane];
+            if (on) e_next = emis_k[(long long)o_ahead * N + lane];
+            o_ahead = sym[b + t + 2];
             __syncwarp();
-            wal[lane] = a;
+            wal[lane] = x;
             __syncwarp();
-            double acc = 0.0;
-            const double2* w2 = reinterpret_cast<const double2*>(wal);
-#pragma unroll
-            for (int i = 0; i < HMM_WN / 2; ++i) {
-                const double2 p = w2[i];
-                acc = fma(p.x, a_col[2 * i], acc);
-                acc = fma(p.y, a_col[2 * i + 1], acc);
-            }
-            x = acc * e;
-            c = warp_sum(x);
+            const double c = warp_sum(x);
+            const double y = more ? hmm_dot32(wal, a_col) : 0.0;
             if (!(c > 0.0)) {
                 dead = true;
                 break;
             }
-            a = x * (1.0 / c);
+            const double r = 1.0 / c;
             hmm_add_log(c, m, ll);
-            if (alpha && on) alpha[(rel + t) * N + lane] = a;
-            if (scale && lane == 0) scale[rel + t] = c;
+            if (alpha && on) alpha[(rel + t - 1) * N + lane] = x * r;
+            if (scale && lane == 0) scale[rel + t - 1] = c;
+            if (!more) break;
+            x = y * (r * e);
         }
         if (lane == 0) loglik[s - s0] = dead ? HMM_NEG_INF : ll + log(m);
     }
@@ -529,11 +545,17 @@ extern "C" __global__ void hmm_viterbi_warp(
         const long long b = off[s];
         const long long T = off[s + 1] - b;
         const long long rel = b - base;
-        double d = on ? lstart[lane] + lemis_k[(long long)sym[b] * N + lane] : HMM_NEG_INF;
-        double e_next = (T > 1 && on) ? lemis_k[(long long)sym[b + 1] * N + lane] : 0.0;
+        const unsigned* sq = sym + b;
+        const double* el = lemis_k + lane;
+        unsigned char* bk = back + (rel + 1) * N + lane;  // row t in step t
+        double d = on ? lstart[lane] + el[(long long)sq[0] * N] : HMM_NEG_INF;
+        // Read ahead as in hmm_forward_warp.
+        double e_next = on ? el[(long long)sq[1] * N] : 0.0;
+        unsigned o_ahead = sq[2];
         for (long long t = 1; t < T; ++t) {
             const double e = e_next;
-            if (t + 1 < T && on) e_next = lemis_k[(long long)sym[b + t + 1] * N + lane];
+            if (on) e_next = el[(long long)o_ahead * N];
+            o_ahead = sq[t + 2];
             __syncwarp();
             wal[lane] = d;
             __syncwarp();
@@ -548,7 +570,8 @@ extern "C" __global__ void hmm_viterbi_warp(
                 if (v1 > best) { best = v1; arg = 2 * i + 1; }
             }
             d = on ? best + e : HMM_NEG_INF;
-            if (on) back[(rel + t) * N + lane] = (unsigned char)arg;
+            if (on) *bk = (unsigned char)arg;
+            bk += N;
         }
         // Final argmax, ties to the lowest state.
         double best = d;
@@ -610,43 +633,46 @@ extern "C" __global__ void hmm_backward_warp(
                 if (T == 1) st += g;
             }
         }
-        // Loads for step t - 1 are issued during step t.
-        unsigned o_next = T > 1 ? sym[b + T - 1] : 0;
-        double e_next = (T > 1 && on) ? emis_k[(long long)o_next * N + lane] : 0.0;
+        // Loads for step t - 1 are issued during step t, the symbol a step
+        // earlier; at t = 0 they repeat row 0 (in bounds, unused).
+        const unsigned* sq = sym + b;
+        const double* el = emis_k + lane;  // the lane's state in emission row k: el[k * N]
+        const double* al = alpha + rel * N + lane;
+        double e_next = on && T > 1 ? el[(long long)sq[T - 1] * N] : 0.0;
         double c_next = T > 1 ? scale[rel + T - 1] : 1.0;
-        double a_next = (T > 1 && on) ? alpha[(rel + T - 2) * N + lane] : 0.0;
+        double a_next = on && T > 1 ? al[(T - 2) * N] : 0.0;
+        unsigned o_ahead = T > 1 ? sq[T - 2] : 0;  // symbol t in step t
         for (long long t = T - 2; t >= 0; --t) {
-            const double e = e_next;
-            const double r = 1.0 / c_next;
+            // e(o_{t+1}) / c_{t+1}, from loads issued a step ago: off the
+            // chain from one step's beta to the next.
+            const double er = e_next * (1.0 / c_next);
             const double a_t = a_next;
-            const unsigned o_t = t >= 0 ? sym[b + t] : 0;
-            if (t >= 1) {
-                e_next = on ? emis_k[(long long)o_t * N + lane] : 0.0;
-                c_next = scale[rel + t];
-                a_next = on ? alpha[(rel + t - 1) * N + lane] : 0.0;
+            const unsigned o_t = o_ahead;
+            const long long tp = t > 0 ? t - 1 : 0;
+            if (on) {
+                e_next = el[(long long)o_t * N];
+                a_next = al[tp * N];
             }
-            const double tmp = e * beta * r;
+            c_next = scale[rel + t];
+            o_ahead = sq[tp];
             __syncwarp();
-            wal[lane] = tmp;
+            wal[lane] = beta * er;
             __syncwarp();
-            double sum = 0.0;
-            const double2* w2 = reinterpret_cast<const double2*>(wal);
+            double sum;
             if (partial) {
+                const double2* w2 = reinterpret_cast<const double2*>(wal);
+                double acc[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll
                 for (int j = 0; j < HMM_WN / 2; ++j) {
                     const double2 p = w2[j];
-                    sum = fma(a_row[2 * j], p.x, sum);
-                    sum = fma(a_row[2 * j + 1], p.y, sum);
+                    acc[(2 * j) & 3] = fma(a_row[2 * j], p.x, acc[(2 * j) & 3]);
+                    acc[(2 * j + 1) & 3] = fma(a_row[2 * j + 1], p.y, acc[(2 * j + 1) & 3]);
                     xi[2 * j] = fma(a_t, p.x, xi[2 * j]);
                     xi[2 * j + 1] = fma(a_t, p.y, xi[2 * j + 1]);
                 }
+                sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
             } else {
-#pragma unroll
-                for (int j = 0; j < HMM_WN / 2; ++j) {
-                    const double2 p = w2[j];
-                    sum = fma(a_row[2 * j], p.x, sum);
-                    sum = fma(a_row[2 * j + 1], p.y, sum);
-                }
+                sum = hmm_dot32(wal, a_row);
             }
             beta = sum;
             g = a_t * sum;

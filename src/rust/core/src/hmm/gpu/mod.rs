@@ -140,12 +140,19 @@ struct DeviceSeqs {
     off: CudaSlice<i64>,
 }
 
+/// Symbols (0) after the last sequence: the warp kernels prefetch the
+/// symbol up to three steps ahead without checking where the sequence ends
+/// (HMM_SYM_PAD in kernels/hmm.cu).
+const SYM_PAD: usize = 3;
+
 fn upload(dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
     let s = &dev.stream;
     let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
-    // An empty symbol vector cannot happen (sequences are validated non-empty).
+    let mut sym = Vec::with_capacity(seqs.symbols.len() + SYM_PAD);
+    sym.extend_from_slice(&seqs.symbols);
+    sym.resize(seqs.symbols.len() + SYM_PAD, 0);
     Ok(DeviceSeqs {
-        sym: s.clone_htod(&seqs.symbols[..]).map_err(err(dev, "copying sequences"))?,
+        sym: s.clone_htod(&sym[..]).map_err(err(dev, "copying sequences"))?,
         off: s.clone_htod(&off[..]).map_err(err(dev, "copying sequences"))?,
     })
 }
