@@ -148,11 +148,14 @@ const SYM_PAD: usize = 3;
 fn upload(dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
     let s = &dev.stream;
     let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
-    let mut sym = Vec::with_capacity(seqs.symbols.len() + SYM_PAD);
-    sym.extend_from_slice(&seqs.symbols);
-    sym.resize(seqs.symbols.len() + SYM_PAD, 0);
+    // Zeroed on the device and filled from the caller's symbols: a padded
+    // copy on the host cost more than the forward pass (about 35 ms for
+    // 10^7 symbols on the H100 machine).
+    let n = seqs.symbols.len();
+    let mut sym = s.alloc_zeros::<u32>(n + SYM_PAD).map_err(err(dev, "copying sequences"))?;
+    s.memcpy_htod(&seqs.symbols[..], &mut sym.slice_mut(0..n)).map_err(err(dev, "copying sequences"))?;
     Ok(DeviceSeqs {
-        sym: s.clone_htod(&sym[..]).map_err(err(dev, "copying sequences"))?,
+        sym,
         off: s.clone_htod(&off[..]).map_err(err(dev, "copying sequences"))?,
     })
 }
