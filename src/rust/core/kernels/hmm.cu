@@ -8,10 +8,11 @@
 //
 // Arithmetic follows the CPU reference (core/src/hmm/forward.rs,
 // backward.rs, viterbi.rs) term by term, each state's sum running over the
-// other states in increasing order; products are fused into the sums (fma),
-// and the sums over states of a step (the scales) are reduced in a
-// different order, so forward-backward results agree with the CPU to
-// rounding. Viterbi only adds and compares, so its values and paths are
+// other states in increasing order (the *_warp kernels split it into four
+// interleaved chains, and their forward scales after the product);
+// products are fused into the sums (fma), and the sums over states of a
+// step (the scales) are reduced in a different order, so forward-backward
+// results agree with the CPU to rounding. Viterbi only adds and compares, so its values and paths are
 // bit-identical to the CPU's.
 //
 // Layouts: symbols flat (unsigned, 0-based; HMM_SYM_PAD zeros after the
@@ -199,7 +200,7 @@ extern "C" __global__ void hmm_viterbi(
 // Baum-Welch expected counts of the block's sequences to its accumulator
 // `partial + blockIdx.x * (N + N*N + V*N)` (non-null): start (N), trans_raw
 // (N*N, without the factor A_ij), emis (by symbol, V*N). With `tmp_out`
-// (large N), the transition counts are left to hmm_xi_gemm instead: row t
+// (large N), the transition counts are left to hmm_xi_gemm (hmm_batched.cu): row t
 // of each sequence receives B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1}, the
 // last row stays 0. Impossible sequences (loglik -inf) get NaN rows and no
 // counts.
