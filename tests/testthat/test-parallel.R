@@ -9,6 +9,21 @@ skip_if_no_future <- function() {
   skip_if_not_installed("parallelly")
 }
 
+# A PSOCK cluster stopped by on.exit() in the calling test. Not autoStop:
+# its finalizer stops the cluster again at some later garbage collection,
+# and by then R may have given a closed node's connection number to a
+# worker of the next test, whose connection it would close. Each node is
+# stopped on its own, so a dead node does not leave the others running.
+local_cluster <- function(n, libs = .libPaths(), envir = parent.frame()) {
+  cl <- parallelly::makeClusterPSOCK(n, rscript_libs = libs, autoStop = FALSE)
+  do.call(on.exit, list(bquote(stop_nodes(.(cl))), add = TRUE), envir = envir)
+  cl
+}
+
+stop_nodes <- function(cl) {
+  for (i in seq_along(cl)) try(parallel::stopCluster(cl[i]), silent = TRUE)
+}
+
 # 40 datasets, two that cannot be fitted (too few observations, constant).
 future_data <- function() {
   set.seed(7)
@@ -146,8 +161,7 @@ test_that("an error in one chunk names the chunk's datasets; progress comes from
 test_that("a PSOCK cluster of 2 localhost workers gives the sequential result", {
   skip_if_no_future()
   d <- future_data()
-  cl <- parallelly::makeClusterPSOCK(2, rscript_libs = .libPaths(), autoStop = TRUE)
-  on.exit(parallel::stopCluster(cl), add = TRUE)
+  cl <- local_cluster(2)
   old_plan <- future::plan(future::cluster, workers = cl)
   on.exit(future::plan(old_plan), add = TRUE)
   # The nodes report where they run, so they share this machine's cores.
@@ -162,8 +176,7 @@ test_that("a PSOCK cluster of 2 localhost workers gives the sequential result", 
 test_that("a worker that cannot load bulkem gives an error saying so", {
   skip_if_no_future()
   # A library path without bulkem (R's own libraries are always added).
-  cl <- parallelly::makeClusterPSOCK(1, rscript_libs = tempdir(), autoStop = TRUE)
-  on.exit(parallel::stopCluster(cl), add = TRUE)
+  cl <- local_cluster(1, libs = tempdir())
   if (parallel::clusterEvalQ(cl, requireNamespace("bulkem", quietly = TRUE))[[1]]) {
     skip("bulkem is installed in a library every R session sees")
   }
@@ -177,8 +190,7 @@ test_that("a worker that cannot load bulkem gives an error saying so", {
 
 test_that("a worker process that dies is reported with its chunk", {
   skip_if_no_future()
-  cl <- parallelly::makeClusterPSOCK(2, rscript_libs = .libPaths(), autoStop = TRUE)
-  on.exit(try(parallel::stopCluster(cl), silent = TRUE), add = TRUE)
+  cl <- local_cluster(2)
   old_plan <- future::plan(future::cluster, workers = cl)
   on.exit(future::plan(old_plan), add = TRUE)
   # The worker running item 23 ends its own process.
