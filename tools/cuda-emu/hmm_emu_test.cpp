@@ -112,8 +112,16 @@ static bool close(double a, double b, double tol) {
 
 static unsigned threads_for(int n, unsigned cap) { unsigned t = (n + 31) / 32 * 32; return std::min(std::max(t, 32u), cap); }
 
-static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
+// Every entry equal: every path ties, so Viterbi must take state 0 throughout.
+static void make_uniform(Model& m) {
+    for (auto& v : m.start) v = 1.0 / m.N;
+    for (auto& v : m.trans) v = 1.0 / m.N;
+    for (auto& v : m.emis) v = 1.0 / m.V;
+}
+
+static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool uniform = false) {
     Model m = random_model(N, V, zeros, seed);
+    if (uniform) make_uniform(m);
     std::mt19937_64 g(seed * 7 + 1);
     int M = 9;
     vector<long long> off{0}; vector<unsigned> sym;
@@ -226,7 +234,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G) {
             for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d warp viterbi path seq %d t %lld", N, s, t);
         }
     }
-    std::printf("N=%d V=%d zeros=%d: %d sequences (%d impossible) checked\n", N, V, zeros, M, impossible);
+    std::printf("N=%d V=%d zeros=%d uniform=%d: %d sequences (%d impossible) checked\n", N, V, zeros, uniform, M, impossible);
 }
 
 int main() {
@@ -240,6 +248,8 @@ int main() {
         run_case(3, 9, true, 9, G);
         run_case(33, 5, false, 4, G);
         run_case(70, 6, true, 5, G);
+        run_case(32, 4, false, 10, G, true);
+        run_case(7, 3, false, 11, G, true);
     }
     std::printf(failures ? "%d FAILURES\n" : "all passed\n", failures);
     return failures != 0;
