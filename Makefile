@@ -1,9 +1,9 @@
 # bulkem: one command to see it work, one to test everything.
 #   make demo   install what is missing, build and install the package into
 #               ./.lib, and run the demo (summary, timing, backend, PNG plot)
-#   make test   install what is missing, run cargo test, R CMD build and
-#               R CMD check --no-manual (testthat + vignettes); fails on any
-#               ERROR or WARNING
+#   make test   install what is missing, run cargo test, the HMM kernels on
+#               the CPU emulator, R CMD build and R CMD check --no-manual
+#               (testthat + vignettes); fails on any ERROR or WARNING
 
 APT_PACKAGES = r-base-dev pandoc r-cran-cli r-cran-testthat r-cran-knitr \
   r-cran-rmarkdown r-cran-roxygen2 r-cran-mixtools r-cran-statmod r-cran-progressr \
@@ -21,13 +21,13 @@ export R_LIBS_USER = $(LIB)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERSION = $(shell sed -n 's/^Version: //p' DESCRIPTION)
 
-.PHONY: demo test deps nvrtc install cargo-test check document wrappers bench clean
+.PHONY: demo test deps nvrtc install cargo-test kernel-emu check document wrappers bench clean
 
 demo: install
 	mkdir -p demo-output
 	cd demo-output && Rscript -e 'demo("bulkem", package = "bulkem", ask = FALSE, echo = FALSE)'
 
-test: deps cargo-test check
+test: deps cargo-test kernel-emu check
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -51,6 +51,12 @@ nvrtc:
 cargo-test: deps nvrtc
 	cd $(RUST_DIR) && LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH BULKEM_REQUIRE_NVRTC=1 \
 	  cargo test --workspace
+
+# The CUDA kernels of kernels/hmm.cu run on the CPU (tools/cuda-emu) against
+# a plain C++ reference: their results are checked here, not only that
+# they compile.
+kernel-emu: deps
+	sh tools/cuda-emu/run.sh
 
 check: deps
 	rm -rf $(CHECK_DIR) && mkdir -p $(CHECK_DIR)
