@@ -57,11 +57,11 @@ resolve_backend <- function(use.gpu, call = parent.frame(), quiet = FALSE) {
   if (isFALSE(use.gpu)) return("cpu")
   if (isTRUE(info$cuda_usable)) return(if (isTRUE(use.gpu)) "cuda" else "auto")
   if (isTRUE(use.gpu)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.code use.gpu = TRUE} but no CUDA GPU is usable.",
       x = info$cuda_reason,
       i = "Use {.code use.gpu = NA} to fall back to the CPU, or see {.fn bulkem_backends}."
-    ), call = call)
+    ), "device", call = call)
   }
   if (!quiet && is.null(the$cpu_message_shown)) {
     the$cpu_message_shown <- TRUE
@@ -73,26 +73,49 @@ resolve_backend <- function(use.gpu, call = parent.frame(), quiet = FALSE) {
   "cpu"
 }
 
-# Run a core entry point, turning its errors into cli errors of `call`.
-# `fn` names the user-facing function.
+# Run a core entry point, turning its errors into classed conditions of
+# `call`. `fn` names the user-facing function.
 call_core <- function(expr, call, fn) {
   tryCatch(expr, error = function(e) core_error(conditionMessage(e), call, fn))
 }
 
-# The cli error for a core error message `msg`; `where` (optional) says
-# which chunk raised it.
+# The protocol at the boundary: the glue tags each core error message
+# "[bulkem_error_<kind>] " (src/rust/rpkg/src/session.rs), with kind one of
+# input, memory, device, interrupt, internal. Here it becomes a cli error of
+# classes c("bulkem_error_<kind>", "bulkem_error") with the message
+# verbatim; an interrupt becomes R's own `interrupt` condition, as a
+# Ctrl-C in an R loop does. `where` (optional) says which chunk raised it.
 core_error <- function(msg, call, fn, where = NULL) {
+  kind <- core_error_kind(msg)
+  msg <- sub("^\\[bulkem_error_[a-z]+\\] ", "", msg)
+  if (kind == "interrupt") raise_interrupt()
   at <- if (!is.null(where)) c(i = "Raised by {where}.")
-  if (grepl("interrupted by the user", msg, fixed = TRUE)) {
-    cli::cli_abort("{.fn {fn}} was interrupted; no results were kept.", call = call)
-  }
-  if (startsWith(msg, "dataset ")) {
-    cli::cli_abort(c("{.arg datasets} must contain only valid observations.", x = "{msg}", at), call = call)
-  }
-  if (startsWith(msg, "`")) {
-    cli::cli_abort(c("Invalid argument to {.fn {fn}}.", x = "{msg}", at), call = call)
-  }
-  cli::cli_abort(c("{.fn {fn}} failed.", x = "{msg}", at), call = call)
+  headline <- switch(kind,
+    input = if (startsWith(msg, "dataset ")) "{.arg datasets} must contain only valid observations."
+            else "Invalid input to {.fn {fn}}.",
+    memory = "{.fn {fn}} needs more memory than is available.",
+    device = "{.fn {fn}} could not run on its backend.",
+    "{.fn {fn}} failed."
+  )
+  bulkem_abort(c(headline, x = "{msg}", at), kind, call = call)
+}
+
+# The kind a tagged core message carries ("internal" for an untagged one:
+# an R error from the glue is a bug of ours, not the user's).
+core_error_kind <- function(msg) {
+  m <- regmatches(msg, regexec("^\\[bulkem_error_([a-z]+)\\] ", msg))[[1]]
+  if (length(m) == 2) m[2] else "internal"
+}
+
+# A cli error of class c("bulkem_error_<kind>", "bulkem_error").
+bulkem_abort <- function(message, kind = "input", ..., call = parent.frame(), .envir = parent.frame()) {
+  cli::cli_abort(message, class = c(paste0("bulkem_error_", kind), "bulkem_error"), ...,
+                 call = call, .envir = .envir)
+}
+
+# Raise the user's Ctrl-C, seen by the core's polling, as R's interrupt.
+raise_interrupt <- function() {
+  .External(bulkem_raise_interrupt)
 }
 
 # A progress callback for the core: `function(amount)` advancing a progressr

@@ -211,7 +211,7 @@ bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"
 match_arg <- function(x, choices, arg, call) {
   if (identical(x, choices)) return(choices[1])
   if (!is.character(x) || length(x) != 1 || !(x %in% choices)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must be one of {.or {.val {choices}}}.",
       x = "You supplied {describe_value(x)}."
     ), call = call)
@@ -224,18 +224,18 @@ match_arg <- function(x, choices, arg, call) {
 check_datasets <- function(datasets, call) {
   if (is.numeric(datasets) && is.null(dim(datasets))) datasets <- list(datasets)
   if (!is.list(datasets) || is.data.frame(datasets)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg datasets} must be a list of numeric vectors or a numeric vector.",
       x = "You supplied {describe_value(datasets)}."
     ), call = call)
   }
   if (length(datasets) == 0) {
-    cli::cli_abort("{.arg datasets} must contain at least one dataset.", call = call)
+    bulkem_abort("{.arg datasets} must contain at least one dataset.", call = call)
   }
   numeric <- vapply(datasets, function(x) is.numeric(x) && is.null(dim(x)), logical(1))
   if (!all(numeric)) {
     bad <- which(!numeric)[1]
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "Every element of {.arg datasets} must be a numeric vector.",
       x = "Dataset {bad} is {describe_value(datasets[[bad]])}."
     ), call = call)
@@ -245,7 +245,7 @@ check_datasets <- function(datasets, call) {
   has_na <- vapply(datasets, anyNA, logical(1))
   if (any(has_na)) {
     bad <- which(has_na)[1]
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg datasets} must not contain missing values.",
       x = "Dataset {bad} has {.val {NA}} at position {which(is.na(datasets[[bad]]))[1]}."
     ), call = call)
@@ -262,13 +262,13 @@ check_inits <- function(inits, M, family, n_datasets, call) {
   one_set <- function(x) is.list(x) && all(c("alpha", "mu", scale_name) %in% names(x))
   sets <- if (one_set(inits)) list(inits) else inits
   if (!is.list(sets) || !all(vapply(sets, one_set, logical(1)))) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg inits} must be {.code list(alpha = , mu = , {scale_name} = )} or a list of those, one per dataset.",
       x = "You supplied {describe_value(inits)}."
     ), call = call)
   }
   if (!(length(sets) %in% c(1L, n_datasets))) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg inits} must hold one set of starting values or one per dataset ({n_datasets}).",
       x = "It holds {length(sets)}."
     ), call = call)
@@ -277,7 +277,7 @@ check_inits <- function(inits, M, family, n_datasets, call) {
     values <- lapply(seq_along(sets), function(k) {
       v <- sets[[k]][[name]]
       if (!is.numeric(v) || length(v) != M || anyNA(v)) {
-        cli::cli_abort(c(
+        bulkem_abort(c(
           "{.code inits${name}} must be a numeric vector of length {.arg num.components} ({M}) without NA.",
           x = "Set {k} has {describe_value(v)}."
         ), call = call)

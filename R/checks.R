@@ -5,7 +5,7 @@ check_count <- function(x, arg, min = 1, call = parent.frame()) {
   ok <- is.numeric(x) && length(x) == 1 && !is.na(x) && is.finite(x) &&
     x == round(x) && x >= min && x <= .Machine$integer.max
   if (!ok) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must be a whole number of at least {min}.",
       x = "You supplied {describe_value(x)}."
     ), call = call)
@@ -16,7 +16,7 @@ check_count <- function(x, arg, min = 1, call = parent.frame()) {
 check_number <- function(x, arg, min = -Inf, call = parent.frame()) {
   ok <- is.numeric(x) && length(x) == 1 && !is.na(x) && is.finite(x) && x >= min
   if (!ok) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must be a finite number of at least {min}.",
       x = "You supplied {describe_value(x)}."
     ), call = call)
@@ -28,7 +28,7 @@ check_flag <- function(x, arg, allow_na = FALSE, call = parent.frame()) {
   ok <- is.logical(x) && length(x) == 1 && (allow_na || !is.na(x))
   if (!ok) {
     what <- if (allow_na) "{.code TRUE}, {.code FALSE} or {.code NA}" else "{.code TRUE} or {.code FALSE}"
-    cli::cli_abort(c(
+    bulkem_abort(c(
       paste0("{.arg {arg}} must be ", what, "."),
       x = "You supplied {describe_value(x)}."
     ), call = call)
@@ -44,7 +44,7 @@ check_seed <- function(seed, call = parent.frame()) {
   ok <- is.numeric(seed) && length(seed) == 1 && !is.na(seed) && is.finite(seed) &&
     seed == round(seed) && seed >= 0 && seed < 2^53
   if (!ok) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg seed} must be {.code NULL} or a whole number between 0 and 2^53.",
       x = "You supplied {describe_value(seed)}."
     ), call = call)

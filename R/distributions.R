@@ -46,7 +46,7 @@ check_mixture <- function(alpha, mu, lambda, call = parent.frame()) {
     all(is.finite(c(alpha, mu, lambda))) && all(alpha >= 0) && sum(alpha) > 0 &&
     all(mu > 0) && all(lambda > 0)
   if (!ok) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg alpha}, {.arg mu} and {.arg lambda} must be finite numeric vectors of one length.",
       i = "{.arg alpha} must be non-negative (not all 0); {.arg mu} and {.arg lambda} positive."
     ), call = call)

@@ -7,14 +7,14 @@ select_pars <- function(object, pars, call = parent.frame()) {
   all <- dimnames(object$draws)[[3]]
   if (is.null(pars)) return(all)
   if (!is.character(pars)) {
-    cli::cli_abort(c("{.arg pars} must be a character vector of parameter or block names.",
+    bulkem_abort(c("{.arg pars} must be a character vector of parameter or block names.",
                      x = "You supplied {describe_value(pars)}."), call = call)
   }
   block <- sub("\\[.*$", "", all)
   keep <- all %in% pars | block %in% pars
   unknown <- setdiff(pars, c(all, block))
   if (length(unknown) > 0) {
-    cli::cli_abort(c("{.arg pars} must name parameters of the model.",
+    bulkem_abort(c("{.arg pars} must name parameters of the model.",
                      x = "Unknown: {.val {unknown}}.",
                      i = "Blocks are {.val {unique(block)}}."), call = call)
   }
@@ -60,7 +60,7 @@ summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.97
   pars <- select_pars(object, pars, call)
   ok <- is.numeric(probs) && length(probs) > 0 && !anyNA(probs) && all(probs >= 0 & probs <= 1)
   if (!ok) {
-    cli::cli_abort(c("{.arg probs} must be probabilities between 0 and 1.",
+    bulkem_abort(c("{.arg probs} must be probabilities between 0 and 1.",
                      x = "You supplied {describe_value(probs)}."), call = call)
   }
   draws <- object$draws[, , pars, drop = FALSE]

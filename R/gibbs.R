@@ -100,7 +100,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   iter <- check_count(iter, "iter", min = 2, call = call)
   warmup <- check_count(warmup, "warmup", min = 0, call = call)
   if (warmup >= iter) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg warmup} must be less than {.arg iter}.",
       x = "You supplied {.code warmup = {warmup}} and {.code iter = {iter}}."
     ), call = call)
@@ -108,13 +108,13 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   chains <- check_count(chains, "chains", call = call)
   thin <- check_count(thin, "thin", call = call)
   if (thin > iter - warmup) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg thin} must be at most {.code iter - warmup} ({iter - warmup}).",
       x = "You supplied {.code thin = {thin}}."
     ), call = call)
   }
   if (!inherits(prior, "bulkem_hbglm_prior")) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg prior} must be made by {.fn hbglm_prior}.",
       x = "You supplied {describe_value(prior)}."
     ), call = call)
@@ -262,7 +262,7 @@ print.bulkem_hbglm_prior <- function(x, ...) {
 slice_sample <- function(log_density, x0, n, w = 1, m = Inf, lower = -Inf, upper = Inf) {
   call <- environment()
   if (!is.function(log_density)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg log_density} must be a function.",
       x = "You supplied {describe_value(log_density)}."
     ), call = call)
@@ -271,18 +271,18 @@ slice_sample <- function(log_density, x0, n, w = 1, m = Inf, lower = -Inf, upper
   w <- check_positive(w, "w", call)
   m_ok <- is.numeric(m) && length(m) == 1 && !is.na(m) && m >= 1 && (is.infinite(m) || m == round(m))
   if (!m_ok) {
-    cli::cli_abort(c("{.arg m} must be a whole number of at least 1, or {.code Inf}.",
+    bulkem_abort(c("{.arg m} must be a whole number of at least 1, or {.code Inf}.",
                      x = "You supplied {describe_value(m)}."), call = call)
   }
   bounds_ok <- is.numeric(lower) && is.numeric(upper) && length(lower) == 1 && length(upper) == 1 &&
     !is.na(lower) && !is.na(upper) && lower < upper
   if (!bounds_ok) {
-    cli::cli_abort(c("{.arg lower} must be less than {.arg upper}.",
+    bulkem_abort(c("{.arg lower} must be less than {.arg upper}.",
                      x = "You supplied {describe_value(lower)} and {describe_value(upper)}."), call = call)
   }
   x0 <- check_number(x0, "x0", call = call)
   if (x0 < lower || x0 > upper) {
-    cli::cli_abort("{.arg x0} must lie in [{.arg lower}, {.arg upper}] = [{lower}, {upper}].", call = call)
+    bulkem_abort("{.arg x0} must lie in [{.arg lower}, {.arg upper}] = [{lower}, {upper}].", call = call)
   }
   evals <- 0
   logf <- function(x) {
@@ -290,14 +290,14 @@ slice_sample <- function(log_density, x0, n, w = 1, m = Inf, lower = -Inf, upper
     evals <<- evals + 1
     v <- log_density(x)
     if (!is.numeric(v) || length(v) != 1) {
-      cli::cli_abort(c("{.arg log_density} must return a single number.",
+      bulkem_abort(c("{.arg log_density} must return a single number.",
                        x = "At x = {x} it returned {describe_value(v)}."), call = call)
     }
     if (is.na(v)) -Inf else as.double(v)
   }
   f0 <- logf(x0)
   if (!is.finite(f0)) {
-    cli::cli_abort(c("{.arg x0} must have a finite log density.",
+    bulkem_abort(c("{.arg x0} must have a finite log density.",
                      x = "{.code log_density({x0})} is {f0}."), call = call)
   }
   m_steps <- if (is.infinite(m)) SLICE_MAX_STEPS else m
@@ -345,7 +345,7 @@ SLICE_MAX_STEPS <- 1000
 check_positive <- function(x, arg, call) {
   ok <- is.numeric(x) && length(x) == 1 && !is.na(x) && is.finite(x) && x > 0
   if (!ok) {
-    cli::cli_abort(c("{.arg {arg}} must be a positive finite number.",
+    bulkem_abort(c("{.arg {arg}} must be a positive finite number.",
                      x = "You supplied {describe_value(x)}."), call = call)
   }
   as.double(x)
@@ -354,7 +354,7 @@ check_positive <- function(x, arg, call) {
 check_slice <- function(slice, call) {
   if (!is.list(slice) || (length(slice) > 0 && is.null(names(slice))) ||
       !all(names(slice) %in% c("w", "m", "adapt"))) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg slice} must be a list with elements {.field w}, {.field m} and optionally {.field adapt}.",
       x = "You supplied {describe_value(slice)}."
     ), call = call)
@@ -363,7 +363,7 @@ check_slice <- function(slice, call) {
   m <- if (is.null(slice$m)) Inf else slice$m
   m_ok <- is.numeric(m) && length(m) == 1 && !is.na(m) && m >= 1 && (is.infinite(m) || m == round(m))
   if (!m_ok) {
-    cli::cli_abort(c("{.arg slice$m} must be a whole number of at least 1, or {.code Inf}.",
+    bulkem_abort(c("{.arg slice$m} must be a whole number of at least 1, or {.code Inf}.",
                      x = "You supplied {describe_value(m)}."), call = call)
   }
   adapt <- check_flag(if (is.null(slice$adapt)) TRUE else slice$adapt, "slice$adapt", call = call)
@@ -374,21 +374,21 @@ check_slice <- function(slice, call) {
 hbglm_data <- function(formula, data, group, family, global, call) {
   if (!inherits(formula, "formula") || length(formula) != 3) {
     what <- if (inherits(formula, "formula")) "a one-sided formula" else describe_value(formula)
-    cli::cli_abort(c("{.arg formula} must be a two-sided formula such as {.code y ~ x}.",
+    bulkem_abort(c("{.arg formula} must be a two-sided formula such as {.code y ~ x}.",
                      x = "You supplied {what}."), call = call)
   }
   if (!is.data.frame(data)) {
-    cli::cli_abort(c("{.arg data} must be a data frame.",
+    bulkem_abort(c("{.arg data} must be a data frame.",
                      x = "You supplied {describe_value(data)}."), call = call)
   }
-  if (nrow(data) == 0) cli::cli_abort("{.arg data} must have at least one row.", call = call)
+  if (nrow(data) == 0) bulkem_abort("{.arg data} must have at least one row.", call = call)
   if (!is.null(global) && (!inherits(global, "formula") || length(global) != 2)) {
-    cli::cli_abort(c("{.arg global} must be {.code NULL} or a one-sided formula such as {.code ~ price}.",
+    bulkem_abort(c("{.arg global} must be {.code NULL} or a one-sided formula such as {.code ~ price}.",
                      x = "You supplied {describe_value(global)}."), call = call)
   }
   g <- hbglm_group(group, data, call)
   mf <- tryCatch(stats::model.frame(formula, data, na.action = stats::na.pass),
-                 error = function(e) cli::cli_abort(c("{.arg formula} can't be evaluated in {.arg data}.",
+                 error = function(e) bulkem_abort(c("{.arg formula} can't be evaluated in {.arg data}.",
                                                       x = conditionMessage(e)), call = call))
   y <- stats::model.response(mf)
   x <- stats::model.matrix(formula, mf)
@@ -396,23 +396,23 @@ hbglm_data <- function(formula, data, group, family, global, call) {
     matrix(0, nrow(data), 0)
   } else {
     gf <- tryCatch(stats::model.frame(global, data, na.action = stats::na.pass),
-                   error = function(e) cli::cli_abort(c("{.arg global} can't be evaluated in {.arg data}.",
+                   error = function(e) bulkem_abort(c("{.arg global} can't be evaluated in {.arg data}.",
                                                         x = conditionMessage(e)), call = call))
     zz <- stats::model.matrix(global, gf)
     zz[, colnames(zz) != "(Intercept)", drop = FALSE]
   }
   if (ncol(x) == 0) {
-    cli::cli_abort("{.arg formula} must give at least one coefficient that varies by group.", call = call)
+    bulkem_abort("{.arg formula} must give at least one coefficient that varies by group.", call = call)
   }
   both <- intersect(colnames(x), colnames(z))
   if (length(both) > 0) {
-    cli::cli_abort(c("A coefficient can't both vary by group and be global.",
+    bulkem_abort(c("A coefficient can't both vary by group and be global.",
                      x = "{.val {both}} appear{?s/} in {.arg formula} and in {.arg global}."), call = call)
   }
   for (part in list(list(y, "The response"), list(x, "A predictor in `formula`"), list(z, "A predictor in `global`"), list(g, "The group"))) {
     bad <- if (is.matrix(part[[1]])) which(rowSums(is.na(part[[1]])) > 0) else which(is.na(part[[1]]))
     if (length(bad) > 0) {
-      cli::cli_abort(c("{.arg data} must not have missing values in the variables of the model.",
+      bulkem_abort(c("{.arg data} must not have missing values in the variables of the model.",
                        x = "{part[[2]]} is missing in row{?s} {utils::head(bad, 5)}{if (length(bad) > 5) ', ...'}."),
                      call = call)
     }
@@ -421,7 +421,7 @@ hbglm_data <- function(formula, data, group, family, global, call) {
   if (!is.factor(g)) g <- factor(g)
   empty <- levels(g)[tabulate(g, nlevels(g)) == 0]
   if (length(empty) > 0) {
-    cli::cli_abort(c("Every group must have at least one observation.",
+    bulkem_abort(c("Every group must have at least one observation.",
                      x = "{.arg group} has no observations for level{?s} {.val {utils::head(empty, 5)}}.",
                      i = "Drop unused levels with {.fn droplevels}."), call = call)
   }
@@ -431,23 +431,23 @@ hbglm_data <- function(formula, data, group, family, global, call) {
 }
 
 hbglm_group <- function(group, data, call) {
-  if (missing(group)) cli::cli_abort("{.arg group} must be given: a column name, a one-sided formula or a vector.", call = call)
+  if (missing(group)) bulkem_abort("{.arg group} must be given: a column name, a one-sided formula or a vector.", call = call)
   g <- if (is.character(group) && length(group) == 1 && nrow(data) != 1) {
     if (!group %in% names(data)) {
-      cli::cli_abort(c("{.arg group} must name a column of {.arg data}.",
+      bulkem_abort(c("{.arg group} must name a column of {.arg data}.",
                        x = "There is no column {.val {group}}."), call = call)
     }
     data[[group]]
   } else if (inherits(group, "formula")) {
     if (length(group) != 2 || length(all.vars(group)) != 1) {
-      cli::cli_abort("{.arg group} must be a one-sided formula of one variable, such as {.code ~ store}.", call = call)
+      bulkem_abort("{.arg group} must be a one-sided formula of one variable, such as {.code ~ store}.", call = call)
     }
     eval(group[[2]], data, environment(group))
   } else {
     group
   }
   if (!is.atomic(g) || length(g) != nrow(data)) {
-    cli::cli_abort(c("{.arg group} must give one group per row of {.arg data} ({nrow(data)}).",
+    bulkem_abort(c("{.arg group} must give one group per row of {.arg data} ({nrow(data)}).",
                      x = "It gives {describe_value(g)}."), call = call)
   }
   g
@@ -455,30 +455,30 @@ hbglm_group <- function(group, data, call) {
 
 hbglm_response <- function(y, family, call) {
   if (is.matrix(y) || is.null(y)) {
-    cli::cli_abort("The response of {.arg formula} must be a single vector.", call = call)
+    bulkem_abort("The response of {.arg formula} must be a single vector.", call = call)
   }
   if (family == "binomial") {
     if (is.logical(y)) y <- as.double(y)
     if (is.factor(y)) {
       if (nlevels(y) != 2) {
-        cli::cli_abort(c("The response must have two values for {.code family = \"binomial\"}.",
+        bulkem_abort(c("The response must have two values for {.code family = \"binomial\"}.",
                          x = "The factor has {nlevels(y)} level{?s}."), call = call)
       }
       y <- as.double(as.integer(y) == 2L)
     }
     if (!is.numeric(y) || any(y != 0 & y != 1)) {
       bad <- if (is.numeric(y)) which(y != 0 & y != 1)[1] else 1
-      cli::cli_abort(c("The response must be 0 or 1 for {.code family = \"binomial\"}.",
+      bulkem_abort(c("The response must be 0 or 1 for {.code family = \"binomial\"}.",
                        x = "Row {bad} is {describe_value(y[bad])}."), call = call)
     }
   } else if (family == "poisson") {
     if (!is.numeric(y) || any(y < 0 | y != round(y)) || any(!is.finite(y))) {
       bad <- if (is.numeric(y)) which(y < 0 | y != round(y) | !is.finite(y))[1] else 1
-      cli::cli_abort(c("The response must be a non-negative whole number for {.code family = \"poisson\"}.",
+      bulkem_abort(c("The response must be a non-negative whole number for {.code family = \"poisson\"}.",
                        x = "Row {bad} is {describe_value(y[bad])}."), call = call)
     }
   } else if (!is.numeric(y) || any(!is.finite(y))) {
-    cli::cli_abort("The response must be finite numbers for {.code family = \"gaussian\"}.", call = call)
+    bulkem_abort("The response must be finite numbers for {.code family = \"gaussian\"}.", call = call)
   }
   as.double(y)
 }

@@ -82,7 +82,7 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
   if (!is.numeric(length) || !(base::length(length) %in% c(1L, n)) || anyNA(length) ||
       any(!is.finite(length)) || any(length != round(length)) || any(length < 1) ||
       any(length > .Machine$integer.max)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg length} must be one whole number of at least 1, or one per sequence ({n}).",
       x = "You supplied {describe_value(length)}."
     ), call = call)
@@ -275,7 +275,7 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   call <- environment()
   if (!is.null(init)) check_hmm(init, "init", call)
   if (missing(n.states)) {
-    if (is.null(init)) cli::cli_abort("{.arg n.states} must be given (or {.arg init}).", call = call)
+    if (is.null(init)) bulkem_abort("{.arg n.states} must be given (or {.arg init}).", call = call)
     n.states <- length(init$start)
   }
   N <- check_count(n.states, "n.states", call = call)
@@ -286,7 +286,7 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   }
   V <- check_count(n.symbols, "n.symbols", call = call)
   if (!is.null(init) && (length(init$start) != N || ncol(init$emis) != V)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg init} must have {.arg n.states} states and {.arg n.symbols} symbols.",
       x = "{.arg init} has {length(init$start)} state{?s} and {ncol(init$emis)} symbol{?s}; {.arg n.states} = {N}, {.arg n.symbols} = {V}."
     ), call = call)
@@ -399,7 +399,7 @@ hmm_backend <- function(use.gpu, states, symbols, passes, call) {
 
 check_hmm <- function(model, arg, call) {
   if (!inherits(model, "bulkem_hmm")) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must be a hidden Markov model made by {.fn hmm} or {.fn hmm_fit}.",
       x = "You supplied {describe_value(model)}.",
       i = if (inherits(model, "bulkem_hmm_fit")) "Use {.code fit$model} for the model of a {.fn hmm_fit} result."
@@ -410,7 +410,7 @@ check_hmm <- function(model, arg, call) {
 
 check_prob_vector <- function(x, arg, call) {
   if (!is.numeric(x) || !is.null(dim(x)) || length(x) == 0) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must be a numeric vector of probabilities, one per state.",
       x = "You supplied {describe_value(x)}."
     ), call = call)
@@ -420,14 +420,14 @@ check_prob_vector <- function(x, arg, call) {
 
 check_prob_matrix <- function(x, arg, rows, cols, call) {
   if (!is.numeric(x) || !is.matrix(x)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must be a numeric matrix.",
       x = "You supplied {describe_value(x)}."
     ), call = call)
   }
   if (nrow(x) != rows || (!is.na(cols) && ncol(x) != cols) || ncol(x) == 0) {
     want <- if (is.na(cols)) "{rows} row{?s} (one per state)" else "{rows} x {cols} (one row and column per state)"
-    cli::cli_abort(c(
+    bulkem_abort(c(
       paste0("{.arg {arg}} must be ", want, ", as {.arg start} has {rows} state{?s}."),
       x = "It is {nrow(x)} x {ncol(x)}."
     ), call = call)
@@ -442,7 +442,7 @@ check_probs <- function(x, arg, vector, call) {
     r <- bad[1, 1]
     c <- bad[1, 2]
     where <- if (vector) "Element {c}" else "Element [{r}, {c}]"
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must contain only probabilities (finite and >= 0).",
       x = paste0(where, " is {x[r, c]}.")
     ), call = call)
@@ -451,7 +451,7 @@ check_probs <- function(x, arg, vector, call) {
   off <- which(abs(sums - 1) > 1e-8)
   if (length(off) > 0) {
     r <- off[1]
-    cli::cli_abort(c(
+    bulkem_abort(c(
       if (vector) "{.arg {arg}} must sum to 1." else "Every row of {.arg {arg}} must sum to 1.",
       x = if (vector) "It sums to {format(sums[r], digits = 10)}." else
         "Row {r} sums to {format(sums[r], digits = 10)}."
@@ -483,25 +483,25 @@ locate <- function(i, lengths) {
 check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
   if (is.atomic(seqs) && is.null(dim(seqs)) && length(seqs) > 0) seqs <- list(seqs)
   if (!is.list(seqs) || is.data.frame(seqs)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must be a list of sequences (integer vectors, factors or character vectors).",
       x = "You supplied {describe_value(seqs)}."
     ), call = call)
   }
   if (length(seqs) == 0) {
-    cli::cli_abort("{.arg {arg}} must contain at least one sequence.", call = call)
+    bulkem_abort("{.arg {arg}} must contain at least one sequence.", call = call)
   }
   ok <- vapply(seqs, function(x) (is.numeric(x) || is.factor(x) || is.character(x)) && is.null(dim(x)), NA)
   if (!all(ok)) {
     bad <- which(!ok)[1]
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "Every sequence in {.arg {arg}} must be an integer vector, a factor or a character vector.",
       x = "Sequence {bad} is {describe_value(seqs[[bad]])}."
     ), call = call)
   }
   lens <- lengths(seqs)
   if (any(lens == 0)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "Every sequence in {.arg {arg}} must have at least one symbol.",
       x = "Sequence {which(lens == 0)[1]} is empty."
     ), call = call)
@@ -518,13 +518,13 @@ check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
     where <- locate(bad, lens)
     original <- as.character(given[[where[1]]][where[2]])
     if (labelled[where[1]] && !is.na(original)) {
-      cli::cli_abort(c(
+      bulkem_abort(c(
         "Every symbol in {.arg {arg}} must be one of the model's symbols.",
         x = "Sequence {where[1]} has {.val {original}} at position {where[2]}.",
         i = "The symbols are {.val {symbols}}."
       ), call = call)
     }
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg {arg}} must not contain missing values.",
       x = "Sequence {where[1]} has {.val {NA}} at position {where[2]}."
     ), call = call)
@@ -532,7 +532,7 @@ check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
   bad <- which(flat < 1 | flat != round(flat) | flat > .Machine$integer.max)
   if (length(bad) > 0) {
     where <- locate(bad[1], lens)
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "Every symbol in {.arg {arg}} must be a whole number of at least 1.",
       x = "Sequence {where[1]} has {flat[bad[1]]} at position {where[2]}."
     ), call = call)
@@ -545,7 +545,7 @@ check_symbol_range <- function(flat, lens, n_symbols, arg, call) {
   if (max(flat) > n_symbols) {
     bad <- which(flat > n_symbols)[1]
     where <- locate(bad, lens)
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "Every symbol in {.arg {arg}} must be between 1 and {n_symbols} (the number of symbols).",
       x = "Sequence {where[1]} has symbol {flat[bad]} at position {where[2]}."
     ), call = call)

@@ -149,11 +149,11 @@ weighted_log_densities <- function(fit, x) {
 predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "density"), ...) {
   type <- match_arg(type, c("posterior", "class", "density"), "type", environment())
   if (!object$fit_success) {
-    cli::cli_abort(c("Can't predict from a failed fit.", x = "{object$message}"))
+    bulkem_abort(c("Can't predict from a failed fit.", x = "{object$message}"))
   }
   if (missing(newdata)) {
     if (is.null(object$posterior) || type == "density") {
-      cli::cli_abort(c(
+      bulkem_abort(c(
         "{.arg newdata} must be supplied.",
         i = "bulkem fits keep no data; only {.code keep.posterior = TRUE} keeps the training posterior."
       ))
@@ -161,7 +161,7 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
     post <- object$posterior
   } else {
     if (!is.numeric(newdata)) {
-      cli::cli_abort("{.arg newdata} must be a numeric vector, not {describe_value(newdata)}.")
+      bulkem_abort("{.arg newdata} must be a numeric vector, not {describe_value(newdata)}.")
     }
     lw <- weighted_log_densities(object, as.double(newdata))
     total <- row_logsumexp(lw)
@@ -201,7 +201,7 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
   which <- match_arg(which, c("density", "loglik"), "which", environment())
   if (which == "loglik") {
     if (length(x$loglik_trace) == 0) {
-      cli::cli_abort(c(
+      bulkem_abort(c(
         "This fit kept no log-likelihood trace.",
         i = "Fit with {.code bulkem(..., keep.posterior = TRUE)} to keep it."
       ))
@@ -212,12 +212,12 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
     return(invisible(x))
   }
   if (!is.numeric(data)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg data} must be the numeric vector the model was fitted to.",
       i = "bulkem fits keep no data; use {.code plot(fit, x)}, or {.code which = \"loglik\"}."
     ))
   }
-  if (!x$fit_success) cli::cli_abort(c("Can't plot the density of a failed fit.", x = "{x$message}"))
+  if (!x$fit_success) bulkem_abort(c("Can't plot the density of a failed fit.", x = "{x$message}"))
   h <- graphics::hist(data, breaks = breaks, plot = FALSE)
   # Evaluate the density finely over the part of the data that is shown.
   shown <- if (is.null(list(...)$xlim)) range(data) else list(...)$xlim

@@ -161,18 +161,18 @@ worker_lost <- function(e, chunks, what, call) {
   } else {
     "A worker process may have died (e.g. out of memory): a smaller chunk size needs less memory per worker."
   }
-  cli::cli_abort(c(
+  bulkem_abort(c(
     "A future worker failed while running {where}; no results were kept.",
     x = "{msg}",
     i = hint
-  ), call = call)
+  ), "worker", call = call)
 }
 
 check_future_installed <- function(call) {
   missing <- c("future", "future.apply")[!vapply(c("future", "future.apply"), requireNamespace,
                                                     logical(1), quietly = TRUE)]
   if (length(missing) > 0) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.code parallel = \"future\"} needs the {.pkg {missing}} package{?s}.",
       i = "Install {?it/them} (e.g. {.code install.packages(c(\"future\", \"future.apply\"))}), or use {.code parallel = \"none\"}."
     ), call = call)

@@ -108,7 +108,7 @@ reduce_input <- function(x, na.rm, call) {
   single <- is.numeric(x) && is.null(dim(x))
   xs <- if (single) list(x) else x
   if (!is.list(xs) || is.data.frame(xs)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg x} must be a numeric vector or a list of numeric vectors.",
       x = "You supplied {describe_value(x)}."
     ), call = call)
@@ -116,7 +116,7 @@ reduce_input <- function(x, na.rm, call) {
   numeric <- vapply(xs, function(v) is.numeric(v) && is.null(dim(v)), logical(1))
   if (length(xs) == 0 || !all(numeric)) {
     bad <- which(!numeric)[1]
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg x} must be a numeric vector or a non-empty list of numeric vectors.",
       x = if (length(xs) == 0) "The list is empty." else "Element {bad} is {describe_value(xs[[bad]])}."
     ), call = call)
@@ -128,7 +128,7 @@ reduce_input <- function(x, na.rm, call) {
     } else {
       bad <- which(has_na)[1]
       where <- if (single) "" else paste0(" of element ", bad)
-      cli::cli_abort(c(
+      bulkem_abort(c(
         "{.arg x} must not contain missing values unless {.code na.rm = TRUE}.",
         x = "Position {which(is.na(xs[[bad]]))[1]}{where} is NA."
       ), call = call)
@@ -181,17 +181,17 @@ mc_integrate <- function(f, lower, upper, n, ..., method = c("exact", "div2", "p
                          chunk.size = 2^20) {
   call <- environment()
   if (!is.function(f)) {
-    cli::cli_abort(c("{.arg f} must be a function.", x = "You supplied {describe_value(f)}."), call = call)
+    bulkem_abort(c("{.arg f} must be a function.", x = "You supplied {describe_value(f)}."), call = call)
   }
   check_box(lower, upper, call)
   if (!(is.numeric(n) && length(n) == 1 && !is.na(n) && n == round(n) && n >= 2 && n <= 2^53)) {
-    cli::cli_abort(c("{.arg n} must be a whole number of at least 2.", x = "You supplied {describe_value(n)}."), call = call)
+    bulkem_abort(c("{.arg n} must be a whole number of at least 2.", x = "You supplied {describe_value(n)}."), call = call)
   }
   method <- match_arg(method, c("exact", "div2", "pairwise", "kahan", "naive"), "method", call)
   ok_chunk <- is.numeric(chunk.size) && length(chunk.size) == 1 && !is.na(chunk.size) &&
     chunk.size >= 65536 && chunk.size <= 2^30 && log2(chunk.size) == round(log2(chunk.size))
   if (!ok_chunk) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg chunk.size} must be a power of two between 65536 and 2^30.",
       x = "You supplied {describe_value(chunk.size)}."
     ), call = call)
@@ -246,14 +246,14 @@ check_box <- function(lower, upper, call) {
   ok <- is.numeric(lower) && is.numeric(upper) && length(lower) >= 1 && length(lower) == length(upper) &&
     all(is.finite(lower)) && all(is.finite(upper))
   if (!ok) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg lower} and {.arg upper} must be finite numeric vectors of the same length.",
       x = "You supplied {describe_value(lower)} and {describe_value(upper)}."
     ), call = call)
   }
   if (any(lower >= upper)) {
     bad <- which(lower >= upper)[1]
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg lower} must be below {.arg upper} in every dimension.",
       x = "Dimension {bad}: lower = {lower[bad]}, upper = {upper[bad]}."
     ), call = call)
@@ -262,13 +262,13 @@ check_box <- function(lower, upper, call) {
 
 check_integrand <- function(fx, m, done, call) {
   if (!is.numeric(fx) && !is.logical(fx) || length(fx) != m) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg f} must return one number per point.",
       x = "Given {m} point{?s}, it returned {describe_value(fx)}."
     ), call = call)
   }
   if (anyNA(fx)) {
-    cli::cli_abort(c(
+    bulkem_abort(c(
       "{.arg f} returned a missing value.",
       x = "Point {format(done + which(is.na(fx))[1], scientific = FALSE)} gave NA."
     ), call = call)

@@ -1,5 +1,6 @@
 //! One error type for the core. Messages name the argument or dataset and
-//! say what to do; the R glue forwards them verbatim.
+//! say what to do; the R glue forwards them verbatim, tagged with their
+//! [`ErrorKind`] so that R raises a classed condition.
 
 use thiserror::Error;
 
@@ -20,11 +21,16 @@ pub enum Error {
     #[error("sequence {sequence} {problem}")]
     InvalidSequence { sequence: usize, problem: String },
 
+    /// A job needs more memory than this machine (or job allotment) has:
+    /// refused before any large allocation, or a fallible allocation failed.
+    #[error("{what} needs {} but {}", crate::memory::format_bytes(*.needed), crate::memory::describe_available(*.available))]
+    OutOfMemory { what: String, needed: u128, available: Option<u64> },
+
     /// The caller asked to stop (user interrupt in R).
     #[error("the computation was interrupted by the user")]
     Interrupted,
 
-    /// The requested backend cannot run here.
+    /// The requested backend cannot run here, or the device failed.
     #[error("backend unavailable: {0}")]
     BackendUnavailable(String),
 
@@ -33,8 +39,47 @@ pub enum Error {
     Internal(String),
 }
 
+/// What kind of failure an [`Error`] is: the R glue raises each kind as a
+/// condition of class `bulkem_error_<kind>` (the interrupt as R's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The user's arguments or data cannot be used.
+    Input,
+    /// Not enough memory for the job.
+    Memory,
+    /// The GPU (or the CPU thread pool) cannot run the job.
+    Device,
+    /// The user interrupted the call.
+    Interrupt,
+    /// A bug in bulkem.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The suffix of the R condition class: `bulkem_error_<name>`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Input => "input",
+            ErrorKind::Memory => "memory",
+            ErrorKind::Device => "device",
+            ErrorKind::Interrupt => "interrupt",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
 impl Error {
     pub(crate) fn arg(arg: &'static str, problem: impl Into<String>) -> Self {
         Error::InvalidArgument { arg, problem: problem.into() }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidArgument { .. } | Error::InvalidData { .. } | Error::InvalidSequence { .. } => ErrorKind::Input,
+            Error::OutOfMemory { .. } => ErrorKind::Memory,
+            Error::Interrupted => ErrorKind::Interrupt,
+            Error::BackendUnavailable(_) => ErrorKind::Device,
+            Error::Internal(_) => ErrorKind::Internal,
+        }
     }
 }

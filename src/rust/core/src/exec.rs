@@ -1,7 +1,6 @@
 //! Where and how a computation runs: the backend, the CPU thread count, and a
 //! monitor through which a caller sees progress and can cancel.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -94,14 +93,30 @@ pub fn available_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
-/// One rayon pool per thread count, built once per process: building a pool
-/// per call would cost milliseconds on small jobs.
+/// The most CPU threads a call may ask for: more only costs start-up time
+/// and memory (10^5 threads took 37 s to start).
+pub fn max_threads() -> usize {
+    (8 * available_threads()).max(64)
+}
+
+/// The process's one rayon pool, rebuilt only when the thread count
+/// changes: building a pool per call would cost milliseconds on small
+/// jobs, and keeping one per count leaked threads (the replaced pool's
+/// threads end once their last job has).
 fn cpu_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    static POOL: OnceLock<Mutex<Option<(usize, Arc<rayon::ThreadPool>)>>> = OnceLock::new();
     let n = if threads == 0 { available_threads() } else { threads };
-    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(pool) = pools.get(&n) {
-        return Ok(pool.clone());
+    if n > max_threads() {
+        return Err(Error::arg(
+            "threads",
+            format!("is {n}, more than bulkem runs on this machine ({} at most: 8 per core)", max_threads()),
+        ));
+    }
+    let mut slot = POOL.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((count, pool)) = slot.as_ref() {
+        if *count == n {
+            return Ok(pool.clone());
+        }
     }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(n)
@@ -109,7 +124,7 @@ fn cpu_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
         .build()
         .map_err(|e| Error::BackendUnavailable(format!("cannot start {n} CPU threads: {e}")))?;
     let pool = Arc::new(pool);
-    pools.insert(n, pool.clone());
+    *slot = Some((n, pool.clone()));
     Ok(pool)
 }
 

@@ -22,5 +22,6 @@ pub mod gibbs;
 pub mod hmm;
 pub mod gpu;
 pub mod tolerances;
+pub mod memory;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};

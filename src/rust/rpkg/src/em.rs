@@ -4,7 +4,7 @@ use bulkem_core::em::{fit_many, EmConfig, Family, MixFit, MixParams};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{parse_backend, r_error, real_slices, run_in_session};
+use crate::session::{input_error, parse_backend, r_error, real_slices, run_in_session};
 
 fn real_slice<'a>(x: &'a Robj, what: &str) -> Result<&'a [f64]> {
     x.as_real_slice().ok_or_else(|| Error::Other(format!("internal: {what} must be a double vector")))
@@ -50,7 +50,7 @@ fn em_fit_(
     threads: i32,
     backend: &str,
 ) -> Result<List> {
-    let family = Family::parse(family).ok_or_else(|| Error::Other(format!("unknown family '{family}'")))?;
+    let family = Family::parse(family).ok_or_else(|| input_error(format!("unknown family '{family}'")))?;
     let m = components.max(0) as usize;
     let values: Vec<Robj> = datasets.values().collect();
     let data = real_slices(&values)?;

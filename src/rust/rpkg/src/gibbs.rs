@@ -7,7 +7,7 @@ use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior, ScalePrior}
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{parse_backend, r_error, run_in_session};
+use crate::session::{input_error, parse_backend, r_error, run_in_session};
 
 fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
     match kind {
@@ -45,7 +45,7 @@ fn hbglm_fit_(
     threads: i32,
     backend: &str,
 ) -> Result<List> {
-    let family = Family::parse(family).ok_or_else(|| Error::Other(format!("unknown family '{family}'")))?;
+    let family = Family::parse(family).ok_or_else(|| input_error(format!("unknown family '{family}'")))?;
     let num = |name: &str| -> Result<f64> {
         prior.dollar(name)?.as_real().ok_or_else(|| Error::Other(format!("internal: prior${name} must be a number")))
     };

@@ -8,7 +8,7 @@ use bulkem_core::hmm::{self, HmmFit, HmmFitConfig, HmmModel, Sequences, NO_STATE
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{parse_backend, r_error, run_in_session};
+use crate::session::{input_error, parse_backend, r_error, run_in_session};
 
 fn model(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32) -> Result<HmmModel> {
     HmmModel::new(start.to_vec(), trans.to_vec(), emis.to_vec(), n_symbols.max(0) as usize).map_err(r_error)
@@ -26,7 +26,7 @@ fn sequences(symbols: &[i32], lengths: &[i32]) -> Result<Sequences> {
     for (s, &len) in lengths.iter().enumerate() {
         for (p, &k) in symbols[begin..begin + len].iter().enumerate() {
             if k < 1 {
-                return Err(Error::Other(format!("sequence {} has an invalid symbol at position {}; symbols are whole numbers from 1", s + 1, p + 1)));
+                return Err(input_error(format!("sequence {} has an invalid symbol at position {}; symbols are whole numbers from 1", s + 1, p + 1)));
             }
             flat.push((k - 1) as u32);
         }
@@ -108,7 +108,7 @@ fn hmm_fit_(
             let v = list.dollar(name)?;
             Ok(v.as_real_slice().ok_or_else(|| Error::Other(format!("internal: init${name} must be a double vector")))?.to_vec())
         };
-        let m = HmmModel::new(get("start")?, get("trans")?, get("emis")?, n_symbols.max(0) as usize).map_err(|e| Error::Other(e.to_string().replacen('`', "`init$", 1)))?;
+        let m = HmmModel::new(get("start")?, get("trans")?, get("emis")?, n_symbols.max(0) as usize).map_err(|e| input_error(e.to_string().replacen('`', "`init$", 1)))?;
         config = config.init(m);
     }
     let config = config.check().map_err(r_error)?;

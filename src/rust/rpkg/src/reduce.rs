@@ -5,7 +5,7 @@ use bulkem_core::reduce::{self, Kind, Method, Precision, Stream};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{parse_backend, r_error, real_slices, run_in_session};
+use crate::session::{input_error, parse_backend, r_error, real_slices, run_in_session};
 
 /// Sum or mean ("sum" / "mean") of every element of `x` with `method` in
 /// `precision`, on `backend` ("cpu" or "cuda").
@@ -13,8 +13,8 @@ use crate::session::{parse_backend, r_error, real_slices, run_in_session};
 #[extendr]
 fn reduce_(x: List, method: &str, precision: &str, kind: &str, backend: &str, threads: i32) -> Result<Vec<f64>> {
     let backend = parse_backend(backend)?.unwrap_or(Backend::Cpu);
-    let method = Method::parse(method).ok_or_else(|| Error::Other(format!("unknown method '{method}'")))?;
-    let precision = Precision::parse(precision).ok_or_else(|| Error::Other(format!("unknown precision '{precision}'")))?;
+    let method = Method::parse(method).ok_or_else(|| input_error(format!("unknown method '{method}'")))?;
+    let precision = Precision::parse(precision).ok_or_else(|| input_error(format!("unknown precision '{precision}'")))?;
     let values: Vec<Robj> = x.values().collect();
     let data = real_slices(&values)?;
     let out = run_in_session(backend, threads.max(0) as usize, |exec| match kind {
@@ -37,8 +37,8 @@ fn log_mean_exp_(x: List, threads: i32) -> Result<Vec<f64>> {
 /// @noRd
 #[extendr]
 fn stream_new_(method: &str, precision: &str, piece: f64) -> Result<ExternalPtr<Stream>> {
-    let method = Method::parse(method).ok_or_else(|| Error::Other(format!("unknown method '{method}'")))?;
-    let precision = Precision::parse(precision).ok_or_else(|| Error::Other(format!("unknown precision '{precision}'")))?;
+    let method = Method::parse(method).ok_or_else(|| input_error(format!("unknown method '{method}'")))?;
+    let precision = Precision::parse(precision).ok_or_else(|| input_error(format!("unknown precision '{precision}'")))?;
     Ok(ExternalPtr::new(Stream::new(method, precision, piece as usize).map_err(r_error)?))
 }
 

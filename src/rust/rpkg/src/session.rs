@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bulkem_core::exec::{Backend, Exec, Monitor};
+use bulkem_core::ErrorKind;
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -25,9 +26,19 @@ pub fn real_slices(values: &[Robj]) -> Result<Vec<&[f64]>> {
         .collect()
 }
 
-/// Core error -> R error message.
+/// Core error -> R error message, tagged `[bulkem_error_<kind>] ` so that
+/// the R side (core_error() in R/backend.R) raises a condition of that class.
 pub fn r_error(e: bulkem_core::Error) -> Error {
-    Error::Other(e.to_string())
+    tagged(e.kind(), &e.to_string())
+}
+
+/// An input error found by the glue itself.
+pub fn input_error(message: impl AsRef<str>) -> Error {
+    tagged(ErrorKind::Input, message.as_ref())
+}
+
+fn tagged(kind: ErrorKind, message: &str) -> Error {
+    Error::Other(format!("[bulkem_error_{}] {message}", kind.name()))
 }
 
 /// "cpu", "cuda", or "auto" (None: the core chooses by the size of the job).
@@ -36,7 +47,7 @@ pub fn parse_backend(name: &str) -> Result<Option<Backend>> {
         "cpu" => Ok(Some(Backend::Cpu)),
         "cuda" => Ok(Some(Backend::Cuda)),
         "auto" => Ok(None),
-        other => Err(Error::Other(format!("unknown backend '{other}'"))),
+        other => Err(input_error(format!("unknown backend '{other}'"))),
     }
 }
 

@@ -1,0 +1,114 @@
+//! Memory a job needs, against what this process may use. Each area writes
+//! its estimate from the job's sizes (with [`bytes`]) and calls [`ensure`]
+//! before allocating; large buffers are then allocated fallibly
+//! ([`try_vec`]), so that no size a user can type aborts the process.
+
+use crate::error::{Error, Result};
+
+/// Bytes held by `counts` multiplied together, of elements of type `T`;
+/// saturates instead of overflowing (a size a user typed can be absurd).
+pub fn bytes<T>(counts: &[usize]) -> u128 {
+    counts.iter().fold(std::mem::size_of::<T>() as u128, |acc, &c| acc.saturating_mul(c as u128))
+}
+
+/// Bytes this process may still allocate: the smallest of the system's
+/// available memory, the cgroup (container or Slurm job) allotment left,
+/// and `BULKEM_MEMORY_LIMIT` (bytes) when set. `None` when none is known.
+pub fn available() -> Option<u64> {
+    [mem_available(), cgroup_available(), env_limit()].into_iter().flatten().min()
+}
+
+/// `Err(OutOfMemory)` when `needed` bytes exceed [`available`]; `what`
+/// names the job and the sizes behind the estimate, as the user gave them.
+pub fn ensure(what: impl FnOnce() -> String, needed: u128) -> Result<()> {
+    // Beyond what any address space holds, whatever the machine says.
+    let limit = available().map(u128::from).unwrap_or(u128::from(u64::MAX) / 2);
+    if needed > limit {
+        Err(Error::OutOfMemory { what: what(), needed, available: available() })
+    } else {
+        Ok(())
+    }
+}
+
+/// `vec![value; n]`, or `Err(OutOfMemory)` instead of an abort.
+pub fn try_vec<T: Clone>(n: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut v = try_with_capacity(n, what)?;
+    v.resize(n, value);
+    Ok(v)
+}
+
+/// `Vec::with_capacity(n)`, or `Err(OutOfMemory)` instead of an abort.
+pub fn try_with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        what: what.to_string(),
+        needed: bytes::<T>(&[n]),
+        available: available(),
+    })?;
+    Ok(v)
+}
+
+/// "12.0 GB", "512 MB", ...
+pub fn format_bytes(b: u128) -> String {
+    let gb = b as f64 / 1e9;
+    if gb >= 1e6 {
+        format!("{:.1e} GB", gb)
+    } else if gb >= 1.0 {
+        format!("{gb:.1} GB")
+    } else {
+        format!("{:.0} MB", (b as f64 / 1e6).max(1.0))
+    }
+}
+
+pub(crate) fn describe_available(available: Option<u64>) -> String {
+    match available {
+        Some(a) => format!("only {} is available", format_bytes(a as u128)),
+        None => "that is more than this machine can address".into(),
+    }
+}
+
+fn env_limit() -> Option<u64> {
+    std::env::var("BULKEM_MEMORY_LIMIT").ok()?.trim().parse::<f64>().ok().filter(|x| *x >= 0.0).map(|x| x as u64)
+}
+
+/// MemAvailable of /proc/meminfo (Linux).
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
+/// The memory left under this process's cgroup limit (v2, then v1).
+fn cgroup_available() -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok());
+    let (limit, used) = match (read("/sys/fs/cgroup/memory.max"), read("/sys/fs/cgroup/memory.current")) {
+        (Some(l), Some(u)) => (l, u),
+        _ => (read("/sys/fs/cgroup/memory/memory.limit_in_bytes")?, read("/sys/fs/cgroup/memory/memory.usage_in_bytes")?),
+    };
+    // v1 reports "no limit" as a huge number.
+    (limit < u64::MAX / 4).then(|| limit.saturating_sub(used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absurd_sizes_are_refused_not_allocated() {
+        let need = bytes::<f64>(&[1 << 40, 1 << 40]);
+        let err = ensure(|| "a test job".into(), need).unwrap_err();
+        assert_eq!(err.kind(), crate::error::ErrorKind::Memory);
+        assert!(err.to_string().starts_with("a test job needs"), "{err}");
+        assert!(try_vec(usize::MAX / 16, 0f64, "x").is_err());
+    }
+
+    #[test]
+    fn sizes_saturate_and_format() {
+        assert_eq!(bytes::<u8>(&[usize::MAX, usize::MAX, 4]), u128::MAX);
+        assert_eq!(bytes::<f64>(&[3, 5]), 120);
+        assert_eq!(format_bytes(12_000_000_000), "12.0 GB");
+        assert_eq!(format_bytes(512_000_000), "512 MB");
+        assert!(ensure(|| "small".into(), 1024).is_ok());
+    }
+}
