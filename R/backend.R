@@ -41,10 +41,19 @@ bulkem_backends <- function() {
 }
 
 # Worker threads for the CPU backend: option bulkem.threads, else all cores.
+# At most 8 per core (the core's own limit): more only costs start-up time.
 cpu_threads <- function(info = backends_()) {
   opt <- getOption("bulkem.threads")
   if (is.null(opt)) return(as.integer(info$cpu_threads))
-  check_count(opt, "options(bulkem.threads)", call = NULL)
+  threads <- check_count(opt, "options(bulkem.threads)", call = NULL)
+  if (threads > info$max_threads) {
+    bulkem_abort(c(
+      "{.code options(bulkem.threads)} must be at most {info$max_threads} (8 per core) on this machine.",
+      x = "It is {threads}.",
+      i = "Unset it ({.code options(bulkem.threads = NULL)}) to use every core."
+    ), call = NULL)
+  }
+  threads
 }
 
 the <- new.env(parent = emptyenv())
@@ -64,9 +73,10 @@ resolve_backend <- function(use.gpu, call = parent.frame(), quiet = FALSE) {
     ), "device", call = call)
   }
   if (!quiet && is.null(the$cpu_message_shown)) {
+    threads <- cpu_threads(info)
     the$cpu_message_shown <- TRUE
     cli::cli_inform(c(
-      i = "bulkem is using the CPU backend ({cpu_threads(info)} threads): {info$cuda_reason}.",
+      i = "bulkem is using the CPU backend ({threads} threads): {info$cuda_reason}.",
       " " = "This message is shown once per session; {.code use.gpu = FALSE} silences it."
     ))
   }
@@ -76,7 +86,11 @@ resolve_backend <- function(use.gpu, call = parent.frame(), quiet = FALSE) {
 # Run a core entry point, turning its errors into classed conditions of
 # `call`. `fn` names the user-facing function.
 call_core <- function(expr, call, fn) {
-  tryCatch(expr, error = function(e) core_error(conditionMessage(e), call, fn))
+  tryCatch(expr, error = function(e) {
+    # Already ours (an argument check while evaluating `expr`): as it is.
+    if (inherits(e, "bulkem_error")) stop(e)
+    core_error(conditionMessage(e), call, fn)
+  })
 }
 
 # The protocol at the boundary: the glue tags each core error message

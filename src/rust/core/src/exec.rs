@@ -25,6 +25,63 @@ impl Backend {
     }
 }
 
+/// What the caller asked for (R's `use.gpu`: FALSE, TRUE, NA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendRequest {
+    Cpu,
+    Cuda,
+    /// A usable GPU when the job is large enough to gain from it.
+    Auto,
+}
+
+impl BackendRequest {
+    /// "cpu", "cuda" or "auto".
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "cpu" => Some(BackendRequest::Cpu),
+            "cuda" => Some(BackendRequest::Cuda),
+            "auto" => Some(BackendRequest::Auto),
+            _ => None,
+        }
+    }
+}
+
+/// A job as the backend choice sees it; each area describes its own
+/// (`em::job`, `hmm::job`, `gibbs::job`, `reduce::job`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// The job's work, in the area's unit.
+    pub work: f64,
+    /// Work from which a GPU answers sooner than the CPU (measured per area,
+    /// BENCHMARKS.md); a GPU also pays its kernel compilation once per process.
+    pub gpu_min_work: f64,
+    /// Why the GPU backend cannot run this job, if it cannot.
+    pub gpu_unsupported: Option<String>,
+}
+
+/// The one place every area's backend is chosen: the CPU when asked, a GPU
+/// when asked (or an error saying why not), and for `Auto` a usable GPU
+/// only when the job is large enough and the GPU can run it.
+pub fn choose_backend(request: BackendRequest, job: &Job) -> Result<Backend> {
+    match request {
+        BackendRequest::Cpu => Ok(Backend::Cpu),
+        BackendRequest::Cuda => {
+            let probe = crate::gpu::probe();
+            if !probe.usable() {
+                return Err(Error::BackendUnavailable(probe.reason));
+            }
+            match &job.gpu_unsupported {
+                Some(why) => Err(Error::BackendUnavailable(why.clone())),
+                None => Ok(Backend::Cuda),
+            }
+        }
+        BackendRequest::Auto => {
+            let gains = job.work >= job.gpu_min_work && job.gpu_unsupported.is_none();
+            Ok(if gains && crate::gpu::probe().usable() { Backend::Cuda } else { Backend::Cpu })
+        }
+    }
+}
+
 /// Progress counter and cancellation flag shared between the workers and
 /// the thread that started them.
 #[derive(Debug, Default)]
@@ -191,6 +248,29 @@ mod tests {
         let out = run_polled(&monitor, Duration::from_secs(5), || 7, |_| true);
         assert_eq!(out, 7);
         assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_backend_follows_the_request_and_the_job() {
+        let small = Job { work: 1.0, gpu_min_work: 10.0, gpu_unsupported: None };
+        let big = Job { work: 100.0, ..small.clone() };
+        let unsupported = Job { gpu_unsupported: Some("too many states".into()), ..big.clone() };
+        assert_eq!(choose_backend(BackendRequest::Cpu, &big), Ok(Backend::Cpu));
+        assert_eq!(choose_backend(BackendRequest::Auto, &small), Ok(Backend::Cpu));
+        assert_eq!(choose_backend(BackendRequest::Auto, &unsupported), Ok(Backend::Cpu));
+        let gpu = crate::gpu::probe().usable();
+        assert_eq!(choose_backend(BackendRequest::Auto, &big), Ok(if gpu { Backend::Cuda } else { Backend::Cpu }));
+        let asked = choose_backend(BackendRequest::Cuda, &unsupported).unwrap_err();
+        assert_eq!(asked.kind(), crate::ErrorKind::Device);
+        assert_eq!(choose_backend(BackendRequest::Cuda, &big).is_ok(), gpu);
+    }
+
+    #[test]
+    fn absurd_thread_counts_are_refused() {
+        let err = Exec::cpu().threads(max_threads() + 1).install(|| ()).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Input);
+        assert!(Exec::cpu().threads(2).install(|| ()).is_ok());
+        assert!(Exec::cpu().threads(3).install(|| ()).is_ok());
     }
 
     #[test]

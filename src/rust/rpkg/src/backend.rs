@@ -1,10 +1,10 @@
 //! What the core can run on here.
 
-use bulkem_core::exec::available_threads;
+use bulkem_core::exec::{available_threads, max_threads};
 use bulkem_core::gpu;
 use extendr_api::prelude::*;
 
-/// Backends of this process: list(cpu_threads, cuda_usable, cuda_reason,
+/// Backends of this process: list(cpu_threads, max_threads, cuda_usable, cuda_reason,
 /// devices = list(ordinal, name, compute_capability, memory_gb, usable, reason)).
 /// @noRd
 #[extendr]
@@ -21,6 +21,7 @@ fn backends_() -> List {
     );
     list!(
         cpu_threads = available_threads() as i32,
+        max_threads = max_threads() as i32,
         cuda_usable = probe.usable(),
         cuda_reason = probe.reason,
         devices = devices
