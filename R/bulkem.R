@@ -23,7 +23,36 @@
 #' constant to fit, gets `status = "failed"` and a `message` saying why,
 #' without affecting the other datasets.
 #'
-#' Long calls can be interrupted (Esc / Ctrl-C) and report progress through
+#' **Errors and limits.** Errors are conditions of class `bulkem_error` and
+#' a subclass naming their kind (see [bulkem_error]); these are raised
+#' before any work starts, as `bulkem_error_input` unless said otherwise:
+#' * Data must be finite (and positive for the inverse Gaussian), and within
+#'   the range the EM's sufficient statistics can hold in double precision:
+#'   inverse Gaussian values between \eqn{2^{-511}} and \eqn{2^{511}}
+#'   (about 1.5e-154 and 6.7e153: the E-step squares the component means,
+#'   which are weighted means of the data); for the Normal family a finite
+#'   sum, a sum of squared deviations from the mean of at most half the
+#'   largest double, and (unless all values are equal) a mean squared
+#'   deviation of at least about 2.2e-298. Data outside are an input error
+#'   that says which value overflows or underflows; rescale them (both
+#'   families are closed under scaling: `mu` and `lambda` or `sigma` scale
+#'   with the data).
+#' * `num.components` = M needs at least one dataset of \eqn{\max(3, 3M -
+#'   1)}{max(3, 3M - 1)} observations (smaller datasets get status
+#'   `"failed"`); `random.inits` is at most \eqn{2^{24}}.
+#' * The memory of the fit (every start's log-likelihood, the parameters of
+#'   every dataset, the posteriors and traces when kept, working copies of
+#'   the data, and the R copies of the results) is estimated from these sizes
+#'   and compared with the memory available (the system's, the container's
+#'   or job's allotment, or the environment variable `BULKEM_MEMORY_LIMIT`
+#'   in bytes); a fit that needs more is a `bulkem_error_memory` naming the
+#'   argument that drives it, e.g. `random.inits = 16777216` for 40,000
+#'   datasets.
+#'
+#' Long calls can be interrupted (Esc / Ctrl-C), which raises R's own
+#' `interrupt` condition within a fraction of a second, also inside one
+#' large dataset (the CPU looks for it before every EM iteration of every
+#' start, the GPU between launches). They report progress through
 #' \pkg{progressr} when it is installed (wrap the call in
 #' `progressr::with_progress()`), also from future workers (per chunk).
 #' With `parallel = "future"` an interrupt stops the waiting, not the
@@ -31,12 +60,14 @@
 #'
 #' @param datasets A list of numeric vectors (one per dataset), or a single
 #'   numeric vector. Integer vectors are accepted.
-#' @param num.components Number of mixture components M (at least 1).
+#' @param num.components Number of mixture components M (at least 1, and at
+#'   most what the largest dataset can fit: see Details).
 #' @param family Component distribution: `"invgauss"` (inverse Gaussian with
 #'   mean `mu` and shape `lambda`; data must be positive) or `"normal"` (mean
 #'   `mu`, standard deviation `sigma`).
 #' @param max.iters Maximum number of EM iterations per start.
-#' @param random.inits Number of random starts per dataset.
+#' @param random.inits Number of random starts per dataset (at most
+#'   \eqn{2^{24}}).
 #' @param use.gpu `NA` (default): a CUDA GPU when one is usable and the job
 #'   is large enough to gain from it (at least 2e7 observation-iterations,
 #'   e.g. 100 datasets x 2,000 observations x 1 start x 100 iterations;
@@ -136,6 +167,7 @@ bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   datasets <- check_datasets(datasets, call)
   M <- check_count(num.components, "num.components", call = call)
+  check_components_fit(datasets, M, call)
   max.iters <- check_count(max.iters, "max.iters", call = call)
   random.inits <- check_count(random.inits, "random.inits", call = call)
   epsilon <- check_number(epsilon, "epsilon", min = 0, call = call)
@@ -253,6 +285,30 @@ check_datasets <- function(datasets, call) {
   is_double <- vapply(datasets, is.double, logical(1))
   datasets[!is_double] <- lapply(datasets[!is_double], as.double)
   datasets
+}
+
+# A mixture of M components needs max(3, 3M - 1) observations (the core's
+# em::min_observations(): a random start draws 3, and 3M - 1 parameters).
+# A dataset smaller than that gets status "failed"; when no dataset is large
+# enough nothing can be fitted, and that is the caller's error (e.g.
+# num.components = 1e9), raised before the core sizes any output by M.
+check_components_fit <- function(datasets, M, call) {
+  need <- max(3, 3 * as.double(M) - 1)
+  largest <- max(lengths(datasets))
+  if (largest < need) {
+    bulkem_abort(c(
+      if (largest < 3) {
+        "{.arg datasets} must hold a dataset large enough to fit: a {M}-component mixture needs at least {format(need, big.mark = ',', scientific = FALSE)} observations."
+      } else {
+        "{.arg num.components} is too large for the data: a {M}-component mixture needs at least {format(need, big.mark = ',', scientific = FALSE)} observations."
+      },
+      x = if (length(datasets) == 1) {
+        "The dataset has {largest} observation{?s}."
+      } else {
+        "The largest of the {length(datasets)} datasets has {largest} observation{?s}."
+      }
+    ), call = call)
+  }
 }
 
 # NULL, or list(alpha, mu, scale) of K x M matrices for the core.

@@ -131,8 +131,10 @@ weighted_log_densities <- function(fit, x) {
 #' mixture density at new observations.
 #'
 #' @param object A `bulkem_fit`.
-#' @param newdata Numeric vector of observations. If omitted, the posterior
-#'   kept by `bulkem(keep.posterior = TRUE)` is used.
+#' @param newdata Numeric vector of observations, without `NA` or `NaN`
+#'   (an error); values outside the support (e.g. `x <= 0` or `Inf` for the
+#'   inverse Gaussian) have density 0 and no posterior (`NA`). If omitted,
+#'   the posterior kept by `bulkem(keep.posterior = TRUE)` is used.
 #' @param type `"posterior"` (n x M matrix of component probabilities),
 #'   `"class"` (integer index of the most probable component) or `"density"`
 #'   (the fitted mixture density).
@@ -163,6 +165,13 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
     if (!is.numeric(newdata)) {
       bulkem_abort("{.arg newdata} must be a numeric vector, not {describe_value(newdata)}.")
     }
+    if (anyNA(newdata)) {
+      pos <- which(is.na(newdata))[1]
+      bulkem_abort(c(
+        "{.arg newdata} must not contain missing values.",
+        x = "Position {pos} is {if (is.nan(newdata[pos])) 'NaN' else 'NA'}."
+      ))
+    }
     lw <- weighted_log_densities(object, as.double(newdata))
     total <- row_logsumexp(lw)
     if (type == "density") return(exp(total))
@@ -183,7 +192,8 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
 #'
 #' @param x A `bulkem_fit`.
 #' @param data The numeric vector the model was fitted to (bulkem fits do
-#'   not keep their data); needed for `which = "density"`.
+#'   not keep their data); needed for `which = "density"`. Missing values are
+#'   dropped; infinite values are an error.
 #' @param which `"density"` or `"loglik"`.
 #' @param breaks Histogram breaks, passed to [graphics::hist()].
 #' @param main,xlab Plot title and x-axis label.
@@ -218,6 +228,13 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
     ))
   }
   if (!x$fit_success) bulkem_abort(c("Can't plot the density of a failed fit.", x = "{x$message}"))
+  if (any(is.infinite(data)) || !any(is.finite(data))) {
+    bulkem_abort(c(
+      "{.arg data} must hold finite values (missing values are dropped).",
+      x = if (any(is.infinite(data))) "Position {which(is.infinite(data))[1]} is {data[is.infinite(data)][1]}." else "It has no finite value."
+    ))
+  }
+  data <- data[!is.na(data)]
   h <- graphics::hist(data, breaks = breaks, plot = FALSE)
   # Evaluate the density finely over the part of the data that is shown.
   shown <- if (is.null(list(...)$xlim)) range(data) else list(...)$xlim
@@ -240,7 +257,10 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
 #'
 #' @param x A `bulkem_fits` object from [bulkem()].
 #' @param row.names,optional Unused; for compatibility with the generic.
-#' @param i Index of the datasets to keep.
+#' @param i Index of the datasets to keep: positions (positive or
+#'   negative), names or a logical vector. Selecting a dataset that does not
+#'   exist (out of range, an unknown name, `NA`) is an error of class
+#'   `bulkem_error_input`.
 #' @param n Number of datasets to list when printing.
 #' @param ... Unused.
 #' @return `as.data.frame()`: a data frame with columns `dataset`, `n`,
@@ -313,7 +333,24 @@ as.data.frame.bulkem_fits <- function(x, row.names = NULL, optional = FALSE, ...
 #' @rdname bulkem_fits
 #' @export
 `[.bulkem_fits` <- function(x, i) {
-  out <- unclass(x)[i]
+  if (missing(i)) return(x)
+  call <- environment()
+  # Indices resolved as for a list, but one that selects no fit (out of
+  # range, an unknown name, NA) is an error rather than a NULL "fit".
+  pos <- tryCatch(
+    stats::setNames(seq_along(x), names(x))[i],
+    error = function(e) bulkem_abort(c("Can't subset the fits with {.arg i}.", x = conditionMessage(e)),
+                                     call = call)
+  )
+  if (anyNA(pos)) {
+    bad <- if (is.character(i)) i[is.na(pos)][1] else which(is.na(pos))[1]
+    bulkem_abort(c(
+      "Can't subset {length(x)} fit{?s} with {.arg i}: it selects fits that don't exist.",
+      x = if (is.character(i)) "There is no dataset named {.val {bad}}." else
+        "Element {bad} of the selection is {if (is.logical(i) || is.na(i[bad])) 'NA or out of range' else i[bad]}."
+    ), call = call)
+  }
+  out <- unclass(x)[unname(pos)]
   attributes(out) <- c(attributes(out), attributes(x)[setdiff(names(attributes(x)), c("names", "dim", "dimnames"))])
   out
 }

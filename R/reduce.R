@@ -23,7 +23,20 @@
 #' div2 method was designed against.
 #'
 #' Infinite values propagate as in [sum()] (`Inf` and `-Inf` together give
-#' `NaN`).
+#' `NaN`). A sum of finite values whose magnitude exceeds the largest
+#' double (or single) is `Inf` or `-Inf` by every method, correctly: the
+#' exact sum rounds beyond the format. The other methods can also overflow
+#' in a partial sum whose exact total is finite (e.g. `c(1e308, 1e308,
+#' -1e308)` by `"naive"`); such a result comes with a warning of class
+#' `bulkem_warning` giving the exact value. Means by `"exact"` and `"div2"`
+#' of finite values are always finite.
+#'
+#' Missing values (`NA`, `NaN`) are an error of class `bulkem_error_input`
+#' unless `na.rm = TRUE`. With `precision = "single"`, finite values beyond
+#' single precision's range (about 3.4e38 in magnitude) round to `Inf` or
+#' `-Inf`, as in any binary32 arithmetic, and the result is then infinite
+#' (or `NaN`); a warning of class `bulkem_warning` names the first such
+#' value.
 #'
 #' On a CUDA GPU (`use.gpu = TRUE`) each vector is copied to the device and
 #' reduced in one kernel launch; `"exact"`, `"pairwise"` and `"div2"` give
@@ -98,8 +111,47 @@ reduce_call <- function(x, method, precision, use.gpu, na.rm, kind, call) {
   backend <- if (isTRUE(use.gpu)) resolve_backend(TRUE, call) else "cpu"
   prepared <- reduce_input(x, na.rm, call)
   fn <- if (kind == "sum") "bulk_sum" else "bulk_mean"
+  if (precision == "single") warn_single_range(prepared, call)
   out <- call_core(reduce_(prepared$x, method, precision, kind, backend, cpu_threads()), call, fn)
+  if (method != "exact") warn_partial_overflow(out, prepared, method, precision, kind, fn, call)
   reduce_output(out, prepared)
+}
+
+# Finite values that round to an infinite binary32: the smallest magnitude
+# that does is the midpoint between the largest float and 2^128.
+warn_single_range <- function(prepared, call) {
+  edge <- 2^128 * (1 - 2^-25)
+  beyond <- vapply(prepared$x, function(v) {
+    i <- which(is.finite(v) & abs(v) >= edge)
+    if (length(i)) i[1] else NA_integer_
+  }, integer(1))
+  if (all(is.na(beyond))) return(invisible())
+  k <- which(!is.na(beyond))[1]
+  v <- prepared$x[[k]][beyond[k]]
+  where <- if (prepared$single) "" else paste0(" of element ", k)
+  cli::cli_warn(c(
+    "{.arg x} has {format(v, digits = 6)} at position {beyond[k]}{where}, beyond the range of single precision (about 3.4e38).",
+    i = "Rounded to single precision it is {if (v > 0) 'Inf' else '-Inf'}, and the result is not finite. Use {.code precision = \"double\"} or rescale the values."
+  ), class = "bulkem_warning", call = call)
+}
+
+# A non-finite result from finite values: correct when the exact result
+# overflows too, else a partial sum of `method` overflowed, and the
+# result is wrong. The exact reduction of those elements decides.
+warn_partial_overflow <- function(out, prepared, method, precision, kind, fn, call) {
+  suspect <- which(!is.finite(out))
+  suspect <- suspect[vapply(prepared$x[suspect], function(v) all(is.finite(v)), logical(1))]
+  if (length(suspect) == 0) return(invisible())
+  exact <- call_core(reduce_(prepared$x[suspect], "exact", precision, kind, "cpu", cpu_threads()), call, fn)
+  wrong <- is.finite(exact)
+  if (!any(wrong)) return(invisible())
+  k <- suspect[wrong][1]
+  where <- if (prepared$single) "" else paste0(" of element ", k)
+  cli::cli_warn(c(
+    "The {method} {kind}{where} is {out[k]}, but every value is finite and the exact {kind} is {format(exact[wrong][1], digits = 17)}.",
+    i = "A partial sum overflowed; {.code method = \"exact\"} gives the correctly rounded {kind}.",
+    if (sum(wrong) > 1) c(i = "{sum(wrong) - 1} more element{?s} overflowed the same way.")
+  ), class = "bulkem_warning", call = call)
 }
 
 # A list of double vectors, with NA dropped (na.rm) or reported.
@@ -127,10 +179,11 @@ reduce_input <- function(x, na.rm, call) {
       xs[has_na] <- lapply(xs[has_na], function(v) v[!is.na(v)])
     } else {
       bad <- which(has_na)[1]
+      pos <- which(is.na(xs[[bad]]))[1]
       where <- if (single) "" else paste0(" of element ", bad)
       bulkem_abort(c(
         "{.arg x} must not contain missing values unless {.code na.rm = TRUE}.",
-        x = "Position {which(is.na(xs[[bad]]))[1]}{where} is NA."
+        x = "Position {pos}{where} is {if (is.nan(xs[[bad]][pos])) 'NaN' else 'NA'}."
       ), call = call)
     }
   }
@@ -149,20 +202,31 @@ reduce_output <- function(out, prepared) {
 #' Estimates \eqn{\int f} over the box `[lower, upper]` as its volume times
 #' the mean of `f` at `n` uniform random points. The points are drawn and
 #' `f` evaluated in chunks of `chunk.size`, so memory stays bounded for any
-#' `n` (1e9 points need about 3 chunk's worth of memory); the mean is
-#' accumulated chunk by chunk with `method`, and gives the same bits as
-#' [bulk_mean()] of all `n` values at once. The default, `"exact"`, loses
-#' nothing to absorption however large `n` is.
+#' `n` (1e9 points need about 3 chunk's worth of memory; in more than 16
+#' dimensions `f` is called on fewer points at a time, at most 2^24
+#' coordinates); the mean is accumulated chunk by chunk with `method`, and
+#' gives the same bits as [bulk_mean()] of all `n` values at once. The
+#' default, `"exact"`, loses nothing to absorption however large `n` is.
 #'
 #' Points come from R's random number generator ([stats::runif()]), so
 #' [set.seed()] makes a call reproducible.
+#'
+#' The box must have a volume that is a finite, normal double: bounds whose
+#' width or volume overflows (e.g. `-1e308` to `1e308`) or underflows are an
+#' error of class `bulkem_error_input`, as are `f` returning anything but
+#' one number per point, `NA` or `NaN`, or both `Inf` and `-Inf`. If `f`
+#' returns an infinite value, `value` is that infinity and `std.error` is
+#' `Inf`. Finite values whose estimate overflows the largest double (or
+#' whose mean overflows a partial sum of `method`) are an error too; the
+#' standard error is computed from scaled deviations, so it overflows only
+#' when it exceeds the largest double (and is then `Inf`).
 #'
 #' @param f A function of the points returning one finite or infinite value
 #'   per point: for one dimension it receives a numeric vector, otherwise a
 #'   matrix with one row per point and one column per dimension.
 #' @param lower,upper Numeric vectors of the same length (the dimension),
 #'   with `lower < upper`.
-#' @param n Number of points, a whole number of at least 2.
+#' @param n Number of points, a whole number between 2 and 2^53.
 #' @param ... Further arguments to `f`.
 #' @param method Summation method of the mean (see [bulk_mean()]).
 #' @param chunk.size Points per chunk: a power of two, at least 65536.
@@ -183,10 +247,12 @@ mc_integrate <- function(f, lower, upper, n, ..., method = c("exact", "div2", "p
   if (!is.function(f)) {
     bulkem_abort(c("{.arg f} must be a function.", x = "You supplied {describe_value(f)}."), call = call)
   }
-  check_box(lower, upper, call)
+  volume <- check_box(lower, upper, call)
   if (!(is.numeric(n) && length(n) == 1 && !is.na(n) && n == round(n) && n >= 2 && n <= 2^53)) {
-    bulkem_abort(c("{.arg n} must be a whole number of at least 2.", x = "You supplied {describe_value(n)}."), call = call)
+    bulkem_abort(c("{.arg n} must be a whole number between 2 and 2^53.", x = "You supplied {describe_value(n)}."),
+                 call = call)
   }
+  n <- as.double(n)
   method <- match_arg(method, c("exact", "div2", "pairwise", "kahan", "naive"), "method", call)
   ok_chunk <- is.numeric(chunk.size) && length(chunk.size) == 1 && !is.na(chunk.size) &&
     chunk.size >= 65536 && chunk.size <= 2^30 && log2(chunk.size) == round(log2(chunk.size))
@@ -198,39 +264,100 @@ mc_integrate <- function(f, lower, upper, n, ..., method = c("exact", "div2", "p
   }
   d <- length(lower)
   width <- upper - lower
-  volume <- prod(width)
+  # Points per call of f: a whole chunk, or fewer in many dimensions, so
+  # that a block of points holds at most 2^24 coordinates.
+  block <- min(chunk.size, n, max(1, 2^24 %/% d))
+  # A block's points and their temporaries (5 copies), and a chunk's values
+  # of f, their deviations and squares.
+  call_core(memory_ensure_(
+    paste0("`chunk.size = ", chunk.size, "` in ", d, " dimension", if (d > 1) "s"),
+    5 * 8 * block * d + 4 * 8 * min(chunk.size, n)
+  ), call, "mc_integrate")
   mean_stream <- stream_new_(method, "double", chunk.size)
-  # The standard error from exact sums of f - shift and its square (shift:
-  # the first chunk's mean, so that the variance does not cancel).
+  # The standard error from exact sums of (f - shift) / scale and its
+  # square: shift (the first chunk's mean) keeps the variance from
+  # cancelling, the power-of-two scale (from the first chunk's largest
+  # deviation) keeps the squares from overflowing, exactly.
   dev_stream <- stream_new_("exact", "double", chunk.size)
   sq_stream <- stream_new_("exact", "double", chunk.size)
   shift <- NULL
+  scale <- 1
+  first_inf <- c(pos = NA_real_, neg = NA_real_)
   progress <- make_progress(ceiling(n / chunk.size))
   done <- 0
   while (done < n) {
     m <- min(chunk.size, n - done)
-    u <- matrix(stats::runif(m * d), m, d)
-    points <- u * rep(width, each = m) + rep(lower, each = m)
-    fx <- f(if (d == 1) points[, 1] else points, ...)
-    fx <- check_integrand(fx, m, done, call)
-    if (is.null(shift)) shift <- if (all(is.finite(fx))) mean(fx) else 0
+    fx <- if (m <= block) {
+      integrand_block(f, m, d, width, lower, done, call, ...)
+    } else {
+      unlist(lapply(seq(0, m - 1, by = block), function(off) {
+        integrand_block(f, min(block, m - off), d, width, lower, done + off, call, ...)
+      }), use.names = FALSE)
+    }
+    if (any(is.infinite(fx))) {
+      for (sgn in c("pos", "neg")) {
+        at <- which(fx == if (sgn == "pos") Inf else -Inf)
+        if (length(at) && is.na(first_inf[[sgn]])) first_inf[[sgn]] <- done + at[1]
+      }
+      if (!anyNA(first_inf)) {
+        bulkem_abort(c(
+          "{.arg f} returned both {.val {Inf}} and {.val {-Inf}}: the integral is undefined.",
+          x = "Point {format(first_inf[['pos']], scientific = FALSE)} gave Inf and point {format(first_inf[['neg']], scientific = FALSE)} gave -Inf."
+        ), call = call)
+      }
+    }
+    if (is.null(shift)) {
+      finite <- fx[is.finite(fx)]
+      shift <- if (length(finite)) mean(finite) else 0
+      if (!is.finite(shift)) shift <- 0
+      top <- if (length(finite)) max(abs(finite - shift)) else 0
+      if (is.finite(top) && top > 0) scale <- 2^ceiling(log2(top))
+    }
     stream_push_(mean_stream, fx)
-    dev <- fx - shift
+    dev <- (fx - shift) / scale
     stream_push_(dev_stream, dev)
     stream_push_(sq_stream, dev * dev)
     done <- done + m
     if (!is.null(progress)) progress(1)
   }
-  m1 <- stream_value_(dev_stream, "mean")
-  m2 <- stream_value_(sq_stream, "mean")
-  variance <- max(m2 - m1^2, 0) * n / (n - 1)
+  mean_f <- stream_value_(mean_stream, "mean")
+  value <- volume * mean_f
+  if (!all(is.na(first_inf))) {
+    std.error <- Inf
+  } else {
+    if (!is.finite(mean_f)) {
+      bulkem_abort(c(
+        "The {method} mean of {.arg f} overflowed although every value is finite.",
+        i = "A partial sum overflowed; {.code method = \"exact\"} or {.code \"div2\"} gives a finite mean."
+      ), call = call)
+    }
+    if (!is.finite(value)) {
+      bulkem_abort(c(
+        "The estimate overflows double precision.",
+        x = "The box volume ({format(volume)}) times the mean of {.arg f} ({format(mean_f)}) exceeds {format(.Machine$double.xmax)}."
+      ), call = call)
+    }
+    m1 <- stream_value_(dev_stream, "mean")
+    m2 <- stream_value_(sq_stream, "mean")
+    variance <- max(m2 - m1^2, 0) * n / (n - 1)
+    std.error <- volume * (scale * sqrt(variance / n))
+  }
   structure(list(
-    value = volume * stream_value_(mean_stream, "mean"),
-    std.error = volume * sqrt(variance / n),
+    value = value,
+    std.error = std.error,
     n = n,
     volume = volume,
     method = method
   ), class = "bulkem_mc")
+}
+
+# The values of f at m uniform points of the box (the first is point
+# done + 1), checked.
+integrand_block <- function(f, m, d, width, lower, done, call, ...) {
+  u <- matrix(stats::runif(m * d), m, d)
+  points <- u * rep(width, each = m) + rep(lower, each = m)
+  fx <- f(if (d == 1) points[, 1] else points, ...)
+  check_integrand(fx, m, done, call)
 }
 
 #' @export
@@ -242,6 +369,7 @@ print.bulkem_mc <- function(x, digits = getOption("digits"), ...) {
   invisible(x)
 }
 
+# The box's volume, a finite normal double, or an error.
 check_box <- function(lower, upper, call) {
   ok <- is.numeric(lower) && is.numeric(upper) && length(lower) >= 1 && length(lower) == length(upper) &&
     all(is.finite(lower)) && all(is.finite(upper))
@@ -258,6 +386,30 @@ check_box <- function(lower, upper, call) {
       x = "Dimension {bad}: lower = {lower[bad]}, upper = {upper[bad]}."
     ), call = call)
   }
+  width <- as.double(upper) - as.double(lower)
+  if (any(!is.finite(width))) {
+    bad <- which(!is.finite(width))[1]
+    bulkem_abort(c(
+      "The box is too wide for double precision: its volume is infinite.",
+      x = "Dimension {bad}: upper - lower = {upper[bad]} - ({lower[bad]}) overflows."
+    ), call = call)
+  }
+  # In logs, so that the check itself neither overflows nor underflows.
+  log_volume <- sum(log(width))
+  volume <- prod(width)
+  if (log_volume > log(.Machine$double.xmax) || !is.finite(volume)) {
+    bulkem_abort(c(
+      "The box is too large for double precision: its volume is infinite.",
+      x = "The product of the {length(width)} widths is about 10^{round(log_volume / log(10))}."
+    ), call = call)
+  }
+  if (log_volume < log(.Machine$double.xmin) || volume < .Machine$double.xmin) {
+    bulkem_abort(c(
+      "The box is too small for double precision: its volume underflows.",
+      x = "The product of the {length(width)} widths is about 10^{round(log_volume / log(10))}."
+    ), call = call)
+  }
+  volume
 }
 
 check_integrand <- function(fx, m, done, call) {
@@ -268,9 +420,10 @@ check_integrand <- function(fx, m, done, call) {
     ), call = call)
   }
   if (anyNA(fx)) {
+    pos <- which(is.na(fx))[1]
     bulkem_abort(c(
       "{.arg f} returned a missing value.",
-      x = "Point {format(done + which(is.na(fx))[1], scientific = FALSE)} gave NA."
+      x = "Point {format(done + pos, scientific = FALSE)} gave {if (is.nan(fx[pos])) 'NaN' else 'NA'}."
     ), call = call)
   }
   as.double(fx)

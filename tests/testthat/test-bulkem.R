@@ -162,3 +162,53 @@ test_that("M = 1 is the maximum-likelihood fit", {
   expect_equal(f$lambda, 1 / mean(1 / x - 1 / mean(x)), tolerance = 1e-10)
   expect_equal(f$alpha, 1)
 })
+
+test_that("many starts: every start's log-likelihood is kept, the first of the best is chosen", {
+  set.seed(16)
+  x <- rinvgaussmix(200, c(0.4, 0.6), c(1, 4), c(10, 3))
+  f <- bulkem(x, 3, random.inits = 3000, max.iters = 20, seed = 2, keep.posterior = TRUE, use.gpu = FALSE)[[1]]
+  expect_length(f$start_logliks, 3000)
+  ll <- f$start_logliks
+  top <- max(ll, na.rm = TRUE)
+  expect_equal(f$best_start, which(ll >= top - 1e-9 * abs(top))[1])
+  expect_identical(f$loglik, ll[f$best_start])
+  expect_equal(tail(f$loglik_trace, 1), f$loglik)
+  # The same with one thread.
+  old <- options(bulkem.threads = 1)
+  on.exit(options(old))
+  expect_identical(fits_only(bulkem(x, 3, random.inits = 3000, max.iters = 20, seed = 2, keep.posterior = TRUE,
+                                    use.gpu = FALSE))[[1]], f)
+})
+
+test_that("Ctrl-C stops a fit of one large dataset within a second, as R's interrupt", {
+  skip_on_cran()
+  skip_on_os("windows")
+  skip_if_not_installed("callr")
+  # 5e6 observations x 100 starts x 1000 iterations: hours of work, all in
+  # one dataset, so the core must look for the interrupt inside its starts.
+  p <- callr::r_bg(function() {
+    suppressMessages(library(bulkem))
+    set.seed(1)
+    x <- as.numeric(rinvgaussmix(5e6, c(0.3, 0.7), c(1, 3), c(30, 0.2)))
+    cat("ready\n")
+    res <- tryCatch(bulkem(x, random.inits = 100, max.iters = 1000, epsilon = 0, use.gpu = FALSE),
+                    interrupt = function(e) "interrupt", error = function(e) conditionMessage(e))
+    stopped <- Sys.time()
+    list(res = res, stopped = stopped, after = bulkem(x[1:300], use.gpu = FALSE)[[1]]$status)
+  }, stdout = "|", stderr = "|")
+  on.exit(p$kill(), add = TRUE)
+  ready <- FALSE
+  while (!ready && p$is_alive()) {
+    p$poll_io(2000)
+    ready <- any(p$read_output_lines() == "ready")
+  }
+  expect_true(ready)
+  Sys.sleep(1.5)
+  sent <- Sys.time()
+  p$interrupt()
+  p$wait(30000)
+  r <- p$get_result()
+  expect_identical(r$res, "interrupt")
+  expect_lt(as.numeric(difftime(r$stopped, sent, units = "secs")), 1)
+  expect_true(r$after %in% c("converged", "max_iters"))
+})

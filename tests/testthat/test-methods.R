@@ -56,6 +56,17 @@ test_that("as.data.frame gives one row per dataset", {
   expect_true(is.na(df$mu1[3]))
 })
 
+test_that("[ refuses selections of fits that don't exist", {
+  expect_error(fits[5:6], "selects fits that don't exist", class = "bulkem_error_input")
+  expect_error(fits["fourth"], "no dataset named", class = "bulkem_error_input")
+  expect_error(fits[c(TRUE, NA, FALSE)], "don't exist", class = "bulkem_error_input")
+  expect_error(fits[c(-1, 2)], "Can't subset", class = "bulkem_error_input")
+  expect_length(fits[0], 0)
+  expect_named(fits[c("third", "first")], c("third", "first"))
+  expect_length(fits[-1], 2)
+  expect_identical(fits[], fits)
+})
+
 test_that("[ keeps the class and attributes", {
   sub <- fits[2:3]
   expect_s3_class(sub, "bulkem_fits")
@@ -73,4 +84,30 @@ test_that("plot draws the density and the log-likelihood trace", {
   expect_gt(file.size(path), 0)
   expect_error(plot(fit), "data")
   expect_error(plot(bulkem(x, use.gpu = FALSE)[[1]], which = "loglik"), "no log-likelihood trace")
+})
+
+test_that("predict handles 0, Inf and values far in the tails, and refuses NA", {
+  new <- c(0, Inf, -1, 1e-300, 1e300, 2)
+  dens <- predict(fit, new, type = "density")
+  expect_identical(dens[1:5], c(0, 0, 0, 0, 0))
+  expect_gt(dens[6], 0)
+  post <- predict(fit, new)
+  expect_true(all(is.na(post[1:3, ])))
+  # Far in the tails the density underflows but the log-densities do not:
+  # the posterior is still defined.
+  expect_equal(rowSums(post[4:6, ]), rep(1, 3))
+  expect_equal(predict(fit, new, type = "class")[6], max.col(post[6, , drop = FALSE]))
+  expect_error(predict(fit, "a"), "numeric", class = "bulkem_error_input")
+  expect_error(predict(fit, c(1, NA)), "Position 2 is NA", class = "bulkem_error_input")
+  expect_error(predict(fit, c(NaN, 1), type = "density"), "Position 1 is NaN", class = "bulkem_error_input")
+  expect_error(predict(fits$third, 1), "failed fit", class = "bulkem_error_input")
+})
+
+test_that("plot needs finite data and drops missing values", {
+  grDevices::pdf(NULL)
+  on.exit(grDevices::dev.off())
+  expect_identical(plot(fit, c(x, NA)), fit)
+  expect_error(plot(fit, c(x, Inf)), "Position 601 is Inf", class = "bulkem_error_input")
+  expect_error(plot(fit, c(NA_real_, NA_real_)), "no finite value", class = "bulkem_error_input")
+  expect_error(plot(fits$third, x), "failed fit", class = "bulkem_error_input")
 })

@@ -54,7 +54,9 @@ test_that("results do not depend on the number of threads", {
 })
 
 test_that("NA is an error unless na.rm; Inf propagates as in sum()", {
-  expect_error(bulk_mean(c(1, NA, 3)), "Position 2 is NA")
+  expect_error(bulk_mean(c(1, NA, 3)), "Position 2 is NA", class = "bulkem_error_input")
+  expect_error(bulk_sum(c(1, 2, NaN)), "Position 3 is NaN", class = "bulkem_error_input")
+  expect_identical(bulk_sum(c(1, NaN, 3), na.rm = TRUE), 4)
   expect_error(bulk_mean(list(1, c(2, NA))), "Position 2 of element 2 is NA")
   expect_identical(bulk_mean(c(1, NA, 3), na.rm = TRUE), 2)
   expect_identical(bulk_sum(c(1, Inf)), Inf)
@@ -62,13 +64,54 @@ test_that("NA is an error unless na.rm; Inf propagates as in sum()", {
 })
 
 test_that("bad input gives clear errors", {
-  expect_error(bulk_mean("a"), "numeric vector")
+  expect_error(bulk_mean("a"), "numeric vector", class = "bulkem_error_input")
+  expect_error(bulk_sum(list(1, NULL)), "Element 2 is NULL", class = "bulkem_error_input")
+  expect_error(bulk_sum(matrix(1:4, 2)), "numeric vector", class = "bulkem_error_input")
+  expect_error(log_mean_exp("a"), "numeric vector", class = "bulkem_error_input")
+  expect_error(log_mean_exp(numeric(0)), "empty", class = "bulkem_error_input")
+  expect_error(log_mean_exp(c(1, NA)), "Position 2 is NA", class = "bulkem_error_input")
+  expect_error(bulk_mean(list(1, numeric(0))), "element 2 is empty", class = "bulkem_error_input")
   expect_error(bulk_mean(list(1, "a")), "Element 2 is")
   expect_error(bulk_mean(list()), "empty")
   expect_error(bulk_mean(numeric(0)), "empty")
   expect_error(bulk_mean(1, method = "fast"), "`method` must be one of")
   expect_error(bulk_mean(1, precision = "half"), "`precision` must be one of")
   expect_error(bulk_mean(1, na.rm = NA), "`na.rm`")
+})
+
+test_that("overflow: correctly infinite sums pass, partial-sum overflows warn with the exact value", {
+  # The exact sum of finite values overflows: Inf is the correctly rounded answer.
+  for (m in c("exact", "naive", "pairwise", "kahan", "div2")) {
+    expect_identical(expect_no_warning(bulk_sum(c(1e308, 1e308), m)), Inf)
+  }
+  expect_identical(bulk_mean(c(1e308, 1e308)), 1e308)
+  # A partial sum overflows although the exact sum is finite.
+  x <- c(1e308, 1e308, -1e308)
+  expect_identical(bulk_sum(x), 1e308)
+  w <- expect_warning(out <- bulk_sum(list(a = 1, b = x), "naive"), class = "bulkem_warning")
+  expect_identical(out[["b"]], Inf)
+  expect_match(conditionMessage(w), "naive sum of element 2 is Inf.*exact sum is 1e\\+308")
+  expect_warning(bulk_mean(c(1.5e308, 1.5e308, -1.5e308)), NA)
+  expect_warning(bulk_mean(c(1.5e308, 1.5e308, -1.5e308), "pairwise"), "partial sum overflowed",
+                 class = "bulkem_warning")
+  # Single precision: the same, at the binary32 limit.
+  expect_identical(bulk_sum(c(3e38, 3e38), precision = "single"), Inf)
+  expect_warning(bulk_sum(c(3e38, 3e38, -3e38), "naive", "single"), "exact sum is 3",
+                 class = "bulkem_warning")
+})
+
+test_that("single precision warns about values it turns into infinities", {
+  edge <- 2^128 * (1 - 2^-25)
+  below <- edge * (1 - 2^-53)
+  expect_no_warning(out <- bulk_sum(c(1, -below), "exact", "single"))
+  expect_identical(out, -2^128 * (1 - 2^-24))
+  w <- expect_warning(out <- bulk_mean(c(1, 2, edge), precision = "single"), class = "bulkem_warning")
+  expect_identical(out, Inf)
+  expect_match(conditionMessage(w), "position 3, beyond the range of single precision")
+  expect_warning(bulk_sum(list(1, c(1, -1e300)), precision = "single"), "position 2 of element 2",
+                 class = "bulkem_warning")
+  expect_warning(expect_identical(bulk_sum(c(1, Inf), precision = "single"), Inf), NA)
+  expect_warning(expect_identical(bulk_sum(1e300), 1e300), NA)
 })
 
 test_that("use.gpu = TRUE reduces on a GPU, or says why it cannot", {
@@ -78,7 +121,7 @@ test_that("use.gpu = TRUE reduces on a GPU, or says why it cannot", {
       expect_identical(bulk_sum(x, m, use.gpu = TRUE), bulk_sum(x, m, use.gpu = FALSE))
     }
   } else {
-    expect_error(bulk_mean(x, use.gpu = TRUE), "no CUDA GPU is usable")
+    expect_error(bulk_mean(x, use.gpu = TRUE), "no CUDA GPU is usable", class = "bulkem_error_device")
   }
 })
 
@@ -122,4 +165,81 @@ test_that("mc_integrate checks its arguments and the integrand", {
   expect_error(mc_integrate(function(x) 1, 0, 1, 100), "one number per point")
   expect_error(mc_integrate(function(x) ifelse(x > 0.5, NA, x), 0, 1, 100), "missing value")
   expect_identical(mc_integrate(function(x) ifelse(x > 0.99, Inf, x), 0, 1, 1000)$value, Inf)
+})
+
+test_that("mc_integrate refuses boxes whose volume double precision cannot hold", {
+  # Before: value Inf with std.error NaN.
+  expect_error(mc_integrate(function(x) x, -1e308, 1e308, 100), "volume is infinite.*overflows",
+               class = "bulkem_error_input")
+  expect_error(mc_integrate(function(p) p[, 1], rep(0, 4), rep(1e100, 4), 100), "volume is infinite",
+               class = "bulkem_error_input")
+  expect_error(mc_integrate(function(p) p[, 1], rep(0, 4), rep(1e-100, 4), 100), "volume underflows",
+               class = "bulkem_error_input")
+  expect_error(mc_integrate(sin, -Inf, 0, 100), "finite", class = "bulkem_error_input")
+  expect_error(mc_integrate(sin, NA, 0, 100), "finite", class = "bulkem_error_input")
+  expect_error(mc_integrate(sin, "0", 1, 100), "finite numeric", class = "bulkem_error_input")
+  # Wide but representable: fine, and exact for a constant.
+  r <- mc_integrate(function(x) rep(1, length(x)), -1e307, 1e307, 100)
+  expect_equal(r$value, 2e307)
+  expect_equal(r$std.error, 0)
+})
+
+test_that("mc_integrate checks n, and every value of f", {
+  for (n in list(0, 1, -5, NA, 2.5, 2^53 + 2, "10", c(10, 20), Inf)) {
+    expect_error(mc_integrate(sin, 0, 1, n), "`n` must be a whole number between 2 and 2\\^53",
+                 class = "bulkem_error_input")
+  }
+  expect_error(mc_integrate(function(x) "a", 0, 1, 10), "one number per point", class = "bulkem_error_input")
+  expect_error(mc_integrate(function(x) x[-1], 0, 1, 10), "one number per point", class = "bulkem_error_input")
+  expect_error(mc_integrate(function(x) as.list(x), 0, 1, 10), "one number per point", class = "bulkem_error_input")
+  expect_error(mc_integrate(function(x) sqrt(x - 2), 0, 1, 10), "Point 1 gave NaN", class = "bulkem_error_input") |>
+    expect_warning()
+  expect_error(mc_integrate(function(x) ifelse(x > 0.5, Inf, -Inf), 0, 1, 100), "both.*Inf",
+               class = "bulkem_error_input")
+  # Infinite values of one sign: an infinite integral with an infinite standard error.
+  r <- mc_integrate(function(x) ifelse(x > 0.9, -Inf, x), 0, 1, 1000)
+  expect_identical(c(r$value, r$std.error), c(-Inf, Inf))
+  # Finite values whose estimate overflows.
+  expect_error(mc_integrate(function(x) rep(1e308, length(x)), 0, 10, 100), "overflows double precision",
+               class = "bulkem_error_input")
+  # A partial sum of the naive method overflows; the exact mean does not.
+  big <- function(x) ifelse(x < 0.5, 1.5e308, -1.5e308)
+  expect_error(mc_integrate(big, 0, 1, 100, method = "naive"), "partial sum overflowed", class = "bulkem_error_input")
+  expect_true(is.finite(mc_integrate(big, 0, 1, 100)$value))
+  # Logical values count as 0 and 1.
+  set.seed(3)
+  expect_lt(abs(mc_integrate(function(x) x < 0.25, 0, 1, 1e4)$value - 0.25), 0.02)
+})
+
+test_that("mc_integrate's standard error neither overflows nor loses huge values", {
+  set.seed(5)
+  # f of order 1e200: the squares of the deviations would overflow unscaled.
+  r <- mc_integrate(function(x) 1e200 * x, 0, 1, 2e4)
+  set.seed(5)
+  u <- runif(2e4)
+  expect_equal(r$std.error, sd(u) / sqrt(2e4) * 1e200, tolerance = 1e-10)
+  expect_equal(r$value, 1e200 * mean(u), tolerance = 1e-12)
+  # Tiny values: no underflow to a zero standard error either.
+  set.seed(5)
+  r <- mc_integrate(function(x) 1e-200 * x, 0, 1, 2e4)
+  expect_equal(r$std.error, sd(u) / sqrt(2e4) * 1e-200, tolerance = 1e-10)
+})
+
+test_that("mc_integrate evaluates many dimensions in bounded blocks", {
+  calls <- 0
+  rows <- integer(0)
+  f <- function(p) {
+    rows <<- c(rows, nrow(p))
+    rowSums(p)
+  }
+  d <- 2^20
+  set.seed(6)
+  r <- mc_integrate(f, rep(0, d), rep(1, d), n = 70, chunk.size = 65536)
+  # 2^24 coordinates a block: 16 points of 2^20 dimensions.
+  expect_equal(rows, c(rep(16L, 4), 6L))
+  expect_equal(r$value, d / 2, tolerance = 0.01)
+  # In few dimensions a chunk is one call, as before.
+  rows <- integer(0)
+  mc_integrate(f, c(0, 0), c(1, 1), n = 1000)
+  expect_equal(rows, 1000L)
 })

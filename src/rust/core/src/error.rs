@@ -14,7 +14,7 @@ pub enum Error {
     InvalidArgument { arg: &'static str, problem: String },
 
     /// An observation cannot be used (indices are 1-based, as the R user sees them).
-    #[error("dataset {dataset} has an invalid value at position {position} ({value}): {problem}")]
+    #[error("dataset {dataset} has an invalid value at position {position} ({}): {problem}", show_number(*.value))]
     InvalidData { dataset: usize, position: usize, value: f64, problem: String },
 
     /// An HMM observation sequence cannot be used (1-based index, as in R).
@@ -68,6 +68,20 @@ impl ErrorKind {
     }
 }
 
+/// A number as a message shows it to an R user: plain in the usual range,
+/// else in scientific notation (1e300, not 301 digits); Inf, -Inf, NaN.
+pub fn show_number(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x.is_infinite() {
+        (if x > 0.0 { "Inf" } else { "-Inf" }).into()
+    } else if x == 0.0 || (1e-4..1e15).contains(&x.abs()) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
 impl Error {
     pub(crate) fn arg(arg: &'static str, problem: impl Into<String>) -> Self {
         Error::InvalidArgument { arg, problem: problem.into() }
@@ -81,5 +95,19 @@ impl Error {
             Error::BackendUnavailable(_) => ErrorKind::Device,
             Error::Internal(_) => ErrorKind::Internal,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_show_numbers_compactly() {
+        let e = Error::InvalidData { dataset: 2, position: 5, value: 1e300, problem: "too large".into() };
+        assert_eq!(e.to_string(), "dataset 2 has an invalid value at position 5 (1e300): too large");
+        assert_eq!(show_number(-3.0), "-3");
+        assert_eq!(show_number(2.5e-7), "2.5e-7");
+        assert_eq!(show_number(f64::NEG_INFINITY), "-Inf");
     }
 }

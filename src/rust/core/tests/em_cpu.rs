@@ -158,3 +158,150 @@ fn unfittable_and_failing_datasets_do_not_affect_others() {
         assert_eq!(fits[d], alone[0]);
     }
 }
+
+fn range_error(family: Family, x: &[f64]) -> Option<String> {
+    bulkem_core::em::validate(family, x, 3).err().map(|e| {
+        assert_eq!(e.kind(), bulkem_core::ErrorKind::Input, "{e}");
+        e.to_string()
+    })
+}
+
+#[test]
+fn inverse_gaussian_data_must_keep_mean_squares_finite_and_normal() {
+    use bulkem_core::em::{IG_MAX, IG_MIN};
+    // The bounds are exactly where 2 x^2 stops being a finite normal double.
+    assert!((2.0 * IG_MAX * IG_MAX).is_finite() && 2.0 * IG_MIN * IG_MIN >= f64::MIN_POSITIVE);
+    assert!(range_error(Family::InvGauss, &[1.0, IG_MAX, IG_MIN]).is_none());
+    let over = range_error(Family::InvGauss, &[1.0, 2.0, IG_MAX.next_up()]).unwrap();
+    assert!(over.contains("dataset 3 has 6.7e153 at position 3") && over.contains("overflows"), "{over}");
+    let under = range_error(Family::InvGauss, &[IG_MIN.next_down(), 1.0]).unwrap();
+    assert!(under.contains("position 1") && under.contains("underflows"), "{under}");
+    // The cases: a "converged" fit with mu = (1.3e149, 2e299) before.
+    let e = range_error(Family::InvGauss, &[1e-300, 1e300, 1.0, 2.0, 3.0, 4.0]).unwrap();
+    assert!(e.contains("1e-300 at position 1"), "{e}");
+    let e = range_error(Family::InvGauss, &[1.0, 2.0, 3.0, 1e308, 5.0]).unwrap();
+    assert!(e.contains("1e308 at position 4") && e.contains("overflows"), "{e}");
+    // fit_many refuses such data before any work.
+    let config = EmConfig::new(Family::InvGauss, 2).check().unwrap();
+    let err = fit_many(&[&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0][..], &[1e-300, 1e300, 1.0, 2.0, 3.0, 4.0][..]], &config, &Exec::cpu()).unwrap_err();
+    assert!(err.to_string().contains("dataset 2"), "{err}");
+}
+
+#[test]
+fn normal_data_must_keep_sums_of_squares_finite_and_normal() {
+    use bulkem_core::em::{NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
+    // [a, -a]: centre 0, sum of squares 2 a^2, at the bound and just past it.
+    let mut a = (NORMAL_MAX_SUM_SQUARES / 2.0).sqrt();
+    while 2.0 * a * a > NORMAL_MAX_SUM_SQUARES {
+        a = a.next_down();
+    }
+    while 2.0 * a.next_up() * a.next_up() <= NORMAL_MAX_SUM_SQUARES {
+        a = a.next_up();
+    }
+    assert!(range_error(Family::Normal, &[a, -a]).is_none());
+    let over = range_error(Family::Normal, &[a.next_up(), -a.next_up()]).unwrap();
+    assert!(over.contains("dataset 3") && over.contains("overflow"), "{over}");
+    let e = range_error(Family::Normal, &[1e308, 1.0, 2.0, 3.0, 4.0]).unwrap();
+    assert!(e.contains("overflow") && e.contains("1e308"), "{e}");
+    // The sum itself overflows: the centre is not finite.
+    let e = range_error(Family::Normal, &[1e308, 1e308, 1.0]).unwrap();
+    assert!(e.contains("sum") && e.contains("overflows"), "{e}");
+    // Values that differ by too little for their variances to be normal numbers.
+    let b = (NORMAL_MIN_MEAN_SQUARE * 1.5).sqrt();
+    assert!(range_error(Family::Normal, &[b, -b]).is_none());
+    let e = range_error(Family::Normal, &[b / 2.0, -b / 2.0]).unwrap();
+    assert!(e.contains("underflow"), "{e}");
+    // Squares that underflow to zero although the values differ.
+    assert!(range_error(Family::Normal, &[1e-170, 2e-170, 3e-170]).unwrap().contains("underflow"));
+    // Empty and equal datasets are left to the fit, which reports them as unfittable.
+    assert!(range_error(Family::Normal, &[]).is_none());
+    assert!(range_error(Family::InvGauss, &[]).is_none());
+    assert!(range_error(Family::Normal, &[5.0; 10]).is_none());
+    assert!(range_error(Family::Normal, &[1e-320; 10]).is_none());
+}
+
+#[test]
+fn data_near_the_range_limits_fit_like_rescaled_data() {
+    // Inverse Gaussian mixtures are closed under scaling: x 2^500 gives mu and
+    // lambda x 2^500 and a log-likelihood n 500 ln 2 lower.
+    let x = ig_data(800, 21);
+    let scale = 2f64.powi(500);
+    let big: Vec<f64> = x.iter().map(|v| v * scale).collect();
+    let tiny: Vec<f64> = x.iter().map(|v| v / scale).collect();
+    let config = EmConfig::new(Family::InvGauss, 2).random_inits(3).seed(2).max_iters(100).epsilon(0.0).check().unwrap();
+    // One call per dataset: the same random streams, so the same starts, scaled.
+    let fits: Vec<_> = [&x, &big, &tiny].iter().map(|d| fit_many(&[&d[..]], &config, &Exec::cpu()).unwrap().remove(0)).collect();
+    let offsets = [0.0, -(x.len() as f64) * 500.0 * 2f64.ln(), x.len() as f64 * 500.0 * 2f64.ln()];
+    let scales = [1.0, scale, 1.0 / scale];
+    for d in 1..3 {
+        assert!(fits[d].success(), "{:?}", fits[d].message);
+        assert_eq!(fits[d].best_start, fits[0].best_start);
+        assert_eq!(fits[d].init.mu.iter().map(|m| m / scales[d]).collect::<Vec<_>>(), fits[0].init.mu);
+        for j in 0..2 {
+            assert!(close(fits[d].params.mu[j] / scales[d], fits[0].params.mu[j], 1e-8), "{:?} vs {:?}", fits[d].params, fits[0].params);
+            assert!(close(fits[d].params.scale[j] / scales[d], fits[0].params.scale[j], 1e-8), "{:?} vs {:?}", fits[d].params, fits[0].params);
+        }
+        assert!(close(fits[d].loglik - offsets[d], fits[0].loglik, 1e-9), "{} vs {}", fits[d].loglik, fits[0].loglik);
+    }
+}
+
+#[test]
+fn sizes_beyond_memory_are_refused_before_allocating() {
+    let x = [1.0, 2.0, 3.0, 4.0];
+    let config = EmConfig::new(Family::InvGauss, 1_000_000_000_000).check().unwrap();
+    let err = fit_many(&[&x[..]], &config, &Exec::cpu()).unwrap_err();
+    assert_eq!(err.kind(), bulkem_core::ErrorKind::Memory);
+    assert!(err.to_string().starts_with("`num.components = 1000000000000`"), "{err}");
+    assert!(err.to_string().contains(" needs "), "{err}");
+
+    let many: Vec<&[f64]> = vec![&x[..]; 100_000];
+    let config = EmConfig::new(Family::Normal, 2).random_inits(1 << 24).check().unwrap();
+    let err = fit_many(&many, &config, &Exec::cpu()).unwrap_err();
+    assert_eq!(err.kind(), bulkem_core::ErrorKind::Memory);
+    assert!(err.to_string().starts_with("`random.inits = 16777216`"), "{err}");
+}
+
+#[test]
+fn many_starts_keep_only_candidates_and_choose_as_before() {
+    // The kept start is the first within the tie tolerance of the best,
+    // whatever the order in which the threads finish the starts.
+    let x = ig_data(300, 17);
+    let config = EmConfig::new(Family::InvGauss, 3).random_inits(64).seed(8).max_iters(50).keep_trace(true).check().unwrap();
+    let one = fit_many(&[&x[..]], &config, &Exec::cpu().threads(1)).unwrap();
+    let three = fit_many(&[&x[..]], &config, &Exec::cpu().threads(3)).unwrap();
+    assert_eq!(one, three);
+    let fit = &one[0];
+    let ok: Vec<bool> = fit.start_logliks.iter().map(|l| l.is_finite()).collect();
+    assert_eq!(Some(fit.best_start), bulkem_core::em::best_start(&fit.start_logliks, &ok));
+    assert_eq!(fit.loglik, fit.start_logliks[fit.best_start]);
+    assert_eq!(fit.trace.last(), Some(&fit.loglik));
+    // Unfittable data: every start reported failed, without running any.
+    let few = EmConfig::new(Family::InvGauss, 2).random_inits(1 << 20).check().unwrap();
+    let f = &fit_many(&[&[1.0, 2.0][..]], &few, &Exec::cpu()).unwrap()[0];
+    assert_eq!(f.start_logliks.len(), 1 << 20);
+    assert!(f.message.as_deref().unwrap().contains("all 1048576 starts failed"), "{:?}", f.message);
+}
+
+#[test]
+fn an_interrupt_stops_one_long_dataset_within_a_second() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let x = ig_data(2_000_000, 5);
+    let monitor = Arc::new(bulkem_core::exec::Monitor::new());
+    let exec = Exec::cpu().threads(2).with_monitor(monitor.clone());
+    let config = EmConfig::new(Family::InvGauss, 2).random_inits(100).max_iters(1000).epsilon(0.0).keep_trace(true).keep_posterior(true).check().unwrap();
+    let cancelled_at = std::thread::scope(|scope| {
+        let m = monitor.clone();
+        let canceller = scope.spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            m.cancel();
+            Instant::now()
+        });
+        let out = fit_many(&[&x[..]], &config, &exec);
+        let stopped = Instant::now();
+        assert_eq!(out.unwrap_err(), bulkem_core::Error::Interrupted);
+        let at = canceller.join().unwrap();
+        stopped.duration_since(at)
+    });
+    assert!(cancelled_at < Duration::from_secs(1), "stopped {cancelled_at:?} after the interrupt");
+}

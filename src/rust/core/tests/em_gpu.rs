@@ -202,3 +202,33 @@ fn gpu_inits_and_posterior() {
     let g = fit_many(&refs, &config.check().unwrap(), &cuda()).unwrap();
     assert_eq!(g[0].posterior.as_ref().map(|p| p.len()), Some(1000));
 }
+
+#[test]
+fn gpu_stops_within_a_second_of_an_interrupt_inside_one_large_dataset() {
+    if !gpu_or_skip() {
+        return;
+    }
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    // One dataset of 10^7 observations (the grid path), 100 starts, 1000
+    // iterations without stopping: far more than a second of work.
+    let x = &datasets(Family::InvGauss, 2, &[10_000_000], 77)[0];
+    let config = EmConfig::new(Family::InvGauss, 2).random_inits(100).max_iters(1000).epsilon(0.0).check().unwrap();
+    // Warm up (kernel compilation) on a small job first.
+    fit_many(&[&x[..1000]], &config, &cuda()).unwrap();
+    let monitor = Arc::new(bulkem_core::exec::Monitor::new());
+    let exec = Exec { monitor: monitor.clone(), ..cuda() };
+    let lag = std::thread::scope(|scope| {
+        let m = monitor.clone();
+        let canceller = scope.spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            m.cancel();
+            Instant::now()
+        });
+        let out = fit_many(&[&x[..]], &config, &exec);
+        let stopped = Instant::now();
+        assert_eq!(out.unwrap_err(), bulkem_core::Error::Interrupted);
+        stopped.duration_since(canceller.join().unwrap())
+    });
+    assert!(lag < Duration::from_secs(1), "stopped {lag:?} after the interrupt");
+}

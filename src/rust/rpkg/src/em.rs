@@ -106,8 +106,20 @@ fn em_auto_backend_(work: f64, components: i32) -> &'static str {
     bulkem_core::em::auto_backend_for(work, components.max(0) as usize).name()
 }
 
+/// Error (memory) unless this process may allocate `bytes` more: for R
+/// code about to allocate, e.g. rinvgaussmix()'s n draws. `what` names the
+/// job as the user gave it.
+/// @noRd
+#[extendr]
+fn memory_ensure_(what: &str, bytes: f64) -> Result<()> {
+    // Saturates: NaN and negative sizes need nothing, huge ones all there is.
+    let bytes = if bytes >= 0.0 { bytes.min(u128::MAX as f64) as u128 } else { 0 };
+    bulkem_core::memory::ensure(|| what.to_string(), bytes).map_err(r_error)
+}
+
 extendr_module! {
     mod em;
     fn em_fit_;
     fn em_auto_backend_;
+    fn memory_ensure_;
 }

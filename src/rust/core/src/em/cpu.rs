@@ -6,13 +6,15 @@
 
 use rayon::prelude::*;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::Exec;
+use crate::memory;
+use crate::tolerances::START_TIE_REL;
 
 use super::config::CheckedEmConfig;
 use super::data::{unfittable_reason, Prepared};
 use super::family::{Family, Natural};
-use super::fit::{failure, FitStatus, MixFit, MixParams, StartFit};
+use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
 use super::simd::{self, Simd};
 use super::starts::initial_values;
 
@@ -147,13 +149,17 @@ fn naturals(family: Family, p: &MixParams, centre: f64, out: &mut Vec<Natural>) 
 
 /// Run EM from `init` until the log-likelihood changes by less than epsilon
 /// or max_iters M-steps have run. The reported log-likelihood is that of the
-/// returned parameters.
+/// returned parameters. The trace is recorded only when the configuration
+/// keeps it. `cancelled` is polled before every E-step.
 pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &CheckedEmConfig, cancelled: &dyn Fn() -> bool) -> StartFit {
     let m = init.components();
     let mut params = init.clone();
     let mut nat = Vec::with_capacity(m);
     let mut sums = vec![[0.0; 3]; m];
-    let mut trace = Vec::with_capacity(config.max_iters.min(1 << 16));
+    let mut trace = if config.keep_trace { Vec::with_capacity(config.max_iters.min(1 << 16)) } else { Vec::new() };
+    if cancelled() {
+        return StartFit::failed(m, init, 0, INTERRUPTED.into());
+    }
     naturals(family, &params, prep.centre, &mut nat);
     let mut ll = e_step(prep, &nat, &mut sums) + prep.shared;
     if !ll.is_finite() {
@@ -161,7 +167,7 @@ pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &Chec
     }
     for iter in 1..=config.max_iters {
         if cancelled() {
-            return StartFit::failed(m, init, iter - 1, "interrupted".into());
+            return StartFit::failed(m, init, iter - 1, INTERRUPTED.into());
         }
         for (j, s) in sums.iter().enumerate() {
             match family.m_step(s[0], s[1], s[2], prep.n, prep.centre) {
@@ -178,7 +184,9 @@ pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &Chec
         if !new_ll.is_finite() {
             return StartFit::failed(m, init, iter, failure::non_finite(iter));
         }
-        trace.push(new_ll);
+        if config.keep_trace {
+            trace.push(new_ll);
+        }
         let change = (new_ll - ll).abs();
         ll = new_ll;
         if change < config.epsilon {
@@ -188,12 +196,17 @@ pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &Chec
     StartFit { params, init, loglik: ll, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, trace }
 }
 
-/// Posterior probabilities of each component, n x M column-major.
-pub fn posterior(family: Family, prep: &Prepared, p: &MixParams) -> Vec<f64> {
+/// Message of a start stopped by a user interrupt (the call then returns
+/// `Error::Interrupted`, so it is never shown).
+const INTERRUPTED: &str = "interrupted";
+
+/// Posterior probabilities of each component, n x M column-major (the
+/// matrix allocated fallibly).
+pub fn posterior(family: Family, prep: &Prepared, p: &MixParams) -> Result<Vec<f64>> {
     let m = p.components();
     let mut nat = Vec::new();
     naturals(family, p, prep.centre, &mut nat);
-    let mut out = vec![0.0; prep.n * m];
+    let mut out = memory::try_vec(prep.n.saturating_mul(m), 0.0, "the posterior (keep.posterior = TRUE)")?;
     let mut lp = vec![0.0; m];
     for (i, &[u, v]) in prep.uv.iter().enumerate() {
         let mut top = f64::NEG_INFINITY;
@@ -206,40 +219,97 @@ pub fn posterior(family: Family, prep: &Prepared, p: &MixParams) -> Vec<f64> {
             out[j * prep.n + i] = (l - top).exp() / s;
         }
     }
-    out
+    Ok(out)
+}
+
+/// The starts of one dataset that may still be the one kept: start 0 (kept
+/// when every start fails) and those within twice the tie tolerance of the
+/// best log-likelihood seen so far. The tie threshold of [`best_start`]
+/// only rises with the best, so a start below it now is never chosen, and
+/// a dataset holds a few starts, not all `random.inits` of them.
+struct Candidates {
+    top: f64,
+    kept: Vec<(usize, StartFit)>,
+}
+
+impl Candidates {
+    fn new() -> Self {
+        Candidates { top: f64::NEG_INFINITY, kept: Vec::new() }
+    }
+
+    fn threshold(&self) -> f64 {
+        self.top - 2.0 * START_TIE_REL * self.top.abs()
+    }
+
+    fn add(mut self, index: usize, fit: StartFit) -> Self {
+        let ok = fit.status != FitStatus::Failed;
+        if ok && fit.loglik > self.top {
+            self.top = fit.loglik;
+            let t = self.threshold();
+            self.kept.retain(|(i, f)| *i == 0 || f.loglik >= t);
+        }
+        if index == 0 || (ok && fit.loglik >= self.threshold()) {
+            self.kept.push((index, fit));
+        }
+        self
+    }
+
+    fn merge(self, other: Candidates) -> Self {
+        other.kept.into_iter().fold(self, |acc, (i, f)| acc.add(i, f))
+    }
 }
 
 /// Fit one dataset (global 0-based index `dataset`) from all its starts.
-pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, cancelled: &(dyn Fn() -> bool + Sync)) -> MixFit {
+pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, cancelled: &(dyn Fn() -> bool + Sync)) -> Result<MixFit> {
     let (family, m) = (config.family, config.components);
     let n_starts = config.starts_per_dataset();
+    let mut logliks = memory::try_vec(n_starts, f64::NAN, "the log-likelihoods of the starts (random.inits)")?;
     if let Some(why) = unfittable_reason(x, m) {
         let failed = StartFit::failed(m, MixParams::nan(m), 0, why);
-        return MixFit::best_of(vec![failed; n_starts], x.len());
+        return Ok(MixFit::from_chosen(failed, 0, logliks, x.len()));
     }
-    let prep = Prepared::new(family, x);
-    let starts: Vec<StartFit> = (0..n_starts)
-        .into_par_iter()
-        .map(|s| {
-            let init = initial_values(config, x, dataset, s);
-            match init {
-                Ok(init) => run_start(family, &prep, init, config, cancelled),
-                Err(why) => StartFit::failed(m, MixParams::nan(m), 0, why),
-            }
+    if cancelled() {
+        let failed = StartFit::failed(m, MixParams::nan(m), 0, INTERRUPTED.into());
+        return Ok(MixFit::from_chosen(failed, 0, logliks, x.len()));
+    }
+    let prep = Prepared::try_new(family, x)?;
+    let candidates = logliks
+        .par_iter_mut()
+        .enumerate()
+        .fold(Candidates::new, |acc, (s, ll)| {
+            let start = if cancelled() {
+                StartFit::failed(m, MixParams::nan(m), 0, INTERRUPTED.into())
+            } else {
+                match initial_values(config, x, dataset, s) {
+                    Ok(init) => run_start(family, &prep, init, config, cancelled),
+                    Err(why) => StartFit::failed(m, MixParams::nan(m), 0, why),
+                }
+            };
+            *ll = start.loglik;
+            acc.add(s, start)
         })
-        .collect();
-    let mut fit = MixFit::best_of(starts, x.len());
-    if config.keep_posterior && fit.success() {
-        fit.posterior = Some(posterior(family, &prep, &fit.params));
+        .reduce(Candidates::new, Candidates::merge);
+    // A start succeeded exactly when its log-likelihood is finite.
+    let ok: Vec<bool> = logliks.iter().map(|l| l.is_finite()).collect();
+    let chosen = best_start(&logliks, &ok).unwrap_or(0);
+    let start = candidates
+        .kept
+        .into_iter()
+        .find(|(i, _)| *i == chosen)
+        .map(|(_, f)| f)
+        .ok_or_else(|| Error::Internal(format!("start {} of dataset {} was not kept", chosen + 1, dataset + 1)))?;
+    let mut fit = MixFit::from_chosen(start, chosen, logliks, x.len());
+    if config.keep_posterior && fit.success() && !cancelled() {
+        fit.posterior = Some(posterior(family, &prep, &fit.params)?);
     }
-    fit
+    Ok(fit)
 }
 
 /// Fit every dataset on the CPU.
 pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
     let monitor = exec.monitor.clone();
     let cancelled = move || monitor.is_cancelled();
-    let fits: Vec<MixFit> = exec.install(|| {
+    let fits: Result<Vec<MixFit>> = exec.install(|| {
         data.par_iter()
             .enumerate()
             .map(|(d, x)| {
@@ -250,5 +320,5 @@ pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Resul
             .collect()
     })?;
     exec.monitor.check()?;
-    Ok(fits)
+    fits
 }

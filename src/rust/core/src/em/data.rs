@@ -3,8 +3,9 @@
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::memory;
 
-use super::family::Family;
+use super::family::{Family, IG_MAX, IG_MIN, NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
 
 /// A dataset in the form the E-step reads: the features (u, v) of every
 /// observation, contiguous, plus the shared log-density term summed once.
@@ -18,17 +19,24 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// Panics if the features cannot be allocated; the fit uses [`Prepared::try_new`].
     pub fn new(family: Family, x: &[f64]) -> Self {
+        match Self::try_new(family, x) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The features of `x` (16 bytes per observation), allocated fallibly.
+    pub fn try_new(family: Family, x: &[f64]) -> Result<Self> {
         let centre = family.centre(x);
-        let uv = x
-            .iter()
-            .map(|&xi| {
-                let (u, v) = family.features(xi, centre);
-                [u, v]
-            })
-            .collect();
+        let mut uv = memory::try_with_capacity(x.len(), "the features of a dataset")?;
+        uv.extend(x.iter().map(|&xi| {
+            let (u, v) = family.features(xi, centre);
+            [u, v]
+        }));
         let shared = x.iter().map(|&xi| family.shared_term(xi)).sum();
-        Prepared { n: x.len(), centre, shared, uv }
+        Ok(Prepared { n: x.len(), centre, shared, uv })
     }
 }
 
@@ -46,27 +54,139 @@ fn first_where(x: &[f64], bad: impl Fn(f64) -> bool + Sync) -> Option<usize> {
     x[start..].iter().position(|&v| bad(v)).map(|i| start + i)
 }
 
-/// Reject the first value that is not a valid observation (dataset is the
-/// 1-based index the caller reports).
+/// Reject the first value that is not a valid observation, then data whose
+/// range the family's sufficient statistics cannot represent (see
+/// [`check_range`]); `dataset` is the 1-based index the caller reports.
 pub fn validate(family: Family, x: &[f64], dataset: usize) -> Result<()> {
-    match first_where(x, |v| family.observation_problem(v).is_some()) {
-        None => Ok(()),
-        Some(i) => Err(Error::InvalidData {
+    if let Some(i) = first_where(x, |v| family.observation_problem(v).is_some()) {
+        return Err(Error::InvalidData {
             dataset,
             position: i + 1,
             value: x[i],
             problem: family.observation_problem(x[i]).unwrap_or_default().to_string(),
-        }),
+        });
     }
+    check_range(family, x, dataset)
 }
 
 /// Validate every dataset; the error names the first invalid one.
 /// `first` is the 1-based index of `data[0]`.
 pub fn validate_all(family: Family, data: &[&[f64]], first: usize) -> Result<()> {
-    let bad = data.par_iter().position_first(|x| first_where(x, |v| family.observation_problem(v).is_some()).is_some());
-    match bad {
-        None => Ok(()),
-        Some(d) => validate(family, data[d], first + d),
+    let bad = data.par_iter().enumerate().map(|(d, x)| validate(family, x, first + d)).find_first(|r| r.is_err());
+    bad.unwrap_or(Ok(()))
+}
+
+/// Data whose sufficient statistics double precision cannot hold: an input
+/// error that says so, instead of a fit that overflows (or loses every
+/// digit) and reports a wrong answer or a "collapsed" component.
+///
+/// Inverse Gaussian: the E-step evaluates b = -lambda / (2 mu^2) for every
+/// component, and mu is a weighted mean of the data, so 2 x^2 must be a
+/// finite normal number for every x: x in [IG_MIN, IG_MAX] = [2^-511,
+/// 2^511]. Within that range the statistics sum(w x) and sum(w / x) are
+/// below n 2^511 (finite for any n), lambda lies between min(x) and
+/// 1e10 max(x) (the collapse rule bounds lambda / mu by 1 / COLLAPSE_REL),
+/// and b, c = -lambda / 2 and a are finite.
+///
+/// Normal: the centre (mean) must be finite, the sum of squared deviations
+/// from it (which bounds every component's sum(w (x - centre)^2) and mean^2)
+/// at most NORMAL_MAX_SUM_SQUARES, and, unless all values are equal (a
+/// dataset that is reported as unfittable), the mean squared deviation at
+/// least NORMAL_MIN_MEAN_SQUARE, so that a variance that passes the
+/// collapse rule is a normal number whose reciprocal is finite.
+pub fn check_range(family: Family, x: &[f64], dataset: usize) -> Result<()> {
+    if x.is_empty() {
+        // Nothing to represent; the fit reports the dataset as too small.
+        return Ok(());
+    }
+    match family {
+        Family::InvGauss => match first_where(x, |v| !(IG_MIN..=IG_MAX).contains(&v)) {
+            None => Ok(()),
+            Some(i) => {
+                let (v, which) = (x[i], if x[i] > IG_MAX { "overflows" } else { "underflows" });
+                Err(Error::arg(
+                    "datasets",
+                    format!(
+                        "must lie between {} and {} for the inverse Gaussian EM, which squares the component means: \
+                         dataset {dataset} has {} at position {}, whose square {which} double precision. \
+                         Rescale the data (mu and lambda scale with it).",
+                        num(IG_MIN),
+                        num(IG_MAX),
+                        num(v),
+                        i + 1
+                    ),
+                ))
+            }
+        },
+        Family::Normal => {
+            let centre = family.centre(x);
+            if !centre.is_finite() {
+                return Err(Error::arg(
+                    "datasets",
+                    format!(
+                        "must have a finite sum for the Normal EM: the sum of dataset {dataset} overflows double precision \
+                         (its values reach {}). Rescale the data (mu and sigma scale with it).",
+                        num(max_abs(x))
+                    ),
+                ));
+            }
+            let ss = sum_squares(x, centre);
+            if ss.is_nan() || ss > NORMAL_MAX_SUM_SQUARES {
+                return Err(Error::arg(
+                    "datasets",
+                    format!(
+                        "must have squared deviations from the mean that double precision can sum: those of dataset \
+                         {dataset} overflow (they sum to {}, above {}; its values reach {}). \
+                         Rescale the data (mu and sigma scale with it).",
+                        num(ss),
+                        num(NORMAL_MAX_SUM_SQUARES),
+                        num(max_abs(x))
+                    ),
+                ));
+            }
+            let mean_square = ss / x.len() as f64;
+            if mean_square < NORMAL_MIN_MEAN_SQUARE && first_where(x, |v| v != x[0]).is_some() {
+                return Err(Error::arg(
+                    "datasets",
+                    format!(
+                        "must spread enough for double precision: the values of dataset {dataset} differ so little that \
+                         their mean squared deviation from the mean ({}) is below {}, where the Normal EM's variances \
+                         underflow. Rescale the data (mu and sigma scale with it).",
+                        num(mean_square),
+                        num(NORMAL_MIN_MEAN_SQUARE)
+                    ),
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn max_abs(x: &[f64]) -> f64 {
+    x.iter().fold(0.0f64, |m, v| m.max(v.abs()))
+}
+
+/// sum (x - centre)^2 in a fixed order (chunks summed in order), so that
+/// the check does not depend on the thread count.
+fn sum_squares(x: &[f64], centre: f64) -> f64 {
+    let sq = |c: &[f64]| c.iter().map(|v| (v - centre) * (v - centre)).sum::<f64>();
+    if x.len() <= 4 * SCAN_CHUNK {
+        return sq(x);
+    }
+    let parts: Vec<f64> = x.par_chunks(SCAN_CHUNK).map(sq).collect();
+    parts.iter().sum()
+}
+
+/// A number as a message shows it: "5", "0.25", "1e300", "6.7e153".
+pub(crate) fn num(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 || !v.is_finite() || (1e-4..1e6).contains(&a) {
+        return format!("{}", (v * 1e6).round() / 1e6).replace("inf", "Inf");
+    }
+    let s = format!("{v:.2e}");
+    match s.split_once('e') {
+        Some((mant, exp)) => format!("{}e{exp}", mant.trim_end_matches('0').trim_end_matches('.')),
+        None => s,
     }
 }
 

@@ -19,6 +19,19 @@ pub enum Family {
     Normal,
 }
 
+/// Range of inverse Gaussian data (and means) the EM can represent: the
+/// E-step computes 2 mu^2 for means mu within the data's range, which must
+/// stay a finite normal double (see `data::check_range`).
+pub const IG_MIN: f64 = 1.4916681462400413e-154; // 2^-511
+pub const IG_MAX: f64 = 6.703903964971299e153; // 2^511
+
+/// Normal data: the largest sum of squared deviations from the centre the
+/// E-step's sums may reach (half the largest double: weighted partial sums
+/// in any order stay finite), and the smallest mean squared deviation, below
+/// which a variance that passes the collapse rule could be subnormal.
+pub const NORMAL_MAX_SUM_SQUARES: f64 = f64::MAX / 2.0;
+pub const NORMAL_MIN_MEAN_SQUARE: f64 = f64::MIN_POSITIVE / COLLAPSE_REL;
+
 /// Why an M-step failed when a component's total weight vanished.
 pub const EMPTY_COMPONENT: &str = "a component lost all its observations";
 

@@ -2,7 +2,8 @@
 
 use crate::tolerances::START_TIE_REL;
 
-use super::family::Family;
+use super::data::num;
+use super::family::{Family, IG_MAX, IG_MIN};
 
 /// Parameters of an M-component mixture. `scale` is lambda (inverse
 /// Gaussian shape) or sigma (Normal standard deviation).
@@ -38,6 +39,9 @@ impl MixParams {
                 Family::InvGauss => "mu must be positive and finite".into(),
                 Family::Normal => "mu must be finite".into(),
             });
+        }
+        if family == Family::InvGauss && self.mu.iter().any(|m| !(IG_MIN..=IG_MAX).contains(m)) {
+            return Err(format!("mu must lie between {} and {} (the E-step squares it)", num(IG_MIN), num(IG_MAX)));
         }
         if self.scale.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
             return Err(format!("{} must be positive and finite", family.scale_name()));
@@ -176,15 +180,6 @@ pub struct MixFit {
 impl MixFit {
     pub fn success(&self) -> bool {
         self.status != FitStatus::Failed
-    }
-
-    /// Keep the start with the highest log-likelihood (see [`best_start`]).
-    pub(crate) fn best_of(starts: Vec<StartFit>, n: usize) -> MixFit {
-        let start_logliks: Vec<f64> = starts.iter().map(|s| s.loglik).collect();
-        let ok: Vec<bool> = starts.iter().map(|s| s.status != FitStatus::Failed).collect();
-        let chosen = best_start(&start_logliks, &ok).unwrap_or(0);
-        let start = starts.into_iter().nth(chosen).expect("at least one start");
-        MixFit::from_chosen(start, chosen, start_logliks, n)
     }
 
     /// The fit of a dataset from its chosen start (the best one, or the

@@ -9,6 +9,7 @@
 //! Iterations stop when the log-likelihood changes by less than epsilon, or
 //! after max_iters M-steps.
 
+mod budget;
 mod config;
 pub mod cpu;
 mod data;
@@ -19,10 +20,11 @@ mod simd;
 pub mod simulate;
 mod starts;
 
+pub use budget::{check_memory, memory_needed, MemoryEstimate};
 pub use config::{CheckedEmConfig, EmConfig, Starts};
-pub use data::{min_observations, unfittable_reason, validate, validate_all, Prepared};
-pub use family::{Family, MStepFailure, Natural};
-pub use fit::{FitStatus, MixFit, MixParams, StartFit};
+pub use data::{check_range, min_observations, unfittable_reason, validate, validate_all, Prepared};
+pub use family::{Family, MStepFailure, Natural, IG_MAX, IG_MIN, NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
+pub use fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
 pub use starts::{initial_values, random_start};
 
 use crate::error::{Error, Result};
@@ -51,10 +53,13 @@ pub fn auto_backend_for(work: f64, components: usize) -> Backend {
     }
 }
 
-/// Fit a mixture to every dataset. All data are validated before any work;
-/// a dataset that is valid but cannot be fitted gets status Failed without
-/// affecting the others.
+/// Fit a mixture to every dataset. The memory the fit needs is estimated
+/// ([`memory_needed`]) and checked first, and all data are validated
+/// (values, then the range the sufficient statistics can hold:
+/// [`check_range`]) before any work; a dataset that is valid but cannot be
+/// fitted gets status Failed without affecting the others.
 pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
+    check_memory(data, config, exec.backend, exec.threads)?;
     let t0 = std::time::Instant::now();
     exec.install(|| validate_all(config.family, data, config.dataset_offset + 1))??;
     crate::gpu::timing::record("validation", t0);

@@ -11,7 +11,7 @@ use crate::gpu::Device;
 
 use super::super::config::CheckedEmConfig;
 use super::pairs::{gather, split_trace, starting_values, Outputs, Pairs};
-use super::{em_function, CHECK_EVERY, LARGE_THREADS, ST_MAX_ITERS, ST_RUNNING};
+use super::{em_function, CHECK_EVERY, LARGE_THREADS, LAUNCH_WORK, ST_MAX_ITERS, ST_RUNNING};
 
 pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Outputs> {
     let nstat = 3 * config.components;
@@ -45,6 +45,11 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
     let (max_iters, epsilon, bpp) = (config.max_iters as i32, config.epsilon, blocks_x as i32);
     let partial_cfg = LaunchConfig { grid_dim: (blocks_x as u32, n_pairs as u32, 1), block_dim: (LARGE_THREADS, 1, 1), shared_mem_bytes: 0 };
     let update_cfg = LaunchConfig { grid_dim: (n_pairs as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // Look at the pairs' status (and the user's interrupt) every
+    // CHECK_EVERY iterations, or sooner when an iteration is long: at most
+    // about LAUNCH_WORK observation-iterations (a quarter second) apart.
+    let per_iter: f64 = up.pair_dataset.iter().map(|&d| up.lengths[d as usize] as f64).sum();
+    let check_every = ((LAUNCH_WORK / per_iter.max(1.0)) as usize).clamp(1, CHECK_EVERY);
     for iter in 0..=config.max_iters {
         let first = (iter == 0) as i32;
         let mut launch = s.launch_builder(&partial_fn);
@@ -57,7 +62,7 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
         // SAFETY: arguments match em_update in kernels/em.cu; the trace holds
         // pairs x max_iters doubles and pair_global maps pairs to its rows.
         unsafe { launch.launch(update_cfg) }.map_err(e("launching em_update"))?;
-        if iter % CHECK_EVERY == CHECK_EVERY - 1 {
+        if iter % check_every == check_every - 1 {
             let now = s.clone_dtoh(&d_state).map_err(e("reading progress"))?;
             if now.chunks(state_len).all(|st| st[nstat + 3] as i32 != ST_RUNNING) {
                 break;

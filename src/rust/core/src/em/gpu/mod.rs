@@ -22,6 +22,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::exec::{Exec, Monitor};
+use crate::memory;
 use crate::gpu::{self, timing, Device};
 
 use super::config::CheckedEmConfig;
@@ -119,6 +120,13 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
     let t0 = Instant::now();
     let unfittable: Vec<Option<String>> = data.par_iter().map(|x| unfittable_reason(x, m)).collect();
     let (mut small, mut large) = (Pairs::default(), Pairs::default());
+    // Every (dataset, start) pair is held on the host (estimated by
+    // em::memory_needed); reserve them fallibly.
+    let fits_small = |i: usize| unfittable[i].is_none() && data[i].len() <= small_max;
+    let n_small = (0..data.len()).filter(|&i| fits_small(i)).count();
+    let n_large = unfittable.iter().filter(|u| u.is_none()).count() - n_small;
+    small.reserve(n_small.saturating_mul(n_starts))?;
+    large.reserve(n_large.saturating_mul(n_starts))?;
     let slots: Vec<Slot> = (0..data.len())
         .map(|i| {
             if let Some(why) = &unfittable[i] {
@@ -167,7 +175,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
             let (out, p0) = match slot {
                 Slot::Unfittable(why) => {
                     let failed = StartFit::failed(m, MixParams::nan(m), 0, why.clone());
-                    return MixFit::from_chosen(failed, 0, vec![f64::NAN; n_starts], x.len());
+                    return Ok(MixFit::from_chosen(failed, 0, memory::try_vec(n_starts, f64::NAN, "start log-likelihoods")?, x.len()));
                 }
                 Slot::Small(p) => (&small_out, *p),
                 Slot::Large(p) => (&large_out, *p),
@@ -175,13 +183,15 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
             let (ll, ok): (Vec<f64>, Vec<bool>) = (p0..p0 + n_starts).map(|p| outcome(out, p)).unzip();
             let chosen = best_start(&ll, &ok).unwrap_or(0);
             let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len());
-            if config.keep_posterior && fit.success() {
-                fit.posterior = Some(cpu::posterior(config.family, &Prepared::new(config.family, x), &fit.params));
+            if config.keep_posterior && fit.success() && !monitor.is_cancelled() {
+                let prep = Prepared::try_new(config.family, x)?;
+                fit.posterior = Some(cpu::posterior(config.family, &prep, &fit.params)?);
             }
             monitor.add_done(1);
-            fit
+            Ok(fit)
         })
-        .collect();
+        .collect::<Result<Vec<MixFit>>>()?;
+    monitor.check()?;
     timing::record("results", t0);
 
     if config.keep_trace && !inline_trace {

@@ -26,6 +26,16 @@ impl Pairs {
     pub(super) fn len(&self) -> usize {
         self.dataset.len()
     }
+    /// Room for `n` pairs, or `Err(OutOfMemory)`.
+    pub(super) fn reserve(&mut self, n: usize) -> crate::error::Result<()> {
+        let fail = |_| crate::error::Error::OutOfMemory {
+            what: "the (dataset, start) pairs of a GPU fit (random.inits)".into(),
+            needed: crate::memory::bytes::<usize>(&[n, 2]),
+            available: crate::memory::available(),
+        };
+        self.dataset.try_reserve_exact(n).map_err(fail)?;
+        self.start.try_reserve_exact(n).map_err(fail)
+    }
     pub(super) fn push(&mut self, dataset: usize, start: usize) {
         self.dataset.push(dataset);
         self.start.push(start);
