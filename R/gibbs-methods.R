@@ -51,8 +51,8 @@ hbglm_diagnostics <- function(draws) {
 #' set.seed(2)
 #' d <- data.frame(g = rep(letters[1:5], each = 30), x = rnorm(150))
 #' d$y <- rbinom(150, 1, plogis(0.3 + d$x))
-#' fit <- hbglm(y ~ x, d, group = "g", family = "binomial", iter = 400,
-#'              warmup = 200, chains = 2, use.gpu = FALSE)
+#' fit <- hbglm(y ~ x, d, group = "g", family = "binomial", iter = 2000,
+#'              warmup = 1000, chains = 2, use.gpu = FALSE)
 #' summary(fit, pars = c("mu", "tau"))
 #' @export
 summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.975), ...) {
@@ -82,8 +82,11 @@ summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.97
 #' @export
 print.summary.bulkem_hbglm <- function(x, digits = 3, ...) {
   info <- attr(x, "fit")
-  cat("Posterior summary: ", info$family, " hierarchical GLM, ", info$chains, " chains x ",
-      info$kept, " draws\n", sep = "")
+  # Subsetting (`s[rows, ]`) keeps the class but drops the fit's description.
+  if (!is.null(info)) {
+    cat("Posterior summary: ", info$family, " hierarchical GLM, ", info$chains, " chains x ",
+        info$kept, " draws\n", sep = "")
+  }
   print(format(plain_df(x), digits = digits), quote = FALSE)
   bad <- sum(x$rhat > 1.01, na.rm = TRUE)
   if (bad > 0) {
@@ -105,8 +108,13 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
   all <- hbglm_diagnostics(x$draws)
-  cat("\nAll ", nrow(all), " parameters: max R-hat ", sprintf("%.3f", max(all$rhat, na.rm = TRUE)),
-      ", min bulk ESS ", format(round(min(all$ess_bulk, na.rm = TRUE))), "\n", sep = "")
+  # R-hat and ESS are NA for a parameter held fixed (or constant).
+  extreme <- function(v, f) if (all(is.na(v))) NA else f(v, na.rm = TRUE)
+  cat("\nAll ", nrow(all), " parameters: max R-hat ", sprintf("%.3f", extreme(all$rhat, max)),
+      ", min bulk ESS ", format(round(extreme(all$ess_bulk, min))), "\n", sep = "")
+  if (length(x$warnings) > 0) {
+    cat("\nWarnings of the fit:\n", paste0("* ", x$warnings, "\n"), sep = "")
+  }
   invisible(x)
 }
 
@@ -129,7 +137,7 @@ plain_df <- function(x) {
 #' set.seed(3)
 #' d <- data.frame(g = rep(1:6, each = 15), x = rnorm(90))
 #' d$y <- rnorm(90, 1 + d$x)
-#' fit <- hbglm(y ~ x, d, group = "g", iter = 300, warmup = 100, chains = 2,
+#' fit <- hbglm(y ~ x, d, group = "g", iter = 3000, warmup = 1500, chains = 2,
 #'              use.gpu = FALSE)
 #' plot(fit)
 #' @export
@@ -180,7 +188,7 @@ as.array.bulkem_hbglm <- function(x, ...) x$draws
 #' set.seed(4)
 #' d <- data.frame(g = rep(1:4, each = 10), x = rnorm(40))
 #' d$y <- rnorm(40, d$x)
-#' fit <- hbglm(y ~ x, d, group = "g", iter = 200, warmup = 100, chains = 2,
+#' fit <- hbglm(y ~ x, d, group = "g", iter = 2000, warmup = 1000, chains = 2,
 #'              use.gpu = FALSE)
 #' posterior::summarise_draws(posterior::as_draws_array(fit))
 NULL

@@ -26,15 +26,23 @@
 #' *log-posterior-parallel*, or *both* (see `vignette("gibbs")`).
 #'
 #' @param formula A two-sided formula: the response and the coefficients that
-#'   vary by group (with an intercept unless removed with `- 1`).
+#'   vary by group (with an intercept unless removed with `- 1`). Terms are
+#'   expanded by [model.matrix()] (factors, interactions, `poly()`, ...);
+#'   `offset()` terms add a known term to the linear predictor, as in
+#'   [glm()]. A term hbglm cannot honour (a random-effect bar such as
+#'   `(1 | g)`: the grouping is `group`) is an error, never dropped.
 #' @param data A data frame holding the variables.
 #' @param group The grouping: the name of a column of `data`, a one-sided
 #'   formula such as `~ store`, or a vector with one value per row.
 #' @param family `"gaussian"` (identity link, residual sd `sigma`),
-#'   `"binomial"` (logit link, `y` 0/1, logical or a two-level factor) or
-#'   `"poisson"` (log link, counts).
+#'   `"binomial"` (logit link; the response 0/1, logical, a two-level factor,
+#'   or `cbind(successes, failures)` for several trials per row, as in
+#'   [glm()]) or `"poisson"` (log link, counts). The family objects
+#'   [gaussian()], [binomial()] and [poisson()] with their canonical links
+#'   are accepted too.
 #' @param global `NULL`, or a one-sided formula of coefficients shared by all
-#'   groups (its intercept, if any, is dropped: the groups have theirs).
+#'   groups (its intercept, if any, is dropped: the groups have theirs). It
+#'   may hold `offset()` terms too.
 #' @param iter Sweeps per chain, warmup included.
 #' @param warmup Sweeps per chain discarded (slice widths adapt during them).
 #' @param chains Number of independent chains.
@@ -56,6 +64,34 @@
 #'   all the data). Chains are keyed by their index, so the draws are
 #'   identical to `parallel = "none"` with the same `seed` on the same
 #'   backend. Needs \pkg{future} and \pkg{future.apply}.
+#' @param offset `NULL`, or a known term added to every linear predictor
+#'   (one finite value per row, such as `log(exposure)`), evaluated in
+#'   `data` as [glm()]'s `offset` is; added to any `offset()` terms of the
+#'   formulas.
+#' @param ... Not used: an argument hbglm does not have (such as `weights`)
+#'   is an error rather than ignored.
+#' @section Checks and warnings:
+#' The data are checked before sampling: missing or non-finite values,
+#' values so large that the likelihood overflows (magnitudes above 1e100),
+#' a response the family cannot take, and a singular design (columns of
+#' `formula` and `global` that are linear combinations of the others, such
+#' as `x2 = 2 * x`) are errors of class `bulkem_error_input` naming the rows
+#' or columns. A job whose draws would not fit in memory is an error of
+#' class `bulkem_error_memory` before anything is allocated.
+#'
+#' The scales \eqn{\tau_k} and \eqn{\sigma} are sampled above a floor of
+#' 1e-10 times their scale in the data (the response's sd, over the column's
+#' root mean square for \eqn{\tau_k}), so no draw underflows. A fit is
+#' returned with a warning (class `bulkem_warning` and one of
+#' `bulkem_warning_stuck`, `bulkem_warning_floor`, `bulkem_warning_rhat`,
+#' `bulkem_warning_separation`), naming the parameters, when slice updates
+#' were stuck (the draws kept a value because its log density was
+#' numerically flat or non-finite), when a scale's draws reach its floor
+#' (a noise-free response, identical groups), when a parameter's R-hat is
+#' above 1.05, and when the pooled data are separated (binomial: a
+#' combination of the predictors splits successes from failures; poisson:
+#' zero counts) so that some coefficients are bounded only by their priors.
+#' The warnings are kept in `$warnings` and shown by [print()].
 #' @return An object of class `bulkem_hbglm`, a list with
 #'   \describe{
 #'   \item{draws}{array of kept draws, iterations x chains x parameters;
@@ -68,7 +104,11 @@
 #'   \item{backend, seconds}{where it ran and how long the sampling took.}
 #'   \item{parallel}{data frame: `block`, `regime`, `detail`.}
 #'   \item{evaluations}{list: log-density evaluations per slice update of
-#'     beta, gamma and the scales, and the number of stuck updates.}
+#'     beta, gamma and the scales, the number of stuck updates, and
+#'     `stuck_by`, the stuck updates of each parameter.}
+#'   \item{scale_floor}{the floors of the sampled scales (`tau[coef]`,
+#'     `sigma`).}
+#'   \item{warnings}{the warnings the fit raised (character).}
 #'   }
 #'   Methods: [print()], [summary()] (mean, sd, quantiles, R-hat, bulk ESS),
 #'   [plot()] (trace plots), [coef()], `as.array()`, and `as.mcmc.list()`
@@ -85,7 +125,7 @@
 #' d <- data.frame(g = rep(1:8, each = 20), x = rnorm(160))
 #' b <- rnorm(8, 1, 0.5)
 #' d$y <- rnorm(160, 0.5 + b[d$g] * d$x, 1)
-#' fit <- hbglm(y ~ x, d, group = "g", iter = 400, warmup = 200, chains = 2,
+#' fit <- hbglm(y ~ x, d, group = "g", iter = 2000, warmup = 1000, chains = 2,
 #'              use.gpu = FALSE)
 #' fit
 #' summary(fit, pars = c("mu", "tau"))
@@ -93,9 +133,10 @@
 hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson"),
                   global = NULL, iter = 2000, warmup = 1000, chains = 4, thin = 1,
                   prior = hbglm_prior(), slice = list(w = 1, m = Inf), use.gpu = NA,
-                  seed = NULL, parallel = c("none", "future")) {
+                  seed = NULL, parallel = c("none", "future"), offset = NULL, ...) {
   call <- environment()
-  family <- match_arg(family, c("gaussian", "binomial", "poisson"), "family", call)
+  hbglm_check_dots(match.call(expand.dots = FALSE)$..., call)
+  family <- hbglm_family(family, call)
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   iter <- check_count(iter, "iter", min = 2, call = call)
   warmup <- check_count(warmup, "warmup", min = 0, call = call)
@@ -122,10 +163,31 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   slice <- check_slice(slice, call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   seed <- check_seed(seed, call = call)
+  if (missing(data)) bulkem_abort("{.arg data} must be given: a data frame holding the variables.", call = call)
+  if (!is.data.frame(data)) {
+    bulkem_abort(c("{.arg data} must be a data frame.",
+                   x = "You supplied {describe_value(data)}."), call = call)
+  }
+  # `offset` is evaluated in `data`, as glm() does.
+  offset_expr <- substitute(offset)
+  offset <- if (is.null(offset_expr)) NULL else {
+    tryCatch(eval(offset_expr, data, parent.frame()),
+             error = function(e) bulkem_abort(c("{.arg offset} can't be evaluated in {.arg data}.",
+                                                x = conditionMessage(e)), call = call))
+  }
 
-  model <- hbglm_data(formula, data, group, family, global, call)
+  model <- hbglm_data(formula, data, group, family, global, offset, call)
+  if (length(model$groups) == 1 && prior$tau_kind != "fixed") {
+    bulkem_abort(c(
+      "{.arg group} must have at least two groups.",
+      x = "All rows are in group {.val {model$groups}}: the spread of the groups' coefficients ({.field tau}) can't be estimated from one group.",
+      i = "Use {.fn glm} for one group, or hold {.field tau} fixed with {.code hbglm_prior(tau_fixed = )}."
+    ), call = call)
+  }
   settings <- list(
-    y = model$y, x = as.double(t(model$x)), z = as.double(t(model$z)), sizes = model$sizes,
+    y = model$y, x = as.double(t(model$x)), z = as.double(t(model$z)),
+    offset = if (is.null(model$offset)) double() else model$offset,
+    trials = if (is.null(model$trials)) double() else model$trials, sizes = model$sizes,
     k = ncol(model$x), p = ncol(model$z), family = family, prior = unclass(prior), iter = iter,
     warmup = warmup, thin = thin, slice = slice, seed = seed
   )
@@ -147,6 +209,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   pars <- hbglm_par_names(model$groups, colnames(model$x), colnames(model$z), family)
   draws <- array(raw$draws, dim = c(raw$kept, raw$chains, raw$n_params),
                  dimnames = list(iteration = NULL, chain = NULL, variable = pars))
+  raw$draws <- NULL
   updates <- raw$sweeps * c(beta = length(model$groups) * ncol(model$x), gamma = ncol(model$z))
   fit <- list(
     draws = draws, family = family, formula = formula, global = global,
@@ -159,10 +222,130 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     evaluations = list(
       per_beta_update = raw$beta_evals / updates[["beta"]],
       per_gamma_update = if (updates[["gamma"]] > 0) raw$gamma_evals / updates[["gamma"]] else NA_real_,
-      scale_total = raw$scale_evals, stuck = raw$stuck
-    )
+      scale_total = raw$scale_evals, stuck = raw$stuck,
+      stuck_by = stats::setNames(raw$stuck_by, pars)
+    ),
+    scale_floor = c(stats::setNames(raw$tau_floor, paste0("tau[", colnames(model$x), "]")),
+                    if (family == "gaussian") c(sigma = raw$sigma_floor))
   )
-  structure(fit, class = "bulkem_hbglm")
+  fit$warnings <- hbglm_problems(fit, raw$separation, colnames(model$x), colnames(model$z))
+  fit <- structure(fit, class = "bulkem_hbglm")
+  for (w in fit$warnings) {
+    cli::cli_warn(c("{w$head}", x = "{w$detail}", i = "{w$hint}"),
+                  class = c(paste0("bulkem_warning_", w$kind), "bulkem_warning"))
+  }
+  fit$warnings <- vapply(fit$warnings, function(w) paste(w$head, w$detail), character(1))
+  fit
+}
+
+# `...` of hbglm() catches arguments it does not have (glm's `weights`,
+# a misspelt name), so that none is silently ignored.
+hbglm_check_dots <- function(dots, call) {
+  if (length(dots) == 0) return(invisible())
+  nms <- names(dots)
+  if (is.null(nms)) nms <- rep("", length(dots))
+  if ("weights" %in% nms) {
+    bulkem_abort(c(
+      "{.fn hbglm} has no {.arg weights} argument: it can't weight observations.",
+      i = "For binomial data with several trials per row, give the response as {.code cbind(successes, failures)}."
+    ), call = call)
+  }
+  named <- nms[nzchar(nms)]
+  if (length(named) > 0) {
+    bulkem_abort(c("{.fn hbglm} has no argument{?s} {.arg {named}}.",
+                   i = "See {.help bulkem::hbglm} for its arguments."), call = call)
+  }
+  bulkem_abort(c("{.fn hbglm} takes no further unnamed arguments.",
+                 x = "{length(dots)} unnamed argument{?s} {?was/were} given after {.arg offset}."), call = call)
+}
+
+# family: a name, or a family object / function with its canonical link.
+hbglm_family <- function(family, call) {
+  if (is.function(family)) {
+    family <- tryCatch(family(), error = function(e) NULL)
+  }
+  if (inherits(family, "family")) {
+    canonical <- c(gaussian = "identity", binomial = "logit", poisson = "log")
+    if (!family$family %in% names(canonical)) {
+      bulkem_abort(c("{.arg family} must be gaussian, binomial or poisson.",
+                     x = "You supplied the {.val {family$family}} family."), call = call)
+    }
+    if (!identical(family$link, canonical[[family$family]])) {
+      bulkem_abort(c("{.fn hbglm} fits the {family$family} family with its canonical link only ({.val {canonical[[family$family]]}}).",
+                     x = "You supplied the {.val {family$link}} link."), call = call)
+    }
+    return(family$family)
+  }
+  match_arg(family, c("gaussian", "binomial", "poisson"), "family", call)
+}
+
+# The warnings a fit raises: stuck slice updates, scales at their floor,
+# R-hat above 1.05, separation. Each: list(kind, head, detail, hint).
+hbglm_problems <- function(fit, separation, coefs, globals) {
+  out <- list()
+  listing <- function(names, values, fmt) {
+    shown <- utils::head(seq_along(names), 8)
+    text <- paste0(names[shown], " (", sprintf(fmt, values[shown]), ")", collapse = ", ")
+    if (length(names) > 8) text <- paste0(text, ", and ", length(names) - 8, " more")
+    text
+  }
+  stuck <- fit$evaluations$stuck_by
+  stuck <- stuck[stuck > 0]
+  if (length(stuck) > 0) {
+    stuck <- sort(stuck, decreasing = TRUE)
+    out$stuck <- list(
+      kind = "stuck",
+      head = sprintf("%s slice update%s stuck: the parameter kept its value because its log density was numerically flat or not finite.",
+                     format(sum(stuck), big.mark = ","), if (sum(stuck) == 1) " was" else "s were"),
+      detail = paste0("Stuck updates (count): ", listing(names(stuck), stuck, "%.0f"), "."),
+      hint = "Those draws are unreliable: check the scale of the data (rescale very large or small values) and the model."
+    )
+  }
+  draws <- fit$draws
+  floors <- fit$scale_floor
+  at_floor <- vapply(names(floors), function(p) sum(draws[, , p] <= 10 * floors[[p]]), numeric(1))
+  hit <- at_floor[at_floor > 0]
+  if (length(hit) > 0) {
+    total <- prod(dim(draws)[1:2])
+    out$floor <- list(
+      kind = "floor",
+      head = "A scale reached the floor of its sampled range: its posterior piles up at zero.",
+      detail = paste0("Draws within 10x of the floor, of ", total, ": ",
+                      listing(names(hit), hit, "%.0f"), "; floors ",
+                      paste0(names(hit), " = ", signif(floors[names(hit)], 3), collapse = ", "), "."),
+      hint = paste("The response is fitted exactly (no noise) or the groups' coefficients are identical;",
+                   "scales are sampled above 1e-10 times their scale in the data, so these draws are truncated there.")
+    )
+  }
+  diag <- hbglm_diagnostics(draws)
+  rhat <- stats::setNames(diag$rhat, rownames(diag))
+  bad <- rhat[!is.na(rhat) & rhat > 1.05]
+  if (length(bad) > 0) {
+    bad <- sort(bad, decreasing = TRUE)
+    out$rhat <- list(
+      kind = "rhat",
+      head = sprintf("The chains have not mixed: R-hat is above 1.05 for %d parameter%s.",
+                     length(bad), if (length(bad) == 1) "" else "s"),
+      detail = paste0("R-hat: ", listing(names(bad), bad, "%.3f"), "."),
+      hint = "Run longer (larger `iter` and `warmup`) or check the model; see summary() for all parameters."
+    )
+  }
+  if (length(separation) > 0) {
+    cols <- c(coefs, globals)[separation]
+    pars <- ifelse(separation <= length(coefs), paste0("mu[", cols, "]"), paste0("gamma[", cols, "]"))
+    what <- if (fit$family == "binomial") "perfectly separated: a combination of these columns splits the successes from the failures" else
+      "such that zero counts drive the linear predictor to -Inf along these columns"
+    out$separation <- list(
+      kind = "separation",
+      head = paste0("The pooled data are ", what, ", so the likelihood has no maximum."),
+      detail = paste0("Columns: ", paste(cols, collapse = ", "), "; their coefficients (",
+                      paste(pars, collapse = ", "),
+                      if (any(separation <= length(coefs))) " and the groups' beta" else "",
+                      ") are bounded only by the priors."),
+      hint = "Their draws reflect the priors, not the data; consider removing or merging these predictors."
+    )
+  }
+  unname(out)
 }
 
 #' Priors of a hierarchical GLM
@@ -177,6 +360,10 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
 #' "half-normal"` gives \eqn{\tau_k \sim} half-normal(0, `tau_scale`).
 #' `tau_fixed` and `sigma_fixed` hold a scale at a known value instead of
 #' sampling it (the conjugate model with known variances).
+#'
+#' Every sd and scale must lie between 1e-100 and 1e100, and `mu_mean` be at
+#' most 1e100 in magnitude: beyond, their squares and inverse squares leave
+#' the range of double precision.
 #'
 #' @param mu_mean,mu_sd Mean and sd of the normal prior of each \eqn{\mu_k}.
 #' @param tau_scale Scale of the prior of each \eqn{\tau_k}.
@@ -197,13 +384,17 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
                         sigma_scale = 2.5, tau_fixed = NULL, sigma_fixed = NULL) {
   call <- environment()
   mu_mean <- check_number(mu_mean, "mu_mean", call = call)
-  mu_sd <- check_positive(mu_sd, "mu_sd", call)
-  tau_scale <- check_positive(tau_scale, "tau_scale", call)
+  if (abs(mu_mean) > PRIOR_MAX) {
+    bulkem_abort(c("{.arg mu_mean} must be at most 1e100 in magnitude.",
+                   x = "You supplied {describe_value(mu_mean)}."), call = call)
+  }
+  mu_sd <- check_prior_scale(mu_sd, "mu_sd", call)
+  tau_scale <- check_prior_scale(tau_scale, "tau_scale", call)
   tau_family <- match_arg(tau_family, c("half-cauchy", "half-normal"), "tau_family", call)
-  gamma_sd <- check_positive(gamma_sd, "gamma_sd", call)
-  sigma_scale <- check_positive(sigma_scale, "sigma_scale", call)
-  if (!is.null(tau_fixed)) tau_fixed <- check_positive(tau_fixed, "tau_fixed", call)
-  if (!is.null(sigma_fixed)) sigma_fixed <- check_positive(sigma_fixed, "sigma_fixed", call)
+  gamma_sd <- check_prior_scale(gamma_sd, "gamma_sd", call)
+  sigma_scale <- check_prior_scale(sigma_scale, "sigma_scale", call)
+  if (!is.null(tau_fixed)) tau_fixed <- check_prior_scale(tau_fixed, "tau_fixed", call)
+  if (!is.null(sigma_fixed)) sigma_fixed <- check_prior_scale(sigma_fixed, "sigma_fixed", call)
   structure(list(
     mu_mean = mu_mean, mu_sd = mu_sd,
     tau_kind = if (is.null(tau_fixed)) tau_family else "fixed",
@@ -301,7 +492,12 @@ slice_sample <- function(log_density, x0, n, w = 1, m = Inf, lower = -Inf, upper
                      x = "{.code log_density({x0})} is {f0}."), call = call)
   }
   m_steps <- if (is.infinite(m)) SLICE_MAX_STEPS else m
-  out <- numeric(n)
+  # The draws are the only large allocation: refused as a memory error.
+  out <- tryCatch(numeric(n), error = function(e) {
+    bulkem_abort(c("{.fn slice_sample} needs more memory than is available.",
+                   x = "{n} draws need {format(8 * n / 1e9, digits = 3)} GB: {conditionMessage(e)}"),
+                 kind = "memory", call = call)
+  })
   x <- x0
   for (i in seq_len(n)) {
     y <- f0 - stats::rexp(1)
@@ -351,6 +547,19 @@ check_positive <- function(x, arg, call) {
   as.double(x)
 }
 
+# As the core's PRIOR_MIN and PRIOR_MAX.
+PRIOR_MIN <- 1e-100
+PRIOR_MAX <- 1e100
+
+check_prior_scale <- function(x, arg, call) {
+  x <- check_positive(x, arg, call)
+  if (x < PRIOR_MIN || x > PRIOR_MAX) {
+    bulkem_abort(c("{.arg {arg}} must be between 1e-100 and 1e100.",
+                   x = "You supplied {describe_value(x)}."), call = call)
+  }
+  x
+}
+
 check_slice <- function(slice, call) {
   if (!is.list(slice) || (length(slice) > 0 && is.null(names(slice))) ||
       !all(names(slice) %in% c("w", "m", "adapt"))) {
@@ -370,16 +579,17 @@ check_slice <- function(slice, call) {
   list(w = w, m = as.double(m), adapt = adapt)
 }
 
-# Model matrices sorted by group, with every bad input reported in R terms.
-hbglm_data <- function(formula, data, group, family, global, call) {
+# As the core's MAX_ABS_VALUE: larger responses, predictors and offsets
+# overflow the likelihood (squares, sums of products).
+HBGLM_MAX_ABS <- 1e100
+
+# Model matrices sorted by group, with every bad input reported in R terms
+# (rows and columns of the user's data).
+hbglm_data <- function(formula, data, group, family, global, offset, call) {
   if (!inherits(formula, "formula") || length(formula) != 3) {
     what <- if (inherits(formula, "formula")) "a one-sided formula" else describe_value(formula)
     bulkem_abort(c("{.arg formula} must be a two-sided formula such as {.code y ~ x}.",
                      x = "You supplied {what}."), call = call)
-  }
-  if (!is.data.frame(data)) {
-    bulkem_abort(c("{.arg data} must be a data frame.",
-                     x = "You supplied {describe_value(data)}."), call = call)
   }
   if (nrow(data) == 0) bulkem_abort("{.arg data} must have at least one row.", call = call)
   if (!is.null(global) && (!inherits(global, "formula") || length(global) != 2)) {
@@ -387,19 +597,40 @@ hbglm_data <- function(formula, data, group, family, global, call) {
                      x = "You supplied {describe_value(global)}."), call = call)
   }
   g <- hbglm_group(group, data, call)
-  mf <- tryCatch(stats::model.frame(formula, data, na.action = stats::na.pass),
-                 error = function(e) bulkem_abort(c("{.arg formula} can't be evaluated in {.arg data}.",
-                                                      x = conditionMessage(e)), call = call))
+  frame <- function(f, arg) {
+    hbglm_check_terms(f, data, arg, call)
+    tryCatch(stats::model.frame(f, data, na.action = stats::na.pass),
+             error = function(e) bulkem_abort(c("{.arg {arg}} can't be evaluated in {.arg data}.",
+                                                x = conditionMessage(e)), call = call))
+  }
+  matrix_of <- function(f, mf, arg) {
+    tryCatch(stats::model.matrix(f, mf),
+             error = function(e) bulkem_abort(c("{.arg {arg}} can't be turned into a design matrix.",
+                                                x = conditionMessage(e)), call = call))
+  }
+  mf <- frame(formula, "formula")
+  if (nrow(mf) != nrow(data)) {
+    bulkem_abort(c("The variables of {.arg formula} must have one value per row of {.arg data} ({nrow(data)}).",
+                   x = "They have {nrow(mf)}."), call = call)
+  }
   y <- stats::model.response(mf)
-  x <- stats::model.matrix(formula, mf)
+  x <- matrix_of(formula, mf, "formula")
+  off <- stats::model.offset(mf)
   z <- if (is.null(global)) {
     matrix(0, nrow(data), 0)
   } else {
-    gf <- tryCatch(stats::model.frame(global, data, na.action = stats::na.pass),
-                   error = function(e) bulkem_abort(c("{.arg global} can't be evaluated in {.arg data}.",
-                                                        x = conditionMessage(e)), call = call))
-    zz <- stats::model.matrix(global, gf)
+    gf <- frame(global, "global")
+    goff <- stats::model.offset(gf)
+    if (!is.null(goff)) off <- if (is.null(off)) goff else off + goff
+    zz <- matrix_of(global, gf, "global")
     zz[, colnames(zz) != "(Intercept)", drop = FALSE]
+  }
+  if (!is.null(offset)) {
+    if (!is.numeric(offset) || !is.null(dim(offset)) || length(offset) != nrow(data)) {
+      bulkem_abort(c("{.arg offset} must be a numeric vector with one value per row of {.arg data} ({nrow(data)}).",
+                     x = "It is {describe_value(offset)}."), call = call)
+    }
+    off <- if (is.null(off)) as.double(offset) else off + offset
   }
   if (ncol(x) == 0) {
     bulkem_abort("{.arg formula} must give at least one coefficient that varies by group.", call = call)
@@ -409,7 +640,8 @@ hbglm_data <- function(formula, data, group, family, global, call) {
     bulkem_abort(c("A coefficient can't both vary by group and be global.",
                      x = "{.val {both}} appear{?s/} in {.arg formula} and in {.arg global}."), call = call)
   }
-  for (part in list(list(y, "The response"), list(x, "A predictor in `formula`"), list(z, "A predictor in `global`"), list(g, "The group"))) {
+  for (part in list(list(y, "The response"), list(x, "A predictor in `formula`"), list(z, "A predictor in `global`"),
+                    list(off, "The offset"), list(g, "The group"))) {
     bad <- if (is.matrix(part[[1]])) which(rowSums(is.na(part[[1]])) > 0) else which(is.na(part[[1]]))
     if (length(bad) > 0) {
       bulkem_abort(c("{.arg data} must not have missing values in the variables of the model.",
@@ -417,7 +649,12 @@ hbglm_data <- function(formula, data, group, family, global, call) {
                      call = call)
     }
   }
-  y <- hbglm_response(y, family, call)
+  for (part in list(list(x, "formula"), list(z, "global"))) {
+    hbglm_check_values(part[[1]], paste0("A predictor in {.arg ", part[[2]], "}"), call)
+  }
+  if (!is.null(off)) hbglm_check_values(matrix(off, dimnames = list(NULL, "offset")), "The offset", call)
+  hbglm_check_rank(cbind(x, z), call)
+  response <- hbglm_response(y, family, call)
   if (!is.factor(g)) g <- factor(g)
   empty <- levels(g)[tabulate(g, nlevels(g)) == 0]
   if (length(empty) > 0) {
@@ -426,8 +663,77 @@ hbglm_data <- function(formula, data, group, family, global, call) {
                      i = "Drop unused levels with {.fn droplevels}."), call = call)
   }
   ord <- order(as.integer(g))
-  list(y = y[ord], x = x[ord, , drop = FALSE], z = z[ord, , drop = FALSE],
+  list(y = response$y[ord], trials = response$trials[ord], offset = if (!is.null(off)) as.double(off)[ord],
+       x = x[ord, , drop = FALSE], z = z[ord, , drop = FALSE],
        sizes = tabulate(g, nlevels(g)), groups = levels(g))
+}
+
+# Terms hbglm() cannot honour are errors naming them: random-effect bars
+# (the grouping is `group`).
+hbglm_check_terms <- function(f, data, arg, call) {
+  tt <- tryCatch(stats::terms(f, data = data),
+                 error = function(e) bulkem_abort(c("{.arg {arg}} can't be read.", x = conditionMessage(e)), call = call))
+  labels <- attr(tt, "term.labels")
+  is_bar <- vapply(labels, function(t) {
+    e <- tryCatch(str2lang(t), error = function(e) NULL)
+    is.call(e) && as.character(e[[1]]) %in% c("|", "||")
+  }, logical(1))
+  if (any(is_bar)) {
+    bars <- paste0("(", labels[is_bar], ")")
+    bulkem_abort(c(
+      "{.arg {arg}} has {cli::qty(length(bars))}{?a term/terms} {.fn hbglm} can't fit: {.code {bars}}.",
+      x = "Random-effect terms with {.code |} are not supported.",
+      i = "The grouping is {.arg group} (such as {.code group = ~ g}): the coefficients of {.arg formula} vary by group, those of {.arg global} are shared."
+    ), call = call)
+  }
+  invisible()
+}
+
+# Every value finite and small enough for the likelihood, naming the row
+# and column of the first that is not.
+hbglm_check_values <- function(m, what, call) {
+  if (!is.numeric(m)) return(invisible())
+  bad <- which(!is.finite(m) | abs(m) > HBGLM_MAX_ABS, arr.ind = TRUE)
+  if (length(bad) == 0) return(invisible())
+  row <- bad[1, 1]
+  col <- colnames(m)[bad[1, 2]]
+  v <- m[row, bad[1, 2]]
+  if (!is.finite(v)) {
+    bulkem_abort(c(paste(what, "must be finite."),
+                   x = "Column {.val {col}} is {v} in row {row}."), call = call)
+  }
+  bulkem_abort(c(paste(what, "overflows the likelihood: values must be at most 1e100 in magnitude."),
+                 x = "Column {.val {col}} is {format(v, digits = 3)} in row {row}.",
+                 i = "Rescale it (change its units)."), call = call)
+}
+
+# A singular design (columns that are linear combinations of others, in the
+# pooled x and z) is an error naming the columns: pivoted Cholesky of the
+# column-scaled cross-product, aliasing as lm()'s tolerance (1e-7 on the
+# QR diagonal, squared here).
+hbglm_check_rank <- function(m, call) {
+  if (ncol(m) == 0) return(invisible())
+  scale <- sqrt(colSums(m^2))
+  zero <- colnames(m)[scale == 0]
+  if (length(zero) > 0) {
+    bulkem_abort(c("The design is singular: a column is all zero.",
+                   x = "Column{?s} {.val {zero}} {?is/are} zero in every row."), call = call)
+  }
+  xtx <- crossprod(sweep(m, 2, scale, "/"))
+  ch <- suppressWarnings(chol(xtx, pivot = TRUE, tol = 1e-14))
+  rank <- attr(ch, "rank")
+  if (rank < ncol(m)) {
+    piv <- attr(ch, "pivot")
+    aliased <- colnames(m)[piv[(rank + 1):ncol(m)]]
+    kept <- colnames(m)[piv[seq_len(rank)]]
+    n_aliased <- length(aliased)
+    bulkem_abort(c(
+      "The design is singular: some columns are linear combinations of the others.",
+      x = "{cli::qty(n_aliased)}Column{?s} {.val {aliased}} {cli::qty(n_aliased)}{?is a linear combination/are linear combinations} of {.val {kept}}.",
+      i = "{cli::qty(n_aliased)}Remove {?it/them} from {.arg formula} or {.arg global}: no coefficient can be estimated for {?it/them}."
+    ), call = call)
+  }
+  invisible()
 }
 
 hbglm_group <- function(group, data, call) {
@@ -453,9 +759,29 @@ hbglm_group <- function(group, data, call) {
   g
 }
 
+# The response as the core takes it: list(y, trials), trials NULL unless
+# the binomial response is cbind(successes, failures).
 hbglm_response <- function(y, family, call) {
-  if (is.matrix(y) || is.null(y)) {
-    bulkem_abort("The response of {.arg formula} must be a single vector.", call = call)
+  if (is.null(y)) bulkem_abort("The response of {.arg formula} is missing.", call = call)
+  where <- function(bad, v) paste0("Row ", bad, " is ", describe_value(v[bad]), ".")
+  if (is.matrix(y)) {
+    if (family != "binomial" || ncol(y) != 2) {
+      bulkem_abort(c(
+        "The response of {.arg formula} must be a single vector{if (family == 'binomial') ' or {.code cbind(successes, failures)}'}.",
+        x = "It has {ncol(y)} columns."
+      ), call = call)
+    }
+    if (!is.numeric(y)) {
+      bulkem_abort("{.code cbind(successes, failures)} must hold numbers.", call = call)
+    }
+    bad <- which(rowSums(!is.finite(y) | y < 0 | y != round(y) | abs(y) > HBGLM_MAX_ABS) > 0)
+    if (length(bad) > 0) {
+      bulkem_abort(c(
+        "{.code cbind(successes, failures)} must hold non-negative whole numbers of trials.",
+        x = "Row {bad[1]} is ({y[bad[1], 1]}, {y[bad[1], 2]})."
+      ), call = call)
+    }
+    return(list(y = as.double(y[, 1]), trials = as.double(y[, 1] + y[, 2])))
   }
   if (family == "binomial") {
     if (is.logical(y)) y <- as.double(y)
@@ -469,18 +795,37 @@ hbglm_response <- function(y, family, call) {
     if (!is.numeric(y) || any(y != 0 & y != 1)) {
       bad <- if (is.numeric(y)) which(y != 0 & y != 1)[1] else 1
       bulkem_abort(c("The response must be 0 or 1 for {.code family = \"binomial\"}.",
-                       x = "Row {bad} is {describe_value(y[bad])}."), call = call)
+                       x = where(bad, y),
+                       i = "For counts of successes out of several trials, give {.code cbind(successes, failures)}."), call = call)
     }
   } else if (family == "poisson") {
-    if (!is.numeric(y) || any(y < 0 | y != round(y)) || any(!is.finite(y))) {
-      bad <- if (is.numeric(y)) which(y < 0 | y != round(y) | !is.finite(y))[1] else 1
-      bulkem_abort(c("The response must be a non-negative whole number for {.code family = \"poisson\"}.",
-                       x = "Row {bad} is {describe_value(y[bad])}."), call = call)
+    if (!is.numeric(y)) {
+      bulkem_abort(c("The response must be counts (numbers) for {.code family = \"poisson\"}.",
+                     x = "It is {describe_value(y)}."), call = call)
     }
-  } else if (!is.numeric(y) || any(!is.finite(y))) {
-    bulkem_abort("The response must be finite numbers for {.code family = \"gaussian\"}.", call = call)
+    bad <- which(!is.finite(y) | y < 0 | y != round(y) | y > HBGLM_MAX_ABS)
+    if (length(bad) > 0) {
+      bulkem_abort(c("The response must be a non-negative whole number for {.code family = \"poisson\"}.",
+                       x = where(bad[1], y)), call = call)
+    }
+  } else {
+    if (!is.numeric(y)) {
+      bulkem_abort(c("The response must be numeric for {.code family = \"gaussian\"}.",
+                     x = "It is {describe_value(y)}."), call = call)
+    }
+    bad <- which(!is.finite(y))
+    if (length(bad) > 0) {
+      bulkem_abort(c("The response must be finite numbers for {.code family = \"gaussian\"}.",
+                     x = where(bad[1], y)), call = call)
+    }
+    bad <- which(abs(y) > HBGLM_MAX_ABS)
+    if (length(bad) > 0) {
+      bulkem_abort(c("The response overflows the gaussian likelihood: values must be at most 1e100 in magnitude.",
+                     x = "Row {bad[1]} is {format(y[bad[1]], digits = 3)}.",
+                     i = "Rescale it (change its units)."), call = call)
+    }
   }
-  as.double(y)
+  list(y = as.double(y), trials = NULL)
 }
 
 hbglm_par_names <- function(groups, coefs, globals, family) {
@@ -493,7 +838,7 @@ hbglm_par_names <- function(groups, coefs, globals, family) {
 # One chunk of chains of hbglm(), here or on a future worker.
 hbglm_chunk <- function(part, idx, s) {
   ex <- chunk_exec(s)
-  hbglm_fit_(s$y, s$x, s$z, s$sizes, s$k, s$p, s$family, s$prior, s$iter, s$warmup,
+  hbglm_fit_(s$y, s$x, s$z, s$offset, s$trials, s$sizes, s$k, s$p, s$family, s$prior, s$iter, s$warmup,
              length(idx), s$thin, s$slice$w, s$slice$m, s$slice$adapt, s$seed,
              idx[1] - 1L, ex$threads, ex$backend)
 }
@@ -513,6 +858,7 @@ bind_chain_parts <- function(parts, chunks) {
     backend = paste(unique(vapply(parts, `[[`, character(1), "backend")), collapse = ", "),
     seconds = max(vapply(parts, `[[`, numeric(1), "seconds")),
     sweeps = total("sweeps"), beta_evals = total("beta_evals"), gamma_evals = total("gamma_evals"),
-    scale_evals = total("scale_evals"), stuck = total("stuck")
+    scale_evals = total("scale_evals"), stuck = total("stuck"),
+    stuck_by = Reduce(`+`, lapply(parts, `[[`, "stuck_by"))
   ))
 }

@@ -18,6 +18,13 @@
 // streams, but not the same numbers (GPU draws agree in distribution).
 //
 // HB_FAMILY: 0 gaussian, 1 binomial (logit), 2 poisson (log).
+//
+// An offset (glm's) needs nothing here: it is part of eta from the start
+// (the host's starting state) and eta is only ever updated incrementally.
+// Binomial trials per row come in `trials` (NULL: one trial per row).
+// tau and sigma are sampled on the log scale within [log floor, log
+// scale_max] (core/src/gibbs/model.rs, SCALE_FLOOR_REL), so 1/scale^2 never
+// overflows and no draw is NaN.
 
 #ifndef HB_FAMILY
 #define HB_FAMILY 1
@@ -25,15 +32,20 @@
 
 #define HB_INF __longlong_as_double(0x7ff0000000000000LL)
 
-__device__ __forceinline__ double hb_loglik(double y, double eta, double inv_var) {
+// `n`: binomial trials (ignored by the other families).
+__device__ __forceinline__ double hb_loglik(double y, double n, double eta, double inv_var) {
 #if HB_FAMILY == 0
     const double r = y - eta;
     return -0.5 * r * r * inv_var;
 #elif HB_FAMILY == 1
-    return y * eta - (eta > 0.0 ? eta + log1p(exp(-eta)) : log1p(exp(eta)));
+    return y * eta - n * (eta > 0.0 ? eta + log1p(exp(-eta)) : log1p(exp(eta)));
 #else
     return y * eta - exp(eta);
 #endif
+}
+
+__device__ __forceinline__ double hb_trials(const double* trials, long long i) {
+    return trials ? trials[i] : 1.0;
 }
 
 // ---------------------------------------------------------------------------
@@ -145,6 +157,8 @@ struct HbArgs {
     unsigned long long seed;
     unsigned long long* counters;  // beta evals, gamma evals, scale evals, stuck
     int chain0;                    // global index of chain 0 (random streams only)
+    const double* trials;          // binomial trials per row, or NULL (one each)
+    unsigned long long* stuck_by;  // chains x ncoord: stuck updates per coordinate
 };
 
 // The coordinate-wise slice updates of group g of chain c, by `nthreads`
@@ -162,7 +176,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     double d0 = 0.0, b0 = 0.0, mu = 0.0, inv_tau = 1.0;
     auto lik = [&](double d) -> double {
         double s = 0.0;
-        for (long long i = r0 + lane; i < r1; i += nthreads) s += hb_loglik(a.y[i], eta[i] + a.x[i * K + j_coord] * d, inv_var);
+        for (long long i = r0 + lane; i < r1; i += nthreads) s += hb_loglik(a.y[i], hb_trials(a.trials, i), eta[i] + a.x[i * K + j_coord] * d, inv_var);
         return reduce(s);
     };
     auto post = [&](double v) -> double {
@@ -173,6 +187,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     long long evals = 1, stuck = 0;
     double* w = a.widths + (size_t)c * a.ncoord + (size_t)g * K;
     double* moved = a.moved + (size_t)c * a.ncoord + (size_t)g * K;
+    unsigned long long* stuck_by = a.stuck_by + (size_t)c * a.ncoord + (size_t)g * K;
     for (int j = 0; j < K; ++j) {
         j_coord = j;
         b0 = b[j];
@@ -182,6 +197,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
         const HbStep st = hb_slice(b0, L - 0.5 * z0 * z0, post, w[j], a.m, -HB_INF, HB_INF, rng);
         evals += st.evals;
         stuck += st.stuck;
+        if (lane == 0 && st.stuck) stuck_by[j] += 1;
         const double delta = st.x - b0;
         if (delta != 0.0) {
             for (long long i = r0 + lane; i < r1; i += nthreads) eta[i] += a.x[i * K + j] * delta;
@@ -252,6 +268,8 @@ struct HbGlobal {
     // Draws: chains x kept x params; -1: not kept this sweep.
     double* draws;
     int kept, params, draw_index;
+    double sigma_floor, scale_max;  // sampled range of sigma (and tau's ceiling)
+    const double* tau_floor;        // K floors of tau
 };
 
 // One block per chain: gamma, mu, tau, sigma; then record the draw.
@@ -274,7 +292,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
         auto logf = [&](double v) -> double {
             double s = 0.0;
             const double d = v - c0;
-            for (int i = tid; i < n; i += nt) s += hb_loglik(a.y[i], eta[i] + h.z[(size_t)i * P + j] * d, inv_var);
+            for (int i = tid; i < n; i += nt) s += hb_loglik(a.y[i], hb_trials(a.trials, i), eta[i] + h.z[(size_t)i * P + j] * d, inv_var);
             const double q = v / h.gamma_sd;
             return block_sum(s, scratch) - 0.5 * q * q;
         };
@@ -282,6 +300,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
         const HbStep st = hb_slice(c0, logf(c0), logf, w[idx], a.m, -HB_INF, HB_INF, rng);
         gamma_evals += st.evals + 1;
         stuck += st.stuck;
+        if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
         const double delta = st.x - c0;
         if (delta != 0.0) {
             for (int i = tid; i < n; i += nt) eta[i] += h.z[(size_t)i * P + j] * delta;
@@ -320,9 +339,10 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             };
             const int idx = G * K + P + k;
             const double u0 = log(h.tau[c * K + k]);
-            const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, -HB_INF, HB_INF, rng);
+            const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, log(h.tau_floor[k]), log(h.scale_max), rng);
             scale_evals += st.evals + 1;
             stuck += st.stuck;
+            if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
             __syncthreads();
             if (tid == 0) {
                 h.tau[c * K + k] = exp(st.x);
@@ -343,9 +363,10 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
         };
         const int idx = G * K + P + K;
         const double u0 = log(h.sigma[c]);
-        const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, -HB_INF, HB_INF, rng);
+        const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, log(h.sigma_floor), log(h.scale_max), rng);
         scale_evals += st.evals + 1;
         stuck += st.stuck;
+        if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
         __syncthreads();
         if (tid == 0) {
             h.sigma[c] = exp(st.x);

@@ -4,9 +4,16 @@
 //! reproducibility across thread counts. Tolerances are several Monte Carlo
 //! standard errors, with the effective sample size estimated from the draws.
 
-use bulkem_core::exec::Exec;
-use bulkem_core::gibbs::diagnostics::{ess, ess_bulk, qnorm, rhat};
-use bulkem_core::gibbs::{sample, slice_step, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, State, Sweeper};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bulkem_core::error::ErrorKind;
+use bulkem_core::exec::{Exec, Monitor};
+use bulkem_core::gibbs::diagnostics::{ess, ess_bulk, qnorm, rhat, rhat_ess_all, rhat_ess_all_watched};
+use bulkem_core::gibbs::separation::separated_columns;
+use bulkem_core::gibbs::{
+    sample, slice_step, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, State, Sweeper, SCALE_FLOOR_REL,
+};
 
 /// Z-score bound of every Monte Carlo comparison.
 const Z: f64 = 5.0;
@@ -222,10 +229,18 @@ fn gaussian_model_with_known_variances_matches_closed_form_posterior() {
 /// Posterior mean and sd of the single coefficient of a one-group GLM by
 /// quadrature; beta's marginal prior is N(m0, s0^2 + tau^2).
 fn quadrature(family: Family, y: &[f64], x: &[f64], m0: f64, v0: f64) -> (f64, f64) {
+    quadrature_with(family, y, x, &vec![0.0; y.len()], &vec![1.0; y.len()], m0, v0)
+}
+
+/// As `quadrature`, with an offset and binomial trials per row.
+fn quadrature_with(family: Family, y: &[f64], x: &[f64], offset: &[f64], trials: &[f64], m0: f64, v0: f64) -> (f64, f64) {
     let grid: Vec<f64> = (0..=40_000).map(|i| -8.0 + 16.0 * i as f64 / 40_000.0).collect();
     let logp: Vec<f64> = grid
         .iter()
-        .map(|&b| -0.5 * (b - m0) * (b - m0) / v0 + y.iter().zip(x).map(|(&yi, &xi)| family.loglik(yi, xi * b, 1.0)).sum::<f64>())
+        .map(|&b| {
+            -0.5 * (b - m0) * (b - m0) / v0
+                + (0..y.len()).map(|i| family.loglik_trials(y[i], trials[i], x[i] * b + offset[i], 1.0)).sum::<f64>()
+        })
         .collect();
     let top = logp.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let w: Vec<f64> = logp.iter().map(|l| (l - top).exp()).collect();
@@ -373,4 +388,306 @@ fn invalid_input_is_an_error_naming_the_argument() {
     assert!(err.to_string().contains("non-negative whole number"), "{err}");
     let err = sample(&data, &HbglmConfig { warmup: 2000, ..HbglmConfig::new(Family::Gaussian) }, &Exec::cpu()).unwrap_err();
     assert!(err.to_string().starts_with("`warmup`"), "{err}");
+}
+
+/// One group, one coefficient, with an offset and (binomial) trials: the
+/// sampler against quadrature of the same likelihood.
+fn one_group_glm_with(family: Family, y: Vec<f64>, x: Vec<f64>, offset: Vec<f64>, trials: Vec<f64>, iter: usize) {
+    let n = y.len();
+    let data = HbData::new(y.clone(), x.clone(), vec![], &[n], 1, 0)
+        .unwrap()
+        .with_offset(offset.clone())
+        .unwrap()
+        .with_trials(if family == Family::Binomial { trials.clone() } else { vec![] })
+        .unwrap();
+    let prior = Prior { mu_mean: 0.3, mu_sd: 1.0, tau: ScalePrior::Fixed(0.5), ..Prior::default() };
+    let config = HbglmConfig { prior, iter, warmup: iter / 6, chains: 4, seed: 5, ..HbglmConfig::new(family) };
+    let fit = sample(&data, &config, &Exec::cpu()).unwrap();
+    let (mean, sd) = quadrature_with(family, &y, &x, &offset, &trials, 0.3, 1.0 + 0.25);
+    let chains = fit.chains_of(fit.layout.beta(0, 0));
+    let n_eff = ess_bulk(&chains);
+    let m = fit.mean(fit.layout.beta(0, 0));
+    assert!(n_eff > 0.2 * (config.kept() * 4) as f64, "ESS {n_eff}");
+    assert!((m - mean).abs() < Z * sd / n_eff.sqrt(), "{family:?}: mean {m} vs quadrature {mean} (sd {sd}, ESS {n_eff})");
+}
+
+#[test]
+fn poisson_with_an_offset_matches_quadrature() {
+    // Exposures from 1 to 40: without the offset the slope would be far off.
+    let x: Vec<f64> = (0..30).map(|i| 0.5 + (i % 6) as f64 / 6.0).collect();
+    let offset: Vec<f64> = (0..30).map(|i| (1.0 + (i * 7 % 40) as f64).ln()).collect();
+    let y: Vec<f64> = (0..30).map(|i| ((i * 5) % 7) as f64 * (1.0 + (i * 7 % 40) as f64) / 8.0).map(f64::round).collect();
+    one_group_glm_with(Family::Poisson, y, x, offset, vec![1.0; 30], 3000);
+}
+
+#[test]
+fn binomial_with_trials_and_an_offset_matches_quadrature() {
+    let x: Vec<f64> = (0..25).map(|i| -1.0 + i as f64 / 12.0).collect();
+    let trials: Vec<f64> = (0..25).map(|i| (1 + (i * 3) % 9) as f64).collect();
+    let y: Vec<f64> = (0..25).map(|i| ((i * 5 % 7) as f64 / 6.0 * trials[i]).round()).collect();
+    let offset: Vec<f64> = (0..25).map(|i| 0.2 * ((i % 4) as f64 - 1.5)).collect();
+    one_group_glm_with(Family::Binomial, y, x, offset, trials, 3000);
+}
+
+#[test]
+fn binomial_trials_are_the_sum_of_their_bernoulli_rows() {
+    // The same likelihood written two ways: per-row counts with trials, and
+    // one 0/1 row per trial. Posterior means agree within Monte Carlo error.
+    let sizes = [6usize, 5, 7];
+    let (k, n) = (2, 18);
+    let (x, _) = design(&sizes, k, 0, 31);
+    let trials: Vec<f64> = (0..n).map(|i| (1 + i % 4) as f64).collect();
+    let succ: Vec<f64> = (0..n).map(|i| ((i * 7) % 5).min(1 + i % 4) as f64).collect();
+    let counts = HbData::new(succ.clone(), x.clone(), vec![], &sizes, k, 0).unwrap().with_trials(trials.clone()).unwrap();
+    let (mut yb, mut xb, mut sb) = (vec![], vec![], vec![0usize; 3]);
+    let mut row = 0;
+    for (g, &s) in sizes.iter().enumerate() {
+        for _ in 0..s {
+            for t in 0..trials[row] as usize {
+                yb.push((t < succ[row] as usize) as u8 as f64);
+                xb.extend_from_slice(&x[row * k..(row + 1) * k]);
+                sb[g] += 1;
+            }
+            row += 1;
+        }
+    }
+    let rows = HbData::new(yb, xb, vec![], &sb, k, 0).unwrap();
+    let prior = Prior { tau: ScalePrior::HalfNormal(1.0), ..Prior::default() };
+    let config = HbglmConfig { prior, iter: 3000, warmup: 500, chains: 4, seed: 2, ..HbglmConfig::new(Family::Binomial) };
+    let a = sample(&counts, &config, &Exec::cpu()).unwrap();
+    let b = sample(&rows, &HbglmConfig { seed: 3, ..config }, &Exec::cpu()).unwrap();
+    for q in 0..a.layout.n_params() {
+        let (ca, cb) = (a.chains_of(q), b.chains_of(q));
+        let all: Vec<f64> = ca.iter().chain(cb.iter()).flat_map(|c| c.iter().copied()).collect();
+        let m = all.iter().sum::<f64>() / all.len() as f64;
+        let sd = (all.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (all.len() as f64 - 1.0)).sqrt();
+        let se = sd * (1.0 / ess_bulk(&ca) + 1.0 / ess_bulk(&cb)).sqrt();
+        assert!((a.mean(q) - b.mean(q)).abs() < Z * se, "parameter {q}: {} vs {} (se {se})", a.mean(q), b.mean(q));
+    }
+}
+
+#[test]
+fn an_offset_enters_the_linear_predictor() {
+    // Gaussian: y with offset o is y - o without, to rounding.
+    let sizes = [4usize, 6];
+    let (x, z) = design(&sizes, 2, 1, 3);
+    let offset: Vec<f64> = (0..10).map(|i| 3.0 + i as f64).collect();
+    let y: Vec<f64> = (0..10).map(|i| 0.3 * i as f64 + offset[i]).collect();
+    let with = HbData::new(y.clone(), x.clone(), z.clone(), &sizes, 2, 1).unwrap().with_offset(offset.clone()).unwrap();
+    let without = HbData::new(y.iter().zip(&offset).map(|(a, b)| a - b).collect(), x, z, &sizes, 2, 1).unwrap();
+    let prior = Prior::default();
+    let sw = |d| Sweeper { data: d, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true };
+    let (a, b) = (sw(&with).init(1.0), sw(&without).init(1.0));
+    for ((ea, eb), o) in a.eta.iter().zip(&b.eta).zip(&offset) {
+        assert!((ea - eb - o).abs() < 1e-12);
+    }
+    // Bad offsets and trials are errors naming them.
+    let d = HbData::new(vec![1.0, 0.0], vec![1.0, 1.0], vec![], &[2], 1, 0).unwrap();
+    assert!(d.clone().with_offset(vec![1.0]).unwrap_err().to_string().starts_with("`offset`"));
+    assert!(d.clone().with_offset(vec![1.0, f64::NAN]).unwrap_err().to_string().contains("finite"));
+    assert!(d.clone().with_trials(vec![1.0, -1.0]).unwrap_err().to_string().starts_with("`trials`"));
+    let d2 = d.clone().with_trials(vec![0.0, 1.0]).unwrap();
+    let err = d2.check_family(Family::Binomial).unwrap_err();
+    assert!(err.to_string().contains("between 0 and the trials"), "{err}");
+    assert!(d.clone().with_trials(vec![1.0, 1.0]).unwrap().check_family(Family::Poisson).is_err());
+}
+
+#[test]
+fn a_noise_free_or_constant_response_gives_finite_draws_above_the_floors() {
+    // y = 1 + 2x exactly (8 groups x 20), and y constant: the residual sd
+    // and the groups' spread go to zero; the sampler keeps them at their
+    // floors, and every draw is finite, for every seed.
+    let sizes = [20usize; 8];
+    let (x, _) = design(&sizes, 2, 0, 4);
+    let n = 160;
+    for (what, y) in [
+        ("noise-free", (0..n).map(|i| 1.0 + 2.0 * x[2 * i + 1]).collect::<Vec<f64>>()),
+        ("constant", vec![5.0; n]),
+    ] {
+        let data = HbData::new(y.clone(), x.clone(), vec![], &sizes, 2, 0).unwrap();
+        let bounds = data.scale_bounds(Family::Gaussian);
+        for seed in 0..6 {
+            let config = HbglmConfig { iter: 300, warmup: 150, chains: 2, seed, ..HbglmConfig::new(Family::Gaussian) };
+            let fit = sample(&data, &config, &Exec::cpu()).unwrap();
+            assert!(fit.draws.iter().all(|v| v.is_finite()), "{what}, seed {seed}: non-finite draw");
+            let lay = fit.layout;
+            let sigma = fit.chain(lay.sigma().unwrap(), 0);
+            assert!(sigma.iter().all(|&s| s >= bounds.sigma_floor), "{what}: sigma below its floor");
+            // The floor is where the draws pile up.
+            assert!(sigma.iter().all(|&s| s < 10.0 * bounds.sigma_floor), "{what}: sigma {:?}", &sigma[..3]);
+            assert!(fit.chain(lay.tau(0), 1).iter().all(|&t| t >= bounds.tau_floor[0]));
+            // The coefficients are found exactly.
+            let mean_mu = fit.mean(lay.mu(0));
+            let want = if what == "constant" { 5.0 } else { 1.0 };
+            assert!((mean_mu - want).abs() < 1e-6, "{what}: mu[0] {mean_mu}");
+        }
+        assert!((bounds.sigma_floor / SCALE_FLOOR_REL - if what == "constant" { 5.0 } else { 2.0 }).abs() < 1.0, "{what}: {bounds:?}");
+    }
+}
+
+#[test]
+fn an_overflowing_likelihood_is_refused_up_front_and_counted_as_stuck_if_forced() {
+    let sizes = [5usize, 5];
+    let (x, _) = design(&sizes, 1, 0, 6);
+    let y: Vec<f64> = (0..10).map(|i| (1.0 + i as f64) * 1e160).collect();
+    let data = HbData::new(y, x.clone(), vec![], &sizes, 1, 0).unwrap();
+    let err = sample(&data, &HbglmConfig::new(Family::Gaussian), &Exec::cpu()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Input);
+    assert!(err.to_string().contains("overflows the likelihood"), "{err}");
+    // Predictors too.
+    let big: Vec<f64> = x.iter().map(|v| v * 1e200).collect();
+    let err = HbData::new(vec![0.0; 10], big, vec![], &sizes, 1, 0).unwrap_err();
+    assert!(err.to_string().contains("overflows"), "{err}");
+    // Driven past the check, the sweeps count stuck updates for each
+    // parameter whose log density is not finite.
+    let prior = Prior::default();
+    let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true };
+    let mut state = sw.init(1.0);
+    for t in 0..5 {
+        sw.sweep(&mut state, t, false);
+    }
+    assert!(state.stuck[0] == 5 && state.stuck[1] == 5, "beta stuck {:?}", state.stuck);
+    assert_eq!(*state.stuck.last().unwrap(), 5, "sigma stuck");
+    assert!(state.beta.iter().chain(&state.tau).all(|v| v.is_finite()));
+}
+
+#[test]
+fn stuck_updates_are_reported_per_parameter() {
+    // A healthy model has none, and the per-parameter counts add up.
+    let sizes = [8usize; 5];
+    let (x, z) = design(&sizes, 2, 1, 13);
+    let y: Vec<f64> = (0..40).map(|i| x[2 * i + 1] + 0.3 * z[i] + 0.1 * (i % 3) as f64).collect();
+    let data = HbData::new(y, x, z, &sizes, 2, 1).unwrap();
+    let fit = sample(&data, &HbglmConfig { iter: 200, warmup: 100, chains: 2, ..HbglmConfig::new(Family::Gaussian) }, &Exec::cpu()).unwrap();
+    assert_eq!(fit.stuck.len(), fit.layout.n_params());
+    assert_eq!(fit.stuck.iter().sum::<u64>(), fit.stats.stuck);
+    assert_eq!(fit.stats.stuck, 0);
+    let lay = fit.layout;
+    assert_eq!(lay.param_of_coord(5 * 2), Some(lay.gamma(0)));
+    assert_eq!(lay.param_of_coord(5 * 2 + 1), Some(lay.tau(0)));
+    assert_eq!(lay.param_of_coord(lay.n_coords() - 1), lay.sigma());
+}
+
+#[test]
+fn prior_values_out_of_range_are_errors() {
+    let data = HbData::new(vec![1.0, 2.0], vec![1.0, 1.0], vec![], &[1, 1], 1, 0).unwrap();
+    for prior in [
+        Prior { mu_sd: 1e-300, ..Prior::default() },
+        Prior { gamma_sd: 1e300, ..Prior::default() },
+        Prior { mu_mean: 1e200, ..Prior::default() },
+        Prior { tau: ScalePrior::Fixed(1e-200), ..Prior::default() },
+        Prior { sigma: ScalePrior::HalfCauchy(f64::INFINITY), ..Prior::default() },
+    ] {
+        let err = sample(&data, &HbglmConfig { prior: prior.clone(), ..HbglmConfig::new(Family::Gaussian) }, &Exec::cpu()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Input, "{prior:?}");
+        assert!(err.to_string().starts_with("`prior$"), "{err}");
+    }
+}
+
+#[test]
+fn draws_that_cannot_fit_in_memory_are_refused_before_allocation() {
+    let data = HbData::new(vec![1.0, 2.0, 3.0], vec![1.0; 3], vec![], &[2, 1], 1, 0).unwrap();
+    let config = HbglmConfig { iter: 2_000_000_000, warmup: 1000, chains: 4, ..HbglmConfig::new(Family::Gaussian) };
+    let err = sample(&data, &config, &Exec::cpu()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Memory);
+    let msg = err.to_string();
+    assert!(msg.contains("iter = 2000000000") && msg.contains("needs") && msg.contains("GB"), "{msg}");
+    // The estimate grows with the draws.
+    let small = HbglmConfig { iter: 2000, ..config.clone() };
+    let b = bulkem_core::exec::Backend::Cpu;
+    assert!(bulkem_core::gibbs::memory_needed(&data, &config, b) > 1000 * bulkem_core::gibbs::memory_needed(&data, &small, b));
+}
+
+#[test]
+fn separation_is_found_in_the_pooled_data_and_only_there() {
+    let never = Monitor::new();
+    let sizes = [10usize; 4];
+    let (x, z) = design(&sizes, 2, 1, 17);
+    let n = 40;
+    // y = 1 exactly when x > 0: complete separation by column 1.
+    let y: Vec<f64> = (0..n).map(|i| (x[2 * i + 1] > 0.0) as u8 as f64).collect();
+    let data = HbData::new(y, x.clone(), z.clone(), &sizes, 2, 1).unwrap();
+    let cols = separated_columns(&data, Family::Binomial, &never).unwrap();
+    assert_eq!(cols, vec![1]);
+    // Separated by x + z, by neither alone.
+    let y: Vec<f64> = (0..n).map(|i| (x[2 * i + 1] + z[i] > 0.1) as u8 as f64).collect();
+    let data = HbData::new(y, x.clone(), z.clone(), &sizes, 2, 1).unwrap();
+    let cols = separated_columns(&data, Family::Binomial, &never).unwrap();
+    assert!(cols.contains(&1) && cols.contains(&2), "{cols:?}");
+    // Overlapping classes: no separation.
+    let y: Vec<f64> = (0..n).map(|i| ((x[2 * i + 1] + 1.5 * z[i] + if i % 3 == 0 { 2.0 } else { -0.5 }) > 0.0) as u8 as f64).collect();
+    let data = HbData::new(y.clone(), x.clone(), z.clone(), &sizes, 2, 1).unwrap();
+    let y_sum: f64 = y.iter().sum();
+    assert!(y_sum > 5.0 && y_sum < 35.0);
+    // (checked against a direction search: the data are not separable)
+    assert_eq!(separated_columns(&data, Family::Binomial, &never).unwrap(), Vec::<usize>::new());
+    // Trials: rows with both outcomes constrain both ways.
+    let trials = vec![3.0; n];
+    let succ: Vec<f64> = (0..n).map(|i| if x[2 * i + 1] > 0.0 { 3.0 } else { 1.0 }).collect();
+    let data = HbData::new(succ, x.clone(), z.clone(), &sizes, 2, 1).unwrap().with_trials(trials).unwrap();
+    assert_eq!(separated_columns(&data, Family::Binomial, &never).unwrap(), Vec::<usize>::new());
+    // All failures: the intercept alone.
+    let data = HbData::new(vec![0.0; n], x.clone(), z.clone(), &sizes, 2, 1).unwrap();
+    assert_eq!(separated_columns(&data, Family::Binomial, &never).unwrap(), vec![0]);
+    // Poisson: zero counts wherever a dummy is 1.
+    let dummy: Vec<f64> = (0..n).map(|i| (i % 5 == 0) as u8 as f64).collect();
+    let xd: Vec<f64> = (0..n).flat_map(|i| [1.0, dummy[i]]).collect();
+    let y: Vec<f64> = (0..n).map(|i| if dummy[i] == 1.0 { 0.0 } else { (1 + i % 4) as f64 }).collect();
+    let data = HbData::new(y, xd, vec![], &sizes, 2, 0).unwrap();
+    assert_eq!(separated_columns(&data, Family::Poisson, &never).unwrap(), vec![1]);
+    assert!(separated_columns(&data, Family::Gaussian, &never).unwrap().is_empty());
+    // sample() records it.
+    let y: Vec<f64> = (0..n).map(|i| (x[2 * i + 1] > 0.0) as u8 as f64).collect();
+    let data = HbData::new(y, x, z, &sizes, 2, 1).unwrap();
+    let fit = sample(&data, &HbglmConfig { iter: 20, warmup: 10, chains: 1, ..HbglmConfig::new(Family::Binomial) }, &Exec::cpu()).unwrap();
+    assert!(fit.separation.contains(&1));
+}
+
+#[test]
+fn a_cancelled_sweep_stops_at_once_and_a_cancelled_run_within_a_second() {
+    // Two groups of a million rows: one sweep takes about a second on two
+    // cores, so the monitor must be seen inside it.
+    let n = 2_000_000;
+    let x: Vec<f64> = (0..n).flat_map(|i| [1.0, ((i * 37) % 101) as f64 / 50.0 - 1.0, ((i * 13) % 7) as f64 / 3.0 - 1.0]).collect();
+    let y: Vec<f64> = (0..n).map(|i| ((i * 7919) % 13 < 6) as u8 as f64).collect();
+    let data = HbData::new(y, x, vec![], &[n / 2, n / 2], 3, 0).unwrap();
+    // A sweep that finds the monitor cancelled updates nothing.
+    let prior = Prior::default();
+    let sw = Sweeper { data: &data, family: Family::Binomial, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true };
+    let mut state = sw.init(1.0);
+    let before = state.beta.clone();
+    let cancelled = Monitor::new();
+    cancelled.cancel();
+    assert_eq!(sw.sweep_watched(&mut state, 0, false, &cancelled).unwrap_err().kind(), ErrorKind::Interrupt);
+    assert_eq!(state.beta, before);
+    // A run cancelled mid-sweep returns within a second (R's Ctrl-C
+    // budget; the thread pool is shared with the other tests running now).
+    let monitor = Arc::new(Monitor::new());
+    let exec = Exec::cpu().with_monitor(monitor.clone());
+    let config = HbglmConfig { iter: 1_000_000, warmup: 10, chains: 2, ..HbglmConfig::new(Family::Binomial) };
+    let canceller = {
+        let m = monitor.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            m.cancel();
+            Instant::now()
+        })
+    };
+    let err = sample(&data, &config, &exec).unwrap_err();
+    let stopped = Instant::now();
+    let cancelled_at = canceller.join().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Interrupt);
+    let lag = stopped.saturating_duration_since(cancelled_at);
+    assert!(lag < Duration::from_secs(1), "stopped {lag:?} after the cancel");
+}
+
+#[test]
+fn diagnostics_stop_when_cancelled_and_agree_otherwise() {
+    let draws: Vec<f64> = (0..4 * 100 * 30).map(|i| stream(1, 0, i, Block::Mu, 1).normal()).collect();
+    let never = Monitor::new();
+    let (r, e) = rhat_ess_all_watched(&draws, 100, 4, &never).unwrap();
+    assert_eq!((r, e), rhat_ess_all(&draws, 100, 4));
+    let cancelled = Monitor::new();
+    cancelled.cancel();
+    assert_eq!(rhat_ess_all_watched(&draws, 100, 4, &cancelled).unwrap_err().kind(), ErrorKind::Interrupt);
 }

@@ -1,13 +1,13 @@
 //! hbglm(): R vectors -> core data and settings; draws and the
 //! parallelisation record -> R. Also the diagnostics of a draws array.
 
-use bulkem_core::exec::Backend;
-use bulkem_core::gibbs::diagnostics::rhat_ess_all;
+use bulkem_core::exec::{choose_backend, Backend, BackendRequest};
+use bulkem_core::gibbs::diagnostics::rhat_ess_all_watched;
 use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior, ScalePrior};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{input_error, parse_backend, r_error, run_in_session};
+use crate::session::{input_error, r_error, run_in_session};
 
 fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
     match kind {
@@ -19,8 +19,9 @@ fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
 }
 
 /// Sample a hierarchical GLM. `x` (n x k) and `z` (n x p) are row-major,
-/// rows sorted by group; `sizes` are the groups' row counts. `m` is Inf
-/// for unlimited stepping out.
+/// rows sorted by group; `sizes` are the groups' row counts. `offset`
+/// (one per row) and `trials` (binomial trials per row) are empty when
+/// absent. `m` is Inf for unlimited stepping out.
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
@@ -28,6 +29,8 @@ fn hbglm_fit_(
     y: &[f64],
     x: &[f64],
     z: &[f64],
+    offset: &[f64],
+    trials: &[f64],
     sizes: &[i32],
     k: i32,
     p: i32,
@@ -60,7 +63,10 @@ fn hbglm_fit_(
         sigma: scale_prior(&text("sigma_kind")?, num("sigma_value")?)?,
     };
     let sizes: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
-    let data = HbData::new(y.to_vec(), x.to_vec(), z.to_vec(), &sizes, k.max(0) as usize, p.max(0) as usize).map_err(r_error)?;
+    let data = HbData::new(y.to_vec(), x.to_vec(), z.to_vec(), &sizes, k.max(0) as usize, p.max(0) as usize)
+        .and_then(|d| d.with_offset(offset.to_vec()))
+        .and_then(|d| d.with_trials(trials.to_vec()))
+        .map_err(r_error)?;
     let config = HbglmConfig {
         family,
         prior,
@@ -74,7 +80,8 @@ fn hbglm_fit_(
         seed: seed as u64,
         first_chain: first_chain.max(0) as usize,
     };
-    let backend = parse_backend(backend)?.unwrap_or_else(|| bulkem_core::gibbs::auto_backend(&data, &config));
+    let request = BackendRequest::parse(backend).ok_or_else(|| input_error(format!("unknown backend '{backend}'")))?;
+    let backend = choose_backend(request, &bulkem_core::gibbs::job(&data, &config)).map_err(r_error)?;
     let t0 = std::time::Instant::now();
     let fit = run_in_session(backend, threads.max(0) as usize, |exec| sample(&data, &config, exec)).map_err(r_error)?;
     let seconds = t0.elapsed().as_secs_f64();
@@ -91,6 +98,10 @@ fn hbglm_fit_(
         gamma_evals = fit.stats.gamma_evals as f64,
         scale_evals = fit.stats.scale_evals as f64,
         stuck = fit.stats.stuck as f64,
+        stuck_by = fit.stuck.iter().map(|&n| n as f64).collect::<Vec<_>>(),
+        tau_floor = fit.bounds.tau_floor.clone(),
+        sigma_floor = fit.bounds.sigma_floor,
+        separation = fit.separation.iter().map(|&j| j as i32 + 1).collect::<Vec<_>>(),
         plan = list!(
             block = plan.iter().map(|b| b.block).collect::<Vec<_>>(),
             regime = plan.iter().map(|b| b.regime).collect::<Vec<_>>(),
@@ -109,7 +120,8 @@ fn gibbs_diagnostics_(draws: &[f64], kept: i32, chains: i32, threads: i32) -> Re
     if per == 0 || draws.len() % per != 0 {
         return Err(Error::Other("internal: draws do not match kept x chains".into()));
     }
-    let (r, e) = run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| exec.install(|| rhat_ess_all(draws, kept, chains))).map_err(r_error)?;
+    let (r, e) = run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| exec.install(|| rhat_ess_all_watched(draws, kept, chains, &exec.monitor)).and_then(|x| x))
+        .map_err(r_error)?;
     Ok(list!(rhat = r, ess_bulk = e))
 }
 

@@ -3,38 +3,37 @@
 
 use rayon::prelude::*;
 
-use super::sweep::{SweepStats, Sweeper};
+use super::sweep::{State, SweepStats, Sweeper};
 use super::{HbData, HbglmConfig, HbglmFit, Layout};
 use crate::error::Result;
 use crate::exec::Exec;
+use crate::memory;
 
-/// The parameters of a state in draw order: beta (group-major), mu, tau,
-/// gamma, sigma (gaussian only).
-fn push_draw(out: &mut Vec<f64>, s: &super::sweep::State, gaussian: bool) {
-    out.extend_from_slice(&s.beta);
-    out.extend_from_slice(&s.mu);
-    out.extend_from_slice(&s.tau);
-    out.extend_from_slice(&s.gamma);
-    if gaussian {
-        out.push(s.sigma);
+/// Write the state as draw `i` into `out` (one slice of `kept` per
+/// parameter, in draw order: beta (group-major), mu, tau, gamma, sigma
+/// (gaussian only)).
+fn write_draw(out: &mut [&mut [f64]], i: usize, s: &State, gaussian: bool) {
+    let sigma = if gaussian { Some(s.sigma) } else { None };
+    let values = s.beta.iter().chain(&s.mu).chain(&s.tau).chain(&s.gamma).chain(sigma.iter());
+    for (slot, &v) in out.iter_mut().zip(values) {
+        slot[i] = v;
     }
 }
 
-/// Run one chain: kept draws (kept x parameters, row-major) and its
-/// evaluation counts.
-fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec) -> Result<(Vec<f64>, SweepStats)> {
+/// Run one chain, writing its kept draws into `out` (its slices of the
+/// draws array); returns its evaluation counts and stuck updates per
+/// coordinate.
+fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec, out: &mut [&mut [f64]]) -> Result<(SweepStats, Vec<u64>)> {
     let sweeper = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain, balance: true };
-    let layout = Layout::of(data, config.family);
-    let gaussian = layout.sigma;
+    let gaussian = Layout::of(data, config.family).sigma;
     let mut state = sweeper.init(config.w);
-    let mut draws = Vec::with_capacity(config.kept() * layout.n_params());
     let mut stats = SweepStats::default();
     for t in 0..config.iter {
         exec.monitor.check()?;
         let warm = t < config.warmup;
-        stats.add(&sweeper.sweep(&mut state, t, warm && config.adapt));
+        stats.add(&sweeper.sweep_watched(&mut state, t, warm && config.adapt, &exec.monitor)?);
         if !warm && (t - config.warmup + 1) % config.thin == 0 {
-            push_draw(&mut draws, &state, gaussian);
+            write_draw(out, (t - config.warmup + 1) / config.thin - 1, &state, gaussian);
         }
         // Shed the rounding of many incremental updates of eta.
         if (t + 1) % 100 == 0 {
@@ -42,28 +41,53 @@ fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec) -> 
         }
         exec.monitor.add_done(1);
     }
-    Ok((draws, stats))
+    Ok((stats, state.stuck))
 }
 
 /// All chains on the CPU, in parallel (and each sweep parallel inside).
+/// The draws array is allocated once, fallibly; each chain writes its own
+/// (strided) part of it.
 pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmFit> {
     let layout = Layout::of(data, config.family);
-    let per_chain = exec.install(|| {
-        (0..config.chains).into_par_iter().map(|c| run_chain(data, config, config.first_chain + c, exec)).collect::<Vec<_>>()
-    })?;
     let kept = config.kept();
     let (chains, np) = (config.chains, layout.n_params());
-    let mut draws = vec![0.0; kept * chains * np];
+    let mut draws = memory::try_vec(kept.saturating_mul(chains).saturating_mul(np), 0.0, "the draws of hbglm()")?;
+    // R array order: iteration fastest, then chain, then parameter, so
+    // slice number c + chains * p holds chain c's draws of parameter p.
+    let mut per_chain: Vec<Vec<&mut [f64]>> = (0..chains).map(|_| Vec::with_capacity(np)).collect();
+    for (i, slice) in draws.chunks_mut(kept.max(1)).enumerate() {
+        per_chain[i % chains].push(slice);
+    }
+    let results = exec.install(|| {
+        per_chain
+            .par_iter_mut()
+            .enumerate()
+            .map(|(c, out)| run_chain(data, config, config.first_chain + c, exec, out))
+            .collect::<Vec<_>>()
+    })?;
+    drop(per_chain);
     let mut stats = SweepStats::default();
-    for (c, res) in per_chain.into_iter().enumerate() {
-        let (d, s) = res?;
+    let mut stuck = vec![0u64; np];
+    for res in results {
+        let (s, by_coord) = res?;
         stats.add(&s);
-        // R array order: iteration fastest, then chain, then parameter.
-        for i in 0..kept {
-            for p in 0..np {
-                draws[i + kept * (c + chains * p)] = d[i * np + p];
+        for (c, n) in by_coord.into_iter().enumerate() {
+            if let Some(q) = layout.param_of_coord(c) {
+                stuck[q] += n;
             }
         }
     }
-    Ok(HbglmFit { draws, kept, chains, layout, stats, sweeps: config.iter * chains, plan: super::cpu_plan(data, config.family), backend: exec.backend })
+    Ok(HbglmFit {
+        draws,
+        kept,
+        chains,
+        layout,
+        stats,
+        stuck,
+        sweeps: config.iter * chains,
+        plan: super::cpu_plan(data, config.family),
+        backend: exec.backend,
+        bounds: data.scale_bounds(config.family),
+        separation: Vec::new(),
+    })
 }

@@ -210,3 +210,23 @@ pub fn rhat_ess_all(draws: &[f64], kept: usize, chains: usize) -> (Vec<f64>, Vec
         })
         .unzip()
 }
+
+/// As [`rhat_ess_all`], in blocks of parameters with a look at `monitor`
+/// between blocks, so that the diagnostics of millions of parameters stop
+/// soon after a Ctrl-C.
+pub fn rhat_ess_all_watched(draws: &[f64], kept: usize, chains: usize, monitor: &crate::exec::Monitor) -> crate::error::Result<(Vec<f64>, Vec<f64>)> {
+    let per = kept * chains;
+    if per == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    // About a million draws per block.
+    let block = per * (1_000_000 / per).max(1);
+    let (mut r, mut e) = (Vec::with_capacity(draws.len() / per), Vec::with_capacity(draws.len() / per));
+    for part in draws.chunks(block) {
+        monitor.check()?;
+        let (rb, eb) = rhat_ess_all(part, kept, chains);
+        r.extend(rb);
+        e.extend(eb);
+    }
+    Ok((r, e))
+}

@@ -16,13 +16,49 @@ use super::{BlockPlan, Family, HbData, HbglmConfig, HbglmFit, Layout, ScalePrior
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec};
 use crate::gpu::{self, Device};
+use crate::memory;
 use crate::tolerances::{SLICE_ADAPT_FACTOR, SLICE_ADAPT_WINDOW, SLICE_MAX_STEPS};
 
 /// Groups of up to this many rows share a warp, 8 lanes each.
 pub const TILE8_MAX_ROWS: usize = 64;
 const THREADS: u32 = 256;
-/// Sweeps queued between two looks at the interrupt flag.
+/// Sweeps queued at once (then the host waits for them), at most.
 const CHECK_EVERY: usize = 64;
+/// Device time queued at once, about: the batch is set from the measured
+/// time of the last batch's sweeps, and at most doubles from one batch to
+/// the next (a sweep's cost changes while the slice widths adapt, and a
+/// few big groups leave most of the device idle, so the rows alone do
+/// not tell).
+const CHECK_SECONDS: f64 = 0.1;
+
+/// Sweeps to queue next, after `sweeps` sweeps took `seconds`.
+fn next_batch(seconds: f64, sweeps: usize) -> usize {
+    let per_sweep = seconds / sweeps.max(1) as f64;
+    let fit = if per_sweep > 0.0 { (CHECK_SECONDS / per_sweep) as usize } else { CHECK_EVERY };
+    fit.min(2 * sweeps).clamp(1, CHECK_EVERY)
+}
+
+/// Wait for the work queued on the device so far, looking at the
+/// interrupt flag meanwhile: a cancelled call returns at once (the queued
+/// sweeps still run to their end on the device, and its buffers are freed
+/// in stream order after them), so a Ctrl-C is not held up by a long
+/// batch or a long kernel.
+fn wait_watched(dev: &Device, exec: &Exec) -> Result<()> {
+    let done = dev.stream.record_event(None).map_err(|err| dev.err("running the sampler", err))?;
+    let started = std::time::Instant::now();
+    loop {
+        if done.try_is_complete().map_err(|err| dev.err("running the sampler", err))? {
+            return Ok(());
+        }
+        exec.monitor.check()?;
+        // Spin briefly (small batches end within microseconds), then sleep.
+        if started.elapsed() < std::time::Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
 
 /// Mirrors `struct HbArgs` of kernels/gibbs.cu (device pointers as u64).
 #[repr(C)]
@@ -52,6 +88,10 @@ struct HbArgs {
     counters: u64,
     /// Global index of chain 0 (HbglmConfig::first_chain), for the streams.
     chain0: i32,
+    /// Binomial trials per row; 0 (NULL): one trial per row.
+    trials: u64,
+    /// chains x ncoord stuck counts.
+    stuck_by: u64,
 }
 
 /// Mirrors `struct HbGlobal` of kernels/gibbs.cu.
@@ -75,6 +115,9 @@ struct HbGlobal {
     kept: i32,
     params: i32,
     draw_index: i32,
+    sigma_floor: f64,
+    scale_max: f64,
+    tau_floor: u64,
 }
 
 // SAFETY: plain #[repr(C)] structs of integers and floats whose layout
@@ -189,6 +232,10 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     let d_w = s.clone_htod(&vec![config.w; chains * ncoord]).map_err(e("copying the state"))?;
     let d_moved = s.alloc_zeros::<f64>(chains * ncoord).map_err(e("allocating"))?;
     let d_counters = s.alloc_zeros::<u64>(4).map_err(e("allocating"))?;
+    let d_stuck = s.alloc_zeros::<u64>(chains * ncoord).map_err(e("allocating"))?;
+    let d_trials = if data.trials.is_empty() { None } else { Some(s.clone_htod(&data.trials).map_err(e("copying data"))?) };
+    let bounds = data.scale_bounds(config.family);
+    let d_tau_floor = s.clone_htod(&bounds.tau_floor).map_err(e("copying data"))?;
     let d_draws = s.alloc_zeros::<f64>((chains * kept * np).max(1)).map_err(e("allocating the draws"))?;
     let (small, medium, large) = classify(data, balance);
     let d_small = s.clone_htod(&small[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
@@ -216,6 +263,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         seed: config.seed,
         counters: ptr(&d_counters, dev),
         chain0: config.first_chain as i32,
+        trials: d_trials.as_ref().map_or(0, |t| ptr(t, dev)),
+        stuck_by: ptr(&d_stuck, dev),
         ..Default::default()
     };
     let (tau_kind, tau_scale) = scale_code(config.prior.tau);
@@ -238,12 +287,19 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         kept: kept as i32,
         params: np as i32,
         draw_index: -1,
+        sigma_floor: bounds.sigma_floor,
+        scale_max: super::SCALE_MAX,
+        tau_floor: ptr(&d_tau_floor, dev),
     };
 
     let tiles = |count: usize, tile: u32| -> LaunchConfig {
         let threads = (count * chains) as u64 * tile as u64;
         LaunchConfig { grid_dim: (threads.div_ceil(THREADS as u64) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
     };
+    // Start with one sweep per batch, then queue as many as fit in
+    // CHECK_SECONDS of device time.
+    let mut batch = 1usize;
+    let (mut queued, mut since) = (0usize, std::time::Instant::now());
     for t in 0..config.iter {
         let adapting = config.adapt && t < config.warmup;
         args.sweep = t as i32;
@@ -281,15 +337,26 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         // points at live buffers (chains x P gamma, chains x K mu and tau,
         // chains sigma, chains x kept x params draws with draw_index < kept).
         unsafe { launch.launch(cfg) }.map_err(e("launching hb_global"))?;
-        if (t + 1) % CHECK_EVERY == 0 || t + 1 == config.iter {
-            s.synchronize().map_err(e("running the sampler"))?;
-            exec.monitor.add_done(chains * ((t % CHECK_EVERY) + 1));
-            exec.monitor.check()?;
+        queued += 1;
+        if queued == batch || t + 1 == config.iter {
+            wait_watched(dev, exec)?;
+            exec.monitor.add_done(chains * queued);
+            batch = next_batch(since.elapsed().as_secs_f64(), queued);
+            (queued, since) = (0, std::time::Instant::now());
         }
     }
-    let raw = s.clone_dtoh(&d_draws).map_err(e("reading the draws"))?;
+    // Host buffers allocated fallibly (their size was checked up front).
+    let mut raw = memory::try_vec((chains * kept * np).max(1), 0.0, "the draws of hbglm()")?;
+    s.memcpy_dtoh(&d_draws, &mut raw[..]).map_err(e("reading the draws"))?;
     let counters = s.clone_dtoh(&d_counters).map_err(e("reading the counters"))?;
-    let mut draws = vec![0.0; kept * chains * np];
+    let stuck_by = s.clone_dtoh(&d_stuck).map_err(e("reading the counters"))?;
+    let mut stuck = vec![0u64; np];
+    for (i, &n) in stuck_by.iter().enumerate() {
+        if let Some(q) = layout.param_of_coord(i % ncoord) {
+            stuck[q] += n;
+        }
+    }
+    let mut draws = memory::try_vec(kept * chains * np, 0.0, "the draws of hbglm()")?;
     for c in 0..chains {
         for i in 0..kept {
             for q in 0..np {
@@ -298,5 +365,18 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         }
     }
     let stats = SweepStats { beta_evals: counters[0], gamma_evals: counters[1], scale_evals: counters[2], stuck: counters[3] };
-    Ok(HbglmFit { draws, kept, chains, layout, stats, sweeps: config.iter * chains, plan: gpu_plan(data, config.family, balance), backend: Backend::Cuda })
+    drop(raw);
+    Ok(HbglmFit {
+        draws,
+        kept,
+        chains,
+        layout,
+        stats,
+        stuck,
+        sweeps: config.iter * chains,
+        plan: gpu_plan(data, config.family, balance),
+        backend: Backend::Cuda,
+        bounds,
+        separation: Vec::new(),
+    })
 }

@@ -23,10 +23,11 @@ pub mod diagnostics;
 mod model;
 mod prior;
 mod random;
+pub mod separation;
 pub mod slice;
 pub mod sweep;
 
-pub use model::{Family, HbData};
+pub use model::{Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN};
 pub use prior::{Prior, ScalePrior};
 pub use random::{stream, Block, Rng};
 pub use slice::{slice_step, SliceSettings, SliceStep};
@@ -34,6 +35,7 @@ pub use sweep::{State, SweepStats, Sweeper};
 
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec};
+use crate::memory;
 
 /// Settings of a sampling run.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,6 +129,25 @@ impl Layout {
     pub fn sigma(&self) -> Option<usize> {
         self.sigma.then(|| self.n_params() - 1)
     }
+    /// Slice-updated coordinates (as the sweep's widths): beta, gamma, tau,
+    /// sigma; mu is drawn exactly.
+    pub fn n_coords(&self) -> usize {
+        self.groups * self.k + self.p + self.k + 1
+    }
+    /// The parameter (draw index) of sweep coordinate `c`; `None` for
+    /// sigma without the gaussian family.
+    pub fn param_of_coord(&self, c: usize) -> Option<usize> {
+        let gk = self.groups * self.k;
+        if c < gk {
+            Some(c)
+        } else if c < gk + self.p {
+            Some(self.gamma(c - gk))
+        } else if c < gk + self.p + self.k {
+            Some(self.tau(c - gk - self.p))
+        } else {
+            self.sigma()
+        }
+    }
 }
 
 /// How one block of a sweep was parallelised.
@@ -148,6 +169,17 @@ pub struct HbglmFit {
     pub layout: Layout,
     /// Slice evaluations and stuck updates, summed over chains and sweeps.
     pub stats: SweepStats,
+    /// Stuck slice updates of each parameter (draw order), summed over
+    /// chains and sweeps (mu, drawn exactly, never sticks).
+    pub stuck: Vec<u64>,
+    /// The sampled range of the scales: a draw near a floor says the data
+    /// pushed the scale to where the sampler truncates it.
+    pub bounds: ScaleBounds,
+    /// Columns of the pooled design [x z] (x first) that the data separate
+    /// (binomial) or that zero counts drive to -inf (poisson): their
+    /// likelihood has no maximum, so their draws follow the priors.
+    /// Empty when no separation was found.
+    pub separation: Vec<usize>,
     /// Sweeps run, summed over chains.
     pub sweeps: usize,
     pub plan: Vec<BlockPlan>,
@@ -211,23 +243,78 @@ pub fn cpu_plan(data: &HbData, family: Family) -> Vec<BlockPlan> {
 /// to be set from BENCHMARKS.md once the GPU/CPU crossover is measured.
 pub const GPU_MIN_WORK: f64 = 5e8;
 
-/// The backend `use.gpu = NA` runs a job on.
-pub fn auto_backend(data: &HbData, config: &HbglmConfig) -> Backend {
-    let work = data.n() as f64 * config.iter as f64 * config.chains as f64;
-    if work >= GPU_MIN_WORK && crate::gpu::probe().usable() {
-        Backend::Cuda
-    } else {
-        Backend::Cpu
+/// The job as the one backend choice (`exec::choose_backend`) sees it:
+/// work in rows x sweeps x chains; the GPU sampler indexes rows and group
+/// coefficients with 32-bit integers.
+pub fn job(data: &HbData, config: &HbglmConfig) -> crate::exec::Job {
+    let too_big = data.n() > i32::MAX as usize || data.groups().saturating_mul(data.k) > i32::MAX as usize;
+    crate::exec::Job {
+        work: data.n() as f64 * config.iter as f64 * config.chains as f64,
+        gpu_min_work: GPU_MIN_WORK,
+        gpu_unsupported: too_big.then(|| "the GPU sampler handles at most 2^31 rows and group coefficients".to_string()),
     }
 }
 
+/// The backend `use.gpu = NA` runs a job on.
+pub fn auto_backend(data: &HbData, config: &HbglmConfig) -> Backend {
+    crate::exec::choose_backend(crate::exec::BackendRequest::Auto, &job(data, config)).unwrap_or(Backend::Cpu)
+}
+
+/// Bytes a run needs besides the data: the draws (the core's array, R's
+/// copy of it and the array R builds from that; on the GPU also the host
+/// copy in the device's order) and each chain's state.
+pub fn memory_needed(data: &HbData, config: &HbglmConfig, backend: Backend) -> u128 {
+    let layout = Layout::of(data, config.family);
+    let np = layout.n_params();
+    let copies: u128 = if backend == Backend::Cuda { 4 } else { 3 };
+    let draws = memory::bytes::<f64>(&[config.kept(), config.chains, np]).saturating_mul(copies);
+    // eta, widths and moves (3 per coordinate with the stuck counts), the
+    // draws' slice handles.
+    let per_chain = memory::bytes::<f64>(&[config.chains, data.n() + 3 * layout.n_coords() + np])
+        .saturating_add(memory::bytes::<&[f64]>(&[config.chains, np]));
+    draws.saturating_add(per_chain)
+}
+
+/// Refuse a run whose draws would not fit in memory, naming its sizes.
+pub fn check_memory(data: &HbData, config: &HbglmConfig, backend: Backend) -> Result<()> {
+    let np = Layout::of(data, config.family).n_params();
+    memory::ensure(
+        || {
+            format!(
+                "hbglm() with iter = {}, warmup = {}, thin = {} and chains = {} ({} kept draws x {} chains x {} parameters)",
+                config.iter,
+                config.warmup,
+                config.thin,
+                config.chains,
+                config.kept(),
+                config.chains,
+                np
+            )
+        },
+        memory_needed(data, config, backend),
+    )
+}
+
 /// Sample the posterior of a hierarchical GLM: every chain, on `exec`'s
-/// backend. Data and settings are validated first.
+/// backend. Data, settings and the memory the draws need are checked
+/// first; for the binomial and poisson families the pooled data are
+/// checked for separation (recorded in [`HbglmFit::separation`]).
 pub fn sample(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmFit> {
     config.check()?;
     data.check_family(config.family)?;
-    match exec.backend {
-        Backend::Cpu => chains::sample_cpu(data, config, exec),
-        Backend::Cuda => gpu::sample_gpu(data, config, exec, true),
+    check_memory(data, config, exec.backend)?;
+    let separated = exec.install(|| separation::separated_columns(data, config.family, &exec.monitor))??;
+    let mut fit = match exec.backend {
+        Backend::Cpu => chains::sample_cpu(data, config, exec)?,
+        Backend::Cuda => gpu::sample_gpu(data, config, exec, true)?,
+    };
+    fit.separation = separated;
+    // No draw may be NaN or infinite: the scales are bounded and the
+    // likelihood's values checked, so one would be a bug; refuse it rather
+    // than return it.
+    if let Some(i) = fit.draws.iter().position(|v| !v.is_finite()) {
+        let q = i / (fit.kept * fit.chains).max(1);
+        return Err(Error::Internal(format!("a draw of parameter {} (in draw order) is {}", q + 1, fit.draws[i])));
     }
+    Ok(fit)
 }

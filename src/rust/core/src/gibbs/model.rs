@@ -41,6 +41,7 @@ impl Family {
     /// Log-likelihood of one observation given its linear predictor, up to
     /// terms free of eta. Gaussian: -(y - eta)^2 / 2 scaled by `inv_var`
     /// (1 / sigma^2); the log sigma terms belong to the sigma update.
+    /// Binomial: one trial (y 0 or 1).
     #[inline(always)]
     pub fn loglik(self, y: f64, eta: f64, inv_var: f64) -> f64 {
         match self {
@@ -54,19 +55,40 @@ impl Family {
         }
     }
 
-    /// Whether `y` is a valid response, and why not.
-    pub fn check_response(self, y: f64) -> Option<&'static str> {
-        if !y.is_finite() {
-            return Some("must be finite");
-        }
+    /// As [`Family::loglik`], with `trials` binomial trials (y successes);
+    /// the other families ignore `trials`.
+    #[inline(always)]
+    pub fn loglik_trials(self, y: f64, trials: f64, eta: f64, inv_var: f64) -> f64 {
         match self {
-            Family::Gaussian => None,
-            Family::Binomial if y != 0.0 && y != 1.0 => Some("must be 0 or 1 for the binomial family"),
-            Family::Poisson if y < 0.0 || y != y.round() => Some("must be a non-negative whole number for the poisson family"),
+            Family::Binomial => y * eta - trials * softplus(eta),
+            _ => self.loglik(y, eta, inv_var),
+        }
+    }
+
+    /// Whether `y` is a valid response (with `trials` binomial trials when
+    /// given), and why not.
+    pub fn check_response(self, y: f64, trials: Option<f64>) -> Option<String> {
+        if !y.is_finite() {
+            return Some("must be finite".into());
+        }
+        if y.abs() > MAX_ABS_VALUE {
+            return Some(format!("overflows the likelihood (|values| must be at most {MAX_ABS_VALUE:e}; rescale it)"));
+        }
+        match (self, trials) {
+            (Family::Binomial, None) if y != 0.0 && y != 1.0 => Some("must be 0 or 1 for the binomial family".into()),
+            (Family::Binomial, Some(n)) if !(y >= 0.0 && y <= n && y == y.round()) => {
+                Some(format!("must be a whole number of successes between 0 and the trials ({n}) for the binomial family"))
+            }
+            (Family::Poisson, _) if y < 0.0 || y != y.round() => Some("must be a non-negative whole number for the poisson family".into()),
             _ => None,
         }
     }
 }
+
+/// Largest magnitude of a response, predictor, offset or trial count: the
+/// sampler squares and sums these (and x times a coefficient), so larger
+/// values overflow the likelihood; such data are refused up front.
+pub const MAX_ABS_VALUE: f64 = 1e100;
 
 #[inline(always)]
 pub fn softplus(x: f64) -> f64 {
@@ -84,6 +106,12 @@ pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f6
     y.iter().zip(eta).zip(xc).map(|((&y, &e), &x)| family.loglik(y, e + x * delta, inv_var)).sum()
 }
 
+/// As [`rows_loglik`], binomial with `trials` per row.
+#[inline]
+pub fn rows_loglik_trials(family: Family, y: &[f64], trials: &[f64], eta: &[f64], xc: &[f64], delta: f64, inv_var: f64) -> f64 {
+    y.iter().zip(trials).zip(eta).zip(xc).map(|(((&y, &n), &e), &x)| family.loglik_trials(y, n, e + x * delta, inv_var)).sum()
+}
+
 /// Data of a hierarchical GLM, grouped and validated.
 #[derive(Debug, Clone)]
 pub struct HbData {
@@ -97,10 +125,36 @@ pub struct HbData {
     pub xcol: Vec<f64>,
     /// n x P, row-major: coefficients shared by all groups.
     pub z: Vec<f64>,
+    /// A known term added to every linear predictor (glm's offset); empty
+    /// for none. It enters the cached linear predictor only.
+    pub offset: Vec<f64>,
+    /// Binomial trials per row (y is then the number of successes); empty
+    /// for one trial per row.
+    pub trials: Vec<f64>,
     /// G + 1 row offsets; group g owns rows offsets[g]..offsets[g + 1].
     pub offsets: Vec<usize>,
     pub k: usize,
     pub p: usize,
+}
+
+/// Positive scales (tau, sigma) are sampled on the log scale within
+/// [floor, SCALE_MAX]: below the floor, 1 / scale^2 and the slice levels
+/// lose all precision (a noise-free response drove sigma to 1e-154 and
+/// gave NaN draws). Each floor is SCALE_FLOOR_REL times the scale of its
+/// parameter in the data (no smaller than SCALE_MIN), a truncation of the
+/// prior where no real posterior has mass; a fit whose draws reach it says
+/// so (the R side warns).
+pub const SCALE_FLOOR_REL: f64 = 1e-10;
+pub const SCALE_MIN: f64 = 1e-100;
+pub const SCALE_MAX: f64 = 1e100;
+
+/// The sampled range of every positive scale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleBounds {
+    /// Floor of each tau_k.
+    pub tau_floor: Vec<f64>,
+    /// Floor of sigma (gaussian family; 0 otherwise).
+    pub sigma_floor: f64,
 }
 
 impl HbData {
@@ -135,6 +189,13 @@ impl HbData {
             let which = if i < x.len() { "formula" } else { "global" };
             return Err(Error::arg(which, format!("gives a non-finite predictor value (element {})", i + 1)));
         }
+        if let Some(i) = x.iter().chain(z.iter()).position(|v| v.abs() > MAX_ABS_VALUE) {
+            let (which, v) = if i < x.len() { ("formula", x[i]) } else { ("global", z[i - x.len()]) };
+            return Err(Error::arg(
+                which,
+                format!("gives a predictor value ({v:e}, element {}) that overflows the likelihood: |values| must be at most {MAX_ABS_VALUE:e}; rescale it", i + 1),
+            ));
+        }
         let mut xcol = vec![0.0; x.len()];
         for g in 0..group_sizes.len() {
             let (r0, ng) = (offsets[g], group_sizes[g]);
@@ -144,7 +205,38 @@ impl HbData {
                 }
             }
         }
-        Ok(HbData { y, x, xcol, z, offsets, k, p })
+        Ok(HbData { y, x, xcol, z, offset: Vec::new(), trials: Vec::new(), offsets, k, p })
+    }
+
+    /// Add an offset (one finite value per row, rows in the same order).
+    pub fn with_offset(mut self, offset: Vec<f64>) -> Result<Self> {
+        if offset.is_empty() {
+            return Ok(self);
+        }
+        if offset.len() != self.n() {
+            return Err(Error::arg("offset", format!("must have one value per row ({}), not {}", self.n(), offset.len())));
+        }
+        if let Some(i) = offset.iter().position(|v| !v.is_finite() || v.abs() > MAX_ABS_VALUE) {
+            return Err(Error::arg("offset", format!("must be finite and at most {MAX_ABS_VALUE:e} in magnitude: element {} is {}", i + 1, offset[i])));
+        }
+        self.offset = offset;
+        Ok(self)
+    }
+
+    /// Binomial trials per row (whole numbers >= 0): y is then the number
+    /// of successes of each row.
+    pub fn with_trials(mut self, trials: Vec<f64>) -> Result<Self> {
+        if trials.is_empty() {
+            return Ok(self);
+        }
+        if trials.len() != self.n() {
+            return Err(Error::arg("trials", format!("must have one value per row ({}), not {}", self.n(), trials.len())));
+        }
+        if let Some(i) = trials.iter().position(|&t| !(t.is_finite() && t >= 0.0 && t == t.round() && t <= MAX_ABS_VALUE)) {
+            return Err(Error::arg("trials", format!("must be whole numbers of at least 0: element {} is {}", i + 1, trials[i])));
+        }
+        self.trials = trials;
+        Ok(self)
     }
 
     pub fn n(&self) -> usize {
@@ -156,14 +248,53 @@ impl HbData {
     pub fn rows(&self, g: usize) -> std::ops::Range<usize> {
         self.offsets[g]..self.offsets[g + 1]
     }
+    /// The offset of row i (0 without one).
+    #[inline]
+    pub fn offset_of(&self, i: usize) -> f64 {
+        if self.offset.is_empty() {
+            0.0
+        } else {
+            self.offset[i]
+        }
+    }
 
     /// Validate the responses for `family`: the first bad one, 1-based.
     pub fn check_family(&self, family: Family) -> Result<()> {
+        if !self.trials.is_empty() && family != Family::Binomial {
+            return Err(Error::arg("trials", format!("apply to the binomial family only, not to {}", family.name())));
+        }
         for (i, &y) in self.y.iter().enumerate() {
-            if let Some(problem) = family.check_response(y) {
+            let trials = (!self.trials.is_empty()).then(|| self.trials[i]);
+            if let Some(problem) = family.check_response(y, trials) {
                 return Err(Error::arg("formula", format!("gives a response that {problem}: row {} is {y}", i + 1)));
             }
         }
         Ok(())
+    }
+
+    /// The sampled range of the scales, from the data's own scale: sigma's
+    /// floor from the response's sd (gaussian), tau_k's from the scale of
+    /// coefficient k, the linear predictor's scale (the response's sd for
+    /// the gaussian family, 1 on the logit and log scales) over the root
+    /// mean square of column k.
+    pub fn scale_bounds(&self, family: Family) -> ScaleBounds {
+        let n = self.n().max(1) as f64;
+        let response_scale = {
+            let mean = self.y.iter().sum::<f64>() / n;
+            let sd = (self.y.iter().map(|y| (y - mean) * (y - mean)).sum::<f64>() / n).sqrt();
+            let rms = (self.y.iter().map(|y| y * y).sum::<f64>() / n).sqrt();
+            [sd, rms].into_iter().find(|s| s.is_finite() && *s > 0.0).unwrap_or(1.0)
+        };
+        let eta_scale = if family == Family::Gaussian { response_scale } else { 1.0 };
+        let floor = |scale: f64| (SCALE_FLOOR_REL * scale).clamp(SCALE_MIN, SCALE_MAX * 1e-20);
+        let tau_floor = (0..self.k)
+            .map(|j| {
+                let rms = (self.x.iter().skip(j).step_by(self.k).map(|v| v * v).sum::<f64>() / n).sqrt();
+                let coef_scale = if rms.is_finite() && rms > 0.0 { eta_scale / rms } else { eta_scale };
+                floor(coef_scale)
+            })
+            .collect();
+        let sigma_floor = if family == Family::Gaussian { floor(response_scale) } else { 0.0 };
+        ScaleBounds { tau_floor, sigma_floor }
     }
 }

@@ -40,11 +40,21 @@ impl ScalePrior {
         let v = match self {
             ScalePrior::HalfCauchy(v) | ScalePrior::HalfNormal(v) | ScalePrior::Fixed(v) => v,
         };
-        if !(v.is_finite() && v > 0.0) {
-            return Err(Error::arg(arg, format!("must be a positive finite number, not {v}")));
-        }
-        Ok(())
+        check_scale(v, arg)
     }
+}
+
+/// Prior scales and means must lie where their squares and inverse squares
+/// are finite with room to spare: an sd of 1e-300 or 1e300 is no prior a
+/// sampler in double precision can honour.
+pub const PRIOR_MIN: f64 = 1e-100;
+pub const PRIOR_MAX: f64 = 1e100;
+
+fn check_scale(v: f64, arg: &'static str) -> Result<()> {
+    if !(v.is_finite() && (PRIOR_MIN..=PRIOR_MAX).contains(&v)) {
+        return Err(Error::arg(arg, format!("must be a positive number between {PRIOR_MIN:e} and {PRIOR_MAX:e}, not {v}")));
+    }
+    Ok(())
 }
 
 /// All priors of a model.
@@ -66,13 +76,11 @@ impl Default for Prior {
 
 impl Prior {
     pub fn check(&self) -> Result<()> {
-        if !self.mu_mean.is_finite() {
-            return Err(Error::arg("prior$mu_mean", "must be finite"));
+        if !(self.mu_mean.is_finite() && self.mu_mean.abs() <= PRIOR_MAX) {
+            return Err(Error::arg("prior$mu_mean", format!("must be a finite number of magnitude at most {PRIOR_MAX:e}, not {}", self.mu_mean)));
         }
         for (v, arg) in [(self.mu_sd, "prior$mu_sd"), (self.gamma_sd, "prior$gamma_sd")] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(Error::arg(arg, format!("must be a positive finite number, not {v}")));
-            }
+            check_scale(v, arg)?;
         }
         self.tau.check("prior$tau")?;
         self.sigma.check("prior$sigma")

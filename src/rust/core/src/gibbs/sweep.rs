@@ -8,11 +8,12 @@
 use rayon::prelude::*;
 
 use super::adapt::Widths;
-use super::model::{Family, HbData};
+use super::model::{rows_loglik, rows_loglik_trials, Family, HbData, SCALE_MAX};
 use super::prior::Prior;
 use super::random::{stream, Block, Rng};
 use super::slice::{slice_step, SliceSettings};
-use super::model::rows_loglik;
+use crate::error::Result;
+use crate::exec::Monitor;
 
 /// Rows per task of a sum over all observations. Fixed, so the order of
 /// additions (and the result) does not depend on the thread count.
@@ -37,6 +38,12 @@ pub struct State {
     pub sigma: f64,
     pub eta: Vec<f64>,
     pub widths: Widths,
+    /// Floors of each tau_k and of sigma (see `model::SCALE_FLOOR_REL`).
+    pub tau_floor: Vec<f64>,
+    pub sigma_floor: f64,
+    /// Stuck slice updates per coordinate, indexed as `widths` (beta
+    /// group-major, gamma, tau, sigma).
+    pub stuck: Vec<u64>,
 }
 
 /// Slice evaluations and stuck updates of one sweep, per block.
@@ -96,16 +103,20 @@ impl Sweeper<'_> {
     }
 
     /// Starting values: mu, gamma ~ U(-1, 1); tau, sigma = exp(U(-1, 1))
-    /// unless fixed; beta_g = mu + tau * U(-1, 1).
+    /// (within their sampled range) unless fixed; beta_g = mu + tau *
+    /// U(-1, 1).
     pub fn init(&self, w0: f64) -> State {
         let d = self.data;
         let (g, k, p) = (d.groups(), d.k, d.p);
+        let bounds = d.scale_bounds(self.family);
         let mut rng = self.rng(usize::MAX, Block::Init);
         let mu: Vec<f64> = (0..k).map(|_| 2.0 * rng.uniform() - 1.0).collect();
-        let tau: Vec<f64> = (0..k).map(|_| self.prior.tau.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp())).collect();
+        let tau: Vec<f64> = (0..k)
+            .map(|j| self.prior.tau.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp().clamp(bounds.tau_floor[j], SCALE_MAX)))
+            .collect();
         let gamma: Vec<f64> = (0..p).map(|_| 2.0 * rng.uniform() - 1.0).collect();
         let sigma = match self.family {
-            Family::Gaussian => self.prior.sigma.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp()),
+            Family::Gaussian => self.prior.sigma.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp().clamp(bounds.sigma_floor, SCALE_MAX)),
             _ => 1.0,
         };
         let mut beta = vec![0.0; g * k];
@@ -115,12 +126,25 @@ impl Sweeper<'_> {
                 *v = mu[j] + tau[j] * (2.0 * rng.uniform() - 1.0);
             }
         });
-        let mut state = State { beta, gamma, mu, tau, sigma, eta: vec![0.0; d.n()], widths: Widths::new(g * k + p + k + 1, w0) };
+        let ncoord = g * k + p + k + 1;
+        let mut state = State {
+            beta,
+            gamma,
+            mu,
+            tau,
+            sigma,
+            eta: vec![0.0; d.n()],
+            widths: Widths::new(ncoord, w0),
+            tau_floor: bounds.tau_floor,
+            sigma_floor: bounds.sigma_floor,
+            stuck: vec![0; ncoord],
+        };
         self.recompute_eta(&mut state);
         state
     }
 
-    /// eta from scratch (start, and to shed accumulated rounding).
+    /// eta from scratch, offset included (start, and to shed accumulated
+    /// rounding).
     pub fn recompute_eta(&self, state: &mut State) {
         let d = self.data;
         let (k, p) = (d.k, d.p);
@@ -138,7 +162,8 @@ impl Sweeper<'_> {
                 let xr = &d.x[row * k..(row + 1) * k];
                 let zr = &d.z[row * p..(row + 1) * p];
                 *e = xr.iter().zip(&beta[g * k..(g + 1) * k]).map(|(a, b)| a * b).sum::<f64>()
-                    + zr.iter().zip(gamma).map(|(a, b)| a * b).sum::<f64>();
+                    + zr.iter().zip(gamma).map(|(a, b)| a * b).sum::<f64>()
+                    + d.offset_of(row);
             }
         });
     }
@@ -146,22 +171,33 @@ impl Sweeper<'_> {
     /// One full sweep (number `sweep` of this chain). With `adapting`, the
     /// moves feed the warmup width adaptation.
     pub fn sweep(&self, state: &mut State, sweep: usize, adapting: bool) -> SweepStats {
+        // Never cancelled, so never an error.
+        self.sweep_watched(state, sweep, adapting, &Monitor::new()).unwrap_or_default()
+    }
+
+    /// One full sweep that stops early (with `Err(Interrupted)`, leaving
+    /// the state part-updated) once `monitor` is cancelled: it is looked at
+    /// between blocks, before each group and inside every log-density
+    /// evaluation over many rows, so that even one sweep over millions of
+    /// rows stops within a fraction of a second.
+    pub fn sweep_watched(&self, state: &mut State, sweep: usize, adapting: bool, monitor: &Monitor) -> Result<SweepStats> {
         let mut stats = SweepStats::default();
-        self.update_beta(state, sweep, adapting, &mut stats);
-        self.update_gamma(state, sweep, adapting, &mut stats);
+        self.update_beta(state, sweep, adapting, &mut stats, monitor);
+        monitor.check()?;
+        self.update_gamma(state, sweep, adapting, &mut stats, monitor)?;
         self.update_mu(state, sweep);
         self.update_tau(state, sweep, adapting, &mut stats);
         self.update_sigma(state, sweep, adapting, &mut stats);
         if adapting {
             state.widths.end_sweep();
         }
-        stats
+        Ok(stats)
     }
 
     /// Block-parallel: groups are conditionally independent given (mu, tau,
     /// gamma, sigma); each worker updates whole groups, coordinate by
     /// coordinate, summing its group's log-likelihood serially.
-    fn update_beta(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+    fn update_beta(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) {
         let d = self.data;
         let (g_count, k) = (d.groups(), d.k);
         let inv_var = self.inv_var(state);
@@ -176,24 +212,40 @@ impl Sweeper<'_> {
         }
         let (w_all, moved_all) = state.widths.parts_mut();
         let (w_beta, moved_beta) = (&mut w_all[..g_count * k], &mut moved_all[..g_count * k]);
+        let stuck_beta = &mut state.stuck[..g_count * k];
         let (evals, stuck) = parts
             .into_par_iter()
             .zip(state.beta.par_chunks_mut(k))
             .zip(w_beta.par_chunks_mut(k))
             .zip(moved_beta.par_chunks_mut(k))
+            .zip(stuck_beta.par_chunks_mut(k))
             .enumerate()
             .with_min_len(if self.balance { MIN_GROUPS_PER_TASK } else { g_count.div_ceil(rayon::current_num_threads()).max(1) })
-            .map(|(g, (((eta, beta), w), moved))| {
+            .map(|(g, ((((eta, beta), w), moved), stuck_by))| {
+                if monitor.is_cancelled() {
+                    return (0, 0);
+                }
                 let rows = d.rows(g);
                 let ng = rows.len();
                 let y = &d.y[rows.clone()];
+                let trials = (!d.trials.is_empty()).then(|| &d.trials[rows.clone()]);
                 let xg = &d.xcol[rows.start * k..rows.end * k];
                 let mut rng = self.rng(sweep, Block::Group(g));
                 let split = self.balance && ng >= SPLIT_GROUP_ROWS;
+                // A big group looks at the monitor in every evaluation: a
+                // cancelled one returns NaN (outside every slice), so its
+                // updates end at once and the sweep is abandoned.
+                let watch = ng >= SUM_CHUNK;
                 let family = self.family;
                 let loglik = |eta: &[f64], j: usize, delta: f64| -> f64 {
+                    if watch && monitor.is_cancelled() {
+                        return f64::NAN;
+                    }
                     let xc = &xg[j * ng..(j + 1) * ng];
-                    let part = |r: std::ops::Range<usize>| rows_loglik(family, &y[r.clone()], &eta[r.clone()], &xc[r], delta, inv_var);
+                    let part = |r: std::ops::Range<usize>| match trials {
+                        Some(t) => rows_loglik_trials(family, &y[r.clone()], &t[r.clone()], &eta[r.clone()], &xc[r], delta, inv_var),
+                        None => rows_loglik(family, &y[r.clone()], &eta[r.clone()], &xc[r], delta, inv_var),
+                    };
                     if split {
                         par_sum(ng, part)
                     } else {
@@ -211,6 +263,7 @@ impl Sweeper<'_> {
                     let step = slice_step(b0, lik + prior(b0), |b| loglik(eta, j, b - b0) + prior(b), &settings, &mut rng);
                     evals += step.evals as u64;
                     stuck += step.stuck as u64;
+                    stuck_by[j] += step.stuck as u64;
                     let delta = step.x - b0;
                     if delta != 0.0 {
                         for (e, xv) in eta.iter_mut().zip(&xg[j * ng..(j + 1) * ng]) {
@@ -232,11 +285,11 @@ impl Sweeper<'_> {
 
     /// Log-posterior-parallel: each gamma_j's log density sums over every
     /// observation, in parallel chunks.
-    fn update_gamma(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+    fn update_gamma(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
         let d = self.data;
         let p = d.p;
         if p == 0 {
-            return;
+            return Ok(());
         }
         let inv_var = self.inv_var(state);
         let base = d.groups() * d.k;
@@ -246,14 +299,24 @@ impl Sweeper<'_> {
             let c0 = state.gamma[j];
             let eta = &state.eta;
             let logf = |c: f64| {
+                // Cancelled: outside every slice, so the update ends at once.
+                if monitor.is_cancelled() {
+                    return f64::NAN;
+                }
                 let delta = c - c0;
-                par_sum(d.n(), |r| r.map(|i| self.family.loglik(d.y[i], eta[i] + d.z[i * p + j] * delta, inv_var)).sum::<f64>())
-                    - 0.5 * (c / sd).powi(2)
+                let lik = if d.trials.is_empty() {
+                    par_sum(d.n(), |r| r.map(|i| self.family.loglik(d.y[i], eta[i] + d.z[i * p + j] * delta, inv_var)).sum::<f64>())
+                } else {
+                    par_sum(d.n(), |r| r.map(|i| self.family.loglik_trials(d.y[i], d.trials[i], eta[i] + d.z[i * p + j] * delta, inv_var)).sum::<f64>())
+                };
+                lik - 0.5 * (c / sd).powi(2)
             };
             let settings = SliceSettings { w: state.widths.w[base + j], ..self.slice };
             let step = slice_step(c0, logf(c0), logf, &settings, &mut rng);
+            monitor.check()?;
             stats.gamma_evals += step.evals as u64 + 1;
             stats.stuck += step.stuck as u64;
+            state.stuck[base + j] += step.stuck as u64;
             let delta = step.x - c0;
             if delta != 0.0 {
                 state.eta.par_iter_mut().enumerate().with_min_len(SUM_CHUNK).for_each(|(i, e)| *e += d.z[i * p + j] * delta);
@@ -263,6 +326,7 @@ impl Sweeper<'_> {
                 state.widths.parts_mut().1[base + j] += delta.abs();
             }
         }
+        Ok(())
     }
 
     /// Conjugate: mu_k | beta, tau ~ N with precision 1/s0^2 + G/tau_k^2.
@@ -279,7 +343,8 @@ impl Sweeper<'_> {
         }
     }
 
-    /// tau_k on the log scale: log p(u) = log prior(e^u) + u - G u - SS/(2 e^{2u}).
+    /// tau_k on the log scale: log p(u) = log prior(e^u) + u - G u - SS/(2 e^{2u}),
+    /// u within [log floor_k, log SCALE_MAX].
     fn update_tau(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
         if self.prior.tau.fixed().is_some() {
             return;
@@ -293,10 +358,11 @@ impl Sweeper<'_> {
             let prior = self.prior.tau;
             let logf = |u: f64| prior.log_density(u.exp()) + (1.0 - g) * u - 0.5 * ss * (-2.0 * u).exp();
             let u0 = state.tau[j].ln();
-            let settings = SliceSettings { w: state.widths.w[base + j], ..self.slice };
+            let settings = SliceSettings { w: state.widths.w[base + j], lower: state.tau_floor[j].ln(), upper: SCALE_MAX.ln(), ..self.slice };
             let step = slice_step(u0, logf(u0), logf, &settings, &mut rng);
             stats.scale_evals += step.evals as u64 + 1;
             stats.stuck += step.stuck as u64;
+            state.stuck[base + j] += step.stuck as u64;
             state.tau[j] = step.x.exp();
             if adapting {
                 state.widths.parts_mut().1[base + j] += (step.x - u0).abs();
@@ -305,7 +371,8 @@ impl Sweeper<'_> {
     }
 
     /// sigma on the log scale, from the residual sum of squares (summed in
-    /// parallel): log p(u) = log prior(e^u) + u - n u - RSS/(2 e^{2u}).
+    /// parallel): log p(u) = log prior(e^u) + u - n u - RSS/(2 e^{2u}), u
+    /// within [log floor, log SCALE_MAX].
     fn update_sigma(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
         if self.family != Family::Gaussian || self.prior.sigma.fixed().is_some() {
             return;
@@ -319,10 +386,11 @@ impl Sweeper<'_> {
         let idx = d.groups() * d.k + d.p + d.k;
         let mut rng = self.rng(sweep, Block::Sigma);
         let u0 = state.sigma.ln();
-        let settings = SliceSettings { w: state.widths.w[idx], ..self.slice };
+        let settings = SliceSettings { w: state.widths.w[idx], lower: state.sigma_floor.ln(), upper: SCALE_MAX.ln(), ..self.slice };
         let step = slice_step(u0, logf(u0), logf, &settings, &mut rng);
         stats.scale_evals += step.evals as u64 + 1;
         stats.stuck += step.stuck as u64;
+        state.stuck[idx] += step.stuck as u64;
         state.sigma = step.x.exp();
         if adapting {
             state.widths.parts_mut().1[idx] += (step.x - u0).abs();
