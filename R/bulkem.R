@@ -184,7 +184,7 @@ bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
     # The whole job picks the backend; a worker picks by its chunk.
-    if (settings$backend == "auto") settings$backend <- em_auto_backend_(em_work(datasets, settings), M)
+    settings$backend <- backend_choice_("em", settings$backend, c(em_work(datasets, settings), M))
     backend <- settings$backend
     threads <- settings$threads
   } else {
@@ -351,7 +351,7 @@ check_inits <- function(inits, M, family, n_datasets, call) {
 # index, so the chunking never changes the result.
 em_chunk <- function(part, idx, s) {
   ex <- chunk_exec(s)
-  if (ex$backend == "auto") ex$backend <- em_auto_backend_(em_work(part$datasets, s), s$M)
+  ex$backend <- backend_choice_("em", ex$backend, c(em_work(part$datasets, s), s$M))
   raw <- em_fit_(part$datasets, s$family, s$M, s$max.iters, s$random.inits, s$epsilon, s$seed,
                  part$inits, s$keep.posterior, idx[1] - 1L, ex$threads, ex$backend)
   raw$threads <- ex$threads

@@ -4,10 +4,11 @@
 #' @noRd
 em_fit_ <- function(datasets, family, components, max_iters, random_inits, epsilon, seed, inits, keep_posterior, dataset_offset, threads, backend) .Call(wrap__em_fit_, datasets, family, components, max_iters, random_inits, epsilon, seed, inits, keep_posterior, dataset_offset, threads, backend)
 
-#' Backend for a bulkem() job of `work` observation-iterations and
-#' `components` components when use.gpu = NA: "cuda" or "cpu".
+#' The memory check of an HMM call before R builds anything for it:
+#' `n_seqs` sequences of `lengths` (one value: recycled), `copies` of the
+#' result on top of the core's own. NULL, or a memory error.
 #' @noRd
-em_auto_backend_ <- function(work, components) .Call(wrap__em_auto_backend_, work, components)
+hmm_memory_ <- function(pass, n_states, n_symbols, n_seqs, lengths, threads, starts, copies) .Call(wrap__hmm_memory_, pass, n_states, n_symbols, n_seqs, lengths, threads, starts, copies)
 
 #' Backend for an HMM job with use.gpu = NA: "cuda" or "cpu".
 #' @noRd
@@ -34,13 +35,26 @@ hmm_fit_ <- function(symbols, lengths, n_states, n_symbols, init, max_iters, eps
 #' @noRd
 hmm_simulate_ <- function(start, trans, emis, n_symbols, lengths, seed) .Call(wrap__hmm_simulate_, start, trans, emis, n_symbols, lengths, seed)
 
-#' Backends of this process: list(cpu_threads, cuda_usable, cuda_reason,
+#' Error (memory) unless this process may allocate `bytes` more: for R
+#' code about to allocate, e.g. rinvgaussmix()'s n draws. `what` names the
+#' job as the user gave it.
+#' @noRd
+memory_ensure_ <- function(what, bytes) .Call(wrap__memory_ensure_, what, bytes)
+
+#' Backends of this process: list(cpu_threads, max_threads, cuda_usable, cuda_reason,
 #' devices = list(ordinal, name, compute_capability, memory_gb, usable, reason)).
 #' @noRd
 backends_ <- function() .Call(wrap__backends_)
 
+#' The backend ("cpu" or "cuda") for a job of `area` ("em": sizes =
+#' c(observation-iterations, components); "hmm": c(states, symbols,
+#' passes)) and `request` ("cpu", "cuda", "auto"): the core's one choice,
+#' for R code that splits a job into chunks and must choose once for all.
+#' @noRd
+backend_choice_ <- function(area, request, sizes) .Call(wrap__backend_choice_, area, request, sizes)
+
 #' Sum or mean ("sum" / "mean") of every element of `x` with `method` in
-#' `precision`, on `backend` ("cpu" or "cuda").
+#' `precision`, on `backend` ("cpu", "cuda" or "auto").
 #' @noRd
 reduce_ <- function(x, method, precision, kind, backend, threads) .Call(wrap__reduce_, x, method, precision, kind, backend, threads)
 
@@ -61,10 +75,11 @@ stream_push_ <- function(stream, x) .Call(wrap__stream_push_, stream, x)
 stream_value_ <- function(stream, kind) .Call(wrap__stream_value_, stream, kind)
 
 #' Sample a hierarchical GLM. `x` (n x k) and `z` (n x p) are row-major,
-#' rows sorted by group; `sizes` are the groups' row counts. `m` is Inf
-#' for unlimited stepping out.
+#' rows sorted by group; `sizes` are the groups' row counts. `offset`
+#' (one per row) and `trials` (binomial trials per row) are empty when
+#' absent. `m` is Inf for unlimited stepping out.
 #' @noRd
-hbglm_fit_ <- function(y, x, z, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, threads, backend) .Call(wrap__hbglm_fit_, y, x, z, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, threads, backend)
+hbglm_fit_ <- function(y, x, z, offset, trials, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, threads, backend) .Call(wrap__hbglm_fit_, y, x, z, offset, trials, sizes, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, threads, backend)
 
 #' Rank-normalised split R-hat and bulk ESS of every parameter of a
 #' kept x chains x parameters array (R order).

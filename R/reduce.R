@@ -107,8 +107,9 @@ reduce_call <- function(x, method, precision, use.gpu, na.rm, kind, call) {
   method <- match_arg(method, c("exact", "div2", "pairwise", "kahan", "naive"), "method", call)
   precision <- match_arg(precision, c("double", "single"), "precision", call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
-  # NA means the CPU: the copy to a GPU costs more than the whole reduction.
-  backend <- if (isTRUE(use.gpu)) resolve_backend(TRUE, call) else "cpu"
+  # NA: the core keeps reductions on the CPU (the copy to a GPU costs more
+  # than the whole reduction); TRUE: the GPU or an error.
+  backend <- resolve_backend(use.gpu, call, quiet = TRUE)
   prepared <- reduce_input(x, na.rm, call)
   fn <- if (kind == "sum") "bulk_sum" else "bulk_mean"
   if (precision == "single") warn_single_range(prepared, call)

@@ -11,12 +11,22 @@ test_that("bulkem_backends reports the CPU and every CUDA device, or why none", 
   if (!any(b$usable[-1])) expect_match(b$detail[2], "CUDA|libcuda|device|NVRTC")
 })
 
-test_that("the job size picks the backend when use.gpu = NA", {
+test_that("one core function picks every area's backend from use.gpu and the job size", {
+  gpu <- any(bulkem_backends()$usable[-1])
+  choose <- bulkem:::backend_choice_
   # Below the threshold the CPU always wins; above it CUDA only when usable.
-  expect_equal(bulkem:::em_auto_backend_(1e6, 2L), "cpu")
-  big <- bulkem:::em_auto_backend_(1e10, 2L)
-  expect_equal(big, if (any(bulkem_backends()$usable[-1])) "cuda" else "cpu")
-  expect_equal(bulkem:::em_auto_backend_(1e10, 9L), "cpu")
+  expect_equal(choose("em", "auto", c(1e6, 2)), "cpu")
+  expect_equal(choose("em", "auto", c(1e10, 2)), if (gpu) "cuda" else "cpu")
+  expect_equal(choose("em", "auto", c(1e10, 9)), "cpu")
+  expect_equal(choose("hmm", "auto", c(10, 5000, 1)), "cpu")
+  expect_equal(choose("em", "cpu", c(1e10, 2)), "cpu")
+  if (!gpu) {
+    expect_error(choose("em", "cuda", c(1e10, 2)), "bulkem_error_device")
+    expect_error(bulk_mean(1:3, use.gpu = TRUE), class = "bulkem_error_device")
+  }
+  expect_error(choose("em", "cuda", c(1e10, 9)), "bulkem_error_device")
+  # Reductions stay on the CPU with use.gpu = NA (the copy costs more).
+  expect_equal(bulk_mean(1:4), 2.5)
 })
 
 test_that("progress is reported through progressr for every dataset", {

@@ -3,6 +3,9 @@
 use bulkem_core::exec::{available_threads, max_threads};
 use bulkem_core::gpu;
 use extendr_api::prelude::*;
+use extendr_api::Result;
+
+use crate::session::{backend_for, input_error, r_error};
 
 /// Backends of this process: list(cpu_threads, max_threads, cuda_usable, cuda_reason,
 /// devices = list(ordinal, name, compute_capability, memory_gb, usable, reason)).
@@ -28,7 +31,36 @@ fn backends_() -> List {
     )
 }
 
+/// The backend ("cpu" or "cuda") for a job of `area` ("em": sizes =
+/// c(observation-iterations, components); "hmm": c(states, symbols,
+/// passes)) and `request` ("cpu", "cuda", "auto"): the core's one choice,
+/// for R code that splits a job into chunks and must choose once for all.
+/// @noRd
+#[extendr]
+fn backend_choice_(area: &str, request: &str, sizes: &[f64]) -> Result<&'static str> {
+    let size = |i: usize| sizes.get(i).copied().unwrap_or(0.0).max(0.0);
+    let job = match area {
+        "em" => bulkem_core::em::job_for(size(0), size(1) as usize),
+        "hmm" => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize),
+        other => return Err(input_error(format!("unknown area '{other}'"))),
+    };
+    Ok(backend_for(request, &job)?.name())
+}
+
+/// Error (memory) unless this process may allocate `bytes` more: for R
+/// code about to allocate, e.g. rinvgaussmix()'s n draws. `what` names the
+/// job as the user gave it.
+/// @noRd
+#[extendr]
+fn memory_ensure_(what: &str, bytes: f64) -> Result<()> {
+    // Saturates: NaN and negative sizes need nothing, huge ones all there is.
+    let bytes = if bytes >= 0.0 { bytes.min(u128::MAX as f64) as u128 } else { 0 };
+    bulkem_core::memory::ensure(|| what.to_string(), bytes).map_err(r_error)
+}
+
 extendr_module! {
     mod backend;
+    fn memory_ensure_;
     fn backends_;
+    fn backend_choice_;
 }

@@ -4,7 +4,7 @@ use bulkem_core::em::{fit_many, EmConfig, Family, MixFit, MixParams};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{input_error, parse_backend, r_error, real_slices, run_in_session};
+use crate::session::{backend_for, input_error, r_error, real_slices, run_in_session};
 
 fn real_slice<'a>(x: &'a Robj, what: &str) -> Result<&'a [f64]> {
     x.as_real_slice().ok_or_else(|| Error::Other(format!("internal: {what} must be a double vector")))
@@ -66,7 +66,7 @@ fn em_fit_(
         config = config.inits(given);
     }
     let config = config.check().map_err(r_error)?;
-    let backend = parse_backend(backend)?.unwrap_or_else(|| bulkem_core::em::auto_backend(&data, &config));
+    let backend = backend_for(backend, &bulkem_core::em::job(&data, &config))?;
     let fits = run_in_session(backend, threads.max(0) as usize, |exec| fit_many(&data, &config, exec)).map_err(r_error)?;
 
     let posterior: Robj = if keep_posterior {
@@ -98,28 +98,7 @@ fn em_fit_(
     ))
 }
 
-/// Backend for a bulkem() job of `work` observation-iterations and
-/// `components` components when use.gpu = NA: "cuda" or "cpu".
-/// @noRd
-#[extendr]
-fn em_auto_backend_(work: f64, components: i32) -> &'static str {
-    bulkem_core::em::auto_backend_for(work, components.max(0) as usize).name()
-}
-
-/// Error (memory) unless this process may allocate `bytes` more: for R
-/// code about to allocate, e.g. rinvgaussmix()'s n draws. `what` names the
-/// job as the user gave it.
-/// @noRd
-#[extendr]
-fn memory_ensure_(what: &str, bytes: f64) -> Result<()> {
-    // Saturates: NaN and negative sizes need nothing, huge ones all there is.
-    let bytes = if bytes >= 0.0 { bytes.min(u128::MAX as f64) as u128 } else { 0 };
-    bulkem_core::memory::ensure(|| what.to_string(), bytes).map_err(r_error)
-}
-
 extendr_module! {
     mod em;
     fn em_fit_;
-    fn em_auto_backend_;
-    fn memory_ensure_;
 }

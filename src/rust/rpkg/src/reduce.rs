@@ -5,18 +5,18 @@ use bulkem_core::reduce::{self, Kind, Method, Precision, Stream};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{input_error, parse_backend, r_error, real_slices, run_in_session};
+use crate::session::{backend_for, input_error, r_error, real_slices, run_in_session};
 
 /// Sum or mean ("sum" / "mean") of every element of `x` with `method` in
-/// `precision`, on `backend` ("cpu" or "cuda").
+/// `precision`, on `backend` ("cpu", "cuda" or "auto").
 /// @noRd
 #[extendr]
 fn reduce_(x: List, method: &str, precision: &str, kind: &str, backend: &str, threads: i32) -> Result<Vec<f64>> {
-    let backend = parse_backend(backend)?.unwrap_or(Backend::Cpu);
     let method = Method::parse(method).ok_or_else(|| input_error(format!("unknown method '{method}'")))?;
     let precision = Precision::parse(precision).ok_or_else(|| input_error(format!("unknown precision '{precision}'")))?;
     let values: Vec<Robj> = x.values().collect();
     let data = real_slices(&values)?;
+    let backend = backend_for(backend, &reduce::job(data.iter().map(|x| x.len()).sum()))?;
     let out = run_in_session(backend, threads.max(0) as usize, |exec| match kind {
         "sum" => reduce::sums(&data, method, precision, exec),
         _ => reduce::means(&data, method, precision, exec),

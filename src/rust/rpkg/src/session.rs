@@ -5,7 +5,7 @@ use std::os::raw::c_int;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bulkem_core::exec::{Backend, Exec, Monitor};
+use bulkem_core::exec::{choose_backend, Backend, BackendRequest, Exec, Job, Monitor};
 use bulkem_core::ErrorKind;
 use extendr_api::prelude::*;
 use extendr_api::Result;
@@ -41,13 +41,20 @@ fn tagged(kind: ErrorKind, message: &str) -> Error {
     Error::Other(format!("[bulkem_error_{}] {message}", kind.name()))
 }
 
-/// "cpu", "cuda", or "auto" (None: the core chooses by the size of the job).
+/// The backend for `request` ("cpu", "cuda" or "auto", from R's use.gpu)
+/// and `job`: the core's one choice for every area.
+pub fn backend_for(request: &str, job: &Job) -> Result<Backend> {
+    let request = BackendRequest::parse(request).ok_or_else(|| input_error(format!("unknown backend '{request}'")))?;
+    choose_backend(request, job).map_err(r_error)
+}
+
+/// "cpu", "cuda", or "auto" (None). Transitional: the HMM glue still uses it.
 pub fn parse_backend(name: &str) -> Result<Option<Backend>> {
-    match name {
-        "cpu" => Ok(Some(Backend::Cpu)),
-        "cuda" => Ok(Some(Backend::Cuda)),
-        "auto" => Ok(None),
-        other => Err(input_error(format!("unknown backend '{other}'"))),
+    match BackendRequest::parse(name) {
+        Some(BackendRequest::Cpu) => Ok(Some(Backend::Cpu)),
+        Some(BackendRequest::Cuda) => Ok(Some(Backend::Cuda)),
+        Some(BackendRequest::Auto) => Ok(None),
+        None => Err(input_error(format!("unknown backend '{name}'"))),
     }
 }
 

@@ -28,7 +28,7 @@ pub use fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
 pub use starts::{initial_values, random_start};
 
 use crate::error::{Error, Result};
-use crate::exec::{Backend, Exec};
+use crate::exec::{Backend, Exec, Job};
 
 /// Work (observation-iterations, at most) below which the CPU backend
 /// answers faster than a GPU: measured on an H100 against 16 CPU threads,
@@ -37,19 +37,21 @@ use crate::exec::{Backend, Exec};
 /// a GPU also pays its kernel compilation on its first use in a process.
 pub const GPU_MIN_WORK: f64 = 2e7;
 
-/// The backend `use.gpu = NA` runs a job on: CUDA when a device is usable
-/// and the job is large enough to gain from it, the CPU otherwise.
-pub fn auto_backend(data: &[&[f64]], config: &CheckedEmConfig) -> Backend {
+/// The job as the one backend choice (`exec::choose_backend`) sees it.
+pub fn job(data: &[&[f64]], config: &CheckedEmConfig) -> Job {
     let observations: f64 = data.iter().map(|x| x.len() as f64).sum();
-    auto_backend_for(observations * config.starts_per_dataset() as f64 * config.max_iters as f64, config.components)
+    job_for(observations * config.starts_per_dataset() as f64 * config.max_iters as f64, config.components)
 }
 
-/// [`auto_backend`] for a job of `work` observation-iterations at most.
-pub fn auto_backend_for(work: f64, components: usize) -> Backend {
-    if work >= GPU_MIN_WORK && components <= gpu::MAX_GPU_COMPONENTS && crate::gpu::probe().usable() {
-        Backend::Cuda
-    } else {
-        Backend::Cpu
+/// [`job`] of `work` observation-iterations (at most) with `components`
+/// components: the GPU kernels fit up to `gpu::MAX_GPU_COMPONENTS`.
+pub fn job_for(work: f64, components: usize) -> Job {
+    Job {
+        work,
+        gpu_min_work: GPU_MIN_WORK,
+        gpu_unsupported: (components > gpu::MAX_GPU_COMPONENTS).then(|| {
+            format!("the GPU kernels fit up to {} components, not {components}; use the CPU backend", gpu::MAX_GPU_COMPONENTS)
+        }),
     }
 }
 

@@ -51,7 +51,7 @@ pub use stream::Stream;
 pub use superacc::Superacc;
 
 use crate::error::{Error, Result};
-use crate::exec::{Backend, Exec};
+use crate::exec::{Backend, Exec, Job};
 
 /// Whether a reduction returns the sum or the mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,14 @@ pub enum Kind {
     Mean,
 }
 
+
+/// The job as the one backend choice (`exec::choose_backend`) sees it. From
+/// host memory the upload costs more than the CPU's own pass (2^28 doubles:
+/// 250-313 ms end to end on an H100, BENCHMARKS.md), so `use.gpu = NA`
+/// never picks the GPU for a reduction; `use.gpu = TRUE` still can.
+pub fn job(values: usize) -> Job {
+    Job { work: values as f64, gpu_min_work: f64::INFINITY, gpu_unsupported: None }
+}
 /// The sum of `x` (0 for an empty `x`).
 pub fn sum(x: &[f64], method: Method, precision: Precision, exec: &Exec) -> Result<f64> {
     reduce(x, method, precision, Kind::Sum, exec)
