@@ -249,7 +249,7 @@ err("hmm_loglik-model", hmm_loglik(list(), s))
 val("hmm_loglik-ok", hmm_loglik(m, s))
 val("hmm_loglik-subnormal", hmm_loglik(tiny, list(1)), function(x) abs(x - (log(1e-20) + log(1e-310))) < 1e-6)
 val("hmm_posterior-subnormal", hmm_posterior(tiny, list(1))[[1]], function(p) all(is.finite(p)) && abs(p[1, 1] - 1) < 1e-12)
-val("hmm_viterbi-subnormal", attr(hmm_viterbi(tiny, list(1)), "log_prob"),
+val("hmm_viterbi-subnormal", hmm_viterbi(tiny, list(1))$log_prob,
     function(x) abs(x - (log(1e-20) + log(1e-310))) < 1e-6)
 val("hmm_loglik-impossible", hmm_loglik(hmm(1, matrix(1), matrix(c(1, 0), 1)), list(2)), function(x) identical(x, -Inf))
 val("hmm_loglik-long-subnormal-chain", hmm_loglik(hmm(c(0.5, 0.5), matrix(c(1 - 1e-300, 1e-300, 1e-300, 1 - 1e-300), 2),
