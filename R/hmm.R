@@ -3,7 +3,10 @@
 #' Builds and validates a hidden Markov model with N hidden states and V
 #' observable symbols: the probabilities of the first state (`start`), of
 #' moving from one state to the next (`trans`) and of emitting each symbol in
-#' each state (`emis`). Exact zeros are allowed. The model is used by
+#' each state (`emis`). Exact zeros are allowed, and so are probabilities
+#' of any size down to the smallest double (subnormal ones included): the
+#' computations stay exact where products of them leave the double range
+#' (see [hmm_loglik()]). The model is used by
 #' [hmm_loglik()], [hmm_viterbi()], [hmm_posterior()] and [hmm_simulate()],
 #' and returned (fitted) by [hmm_fit()].
 #'
@@ -20,7 +23,9 @@
 #'   emitting symbol k in state i; every row sums to 1.
 #' @return An object of class `bulkem_hmm`: a list with `start` (named
 #'   vector), `trans` and `emis` (matrices with dimnames `from`/`to` and
-#'   `state`/`symbol`).
+#'   `state`/`symbol`). Errors of class `bulkem_error_input` name the
+#'   argument and the entry that is not a probability (missing, infinite,
+#'   negative) or the row that does not sum to 1 (within 1e-8).
 #' @seealso [hmm_fit()] to estimate a model from sequences.
 #' @examples
 #' # The two-state weather model of the Wikipedia Viterbi example
@@ -58,9 +63,9 @@ new_hmm <- function(start, trans, emis, states, symbols) {
 #' Simulate sequences from a hidden Markov model
 #'
 #' @param model A [hmm()] model.
-#' @param n Number of sequences.
+#' @param n Number of sequences (0 gives an empty list).
 #' @param length Length of each sequence: one number for all, or one per
-#'   sequence.
+#'   sequence; whole numbers of at least 1.
 #' @param seed A whole number keying the random streams (one per sequence,
 #'   so the result does not depend on the number of threads). `NULL` draws
 #'   one from R's random number generator, so [set.seed()] makes a call
@@ -68,6 +73,12 @@ new_hmm <- function(start, trans, emis, states, symbols) {
 #' @return A list of `n` integer vectors of symbol codes `1..V` (the labels
 #'   are `colnames(model$emis)`), with attribute `states`: the list of hidden
 #'   state paths (integer codes `1..N`).
+#'
+#'   Before anything is allocated, the memory the result needs (`n` x
+#'   `length` symbols and states, and R's copies of them) is compared with
+#'   what this session may use; a call that would not fit is refused with an
+#'   error of class `bulkem_error_memory` saying how much it needs (instead
+#'   of ending the R session). The simulation can be interrupted.
 #' @examples
 #' model <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE),
 #'   matrix(c(0.8, 0.2, 0.3, 0.7), 2, byrow = TRUE))
@@ -78,7 +89,8 @@ new_hmm <- function(start, trans, emis, states, symbols) {
 hmm_simulate <- function(model, n, length, seed = NULL) {
   call <- environment()
   check_hmm(model, "model", call)
-  n <- check_count(n, "n", call = call)
+  n <- check_count(n, "n", min = 0, call = call)
+  if (n == 0) return(structure(list(), states = list()))
   if (!is.numeric(length) || !(base::length(length) %in% c(1L, n)) || anyNA(length) ||
       any(!is.finite(length)) || any(length != round(length)) || any(length < 1) ||
       any(length > .Machine$integer.max)) {
@@ -87,8 +99,10 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
       x = "You supplied {describe_value(length)}."
     ), call = call)
   }
-  lens <- rep_len(as.integer(length), n)
   seed <- check_seed(seed, call)
+  # Refused here, before R builds the lengths (n of them) or anything else.
+  hmm_memory("simulate", model, n, length, 0L, 3L, call, "hmm_simulate")
+  lens <- rep_len(as.integer(length), n)
   raw <- call_core(
     hmm_simulate_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
                   ncol(model$emis), lens, seed),
@@ -103,6 +117,22 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #' forward recursion (the log-likelihood accumulated in double precision, so
 #' sequences of any length are safe). A sequence that the model cannot
 #' produce has log-likelihood `-Inf`.
+#'
+#' **Tiny probabilities.** The scaled recursion is exact as long as no
+#' product of probabilities in a step leaves the double range. Every step
+#' checks a bound that guarantees this; a sequence whose bound fails (a
+#' model with probabilities such as 1e-310, or a state whose probability
+#' decays below 1e-300 and is needed again later, as with two states that
+#' never switch) is computed again in log space, with the same result to
+#' rounding on the CPU and the GPU. `-Inf` therefore always means
+#' probability 0, never an underflow.
+#'
+#' **Memory and interrupts.** Every `hmm_*()` call estimates the memory it
+#' needs (its results, R's copies of them, and its working memory) before
+#' allocating anything, and refuses a call that would not fit with an error
+#' of class `bulkem_error_memory` naming the largest part and its size. An
+#' interrupt (Ctrl-C) stops a call within a fraction of a second, also
+#' within one long sequence, as R's own `interrupt` condition.
 #'
 #' @param model A [hmm()] model.
 #' @param seqs The observation sequences: a list of integer vectors of
@@ -147,6 +177,13 @@ hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future")
 #' Ties are broken towards the lowest state index, so the result is
 #' deterministic.
 #'
+#' Back-pointers take 2 bytes per state and time step. When those of the
+#' sequences decoded at once do not fit in half of the available memory
+#' (e.g. 3,000 states over 3 million symbols: 18 GB), each long sequence is
+#' decoded in about sqrt(T) segments, keeping one column of scores per
+#' segment and recomputing a segment's back-pointers when its path is
+#' traced: the same path, for twice the arithmetic, in O(sqrt(T) N) memory.
+#'
 #' @inheritParams hmm_loglik
 #' @return A list with
 #'   \describe{
@@ -176,7 +213,11 @@ hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"
 #'
 #' For every sequence and time step t, the probability of each hidden state
 #' given the whole sequence, P(state at t = i | sequence), by the scaled
-#' forward-backward recursions.
+#' forward-backward recursions. The result itself holds T x N numbers per
+#' sequence (3 million symbols with 1,000 states: 24 GB, and R copies it),
+#' so a call whose result does not fit is refused with an error of class
+#' `bulkem_error_memory` before any of it is allocated; the computation
+#' needs no memory beyond the result.
 #'
 #' @inheritParams hmm_loglik
 #' @return A list of matrices, one per sequence, each with one row per time
@@ -224,6 +265,13 @@ hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "futur
 #' maximum only, so several starts are advisable. States of a fitted model
 #' are identified only up to relabelling.
 #'
+#' **Memory.** The model takes 8 N^2 bytes per copy (N = 100,000 states:
+#' 80 GB), and Baum-Welch keeps several; the call is refused, before
+#' anything is allocated, with an error of class `bulkem_error_memory` when
+#' it would not fit. Long sequences whose forward vectors (8 N bytes per
+#' symbol) do not fit run in checkpointed segments (O(sqrt(T) N) memory,
+#' one more forward pass).
+#'
 #' **Pseudocounts.** `pseudocount > 0` adds that count to every expected
 #' count before normalising: a maximum a posteriori estimate under Dirichlet
 #' priors with parameters `1 + pseudocount`, which keeps every probability
@@ -237,11 +285,13 @@ hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "futur
 #'   `init$emis`, else the number of levels of factor sequences, else the
 #'   largest symbol code.
 #' @param init A [hmm()] model to start from, instead of random starts.
-#' @param max.iters Maximum number of Baum-Welch iterations per start.
+#' @param max.iters Maximum number of Baum-Welch iterations per start (at
+#'   least 1).
 #' @param epsilon Convergence threshold on the change of the total
 #'   log-likelihood between iterations. `0` runs exactly `max.iters`.
 #' @param random.inits Number of random starting models (ignored with
-#'   `init`).
+#'   `init`); at most 2^24. Only the best start's model is kept, so memory
+#'   does not grow with the number of starts.
 #' @param pseudocount A number >= 0 added to every expected count.
 #' @param seed A whole number keying the random starts. `NULL` draws one from
 #'   R's random number generator, so [set.seed()] makes a call reproducible.
@@ -297,6 +347,10 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   random.inits <- check_count(random.inits, "random.inits", call = call)
   pseudocount <- check_number(pseudocount, "pseudocount", min = 0, call = call)
   seed <- check_seed(seed, call)
+  # Before anything of size N x N or N x V: the core's estimate, with the
+  # copies of the model R makes of the result.
+  starts <- if (is.null(init)) random.inits else 1L
+  hmm_memory("fit", list(N = N, V = V), length(s$lengths), s$lengths, starts, 2L, call, "hmm_fit")
   passes <- 2 * max.iters * (if (is.null(init)) random.inits else 1)
   backend <- hmm_backend(use.gpu, N, sum(as.double(s$lengths)), passes, call)
   init_rows <- if (is.null(init)) NULL else
@@ -352,6 +406,9 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call)
   n <- length(s$lengths)
   symbols <- sum(as.double(s$lengths))
   N <- length(model$start)
+  # The whole call's memory, with R's copies of the result, before anything
+  # of its size is built or any chunk runs.
+  hmm_memory(pass, model, n, s$lengths, 1L, 3L, call, fn)
   settings <- list(pass = pass, passes = passes, start = model$start, trans = as.double(t(model$trans)),
                    emis = as.double(t(model$emis)), V = ncol(model$emis))
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
@@ -378,6 +435,19 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call)
     call = call
   )
   bind_chunks(parts)
+}
+
+# The core's memory estimate of an HMM call (src/rust/core/src/hmm/size.rs),
+# checked before R builds anything for it: a classed memory error naming
+# the largest part, or nothing. `model` is a bulkem_hmm or list(N, V);
+# `lengths` one per sequence, or one for all `n`.
+hmm_memory <- function(pass, model, n, lengths, starts, copies, call, fn) {
+  N <- if (inherits(model, "bulkem_hmm")) length(model$start) else model$N
+  V <- if (inherits(model, "bulkem_hmm")) ncol(model$emis) else model$V
+  threads <- if (pass == "simulate") 0L else cpu_threads()
+  call_core(hmm_memory_(pass, as.double(N), as.double(V), as.double(n), as.double(lengths),
+                        as.integer(threads), as.double(starts), as.integer(copies)), call, fn)
+  invisible(NULL)
 }
 
 # One chunk of sequences of an HMM pass, here or on a future worker.

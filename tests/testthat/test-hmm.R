@@ -206,8 +206,180 @@ test_that("bad hmm_fit settings name their argument", {
     hmm_fit(s, 3, 3, init = textbook(), use.gpu = FALSE)
     hmm_fit(s, init = list(1), use.gpu = FALSE)
     hmm_simulate(textbook(), 2, c(1, 2, 3))
-    hmm_simulate(textbook(), 0, 5)
+    hmm_simulate(textbook(), -1, 5)
   })
+})
+
+# Brute force in log space (exact for any probabilities, subnormal ones
+# included): log P, the best path's log-probability, posteriors.
+log_brute <- function(model, obs) {
+  N <- length(model$start)
+  TT <- length(obs)
+  paths <- as.matrix(expand.grid(rep(list(seq_len(N)), TT)))
+  lp <- apply(paths, 1, function(s) {
+    l <- log(model$start[s[1]]) + log(model$emis[s[1], obs[1]])
+    for (t in seq_len(TT)[-1]) l <- l + log(model$trans[s[t - 1], s[t]]) + log(model$emis[s[t], obs[t]])
+    l
+  })
+  top <- max(lp)
+  ll <- if (top == -Inf) -Inf else top + log(sum(exp(lp - top)))
+  post <- sapply(seq_len(N), function(i) {
+    vapply(seq_len(TT), function(t) sum(exp(lp[paths[, t] == i] - ll)), numeric(1))
+  })
+  list(loglik = ll, best = top, posterior = matrix(post, TT, N))
+}
+
+# A probability row from sizes whose products leave the double range.
+extreme_row <- function(len) {
+  x <- sample(c(0, 1e-310, 1e-200, 1e-150, 1e-20, 0.25), len, replace = TRUE)
+  k <- sample.int(len, 1)
+  x[k] <- 0
+  if (sum(x) >= 1) x <- x / 2
+  x[k] <- 1 - sum(x)
+  x
+}
+
+test_that("tiny and subnormal probabilities give exact answers (issue 15)", {
+  # The issue's case: only state 1 emits symbol 1, with probability 1e-310.
+  tiny <- hmm(c(1e-20, 1 - 1e-20), diag(2), rbind(c(1e-310, 1 - 1e-310), c(0, 1)))
+  want <- log(1e-20) + log(1e-310)
+  expect_equal(unname(hmm_loglik(tiny, list(1), use.gpu = FALSE)), want, tolerance = 1e-14)
+  post <- hmm_posterior(tiny, list(1, c(2, 2, 1)), use.gpu = FALSE)
+  expect_identical(unname(post[[1]]), matrix(c(1, 0), 1))
+  expect_identical(unname(post[[2]]), matrix(c(1, 1, 1, 0, 0, 0), 3))
+  expect_equal(unname(attr(post, "loglik")), c(want, want), tolerance = 1e-14)
+  v <- hmm_viterbi(tiny, list(1), use.gpu = FALSE)
+  expect_equal(v$log_prob[[1]], want, tolerance = 1e-14)
+  # Random models mixing exact zeros, 1e-310, 1e-200 and ordinary sizes.
+  set.seed(15)
+  tiny_answers <- 0
+  for (rep in 1:25) {
+    N <- sample(1:3, 1)
+    V <- sample(1:3, 1)
+    rows <- function(len) matrix(replicate(N, extreme_row(len)), N, len, byrow = TRUE)
+    m <- hmm(extreme_row(N), rows(N), rows(V))
+    seqs <- lapply(1:3, function(i) sample.int(V, sample(1:5, 1), replace = TRUE))
+    ll <- hmm_loglik(m, seqs, use.gpu = FALSE)
+    v <- hmm_viterbi(m, seqs, use.gpu = FALSE)
+    post <- hmm_posterior(m, seqs, use.gpu = FALSE)
+    for (i in seq_along(seqs)) {
+      b <- log_brute(m, seqs[[i]])
+      expect_equal(ll[[i]], b$loglik, tolerance = 1e-12)
+      expect_equal(v$log_prob[[i]], b$best, tolerance = 1e-12)
+      if (is.finite(b$loglik)) {
+        expect_equal(unname(post[[i]]), b$posterior, tolerance = 1e-10)
+        tiny_answers <- tiny_answers + (b$loglik < -700)
+      } else {
+        expect_true(all(is.na(post[[i]])))
+      }
+    }
+  }
+  expect_gt(tiny_answers, 3)
+})
+
+test_that("a state whose probability decays below the double range is kept", {
+  # Two coins that never switch: after 400 tosses of the first, the second
+  # has weight 9^-400 = 1e-382; 800 tosses favouring it follow. The scaled
+  # recursion used to lose it (log-likelihood -1885 instead of -1006).
+  coins <- hmm(c(0.5, 0.5), diag(2), rbind(c(0.9, 0.1), c(0.1, 0.9)))
+  s <- list(c(rep(1, 400), rep(2, 800)))
+  want <- log(0.5) + 400 * log(0.1) + 800 * log(0.9)
+  expect_equal(unname(hmm_loglik(coins, s, use.gpu = FALSE)), want, tolerance = 1e-12)
+  expect_equal(unname(hmm_posterior(coins, s, use.gpu = FALSE)[[1]][, 2]), rep(1, 1200), tolerance = 1e-12)
+  expect_identical(hmm_viterbi(coins, s, use.gpu = FALSE)$path[[1]], rep(2L, 1200))
+  fit <- hmm_fit(s, init = coins, max.iters = 3, epsilon = 0, use.gpu = FALSE)
+  expect_equal(fit$loglik_trace[1], want, tolerance = 1e-12)
+  expect_true(all(is.finite(fit$loglik_trace)) && all(diff(fit$loglik_trace) >= -1e-9))
+  # A state that cannot be reached but alone explains the data: no NaN.
+  m <- hmm(c(1, 0), diag(2), rbind(c(0.5, 0.5), c(0, 1)))
+  post <- hmm_posterior(m, list(c(1, rep(2, 2000))), use.gpu = FALSE)[[1]]
+  expect_false(anyNA(post))
+  expect_true(all(post[, 1] == 1))
+})
+
+# Run `code` with this session's memory limited to `bytes` (as the core
+# sees it: BULKEM_MEMORY_LIMIT).
+with_memory_limit <- function(bytes, code) {
+  old <- Sys.getenv("BULKEM_MEMORY_LIMIT", NA)
+  Sys.setenv(BULKEM_MEMORY_LIMIT = format(bytes, scientific = FALSE))
+  on.exit(if (is.na(old)) Sys.unsetenv("BULKEM_MEMORY_LIMIT") else Sys.setenv(BULKEM_MEMORY_LIMIT = old))
+  force(code)
+}
+
+test_that("calls that need more memory than there is are refused before allocating (issue 15)", {
+  m <- textbook()
+  with_memory_limit(2e9, {
+    took <- system.time({
+      expect_error(hmm_fit(list(c(1, 2, 3)), n.states = 1e5, n.symbols = 3),
+                   "100000 x 100000 transition matrix of `n.states`", class = "bulkem_error_memory")
+      expect_error(hmm_fit(list(c(1, 2, 3)), n.states = 2, n.symbols = 1e9),
+                   "emission matrix of `n.symbols`", class = "bulkem_error_memory")
+      expect_error(hmm_simulate(m, n = 1, length = 2^31 - 1), "simulated symbols", class = "bulkem_error_memory")
+      expect_error(hmm_simulate(m, n = 1e5, length = 1e5), "10000000000 simulated symbols",
+                   class = "bulkem_error_memory")
+      big <- hmm(rep(1 / 1000, 1000), matrix(1 / 1000, 1000, 1000), matrix(1 / 2, 1000, 2))
+      long <- list(rep(1:2, 1.5e6))
+      expect_error(hmm_posterior(big, long, use.gpu = FALSE), "posterior probabilities \\(3000000 symbols",
+                   class = "bulkem_error_memory")
+      expect_error(hmm_posterior(big, long, use.gpu = FALSE, parallel = "future"),
+                   class = "bulkem_error_memory")
+    })[["elapsed"]]
+    expect_lt(took, 10)
+  })
+  # The message says what is needed and what is there.
+  err <- with_memory_limit(1e9, tryCatch(hmm_fit(list(1), n.states = 2e4, n.symbols = 2), error = identity))
+  expect_s3_class(err, "bulkem_error_memory")
+  expect_match(conditionMessage(err), "needs [0-9.]+ GB but only 1.0 GB is available")
+})
+
+test_that("long sequences run in checkpointed segments when memory is short, with the same results", {
+  set.seed(3)
+  m <- random_hmm(64, 5)
+  s <- hmm_simulate(m, 2, c(140000, 50), seed = 1)
+  # Back-pointers: 140,000 x 64 x 2 bytes = 18 MB; with 30 MB, more than
+  # half: decoded in segments.
+  full <- hmm_viterbi(m, s, use.gpu = FALSE)
+  seg <- with_memory_limit(30e6, hmm_viterbi(m, s, use.gpu = FALSE))
+  expect_identical(seg, full)
+  # Baum-Welch: forward vectors of 60,000 x 40 x 8 bytes = 19 MB.
+  m <- random_hmm(40, 4)
+  s <- hmm_simulate(m, 1, 60000, seed = 2)
+  full <- hmm_fit(s, init = m, max.iters = 2, epsilon = 0, use.gpu = FALSE)
+  seg <- with_memory_limit(30e6, hmm_fit(s, init = m, max.iters = 2, epsilon = 0, use.gpu = FALSE))
+  expect_identical(seg$model, full$model)
+  expect_identical(seg$loglik_trace, full$loglik_trace)
+})
+
+test_that("hostile arguments are classed errors or checked answers", {
+  m <- textbook()
+  expect_identical(hmm_simulate(m, 0, 5), structure(list(), states = list()))
+  expect_error(hmm_simulate(m, -1, 5), class = "bulkem_error_input")
+  expect_error(hmm_simulate(m, NA, 5), class = "bulkem_error_input")
+  expect_error(hmm_simulate(m, 2, 0), class = "bulkem_error_input")
+  expect_error(hmm_simulate(m, 2, 1e10), class = "bulkem_error_input")
+  expect_error(hmm(c(0.5, 0.5), matrix(c(NaN, 0, 0, 1), 2), diag(2)), class = "bulkem_error_input")
+  expect_error(hmm(c(0.5, 0.5), diag(2), matrix(c(Inf, 0, 0, 1), 2)), class = "bulkem_error_input")
+  expect_error(hmm(numeric(0), matrix(0, 0, 0), matrix(0, 0, 2)), class = "bulkem_error_input")
+  s <- list(c(1, 2, 3), c(2, 2))
+  expect_error(hmm_fit(s, 2, 3, random.inits = 2^25, use.gpu = FALSE), "random.inits", class = "bulkem_error_input")
+  expect_error(hmm_fit(s, 2, 3, max.iters = 0, use.gpu = FALSE), class = "bulkem_error_input")
+  expect_error(hmm_fit(list(), 2, 3, use.gpu = FALSE), class = "bulkem_error_input")
+  expect_error(hmm_fit(list(1.5), 2, 3, use.gpu = FALSE), class = "bulkem_error_input")
+  expect_error(hmm_loglik(m, list(Inf), use.gpu = FALSE), class = "bulkem_error_input")
+  expect_error(hmm_loglik(m, matrix(1, 2, 2), use.gpu = FALSE), class = "bulkem_error_input")
+  # A model edited after hmm() is checked again by the core.
+  bad <- m
+  bad$trans[1, 1] <- NaN
+  expect_error(hmm_loglik(bad, list(1), use.gpu = FALSE), "trans", class = "bulkem_error_input")
+  bad <- m
+  bad$emis <- bad$emis[, 1:2]
+  expect_error(hmm_loglik(bad, list(3), use.gpu = FALSE), class = "bulkem_error_input")
+  # Factors with unused levels: the unused symbols get probability 0.
+  f <- factor(c("a", "b", "a", "a"), levels = c("a", "b", "c"))
+  fit <- hmm_fit(list(f), 1, seed = 1, use.gpu = FALSE)
+  expect_identical(colnames(fit$model$emis), c("a", "b", "c"))
+  expect_equal(unname(fit$model$emis[1, ]), c(0.75, 0.25, 0))
+  expect_true(is.finite(fit$loglik))
 })
 
 test_that("use.gpu = TRUE without a GPU is a clear error", {

@@ -2,7 +2,10 @@
 // them against a plain C++ reference of the same recursions, for small
 // models (including exact zeros and impossible sequences), every kernel
 // variant (shared/global tables, shared/global accumulators, tiled, the
-// transition-count GEMM) and grids smaller than the work (grid-stride).
+// transition-count GEMM) and grids smaller than the work (grid-stride);
+// and the certificate of the scaled passes (uncertain sequences come back
+// NaN, with NaN posteriors and no counts) and the beta masking (a state
+// that cannot be reached but would explain the data gives no NaN).
 // Build and run: tools/cuda-emu/run.sh
 #include "emu.h"
 #include "gen_hmm.h"
@@ -76,6 +79,8 @@ static Ref reference(const Model& m, const unsigned* o, int T) {
             for (int i = 0; i < N; ++i) {
                 for (int j = 0; j < N; ++j) r.xi[i * N + j] += a[t * N + i] * w[j];
                 double s = 0; for (int j = 0; j < N; ++j) s += m.trans[i * N + j] * w[j];
+                // beta is 0 where alpha is (the kernels' masking).
+                if (a[t * N + i] == 0) s = 0;
                 nb[i] = s; r.gamma[t * N + i] = a[t * N + i] * s;
             }
             b = nb;
@@ -102,6 +107,16 @@ static Ref reference(const Model& m, const unsigned* o, int T) {
         for (int t = T - 1; t > 0; --t) { arg = bp[t * N + arg]; r.path[t - 1] = arg; }
     }
     return r;
+}
+
+// The forward kernels' `mins` as the host uploads them (gpu/mod.rs,
+// min_key): the smallest positive start-or-transition and emission
+// probabilities, bit-inverted.
+struct Mins { unsigned long long k[2]; };
+static Mins mins_of(const Model& m) {
+    auto min_pos = [](const vector<double>& x) { double r = INFINITY; for (double p : x) if (p > 0 && p < r) r = p; return r; };
+    auto key = [](double p) { unsigned long long b; std::memcpy(&b, &p, 8); return p > 0 && std::isfinite(p) ? ~b : 0ULL; };
+    return Mins{{key(std::min(min_pos(m.start), min_pos(m.trans))), key(min_pos(m.emis))}};
 }
 
 static bool close(double a, double b, double tol) {
@@ -137,6 +152,8 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
     int impossible = 0;
     for (int s = 0; s < M; ++s) { ref.push_back(reference(m, &sym[off[s]], off[s + 1] - off[s])); impossible += ref.back().ll == -INFINITY; }
     long long size = N + (long long)N * N + (long long)V * N;
+    const Mins mins = mins_of(m);
+    const unsigned long long* theta = mins.k;
 
     // tiled = 1 checks the tiled Viterbi kernel only: the forward-backward
     // passes for large N are hmm_batched.cu's, tested on a GPU (their grid
@@ -146,7 +163,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0);
         unsigned fthreads = threads_for(N, tiled ? 256 : 512);
         for (int trans_smem = 0; trans_smem < 2; ++trans_smem) {
-            emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + 32 + trans_smem * N * N) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), trans_smem);
+            emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + 32 + trans_smem * N * N) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), trans_smem, theta);
             for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d tiled=%d forward seq %d: %g vs %g", N, tiled, s, ll[s], ref[s].ll);
         }
         // Posteriors.
@@ -192,7 +209,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         }
         // A batch that starts in the middle: sequences [3, 9) only.
         vector<double> ll2(6, 0.0), a2((S - off[3]) * N, 0.0), sc2(S - off[3], 0.0);
-        emu_launch({2, 1, 1}, fthreads, (2 * N + 32) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), sc2.data(), ll2.data(), 0);
+        emu_launch({2, 1, 1}, fthreads, (2 * N + 32) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), sc2.data(), ll2.data(), 0, theta);
         for (int s = 3; s < M; ++s) CHECK(close(ll2[s - 3], ref[s].ll, 1e-12), "N=%d tiled=%d batch forward seq %d", N, tiled, s);
         for (long long k = 0; k < (S - off[3]) * N; ++k) CHECK(a2[k] == alpha[off[3] * N + k], "N=%d tiled=%d batch alpha %lld", N, tiled, k);
     }
@@ -200,7 +217,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         // The warp-per-sequence kernels (4 warps per block).
         unsigned blocks = std::min(G, (unsigned)(M + 3) / 4);
         vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0);
-        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data());
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
         for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d warp forward seq %d: %.17g vs %.17g", N, s, ll[s], ref[s].ll);
         vector<double> gamma(S * N, 0.0);
         double* nulw = nullptr;
@@ -215,7 +232,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
             int a0 = half ? 4 : 0, a1 = half ? M : 4;
             vector<double> al((off[a1] - off[a0]) * N, 0.0), sc(off[a1] - off[a0], 0.0), l2(a1 - a0, 0.0);
             unsigned bl = std::min(blocks, (unsigned)(a1 - a0 + 3) / 4);
-            emu_launch({bl, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, al.data(), sc.data(), l2.data());
+            emu_launch({bl, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, al.data(), sc.data(), l2.data(), theta);
             emu_launch({bl, 1, 1}, 128, (4 * 32 + 4 * V * 32) * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, (const double*)al.data(), (const double*)sc.data(), (const double*)l2.data(), nulw, partial.data());
         }
         emu_launch({(unsigned)((size + 31) / 32), 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
@@ -237,7 +254,75 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
     std::printf("N=%d V=%d zeros=%d uniform=%d: %d sequences (%d impossible) checked\n", N, V, zeros, uniform, M, impossible);
 }
 
+// The certificate and the masking, on both kernel families. Model "coins":
+// two states that never switch, emitting symbol 0 with 0.9 / 0.1: after
+// about 300 symbols 0 the second state's weight is below theta, so the
+// sequence is uncertain (NaN; the host computes it in log space). Model
+// "unreachable": state 1 cannot be reached but alone emits symbol 1 with
+// probability 1, so its beta doubles every step (2^2000 overflows); the
+// posteriors must stay finite (state 0 throughout) and the counts exact.
+// Model "subnormal" (the issue's: a 1e-320 start, a 1e-310 emission):
+// theta > 1, no step can be certified, so every sequence is uncertain, also
+// one whose first step underflows to 0.
+static void run_certificate_case() {
+    for (int model = 0; model < 3; ++model) {
+        Model m{2, 2, {0.5, 0.5}, {1, 0, 0, 1}, {0.9, 0.1, 0.1, 0.9}};
+        if (model == 1) m = Model{2, 2, {1, 0}, {1, 0, 0, 1}, {0.5, 0.5, 0, 1}};
+        if (model == 2) m = Model{2, 2, {1e-320, 1 - 1e-320}, {1, 0, 0, 1}, {1e-310, 1 - 1e-310, 0, 1}};
+        const Mins mins = mins_of(m);
+        const unsigned long long* theta = mins.k;
+        vector<vector<unsigned>> seqs;
+        if (model == 0) seqs = {vector<unsigned>(400, 0), vector<unsigned>(40, 0), {1, 1, 0}};
+        else if (model == 1) { vector<unsigned> x(2001, 1); x[0] = 0; seqs = {x, {0, 0, 1}}; }
+        else seqs = {{0}, {1, 1, 0}, {1, 1}};
+        vector<long long> off{0}; vector<unsigned> sym;
+        for (auto& q : seqs) { sym.insert(sym.end(), q.begin(), q.end()); off.push_back(sym.size()); }
+        int M = seqs.size();
+        long long S = sym.size();
+        sym.resize(S + HMM_SYM_PAD, 0);
+        vector<double> trans_t(4), emis_k(4);
+        for (int i = 0; i < 2; ++i) for (int j = 0; j < 2; ++j) { trans_t[j * 2 + i] = m.trans[i * 2 + j]; emis_k[j * 2 + i] = m.emis[i * 2 + j]; }
+        double* nulw = nullptr;
+        for (int warp = 0; warp < 2; ++warp) {
+            vector<double> alpha(S * 2, 0.0), scale(S, 0.0), ll(M, 0.0), gamma(S * 2, 0.0);
+            long long size = 2 + 4 + 4;
+            vector<double> partial(4 * size, 0.0);
+            if (warp) {
+                emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, 2, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
+                emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw);
+                emu_launch({1, 1, 1}, 128, (4 * 32 + 4 * 2 * 32) * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data());
+            } else {
+                emu_launch({2, 1, 1}, 32, (2 * 2 + 32) * 8, hmm_forward, 2, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), 0, theta);
+                emu_launch({2, 1, 1}, 32, 3 * 2 * 8, hmm_backward, 2, 2, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, 0, 0);
+                emu_launch({1, 1, 1}, 32, 3 * 2 * 8, hmm_backward, 2, 2, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), nulw, 0, 0);
+            }
+            vector<double> counts(size, 0.0);
+            for (int g = 0; g < 4; ++g) for (long long k = 0; k < size; ++k) counts[k] += partial[g * size + k];
+            if (model == 0) {
+                CHECK(std::isnan(ll[0]), "warp=%d coins: 400 tosses must be uncertain, got %g", warp, ll[0]);
+                double want1 = std::log(0.5 * std::pow(0.9, 40) + 0.5 * std::pow(0.1, 40));
+                CHECK(close(ll[1], want1, 1e-12), "warp=%d coins: 40 tosses %.17g vs %.17g", warp, ll[1], want1);
+                for (long long k = 0; k < 400 * 2; ++k) CHECK(std::isnan(gamma[k]), "warp=%d coins: uncertain posterior %lld not NaN", warp, k);
+                // Counts from the certain sequences only: 40 + 3 symbols.
+                double emitted = 0; for (int k = 6; k < 10; ++k) emitted += counts[k];
+                CHECK(close(emitted, 43.0, 1e-12), "warp=%d coins: %g emissions counted, want 43", warp, emitted);
+            } else if (model == 2) {
+                for (int q = 0; q < M; ++q) CHECK(std::isnan(ll[q]), "warp=%d subnormal: sequence %d must be uncertain, got %g", warp, q, ll[q]);
+                for (long long k = 0; k < size; ++k) CHECK(counts[k] == 0.0, "warp=%d subnormal: count %lld = %g", warp, k, counts[k]);
+            } else {
+                CHECK(close(ll[0], 2001 * std::log(0.5), 1e-12), "warp=%d unreachable: %.17g", warp, ll[0]);
+                for (long long t = 0; t < 2001; ++t) CHECK(gamma[t * 2] == 1.0 && gamma[t * 2 + 1] == 0.0, "warp=%d unreachable: gamma at %lld = (%g, %g)", warp, t, gamma[t * 2], gamma[t * 2 + 1]);
+                for (long long k = 0; k < size; ++k) CHECK(std::isfinite(counts[k]), "warp=%d unreachable: count %lld = %g", warp, k, counts[k]);
+                // xi(0, 0) (raw; A_00 = 1): 2000 + 2 transitions.
+                CHECK(close(counts[2], 2002.0, 1e-12), "warp=%d unreachable: xi(0,0) %g", warp, counts[2]);
+            }
+        }
+    }
+    std::printf("certificate and masking checked\n");
+}
+
 int main() {
+    run_certificate_case();
     for (unsigned G : {2u, 5u}) {
         run_case(1, 3, false, 1, G);
         run_case(3, 4, true, 2, G);

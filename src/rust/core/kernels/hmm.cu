@@ -15,6 +15,20 @@
 // results agree with the CPU to rounding. Viterbi only adds and compares, so its values and paths are
 // bit-identical to the CPU's.
 //
+// The scaled passes carry the CPU's certificate (core/src/hmm/tables.rs,
+// Tables::theta): a positive unscaled forward value below `theta` means the
+// next step could underflow, so the value enters the step's sum as NaN,
+// which stops the sequence like a zero scale does; its log-likelihood is
+// then NaN ("uncertain"), no posteriors or counts are made for it, and the
+// host computes it on the CPU in log space. `theta` comes from the model's
+// two smallest positive probabilities, kept on the device (`mins`, see
+// hmm_theta) so that a fit's M-step on the device needs no copy to the
+// host; with theta > 1 (no step can be certified) every sequence is
+// uncertain. The backward passes set beta to
+// 0 where alpha is 0 (such a state takes part in no posterior or count, and
+// its beta may overflow: 0 x inf would be NaN) and skip every sequence
+// whose log-likelihood is not finite (-inf: impossible; NaN: uncertain).
+//
 // Layouts: symbols flat (unsigned, 0-based; HMM_SYM_PAD zeros after the
 // last sequence, so the *_warp kernels read ahead unchecked) with long long
 // offsets; a
@@ -24,6 +38,7 @@
 // P(symbol k | state i); log tables likewise.
 
 #define HMM_NO_STATE 0xffffffffu
+#define HMM_POS_INF __longlong_as_double(0x7ff0000000000000ULL)
 #define HMM_SYM_PAD 3
 
 // Write a sequence's Viterbi result: log-probability `best` (to *logp) and
@@ -46,6 +61,36 @@ __device__ void hmm_backtrack(double best, int last, long long T, long long rel,
     }
 }
 
+// theta of the model whose smallest positive start-or-transition and
+// emission probabilities are mins[0] and mins[1], stored bit-inverted
+// (~bits: 0 means none, and the smallest value has the largest key, so the
+// device M-step keeps them with atomicMax). As Tables::theta computes it:
+// 2^-960 / (a * e), or +inf.
+__device__ __forceinline__ double hmm_theta(const unsigned long long* __restrict__ mins) {
+    const unsigned long long ka = mins[0], ke = mins[1];
+    if (ka == 0 || ke == 0) return HMM_POS_INF;
+    const double phi = __longlong_as_double(~ka) * __longlong_as_double(~ke);
+    return phi > 0.0 && phi < HMM_POS_INF ? 0x1p-960 / phi : HMM_POS_INF;
+}
+
+// x as it enters a step's sum: NaN when positive and below theta.
+__device__ __forceinline__ double hmm_certified(double x, double theta) {
+    return (x > 0.0 && x < theta) ? HMM_NAN : x;
+}
+
+// The log-likelihood of a sequence whose scale `c` was not positive: -inf
+// (c = 0, impossible) or NaN (uncertain; always when theta > 1, where even
+// a zero is not certified).
+__device__ __forceinline__ double hmm_dead(double c, double theta) {
+    return c == c && theta <= 1.0 ? HMM_NEG_INF : HMM_NAN;
+}
+
+// Whether a sequence has a finite log-likelihood (never +inf; the backward
+// passes skip -inf and NaN).
+__device__ __forceinline__ bool hmm_alive(double ll) {
+    return ll > HMM_NEG_INF;
+}
+
 // Copy `n` doubles to shared memory (block-wide; caller syncs).
 __device__ __forceinline__ void hmm_copy(double* dst, const double* src, long long n) {
     for (long long k = threadIdx.x; k < n; k += blockDim.x) dst[k] = src[k];
@@ -60,9 +105,10 @@ extern "C" __global__ void hmm_forward(
     const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
     const long long* __restrict__ off, int s0, int s1,
     double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
-    int trans_smem)
+    int trans_smem, const unsigned long long* __restrict__ mins)
 {
     extern __shared__ double sm[];
+    const double theta = hmm_theta(mins);
     double* cur = sm;
     double* nxt = sm + N;
     double* red = sm + 2 * N;
@@ -83,11 +129,11 @@ extern "C" __global__ void hmm_forward(
         for (int j = threadIdx.x; j < N; j += blockDim.x) {
             double x = start[j] * e[j];
             cur[j] = x;
-            part += x;
+            part += hmm_certified(x, theta);
         }
         double c = block_sum(part, red);
         bool dead = !(c > 0.0);
-        double ll = dead ? 0.0 : log(c);
+        double ll = dead ? hmm_dead(c, theta) : log(c);
         if (!dead) {
             double r = 1.0 / c;
             for (int j = threadIdx.x; j < N; j += blockDim.x) {
@@ -105,11 +151,12 @@ extern "C" __global__ void hmm_forward(
                 for (int i = 0; i < N; ++i) acc = fma(cur[i], A[(long long)i * N + j], acc);
                 double x = acc * e[j];
                 nxt[j] = x;
-                part += x;
+                part += hmm_certified(x, theta);
             }
             c = block_sum(part, red);
             if (!(c > 0.0)) {
                 dead = true;
+                ll = hmm_dead(c, theta);
                 break;
             }
             ll += log(c);
@@ -125,7 +172,7 @@ extern "C" __global__ void hmm_forward(
             nxt = tmp;
             __syncthreads();
         }
-        if (threadIdx.x == 0) loglik[s - s0] = dead ? HMM_NEG_INF : ll;
+        if (threadIdx.x == 0) loglik[s - s0] = ll;
         __syncthreads();
     }
 }
@@ -245,7 +292,7 @@ extern "C" __global__ void hmm_backward(
         const long long b = off[s];
         const long long T = off[s + 1] - b;
         const long long rel = b - base;
-        if (loglik[s - s0] == HMM_NEG_INF) {
+        if (!hmm_alive(loglik[s - s0])) {
             if (gamma) {
                 for (long long k = threadIdx.x; k < T * N; k += blockDim.x) gamma[rel * N + k] = HMM_NAN;
             }
@@ -289,8 +336,10 @@ extern "C" __global__ void hmm_backward(
             for (int i = threadIdx.x; i < N; i += blockDim.x) {
                 double sum = 0.0;
                 for (int j = 0; j < N; ++j) sum = fma(AT[(long long)j * N + i], tmp[j], sum);
+                const double a = a_t[i];
+                if (a == 0.0) sum = 0.0;
                 beta2[i] = sum;
-                double g = a_t[i] * sum;
+                double g = a * sum;
                 if (gamma) gamma[(rel + t) * N + i] = g;
                 if (acc) {
                     acc_emis[(long long)o * N + i] += g;
@@ -475,9 +524,11 @@ extern "C" __global__ void hmm_forward_warp(
     int N, const double* __restrict__ start, const double* __restrict__ trans,
     const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
     const long long* __restrict__ off, int s0, int s1,
-    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik)
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
+    const unsigned long long* __restrict__ mins)
 {
     extern __shared__ double sm[];
+    const double theta = hmm_theta(mins);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double* wal = sm + warp * HMM_WN;
     const bool on = lane < N;
@@ -509,10 +560,11 @@ extern "C" __global__ void hmm_forward_warp(
             __syncwarp();
             wal[lane] = x;
             __syncwarp();
-            const double c = warp_sum(x);
+            const double c = warp_sum(hmm_certified(x, theta));
             const double y = more ? hmm_dot32(wal, a_col) : 0.0;
             if (!(c > 0.0)) {
                 dead = true;
+                ll = hmm_dead(c, theta);
                 break;
             }
             const double r = 1.0 / c;
@@ -522,7 +574,7 @@ extern "C" __global__ void hmm_forward_warp(
             if (!more) break;
             x = y * (r * e);
         }
-        if (lane == 0) loglik[s - s0] = dead ? HMM_NEG_INF : ll + log(m);
+        if (lane == 0) loglik[s - s0] = dead ? ll : ll + log(m);
     }
 }
 
@@ -620,7 +672,7 @@ extern "C" __global__ void hmm_backward_warp(
         const long long b = off[s];
         const long long T = off[s + 1] - b;
         const long long rel = b - base;
-        if (loglik[s - s0] == HMM_NEG_INF) {
+        if (!hmm_alive(loglik[s - s0])) {
             if (gamma)
                 for (long long k = lane; k < T * N; k += 32) gamma[rel * N + k] = HMM_NAN;
             continue;
@@ -675,8 +727,8 @@ extern "C" __global__ void hmm_backward_warp(
             } else {
                 sum = hmm_dot32(wal, a_row);
             }
-            beta = sum;
-            g = a_t * sum;
+            beta = a_t == 0.0 ? 0.0 : sum;
+            g = a_t * beta;
             if (on) {
                 if (gamma) gamma[(rel + t) * N + lane] = g;
                 if (partial) {

@@ -12,6 +12,14 @@
 // storage (alpha, scale, gamma, tmp) uses hmm.cu's layouts, so the counting
 // kernels of either file read it.
 //
+// The certificate of the scaled passes and the beta masking are hmm.cu's
+// (see there): a positive unscaled value below `theta` enters its row's sum
+// as NaN, which stops the row with log-likelihood NaN (as does any row when
+// theta > 1); the backward pass skips rows whose log-likelihood is not
+// finite and sets beta to 0 where alpha is 0. hmm_m_step keeps the new
+// model's smallest positive probabilities (`mins`) for the next forward
+// pass's theta.
+//
 // Each step's sums over states run in a different order from the CPU's
 // (tiles of HMB_BK, partial row sums per column tile), so results agree
 // with the CPU to rounding; every sum has a fixed order, so they are
@@ -33,6 +41,16 @@
 // every row starts 16-byte aligned for the asynchronous copies. The pad
 // column is never written and stays 0.
 #define HMB_LD(N) (((N) + 1) & ~1)
+
+#define HMB_POS_INF __longlong_as_double(0x7ff0000000000000ULL)
+
+// hmm.cu's hmm_theta (this file is compiled on its own).
+__device__ __forceinline__ double hmb_theta(const unsigned long long* __restrict__ mins) {
+    const unsigned long long ka = mins[0], ke = mins[1];
+    if (ka == 0 || ke == 0) return HMB_POS_INF;
+    const double phi = __longlong_as_double(~ka) * __longlong_as_double(~ke);
+    return phi > 0.0 && phi < HMB_POS_INF ? 0x1p-960 / phi : HMB_POS_INF;
+}
 
 // Grid-wide barrier: bar[0] counts arrivals, bar[1] is the generation.
 // Safe only under a cooperative launch (all blocks resident).
@@ -326,8 +344,10 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
     const int* __restrict__ row_seq, const int* __restrict__ running,
     double* __restrict__ buf0, double* __restrict__ buf1, double* __restrict__ psum,
     double* __restrict__ llacc, unsigned* __restrict__ bar,
-    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik)
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
+    const unsigned long long* __restrict__ mins)
 {
+    const double theta = hmb_theta(mins);
     __shared__ HmbShared sh;
     __shared__ double red[2][HMB_BM];
     extern __shared__ double hmb_dynamic[];
@@ -365,7 +385,8 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
                 sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
                 sh.rows.erow[r] = now ? (long long)sym[base + rel + t] * N : -1;
                 if (was && ct == 0) {
-                    const double l = (t == 1 ? 0.0 : llacc[row]) + (c > 0.0 ? log(c) : HMM_NEG_INF);
+                    // c NaN: uncertain (NaN from then on); 0: impossible.
+                    const double l = (t == 1 ? 0.0 : llacc[row]) + (c > 0.0 ? log(c) : c == c && theta <= 1.0 ? HMM_NEG_INF : HMM_NAN);
                     llacc[row] = l;
                     if (scale && c > 0.0) scale[rel + t - 1] = c;
                     if (len == t) loglik[seq] = l;
@@ -399,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
                 if (sh.rows.len[r] > 0 && j < N) {
                     const double x = (t > 0 ? acc[q] * sh.rows.mul[r] : start[j]) * emis_k[sh.rows.erow[r] + j];
                     nxt[(row0 + r) * ld + j] = x;
-                    part[q >> 3] += x;
+                    part[q >> 3] += (x > 0.0 && x < theta) ? HMM_NAN : x;
                 }
             }
             for (int h = 0; h < 2; ++h) {
@@ -453,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
             const long long len = sh.rows.len[r];
             if (len == 0 || j >= N) continue;
             const long long rel = sh.rows.rel[r];
-            if (loglik[sh.rows.seq[r]] == HMM_NEG_INF) {
+            if (!(loglik[sh.rows.seq[r]] > HMM_NEG_INF)) {
                 for (long long t = 0; t < len; ++t) {
                     if (gamma) gamma[(rel + t) * N + j] = HMM_NAN;
                     if (tmp_out) tmp_out[(rel + t) * N + j] = 0.0;
@@ -486,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
                 const long long len = sh.rows.len[r];
                 t_of[r] = len - 2 - u;
                 if (len == 0) continue;
-                if (loglik[sh.rows.seq[r]] == HMM_NEG_INF) {
+                if (!(loglik[sh.rows.seq[r]] > HMM_NEG_INF)) {
                     sh.rows.len[r] = 0;
                     continue;
                 }
@@ -517,9 +538,10 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
             for (int q = threadIdx.x; q < HMB_BM * HMB_BN; q += blockDim.x) {
                 const int r = q / HMB_BN, c = q % HMB_BN, j = col0 + c;
                 if (sh.rows.len[r] == 0 || j >= N) continue;
-                const double b = beta[r][c];
                 const long long at = (sh.rows.rel[r] + t_of[r]) * N;
-                if (gamma) gamma[at + j] = alpha[at + j] * b;
+                const double a = alpha[at + j];
+                const double b = a == 0.0 ? 0.0 : beta[r][c];
+                if (gamma) gamma[at + j] = a * b;
                 if (sh.rows.erow[r] < 0) continue;
                 const double w = b * emis_k[sh.rows.erow[r] + j] * sh.rows.mul[r];
                 nxt[(row0 + r) * ld + j] = w;
@@ -558,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(HMB_COUNT_THREADS) hmm_count_emissi
         if (p < p1) {
             const int q = v < V ? by_sym_seq[p] : (int)(p);
             const long long row = v < V ? by_sym_pos[p] : off[s0 + q] - base;
-            at[threadIdx.x] = loglik[q] != HMM_NEG_INF ? row * N + 1 : 0;
+            at[threadIdx.x] = loglik[q] > HMM_NEG_INF ? row * N + 1 : 0;
         }
         __syncthreads();
         const int n = (int)(p1 - c < blockDim.x ? p1 - c : blockDim.x);
@@ -591,17 +613,30 @@ extern "C" __global__ void __launch_bounds__(HMB_COUNT_THREADS) hmm_count_emissi
     else counts[i] += s;
 }
 
+// Keep the smallest positive value of `p` over a warp in *key (bit-inverted,
+// see hmm.cu's hmm_theta), one atomic per warp; p <= 0 counts as none.
+__device__ __forceinline__ void hmb_keep_min(double p, unsigned long long* key) {
+    unsigned long long k = p > 0.0 && p < HMB_POS_INF ? ~(unsigned long long)__double_as_longlong(p) : 0ULL;
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long other = __shfl_xor_sync(FULL_MASK, k, o);
+        k = other > k ? other : k;
+    }
+    if ((threadIdx.x & 31) == 0 && k != 0) atomicMax(key, k);
+}
+
 // The M-step on the device: from the counts (start, trans_raw, emissions by
 // symbol) and the current tables, the next tables (start, trans, trans_t,
 // emis_k), as core/src/hmm/baum_welch.rs's m_step: each probability vector
 // is counts + pc normalised, and a vector with no (or non-finite) mass
 // keeps its old values. Block i < N re-estimates row i of the transitions
-// and emissions; block N the start probabilities. Shared: 32 doubles.
+// and emissions; block N the start probabilities. mins2 (zeroed by the
+// host) receives the new tables' smallest positive start-or-transition and
+// emission probabilities. Shared: 32 doubles. blockDim: a multiple of 32.
 extern "C" __global__ void hmm_m_step(
     int N, int V, double pc, const double* __restrict__ counts,
     const double* __restrict__ start, const double* __restrict__ trans, const double* __restrict__ emis_k,
     double* __restrict__ start2, double* __restrict__ trans2, double* __restrict__ trans_t2,
-    double* __restrict__ emis_k2)
+    double* __restrict__ emis_k2, unsigned long long* __restrict__ mins2)
 {
     __shared__ double red[32];
     const int i = blockIdx.x;
@@ -613,27 +648,41 @@ extern "C" __global__ void hmm_m_step(
         for (int j = threadIdx.x; j < N; j += blockDim.x) s += c_start[j] + pc;
         s = block_sum(s, red);
         const bool ok = s > 0.0 && isfinite(s);
-        for (int j = threadIdx.x; j < N; j += blockDim.x) start2[j] = ok ? (c_start[j] + pc) / s : start[j];
+        double low = HMB_POS_INF;
+        for (int j = threadIdx.x; j < N; j += blockDim.x) {
+            const double p = ok ? (c_start[j] + pc) / s : start[j];
+            start2[j] = p;
+            if (p > 0.0 && p < low) low = p;
+        }
+        hmb_keep_min(low, &mins2[0]);
         return;
     }
     const long long row = (long long)i * N;
     double s = 0.0;
-    for (int j = threadIdx.x; j < N; j += blockDim.x) s += trans[row + j] * c_trans[row + j] + pc;
+    // A zero transition has no count, whatever its raw sum (0 x inf = NaN).
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s += (trans[row + j] > 0.0 ? trans[row + j] * c_trans[row + j] : 0.0) + pc;
     s = block_sum(s, red);
     bool ok = s > 0.0 && isfinite(s);
+    double low = HMB_POS_INF;
     for (int j = threadIdx.x; j < N; j += blockDim.x) {
-        const double p = ok ? (trans[row + j] * c_trans[row + j] + pc) / s : trans[row + j];
+        const double p = ok ? ((trans[row + j] > 0.0 ? trans[row + j] * c_trans[row + j] : 0.0) + pc) / s : trans[row + j];
         trans2[row + j] = p;
         trans_t2[(long long)j * N + i] = p;
+        if (p > 0.0 && p < low) low = p;
     }
+    hmb_keep_min(low, &mins2[0]);
     s = 0.0;
     for (int k = threadIdx.x; k < V; k += blockDim.x) s += c_emis[(long long)k * N + i] + pc;
     s = block_sum(s, red);
     ok = s > 0.0 && isfinite(s);
+    low = HMB_POS_INF;
     for (int k = threadIdx.x; k < V; k += blockDim.x) {
         const long long at = (long long)k * N + i;
-        emis_k2[at] = ok ? (c_emis[at] + pc) / s : emis_k[at];
+        const double p = ok ? (c_emis[at] + pc) / s : emis_k[at];
+        emis_k2[at] = p;
+        if (p > 0.0 && p < low) low = p;
     }
+    hmb_keep_min(low, &mins2[1]);
 }
 
 // Transition counts of a batch, as one matrix product over all its time

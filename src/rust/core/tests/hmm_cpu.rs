@@ -418,3 +418,241 @@ fn invalid_sequences_are_reported_with_their_index() {
     let empty: [Vec<u32>; 0] = [];
     assert!(hmm::posterior(&m, &Sequences::from_vecs(&empty), &exec).is_err());
 }
+
+/// Everything a log-space brute force over all N^T paths gives (exact for
+/// any probabilities, subnormal ones included): log P, the best path's log
+/// probability, posteriors, and expected counts.
+struct LogBrute {
+    loglik: f64,
+    best: f64,
+    gamma: Vec<f64>,
+    xi: Vec<f64>,
+    emis: Vec<f64>,
+}
+
+fn log_brute(m: &HmmModel, seq: &[u32]) -> LogBrute {
+    let (n, v, t_len) = (m.n_states, m.n_symbols, seq.len());
+    let paths = n.pow(t_len as u32);
+    let mut logp = Vec::with_capacity(paths);
+    for code in 0..paths {
+        let path: Vec<usize> = (0..t_len).map(|t| (code / n.pow((t_len - 1 - t) as u32)) % n).collect();
+        let mut l = m.start[path[0]].ln() + m.emis[path[0] * v + seq[0] as usize].ln();
+        for t in 1..t_len {
+            l += m.trans[path[t - 1] * n + path[t]].ln() + m.emis[path[t] * v + seq[t] as usize].ln();
+        }
+        logp.push((l, path));
+    }
+    let top = logp.iter().map(|(l, _)| *l).fold(f64::NEG_INFINITY, f64::max);
+    let loglik = if top == f64::NEG_INFINITY { top } else { top + logp.iter().map(|(l, _)| (l - top).exp()).sum::<f64>().ln() };
+    let mut b = LogBrute { loglik, best: top, gamma: vec![0.0; t_len * n], xi: vec![0.0; n * n], emis: vec![0.0; n * v] };
+    if loglik > f64::NEG_INFINITY {
+        for (l, path) in &logp {
+            let w = (l - loglik).exp();
+            for t in 0..t_len {
+                b.gamma[t * n + path[t]] += w;
+                b.emis[path[t] * v + seq[t] as usize] += w;
+                if t > 0 {
+                    b.xi[path[t - 1] * n + path[t]] += w;
+                }
+            }
+        }
+    }
+    b
+}
+
+/// A row of probabilities drawn from sizes that leave the double range
+/// when multiplied (1e-310 is subnormal), exact zeros, and ordinary ones;
+/// the largest entry makes the row sum to 1.
+fn extreme_row(rng: &mut KeyedStream, len: usize) -> Vec<f64> {
+    const SIZES: [f64; 6] = [0.0, 1e-310, 1e-200, 1e-150, 1e-20, 0.25];
+    let mut x: Vec<f64> = (0..len).map(|_| SIZES[rng.below(SIZES.len() as u64) as usize]).collect();
+    let k = rng.below(len as u64) as usize;
+    x[k] = 0.0;
+    let rest: f64 = x.iter().sum();
+    if rest >= 1.0 {
+        x.iter_mut().for_each(|p| *p *= 0.5);
+    }
+    x[k] = 1.0 - x.iter().sum::<f64>();
+    x
+}
+
+#[test]
+fn tiny_and_subnormal_probabilities_match_a_log_space_brute_force() {
+    let exec = Exec::cpu();
+    let mut compared = 0;
+    let mut tiny_answers = 0;
+    for key in 0..60u64 {
+        let mut rng = KeyedStream::new(31, key, 0);
+        let (n, v) = (1 + (key % 3) as usize, 1 + ((key / 3) % 3) as usize);
+        let start = extreme_row(&mut rng, n);
+        let trans: Vec<f64> = (0..n).flat_map(|_| extreme_row(&mut rng, n)).collect();
+        let emis: Vec<f64> = (0..n).flat_map(|_| extreme_row(&mut rng, v)).collect();
+        let m = HmmModel::new(start, trans, emis, v).unwrap();
+        let seqs_v: Vec<Vec<u32>> = (0..4).map(|s| random_seq(v, 1 + ((key + s) % 6) as usize, key * 7 + s)).collect();
+        let seqs = Sequences::from_vecs(&seqs_v);
+        let ll = hmm::loglik(&m, &seqs, &exec).unwrap();
+        let vit = hmm::viterbi(&m, &seqs, &exec).unwrap();
+        let post = hmm::posterior(&m, &seqs, &exec).unwrap();
+        let mut all = (vec![0.0; n * n], vec![0.0; n * v], true);
+        for (s, seq) in seqs_v.iter().enumerate() {
+            let b = log_brute(&m, seq);
+            let what = format!("key {key} N={n} V={v} seq {seq:?}: {m:?}");
+            assert!(close(ll[s], b.loglik, 1e-12), "{what}: loglik {} vs {}", ll[s], b.loglik);
+            assert!(close(vit.log_prob[s], b.best, 1e-12), "{what}: viterbi {} vs {}", vit.log_prob[s], b.best);
+            assert_eq!(post.loglik[s], ll[s]);
+            let g = &post.probs[seqs.offsets[s] * n..seqs.offsets[s + 1] * n];
+            if b.loglik == f64::NEG_INFINITY {
+                assert!(g.iter().all(|p| p.is_nan()), "{what}");
+                all.2 = false;
+                continue;
+            }
+            tiny_answers += (b.loglik < -700.0) as usize;
+            for (x, y) in g.iter().zip(&b.gamma) {
+                assert!((x - y).abs() < 1e-10, "{what}: posterior {x} vs {y}");
+            }
+            all.0.iter_mut().zip(&b.xi).for_each(|(a, x)| *a += x);
+            all.1.iter_mut().zip(&b.emis).for_each(|(a, x)| *a += x);
+            compared += 1;
+        }
+        if all.2 {
+            // One Baum-Welch step: its counts are the brute force's.
+            let config = HmmFitConfig::new(n, v).init(m.clone()).max_iters(1).epsilon(0.0).check().unwrap();
+            let fit = hmm::fit(&seqs, &config, &exec).unwrap();
+            for i in 0..n {
+                let row = &all.0[i * n..(i + 1) * n];
+                let s: f64 = row.iter().sum();
+                if s > 1e-12 {
+                    for j in 0..n {
+                        assert!((fit.model.trans[i * n + j] - row[j] / s).abs() < 1e-9, "key {key}: trans {i} {j}: {} vs {}", fit.model.trans[i * n + j], row[j] / s);
+                    }
+                }
+                let row: Vec<f64> = (0..v).map(|k| all.1[i * v + k]).collect();
+                let s: f64 = row.iter().sum();
+                if s > 1e-12 {
+                    for k in 0..v {
+                        assert!((fit.model.emis[i * v + k] - row[k] / s).abs() < 1e-9, "key {key}: emis {i} {k}");
+                    }
+                }
+            }
+            assert!(fit.trace.iter().all(|l| !l.is_nan()));
+        }
+    }
+    assert!(compared > 120 && tiny_answers > 10, "{compared} sequences compared, {tiny_answers} with log-likelihood below -700");
+}
+
+#[test]
+fn the_issues_subnormal_case_is_exact() {
+    // start (1e-20, 1 - 1e-20), trans I, emis ((1e-310, 1 - 1e-310), (0, 1)),
+    // sequence (1): only state 1 emits symbol 1.
+    let m = HmmModel::new(vec![1e-20, 1.0 - 1e-20], vec![1.0, 0.0, 0.0, 1.0], vec![1e-310, 1.0 - 1e-310, 0.0, 1.0], 2).unwrap();
+    let want = m.start[0].ln() + m.emis[0].ln();
+    assert!((want - (-759.853)).abs() < 1e-3);
+    let seqs = Sequences::from_vecs(&[vec![0u32], vec![1, 1, 0], vec![1, 1]]);
+    let exec = Exec::cpu();
+    let ll = hmm::loglik(&m, &seqs, &exec).unwrap();
+    assert!(close(ll[0], want, 1e-14) && close(ll[1], want, 1e-14), "{ll:?} vs {want}");
+    let p = hmm::posterior(&m, &seqs, &exec).unwrap();
+    assert_eq!(&p.probs[..8], &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]);
+    let v = hmm::viterbi(&m, &seqs, &exec).unwrap();
+    assert!(close(v.log_prob[0], want, 1e-14));
+    assert_eq!(&v.states[..4], &[0, 0, 0, 0]);
+}
+
+#[test]
+fn a_state_whose_weight_decays_below_the_double_range_is_kept() {
+    // Two coins that never switch: after 400 tosses favouring the first,
+    // the second's weight is 9^-400 = 1e-382; 800 tosses favouring the
+    // second follow. The scaled pass used to lose it (-1885 for -1006).
+    let m = HmmModel::new(vec![0.5, 0.5], vec![1.0, 0.0, 0.0, 1.0], vec![0.9, 0.1, 0.1, 0.9], 2).unwrap();
+    let seq: Vec<u32> = (0..1200).map(|t| (t >= 400) as u32).collect();
+    let want = log_space_loglik(&m, &seq);
+    assert!((want - (0.5f64.ln() + 400.0 * 0.1f64.ln() + 800.0 * 0.9f64.ln())).abs() < 1e-9);
+    let seqs = Sequences::from_vecs(&[seq]);
+    let exec = Exec::cpu();
+    assert!(close(hmm::loglik(&m, &seqs, &exec).unwrap()[0], want, 1e-12));
+    let p = hmm::posterior(&m, &seqs, &exec).unwrap();
+    assert!(p.probs.chunks(2).all(|g| (g[1] - 1.0).abs() < 1e-12), "the second coin throughout");
+    let v = hmm::viterbi(&m, &seqs, &exec).unwrap();
+    assert!(v.states.iter().all(|&s| s == 1));
+    // Baum-Welch from this model stays finite and monotone.
+    let config = HmmFitConfig::new(2, 2).init(m).max_iters(5).epsilon(0.0).check().unwrap();
+    let fit = hmm::fit(&seqs, &config, &exec).unwrap();
+    assert!(close(fit.trace[0], want, 1e-12));
+    for w in fit.trace.windows(2) {
+        assert!(w[1].is_finite() && w[1] >= w[0] - 1e-9 * w[0].abs(), "{:?}", fit.trace);
+    }
+}
+
+#[test]
+fn an_unreachable_state_gives_no_nan() {
+    // State 2 cannot be reached, but alone emits symbol 2 with certainty:
+    // its backward value doubles every step (2^2000 overflows).
+    let m = HmmModel::new(vec![1.0, 0.0], vec![1.0, 0.0, 0.0, 1.0], vec![0.5, 0.5, 0.0, 1.0], 2).unwrap();
+    let seq: Vec<u32> = (0..2001).map(|t| (t > 0) as u32).collect();
+    let seqs = Sequences::from_vecs(&[seq]);
+    let exec = Exec::cpu();
+    let p = hmm::posterior(&m, &seqs, &exec).unwrap();
+    assert!(p.probs.chunks(2).all(|g| g == [1.0, 0.0]));
+    let config = HmmFitConfig::new(2, 2).init(m).max_iters(2).epsilon(0.0).check().unwrap();
+    let fit = hmm::fit(&seqs, &config, &exec).unwrap();
+    assert!(fit.model.trans.iter().chain(&fit.model.emis).all(|x| x.is_finite()), "{:?}", fit.model);
+    assert_eq!(fit.model.trans, vec![1.0, 0.0, 0.0, 1.0]);
+}
+
+#[test]
+fn a_monitor_cancelled_from_another_thread_stops_one_long_sequence() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let m = random_model(100, 8, 4343, false);
+    let seqs = Sequences::from_vecs(&[random_seq(8, 400_000, 5)]);
+    type Pass<'a> = Box<dyn Fn(&Exec) -> bulkem_core::Result<()> + 'a>;
+    let config = HmmFitConfig::new(100, 8).max_iters(50).epsilon(0.0).check().unwrap();
+    let passes: Vec<(&str, Pass)> = vec![
+        ("loglik", Box::new(|e| hmm::loglik(&m, &seqs, e).map(|_| ()))),
+        ("viterbi", Box::new(|e| hmm::viterbi(&m, &seqs, e).map(|_| ()))),
+        ("posterior", Box::new(|e| hmm::posterior(&m, &seqs, e).map(|_| ()))),
+        ("fit", Box::new(|e| hmm::fit(&seqs, &config, e).map(|_| ()))),
+    ];
+    for (name, pass) in passes {
+        let monitor = Arc::new(bulkem_core::exec::Monitor::new());
+        let exec = Exec::cpu().threads(2).with_monitor(monitor.clone());
+        let cancelled_at = std::thread::scope(|scope| {
+            let canceller = scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(150));
+                monitor.cancel();
+                Instant::now()
+            });
+            let out = pass(&exec);
+            let at = canceller.join().unwrap();
+            assert_eq!(out, Err(bulkem_core::Error::Interrupted), "{name} was not interrupted");
+            at
+        });
+        let late = cancelled_at.elapsed();
+        assert!(late < Duration::from_millis(500), "{name} stopped {late:?} after the cancel");
+    }
+}
+
+#[test]
+fn memory_the_machine_lacks_is_refused_before_allocating() {
+    use bulkem_core::ErrorKind;
+    let exec = Exec::cpu();
+    let seqs = Sequences::from_vecs(&[vec![0u32, 1, 2]]);
+    let t0 = std::time::Instant::now();
+    let err = hmm::fit(&seqs, &HmmFitConfig::new(100_000, 3).check().unwrap(), &exec).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Memory, "{err}");
+    assert!(err.to_string().contains("100000 x 100000 transition matrix of `n.states`"), "{err}");
+    let err = hmm::fit(&seqs, &HmmFitConfig::new(2, 1_000_000_000).check().unwrap(), &exec).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Memory, "{err}");
+    assert!(err.to_string().contains("emission matrix of `n.symbols`"), "{err}");
+    let m = known_model();
+    let err = hmm::simulate_with(&m, &vec![100_000; 100_000], 1, &exec).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Memory, "{err}");
+    let err = hmm::simulate_with(&m, &[usize::MAX / 2, usize::MAX / 2], 1, &exec).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Memory, "{err}");
+    assert!(t0.elapsed().as_secs_f64() < 1.0);
+    // The estimates of the issue's other sizes (the machine may have them).
+    let post = hmm::HmmJob::new(hmm::Pass::Posterior, 3000, 8, [3_000_000usize].into_iter(), 1);
+    assert!(post.bytes() >= 72_000_000_000);
+    let vit = hmm::HmmJob::new(hmm::Pass::Viterbi, 3000, 8, [3_000_000usize].into_iter(), 1);
+    assert!(vit.bytes() < post.bytes(), "Viterbi back-pointers are 2 bytes and segmented when short of memory");
+}

@@ -196,6 +196,68 @@ fn baum_welch_with_many_states_matches_the_cpu() {
     }
 }
 
+/// N states that never switch (A = I), each with its own random emissions:
+/// the weights of all but the best-fitting state decay geometrically, below
+/// the kernels' certificate within a few hundred symbols.
+fn stuck_model(n: usize, v: usize, key: u64) -> HmmModel {
+    let r = random_model(n, v, key, false);
+    let trans = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
+    HmmModel::new(r.start, trans, r.emis, v).unwrap()
+}
+
+#[test]
+fn tiny_probabilities_and_decaying_states_agree() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // The model: a 1e-310 emission (beyond the certificate: CPU).
+    let tiny = HmmModel::new(vec![1e-20, 1.0 - 1e-20], vec![1.0, 0.0, 0.0, 1.0], vec![1e-310, 1.0 - 1e-310, 0.0, 1.0], 2).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32], vec![1, 1, 0], vec![1; 50]]);
+    compare_passes(&tiny, &seqs, "subnormal emission");
+    let ll = hmm::loglik(&tiny, &seqs, &cuda()).unwrap();
+    assert!((ll[0] - (tiny.start[0].ln() + tiny.emis[0].ln())).abs() < 1e-12);
+    // States whose weights decay below the certificate, on the warp (N = 2,
+    // 8), block (N = 40, 100) and batched (N = 200) kernels: long sequences
+    // come back uncertain and are computed on the host; short ones on the
+    // device.
+    for (key, &n) in [2usize, 8, 40, 100, 200].iter().enumerate() {
+        let m = stuck_model(n, 6, 60 + key as u64);
+        let (seqs, _) = hmm::simulate(&random_model(n, 6, 70 + key as u64, false), &[5, 2000, 30, 700, 1, 3000], 3);
+        compare_passes(&m, &seqs, &format!("stuck N={n}"));
+        let config = HmmFitConfig::new(n, 6).init(m.clone()).max_iters(3).epsilon(0.0).check().unwrap();
+        let a = hmm::fit(&seqs, &config, &Exec::cpu()).unwrap();
+        let b = hmm::fit(&seqs, &config, &cuda()).unwrap();
+        assert_eq!((a.status, a.iterations), (b.status, b.iterations), "stuck N={n}");
+        compare_models(&a.model, &b.model, &format!("stuck N={n}, Baum-Welch"));
+        for (x, y) in a.trace.iter().zip(&b.trace) {
+            assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "stuck N={n}: trace gpu {y} cpu {x}");
+        }
+    }
+}
+
+#[test]
+fn unreachable_states_give_no_nan() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // Only state 0 can be reached; every other state alone emits symbol 1
+    // with certainty, so its backward value doubles at every step.
+    for n in [2usize, 40, 200] {
+        let mut start = vec![0.0; n];
+        start[0] = 1.0;
+        let trans: Vec<f64> = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
+        let emis: Vec<f64> = (0..n).flat_map(|i| if i == 0 { [0.5, 0.5] } else { [0.0, 1.0] }).collect();
+        let m = HmmModel::new(start, trans, emis, 2).unwrap();
+        let seq: Vec<u32> = (0..2001).map(|t| (t > 0) as u32).collect();
+        let seqs = Sequences::from_vecs(&[seq, vec![0, 1, 1]]);
+        compare_passes(&m, &seqs, &format!("unreachable N={n}"));
+        let p = hmm::posterior(&m, &seqs, &cuda()).unwrap();
+        assert!(p.probs.iter().all(|x| x.is_finite()), "N={n}: NaN posteriors");
+        let (next, _) = hmm::baum_welch_step(&m, &seqs, 0.0, &cuda()).unwrap();
+        assert!(next.trans.iter().chain(&next.emis).all(|x| x.is_finite()), "N={n}: {:?}", &next.trans[..4]);
+    }
+}
+
 #[test]
 fn small_jobs_stay_on_the_cpu() {
     assert_eq!(hmm::auto_backend(10, 5000, 1), Backend::Cpu);

@@ -1,10 +1,12 @@
 //! hmm_*(): R values -> HmmModel / Sequences, results -> flat R vectors
 //! (split and reshaped in R). Matrices cross the boundary row-major: R
-//! passes t(m) and rebuilds with matrix(byrow = TRUE).
+//! passes t(m) and rebuilds with matrix(byrow = TRUE). Every entry point
+//! checks the call's memory (the core's estimate, with the copies the glue
+//! and R make of the result) before converting anything.
 
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::Backend;
-use bulkem_core::hmm::{self, HmmFit, HmmFitConfig, HmmModel, Sequences, NO_STATE};
+use bulkem_core::hmm::{self, HmmFit, HmmFitConfig, HmmJob, HmmModel, Pass, Sequences, NO_STATE};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -35,8 +37,66 @@ fn sequences(symbols: &[i32], lengths: &[i32]) -> Result<Sequences> {
     Sequences::from_lengths(flat, &lengths).map_err(r_error)
 }
 
+/// The backend of an HMM call. `use.gpu = NA` ("auto") runs on the CPU
+/// here (R resolves it by job size before calling; the choice for all
+/// areas is being moved to one core function).
 fn backend_of(name: &str) -> Result<Backend> {
     Ok(parse_backend(name)?.unwrap_or(Backend::Cpu))
+}
+
+/// Copies of each pass's result beyond the core's own: the glue's R vector,
+/// and R's (chunks bound, NaN replaced, split into sequences or matrices).
+fn result_copies(pass: Pass) -> usize {
+    match pass {
+        Pass::Loglik => 2,
+        Pass::Viterbi | Pass::Posterior | Pass::Simulate => 3,
+        Pass::Fit => 2,
+    }
+}
+
+/// The memory check of a call over sequences of `lengths`.
+fn ensure(pass: Pass, n_states: usize, n_symbols: usize, lengths: impl Iterator<Item = usize>, threads: i32, starts: usize) -> Result<()> {
+    HmmJob::new(pass, n_states, n_symbols, lengths, threads.max(0) as usize).starts(starts).copies(result_copies(pass)).ensure().map_err(r_error)
+}
+
+fn lengths_of(lengths: &[i32]) -> impl Iterator<Item = usize> + '_ {
+    lengths.iter().map(|&l| l.max(0) as usize)
+}
+
+fn pass_named(name: &str) -> Result<Pass> {
+    Ok(match name {
+        "loglik" => Pass::Loglik,
+        "viterbi" => Pass::Viterbi,
+        "posterior" => Pass::Posterior,
+        "fit" => Pass::Fit,
+        "simulate" => Pass::Simulate,
+        other => return Err(Error::Other(format!("internal: unknown HMM pass '{other}'"))),
+    })
+}
+
+/// A size R passes as a double (may exceed an integer), as a count.
+fn count(x: f64) -> usize {
+    if x.is_finite() && x > 0.0 { x.min(usize::MAX as f64) as usize } else { 0 }
+}
+
+/// The memory check of an HMM call before R builds anything for it:
+/// `n_seqs` sequences of `lengths` (one value: recycled), `copies` of the
+/// result on top of the core's own. NULL, or a memory error.
+/// @noRd
+#[extendr]
+#[allow(clippy::too_many_arguments)]
+fn hmm_memory_(pass: &str, n_states: f64, n_symbols: f64, n_seqs: f64, lengths: &[f64], threads: i32, starts: f64, copies: i32) -> Result<()> {
+    let pass = pass_named(pass)?;
+    let n_seqs = count(n_seqs);
+    let lens: Box<dyn Iterator<Item = usize>> = match lengths {
+        [one] => Box::new(std::iter::repeat_n(count(*one), n_seqs)),
+        many => Box::new(many.iter().map(|&l| count(l))),
+    };
+    HmmJob::new(pass, count(n_states), count(n_symbols), lens, threads.max(0) as usize)
+        .starts(count(starts).max(1))
+        .copies(copies.max(0) as usize)
+        .ensure()
+        .map_err(r_error)
 }
 
 /// log P(sequence) per sequence.
@@ -44,6 +104,7 @@ fn backend_of(name: &str) -> Result<Backend> {
 #[extendr]
 #[allow(clippy::too_many_arguments)]
 fn hmm_loglik_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<Vec<f64>> {
+    ensure(Pass::Loglik, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
     run_in_session(backend_of(backend)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
@@ -54,11 +115,12 @@ fn hmm_loglik_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbo
 #[extendr]
 #[allow(clippy::too_many_arguments)]
 fn hmm_viterbi_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
+    ensure(Pass::Viterbi, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
     let v = run_in_session(backend_of(backend)?, threads.max(0) as usize, |exec| hmm::viterbi(&m, &seqs, exec)).map_err(r_error)?;
-    let path: Vec<Option<i32>> = v.states.iter().map(|&s| if s == NO_STATE { None } else { Some(s as i32 + 1) }).collect();
-    Ok(list!(path = Integers::from_values(path.into_iter().map(|x| x.map(Rint::from).unwrap_or(Rint::na()))), log_prob = v.log_prob))
+    let path = Integers::from_values(v.states.iter().map(|&s| if s == NO_STATE { Rint::na() } else { Rint::from(s as i32 + 1) }));
+    Ok(list!(path = path, log_prob = v.log_prob))
 }
 
 /// Posteriors: list(probs = flat, time-major (T x N per sequence), loglik).
@@ -66,6 +128,7 @@ fn hmm_viterbi_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symb
 #[extendr]
 #[allow(clippy::too_many_arguments)]
 fn hmm_posterior_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
+    ensure(Pass::Posterior, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
     let p = run_in_session(backend_of(backend)?, threads.max(0) as usize, |exec| hmm::posterior(&m, &seqs, exec)).map_err(r_error)?;
@@ -95,6 +158,8 @@ fn hmm_fit_(
     threads: i32,
     backend: &str,
 ) -> Result<List> {
+    let starts = if init.is_null() { random_inits.max(0) as usize } else { 1 };
+    ensure(Pass::Fit, n_states.max(0) as usize, n_symbols.max(0) as usize, lengths_of(lengths), threads, starts)?;
     let seqs = sequences(symbols, lengths)?;
     let mut config = HmmFitConfig::new(n_states.max(0) as usize, n_symbols.max(0) as usize)
         .max_iters(max_iters.max(0) as usize)
@@ -131,13 +196,15 @@ fn hmm_fit_(
 /// @noRd
 #[extendr]
 fn hmm_simulate_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, lengths: &[i32], seed: f64) -> Result<List> {
+    ensure(Pass::Simulate, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), 0, 1)?;
     let m = model(start, trans, emis, n_symbols)?;
-    let lengths: Vec<usize> = lengths.iter().map(|&l| l.max(0) as usize).collect();
-    let (seqs, states) = hmm::simulate(&m, &lengths, seed as u64);
-    Ok(list!(
-        symbols = seqs.symbols.iter().map(|&k| k as i32 + 1).collect::<Vec<_>>(),
-        states = states.iter().map(|&s| s as i32 + 1).collect::<Vec<_>>()
-    ))
+    let lengths: Vec<usize> = lengths_of(lengths).collect();
+    // Every core (simulation is cheap; its time is the memory it fills).
+    let (seqs, states) = run_in_session(Backend::Cpu, 0, |exec| hmm::simulate_with(&m, &lengths, seed as u64, exec)).map_err(r_error)?;
+    let symbols = Integers::from_values(seqs.symbols.iter().map(|&k| Rint::from(k as i32 + 1)));
+    drop(seqs);
+    let states = Integers::from_values(states.iter().map(|&s| Rint::from(s as i32 + 1)));
+    Ok(list!(symbols = symbols, states = states))
 }
 
 /// Backend for an HMM job with use.gpu = NA: "cuda" or "cpu".
@@ -149,6 +216,7 @@ fn hmm_auto_backend_(states: i32, symbols: f64, passes: f64) -> &'static str {
 
 extendr_module! {
     mod hmm;
+    fn hmm_memory_;
     fn hmm_auto_backend_;
     fn hmm_loglik_;
     fn hmm_viterbi_;

@@ -7,93 +7,120 @@
 //! gamma_t(i) = alpha_hat_t(i) beta_hat_t(i)                 (sums to 1)
 //! xi_t(i,j) = alpha_hat_t(i) A_ij B_j(o_{t+1}) beta_hat_{t+1}(j) / c_{t+1}
 //! ```
+//!
+//! beta_hat_t(i) is set to 0 where alpha_hat_t(i) = 0: such a state
+//! contributes to no posterior or count (every path through it has
+//! probability 0), but its beta can grow without bound (a state the data
+//! would favour but cannot reach: 2^2000 after 2000 steps), and 0 x inf
+//! would turn posteriors and counts into NaN.
+
+use crate::error::Result;
+use crate::memory;
 
 use super::tables::Tables;
 
 /// Expected counts of one or many sequences under the current model.
 /// `trans_raw[i * N + j]` is sum_t alpha_hat_t(i) B_j(o_{t+1}) beta_hat_{t+1}(j) / c_{t+1}:
 /// the factor A_ij, the same for every term, is applied once in the M-step.
+/// `trans` holds transition counts with that factor applied (the log-space
+/// passes' counts; empty until one adds to it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Counts {
     pub start: Vec<f64>,
     pub trans_raw: Vec<f64>,
+    pub trans: Vec<f64>,
     /// By symbol: `emis[k * N + i]` = expected number of times state i emitted k.
     pub emis: Vec<f64>,
 }
 
 impl Counts {
-    pub fn zeros(n: usize, v: usize) -> Self {
-        Counts { start: vec![0.0; n], trans_raw: vec![0.0; n * n], emis: vec![0.0; v * n] }
+    pub fn zeros(n: usize, v: usize) -> Result<Self> {
+        Ok(Counts {
+            start: vec![0.0; n],
+            trans_raw: memory::try_vec(n * n, 0.0, "the transition counts")?,
+            trans: Vec::new(),
+            emis: memory::try_vec(v * n, 0.0, "the emission counts")?,
+        })
     }
 
     pub fn add(&mut self, other: &Counts) {
-        let pairs = [(&mut self.start, &other.start), (&mut self.trans_raw, &other.trans_raw), (&mut self.emis, &other.emis)];
+        if !other.trans.is_empty() {
+            self.exact_transitions();
+        }
+        let pairs = [(&mut self.start, &other.start), (&mut self.trans_raw, &other.trans_raw), (&mut self.trans, &other.trans), (&mut self.emis, &other.emis)];
         for (a, b) in pairs {
             a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
         }
     }
 
-    /// Doubles held, for sizing per-chunk accumulators.
+    /// `trans`, allocated (zeros) on first use.
+    pub fn exact_transitions(&mut self) -> &mut [f64] {
+        if self.trans.is_empty() {
+            self.trans = vec![0.0; self.trans_raw.len()];
+        }
+        &mut self.trans
+    }
+
+    /// Expected transitions i -> j of a model with transitions `a`.
+    pub fn transitions(&self, a: &[f64], i: usize, j: usize) -> f64 {
+        let n = self.start.len();
+        let k = i * n + j;
+        // A zero transition has no count, whatever its raw sum (which can be
+        // huge: 0 x inf would be NaN).
+        let raw = if a[k] > 0.0 { a[k] * self.trans_raw[k] } else { 0.0 };
+        raw + self.trans.get(k).copied().unwrap_or(0.0)
+    }
+
+    /// Doubles held in the device layout (start, trans_raw, emis).
     pub fn size(n: usize, v: usize) -> usize {
         n + n * n + n * v
     }
 }
 
-/// Run the backward pass over a sequence whose forward pass filled `alpha`
-/// and `scale` (log-likelihood finite). `gamma(t, g)` receives each
-/// posterior row, from t = T-1 down to 0; with `xi` the transition counts
-/// are accumulated too. `buf` is scratch (3N values).
-pub fn backward(
-    tab: &Tables,
-    seq: &[u32],
-    alpha: &[f64],
-    scale: &[f64],
-    buf: &mut Vec<f64>,
-    mut xi: Option<&mut [f64]>,
-    mut gamma: impl FnMut(usize, &[f64]),
-) {
+/// The backward step to t after the forward pass: `row` holds alpha_hat_t
+/// and becomes the posterior of t; `beta` holds beta_hat_{t+1} and becomes
+/// beta_hat_t; `next` is (o_{t+1}, c_{t+1}), or None at the last step;
+/// `tmp` is scratch (N values). With `counts`, the raw transition counts of
+/// (t, t+1) and the emission (and, at t = 0, start) counts of t are added.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn back(tab: &Tables, t: usize, o: u32, next: Option<(u32, f64)>, row: &mut [f64], beta: &mut [f64], tmp: &mut Vec<f64>, counts: Option<&mut Counts>) {
     let n = tab.n;
-    let t_len = seq.len();
-    buf.resize(3 * n, 0.0);
-    let (beta, rest) = buf.split_at_mut(n);
-    let (tmp, g) = rest.split_at_mut(n);
-    beta.fill(1.0);
-    g.copy_from_slice(&alpha[(t_len - 1) * n..t_len * n]);
-    gamma(t_len - 1, g);
-    for t in (0..t_len - 1).rev() {
-        let e = tab.emis_of(seq[t + 1]);
-        let r = 1.0 / scale[t + 1];
-        for j in 0..n {
-            tmp[j] = e[j] * beta[j] * r;
+    let mut counts = counts;
+    match next {
+        None => {
+            // beta = 1: the posterior is alpha.
+            beta.fill(1.0);
         }
-        let a_t = &alpha[t * n..(t + 1) * n];
-        if let Some(xi) = xi.as_deref_mut() {
-            for (i, &a) in a_t.iter().enumerate() {
-                if a != 0.0 {
-                    for (x, &w) in xi[i * n..(i + 1) * n].iter_mut().zip(tmp.iter()) {
-                        *x += a * w;
+        Some((o_next, c)) => {
+            let e = tab.emis_of(o_next);
+            let r = 1.0 / c;
+            tmp.resize(n, 0.0);
+            for j in 0..n {
+                tmp[j] = e[j] * beta[j] * r;
+            }
+            if let Some(counts) = counts.as_deref_mut() {
+                for (i, &a) in row.iter().enumerate() {
+                    if a != 0.0 {
+                        for (x, &w) in counts.trans_raw[i * n..(i + 1) * n].iter_mut().zip(tmp.iter()) {
+                            *x += a * w;
+                        }
                     }
                 }
             }
+            for i in 0..n {
+                let a = row[i];
+                let b = if a == 0.0 { 0.0 } else { tab.trans[i * n..(i + 1) * n].iter().zip(tmp.iter()).map(|(p, w)| p * w).sum() };
+                beta[i] = b;
+                row[i] = a * b;
+            }
         }
-        for i in 0..n {
-            let row = &tab.trans[i * n..(i + 1) * n];
-            beta[i] = row.iter().zip(tmp.iter()).map(|(p, w)| p * w).sum();
-            g[i] = a_t[i] * beta[i];
-        }
-        gamma(t, g);
     }
-}
-
-/// Add one sequence's expected counts to `counts` (forward pass done).
-pub fn add_counts(tab: &Tables, seq: &[u32], alpha: &[f64], scale: &[f64], buf: &mut Vec<f64>, counts: &mut Counts) {
-    let n = tab.n;
-    let Counts { start, trans_raw, emis } = counts;
-    backward(tab, seq, alpha, scale, buf, Some(trans_raw), |t, g| {
-        let k = seq[t] as usize;
-        emis[k * n..(k + 1) * n].iter_mut().zip(g).for_each(|(x, y)| *x += y);
+    if let Some(counts) = counts {
+        let k = o as usize;
+        counts.emis[k * n..(k + 1) * n].iter_mut().zip(row.iter()).for_each(|(x, y)| *x += y);
         if t == 0 {
-            start.iter_mut().zip(g).for_each(|(x, y)| *x += y);
+            counts.start.iter_mut().zip(row.iter()).for_each(|(x, y)| *x += y);
         }
-    });
+    }
 }

@@ -4,8 +4,9 @@
 //! (with pseudocount > 0: the log-posterior under the Dirichlet prior).
 
 use crate::em::FitStatus;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::Exec;
+use crate::memory;
 use crate::rng::KeyedStream;
 use crate::tolerances::HMM_START_TIE_REL;
 
@@ -39,18 +40,40 @@ pub struct HmmFit {
 /// A random starting model: every probability vector drawn uniformly from
 /// its simplex (Dirichlet(1): normalised Exp(1) draws), keyed by (seed, start).
 pub fn random_model(n: usize, v: usize, seed: u64, start: usize) -> HmmModel {
+    let mut m = HmmModel { n_states: n, n_symbols: v, start: vec![0.0; n], trans: vec![0.0; n * n], emis: vec![0.0; n * v] };
+    fill_random(&mut m, seed, start);
+    m
+}
+
+/// [`random_model`], its matrices allocated fallibly.
+fn try_random_model(n: usize, v: usize, seed: u64, start: usize) -> Result<HmmModel> {
+    let mut m = HmmModel {
+        n_states: n,
+        n_symbols: v,
+        start: memory::try_vec(n, 0.0, "a random starting model")?,
+        trans: memory::try_vec(n * n, 0.0, "a random starting model")?,
+        emis: memory::try_vec(n * v, 0.0, "a random starting model")?,
+    };
+    fill_random(&mut m, seed, start);
+    Ok(m)
+}
+
+fn fill_random(m: &mut HmmModel, seed: u64, start: usize) {
+    let (n, v) = (m.n_states, m.n_symbols);
     let mut rng = KeyedStream::new(seed, 0, start as u64);
-    let mut simplex = |len: usize| {
+    let mut simplex = |x: &mut [f64]| {
         // Uniform on (0, 1) from the top 53 bits; never 0, so -ln is finite.
-        let mut x: Vec<f64> = (0..len).map(|_| -(((rng.next_u64() >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64)).ln()).collect();
+        x.iter_mut().for_each(|p| *p = -(((rng.next_u64() >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64)).ln());
         let s: f64 = x.iter().sum();
         x.iter_mut().for_each(|p| *p /= s);
-        x
     };
-    let start_p = simplex(n);
-    let trans = (0..n).flat_map(|_| simplex(n)).collect();
-    let emis = (0..n).flat_map(|_| simplex(v)).collect();
-    HmmModel { n_states: n, n_symbols: v, start: start_p, trans, emis }
+    simplex(&mut m.start);
+    for i in 0..n {
+        simplex(&mut m.trans[i * n..(i + 1) * n]);
+    }
+    for i in 0..n {
+        simplex(&mut m.emis[i * v..(i + 1) * v]);
+    }
 }
 
 /// Normalise `counts + pc` into `out`; a row with no mass keeps `out`'s old
@@ -69,9 +92,7 @@ pub fn m_step(model: &HmmModel, counts: &Counts, pc: f64) -> HmmModel {
     let mut next = model.clone();
     normalise(&mut next.start, counts.start.iter().copied(), pc);
     for i in 0..n {
-        let a = &model.trans[i * n..(i + 1) * n];
-        let raw = &counts.trans_raw[i * n..(i + 1) * n];
-        normalise(&mut next.trans[i * n..(i + 1) * n], a.iter().zip(raw).map(|(p, r)| p * r), pc);
+        normalise(&mut next.trans[i * n..(i + 1) * n], (0..n).map(|j| counts.transitions(&model.trans, i, j)), pc);
         normalise(&mut next.emis[i * v..(i + 1) * v], (0..v).map(|k| counts.emis[k * n + i]), pc);
     }
     next
@@ -177,29 +198,44 @@ fn run_start(init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec, engine: 
 /// Fit on the CPU (see [`fit_with`]).
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     let chunks = cpu::chunks(seqs, Counts::size(config.n_states, config.n_symbols));
-    fit_with(config, exec, &mut HostEngine::new(|m: &HmmModel| cpu::e_step(&Tables::new(m), seqs, &chunks, exec)))
+    let seg = cpu::fit_segment(config.n_states, seqs, exec);
+    fit_with(config, exec, &mut HostEngine::new(|m: &HmmModel| cpu::e_step(&Tables::new(m)?, seqs, &chunks, seg, exec)))
 }
 
 /// Fit from every start (given or random) with a backend's engine and keep
 /// the best; starts within [`HMM_START_TIE_REL`] of the best are ties,
-/// won by the lowest index.
+/// won by the lowest index. Only the starts that can still win are kept
+/// (memory does not grow with the number of starts).
 pub(crate) fn fit_with(config: &CheckedHmmFitConfig, exec: &Exec, engine: &mut dyn Engine) -> Result<HmmFit> {
-    let mut fits = Vec::with_capacity(config.starts());
+    let tied = |top: f64, l: f64| top.is_finite() && l.is_finite() && (top - l) <= HMM_START_TIE_REL * top.abs().max(1.0);
+    let mut start_logliks = memory::try_with_capacity(config.starts(), "the log-likelihoods of the starts")?;
+    // Candidates (start index, fit), in start order: those tied with the
+    // best so far, or the first start while none is finite.
+    let mut kept: Vec<(usize, HmmFit)> = Vec::new();
+    let mut top = f64::NEG_INFINITY;
     for s in 0..config.starts() {
         let init = match &config.init {
             Some(m) => m.clone(),
-            None => random_model(config.n_states, config.n_symbols, config.seed, s),
+            None => try_random_model(config.n_states, config.n_symbols, config.seed, s)?,
         };
-        fits.push(run_start(init, config, exec, engine)?);
+        let fit = run_start(init, config, exec, engine)?;
         exec.monitor.add_done(1);
+        start_logliks.push(fit.loglik);
+        if fit.loglik > top {
+            top = fit.loglik;
+        }
+        if kept.is_empty() || tied(top, fit.loglik) {
+            kept.push((s, fit));
+        }
+        kept.retain(|(_, f)| tied(top, f.loglik) || (!top.is_finite() && f.loglik == top));
+        if kept.is_empty() {
+            return Err(Error::Internal("Baum-Welch kept no start".into()));
+        }
     }
-    let start_logliks: Vec<f64> = fits.iter().map(|f| f.loglik).collect();
-    let top = start_logliks.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let best = start_logliks
-        .iter()
-        .position(|&l| top.is_finite() && l.is_finite() && (top - l) <= HMM_START_TIE_REL * top.abs().max(1.0))
-        .unwrap_or(0);
-    let mut out = fits.swap_remove(best);
+    // The lowest-index start tied with the final best (or start 0 when
+    // every start failed).
+    let pick = kept.iter().position(|(_, f)| tied(top, f.loglik)).unwrap_or(0);
+    let (best, mut out) = kept.swap_remove(pick);
     out.start_logliks = start_logliks;
     out.best_start = best;
     Ok(out)

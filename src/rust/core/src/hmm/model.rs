@@ -41,15 +41,15 @@ impl HmmModel {
 
     /// Emission probabilities by symbol: `out[k * N + i]` = P(symbol k | state i),
     /// so one time step reads one contiguous row.
-    pub fn emis_by_symbol(&self) -> Vec<f64> {
+    pub fn emis_by_symbol(&self) -> Result<Vec<f64>> {
         let (n, v) = (self.n_states, self.n_symbols);
-        let mut out = vec![0.0; n * v];
+        let mut out = crate::memory::try_vec(n * v, 0.0, "the emission matrix")?;
         for i in 0..n {
             for k in 0..v {
                 out[k * n + i] = self.emis[i * v + k];
             }
         }
-        out
+        Ok(out)
     }
 
     /// Number of free parameters: (N - 1) + N (N - 1) + N (V - 1).

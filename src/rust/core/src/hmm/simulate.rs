@@ -3,9 +3,14 @@
 
 use rayon::prelude::*;
 
+use crate::error::Result;
+use crate::exec::Exec;
+use crate::memory;
 use crate::rng::KeyedStream;
 
 use super::model::HmmModel;
+use super::passes::zeroed;
+use super::size::{HmmJob, Pass};
 use super::sequences::Sequences;
 
 /// Uniform on [0, 1) from the top 53 bits.
@@ -26,36 +31,62 @@ fn categorical(p: &[f64], u: f64) -> usize {
     p.iter().rposition(|&q| q > 0.0).unwrap_or(0)
 }
 
+/// Symbols per unit of parallel work, and between monitor polls.
+const PIECE: usize = 1 << 16;
+
 /// Simulate one sequence per entry of `lengths` (sequence i keyed by
 /// (seed, i)); returns the symbols and the hidden states (flat, 0-based).
-pub fn simulate(model: &HmmModel, lengths: &[usize], seed: u64) -> (Sequences, Vec<u32>) {
+/// The memory is checked first ([`HmmJob`]; a caller that copies the
+/// result checks it with its copies before), the buffers are allocated
+/// fallibly, and the monitor is polled.
+pub fn simulate_with(model: &HmmModel, lengths: &[usize], seed: u64, exec: &Exec) -> Result<(Sequences, Vec<u32>)> {
+    HmmJob::new(Pass::Simulate, model.n_states, model.n_symbols, lengths.iter().copied(), exec.threads).ensure()?;
+    let total = lengths.iter().try_fold(0usize, |a, &l| a.checked_add(l)).ok_or_else(|| crate::error::Error::OutOfMemory {
+        what: "the simulated sequences".into(),
+        needed: u128::MAX,
+        available: memory::available(),
+    })?;
+    let mut symbols = zeroed::<u32>(total, "the simulated symbols")?;
+    let mut states = zeroed::<u32>(total, "the simulated states")?;
+    // Each sequence's part of both outputs, in sequence order.
+    let mut parts = Vec::with_capacity(lengths.len());
+    let (mut sym_rest, mut st_rest) = (&mut symbols[..], &mut states[..]);
+    for (i, &len) in lengths.iter().enumerate() {
+        let (a, b) = std::mem::take(&mut sym_rest).split_at_mut(len);
+        let (c, d) = std::mem::take(&mut st_rest).split_at_mut(len);
+        parts.push((i, a, c));
+        sym_rest = b;
+        st_rest = d;
+    }
     let (n, v) = (model.n_states, model.n_symbols);
-    let parts: Vec<(Vec<u32>, Vec<u32>)> = lengths
-        .par_iter()
-        .enumerate()
-        .map(|(i, &len)| {
+    exec.install(|| {
+        parts.into_par_iter().try_for_each(|(i, obs, hidden)| {
             let mut rng = KeyedStream::new(seed, i as u64, 0);
-            let (mut obs, mut states) = (Vec::with_capacity(len), Vec::with_capacity(len));
             let mut state = 0usize;
-            for t in 0..len {
+            for (t, (o, h)) in obs.iter_mut().zip(hidden.iter_mut()).enumerate() {
+                if t % PIECE == PIECE - 1 {
+                    exec.monitor.check()?;
+                }
                 state = if t == 0 {
                     categorical(&model.start, uniform(&mut rng))
                 } else {
                     categorical(&model.trans[state * n..(state + 1) * n], uniform(&mut rng))
                 };
-                states.push(state as u32);
-                obs.push(categorical(&model.emis[state * v..(state + 1) * v], uniform(&mut rng)) as u32);
+                *h = state as u32;
+                *o = categorical(&model.emis[state * v..(state + 1) * v], uniform(&mut rng)) as u32;
             }
-            (obs, states)
+            exec.monitor.check()
         })
-        .collect();
-    let mut symbols = Vec::with_capacity(lengths.iter().sum());
-    let mut states = Vec::with_capacity(symbols.capacity());
-    for (o, s) in parts {
-        symbols.extend(o);
-        states.extend(s);
+    })??;
+    let seqs = Sequences::from_lengths(symbols, lengths)?;
+    Ok((seqs, states))
+}
+
+/// [`simulate_with`] on every CPU core, for callers without an [`Exec`]
+/// (tests, benchmarks). Panics when the memory is not there.
+pub fn simulate(model: &HmmModel, lengths: &[usize], seed: u64) -> (Sequences, Vec<u32>) {
+    match simulate_with(model, lengths, seed, &Exec::cpu()) {
+        Ok(out) => out,
+        Err(e) => panic!("hmm::simulate: {e}"),
     }
-    // Lengths add up by construction.
-    let seqs = Sequences::from_lengths(symbols, lengths).unwrap_or_default();
-    (seqs, states)
 }

@@ -152,7 +152,7 @@ impl Batched {
             Some((alpha, scale)) => launch.arg(alpha).arg(scale),
             None => launch.arg(&null).arg(&null),
         };
-        launch.arg(loglik);
+        launch.arg(loglik).arg(&tables.mins);
         // SAFETY: the arguments match hmm_forward_batched's parameters in
         // order and type; rel, len and seq hold `rows` entries, running
         // longest + 1, as HmbBatch describes; buf0/buf1 hold rows x
@@ -162,7 +162,7 @@ impl Batched {
         // launch; alpha and scale (or null) hold N and 1 doubles per symbol
         // of the batch, loglik one per sequence. The launch is cooperative
         // with no more blocks than can be resident, as the kernel's grid
-        // barrier requires.
+        // barrier requires; mins holds two keys.
         unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching hmm_forward_batched"))?;
         Ok(())
     }

@@ -22,6 +22,14 @@
 //! the posteriors by symbol (`hmm_count_emissions`); the M-step is
 //! `hmm_m_step`. An iteration copies only the per-sequence
 //! log-likelihoods to the host.
+//!
+//! The forward kernels apply the CPU's certificate (`Tables::theta`): a
+//! sequence the scaled recursions cannot certify comes back with
+//! log-likelihood NaN, and the host computes it on the CPU in log space
+//! (its log-likelihood, posteriors or counts; a fit then runs that
+//! iteration's M-step on the host). A model whose positive probabilities
+//! multiply below the double range (`theta > 1`) runs on the CPU entirely.
+//! Interrupts are seen between launches (batches).
 
 use std::ops::Range;
 
@@ -36,11 +44,12 @@ mod batched;
 use batched::{row_batches, Batched};
 
 use super::backward::Counts;
-use super::baum_welch::{fit_with, Engine, HmmFit};
+use super::baum_welch::{fit_with, m_step as host_m_step, Engine, HmmFit};
 use super::config::CheckedHmmFitConfig;
+use super::cpu;
 use super::model::HmmModel;
 use super::sequences::Sequences;
-use super::tables::{LogTables, Tables};
+use super::tables::{self, LogTables, Tables};
 
 /// Largest N with GPU kernels (back-pointers are 16-bit; three N-vectors
 /// must fit in shared memory).
@@ -189,12 +198,21 @@ fn grid(dev: &Device, count: usize) -> u32 {
     (count as u32).clamp(1, dev.multiprocessors * BLOCKS_PER_SM)
 }
 
-/// The linear tables on the device: start, trans, trans_t, emis by symbol.
+/// The linear tables on the device: start, trans, trans_t, emis by symbol;
+/// and the smallest positive start-or-transition and emission
+/// probabilities, bit-inverted (kernels/hmm.cu, hmm_theta), from which the
+/// forward kernels compute their certificate.
 struct DeviceTables {
     start: CudaSlice<f64>,
     trans: CudaSlice<f64>,
     trans_t: CudaSlice<f64>,
     emis: CudaSlice<f64>,
+    mins: CudaSlice<u64>,
+}
+
+/// A smallest probability as `mins` keeps it: bits inverted, 0 for none.
+fn min_key(p: f64) -> u64 {
+    if p > 0.0 && p.is_finite() { !p.to_bits() } else { 0 }
 }
 
 /// The transpose of the row-major n x n matrix `a`.
@@ -209,15 +227,21 @@ fn transposed(a: &[f64], n: usize) -> Vec<f64> {
 }
 
 fn upload_tables(dev: &Device, model: &HmmModel) -> Result<DeviceTables> {
-    let tab = Tables::new(model);
-    let trans_t = transposed(&tab.trans, tab.n);
+    upload_tables_with(dev, model, tables::smallest(model))
+}
+
+/// [`upload_tables`] with the model's smallest probabilities known.
+fn upload_tables_with(dev: &Device, model: &HmmModel, (a, e_min): (f64, f64)) -> Result<DeviceTables> {
+    let trans_t = transposed(&model.trans, model.n_states);
+    let emis = model.emis_by_symbol()?;
     let s = &dev.stream;
     let e = err(dev, "copying the model");
     Ok(DeviceTables {
-        start: s.clone_htod(&tab.start[..]).map_err(&e)?,
-        trans: s.clone_htod(&tab.trans[..]).map_err(&e)?,
+        start: s.clone_htod(&model.start[..]).map_err(&e)?,
+        trans: s.clone_htod(&model.trans[..]).map_err(&e)?,
         trans_t: s.clone_htod(&trans_t[..]).map_err(&e)?,
-        emis: s.clone_htod(&tab.emis[..]).map_err(&e)?,
+        emis: s.clone_htod(&emis[..]).map_err(&e)?,
+        mins: s.clone_htod(&[min_key(a), min_key(e_min)][..]).map_err(&e)?,
     })
 }
 
@@ -259,8 +283,10 @@ fn launch_forward(
     if !warp {
         launch.arg(&flag);
     }
+    launch.arg(&tables.mins);
     // SAFETY: the arguments match the parameters of hmm_forward (or of
     // hmm_forward_warp, which has no trans_smem flag) in order and type;
+    // mins holds two keys;
     // the tables hold N, N*N and V*N doubles, the symbols are < V
     // (validated), off has one entry per sequence + 1 and s0 < s1 index it;
     // alpha and scale (or null) hold N and 1 doubles per symbol of the
@@ -275,8 +301,25 @@ fn launch_forward(
 /// large N), O(N) memory per sequence.
 pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
     check_size(model, seqs)?;
+    let small = tables::smallest(model);
+    if tables::theta_of(small) > 1.0 {
+        return cpu::loglik(&Tables::new(model)?, seqs, exec);
+    }
+    let mut out = loglik_device(model, small, seqs, exec)?;
+    let uncertain: Vec<usize> = (0..out.len()).filter(|&s| out[s].is_nan()).collect();
+    if !uncertain.is_empty() {
+        let tab = Tables::new(model)?;
+        for (s, l) in uncertain.iter().zip(cpu::loglik_of(&tab, seqs, &uncertain, exec)?) {
+            out[*s] = l;
+        }
+    }
+    Ok(out)
+}
+
+/// The kernels' log-likelihoods (NaN: uncertain).
+fn loglik_device(model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
     let dev = device()?;
-    let tables = upload_tables(dev, model)?;
+    let tables = upload_tables_with(dev, model, small)?;
     let d_seqs = upload(dev, seqs)?;
     let s = &dev.stream;
     let n = model.n_states;
@@ -310,7 +353,7 @@ struct DeviceLogTables {
 }
 
 fn upload_log_tables(dev: &Device, model: &HmmModel) -> Result<DeviceLogTables> {
-    let log = LogTables::new(model);
+    let log = LogTables::new(model)?;
     let ltrans = transposed(&log.trans_t, model.n_states);
     let s = &dev.stream;
     let e = err(dev, "copying the model");
@@ -655,12 +698,13 @@ impl<'a> Passes<'a> {
     /// One E-step over all sequences: the counts (in `counts.total`), the
     /// total log-likelihood (summed on the host in sequence order) and the
     /// first impossible sequence.
-    fn e_step(&mut self, tables: &DeviceTables, counts: &mut CountSlots) -> Result<(f64, Option<usize>)> {
+    fn e_step(&mut self, tables: &DeviceTables, counts: &mut CountSlots, monitor: &crate::exec::Monitor) -> Result<Vec<f64>> {
         let dev = self.dev;
         let s = &dev.stream;
         s.memset_zeros(&mut counts.partial).map_err(err(dev, "clearing the counts"))?;
         let mut ll_all = Vec::with_capacity(self.seqs.len());
         for b in 0..self.batches.len() {
+            monitor.check()?;
             ll_all.extend(self.run_batch(tables, b, None, Some(counts))?);
         }
         let size = Counts::size(self.n, self.v);
@@ -673,8 +717,7 @@ impl<'a> Passes<'a> {
         // SAFETY: partial holds `slots` accumulators of `size` doubles and
         // total holds `size`; the arguments match hmm_reduce's parameters.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_reduce"))?;
-        let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
-        Ok((ll_all.iter().sum(), impossible))
+        Ok(ll_all)
     }
 }
 
@@ -701,11 +744,34 @@ fn launch_xi_gemm(dev: &Device, n: usize, v: usize, alpha: &CudaSlice<f64>, tmp:
 /// sequences) and per-sequence log-likelihoods.
 pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model, seqs)?;
+    let small = tables::smallest(model);
+    if tables::theta_of(small) > 1.0 {
+        return cpu::posterior(&Tables::new(model)?, seqs, exec);
+    }
+    let n = model.n_states;
+    let (mut probs, mut loglik) = posterior_device(model, small, seqs, exec)?;
+    let mut tab = None;
+    for s in 0..seqs.len() {
+        if loglik[s].is_nan() {
+            exec.monitor.check()?;
+            if tab.is_none() {
+                tab = Some(Tables::new(model)?);
+            }
+            let Some(tab) = tab.as_ref() else { continue };
+            let rows = &mut probs[seqs.offsets[s] * n..seqs.offsets[s + 1] * n];
+            loglik[s] = cpu::posterior_of(tab, seqs.get(s), rows, &exec.monitor)?;
+        }
+    }
+    Ok((probs, loglik))
+}
+
+/// The kernels' posteriors and log-likelihoods (NaN: uncertain).
+fn posterior_device(model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     let n = model.n_states;
     let mut passes = Passes::new(n, model.n_symbols, seqs, false, n * 8)?;
     let dev = passes.dev;
-    let tables = upload_tables(dev, model)?;
-    let (mut probs, mut loglik) = (vec![0.0; seqs.total() * n], vec![0.0; seqs.len()]);
+    let tables = upload_tables_with(dev, model, small)?;
+    let (mut probs, mut loglik) = (super::passes::zeroed(seqs.total() * n, "the posterior probabilities")?, vec![0.0; seqs.len()]);
     for b in 0..passes.batches.len() {
         exec.monitor.check()?;
         let range = passes.batches[b].clone();
@@ -730,6 +796,14 @@ struct DeviceEngine<'a> {
     cur: usize,
     counts: CountSlots,
     exec: &'a Exec,
+    /// The current model on the host, when known (after `load`, a host
+    /// M-step or a download; the device M-step leaves it on the device).
+    host_model: Option<HmmModel>,
+    /// Counts of the last E-step computed on the host (the sequences the
+    /// kernels could not certify), and whether the device holds the rest.
+    host_counts: Option<(Counts, bool)>,
+    /// Segment length of the host's E-step passes.
+    seg: usize,
 }
 
 impl<'a> DeviceEngine<'a> {
@@ -738,17 +812,42 @@ impl<'a> DeviceEngine<'a> {
         let counts = passes.count_slots()?;
         let blank = HmmModel { n_states: n, n_symbols: v, start: vec![0.0; n], trans: vec![0.0; n * n], emis: vec![0.0; n * v] };
         let tables = [upload_tables(passes.dev, &blank)?, upload_tables(passes.dev, &blank)?];
-        Ok(DeviceEngine { passes, tables, cur: 0, counts, exec })
+        let seg = cpu::fit_segment(n, seqs, exec);
+        Ok(DeviceEngine { passes, tables, cur: 0, counts, exec, host_model: None, host_counts: None, seg })
+    }
+
+    /// The device's share of the last E-step's counts, on the host.
+    fn device_counts(&self) -> Result<Counts> {
+        let (n, v) = (self.passes.n, self.passes.v);
+        let total = self.passes.dev.stream.clone_dtoh(&self.counts.total).map_err(err(self.passes.dev, "reading the counts"))?;
+        Ok(Counts { start: total[..n].to_vec(), trans_raw: total[n..n + n * n].to_vec(), trans: Vec::new(), emis: total[n + n * n..n + n * n + n * v].to_vec() })
     }
 }
 
 impl Engine for DeviceEngine<'_> {
     fn load(&mut self, model: &HmmModel) -> Result<(f64, Option<usize>)> {
         self.tables[self.cur] = upload_tables(self.passes.dev, model)?;
+        self.host_model = Some(model.clone());
         self.e_step()
     }
 
     fn m_step(&mut self, pseudocount: f64) -> Result<()> {
+        if let Some((host, with_device)) = self.host_counts.take() {
+            // Some counts are on the host: the M-step runs there.
+            let mut counts = host;
+            if with_device {
+                counts.add(&self.device_counts()?);
+            }
+            let model = match self.host_model.take() {
+                Some(m) => m,
+                None => self.model(false)?,
+            };
+            let next = host_m_step(&model, &counts, pseudocount);
+            self.tables[1 - self.cur] = upload_tables(self.passes.dev, &next)?;
+            self.cur = 1 - self.cur;
+            self.host_model = Some(next);
+            return Ok(());
+        }
         let dev = self.passes.dev;
         let (n, v) = (self.passes.n, self.passes.v);
         let (first, second) = self.tables.split_at_mut(1);
@@ -756,20 +855,43 @@ impl Engine for DeviceEngine<'_> {
         let f = function(dev, "hmm_batched", "hmm_m_step", 0)?;
         let cfg = LaunchConfig { grid_dim: (n as u32 + 1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (n_i, v_i) = (n as i32, v as i32);
+        dev.stream.memset_zeros(&mut to.mins).map_err(err(dev, "clearing the smallest probabilities"))?;
         let mut launch = dev.stream.launch_builder(&f);
         launch.arg(&n_i).arg(&v_i).arg(&pseudocount).arg(&self.counts.total).arg(&from.start).arg(&from.trans).arg(&from.emis);
-        launch.arg(&mut to.start).arg(&mut to.trans).arg(&mut to.trans_t).arg(&mut to.emis);
+        launch.arg(&mut to.start).arg(&mut to.trans).arg(&mut to.trans_t).arg(&mut to.emis).arg(&mut to.mins);
         // SAFETY: the arguments match hmm_m_step's parameters in order and
         // type; counts.total holds N + N*N + V*N doubles from the last
-        // E-step; both tables hold N, N*N, N*N and V*N doubles.
+        // E-step; both tables hold N, N*N, N*N and V*N doubles and two
+        // keys (zeroed above); the block has 256 threads (whole warps).
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_m_step"))?;
         self.cur = 1 - self.cur;
+        // Known on the device only; downloaded if the host needs it.
+        self.host_model = None;
         Ok(())
     }
 
     fn e_step(&mut self) -> Result<(f64, Option<usize>)> {
-        self.exec.monitor.check()?;
-        self.passes.e_step(&self.tables[self.cur], &mut self.counts)
+        let exec = self.exec;
+        exec.monitor.check()?;
+        let mut ll_all = self.passes.e_step(&self.tables[self.cur], &mut self.counts, &exec.monitor)?;
+        let uncertain: Vec<usize> = (0..ll_all.len()).filter(|&s| ll_all[s].is_nan()).collect();
+        self.host_counts = None;
+        if !uncertain.is_empty() {
+            // Those sequences on the host, in log space, with the model.
+            let model = match self.host_model.take() {
+                Some(m) => m,
+                None => self.model(false)?,
+            };
+            let tab = Tables::new(&model)?;
+            let (host, lls) = cpu::counts_of(&tab, self.passes.seqs, &uncertain, self.seg, exec)?;
+            for (s, l) in uncertain.iter().zip(lls) {
+                ll_all[*s] = l;
+            }
+            self.host_counts = Some((host, true));
+            self.host_model = Some(model);
+        }
+        let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
+        Ok((ll_all.iter().sum(), impossible))
     }
 
     fn model(&self, previous: bool) -> Result<HmmModel> {
