@@ -10,10 +10,6 @@ em_fit_ <- function(datasets, family, components, max_iters, random_inits, epsil
 #' @noRd
 hmm_memory_ <- function(pass, n_states, n_symbols, n_seqs, lengths, threads, starts, copies) .Call(wrap__hmm_memory_, pass, n_states, n_symbols, n_seqs, lengths, threads, starts, copies)
 
-#' Backend for an HMM job with use.gpu = NA: "cuda" or "cpu".
-#' @noRd
-hmm_auto_backend_ <- function(states, symbols, passes) .Call(wrap__hmm_auto_backend_, states, symbols, passes)
-
 #' log P(sequence) per sequence.
 #' @noRd
 hmm_loglik_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_loglik_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)

@@ -412,8 +412,9 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call)
   settings <- list(pass = pass, passes = passes, start = model$start, trans = as.double(t(model$trans)),
                    emis = as.double(t(model$emis)), V = ncol(model$emis))
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
-  if (parallel == "none" && settings$backend == "auto") {
-    settings$backend <- hmm_auto_backend_(as.integer(N), symbols, as.double(passes))
+  if (parallel == "none") {
+    # The whole job picks the backend; a worker picks by its chunk.
+    settings$backend <- backend_choice_("hmm", settings$backend, c(N, symbols, passes))
   }
   size <- if (!is.null(chunk.size)) {
     chunk.size
@@ -453,18 +454,14 @@ hmm_memory <- function(pass, model, n, lengths, starts, copies, call, fn) {
 # One chunk of sequences of an HMM pass, here or on a future worker.
 hmm_chunk <- function(part, idx, st) {
   ex <- chunk_exec(st)
-  backend <- ex$backend
-  if (backend == "auto") {
-    backend <- hmm_auto_backend_(as.integer(length(st$start)), sum(as.double(part$lengths)), as.double(st$passes))
-  }
+  backend <- backend_choice_("hmm", ex$backend, c(length(st$start), sum(as.double(part$lengths)), st$passes))
   pass <- switch(st$pass, loglik = hmm_loglik_, viterbi = hmm_viterbi_, posterior = hmm_posterior_)
   out <- pass(st$start, st$trans, st$emis, st$V, part$symbols, part$lengths, ex$threads, backend)
   if (st$pass == "loglik") list(loglik = out) else out
 }
 
 hmm_backend <- function(use.gpu, states, symbols, passes, call) {
-  backend <- resolve_backend(use.gpu, call)
-  if (backend == "auto") hmm_auto_backend_(as.integer(states), as.double(symbols), as.double(passes)) else backend
+  backend_choice_("hmm", resolve_backend(use.gpu, call), c(states, symbols, passes))
 }
 
 check_hmm <- function(model, arg, call) {

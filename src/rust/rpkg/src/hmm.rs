@@ -10,7 +10,7 @@ use bulkem_core::hmm::{self, HmmFit, HmmFitConfig, HmmJob, HmmModel, Pass, Seque
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::session::{input_error, parse_backend, r_error, run_in_session};
+use crate::session::{backend_for, input_error, r_error, run_in_session};
 
 fn model(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32) -> Result<HmmModel> {
     HmmModel::new(start.to_vec(), trans.to_vec(), emis.to_vec(), n_symbols.max(0) as usize).map_err(r_error)
@@ -37,11 +37,10 @@ fn sequences(symbols: &[i32], lengths: &[i32]) -> Result<Sequences> {
     Sequences::from_lengths(flat, &lengths).map_err(r_error)
 }
 
-/// The backend of an HMM call. `use.gpu = NA` ("auto") runs on the CPU
-/// here (R resolves it by job size before calling; the choice for all
-/// areas is being moved to one core function).
-fn backend_of(name: &str) -> Result<Backend> {
-    Ok(parse_backend(name)?.unwrap_or(Backend::Cpu))
+/// The backend of an HMM call of `passes` passes over `seqs` with
+/// `n_states` states: the core's one choice from `request`.
+fn backend_of(request: &str, n_states: usize, seqs: &Sequences, passes: usize) -> Result<Backend> {
+    backend_for(request, &hmm::job(n_states, seqs.total(), passes))
 }
 
 /// Copies of each pass's result beyond the core's own: the glue's R vector,
@@ -107,7 +106,7 @@ fn hmm_loglik_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbo
     ensure(Pass::Loglik, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
-    run_in_session(backend_of(backend)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
+    run_in_session(backend_of(backend, m.n_states, &seqs, 1)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
 }
 
 /// Viterbi: list(path = flat 1-based states, NA for impossible sequences; log_prob).
@@ -118,7 +117,7 @@ fn hmm_viterbi_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symb
     ensure(Pass::Viterbi, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
-    let v = run_in_session(backend_of(backend)?, threads.max(0) as usize, |exec| hmm::viterbi(&m, &seqs, exec)).map_err(r_error)?;
+    let v = run_in_session(backend_of(backend, m.n_states, &seqs, 1)?, threads.max(0) as usize, |exec| hmm::viterbi(&m, &seqs, exec)).map_err(r_error)?;
     let path = Integers::from_values(v.states.iter().map(|&s| if s == NO_STATE { Rint::na() } else { Rint::from(s as i32 + 1) }));
     Ok(list!(path = path, log_prob = v.log_prob))
 }
@@ -131,7 +130,7 @@ fn hmm_posterior_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, sy
     ensure(Pass::Posterior, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
     let m = model(start, trans, emis, n_symbols)?;
     let seqs = sequences(symbols, lengths)?;
-    let p = run_in_session(backend_of(backend)?, threads.max(0) as usize, |exec| hmm::posterior(&m, &seqs, exec)).map_err(r_error)?;
+    let p = run_in_session(backend_of(backend, m.n_states, &seqs, 2)?, threads.max(0) as usize, |exec| hmm::posterior(&m, &seqs, exec)).map_err(r_error)?;
     Ok(list!(probs = p.probs, loglik = p.loglik))
 }
 
@@ -177,7 +176,8 @@ fn hmm_fit_(
         config = config.init(m);
     }
     let config = config.check().map_err(r_error)?;
-    let fit: HmmFit = run_in_session(backend_of(backend)?, threads.max(0) as usize, |exec| hmm::fit(&seqs, &config, exec)).map_err(r_error)?;
+    let passes = 2 * config.max_iters * starts;
+    let fit: HmmFit = run_in_session(backend_of(backend, config.n_states, &seqs, passes)?, threads.max(0) as usize, |exec| hmm::fit(&seqs, &config, exec)).map_err(r_error)?;
     Ok(list!(
         model = model_list(&fit.model),
         init = model_list(&fit.init),
@@ -207,17 +207,9 @@ fn hmm_simulate_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, len
     Ok(list!(symbols = symbols, states = states))
 }
 
-/// Backend for an HMM job with use.gpu = NA: "cuda" or "cpu".
-/// @noRd
-#[extendr]
-fn hmm_auto_backend_(states: i32, symbols: f64, passes: f64) -> &'static str {
-    hmm::auto_backend(states.max(0) as usize, symbols.max(0.0) as usize, passes.max(0.0) as usize).name()
-}
-
 extendr_module! {
     mod hmm;
     fn hmm_memory_;
-    fn hmm_auto_backend_;
     fn hmm_loglik_;
     fn hmm_viterbi_;
     fn hmm_posterior_;

@@ -48,16 +48,6 @@ pub fn backend_for(request: &str, job: &Job) -> Result<Backend> {
     choose_backend(request, job).map_err(r_error)
 }
 
-/// "cpu", "cuda", or "auto" (None). Transitional: the HMM glue still uses it.
-pub fn parse_backend(name: &str) -> Result<Option<Backend>> {
-    match BackendRequest::parse(name) {
-        Some(BackendRequest::Cpu) => Ok(Some(Backend::Cpu)),
-        Some(BackendRequest::Cuda) => Ok(Some(Backend::Cuda)),
-        Some(BackendRequest::Auto) => Ok(None),
-        None => Err(input_error(format!("unknown backend '{name}'"))),
-    }
-}
-
 /// Run `work` with an [`Exec`] for `backend` and `threads`, cancelling it
 /// when the user interrupts R.
 pub fn run_in_session<T: Send>(backend: Backend, threads: usize, work: impl FnOnce(&Exec) -> T + Send) -> T {

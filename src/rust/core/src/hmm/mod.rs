@@ -97,12 +97,7 @@ pub fn job(states: usize, symbols: usize, passes: usize) -> Job {
 /// states and `passes` passes over the data on: CUDA when a device is usable
 /// and the job is large enough, the CPU otherwise.
 pub fn auto_backend(states: usize, symbols: usize, passes: usize) -> Backend {
-    let j = job(states, symbols, passes);
-    if j.work >= j.gpu_min_work && j.gpu_unsupported.is_none() && crate::gpu::probe().usable() {
-        Backend::Cuda
-    } else {
-        Backend::Cpu
-    }
+    crate::exec::choose_backend(crate::exec::BackendRequest::Auto, &job(states, symbols, passes)).unwrap_or(Backend::Cpu)
 }
 
 /// Validate the sequences against the model and check the call's memory.
