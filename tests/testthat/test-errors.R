@@ -8,7 +8,7 @@ test_that("bad datasets are rejected before any work, naming dataset and value",
   expect_error(bulkem(list(1:5, c(1, NA, 3))), "Dataset 2 has NA at position 2")
   expect_error(bulkem(list(1:5, c(1, 2, NaN)), use.gpu = FALSE), "Dataset 2 has NA at position 3")
   expect_error(bulkem(list(1:5, c(1, Inf)), use.gpu = FALSE),
-               "dataset 2 has an invalid value at position 2 \\(inf\\)", class = "bulkem_error_input")
+               "dataset 2 has an invalid value at position 2 \\(Inf\\)", class = "bulkem_error_input")
   expect_error(bulkem(list(1:5, 1:5, c(3, 0, -1)), use.gpu = FALSE),
                "dataset 3 has an invalid value at position 2 \\(0\\).*strictly positive",
                class = "bulkem_error_input")
