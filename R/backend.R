@@ -48,7 +48,7 @@ cpu_threads <- function(info = backends_()) {
   threads <- check_count(opt, "options(bulkem.threads)", call = NULL)
   if (threads > info$max_threads) {
     bulkem_abort(c(
-      "{.code options(bulkem.threads)} must be at most {info$max_threads} (8 per core) on this machine.",
+      "{.code options(bulkem.threads)} must be at most {info$max_threads} on this machine.",
       x = "It is {threads}.",
       i = "Unset it ({.code options(bulkem.threads = NULL)}) to use every core."
     ), call = NULL)

@@ -19,8 +19,16 @@
 #'   the message names the chunk of work it held.
 #' * `bulkem_error_internal`: a bug in bulkem; please report it.
 #'
+#' Two kinds of error are passed on as R raised them, not as `bulkem_error`:
+#' an error of the user's own function (the integrand of [mc_integrate()],
+#' the log-density of [slice_sample()]), and an R error raised while a call
+#' waits for the core, such as the limit of [setTimeLimit()].
+#'
 #' A user interrupt (Ctrl-C, Esc in RStudio) during a long computation stops
-#' it within a second, on every backend, and arrives as R's own `interrupt`
+#' it within a second on the CPU (inside a single long sequence or sweep
+#' too; on a GPU it is seen between kernel launches, and not while the
+#' kernels of a process's first GPU call compile), and arrives as R's own
+#' `interrupt`
 #' condition, as it does in R's own loops: `tryCatch(..., interrupt = )`
 #' catches it, and `try()` does not, so `for (i in 1:4) try(bulkem(...))`
 #' stops at the first Ctrl-C. Results of an interrupted call are not kept.

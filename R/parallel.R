@@ -131,10 +131,22 @@ map_chunks <- function(chunks, fun, slice, args = list(), parallel = "none", pro
 run_chunk <- function(job, fun, args, progress) {
   out <- tryCatch(
     list(k = job$k, value = fun(job$part, job$idx, args)),
-    error = function(e) list(k = job$k, error = conditionMessage(e))
+    error = function(e) list(k = job$k, error = tagged_message(e))
   )
   if (!is.null(progress) && is.null(out$error)) progress(length(job$idx))
   out
+}
+
+# A chunk's error as a message that keeps its kind: core errors carry the
+# "[bulkem_error_<kind>] " tag already; an R-side bulkem error (raised on a
+# worker by an argument check) gets its class as the tag, so core_error()
+# raises it with the same class on the caller.
+tagged_message <- function(e) {
+  msg <- conditionMessage(e)
+  if (inherits(e, "bulkem_error") && !grepl("^\\[bulkem_error_[a-z]+\\] ", msg)) {
+    msg <- paste0("[", class(e)[1], "] ", msg)
+  }
+  msg
 }
 
 # "chunk 2 of 8 (datasets 251-500)"
@@ -211,7 +223,16 @@ chunk_exec <- function(s) {
 worker_threads_option <- function(call) {
   opt <- getOption("bulkem.worker.threads")
   if (is.null(opt)) return(NULL)
-  check_count(opt, "options(bulkem.worker.threads)", call = call)
+  threads <- check_count(opt, "options(bulkem.worker.threads)", call = call)
+  # The core refuses more than 8 per core; a worker may have more cores than
+  # this machine, so only counts no machine would run are refused here.
+  if (threads > 4096) {
+    bulkem_abort(c(
+      "{.code options(bulkem.worker.threads)} must be at most 4096.",
+      x = "It is {threads}."
+    ), call = call)
+  }
+  threads
 }
 
 # CPU threads for the core on a future worker. Option bulkem.worker.threads

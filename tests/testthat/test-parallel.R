@@ -242,3 +242,15 @@ test_that("HMM passes split by sequences over future workers give the sequential
   expect_identical(hmm_viterbi(model, seqs, use.gpu = FALSE, parallel = "future"), vit)
   expect_identical(hmm_posterior(model, seqs, use.gpu = FALSE, parallel = "future", chunk.size = 7), post)
 })
+
+test_that("an error raised on a future worker keeps its class on the caller", {
+  skip_if_not_installed("future")
+  skip_if_not_installed("future.apply")
+  skip_if(any(bulkem_backends()$usable[-1]), "a GPU is usable here")
+  oplan <- future::plan(future::sequential)
+  on.exit(future::plan(oplan), add = TRUE)
+  err <- expect_error(bulkem(list(c(1, 2, 3, 4, 5)), use.gpu = TRUE, parallel = "future"),
+                      class = "bulkem_error_device")
+  expect_match(conditionMessage(err), "no CUDA GPU is usable")
+  expect_match(conditionMessage(err), "on a future worker")
+})

@@ -166,7 +166,7 @@ fn cpu_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
     if n > max_threads() {
         return Err(Error::arg(
             "threads",
-            format!("is {n}, more than bulkem runs on this machine ({} at most: 8 per core)", max_threads()),
+            format!("is {n}, more than bulkem runs on this machine ({} at most)", max_threads()),
         ));
     }
     let mut slot = POOL.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());

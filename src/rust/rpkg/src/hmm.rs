@@ -87,12 +87,11 @@ fn count(x: f64) -> usize {
 fn hmm_memory_(pass: &str, n_states: f64, n_symbols: f64, n_seqs: f64, lengths: &[f64], threads: i32, starts: f64, copies: i32) -> Result<()> {
     let pass = pass_named(pass)?;
     let n_seqs = count(n_seqs);
-    let lens: Box<dyn Iterator<Item = usize>> = match lengths {
-        [one] => Box::new(std::iter::repeat_n(count(*one), n_seqs)),
-        many => Box::new(many.iter().map(|&l| count(l))),
+    let job = match lengths {
+        [one] => HmmJob::uniform(pass, count(n_states), count(n_symbols), n_seqs, count(*one), threads.max(0) as usize),
+        many => HmmJob::new(pass, count(n_states), count(n_symbols), many.iter().map(|&l| count(l)), threads.max(0) as usize),
     };
-    HmmJob::new(pass, count(n_states), count(n_symbols), lens, threads.max(0) as usize)
-        .starts(count(starts).max(1))
+    job.starts(count(starts).max(1))
         .copies(copies.max(0) as usize)
         .ensure()
         .map_err(r_error)

@@ -76,6 +76,25 @@ impl HmmJob {
         HmmJob { pass, n_states, n_symbols, sequences, symbols, longest, concurrent, threads, starts: 1, copies: 0 }
     }
 
+    /// A job of `n` sequences all of length `len`, computed without visiting
+    /// each (n can be 2^31: the check must answer at once).
+    pub fn uniform(pass: Pass, n_states: usize, n_symbols: usize, n: usize, len: usize, threads: usize) -> Self {
+        let threads = if threads == 0 { crate::exec::available_threads() } else { threads }.max(1);
+        let longest = if n == 0 { 0 } else { len };
+        HmmJob {
+            pass,
+            n_states,
+            n_symbols,
+            sequences: n,
+            symbols: n.saturating_mul(len),
+            longest,
+            concurrent: threads.min(n).saturating_mul(len),
+            threads,
+            starts: 1,
+            copies: 0,
+        }
+    }
+
     /// A job over `seqs`.
     pub fn of(pass: Pass, n_states: usize, n_symbols: usize, seqs: &Sequences, threads: usize) -> Self {
         Self::new(pass, n_states, n_symbols, seqs.lengths(), threads)
@@ -245,6 +264,19 @@ mod tests {
         let job = HmmJob::new(Pass::Posterior, 3000, 8, [3_000_000usize].into_iter(), 2).copies(3);
         let msg = job.ensure().unwrap_err().to_string();
         assert!(msg.contains("posterior probabilities (3000000 symbols of `seqs` x 3000 states)"), "{msg}");
+    }
+
+    #[test]
+    fn uniform_lengths_give_the_job_of_the_listed_lengths() {
+        for (n, len, threads) in [(0, 5, 2), (1, 7, 4), (3, 10, 2), (50, 100, 8)] {
+            let listed = HmmJob::new(Pass::Posterior, 4, 3, std::iter::repeat_n(len, n), threads);
+            let uniform = HmmJob::uniform(Pass::Posterior, 4, 3, n, len, threads);
+            assert_eq!(format!("{listed:?}"), format!("{uniform:?}"), "n = {n}, len = {len}");
+        }
+        // 2^31 sequences are sized at once, not visited.
+        let t = std::time::Instant::now();
+        let _ = HmmJob::uniform(Pass::Simulate, 2, 3, (1 << 31) - 1, 1, 2).ensure();
+        assert!(t.elapsed() < std::time::Duration::from_millis(100));
     }
 
     #[test]
