@@ -7,7 +7,7 @@ mod common;
 use common::{cuda, gpu_or_skip};
 
 use bulkem_core::em::FitStatus;
-use bulkem_core::exec::{Backend, Exec};
+use bulkem_core::exec::{choose_backend, Backend, BackendRequest, Exec};
 use bulkem_core::hmm::{self, HmmFitConfig, HmmModel, Sequences};
 use bulkem_core::rng::KeyedStream;
 use bulkem_core::tolerances::{GPU_CPU_LOGLIK_REL, GPU_CPU_PARAM_REL};
@@ -260,8 +260,9 @@ fn unreachable_states_give_no_nan() {
 
 #[test]
 fn small_jobs_stay_on_the_cpu() {
-    assert_eq!(hmm::auto_backend(10, 5000, 1), Backend::Cpu);
-    assert_eq!(hmm::auto_backend(gpu_max() + 1, 1 << 30, 100), Backend::Cpu);
+    let auto = |states, symbols, passes| choose_backend(BackendRequest::Auto, &hmm::job(states, symbols, passes)).unwrap();
+    assert_eq!(auto(10, 5000, 1), Backend::Cpu);
+    assert_eq!(auto(gpu_max() + 1, 1 << 30, 100), Backend::Cpu);
 }
 
 fn gpu_max() -> usize {

@@ -67,16 +67,13 @@ pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<Hb
     })?;
     drop(per_chain);
     let mut stats = SweepStats::default();
-    let mut stuck = vec![0u64; np];
+    let mut stuck_by_coord = Vec::new();
     for res in results {
         let (s, by_coord) = res?;
         stats.add(&s);
-        for (c, n) in by_coord.into_iter().enumerate() {
-            if let Some(q) = layout.param_of_coord(c) {
-                stuck[q] += n;
-            }
-        }
+        stuck_by_coord.extend(by_coord.into_iter().enumerate());
     }
+    let stuck = layout.per_param(stuck_by_coord);
     Ok(HbglmFit {
         draws,
         kept,

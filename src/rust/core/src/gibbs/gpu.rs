@@ -350,12 +350,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     s.memcpy_dtoh(&d_draws, &mut raw[..]).map_err(e("reading the draws"))?;
     let counters = s.clone_dtoh(&d_counters).map_err(e("reading the counters"))?;
     let stuck_by = s.clone_dtoh(&d_stuck).map_err(e("reading the counters"))?;
-    let mut stuck = vec![0u64; np];
-    for (i, &n) in stuck_by.iter().enumerate() {
-        if let Some(q) = layout.param_of_coord(i % ncoord) {
-            stuck[q] += n;
-        }
-    }
+    let stuck = layout.per_param(stuck_by.iter().enumerate().map(|(i, &n)| (i % ncoord, n)));
     let mut draws = memory::try_vec(kept * chains * np, 0.0, "the draws of hbglm()")?;
     for c in 0..chains {
         for i in 0..kept {

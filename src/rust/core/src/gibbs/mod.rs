@@ -148,6 +148,17 @@ impl Layout {
             self.sigma()
         }
     }
+    /// Per-parameter totals of counts given per sweep coordinate (`coord`
+    /// may cycle: the GPU keeps one row of counters per chain).
+    pub fn per_param(&self, by_coord: impl IntoIterator<Item = (usize, u64)>) -> Vec<u64> {
+        let mut out = vec![0u64; self.n_params()];
+        for (c, n) in by_coord {
+            if let Some(q) = self.param_of_coord(c) {
+                out[q] += n;
+            }
+        }
+        out
+    }
 }
 
 /// How one block of a sweep was parallelised.
@@ -253,11 +264,6 @@ pub fn job(data: &HbData, config: &HbglmConfig) -> crate::exec::Job {
         gpu_min_work: GPU_MIN_WORK,
         gpu_unsupported: too_big.then(|| "the GPU sampler handles at most 2^31 rows and group coefficients".to_string()),
     }
-}
-
-/// The backend `use.gpu = NA` runs a job on.
-pub fn auto_backend(data: &HbData, config: &HbglmConfig) -> Backend {
-    crate::exec::choose_backend(crate::exec::BackendRequest::Auto, &job(data, config)).unwrap_or(Backend::Cpu)
 }
 
 /// Bytes a run needs besides the data: the draws (the core's array, R's

@@ -93,13 +93,6 @@ pub fn job(states: usize, symbols: usize, passes: usize) -> Job {
     }
 }
 
-/// The backend `use.gpu = NA` runs an HMM job of `symbols` symbols, `states`
-/// states and `passes` passes over the data on: CUDA when a device is usable
-/// and the job is large enough, the CPU otherwise.
-pub fn auto_backend(states: usize, symbols: usize, passes: usize) -> Backend {
-    crate::exec::choose_backend(crate::exec::BackendRequest::Auto, &job(states, symbols, passes)).unwrap_or(Backend::Cpu)
-}
-
 /// Validate the sequences against the model and check the call's memory.
 fn check(pass: Pass, model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<()> {
     seqs.validate(model.n_symbols)?;
