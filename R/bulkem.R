@@ -7,12 +7,37 @@
 #' each start in one kernel; `bulkem_backends()` lists the devices, and
 #' several are used together) or on every CPU core.
 #'
-#' **Random starts.** For each component, the maximum-likelihood estimate
-#' from 3 distinct randomly chosen observations (p + 1 for p = 2 parameters),
-#' with equal weights; a component whose draw gives invalid values (e.g. tied
-#' observations) is redrawn, up to 100 times. Every (dataset, start) pair has
-#' its own random stream keyed by `seed`, so results do not depend on the
-#' number of threads.
+#' **Random starts.** Two kinds of start, each good where the other is
+#' weak. *k-means++* starts (Arthur and Vassilvitskii, 2007) seed the means
+#' over the data: the first is a random observation, each next one is drawn
+#' with probability proportional to its squared distance from the nearest
+#' mean so far (on the log scale for the inverse Gaussian; from a random
+#' sample of 256 observations, with replacement, for larger datasets); every
+#' component starts with the scale of the whole data and weight 1/M, and EM
+#' narrows them. A small, distant component (3 of 82 galaxies) is seeded by
+#' most such starts. *Subset* starts are the 2015 package's: each component
+#' from the maximum-likelihood estimate of 3 distinct random observations,
+#' equal weights (a component whose draw gives invalid values, e.g. tied
+#' observations, is redrawn, up to 100 times); they find overlapping
+#' components of different spreads (a narrow one inside a wide one) that
+#' k-means++ starts often miss. `init.method = "mixed"` (the default)
+#' alternates them (starts 1, 3, 5, ... by k-means++, 2, 4, ... by subsets);
+#' `"kmeans++"` and `"subsets"` use one kind only. Every (dataset, start)
+#' pair has its own random stream keyed by `seed`, so results do not depend
+#' on the number of threads or the backend, and the fit of each number of
+#' components is the one `num.components` = that number alone gives.
+#'
+#' **Choosing the number of components.** With several values,
+#' `num.components = 1:5`, every number is fitted to every dataset (all
+#' starts, one pass over the backend), and each dataset keeps the fit with
+#' the smallest `criterion`: `"BIC"` \eqn{-2\log L + p \log n}{-2 logL + p
+#' log n}, `"AIC"` \eqn{-2 \log L + 2p}{-2 logL + 2p}, or `"ICL"` (BIC plus
+#' twice the classification entropy, \eqn{-2\sum_i \log \max_j
+#' z_{ij}}{-2 sum_i log max_j z_ij}, as in mclust), with \eqn{p = 3M - 1}
+#' free parameters. All three are "smaller is better", as [stats::BIC()]
+#' (mclust reports BIC with the opposite sign). Values within 1e-9
+#' (relative) of the best are ties, won by the fewer components. The whole
+#' table (datasets x numbers of components) is kept: see [criteria()].
 #'
 #' **Iterations.** The E-step works in log space (log-sum-exp); the M-step is
 #' exact (for the inverse Gaussian the shape update uses the new mean). EM
@@ -38,8 +63,18 @@
 #'   families are closed under scaling: `mu` and `lambda` or `sigma` scale
 #'   with the data).
 #' * `num.components` = M needs at least one dataset of \eqn{\max(3, 3M -
-#'   1)}{max(3, 3M - 1)} observations (smaller datasets get status
-#'   `"failed"`); `random.inits` is at most \eqn{2^{24}}.
+#'   1)}{max(3, 3M - 1)} observations, for the largest M given (smaller
+#'   datasets get status `"failed"` for that M); `random.inits` is at most
+#'   \eqn{2^{24}}.
+#' * An argument bulkem does not have is an error; `k` (mixtools' name) is
+#'   an error that points to `num.components`.
+#'
+#' **Warnings.** Once per call, a warning of class
+#' `bulkem_warning_convergence` counts the datasets whose kept fit stopped
+#' at `max.iters` before converging, and those whose kept fit converged to
+#' a log-likelihood that no other of several starts reached (within 1e-5
+#' relative, at least 0.01): a sign that more starts could find a better
+#' optimum.
 #' * The memory of the fit (every start's log-likelihood, the parameters of
 #'   every dataset, the posteriors and traces when kept, working copies of
 #'   the data, and the R copies of the results) is estimated from these sizes
@@ -58,16 +93,26 @@
 #' With `parallel = "future"` an interrupt stops the waiting, not the
 #' chunks already running on workers.
 #'
-#' @param datasets A list of numeric vectors (one per dataset), or a single
-#'   numeric vector. Integer vectors are accepted.
+#' @param datasets A list of numeric vectors (one per dataset; e.g.
+#'   `split(df$y, df$group)`), a single numeric vector, or a numeric matrix
+#'   (one dataset per column). Integer values are accepted. For a data frame
+#'   with a grouping column use the formula method, `bulkem(y ~ group, data
+#'   = df)`.
 #' @param num.components Number of mixture components M (at least 1, and at
-#'   most what the largest dataset can fit: see Details).
+#'   most what the largest dataset can fit: see Details), or several to
+#'   choose from by `criterion`, e.g. `1:5`.
+#' @param criterion How a number of components is chosen when
+#'   `num.components` has several: `"BIC"` (default), `"ICL"` or `"AIC"`;
+#'   see Details.
+#' @param init.method How random starts are drawn: `"mixed"` (default),
+#'   `"kmeans++"` or `"subsets"` (the 2015 package's); see Details.
 #' @param family Component distribution: `"invgauss"` (inverse Gaussian with
 #'   mean `mu` and shape `lambda`; data must be positive) or `"normal"` (mean
 #'   `mu`, standard deviation `sigma`).
 #' @param max.iters Maximum number of EM iterations per start.
 #' @param random.inits Number of random starts per dataset (at most
-#'   \eqn{2^{24}}).
+#'   \eqn{2^{24}}). The default, 20, finds the optimum of `MASS::galaxies`
+#'   with 4 Normal components; see `vignette("bulkem")` for its cost.
 #' @param use.gpu `NA` (default): a CUDA GPU when one is usable and the job
 #'   is large enough to gain from it (at least 2e7 observation-iterations,
 #'   e.g. 100 datasets x 2,000 observations x 1 start x 100 iterations;
@@ -108,12 +153,14 @@
 #'   \pkg{progressr} reporting.
 #'
 #' @return An object of class `bulkem_fits`: a list with one element per
-#'   dataset (named as `datasets`), each of class `c("bulkem_fit", "mixEM")`
-#'   with the fields
+#'   dataset (named as `datasets`), each of class `"bulkem_fit"` (not
+#'   mixtools' `"mixEM"`, whose fields mean other things: convert with
+#'   [as.mixEM()]) with the fields
 #'   \describe{
 #'   \item{`alpha`, `mu`, `lambda` (or `sigma`)}{fitted weights, means and
 #'     shapes (standard deviations), components ordered by increasing `mu`;
-#'     `NA` when the fit failed.}
+#'     `NA` when the fit failed. Their length is the dataset's (chosen)
+#'     number of components.}
 #'   \item{`init_alpha`, `init_mu`, `init_lambda` (or `init_sigma`)}{the
 #'     starting values of the kept start, in the same component order.}
 #'   \item{`loglik`}{log-likelihood of the fitted parameters.}
@@ -130,61 +177,103 @@
 #'     the log-likelihood after each iteration of the kept start, and the
 #'     n x M matrix of posterior probabilities.}
 #'   }
-#'   The list has attributes `backend`, `threads`, `seconds` and `seed`;
+#'   The list has attributes `backend`, `threads`, `seconds`, `seed`,
+#'   `family`, `num.components` (the candidates), `criterion` and `criteria`
+#'   (the table, read it with [criteria()]);
 #'   with `parallel = "future"` also `workers` and `chunks`; `backend` then
 #'   lists the backends the workers used and `threads` is the most threads
 #'   a worker used.
-#' @seealso [as.data.frame.bulkem_fits()], [predict.bulkem_fit()],
-#'   [plot.bulkem_fit()], [rinvgaussmix()] to simulate data.
+#' @seealso [criteria()], [as.data.frame.bulkem_fits()],
+#'   [predict.bulkem_fit()], [plot.bulkem_fit()], [as.mixEM()],
+#'   [rinvgaussmix()] to simulate data.
+#' @references Arthur, D. and Vassilvitskii, S. (2007) k-means++: the
+#'   advantages of careful seeding. *Proceedings of the 18th ACM-SIAM
+#'   Symposium on Discrete Algorithms*, 1027-1035.
+#'
+#'   Biernacki, C., Celeux, G. and Govaert, G. (2000) Assessing a mixture
+#'   model for clustering with the integrated completed likelihood. *IEEE
+#'   Transactions on Pattern Analysis and Machine Intelligence* 22, 719-725.
 #' @examples
 #' set.seed(1)
 #' datasets <- replicate(20, rinvgaussmix(500, alpha = c(0.3, 0.7),
 #'   mu = c(1, 3), lambda = c(30, 0.2)), simplify = FALSE)
-#' fits <- bulkem(datasets, random.inits = 5, use.gpu = FALSE)
+#' fits <- bulkem(datasets, use.gpu = FALSE)
 #' fits
 #' head(as.data.frame(fits))
 #' fits[[1]]
 #'
-#' # A Normal mixture of one dataset
-#' fit <- bulkem(faithful$waiting, family = "normal", random.inits = 10,
-#'   use.gpu = FALSE)[[1]]
+#' # Choose the number of components of each dataset by BIC
+#' sel <- bulkem(datasets, num.components = 1:4, use.gpu = FALSE)
+#' table(lengths(lapply(sel, `[[`, "alpha")))
+#' criteria(sel)
+#'
+#' # A Normal mixture of one dataset; a data frame by group; a matrix
+#' fit <- bulkem(faithful$waiting, family = "normal", use.gpu = FALSE)[[1]]
 #' coef(fit)
+#' df <- data.frame(y = unlist(datasets[1:3]), g = rep(c("a", "b", "c"), each = 500))
+#' bulkem(y ~ g, data = df, use.gpu = FALSE)
+#' bulkem(sapply(datasets[1:3], identity), use.gpu = FALSE)
 #'
 #' # On 2 background R sessions (bulkem must be installed where they look)
 #' \dontrun{
 #' future::plan(future::multisession, workers = 2)
-#' fits2 <- bulkem(datasets, random.inits = 5, use.gpu = FALSE,
-#'   parallel = "future")
+#' fits2 <- bulkem(datasets, use.gpu = FALSE, parallel = "future")
 #' future::plan(future::sequential)
 #' }
+#' @param ... For the generic and the formula method: the arguments of the
+#'   default method.
 #' @export
-bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"),
-                   max.iters = 100, random.inits = 1, use.gpu = NA, epsilon = 1e-6,
-                   verbose = FALSE, inits = NULL, seed = NULL, keep.posterior = FALSE,
-                   parallel = c("none", "future"), chunk.size = NULL) {
+bulkem <- function(datasets, ...) {
+  # mixtools users type `k`; it would partially match keep.posterior.
+  given <- names(match.call(expand.dots = FALSE)$...)
+  if (any(c("k", "K") %in% given)) {
+    bulkem_abort(c(
+      "bulkem() has no argument {.arg {intersect(c('k', 'K'), given)[1]}}: the number of components is {.arg num.components}.",
+      i = "Use e.g. {.code bulkem(datasets, num.components = 3)}, or {.code num.components = 1:5} to choose it by BIC."
+    ))
+  }
+  UseMethod("bulkem")
+}
+
+#' @rdname bulkem
+#' @export
+bulkem.default <- function(datasets, num.components = 2, family = c("invgauss", "normal"),
+                           max.iters = 100, random.inits = 20, use.gpu = NA, epsilon = 1e-6,
+                           verbose = FALSE, inits = NULL, seed = NULL, keep.posterior = FALSE,
+                           parallel = c("none", "future"), chunk.size = NULL,
+                           criterion = c("BIC", "ICL", "AIC"), init.method = c("mixed", "kmeans++", "subsets")) {
   call <- environment()
   family <- match_arg(family, c("invgauss", "normal"), "family", call)
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
+  criterion <- match_arg(criterion, c("BIC", "ICL", "AIC"), "criterion", call)
+  init.method <- match_arg(init.method, c("mixed", "kmeans++", "subsets"), "init.method", call)
   datasets <- check_datasets(datasets, call)
-  M <- check_count(num.components, "num.components", call = call)
-  check_components_fit(datasets, M, call)
+  Ks <- check_components(num.components, call)
+  check_components_fit(datasets, max(Ks), call)
   max.iters <- check_count(max.iters, "max.iters", call = call)
   random.inits <- check_count(random.inits, "random.inits", call = call)
   epsilon <- check_number(epsilon, "epsilon", min = 0, call = call)
   verbose <- check_flag(verbose, "verbose", call = call) || isTRUE(getOption("bulkem.verbose"))
   keep.posterior <- check_flag(keep.posterior, "keep.posterior", call = call)
-  inits <- check_inits(inits, M, family, length(datasets), call)
+  if (!is.null(inits) && length(Ks) > 1) {
+    bulkem_abort(c(
+      "{.arg inits} are starting values for one number of components, not for {.arg num.components} = {deparse(Ks)}.",
+      i = "Give one value of {.arg num.components}, or leave {.arg inits} out to use random starts."
+    ), call = call)
+  }
+  inits <- check_inits(inits, Ks[1], family, length(datasets), call)
   seed <- check_seed(seed, call)
   if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   D <- length(datasets)
-  settings <- list(family = family, M = M, max.iters = max.iters, random.inits = random.inits,
+  settings <- list(family = family, Ks = Ks, criterion = criterion, max.iters = max.iters,
+                   random.inits = random.inits, init.method = init.method,
                    epsilon = epsilon, seed = seed, keep.posterior = keep.posterior,
                    given_inits = !is.null(inits))
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
     # The whole job picks the backend; a worker picks by its chunk.
-    settings$backend <- backend_choice_("em", settings$backend, c(em_work(datasets, settings), M))
+    settings$backend <- backend_choice_("em", settings$backend, c(em_work(datasets, settings), max(Ks)))
     backend <- settings$backend
     threads <- settings$threads
   } else {
@@ -217,27 +306,122 @@ bulkem <- function(datasets, num.components = 2, family = c("invgauss", "normal"
   )
   raw <- bind_chunks(parts)
   seconds <- proc.time()[["elapsed"]] - started
-  fits <- assemble_fits(raw, names(datasets), family, M, keep.posterior)
+  fits <- assemble_fits(raw, names(datasets), family, keep.posterior)
   backend <- paste(unique(raw$backend), collapse = ", ")
   threads <- max(raw$threads)
+  table <- matrix(raw$criteria, nrow = D, ncol = length(Ks), byrow = TRUE,
+                  dimnames = list(names(datasets), as.character(Ks)))
+  table[is.nan(table)] <- NA_real_
   fits <- structure(fits, class = "bulkem_fits", backend = backend, threads = threads,
-                    seconds = seconds, seed = seed, family = family, num.components = M)
+                    seconds = seconds, seed = seed, family = family, num.components = Ks,
+                    criterion = criterion, criteria = table)
   if (parallel == "future") {
     attr(fits, "workers") <- workers
     attr(fits, "chunks") <- length(chunks)
   }
   if (verbose) {
     status <- table(factor(raw$status, c("converged", "max_iters", "failed")))
+    chosen <- table(factor(raw$components, Ks))
     cli::cli_inform(c(
       i = paste0(
-        "bulkem: {length(fits)} dataset{?s} x {random.inits} start{?s} on {backend} ({threads} thread{?s}",
+        "bulkem: {length(fits)} dataset{?s} x {length(Ks)} number{?s} of components x {random.inits} start{?s} on {backend} ({threads} thread{?s}",
         if (parallel == "future") " per worker, {workers} future worker{?s}, {length(chunks)} chunks",
         ") in {format(seconds, digits = 3)} s."
       ),
-      " " = "{status[['converged']]} converged, {status[['max_iters']]} hit max.iters, {status[['failed']]} failed."
+      " " = "{status[['converged']]} converged, {status[['max_iters']]} hit max.iters, {status[['failed']]} failed.",
+      " " = if (length(Ks) > 1) paste0("Chosen by ", criterion, ": ", paste0("M = ", names(chosen), ": ", chosen, collapse = ", "), ".")
     ))
   }
+  warn_convergence(raw, max.iters, if (settings$given_inits) 1L else random.inits)
   fits
+}
+
+#' @rdname bulkem
+#' @param formula For the formula method: `y ~ group` (or `y ~ g1 + g2`,
+#'   one dataset per combination of the grouping variables; `y ~ 1`, one
+#'   dataset), with `y` a numeric variable and the groups plain variables of
+#'   `data` (factors, characters or numbers), not expressions.
+#' @param data A data frame holding the variables of `formula`.
+#' @export
+bulkem.formula <- function(formula, data, ...) {
+  call <- environment()
+  if (length(formula) != 3) {
+    bulkem_abort("{.arg formula} must have a response: {.code y ~ group}.", call = call)
+  }
+  if (missing(data)) data <- environment(formula)
+  terms <- stats::terms(formula, data = if (is.data.frame(data)) data)
+  vars <- as.list(attr(terms, "variables"))[-1]
+  groups <- vars[-1]
+  not_plain <- !vapply(groups, is.name, logical(1))
+  if (any(not_plain)) {
+    bulkem_abort(c(
+      "The right-hand side of {.arg formula} must name grouping variables, not expressions.",
+      x = "{.code {deparse(groups[[which(not_plain)[1]]])}} is an expression.",
+      i = "Compute it as a column of {.arg data} first."
+    ), call = call)
+  }
+  frame <- stats::model.frame(formula, data, na.action = stats::na.pass)
+  y <- stats::model.response(frame)
+  if (!is.numeric(y) || !is.null(dim(y))) {
+    bulkem_abort(c("The response of {.arg formula} must be a numeric variable.",
+                   x = "It is {describe_value(y)}."), call = call)
+  }
+  bad <- which(is.na(y) | (if (ncol(frame) > 1) !stats::complete.cases(frame[-1]) else FALSE))
+  if (length(bad)) {
+    bulkem_abort(c(
+      "The variables of {.arg formula} must not contain missing values.",
+      x = "Row {bad[1]} of {.arg data} has one.",
+      i = "Drop such rows first, e.g. {.code data = na.omit(data)}."
+    ), call = call)
+  }
+  datasets <- if (ncol(frame) == 1) {
+    list(as.vector(y))
+  } else {
+    split(as.vector(y), interaction(frame[-1], drop = TRUE, lex.order = TRUE, sep = ":"))
+  }
+  bulkem.default(datasets, ...)
+}
+
+#' @rdname bulkem
+#' @export
+bulkem.data.frame <- function(datasets, ...) {
+  # bulkem(y ~ g, data = df): `data` partially matches `datasets`, so the
+  # data frame arrives here with the formula first in `...`.
+  dots <- list(...)
+  tags <- if (is.null(names(dots))) rep("", length(dots)) else names(dots)
+  at <- which(vapply(dots, inherits, logical(1), "formula") & tags %in% c("", "formula"))
+  if (length(at)) {
+    return(do.call(bulkem.formula, c(list(dots[[at[1]]], data = datasets), dots[-at[1]])))
+  }
+  bulkem_abort(c(
+    "{.arg datasets} must be a list of numeric vectors, a numeric vector or matrix, not a data frame.",
+    i = "For a value column {.var y} and a grouping column {.var group}, use {.code bulkem(y ~ group, data = df)} or {.code bulkem(split(df$y, df$group))}."
+  ))
+}
+
+# Warn once per call about the datasets whose result may not be the best
+# fit: stopped at max.iters, or converged to a best log-likelihood that no
+# other start reached (within 1e-5 relative, at least 0.01: distinct optima
+# differ more). Starts stopped at max.iters are counted by the first.
+warn_convergence <- function(raw, max.iters, starts) {
+  D <- length(raw$loglik)
+  stopped <- sum(raw$status == "max_iters")
+  lonely <- 0
+  if (starts > 1) {
+    ll <- matrix(raw$start_logliks, nrow = D, byrow = TRUE)
+    best <- raw$loglik
+    near <- rowSums(ll >= best - pmax(1e-2, 1e-5 * abs(best)), na.rm = TRUE)
+    lonely <- sum(raw$status == "converged" & near == 1)
+  }
+  if (stopped == 0 && lonely == 0) return(invisible())
+  of <- function(k) paste0(k, " of ", D, " dataset", if (D == 1) "" else "s")
+  cli::cli_warn(c(
+    "Some fits may not be the best the data allow.",
+    "*" = if (stopped > 0) paste0(of(stopped), " stopped at max.iters = ", max.iters,
+                                  " before converging (status \"max_iters\"); raise {.arg max.iters}."),
+    "*" = if (lonely > 0) paste0(of(lonely), " reached the best log-likelihood from only one of ", starts,
+                                 " starts; more starts ({.arg random.inits}) may find a better optimum.")
+  ), class = c("bulkem_warning_convergence", "bulkem_warning"))
 }
 
 match_arg <- function(x, choices, arg, call) {
@@ -254,10 +438,14 @@ match_arg <- function(x, choices, arg, call) {
 # A list of double vectors. Values are checked by the core (finite, positive
 # for the inverse Gaussian), which reports dataset, position and value.
 check_datasets <- function(datasets, call) {
+  if (is.numeric(datasets) && is.matrix(datasets)) {
+    # One dataset per column.
+    datasets <- stats::setNames(lapply(seq_len(ncol(datasets)), function(j) datasets[, j]), colnames(datasets))
+  }
   if (is.numeric(datasets) && is.null(dim(datasets))) datasets <- list(datasets)
   if (!is.list(datasets) || is.data.frame(datasets)) {
     bulkem_abort(c(
-      "{.arg datasets} must be a list of numeric vectors or a numeric vector.",
+      "{.arg datasets} must be a list of numeric vectors, a numeric vector, or a numeric matrix (one dataset per column).",
       x = "You supplied {describe_value(datasets)}."
     ), call = call)
   }
@@ -311,6 +499,19 @@ check_components_fit <- function(datasets, M, call) {
   }
 }
 
+# The candidate numbers of components, sorted and distinct.
+check_components <- function(x, call) {
+  ok <- is.numeric(x) && length(x) >= 1 && !anyNA(x) && all(is.finite(x)) &&
+    all(x == round(x)) && all(x >= 1) && all(x <= .Machine$integer.max)
+  if (!ok) {
+    bulkem_abort(c(
+      "{.arg num.components} must be whole numbers of at least 1 (one, or several to choose from).",
+      x = "You supplied {describe_value(x)}."
+    ), call = call)
+  }
+  sort(unique(as.integer(x)))
+}
+
 # NULL, or list(alpha, mu, scale) of K x M matrices for the core.
 check_inits <- function(inits, M, family, n_datasets, call) {
   if (is.null(inits)) return(NULL)
@@ -351,9 +552,10 @@ check_inits <- function(inits, M, family, n_datasets, call) {
 # index, so the chunking never changes the result.
 em_chunk <- function(part, idx, s) {
   ex <- chunk_exec(s)
-  ex$backend <- backend_choice_("em", ex$backend, c(em_work(part$datasets, s), s$M))
-  raw <- em_fit_(part$datasets, s$family, s$M, s$max.iters, s$random.inits, s$epsilon, s$seed,
-                 part$inits, s$keep.posterior, idx[1] - 1L, ex$threads, ex$backend)
+  ex$backend <- backend_choice_("em", ex$backend, c(em_work(part$datasets, s), max(s$Ks)))
+  raw <- em_fit_(part$datasets, s$family, s$Ks, s$criterion, s$max.iters, s$random.inits,
+                 s$init.method, s$epsilon, s$seed, part$inits, s$keep.posterior, idx[1] - 1L,
+                 ex$threads, ex$backend)
   raw$threads <- ex$threads
   raw
 }
@@ -362,9 +564,11 @@ em_chunk <- function(part, idx, s) {
 # thread, against 70-115 ms measured per future on a busy 2-core machine.
 MIN_CHUNK_WORK <- 2e8
 
-# Observation-iterations of a job, for the choice of backend and chunks.
+# Observation-iterations of a job (every candidate number of components),
+# for the choice of backend and chunks.
 em_work <- function(datasets, s) {
-  sum(as.double(lengths(datasets))) * (if (s$given_inits) 1 else s$random.inits) * s$max.iters
+  sum(as.double(lengths(datasets))) * (if (s$given_inits) 1 else s$random.inits) * s$max.iters *
+    length(s$Ks)
 }
 
 # Starting values for the datasets `idx`: a single set serves them all.
@@ -373,36 +577,39 @@ inits_rows <- function(inits, idx) {
   lapply(inits, function(m) m[idx, , drop = FALSE])
 }
 
-# Split the core's flat vectors into one bulkem_fit per dataset.
-assemble_fits <- function(raw, names, family, M, keep.posterior) {
+# Split the core's flat vectors into one bulkem_fit per dataset; dataset d
+# has raw$components[d] components (its chosen number).
+assemble_fits <- function(raw, names, family, keep.posterior) {
   D <- length(raw$loglik)
+  M <- raw$components
   # The core marks "no value" with NaN; R users expect NA. Converted once,
-  # on whole matrices, before splitting by dataset.
+  # on whole vectors, before splitting by dataset.
   na_nan <- function(v) { v[is.nan(v)] <- NA_real_; v }
-  by_row <- function(v, ncol) na_nan(matrix(v, nrow = D, ncol = ncol, byrow = TRUE))
-  alpha <- by_row(raw$alpha, M)
-  mu <- by_row(raw$mu, M)
-  scale <- by_row(raw$scale, M)
-  init_alpha <- by_row(raw$init_alpha, M)
-  init_mu <- by_row(raw$init_mu, M)
-  init_scale <- by_row(raw$init_scale, M)
-  start_ll <- by_row(raw$start_logliks, length(raw$start_logliks) / D)
+  owner <- factor(rep.int(seq_len(D), M), levels = seq_len(D))
+  by_dataset <- function(v) split(na_nan(v), owner)
+  alpha <- by_dataset(raw$alpha)
+  mu <- by_dataset(raw$mu)
+  scale <- by_dataset(raw$scale)
+  init_alpha <- by_dataset(raw$init_alpha)
+  init_mu <- by_dataset(raw$init_mu)
+  init_scale <- by_dataset(raw$init_scale)
+  start_ll <- split(na_nan(raw$start_logliks), rep(seq_len(D), each = length(raw$start_logliks) / D))
   loglik <- na_nan(raw$loglik)
   scale_name <- if (family == "invgauss") "lambda" else "sigma"
   fits <- lapply(seq_len(D), function(d) {
     fit <- list(
-      alpha = alpha[d, ], mu = mu[d, ], scale = scale[d, ],
-      init_alpha = init_alpha[d, ], init_mu = init_mu[d, ], init_scale = init_scale[d, ],
+      alpha = alpha[[d]], mu = mu[[d]], scale = scale[[d]],
+      init_alpha = init_alpha[[d]], init_mu = init_mu[[d]], init_scale = init_scale[[d]],
       loglik = loglik[d], num_iterations = raw$iterations[d],
       fit_success = raw$status[d] != "failed", status = raw$status[d],
       message = if (nzchar(raw$message[d])) raw$message[d] else NA_character_,
       n = raw$n[d], family = family, ft = "bulkem",
-      start_logliks = start_ll[d, ], best_start = raw$best_start[d],
+      start_logliks = start_ll[[d]], best_start = raw$best_start[d],
       loglik_trace = if (keep.posterior) raw$trace[[d]]
     )
     names(fit)[c(3, 6)] <- c(scale_name, paste0("init_", scale_name))
-    if (keep.posterior) fit$posterior <- posterior_matrix(raw$posterior[[d]], fit$n, M)
-    class(fit) <- c("bulkem_fit", "mixEM")
+    if (keep.posterior) fit$posterior <- posterior_matrix(raw$posterior[[d]], fit$n, M[d])
+    class(fit) <- "bulkem_fit"
     fit
   })
   names(fits) <- names

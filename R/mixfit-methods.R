@@ -186,29 +186,59 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
 #' Plot a bulkem fit
 #'
 #' `which = "density"` draws the fitted mixture density (and each weighted
-#' component) over a histogram of the data; `which = "loglik"` draws the
+#' component) over a histogram of the data, with a legend naming the
+#' components and their parameters; `which = "loglik"` draws the
 #' log-likelihood after each EM iteration of the kept start (kept by
 #' `bulkem(..., keep.posterior = TRUE)`).
+#'
+#' **x range.** Unless `xlim` is given, the x axis spans the 0.5% to 99.5%
+#' quantiles of the data, widened by 4% of that span on each side (on the
+#' log scale with `log = "x"`), and not below 0 for the inverse Gaussian:
+#' a long right tail (a few observations far out) no longer squeezes the
+#' bulk of the data into a corner. The histogram counts only the data
+#' inside the range, but its heights are fractions of *all* the data, so
+#' that it is on the scale of the fitted density (which integrates to 1 over
+#' the whole line).
+#'
+#' **Log axis.** With `log = "x"` (positive data only), the histogram has
+#' bins of equal width in `log10(x)` and the y axis is the density of
+#' `log10(x)`: the fitted curves are \eqn{f(x) \cdot x \log 10}{f(x) * x *
+#' log(10)}, so that areas under the curves and bars are still
+#' probabilities, and right-skewed components look like humps.
 #'
 #' @param x A `bulkem_fit`.
 #' @param data The numeric vector the model was fitted to (bulkem fits do
 #'   not keep their data); needed for `which = "density"`. Missing values are
 #'   dropped; infinite values are an error.
 #' @param which `"density"` or `"loglik"`.
-#' @param breaks Histogram breaks, passed to [graphics::hist()].
-#' @param main,xlab Plot title and x-axis label.
-#' @param ... Further graphical parameters for the histogram or trace.
+#' @param breaks Histogram breaks, passed to [graphics::hist()] (a rule
+#'   name, a number of bins, or a vector of breaks on the scale of the data;
+#'   with `log = "x"` the rule works on `log10(x)`). `NULL` (default): the
+#'   larger of the Freedman-Diaconis and Rice (\eqn{2 n^{1/3}}{2 n^(1/3)})
+#'   numbers of bins, as the Freedman-Diaconis rule alone gives few bins to
+#'   well separated components (their spread inflates the interquartile
+#'   range).
+#' @param log `""` for a linear x axis or `"x"` for a logarithmic one.
+#' @param xlim Range of x shown; `NULL` for the quantile-based default.
+#' @param legend If `TRUE`, a legend in the top right corner names each
+#'   component (weight, mean, and `lambda` or `sigma`) and the mixture.
+#' @param main,xlab,ylab Plot title and axis labels (`NULL`: defaults, `"x"`
+#'   and `"density"` or `"density of log10(x)"`).
+#' @param ... Further graphical parameters for [graphics::plot()].
 #' @return `x`, invisibly.
 #' @examples
 #' set.seed(4)
 #' x <- rinvgaussmix(1000, c(0.3, 0.7), c(1, 3), c(30, 0.2))
 #' fit <- bulkem(x, random.inits = 5, keep.posterior = TRUE, use.gpu = FALSE)[[1]]
 #' plot(fit, x)
+#' plot(fit, x, log = "x")
 #' plot(fit, which = "loglik")
 #' @export
-plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), breaks = "FD",
-                            main = NULL, xlab = NULL, ...) {
-  which <- match_arg(which, c("density", "loglik"), "which", environment())
+plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), breaks = NULL,
+                            log = "", xlim = NULL, legend = TRUE, main = NULL, xlab = NULL,
+                            ylab = NULL, ...) {
+  call <- environment()
+  which <- match_arg(which, c("density", "loglik"), "which", call)
   if (which == "loglik") {
     if (length(x$loglik_trace) == 0) {
       bulkem_abort(c(
@@ -217,10 +247,13 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
       ))
     }
     graphics::plot(seq_along(x$loglik_trace), x$loglik_trace, type = "b", pch = 20,
-                   xlab = "iteration", ylab = "log-likelihood",
+                   xlab = if (is.null(xlab)) "iteration" else xlab,
+                   ylab = if (is.null(ylab)) "log-likelihood" else ylab,
                    main = if (is.null(main)) "EM log-likelihood" else main, ...)
     return(invisible(x))
   }
+  log <- match_arg(log, c("", "x"), "log", call)
+  legend <- check_flag(legend, "legend", call = call)
   if (!is.numeric(data)) {
     bulkem_abort(c(
       "{.arg data} must be the numeric vector the model was fitted to.",
@@ -234,44 +267,147 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
       x = if (any(is.infinite(data))) "Position {which(is.infinite(data))[1]} is {data[is.infinite(data)][1]}." else "It has no finite value."
     ))
   }
-  data <- data[!is.na(data)]
-  h <- graphics::hist(data, breaks = breaks, plot = FALSE)
-  # Evaluate the density finely over the part of the data that is shown.
-  shown <- if (is.null(list(...)$xlim)) range(data) else list(...)$xlim
-  grid <- seq(max(shown[1], min(data)), min(shown[2], max(data)), length.out = 1000)
-  lw <- weighted_log_densities(x, grid)
-  dens <- exp(row_logsumexp(lw))
-  ylim <- c(0, max(c(h$density, dens[is.finite(dens)])))
-  graphics::plot(h, freq = FALSE, ylim = ylim, border = "grey60", col = "grey92",
-                 main = if (is.null(main)) sprintf("%d-component %s mixture", length(x$alpha), family_label(x)) else main,
-                 xlab = if (is.null(xlab)) "x" else xlab, ...)
-  for (j in seq_len(ncol(lw))) graphics::lines(grid, exp(lw[, j]), lty = 2, col = j + 1)
+  data <- as.double(data[!is.na(data)])
+  logx <- log == "x"
+  if (logx && any(data <= 0)) {
+    bulkem_abort(c(
+      "{.code log = \"x\"} needs positive data.",
+      x = "{.arg data} has {sum(data <= 0)} value{?s} <= 0, e.g. {data[data <= 0][1]}."
+    ))
+  }
+  xlim <- density_xlim(data, xlim, logx, positive = !identical(x$family, "normal"), call)
+  hist <- density_histogram(data, xlim, logx, breaks, call)
+  heights <- hist$heights
+  edges <- hist$edges
+  grid <- if (logx) 10^seq(log10(xlim[1]), log10(xlim[2]), length.out = 1000) else
+    seq(xlim[1], xlim[2], length.out = 1000)
+  curves <- density_curves(x, grid, logx)
+  comp <- curves$components
+  dens <- curves$mixture
+  top <- max(c(heights, dens[is.finite(dens)]))
+  K <- length(x$alpha)
+  cols <- seq_len(K) + 1
+  graphics::plot(NA, xlim = xlim, ylim = c(0, top * if (legend) 1 + 0.06 * (K + 1) else 1), log = if (logx) "x" else "",
+                 main = if (is.null(main)) sprintf("%d-component %s mixture", K, family_label(x)) else main,
+                 xlab = if (is.null(xlab)) "x" else xlab,
+                 ylab = if (is.null(ylab)) (if (logx) "density of log10(x)" else "density") else ylab, ...)
+  graphics::rect(edges[-length(edges)], 0, edges[-1], heights, border = "grey60", col = "grey92")
+  for (j in seq_len(K)) graphics::lines(grid, comp[, j], lty = 2, col = cols[j])
   graphics::lines(grid, dens, lwd = 2)
+  if (legend) {
+    s <- scale_name(x)
+    fmt <- function(v) vapply(v, function(u) format(signif(u, 3)), character(1))
+    labels <- sprintf("comp %d: alpha=%s, mu=%s, %s=%s", seq_len(K), fmt(x$alpha), fmt(x$mu), s,
+                      fmt(x[[s]]))
+    graphics::legend("topright", legend = c(labels, "mixture"), col = c(cols, 1), lty = c(rep(2, K), 1),
+                     lwd = c(rep(1, K), 2), bty = "n", cex = 0.8)
+  }
   invisible(x)
+}
+
+# The curves of a density plot at `grid`: each weighted component and the
+# mixture, as densities of x, or of log10(x) for a log axis (f(x) x log 10).
+density_curves <- function(fit, grid, logx) {
+  lw <- weighted_log_densities(fit, grid)
+  if (logx) lw <- lw + base::log(grid) + base::log(base::log(10))
+  list(components = exp(lw), mixture = exp(row_logsumexp(lw)))
+}
+
+# The bars of a density plot: data inside the range (or the breaks), binned
+# on the log10 scale for a log axis, with heights that are fractions of
+# all the data per unit of x (of log10(x)), i.e. on the density's scale.
+density_histogram <- function(data, xlim, logx, breaks, call = parent.frame()) {
+  to <- if (logx) log10 else identity
+  if (is.numeric(breaks) && length(breaks) > 1) {
+    breaks <- to(sort(breaks))
+    shown <- data[to(data) >= min(breaks) & to(data) <= max(breaks)]
+  } else {
+    shown <- data[data >= xlim[1] & data <= xlim[2]]
+  }
+  if (length(shown) == 0) {
+    bulkem_abort("No data fall in the range shown ({.arg xlim} = {format(xlim)}).", call = call)
+  }
+  if (is.null(breaks)) {
+    fd <- length(graphics::hist(to(shown), breaks = "FD", plot = FALSE)$breaks) - 1
+    breaks <- max(fd, ceiling(2 * length(shown)^(1 / 3)))
+  }
+  h <- graphics::hist(to(shown), breaks = breaks, plot = FALSE)
+  list(edges = if (logx) 10^h$breaks else h$breaks,
+       heights = h$counts / (length(data) * diff(h$breaks)))
+}
+
+# The x range of a density plot: the user's, checked, or the 0.5% to 99.5%
+# quantiles widened by 4% each side (of the log range for a log axis).
+density_xlim <- function(data, xlim, logx, positive, call) {
+  if (!is.null(xlim)) {
+    ok <- is.numeric(xlim) && length(xlim) == 2 && all(is.finite(xlim)) && xlim[1] < xlim[2] &&
+      (!logx || xlim[1] > 0)
+    if (!ok) {
+      bulkem_abort(c(
+        paste0("{.arg xlim} must be two increasing finite numbers", if (logx) " above 0" else "", "."),
+        x = "You supplied {describe_value(xlim)}."
+      ), call = call)
+    }
+    return(as.double(xlim))
+  }
+  v <- if (logx) log10(data) else data
+  q <- unname(stats::quantile(v, c(0.005, 0.995)))
+  # Constant data: a window around the value.
+  pad <- if (diff(q) > 0) 0.04 * diff(q) else if (logx) 0.5 else max(abs(q[1]) * 0.5, 1)
+  lim <- q + c(-1, 1) * pad
+  if (logx) return(10^lim)
+  if (positive) lim[1] <- max(lim[1], 0)
+  lim
 }
 
 #' Methods for many bulkem fits
 #'
-#' `print()` summarises a `bulkem_fits` list; `as.data.frame()` gives one row
-#' per dataset; `[` subsets while keeping the class.
+#' A `bulkem_fits` list (one fit per dataset, see [bulkem()]) is an object
+#' of its own: `print()` summarises it, `as.data.frame()` gives one row per
+#' dataset, `coef()` a datasets x parameters matrix, `logLik()`, `AIC()`,
+#' `BIC()` and `nobs()` one value per dataset, and `[` subsets it while
+#' keeping the class, the attributes and the rows of the criterion table
+#' ([criteria()]) in step.
 #'
-#' @param x A `bulkem_fits` object from [bulkem()].
+#' Datasets may have fits of different numbers of components K (when
+#' `num.components` lists several candidates): parameter columns then run
+#' up to the largest K, `NA` where a dataset's fit has fewer components.
+#'
+#' @param x,object A `bulkem_fits` object from [bulkem()].
 #' @param row.names,optional Unused; for compatibility with the generic.
 #' @param i Index of the datasets to keep: positions (positive or
 #'   negative), names or a logical vector. Selecting a dataset that does not
 #'   exist (out of range, an unknown name, `NA`) is an error of class
 #'   `bulkem_error_input`.
 #' @param n Number of datasets to list when printing.
-#' @param ... Unused.
-#' @return `as.data.frame()`: a data frame with columns `dataset`, `n`,
-#'   `status`, `fit_success`, `loglik`, `num_iterations`, `best_start`, then
-#'   `alpha1..M`, `mu1..M`, `lambda1..M` (or `sigma1..M`) and `message`.
+#' @param k Penalty per parameter of `AIC()` (2 by default).
+#' @param ... Unused (`AIC()` and `BIC()` take one `bulkem_fits`: they
+#'   already give one value per dataset).
+#' @return
+#' * `as.data.frame()`: a data frame with columns `dataset`, `n`,
+#'   `num_components` (the K of each dataset's fit), `status`,
+#'   `fit_success`, `loglik`, `num_iterations`, `best_start`, then
+#'   `alpha1..Kmax`, `mu1..Kmax`, `lambda1..Kmax` (or `sigma1..Kmax`) and
+#'   `message`, where `Kmax` is the largest K of the fits.
+#' * `coef()`: a numeric matrix, one row per dataset (row names the
+#'   dataset names), columns `alpha1..Kmax`, `mu1..Kmax`,
+#'   `lambda1..Kmax` (or `sigma1..Kmax`); `NA` for a failed fit and beyond a
+#'   dataset's K.
+#' * `logLik()`: a `logLik` object (class `c("bulkem_logLik", "logLik")`,
+#'   which prints as a table) holding one log-likelihood per dataset, with
+#'   attributes `df` (\eqn{3K - 1}) and `nobs` (`n`), vectors too, so that
+#'   [stats::AIC()] and [stats::BIC()] of it are vectors.
+#' * `AIC()`, `BIC()`, `nobs()`: a vector with one value per dataset, named
+#'   as the datasets (`NA` for a failed fit's AIC and BIC).
+#' * `[`: a `bulkem_fits`.
 #' @examples
 #' set.seed(5)
 #' d <- replicate(5, rinvgaussmix(300, c(0.3, 0.7), c(1, 3), c(30, 0.2)), simplify = FALSE)
 #' fits <- bulkem(d, use.gpu = FALSE)
 #' fits
 #' as.data.frame(fits)
+#' coef(fits)
+#' BIC(fits)
 #' fits[2:3]
 #' @name bulkem_fits
 NULL
@@ -283,12 +419,26 @@ print.bulkem_fits <- function(x, n = 5, ...) {
   counts <- table(factor(status, c("converged", "max_iters", "failed")))
   first <- if (length(x)) x[[1]] else NULL
   cat(sprintf("bulkem fits: %d dataset%s", length(x), if (length(x) == 1) "" else "s"))
+  candidates <- candidate_components(x)
   if (!is.null(first)) {
-    cat(sprintf(", %d-component %s mixtures", length(first$alpha), family_label(first)))
+    if (length(candidates) > 1 && !is.null(attr(x, "criterion"))) {
+      cat(sprintf(", %s mixtures with K chosen from %s by %s", family_label(first),
+                  format_K(candidates), attr(x, "criterion")))
+    } else if (length(candidates) > 1) {
+      cat(sprintf(", %s mixtures with K = %s", family_label(first), format_K(candidates)))
+    } else {
+      cat(sprintf(", %d-component %s mixtures", length(first$alpha), family_label(first)))
+    }
   }
   cat("\n")
   cat(sprintf("status: %d converged, %d max_iters, %d failed\n",
               counts[["converged"]], counts[["max_iters"]], counts[["failed"]]))
+  if (length(candidates) > 1 && length(x) > 0) {
+    chosen <- table(factor(chosen_components(x), levels = candidates))
+    chosen <- chosen[chosen > 0]
+    cat(sprintf("chosen K: %s\n",
+                if (length(chosen)) paste0(names(chosen), " (", chosen, ")", collapse = ", ") else "none"))
+  }
   if (!is.null(attr(x, "backend"))) {
     where <- if (is.null(attr(x, "workers"))) "" else sprintf(" per worker, %s future workers", attr(x, "workers"))
     cat(sprintf("backend: %s (%d threads%s), %s s\n", attr(x, "backend"), attr(x, "threads"), where,
@@ -305,29 +455,96 @@ print.bulkem_fits <- function(x, n = 5, ...) {
   invisible(x)
 }
 
+# Datasets x (alpha1..Kmax, mu1..Kmax, scale1..Kmax), NA beyond a fit's K.
+fits_param_matrix <- function(x) {
+  if (length(x) == 0) return(matrix(numeric(0), 0, 0))
+  Kmax <- max(lengths(lapply(x, `[[`, "alpha")))
+  s <- scale_name(x[[1]])
+  pad <- function(v) c(as.double(v), rep(NA_real_, Kmax - length(v)))
+  rows <- lapply(x, function(f) c(pad(f$alpha), pad(f$mu), pad(f[[s]])))
+  matrix(unlist(rows, use.names = FALSE), nrow = length(x), byrow = TRUE,
+         dimnames = list(names(x), paste0(rep(c("alpha", "mu", s), each = Kmax), seq_len(Kmax))))
+}
+
 #' @rdname bulkem_fits
 #' @export
 as.data.frame.bulkem_fits <- function(x, row.names = NULL, optional = FALSE, ...) {
   if (length(x) == 0) return(data.frame())
-  M <- length(x[[1]]$alpha)
-  s <- scale_name(x[[1]])
-  pick <- function(field, type) vapply(x, function(f) f[[field]], type)
-  params <- function(field) {
-    m <- matrix(unlist(lapply(x, function(f) f[[field]]), use.names = FALSE), ncol = M, byrow = TRUE)
-    colnames(m) <- paste0(field, seq_len(M))
-    m
-  }
+  pick <- function(field, type) unname(vapply(x, function(f) f[[field]], type))
+  params <- fits_param_matrix(x)
+  rownames(params) <- NULL
   dataset <- if (is.null(names(x))) seq_along(x) else names(x)
   df <- data.frame(
-    dataset = dataset, n = pick("n", numeric(1)), status = pick("status", character(1)),
+    dataset = dataset, n = pick("n", numeric(1)),
+    num_components = unname(lengths(lapply(x, `[[`, "alpha"))),
+    status = pick("status", character(1)),
     fit_success = pick("fit_success", logical(1)), loglik = pick("loglik", numeric(1)),
     num_iterations = pick("num_iterations", integer(1)), best_start = pick("best_start", integer(1)),
-    params("alpha"), params("mu"), params(s),
+    params,
     message = pick("message", character(1)),
     stringsAsFactors = FALSE
   )
   rownames(df) <- NULL
   df
+}
+
+#' @rdname bulkem_fits
+#' @export
+coef.bulkem_fits <- function(object, ...) fits_param_matrix(object)
+
+#' @rdname bulkem_fits
+#' @export
+logLik.bulkem_fits <- function(object, ...) {
+  structure(vapply(object, function(f) as.double(f$loglik), numeric(1)),
+            df = 3L * unname(lengths(lapply(object, `[[`, "alpha"))) - 1L,
+            nobs = unname(vapply(object, function(f) as.double(f$n), numeric(1))),
+            class = c("bulkem_logLik", "logLik"))
+}
+
+#' @rdname bulkem_fits
+#' @export
+print.bulkem_logLik <- function(x, n = 5, ...) {
+  D <- length(x)
+  cat(sprintf("'log Lik.' of %d dataset%s (a vector with vectors df, nobs):\n", D, if (D == 1) "" else "s"))
+  if (D > 0) {
+    shown <- seq_len(min(n, D))
+    tab <- data.frame(logLik = as.numeric(x)[shown], df = attr(x, "df")[shown],
+                      nobs = attr(x, "nobs")[shown],
+                      row.names = names(x)[shown] %||% as.character(shown))
+    print(tab)
+    if (D > n) cat(sprintf("... and %d more\n", D - n))
+  }
+  invisible(x)
+}
+
+#' @rdname bulkem_fits
+#' @export
+nobs.bulkem_fits <- function(object, ...) {
+  vapply(object, function(f) as.double(f$n), numeric(1))
+}
+
+#' @rdname bulkem_fits
+#' @export
+AIC.bulkem_fits <- function(object, ..., k = 2) {
+  one_fits_only(..., fn = "AIC")
+  k <- check_number(k, "k", min = 0)
+  stats::setNames(stats::AIC(logLik(object), k = k), names(object))
+}
+
+#' @rdname bulkem_fits
+#' @export
+BIC.bulkem_fits <- function(object, ...) {
+  one_fits_only(..., fn = "BIC")
+  stats::setNames(stats::BIC(logLik(object)), names(object))
+}
+
+one_fits_only <- function(..., fn, call = parent.frame()) {
+  if (...length() > 0) {
+    bulkem_abort(c(
+      "{.fn {fn}} of a {.cls bulkem_fits} takes one object: it gives one value per dataset.",
+      i = "To compare fits of several K, fit them in one call: {.code bulkem(datasets, num.components = 1:5)}, then {.code criteria(fits)}."
+    ), call = call)
+  }
 }
 
 #' @rdname bulkem_fits
@@ -352,5 +569,187 @@ as.data.frame.bulkem_fits <- function(x, row.names = NULL, optional = FALSE, ...
   }
   out <- unclass(x)[unname(pos)]
   attributes(out) <- c(attributes(out), attributes(x)[setdiff(names(attributes(x)), c("names", "dim", "dimnames"))])
+  # The criterion table has one row per dataset: keep it in step.
+  crit <- attr(x, "criteria")
+  if (!is.null(crit)) attr(out, "criteria") <- crit[unname(pos), , drop = FALSE]
   out
+}
+
+#' Summary of many bulkem fits
+#'
+#' Summarises a `bulkem_fits` object across its datasets: how many fits
+#' converged, hit `max.iters` or failed; how many datasets have each number
+#' of components K (and, with model selection, the criterion); for each K,
+#' quantiles over the datasets of every parameter (per component; components
+#' are ordered by increasing `mu`); the range of the log-likelihood and of
+#' the log-likelihood per observation; the backend and time taken.
+#'
+#' @param object A `bulkem_fits` object from [bulkem()].
+#' @param x A `summary.bulkem_fits` object.
+#' @param probs Quantiles of each parameter to report.
+#' @param digits Significant digits to print.
+#' @param ... Unused.
+#' @return `summary()`: an object of class `summary.bulkem_fits`, a list
+#'   with `datasets`, `family`, `candidates` (the candidate K),
+#'   `criterion`, `status` (counts), `components` (datasets per chosen K,
+#'   successful fits only), `parameters` (a list with one matrix per K
+#'   present, parameters x quantiles, attribute `datasets`), `loglik` and
+#'   `loglik_per_obs` (quantiles over the datasets), `iterations` (range),
+#'   `backend`, `threads` and `seconds`. `print()` returns `x` invisibly.
+#' @examples
+#' set.seed(7)
+#' d <- replicate(8, rinvgaussmix(300, c(0.3, 0.7), c(1, 3), c(30, 0.2)), simplify = FALSE)
+#' summary(bulkem(d, random.inits = 3, use.gpu = FALSE))
+#' @export
+summary.bulkem_fits <- function(object, probs = c(0, 0.25, 0.5, 0.75, 1), ...) {
+  ok <- is.numeric(probs) && length(probs) > 0 && !anyNA(probs) && all(probs >= 0 & probs <= 1)
+  if (!ok) {
+    bulkem_abort(c("{.arg probs} must be numbers between 0 and 1.", x = "You supplied {describe_value(probs)}."))
+  }
+  status <- vapply(object, function(f) f$status, character(1))
+  success <- vapply(object, function(f) isTRUE(f$fit_success), logical(1))
+  candidates <- candidate_components(object)
+  chosen <- chosen_components(object)
+  params <- fits_param_matrix(object)
+  K_present <- sort(unique(chosen[!is.na(chosen)]))
+  parameters <- lapply(K_present, function(K) {
+    rows <- which(chosen == K)
+    s <- if (length(object)) scale_name(object[[1]]) else "lambda"
+    cols <- paste0(rep(c("alpha", "mu", s), each = K), seq_len(K))
+    q <- t(apply(params[rows, cols, drop = FALSE], 2, stats::quantile, probs = probs, names = FALSE))
+    dimnames(q) <- list(cols, quantile_names(probs))
+    structure(q, datasets = length(rows))
+  })
+  names(parameters) <- K_present
+  ll <- vapply(object, function(f) as.double(f$loglik), numeric(1))
+  n <- vapply(object, function(f) as.double(f$n), numeric(1))
+  qs <- function(v) {
+    v <- v[success]
+    if (length(v) == 0) return(stats::setNames(rep(NA_real_, length(probs)), quantile_names(probs)))
+    stats::setNames(stats::quantile(v, probs, names = FALSE), quantile_names(probs))
+  }
+  iters <- vapply(object, function(f) as.double(f$num_iterations), numeric(1))
+  structure(list(
+    datasets = length(object),
+    family = if (length(object)) object[[1]]$family else attr(object, "family"),
+    candidates = candidates,
+    criterion = attr(object, "criterion"),
+    status = table(factor(status, c("converged", "max_iters", "failed"))),
+    components = table(factor(chosen[!is.na(chosen)], levels = union(candidates, K_present)), dnn = NULL),
+    parameters = parameters,
+    loglik = qs(ll), loglik_per_obs = qs(ll / n),
+    iterations = if (any(success)) range(iters[success]) else c(NA_real_, NA_real_),
+    backend = attr(object, "backend"), threads = attr(object, "threads"),
+    seconds = attr(object, "seconds")
+  ), class = "summary.bulkem_fits")
+}
+
+quantile_names <- function(probs) {
+  out <- paste0(format(100 * probs, trim = TRUE), "%")
+  out[probs == 0] <- "min"
+  out[probs == 0.5] <- "median"
+  out[probs == 1] <- "max"
+  out
+}
+
+#' @rdname summary.bulkem_fits
+#' @export
+print.summary.bulkem_fits <- function(x, digits = 4, ...) {
+  label <- if (identical(x$family, "normal")) "Normal" else "inverse Gaussian"
+  cat(sprintf("bulkem fits of %s mixtures to %d dataset%s\n", label, x$datasets,
+              if (x$datasets == 1) "" else "s"))
+  cat(sprintf("status: %d converged, %d max_iters, %d failed\n",
+              x$status[["converged"]], x$status[["max_iters"]], x$status[["failed"]]))
+  if (length(x$candidates) > 1 && !is.null(x$criterion)) {
+    cat(sprintf("\nnumber of components K, chosen from %s by %s:\n", format_K(x$candidates), x$criterion))
+  } else {
+    cat("\nnumber of components K:\n")
+  }
+  tab <- matrix(as.integer(x$components), nrow = 1,
+                dimnames = list("datasets", paste0("K=", names(x$components))))
+  if (x$status[["failed"]] > 0) tab <- cbind(tab, failed = x$status[["failed"]])
+  print(tab)
+  for (K in names(x$parameters)) {
+    p <- x$parameters[[K]]
+    cat(sprintf("\nparameters over the %d dataset%s with K = %s:\n", attr(p, "datasets"),
+                if (attr(p, "datasets") == 1) "" else "s", K))
+    attr(p, "datasets") <- NULL
+    print(signif(p, digits))
+  }
+  if (!all(is.na(x$loglik))) {
+    cat("\nlog-likelihood over the datasets:\n")
+    print(signif(rbind(total = x$loglik, "per observation" = x$loglik_per_obs), digits))
+    cat(sprintf("EM iterations: %s to %s\n", format(x$iterations[1]), format(x$iterations[2])))
+  }
+  if (!is.null(x$backend)) {
+    cat(sprintf("backend: %s (%s threads), %s s\n", x$backend, format(x$threads),
+                format(x$seconds, digits = 3)))
+  }
+  invisible(x)
+}
+
+#' Plot an overview of many bulkem fits
+#'
+#' `which = "overview"` draws six panels across the datasets: the number of
+#' datasets per K, per status, a histogram of the log-likelihood per
+#' observation, and boxplots per component of the weights `alpha`, the means
+#' `mu` and the shapes `lambda` (or `sigma`) of the fits with the most
+#' common K (on a log axis for positive parameters spanning more than a
+#' factor of 100). `which = "criteria"` plots the criterion table (see
+#' [plot.bulkem_criteria()]).
+#'
+#' @param x A `bulkem_fits` object from [bulkem()].
+#' @param which `"overview"` or `"criteria"`.
+#' @param ... Passed to [plot.bulkem_criteria()] with `which = "criteria"`;
+#'   unused otherwise.
+#' @return `x`, invisibly.
+#' @examples
+#' set.seed(8)
+#' d <- replicate(12, rinvgaussmix(300, c(0.3, 0.7), c(1, 3), c(30, 0.2)), simplify = FALSE)
+#' fits <- bulkem(d, num.components = 1:3, random.inits = 3, use.gpu = FALSE)
+#' plot(fits)
+#' plot(fits, which = "criteria")
+#' @export
+plot.bulkem_fits <- function(x, which = c("overview", "criteria"), ...) {
+  which <- match_arg(which, c("overview", "criteria"), "which", environment())
+  if (which == "criteria") {
+    plot(criteria(x), ...)
+    return(invisible(x))
+  }
+  chosen <- chosen_components(x)
+  if (all(is.na(chosen))) {
+    bulkem_abort("There is nothing to plot: {if (length(x)) 'every fit failed' else 'there are no fits'}.")
+  }
+  old <- graphics::par(mfrow = c(2, 3))
+  on.exit(graphics::par(old))
+  candidates <- candidate_components(x)
+  counts <- table(factor(chosen, levels = union(candidates, sort(unique(chosen[!is.na(chosen)])))))
+  graphics::barplot(counts, xlab = "number of components K", ylab = "datasets",
+                    main = if (length(candidates) > 1 && !is.null(attr(x, "criterion"))) {
+                      sprintf("K chosen by %s", attr(x, "criterion"))
+                    } else "number of components")
+  status <- table(factor(vapply(x, function(f) f$status, character(1)), c("converged", "max_iters", "failed")))
+  graphics::barplot(status, ylab = "datasets", main = "status",
+                    col = c("grey70", "orange", "firebrick"))
+  ok <- !is.na(chosen)
+  llpo <- vapply(x[ok], function(f) f$loglik / f$n, numeric(1))
+  graphics::hist(llpo, breaks = min(30, max(5, ceiling(sqrt(length(llpo))))), col = "grey85",
+                 border = "grey50", xlab = "log-likelihood / n", ylab = "datasets",
+                 main = "log-likelihood per observation")
+  # The parameters of the most common K (ties to the smaller K).
+  K <- as.integer(names(which.max(table(chosen))))
+  rows <- which(chosen == K)
+  params <- fits_param_matrix(unclass(x)[rows])
+  s <- scale_name(x[[rows[1]]])
+  for (p in c("alpha", "mu", s)) {
+    m <- params[, paste0(p, seq_len(K)), drop = FALSE]
+    colnames(m) <- seq_len(K)
+    positive <- all(m > 0, na.rm = TRUE)
+    spread <- if (positive) max(m, na.rm = TRUE) / min(m, na.rm = TRUE) else 0
+    graphics::boxplot(m, log = if (p != "alpha" && positive && spread > 100) "y" else "",
+                      xlab = "component", ylab = p, col = seq_len(K) + 1,
+                      main = sprintf("%s (K = %d, %d dataset%s)", p, K, length(rows),
+                                     if (length(rows) == 1) "" else "s"))
+  }
+  invisible(x)
 }

@@ -20,14 +20,19 @@ cat(sprintf("\nBackend: %s, %d threads; %.2f s for %d datasets (%.2f ms per data
             attr(fits, "backend"), attr(fits, "threads"), attr(fits, "seconds"), D,
             1000 * attr(fits, "seconds") / D))
 
+cat("\nChoosing the number of components (1 to 4) by BIC for the first 200 datasets...\n")
+sel <- suppressWarnings(bulkem(datasets[1:200], num.components = 1:4, random.inits = starts))
+cat(sprintf("Chosen K over %d datasets (truth: 2), %.2f s:\n", length(sel), attr(sel, "seconds")))
+print(table(K = as.data.frame(sel)$num_components))
+
 cat("\nOld Faithful waiting times, 2-component Normal mixture:\n")
-old_faithful <- bulkem(faithful$waiting, family = "normal", random.inits = 10)[[1]]
+old_faithful <- bulkem(faithful$waiting, family = "normal")[[1]]
 print(summary(old_faithful))
 
 png_file <- file.path(getwd(), "bulkem-demo.png")
 grDevices::png(png_file, width = 1200, height = 500, res = 110)
 graphics::par(mfrow = c(1, 2))
-plot(fits[[1]], datasets[[1]], breaks = 200, xlim = c(0, 8), main = "Simulated dataset 1")
+plot(fits[[1]], datasets[[1]], log = "x", main = "Simulated dataset 1")
 plot(old_faithful, faithful$waiting, breaks = 20, main = "Old Faithful", xlab = "waiting (min)")
 grDevices::dev.off()
 cat(sprintf("\nPlot written to %s\n", png_file))

@@ -126,7 +126,8 @@ test_that("max.iters is reported as such and fit_success stays TRUE", {
 test_that("the result has every documented field", {
   f <- bulkem(sim_ig(2, 200), seed = 1, use.gpu = FALSE)
   expect_s3_class(f, "bulkem_fits")
-  expect_s3_class(f[[1]], c("bulkem_fit", "mixEM"), exact = TRUE)
+  # Not "mixEM": mixtools' methods would misread the fields (as.mixEM() converts).
+  expect_s3_class(f[[1]], "bulkem_fit", exact = TRUE)
   expect_true(all(c("alpha", "mu", "lambda", "init_alpha", "init_mu", "init_lambda", "loglik",
                     "num_iterations", "fit_success", "status", "n", "family", "ft",
                     "start_logliks") %in% names(f[[1]])))

@@ -18,7 +18,7 @@ test_that("bad datasets are rejected before any work, naming dataset and value",
 })
 
 test_that("bad settings name their argument", {
-  expect_error(bulkem(d, num.components = 0), "`num.components` must be a whole number",
+  expect_error(bulkem(d, num.components = 0), "`num.components` must be whole numbers",
                class = "bulkem_error_input")
   expect_error(bulkem(d, num.components = 1.5), "`num.components`")
   expect_error(bulkem(d, max.iters = -1), "`max.iters`")

@@ -29,6 +29,11 @@ impl KeyedStream {
         self.0.next_u64()
     }
 
+    /// Uniform double in [0, 1), 53 random bits.
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
     /// Uniform integer in `0..n` (n > 0), unbiased (Lemire's method); the
     /// algorithm is spelled out so it never changes with a crate version.
     pub fn below(&mut self, n: u64) -> u64 {

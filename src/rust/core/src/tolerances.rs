@@ -4,6 +4,11 @@
 /// drawn observations give invalid parameters (e.g. all equal).
 pub const MAX_START_REDRAWS: usize = 100;
 
+/// k-means++ starts seed from at most this many observations (a sample,
+/// with replacement, of larger datasets): enough to see a component of a
+/// few percent, and cheap next to the EM itself.
+pub const SEED_SAMPLE: usize = 256;
+
 /// A component whose total responsibility falls below this is declared empty.
 pub const MIN_COMPONENT_WEIGHT: f64 = 1e-300;
 

@@ -5,7 +5,7 @@
 mod common;
 use common::{cuda, gpu_or_skip};
 
-use bulkem_core::em::{fit_many, simulate, EmConfig, Family, FitStatus, MixFit, MixParams};
+use bulkem_core::em::{fit_many, select_many, simulate, Criterion, EmConfig, Family, FitStatus, MixFit, MixParams};
 use bulkem_core::exec::Exec;
 use bulkem_core::tolerances::{GPU_CPU_LOGLIK_REL, GPU_CPU_PARAM_REL};
 
@@ -150,6 +150,40 @@ fn gpu_matches_cpu_fixed_iterations() {
             data.push(vec![1.0, 2.0]);
             let config = EmConfig::new(family, m).random_inits(5).seed(3).max_iters(25).epsilon(0.0);
             check_all(&format!("{family:?} M={m} fixed"), &data, config);
+        }
+    }
+}
+
+#[test]
+fn gpu_chooses_the_same_number_of_components_and_parameters_as_cpu() {
+    if !gpu_or_skip() { return; }
+    // One launch plan over M = 1..5, both kernel paths (n up to 8,000),
+    // every criterion.
+    let sizes: Vec<usize> = (0..40).map(|i| 150 + 200 * i).collect();
+    for family in [Family::InvGauss, Family::Normal] {
+        let data = datasets(family, 3, &sizes, 40);
+        let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
+        for criterion in [Criterion::Bic, Criterion::Icl, Criterion::Aic] {
+            let config = EmConfig::new(family, 1).random_inits(6).seed(11).max_iters(300).epsilon(1e-8).keep_trace(true).check().unwrap();
+            let cpu = select_many(&refs, &config, &[1, 2, 3, 4, 5], criterion, &Exec::cpu()).unwrap();
+            let gpu = select_many(&refs, &config, &[1, 2, 3, 4, 5], criterion, &cuda()).unwrap();
+            let mut bad = Vec::new();
+            for d in 0..data.len() {
+                if cpu.chosen[d] != gpu.chosen[d] {
+                    bad.push(format!("dataset {d}: cpu chose {} gpu {}", cpu.chosen[d] + 1, gpu.chosen[d] + 1));
+                } else if let Err(e) = compare(family, &cpu.fits[d], &gpu.fits[d]) {
+                    bad.push(format!("dataset {d}: {e}"));
+                }
+                for k in 0..5 {
+                    let (a, b) = (cpu.criteria[d * 5 + k], gpu.criteria[d * 5 + k]);
+                    if a.is_nan() != b.is_nan() || (a.is_finite() && rel(b, a) > 1e-8) {
+                        bad.push(format!("dataset {d} M={}: criterion {b} vs cpu {a}", k + 1));
+                    }
+                }
+            }
+            let threes = cpu.chosen.iter().filter(|&&k| k == 2).count();
+            println!("{family:?} {criterion:?}: M = 3 chosen for {threes} of {}; {} disagreements", data.len(), bad.len());
+            assert!(bad.is_empty(), "{family:?} {criterion:?}: {}", bad.join("\n"));
         }
     }
 }

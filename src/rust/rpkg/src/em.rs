@@ -1,6 +1,6 @@
 //! bulkem(): R values -> EmConfig, fits -> flat R vectors (reshaped in R).
 
-use bulkem_core::em::{fit_many, EmConfig, Family, MixFit, MixParams};
+use bulkem_core::em::{select_many, Criterion, EmConfig, Family, MixFit, MixParams, StartMethod};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -32,16 +32,21 @@ fn flat(fits: &[MixFit], field: impl Fn(&MixFit) -> &[f64]) -> Vec<f64> {
     fits.iter().flat_map(|f| field(f).iter().copied()).collect()
 }
 
-/// Fit mixtures to every dataset; see bulkem() for the arguments.
+/// Fit mixtures of every candidate number of components to every dataset
+/// and keep each dataset's best by the criterion; see bulkem() for the
+/// arguments. Parameters are flattened dataset by dataset, each dataset's
+/// as long as its chosen number of components (`components`).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
 fn em_fit_(
     datasets: List,
     family: &str,
-    components: i32,
+    components: &[i32],
+    criterion: &str,
     max_iters: i32,
     random_inits: i32,
+    start_method: &str,
     epsilon: f64,
     seed: f64,
     inits: Robj,
@@ -51,23 +56,31 @@ fn em_fit_(
     backend: &str,
 ) -> Result<List> {
     let family = Family::parse(family).ok_or_else(|| input_error(format!("unknown family '{family}'")))?;
-    let m = components.max(0) as usize;
+    let criterion = Criterion::parse(criterion).ok_or_else(|| input_error(format!("unknown criterion '{criterion}'")))?;
+    let method = StartMethod::parse(start_method).ok_or_else(|| input_error(format!("unknown start method '{start_method}'")))?;
+    let candidates: Vec<usize> = components.iter().map(|&m| m.max(0) as usize).collect();
+    let first = candidates.first().copied().unwrap_or(0);
+    let largest = candidates.iter().copied().max().unwrap_or(0);
     let values: Vec<Robj> = datasets.values().collect();
     let data = real_slices(&values)?;
-    let mut config = EmConfig::new(family, m)
+    let mut config = EmConfig::new(family, first)
         .max_iters(max_iters.max(0) as usize)
         .epsilon(epsilon)
         .random_inits(random_inits.max(0) as usize)
+        .starts_by(method)
         .seed(seed as u64)
         .dataset_offset(dataset_offset.max(0) as usize)
         .keep_posterior(keep_posterior)
         .keep_trace(keep_posterior);
-    if let Some(given) = inits_from_r(&inits, m)? {
+    if let Some(given) = inits_from_r(&inits, first)? {
         config = config.inits(given);
     }
     let config = config.check().map_err(r_error)?;
-    let backend = backend_for(backend, &bulkem_core::em::job(&data, &config))?;
-    let fits = run_in_session(backend, threads.max(0) as usize, |exec| fit_many(&data, &config, exec)).map_err(r_error)?;
+    let job = bulkem_core::em::job(&data, &config);
+    let job = bulkem_core::em::job_for(job.work * candidates.len() as f64, largest);
+    let backend = backend_for(backend, &job)?;
+    let sel = run_in_session(backend, threads.max(0) as usize, |exec| select_many(&data, &config, &candidates, criterion, exec)).map_err(r_error)?;
+    let fits = &sel.fits;
 
     let posterior: Robj = if keep_posterior {
         List::from_values(fits.iter().map(|f| match &f.posterior {
@@ -80,18 +93,20 @@ fn em_fit_(
     };
     Ok(list!(
         backend = backend.name(),
-        alpha = flat(&fits, |f| &f.params.alpha),
-        mu = flat(&fits, |f| &f.params.mu),
-        scale = flat(&fits, |f| &f.params.scale),
-        init_alpha = flat(&fits, |f| &f.init.alpha),
-        init_mu = flat(&fits, |f| &f.init.mu),
-        init_scale = flat(&fits, |f| &f.init.scale),
+        components = fits.iter().map(|f| f.params.components() as i32).collect::<Vec<_>>(),
+        criteria = sel.criteria.clone(),
+        alpha = flat(fits, |f| &f.params.alpha),
+        mu = flat(fits, |f| &f.params.mu),
+        scale = flat(fits, |f| &f.params.scale),
+        init_alpha = flat(fits, |f| &f.init.alpha),
+        init_mu = flat(fits, |f| &f.init.mu),
+        init_scale = flat(fits, |f| &f.init.scale),
         loglik = fits.iter().map(|f| f.loglik).collect::<Vec<_>>(),
         iterations = fits.iter().map(|f| f.iterations as i32).collect::<Vec<_>>(),
         status = fits.iter().map(|f| f.status.name()).collect::<Vec<_>>(),
         message = fits.iter().map(|f| f.message.clone().unwrap_or_default()).collect::<Vec<_>>(),
         n = fits.iter().map(|f| f.n as f64).collect::<Vec<_>>(),
-        start_logliks = flat(&fits, |f| &f.start_logliks),
+        start_logliks = flat(fits, |f| &f.start_logliks),
         best_start = fits.iter().map(|f| f.best_start as i32 + 1).collect::<Vec<_>>(),
         trace = List::from_values(fits.iter().map(|f| f.trace.clone())),
         posterior = posterior

@@ -104,10 +104,17 @@ pub fn memory_needed(data: &[&[f64]], config: &CheckedEmConfig, backend: Backend
 }
 
 /// `Err(OutOfMemory)` naming the argument that drives the estimate when the
-/// fit needs more memory than this process may use.
-pub fn check_memory(data: &[&[f64]], config: &CheckedEmConfig, backend: Backend, threads: usize) -> Result<()> {
-    let est = memory_needed(data, config, backend, threads);
-    memory::ensure(|| describe(data, config, &est), est.total())
+/// fit of every configuration (candidate number of components; all their
+/// fits are held at once) needs more memory than this process may use.
+pub fn check_memory(data: &[&[f64]], configs: &[CheckedEmConfig], backend: Backend, threads: usize) -> Result<()> {
+    let est = configs.iter().map(|c| memory_needed(data, c, backend, threads)).fold(MemoryEstimate::default(), |a, b| MemoryEstimate {
+        parameters: a.parameters.saturating_add(b.parameters),
+        starts: a.starts.saturating_add(b.starts),
+        posterior: a.posterior.saturating_add(b.posterior),
+        data: a.data.max(b.data),
+    });
+    let largest = configs.iter().max_by_key(|c| c.components).expect("at least one configuration");
+    memory::ensure(|| describe(data, largest, &est), est.total())
 }
 
 /// "`num.components = 1000000000` (with random.inits = 1, on 1 dataset of 4
@@ -122,7 +129,7 @@ fn describe(data: &[&[f64]], config: &CheckedEmConfig, est: &MemoryEstimate) -> 
     );
     let m = format!("num.components = {}", config.components);
     let s = match config.starts {
-        Starts::Random { count } => format!("random.inits = {count}"),
+        Starts::Random { count, .. } => format!("random.inits = {count}"),
         Starts::Given(_) => "given inits".to_string(),
     };
     let kept = if config.keep_posterior || config.keep_trace { ", keep.posterior = TRUE" } else { "" };
@@ -175,7 +182,7 @@ mod tests {
         let config = EmConfig::new(Family::Normal, usize::MAX / 2).random_inits(1 << 24).check().unwrap();
         let est = memory_needed(&[&x[..]], &config, Backend::Cuda, 0);
         assert!(est.total() > u64::MAX as u128);
-        let err = check_memory(&[&x[..]], &config, Backend::Cuda, 0).unwrap_err();
+        let err = check_memory(&[&x[..]], &[config], Backend::Cuda, 0).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Memory);
     }
 }

@@ -6,11 +6,37 @@ use crate::tolerances::MAX_RANDOM_INITS;
 use super::family::Family;
 use super::fit::MixParams;
 
+/// How a random start is drawn (see `super::starts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartMethod {
+    /// Even-numbered starts (the first, third, ...) by k-means++, the others
+    /// by subsets: each finds optima the other misses (spread-out small
+    /// components; overlapping components of different spreads).
+    Mixed,
+    /// k-means++ seeding on (a sample of) the observations: starting means
+    /// spread over the data, so small, distant components are found.
+    KMeansPlusPlus,
+    /// The 2015 package's starts: each component from the ML estimate of 3
+    /// random observations, equal weights.
+    Subsets,
+}
+
+impl StartMethod {
+    pub fn parse(name: &str) -> Option<StartMethod> {
+        match name {
+            "mixed" => Some(StartMethod::Mixed),
+            "kmeans++" => Some(StartMethod::KMeansPlusPlus),
+            "subsets" => Some(StartMethod::Subsets),
+            _ => None,
+        }
+    }
+}
+
 /// How each dataset's EM is started.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Starts {
     /// `count` random starts per dataset, drawn from the keyed streams.
-    Random { count: usize },
+    Random { count: usize, method: StartMethod },
     /// Explicit starting values: one for all datasets, or one per dataset.
     Given(Vec<MixParams>),
 }
@@ -52,7 +78,7 @@ impl EmConfig {
             components,
             max_iters: 100,
             epsilon: 1e-6,
-            starts: Starts::Random { count: 1 },
+            starts: Starts::Random { count: 1, method: StartMethod::Mixed },
             seed: 0,
             dataset_offset: 0,
             keep_posterior: false,
@@ -67,9 +93,27 @@ impl EmConfig {
         self.epsilon = eps;
         self
     }
+    /// `count` random starts per dataset, drawn with the current method.
     pub fn random_inits(mut self, count: usize) -> Self {
-        self.starts = Starts::Random { count };
+        self.starts = Starts::Random { count, method: self.start_method() };
         self
+    }
+    /// How random starts are drawn (default mixed).
+    pub fn start_method(&self) -> StartMethod {
+        match self.starts {
+            Starts::Random { method, .. } => method,
+            Starts::Given(_) => StartMethod::Mixed,
+        }
+    }
+    pub fn starts_by(mut self, method: StartMethod) -> Self {
+        if let Starts::Random { count, .. } = self.starts {
+            self.starts = Starts::Random { count, method };
+        }
+        self
+    }
+    /// The same settings for `components` components (model selection).
+    pub fn with_components(&self, components: usize) -> Self {
+        EmConfig { components, ..self.clone() }
     }
     pub fn inits(mut self, inits: Vec<MixParams>) -> Self {
         self.starts = Starts::Given(inits);
@@ -95,7 +139,7 @@ impl EmConfig {
     /// Number of starts run per dataset.
     pub fn starts_per_dataset(&self) -> usize {
         match &self.starts {
-            Starts::Random { count } => *count,
+            Starts::Random { count, .. } => *count,
             Starts::Given(_) => 1,
         }
     }
@@ -112,7 +156,7 @@ impl EmConfig {
             return Err(Error::arg("epsilon", format!("must be a finite number >= 0, not {}", self.epsilon)));
         }
         match &self.starts {
-            Starts::Random { count } => {
+            Starts::Random { count, .. } => {
                 if *count == 0 || *count > MAX_RANDOM_INITS {
                     return Err(Error::arg(
                         "random.inits",

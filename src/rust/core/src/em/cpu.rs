@@ -222,6 +222,26 @@ pub fn posterior(family: Family, prep: &Prepared, p: &MixParams) -> Result<Vec<f
     Ok(out)
 }
 
+/// sum_i log max_j z_ij, the log-likelihood of the classification by the
+/// posterior z at `p` (the entropy term of ICL): log max_j z_ij = -log
+/// sum_j exp(l_ij - max_k l_ik).
+pub fn classification_loglik(family: Family, prep: &Prepared, p: &MixParams) -> f64 {
+    let mut nat = Vec::new();
+    naturals(family, p, prep.centre, &mut nat);
+    let mut lp = vec![0.0; nat.len()];
+    prep.uv
+        .iter()
+        .map(|&[u, v]| {
+            let mut top = f64::NEG_INFINITY;
+            for (l, c) in lp.iter_mut().zip(&nat) {
+                *l = c.a + c.b * u + c.c * v;
+                top = top.max(*l);
+            }
+            -lp.iter().map(|l| (l - top).exp()).sum::<f64>().ln()
+        })
+        .sum()
+}
+
 /// The starts of one dataset that may still be the one kept: start 0 (kept
 /// when every start fails) and those within twice the tie tolerance of the
 /// best log-likelihood seen so far. The tie threshold of [`best_start`]
@@ -305,20 +325,27 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
     Ok(fit)
 }
 
-/// Fit every dataset on the CPU.
-pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
+/// Fit every dataset with every configuration (one per candidate number of
+/// components) on the CPU; returns the fits per configuration.
+pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> Result<Vec<Vec<MixFit>>> {
     let monitor = exec.monitor.clone();
     let cancelled = move || monitor.is_cancelled();
-    let fits: Result<Vec<MixFit>> = exec.install(|| {
+    let per_dataset: Result<Vec<Vec<MixFit>>> = exec.install(|| {
         data.par_iter()
             .enumerate()
             .map(|(d, x)| {
-                let fit = fit_dataset(x, config.dataset_offset + d, config, &cancelled);
+                let fits = configs.iter().map(|c| fit_dataset(x, c.dataset_offset + d, c, &cancelled)).collect();
                 exec.monitor.add_done(1);
-                fit
+                fits
             })
             .collect()
     })?;
     exec.monitor.check()?;
-    fits
+    let mut per_model: Vec<Vec<MixFit>> = configs.iter().map(|_| Vec::with_capacity(data.len())).collect();
+    for fits in per_dataset? {
+        for (model, fit) in per_model.iter_mut().zip(fits) {
+            model.push(fit);
+        }
+    }
+    Ok(per_model)
 }

@@ -18,14 +18,16 @@ mod fit;
 pub mod gpu;
 mod simd;
 pub mod simulate;
+mod select;
 mod starts;
 
 pub use budget::{check_memory, memory_needed, MemoryEstimate};
-pub use config::{CheckedEmConfig, EmConfig, Starts};
+pub use config::{CheckedEmConfig, EmConfig, StartMethod, Starts};
+pub use select::{select_many, Criterion, Selection};
 pub use data::{check_range, min_observations, unfittable_reason, validate, validate_all, Prepared};
 pub use family::{Family, MStepFailure, Natural, IG_MAX, IG_MIN, NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
 pub use fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
-pub use starts::{initial_values, random_start};
+pub use starts::{initial_values, kmeanspp_start, random_start};
 
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec, Job};
@@ -61,11 +63,26 @@ pub fn job_for(work: f64, components: usize) -> Job {
 /// [`check_range`]) before any work; a dataset that is valid but cannot be
 /// fitted gets status Failed without affecting the others.
 pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
-    check_memory(data, config, exec.backend, exec.threads)?;
+    let mut fits = fit_models(data, std::slice::from_ref(config), exec)?;
+    Ok(fits.pop().unwrap_or_default())
+}
+
+/// [`fit_many`] for several configurations at once (candidate numbers of
+/// components with the same other settings): one pass over the backend,
+/// whose work and launches cover every configuration. Returns the fits per
+/// configuration.
+pub(crate) fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> Result<Vec<Vec<MixFit>>> {
+    let Some(config) = configs.first() else {
+        return Err(Error::arg("num.components", "must hold at least one number of components"));
+    };
+    check_memory(data, configs, exec.backend, exec.threads)?;
     let t0 = std::time::Instant::now();
     exec.install(|| validate_all(config.family, data, config.dataset_offset + 1))??;
     crate::gpu::timing::record("validation", t0);
     if let Starts::Given(inits) = &config.starts {
+        if configs.len() != 1 {
+            return Err(Error::arg("inits", "are starting values for one number of components; give one value of num.components"));
+        }
         if inits.len() != 1 && inits.len() != data.len() {
             return Err(Error::arg(
                 "inits",
@@ -74,11 +91,11 @@ pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Resul
         }
     }
     let mut fits = match exec.backend {
-        Backend::Cpu => cpu::fit_many(data, config, exec)?,
-        Backend::Cuda => gpu::fit_many(data, config, exec)?,
+        Backend::Cpu => cpu::fit_models(data, configs, exec)?,
+        Backend::Cuda => gpu::fit_models(data, configs, exec)?,
     };
     if !config.keep_trace {
-        fits.iter_mut().for_each(|f| f.trace = Vec::new());
+        fits.iter_mut().flatten().for_each(|f| f.trace = Vec::new());
     }
     Ok(fits)
 }

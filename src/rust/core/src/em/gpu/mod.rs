@@ -62,9 +62,11 @@ const ST_COLLAPSED: i32 = 12;
 /// (1/S more work instead of S traces of memory and transfer).
 const INLINE_TRACE_STARTS: usize = 4;
 
-/// Fit every dataset on the usable CUDA devices.
-pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Result<Vec<MixFit>> {
-    if config.components > MAX_GPU_COMPONENTS {
+/// Fit every dataset with every configuration (one per candidate number
+/// of components, all with the same starts) on the usable CUDA devices:
+/// one launch plan over all of them. Returns the fits per configuration.
+pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> Result<Vec<Vec<MixFit>>> {
+    if let Some(config) = configs.iter().find(|c| c.components > MAX_GPU_COMPONENTS) {
         return Err(Error::BackendUnavailable(format!(
             "the GPU kernels fit up to {MAX_GPU_COMPONENTS} components, not {}; use the CPU backend",
             config.components
@@ -72,15 +74,15 @@ pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Resul
     }
     let devices = gpu::devices()?;
     let ranges = split_work(data, devices.len());
-    let results: Vec<Result<Vec<MixFit>>> = std::thread::scope(|scope| {
+    let results: Vec<Result<Vec<Vec<MixFit>>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = ranges
             .iter()
             .zip(devices)
             .map(|(range, dev)| {
                 let part = &data[range.clone()];
-                let first = config.dataset_offset + range.start;
+                let first = configs[0].dataset_offset + range.start;
                 let monitor = &exec.monitor;
-                scope.spawn(move || fit_on_device(dev, part, first, config, monitor))
+                scope.spawn(move || fit_on_device(dev, part, first, configs, monitor))
             })
             .collect();
         handles
@@ -88,9 +90,11 @@ pub fn fit_many(data: &[&[f64]], config: &CheckedEmConfig, exec: &Exec) -> Resul
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::BackendUnavailable("a GPU worker thread panicked".into()))))
             .collect()
     });
-    let mut fits = Vec::with_capacity(data.len());
+    let mut fits: Vec<Vec<MixFit>> = configs.iter().map(|_| Vec::with_capacity(data.len())).collect();
     for r in results {
-        fits.extend(r?);
+        for (all, part) in fits.iter_mut().zip(r?) {
+            all.extend(part);
+        }
     }
     exec.monitor.check()?;
     Ok(fits)
@@ -113,39 +117,46 @@ fn split_work(data: &[&[f64]], devices: usize) -> Vec<Range<usize>> {
     ranges
 }
 
-fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Vec<MixFit>> {
-    let m = config.components;
-    let n_starts = config.starts_per_dataset();
+fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[CheckedEmConfig], monitor: &Monitor) -> Result<Vec<Vec<MixFit>>> {
+    let n_starts = configs[0].starts_per_dataset();
     let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / 16);
     let t0 = Instant::now();
-    let unfittable: Vec<Option<String>> = data.par_iter().map(|x| unfittable_reason(x, m)).collect();
     let (mut small, mut large) = (Pairs::default(), Pairs::default());
-    // Every (dataset, start) pair is held on the host (estimated by
-    // em::memory_needed); reserve them fallibly.
-    let fits_small = |i: usize| unfittable[i].is_none() && data[i].len() <= small_max;
-    let n_small = (0..data.len()).filter(|&i| fits_small(i)).count();
-    let n_large = unfittable.iter().filter(|u| u.is_none()).count() - n_small;
-    small.reserve(n_small.saturating_mul(n_starts))?;
-    large.reserve(n_large.saturating_mul(n_starts))?;
-    let slots: Vec<Slot> = (0..data.len())
-        .map(|i| {
-            if let Some(why) = &unfittable[i] {
-                return Slot::Unfittable(why.clone());
-            }
-            let (slot, pairs) = if data[i].len() <= small_max {
-                (Slot::Small(small.len()), &mut small)
-            } else {
-                (Slot::Large(large.len()), &mut large)
-            };
-            (0..n_starts).for_each(|s| pairs.push(i, s));
-            slot
-        })
-        .collect();
-    if let super::config::Starts::Given(given) = &config.starts {
-        // Explicit starting values: one set for all datasets, or one each.
+    // slots[model][dataset]: where that dataset's starts of that model went.
+    let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(configs.len());
+    for (k, config) in configs.iter().enumerate() {
+        let m = config.components;
+        let unfittable: Vec<Option<String>> = data.par_iter().map(|x| unfittable_reason(x, m)).collect();
+        // Every pair is held on the host (estimated by em::memory_needed);
+        // reserve them fallibly.
+        let fits_small = |i: usize| unfittable[i].is_none() && data[i].len() <= small_max;
+        let n_small = (0..data.len()).filter(|&i| fits_small(i)).count();
+        let n_large = unfittable.iter().filter(|u| u.is_none()).count() - n_small;
+        small.reserve(n_small.saturating_mul(n_starts))?;
+        large.reserve(n_large.saturating_mul(n_starts))?;
+        let (small_base, large_base) = (small.len(), large.len());
+        slots.push(
+            (0..data.len())
+                .map(|i| {
+                    if let Some(why) = &unfittable[i] {
+                        return Slot::Unfittable(why.clone());
+                    }
+                    let (slot, pairs) = if data[i].len() <= small_max {
+                        (Slot::Small(small.len() - small_base), &mut small)
+                    } else {
+                        (Slot::Large(large.len() - large_base), &mut large)
+                    };
+                    (0..n_starts).for_each(|s| pairs.push(k, i, s));
+                    slot
+                })
+                .collect(),
+        );
+    }
+    if let super::config::Starts::Given(given) = &configs[0].starts {
+        // Explicit starting values (one model): one set for all datasets, or one each.
         for pairs in [&mut small, &mut large] {
             let flat = pairs.dataset.iter().flat_map(|&d| {
-                let p = &given[if given.len() == 1 { 0 } else { first - config.dataset_offset + d }];
+                let p = &given[if given.len() == 1 { 0 } else { first - configs[0].dataset_offset + d }];
                 p.alpha.iter().chain(&p.mu).chain(&p.scale).copied().collect::<Vec<_>>()
             });
             pairs.given = Some(flat.collect());
@@ -153,67 +164,76 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, config: &CheckedEm
     }
     timing::record("planning", t0);
     let t0 = Instant::now();
-    let inline_trace = config.keep_trace && n_starts <= INLINE_TRACE_STARTS;
-    let small_out = run_all(dev, data, &small, first, config, Kernel::Warp, inline_trace, monitor)?;
-    let large_out = run_all(dev, data, &large, first, config, Kernel::Grid, config.keep_trace, monitor)?;
+    let keep_trace = configs[0].keep_trace;
+    let inline_trace = keep_trace && n_starts <= INLINE_TRACE_STARTS;
+    let small_out = run_all(dev, data, &small, first, configs, Kernel::Warp, inline_trace, monitor)?;
+    let large_out = run_all(dev, data, &large, first, configs, Kernel::Grid, keep_trace, monitor)?;
     timing::record("kernels", t0);
     let t0 = Instant::now();
 
-    let nstat = 3 * m;
-    let start_of = |out: &Outputs, p: usize| -> StartFit {
-        let init = params_at(&out.init, p, m);
-        if let Some(why) = &out.no_start[p] {
-            return StartFit::failed(m, MixParams::nan(m), 0, why.clone());
-        }
-        let trace = out.trace.get(p).cloned().unwrap_or_default();
-        start_fit(config.family, m, init, &out.params[p * nstat..(p + 1) * nstat], out.loglik[p], out.iterations[p], out.status[p], trace)
-    };
-    let mut fits: Vec<MixFit> = data
-        .par_iter()
-        .zip(slots.par_iter())
-        .map(|(x, slot)| {
-            let (out, p0) = match slot {
-                Slot::Unfittable(why) => {
-                    let failed = StartFit::failed(m, MixParams::nan(m), 0, why.clone());
-                    return Ok(MixFit::from_chosen(failed, 0, memory::try_vec(n_starts, f64::NAN, "start log-likelihoods")?, x.len()));
+    let mut all = Vec::with_capacity(configs.len());
+    for (k, config) in configs.iter().enumerate() {
+        let m = config.components;
+        let nstat = 3 * m;
+        let start_of = |out: &Outputs, p: usize| -> StartFit {
+            let init = params_at(&out.init, p, m);
+            if let Some(why) = &out.no_start[p] {
+                return StartFit::failed(m, MixParams::nan(m), 0, why.clone());
+            }
+            let trace = out.trace.get(p).cloned().unwrap_or_default();
+            start_fit(config.family, m, init, &out.params[p * nstat..(p + 1) * nstat], out.loglik[p], out.iterations[p], out.status[p], trace)
+        };
+        let mut fits: Vec<MixFit> = data
+            .par_iter()
+            .zip(slots[k].par_iter())
+            .map(|(x, slot)| {
+                let (out, p0) = match slot {
+                    Slot::Unfittable(why) => {
+                        let failed = StartFit::failed(m, MixParams::nan(m), 0, why.clone());
+                        return Ok(MixFit::from_chosen(failed, 0, memory::try_vec(n_starts, f64::NAN, "start log-likelihoods")?, x.len()));
+                    }
+                    Slot::Small(p) => (&small_out[k], *p),
+                    Slot::Large(p) => (&large_out[k], *p),
+                };
+                let (ll, ok): (Vec<f64>, Vec<bool>) = (p0..p0 + n_starts).map(|p| outcome(out, p)).unzip();
+                let chosen = best_start(&ll, &ok).unwrap_or(0);
+                let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len());
+                if config.keep_posterior && fit.success() && !monitor.is_cancelled() {
+                    let prep = Prepared::try_new(config.family, x)?;
+                    fit.posterior = Some(cpu::posterior(config.family, &prep, &fit.params)?);
                 }
-                Slot::Small(p) => (&small_out, *p),
-                Slot::Large(p) => (&large_out, *p),
-            };
-            let (ll, ok): (Vec<f64>, Vec<bool>) = (p0..p0 + n_starts).map(|p| outcome(out, p)).unzip();
-            let chosen = best_start(&ll, &ok).unwrap_or(0);
-            let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len());
-            if config.keep_posterior && fit.success() && !monitor.is_cancelled() {
-                let prep = Prepared::try_new(config.family, x)?;
-                fit.posterior = Some(cpu::posterior(config.family, &prep, &fit.params)?);
-            }
-            monitor.add_done(1);
-            Ok(fit)
-        })
-        .collect::<Result<Vec<MixFit>>>()?;
-    monitor.check()?;
-    timing::record("results", t0);
+                if k + 1 == configs.len() {
+                    monitor.add_done(1);
+                }
+                Ok(fit)
+            })
+            .collect::<Result<Vec<MixFit>>>()?;
+        monitor.check()?;
 
-    if config.keep_trace && !inline_trace {
-        let t0 = Instant::now();
-        // Run each kept start of the shared-memory path again, recording its trace.
-        let mut kept = Pairs { given: Some(Vec::new()), ..Pairs::default() };
-        let mut owner = Vec::new();
-        for (d, fit) in fits.iter().enumerate() {
-            if let (true, Slot::Small(p0)) = (fit.success(), &slots[d]) {
-                let p = p0 + fit.best_start;
-                kept.push(d, fit.best_start);
-                kept.given.as_mut().expect("given").extend_from_slice(&small_out.init[p * nstat..(p + 1) * nstat]);
-                owner.push(d);
+        if keep_trace && !inline_trace {
+            let t0 = Instant::now();
+            // Run each kept start of the shared-memory path again, recording its trace.
+            let mut kept = Pairs { given: Some(Vec::new()), ..Pairs::default() };
+            let mut owner = Vec::new();
+            for (d, fit) in fits.iter().enumerate() {
+                if let (true, Slot::Small(p0)) = (fit.success(), &slots[k][d]) {
+                    let p = p0 + fit.best_start;
+                    kept.push(0, d, fit.best_start);
+                    kept.given.as_mut().expect("given").extend_from_slice(&small_out[k].init[p * nstat..(p + 1) * nstat]);
+                    owner.push(d);
+                }
             }
+            let rerun = run_all(dev, data, &kept, first, std::slice::from_ref(config), Kernel::Warp, true, monitor)?;
+            let traces = rerun.into_iter().next().unwrap_or_default().trace;
+            for (t, d) in traces.into_iter().zip(owner) {
+                fits[d].trace = t;
+            }
+            timing::record("trace of kept starts", t0);
         }
-        let rerun = run_all(dev, data, &kept, first, config, Kernel::Warp, true, monitor)?;
-        for (k, d) in owner.into_iter().enumerate() {
-            fits[d].trace = rerun.trace[k].clone();
-        }
-        timing::record("trace of kept starts", t0);
+        all.push(fits);
     }
-    Ok(fits)
+    timing::record("results", t0);
+    Ok(all)
 }
 
 /// A pair's (log-likelihood, succeeded).
@@ -249,31 +269,36 @@ fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: 
     StartFit { params, init, loglik, iterations: iter, status, message: None, trace }
 }
 
-/// Run every pair of `pairs` on one kernel path, launch by launch. On the
-/// shared-memory path the host prepares launch k + 1 while the device runs
-/// launch k, and handles k's results while it runs k + 1.
-fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, config: &CheckedEmConfig, kernel: Kernel, trace: bool, monitor: &Monitor) -> Result<Outputs> {
-    let mut all = Outputs::default();
-    let chunks = plan_launches(dev, data, pairs, config, kernel, trace)?;
+/// Run every pair of `pairs` on one kernel path, launch by launch, and
+/// return the outputs of each model (configuration). On the shared-memory
+/// path the host prepares launch k + 1 (its starting values) while the
+/// device runs launch k, and handles k's results while it runs k + 1, also
+/// across models.
+#[allow(clippy::too_many_arguments)]
+fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], kernel: Kernel, trace: bool, monitor: &Monitor) -> Result<Vec<Outputs>> {
+    let mut all: Vec<Outputs> = configs.iter().map(|_| Outputs::default()).collect();
+    let chunks = plan_launches(dev, data, pairs, configs, kernel, trace)?;
     if kernel == Kernel::Grid {
         for chunk in chunks {
             monitor.check()?;
-            all.append(grid::run_grid(dev, data, pairs, chunk, first, config, monitor)?);
+            let k = pairs.model[chunk.start];
+            all[k].append(grid::run_grid(dev, data, pairs, chunk, first, &configs[k], monitor)?);
         }
         return Ok(all);
     }
-    let mut in_flight: Option<WarpInFlight> = None;
+    let mut in_flight: Option<(usize, WarpInFlight)> = None;
     for chunk in chunks {
-        let job = prepare_warp(data, pairs, chunk, first, config);
-        let done = in_flight.take().map(|f| collect_warp(dev, f, config)).transpose()?;
+        let k = pairs.model[chunk.start];
+        let job = prepare_warp(data, pairs, chunk, first, &configs[k]);
+        let done = in_flight.take().map(|(j, f)| collect_warp(dev, f, &configs[j]).map(|out| (j, out))).transpose()?;
         monitor.check()?;
-        in_flight = Some(launch_warp(dev, job, config, trace)?);
-        if let Some(out) = done {
-            all.append(out);
+        in_flight = Some((k, launch_warp(dev, job, &configs[k], trace)?));
+        if let Some((j, out)) = done {
+            all[j].append(out);
         }
     }
-    if let Some(f) = in_flight {
-        all.append(collect_warp(dev, f, config)?);
+    if let Some((j, f)) = in_flight {
+        all[j].append(collect_warp(dev, f, &configs[j])?);
     }
     Ok(all)
 }

@@ -11,11 +11,15 @@ use super::super::family::Family;
 use super::super::fit::MixParams;
 use super::super::starts::initial_values;
 
-/// The (dataset, start) pairs to run on one kernel path, in dataset order.
+/// The (model, dataset, start) triples ("pairs": a model is one candidate
+/// number of components) to run on one kernel path, model by model, each
+/// in dataset order.
 /// Their starting values are drawn launch by launch (see [`starting_values`]),
 /// on the host while the device runs the previous launch.
 #[derive(Default)]
 pub(super) struct Pairs {
+    /// Index of the pair's configuration (its number of components).
+    pub(super) model: Vec<usize>,
     pub(super) dataset: Vec<usize>,
     pub(super) start: Vec<usize>,
     /// Given starting values (3M per pair), instead of drawing them.
@@ -33,16 +37,19 @@ impl Pairs {
             needed: crate::memory::bytes::<usize>(&[n, 2]),
             available: crate::memory::available(),
         };
-        self.dataset.try_reserve_exact(n).map_err(fail)?;
-        self.start.try_reserve_exact(n).map_err(fail)
+        self.model.try_reserve(n).map_err(fail)?;
+        self.dataset.try_reserve(n).map_err(fail)?;
+        self.start.try_reserve(n).map_err(fail)
     }
-    pub(super) fn push(&mut self, dataset: usize, start: usize) {
+    pub(super) fn push(&mut self, model: usize, dataset: usize, start: usize) {
+        self.model.push(model);
         self.dataset.push(dataset);
         self.start.push(start);
     }
 }
 
-/// Where a dataset's starts went: unfittable, or its first pair on a path.
+/// Where a dataset's starts of one model went: unfittable, or its first
+/// pair among that model's pairs on a path.
 #[derive(Clone)]
 pub(super) enum Slot {
     Unfittable(String),
