@@ -2,13 +2,14 @@
 #   make demo   install what is missing, build and install the package into
 #               ./.lib, and run the demo (summary, timing, backend, PNG plot)
 #   make test   install what is missing, run cargo test, the HMM kernels on
-#               the CPU emulator, R CMD build and R CMD check --no-manual
+#               the CPU emulator, R CMD build and R CMD check --as-cran of the
+#               source package built offline from the vendored crates
 #               (testthat + vignettes); fails on any ERROR or WARNING
 
 APT_PACKAGES = r-base-dev pandoc r-cran-cli r-cran-testthat r-cran-knitr \
   r-cran-rmarkdown r-cran-roxygen2 r-cran-mixtools r-cran-statmod r-cran-progressr \
   r-cran-coda r-cran-posterior r-cran-bayesm r-cran-future r-cran-future.apply \
-  r-cran-parallelly r-cran-callr
+  r-cran-parallelly r-cran-callr r-cran-mass r-cran-loo xz-utils
 RUST_DIR = src/rust
 # NVRTC from PyPI, so every CUDA kernel is compile-checked without a GPU.
 NVRTC_DIR = $(CURDIR)/.nvrtc
@@ -16,15 +17,24 @@ NVRTC_LIB = $(NVRTC_DIR)/nvidia/cu13/lib
 LIB = $(CURDIR)/.lib
 CHECK_DIR = $(CURDIR)/.check
 export BULKEM_CARGO_TARGET_DIR = $(CURDIR)/$(RUST_DIR)/target
+# Development builds use the crate registry and one shared target directory;
+# `make check` unsets both and builds the source package offline from the
+# vendored crates, as CRAN would.
+export BULKEM_REGISTRY = true
 export PATH := $(PATH):$(HOME)/.cargo/bin
 export R_LIBS_USER = $(LIB)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERSION = $(shell sed -n 's/^Version: //p' DESCRIPTION)
 
-.PHONY: demo test deps nvrtc install cargo-test kernel-emu check document wrappers bench clean
+.PHONY: demo test deps nvrtc install cargo-test kernel-emu check document wrappers bench clean vendor
 
-demo: install
-	mkdir -p demo-output
+# The demo installs the built source package, so that vignette("bulkem")
+# works afterwards.
+demo: deps
+	mkdir -p $(LIB) demo-output
+	R CMD build --no-manual . && R CMD INSTALL --no-test-load --library=$(LIB) bulkem_$(VERSION).tar.gz && \
+	  rm -f bulkem_$(VERSION).tar.gz
+	Rscript -e 'library(bulkem, lib.loc = "$(LIB)")' >/dev/null
 	cd demo-output && Rscript -e 'demo("bulkem", package = "bulkem", ask = FALSE, echo = FALSE)'
 
 test: deps cargo-test kernel-emu check
@@ -58,17 +68,30 @@ cargo-test: deps nvrtc
 kernel-emu: deps
 	sh tools/cuda-emu/run.sh
 
+# R CMD check --as-cran of the built source package, as CRAN would run it:
+# no network for cargo (offline, an empty CARGO_HOME, the vendored crates),
+# at most 2 cores (--as-cran sets _R_CHECK_LIMIT_CORES_). No PDF manual
+# (needs LaTeX) and no remote incoming checks (need the network).
 check: deps
-	rm -rf $(CHECK_DIR) && mkdir -p $(CHECK_DIR)
-	R CMD build --no-manual . && mv bulkem_$(VERSION).tar.gz $(CHECK_DIR)/
-	cd $(CHECK_DIR) && NOT_CRAN=true _R_CHECK_FUTURE_FILE_TIMESTAMPS_=false _R_CHECK_TESTS_NLINES_=0 \
-	  R CMD check --no-manual bulkem_$(VERSION).tar.gz
+	sh tools/vendor-check.sh
+	rm -rf $(CHECK_DIR) && mkdir -p $(CHECK_DIR)/cargo-home
+	env -u BULKEM_CARGO_TARGET_DIR -u BULKEM_REGISTRY CARGO_HOME=$(CHECK_DIR)/cargo-home CARGO_NET_OFFLINE=true \
+	  R CMD build --no-manual . && mv bulkem_$(VERSION).tar.gz $(CHECK_DIR)/
+	cd $(CHECK_DIR) && env -u BULKEM_CARGO_TARGET_DIR -u BULKEM_REGISTRY CARGO_HOME=$(CHECK_DIR)/cargo-home \
+	  CARGO_NET_OFFLINE=true NOT_CRAN=true _R_CHECK_CRAN_INCOMING_REMOTE_=false \
+	  _R_CHECK_FUTURE_FILE_TIMESTAMPS_=false _R_CHECK_TESTS_NLINES_=0 \
+	  R CMD check --as-cran --no-manual bulkem_$(VERSION).tar.gz
 	@status=$$(sed -n 's/^Status: //p' $(CHECK_DIR)/bulkem.Rcheck/00check.log); \
-	echo "R CMD check status: $$status"; \
+	echo "R CMD check --as-cran status: $$status"; \
+	grep -E '^\* .*(NOTE|WARNING|ERROR)$$' $(CHECK_DIR)/bulkem.Rcheck/00check.log || true; \
 	counts=$$(grep -Eo 'FAIL [0-9]+ \| WARN [0-9]+ \| SKIP [0-9]+ \| PASS [0-9]+' \
 	  $(CHECK_DIR)/bulkem.Rcheck/tests/testthat.Rout | tail -n 1); \
 	echo "$$counts" | awk '{ print "testthat: " $$11 " passed, " $$2 " failed, " $$8 " skipped" }'; \
 	case "$$status" in *ERROR*|*WARNING*) exit 1;; esac
+
+# src/rust/vendor.tar.xz from Cargo.lock (needs the network; commit the result).
+vendor:
+	sh tools/vendor.sh
 
 # Regenerate R/extendr-wrappers.R from the installed package (never edit it).
 wrappers: install

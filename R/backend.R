@@ -19,7 +19,9 @@ bulkem_backends <- function() {
   cpu <- data.frame(
     backend = "cpu", device = NA_integer_, name = "CPU", usable = TRUE, threads = threads,
     memory_gb = NA_real_, compute_capability = NA_character_,
-    detail = sprintf("%d of %d cores (option bulkem.threads)", threads, info$cpu_threads),
+    detail = paste0(sprintf("%d of %d cores (option bulkem.threads", threads, info$cpu_threads),
+                    if (length(thread_limits())) paste0("; limited by ", paste(names(thread_limits()), collapse = ", ")),
+                    ")"),
     stringsAsFactors = FALSE
   )
   dev <- info$devices
@@ -42,18 +44,37 @@ bulkem_backends <- function() {
 
 # Worker threads for the CPU backend: option bulkem.threads, else all cores.
 # At most 8 per core (the core's own limit): more only costs start-up time.
+# Under R CMD check (and wherever OMP_THREAD_LIMIT is set) at most what the
+# environment allows: thread_limits().
 cpu_threads <- function(info = backends_()) {
   opt <- getOption("bulkem.threads")
-  if (is.null(opt)) return(as.integer(info$cpu_threads))
-  threads <- check_count(opt, "options(bulkem.threads)", call = NULL)
-  if (threads > info$max_threads) {
-    bulkem_abort(c(
-      "{.code options(bulkem.threads)} must be at most {info$max_threads} on this machine.",
-      x = "It is {threads}.",
-      i = "Unset it ({.code options(bulkem.threads = NULL)}) to use every core."
-    ), call = NULL)
+  threads <- if (is.null(opt)) {
+    as.integer(info$cpu_threads)
+  } else {
+    threads <- check_count(opt, "options(bulkem.threads)", call = NULL)
+    if (threads > info$max_threads) {
+      bulkem_abort(c(
+        "{.code options(bulkem.threads)} must be at most {info$max_threads} on this machine.",
+        x = "It is {threads}.",
+        i = "Unset it ({.code options(bulkem.threads = NULL)}) to use every core."
+      ), call = NULL)
+    }
+    threads
   }
-  threads
+  as.integer(min(threads, thread_limits()))
+}
+
+# Limits on threads set by the environment: R CMD check's
+# _R_CHECK_LIMIT_CORES_ (CRAN allows 2 cores) and OpenMP's OMP_THREAD_LIMIT.
+thread_limits <- function() {
+  limits <- integer()
+  check <- Sys.getenv("_R_CHECK_LIMIT_CORES_", "")
+  if (nzchar(check) && !(tolower(check) %in% c("false", "0", "no"))) {
+    limits[["_R_CHECK_LIMIT_CORES_"]] <- 2L
+  }
+  omp <- suppressWarnings(as.integer(Sys.getenv("OMP_THREAD_LIMIT", "")))
+  if (!is.na(omp) && omp >= 1) limits[["OMP_THREAD_LIMIT"]] <- omp
+  limits
 }
 
 the <- new.env(parent = emptyenv())
@@ -142,10 +163,13 @@ make_progress <- function(steps, envir = parent.frame()) {
   progress_callback(progressr::progressor(steps = steps, envir = envir))
 }
 
-# Made here, the callback's environment is this small frame.
+# The callback lives in a small environment under the base one, so that
+# sending it to a future worker does not make the worker load bulkem
+# before on_worker() has found its library.
 progress_callback <- function(p) {
-  force(p)
-  function(amount) p(amount = amount)
+  env <- new.env(parent = baseenv())
+  env$p <- p
+  local(function(amount) p(amount = amount), envir = env)
 }
 
 # Datasets per progress step: about 50 steps on the CPU (each still keeping

@@ -107,13 +107,13 @@ map_chunks <- function(chunks, fun, slice, args = list(), parallel = "none", pro
     check_future_installed(call)
     results <- tryCatch(
       future.apply::future_lapply(
-        jobs, run_chunk, fun = fun, args = args, progress = progress,
+        jobs, on_worker, fun = fun_name(fun), args = args, progress = progress,
+        lib = bulkem_library(),
         # One future per chunk: the chunking above is the chunking.
         future.chunk.size = 1,
         # No R random numbers are used on workers: streams are keyed by the
         # seed drawn on the caller.
         future.seed = FALSE,
-        future.packages = "bulkem",
         future.label = "bulkem-chunk-%d"
       ),
       FutureError = function(e) worker_lost(e, chunks, what, call)
@@ -126,6 +126,37 @@ map_chunks <- function(chunks, fun, slice, args = list(), parallel = "none", pro
   }
   lapply(results, `[[`, "value")
 }
+
+# What a future runs. Workers load bulkem from the library this session
+# loaded it from (`library(bulkem, lib.loc = ".lib")` puts it on no
+# search path the workers inherit), so nothing sent to them may refer to
+# the bulkem namespace before this runs: it lives in the base environment,
+# gets the chunk's function by name, and the progress callback is made
+# the same way (progress_callback()).
+on_worker <- local(function(job, fun, args, progress, lib) {
+  ns <- tryCatch(loadNamespace("bulkem", lib.loc = c(lib, .libPaths())), error = function(e) e)
+  if (inherits(ns, "error")) {
+    return(list(k = job$k, error = paste0(
+      "[bulkem_error_worker] This worker could not load bulkem (", conditionMessage(ns), "). ",
+      "Workers must be able to load bulkem: install it where they look (here: ",
+      paste(c(lib, .libPaths()), collapse = ", "), ")."
+    )))
+  }
+  ns$run_chunk(job, if (is.character(fun)) get(fun, envir = ns) else fun, args, progress)
+}, envir = baseenv())
+
+# A chunk function of this namespace goes to workers by name; any other
+# (tests) as itself.
+fun_name <- function(fun) {
+  ns <- asNamespace("bulkem")
+  for (name in ls(ns, all.names = TRUE)) {
+    if (identical(get(name, envir = ns), fun)) return(name)
+  }
+  fun
+}
+
+# The library bulkem was loaded from.
+bulkem_library <- function() normalizePath(dirname(getNamespaceInfo("bulkem", "path")), mustWork = FALSE)
 
 # Runs where the chunk runs: `fun` on the chunk, its error kept as a value.
 run_chunk <- function(job, fun, args, progress) {
@@ -246,7 +277,7 @@ worker_threads <- function(fixed, hosts) {
   if (!is.null(getOption("bulkem.threads"))) return(cpu_threads())
   share <- hosts[Sys.info()[["nodename"]]]
   if (length(share) != 1 || is.na(share)) share <- 1L
-  max(1L, as.integer(backends_()$cpu_threads %/% share))
+  as.integer(min(max(1L, backends_()$cpu_threads %/% share), thread_limits()))
 }
 
 # Workers per machine (named by node name) of the current plan, as far as

@@ -70,9 +70,10 @@ test_that("map_chunks sends each chunk its slice and names the chunk that failed
 })
 
 test_that("what goes to every worker does not carry the caller's data", {
-  # The functions are the namespace's (sent by reference) ...
-  expect_identical(environment(em_chunk), asNamespace("bulkem"))
-  expect_identical(environment(run_chunk), asNamespace("bulkem"))
+  # Chunk functions are sent by name, the worker function and the progress
+  # callback refer to no namespace (a worker loads bulkem itself first) ...
+  expect_identical(fun_name(em_chunk), "em_chunk")
+  expect_identical(environment(on_worker), baseenv())
   # ... and the progress callback holds only its progressor.
   skip_if_not_installed("progressr")
   made_in_a_big_frame <- function() {
@@ -80,6 +81,26 @@ test_that("what goes to every worker does not carry the caller's data", {
     make_progress(10)
   }
   expect_lt(length(serialize(made_in_a_big_frame(), NULL)), 1e5)
+})
+
+test_that("R CMD check's core limit and OMP_THREAD_LIMIT bound the threads", {
+  old <- Sys.getenv(c("_R_CHECK_LIMIT_CORES_", "OMP_THREAD_LIMIT"), unset = NA)
+  on.exit(for (v in names(old)) if (is.na(old[[v]])) Sys.unsetenv(v) else do.call(Sys.setenv, as.list(old[v])))
+  opt <- options(bulkem.threads = NULL)
+  on.exit(options(opt), add = TRUE)
+  Sys.unsetenv(c("_R_CHECK_LIMIT_CORES_", "OMP_THREAD_LIMIT"))
+  cores <- backends_()$cpu_threads
+  expect_equal(cpu_threads(), cores)
+  Sys.setenv(`_R_CHECK_LIMIT_CORES_` = "TRUE")
+  expect_equal(cpu_threads(), min(2L, cores))
+  expect_match(bulkem_backends()$detail[1], "limited by _R_CHECK_LIMIT_CORES_")
+  options(bulkem.threads = 8)
+  expect_equal(cpu_threads(), 2L)
+  Sys.setenv(`_R_CHECK_LIMIT_CORES_` = "false", OMP_THREAD_LIMIT = "1")
+  expect_equal(cpu_threads(), 1L)
+  expect_equal(worker_threads(NULL, c(elsewhere = 1L)), 1L)
+  Sys.unsetenv("OMP_THREAD_LIMIT")
+  expect_equal(cpu_threads(), 8L)
 })
 
 test_that("the workers of a machine share its cores", {
@@ -173,19 +194,35 @@ test_that("a PSOCK cluster of 2 localhost workers gives the sequential result", 
   expect_equal(attr(fut, "threads"), max(1L, bulkem_backends()$threads[1] %/% 2L))
 })
 
-test_that("a worker that cannot load bulkem gives an error saying so", {
+test_that("workers load bulkem from the library this session loaded it from", {
   skip_if_no_future()
-  # A library path without bulkem (R's own libraries are always added).
+  # A worker whose library paths lack bulkem's library (R's own libraries
+  # are always added), as after library(bulkem, lib.loc = ".lib").
   cl <- local_cluster(1, libs = tempdir())
-  if (parallel::clusterEvalQ(cl, requireNamespace("bulkem", quietly = TRUE))[[1]]) {
-    skip("bulkem is installed in a library every R session sees")
-  }
   old_plan <- future::plan(future::cluster, workers = cl)
   on.exit(future::plan(old_plan), add = TRUE)
-  expect_error(
-    bulkem(future_data(), use.gpu = FALSE, parallel = "future"),
-    "A future worker failed while running .*datasets 1-40.*Workers must be able to load bulkem"
+  d <- future_data()
+  expect_equal(
+    lapply(bulkem(d, use.gpu = FALSE, parallel = "future", seed = 1), coef),
+    lapply(bulkem(d, use.gpu = FALSE, seed = 1), coef)
   )
+})
+
+test_that("a worker that cannot load bulkem gives an error saying so", {
+  skip_on_cran()
+  skip_if_not_installed("callr")
+  # What a worker runs, in an R session that sees only R's own library,
+  # where bulkem's library does not exist (another machine).
+  out <- callr::r(
+    function(on_worker, lib) on_worker(list(k = 3L), "em_chunk", list(), NULL, lib = lib),
+    args = list(on_worker = on_worker, lib = file.path(tempdir(), "nowhere")),
+    libpath = .Library, env = c(callr::rcmd_safe_env(), R_LIBS = "", R_LIBS_USER = "", R_LIBS_SITE = "")
+  )
+  if (is.null(out$error)) skip("bulkem is installed in R's own library")
+  expect_equal(out$k, 3L)
+  expect_match(out$error, "^\\[bulkem_error_worker\\] This worker could not load bulkem")
+  expect_match(out$error, "Workers must be able to load bulkem")
+  expect_identical(environment(on_worker), baseenv())
 })
 
 test_that("a worker process that dies is reported with its chunk", {
