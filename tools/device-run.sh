@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no Rust, no R): the carried test and benchmark
 # binaries in .device/, then the peers, side by side. Built here by
-# tools/device-build.sh. Usage: bash tools/device-run.sh [tests|bench|peers|reduce|all]
+# tools/device-build.sh. Usage: bash tools/device-run.sh [tests|bench|peers|reduce|all|select]
+# `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
+# select-suite, then the torch peer once per K = 1..5 (20 starts).
 set -u
 what=${1:-all}
 cd "$(dirname "$0")/../.device"
 out=${OUT:-/tmp}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  for t in kernels_compile $(ls | grep '_gpu$'); do
+run_tests() {
+  for t in "$@"; do
     echo "== test $t"
     BULKEM_REQUIRE_NVRTC=1 ./$t --test-threads=1 --nocapture > "$out/test-$t.log" 2>&1
-    grep -E "test result|: [0-9]+ datasets|panicked|skipped|disagree" "$out/test-$t.log" | head -40
+    echo "exit status $?"
+    grep -E "test result|: [0-9]+ datasets|panicked|skipped|disagree|FAILED|failed" "$out/test-$t.log" | head -40
   done
+}
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  run_tests kernels_compile $(ls | grep '_gpu$')
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== bulkem-bench em-suite"; ./bulkem-bench em-suite --json "$out/bench.jsonl" 2>&1 | tee "$out/bench.log"
@@ -25,4 +31,41 @@ fi
 if [ "$what" = peers ] || [ "$what" = all ]; then
   echo "== peer torch_igem (4,000 datasets: throughput does not depend on D)"
   python3 peers/torch_igem.py 4000 2000 100 2 100 400 2>&1 | tee "$out/peer-igem.log"
+fi
+if [ "$what" = select ]; then
+  run_tests kernels_compile em_gpu
+  echo "== bulkem-bench select-suite"
+  ./bulkem-bench select-suite --json "$out/bench-select.jsonl" 2>&1 | tee "$out/bench-select.log"
+  # The peer's throughput does not depend on D: 4,000 datasets per K (times
+  # x 10 for 40,000), in chunks of 80,000 (dataset, start, component)
+  # triples, as the 100-start M = 2 run above (1.28 GB per (.., N) tensor).
+  echo "== peer torch_igem per K: 4,000 datasets x 20 starts x 100 iterations"
+  for m in 1 2 3 4 5; do
+    python3 peers/torch_igem.py 4000 2000 20 $m 100 $((80000 / (20 * m))) 2>&1 | tee -a "$out/peer-select.log"
+  done
+  echo "== peer scaling check: M = 2, twice the datasets and twice the chunk"
+  python3 peers/torch_igem.py 8000 2000 20 2 100 4000 2>&1 | tee -a "$out/peer-select.log"
+  # Kernel time alone, launch by launch (ncu serialises launches, so the
+  # wall time of this run means nothing; one metric: one pass, no replay).
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$ncu" ]; then
+    echo "== ncu: em kernel durations of select (CUDA, epsilon 0)"
+    timeout 240 "$ncu" --clock-control none --print-units base --metrics gpu__time_duration.sum,launch__grid_size -k regex:em_ --csv \
+      --log-file "$out/ncu-select.csv" ./bulkem-bench select --epsilon 0 --json /dev/null > "$out/ncu-bench.log" 2>&1
+    echo "ncu exit status $?"; tail -5 "$out/ncu-bench.log"
+    python3 - "$out/ncu-select.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: sys.exit(print(open(sys.argv[1]).read()[-2000:]))
+h = rows[0]; rows = rows[1:]
+col = lambda name: h.index(name)
+ids, kn, mn, mv = col("ID"), col("Kernel Name"), col("Metric Name"), col("Metric Value")
+k = {}
+for r in rows:
+    k.setdefault(r[ids], {"name": r[kn]})[r[mn]] = float(r[mv].replace(",", ""))
+launches = [v for v in k.values() if v.get("launch__grid_size", 0) > 100]
+tot = sum(v["gpu__time_duration.sum"] for v in launches)
+print(f"{len(launches)} large em launches, kernel time {tot / 1e9:.3f} s:", ", ".join(f"{v['gpu__time_duration.sum'] / 1e6:.1f}" for v in launches), "ms")
+PY
+  fi
 fi

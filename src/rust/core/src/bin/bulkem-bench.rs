@@ -4,6 +4,12 @@
 //! bulkem-bench em [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E]
 //!                 [--backend cpu|cuda|both] [--cpu-datasets K] [--threads T] [--json FILE]
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
+//! bulkem-bench select [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E1,E2]
+//!                     [--components 1,2,3,4,5] [--criterion BIC|ICL|AIC] [--backend cpu|cuda|both]
+//!                     [--cpu-datasets K] [--threads T] [--host-starts yes|no] [--json FILE]
+//! bulkem-bench select-suite [flags as select]   issue 16: 40,000 x 2,000, K = 1..5, 20 starts,
+//!                     100 iterations, epsilon 1e-6 then 0, BIC, CUDA then the CPU on 400
+//!                     datasets, then the host's start drawing alone
 //! bulkem-bench reduce [--log2 20,24,28] [--reps R] [--backend cpu|cuda|both] [--threads T] [--sweep yes]
 //! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
@@ -23,7 +29,8 @@
 //! On CUDA the kernels are compiled by an untimed warm-up run first (its
 //! time is printed), and time per sweep is the difference between runs of
 //! 2N and N sweeps, so uploads and start-up are excluded.
-//! `hmm`: see bench/hmm.rs.
+//! `hmm`: see bench/hmm.rs. `select`: see bench/select.rs (defaults as
+//! select-suite but epsilon 1e-6 only, CUDA only, no host-start timing).
 //! Prints one row per (case, backend) and appends one JSON line per row to
 //! FILE (default bench-results.jsonl). With `--backend both` the CPU runs on
 //! the first K datasets (default: all) and the ratio compares throughputs.
@@ -40,6 +47,8 @@ use rayon::prelude::*;
 mod reduce_bench;
 #[path = "bench/hmm.rs"]
 mod hmm_bench;
+#[path = "bench/select.rs"]
+mod select_bench;
 
 #[derive(Clone)]
 struct Case {
@@ -151,13 +160,17 @@ fn suite() -> Vec<Case> {
 fn main() {
     let result = (|| -> Result<(), String> {
         let mut it = std::env::args().skip(1);
-        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|reduce|reduce-table|gibbs|hmm|hmm-suite [flags]; see the source header")?;
+        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|select|select-suite|reduce|reduce-table|gibbs|hmm|hmm-suite [flags]; see the source header")?;
         if area == "gibbs" {
             let args: Vec<String> = it.collect();
             let json = args.windows(2).find(|w| w[0] == "--json").map(|w| w[1].clone()).unwrap_or_else(|| "bench-results.jsonl".into());
             let threads = args.windows(2).find(|w| w[0] == "--threads").and_then(|w| w[1].parse().ok()).unwrap_or(0);
             let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&json).map_err(|e| e.to_string())?;
             return Exec::cpu().threads(threads).install(|| gibbs_bench::main(&args, threads, &mut file)).map_err(|e| e.to_string())?;
+        }
+        if area == "select" || area == "select-suite" {
+            let args: Vec<String> = it.collect();
+            return select_bench::main(area == "select-suite", &args);
         }
         let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
         let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10 };
@@ -229,7 +242,7 @@ fn main() {
                     hmm_bench::suite(&backends, threads, &mut file)
                 }
             }
-            other => Err(format!("unknown area {other}; known: em, em-suite, reduce, reduce-table, gibbs, hmm, hmm-suite")),
+            other => Err(format!("unknown area {other}; known: em, em-suite, select, select-suite, reduce, reduce-table, gibbs, hmm, hmm-suite")),
         }
     })();
     if let Err(e) = result {

@@ -33,7 +33,7 @@ use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
 
 use pairs::{Outputs, Pairs, Slot};
 use plan::plan_launches;
-use warp::{collect_warp, launch_warp, prepare_warp, WarpInFlight};
+use warp::{collect_warp, launch_warp, prepare_warp, upload_resident, Resident, WarpInFlight};
 
 /// Largest M with a GPU kernel (use.gpu = NA runs larger M on the CPU).
 pub const MAX_GPU_COMPONENTS: usize = 8;
@@ -48,6 +48,11 @@ const LARGE_THREADS: u32 = 256;
 const CHECK_EVERY: usize = 16;
 /// Fraction of free device memory one launch may use.
 const MEMORY_SHARE: f64 = 0.5;
+/// Fraction of free device memory the datasets may take to stay on the
+/// device for every launch (else each launch uploads its own).
+const RESIDENT_SHARE: f64 = 0.25;
+/// Blocks of em_warp per multiprocessor that fill the device.
+const BLOCKS_PER_SM: usize = 4;
 
 // Status codes written by the kernels (kernels/em.cu).
 const ST_RUNNING: i32 = 0;
@@ -166,8 +171,16 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     let t0 = Instant::now();
     let keep_trace = configs[0].keep_trace;
     let inline_trace = keep_trace && n_starts <= INLINE_TRACE_STARTS;
-    let small_out = run_all(dev, data, &small, first, configs, Kernel::Warp, inline_trace, monitor)?;
-    let large_out = run_all(dev, data, &large, first, configs, Kernel::Grid, keep_trace, monitor)?;
+    // Upload the datasets once for every launch (and every number of
+    // components) when they fit: a launch then sends only its starts.
+    let bytes: f64 = data.iter().map(|x| 8.0 * x.len() as f64).sum();
+    let resident = if small.len() > 0 && bytes <= RESIDENT_SHARE * dev.free_memory()? as f64 {
+        Some(upload_resident(dev, configs[0].family, data)?)
+    } else {
+        None
+    };
+    let small_out = run_all(dev, data, &small, first, configs, Kernel::Warp, inline_trace, resident.as_ref(), monitor)?;
+    let large_out = run_all(dev, data, &large, first, configs, Kernel::Grid, keep_trace, None, monitor)?;
     timing::record("kernels", t0);
     let t0 = Instant::now();
 
@@ -223,7 +236,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                     owner.push(d);
                 }
             }
-            let rerun = run_all(dev, data, &kept, first, std::slice::from_ref(config), Kernel::Warp, true, monitor)?;
+            let rerun = run_all(dev, data, &kept, first, std::slice::from_ref(config), Kernel::Warp, true, resident.as_ref(), monitor)?;
             let traces = rerun.into_iter().next().unwrap_or_default().trace;
             for (t, d) in traces.into_iter().zip(owner) {
                 fits[d].trace = t;
@@ -275,7 +288,7 @@ fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: 
 /// device runs launch k, and handles k's results while it runs k + 1, also
 /// across models.
 #[allow(clippy::too_many_arguments)]
-fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], kernel: Kernel, trace: bool, monitor: &Monitor) -> Result<Vec<Outputs>> {
+fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], kernel: Kernel, trace: bool, resident: Option<&Resident>, monitor: &Monitor) -> Result<Vec<Outputs>> {
     let mut all: Vec<Outputs> = configs.iter().map(|_| Outputs::default()).collect();
     let chunks = plan_launches(dev, data, pairs, configs, kernel, trace)?;
     if kernel == Kernel::Grid {
@@ -289,10 +302,10 @@ fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: 
     let mut in_flight: Option<(usize, WarpInFlight)> = None;
     for chunk in chunks {
         let k = pairs.model[chunk.start];
-        let job = prepare_warp(data, pairs, chunk, first, &configs[k]);
+        let job = prepare_warp(data, pairs, chunk, first, &configs[k], resident.is_some(), BLOCKS_PER_SM * dev.multiprocessors as usize);
         let done = in_flight.take().map(|(j, f)| collect_warp(dev, f, &configs[j]).map(|out| (j, out))).transpose()?;
         monitor.check()?;
-        in_flight = Some((k, launch_warp(dev, job, &configs[k], trace)?));
+        in_flight = Some((k, launch_warp(dev, job, &configs[k], trace, resident)?));
         if let Some((j, out)) = done {
             all[j].append(out);
         }

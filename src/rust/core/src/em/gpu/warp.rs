@@ -6,16 +6,48 @@ use std::ops::Range;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gpu::Device;
 
 use super::super::config::CheckedEmConfig;
+use super::super::family::Family;
 use super::pairs::{gather, split_trace, starting_values, Outputs, Pairs, Uploaded};
 use super::{em_function, WARPS_PER_BLOCK};
 
-/// A launch of em_warp prepared on the host (no device work yet).
+/// Most pairs (starts of one dataset) in one block: its warps take them in
+/// turn, so more pairs per block stage the dataset fewer times and let
+/// warps whose start converged early take another.
+const MAX_BLOCK_PAIRS: usize = 32;
+
+/// Every dataset of a device's shared-memory path, uploaded once for all
+/// launches (and all numbers of components) when it fits.
+pub(super) struct Resident {
+    x: CudaSlice<f64>,
+    offsets: CudaSlice<i64>,
+    lengths: CudaSlice<i32>,
+    centres: CudaSlice<f64>,
+}
+
+/// Upload every dataset of `data` once.
+pub(super) fn upload_resident(dev: &Device, family: Family, data: &[&[f64]]) -> Result<Resident> {
+    let all: Vec<usize> = (0..data.len()).collect();
+    let up = gather(family, data, &all);
+    let s = &dev.stream;
+    let e = |err| dev.err("copying data", err);
+    Ok(Resident {
+        x: s.clone_htod(&up.x[..]).map_err(e)?,
+        offsets: s.clone_htod(&up.offsets).map_err(e)?,
+        lengths: s.clone_htod(&up.lengths).map_err(e)?,
+        centres: s.clone_htod(&up.centres).map_err(e)?,
+    })
+}
+
+/// A launch of em_warp prepared on the host (no device work yet). Its
+/// datasets are uploaded with it, or already resident (`up` then empty and
+/// blocks name datasets by their index in the device's data).
 pub(super) struct WarpJob<'a> {
     up: Uploaded<'a>,
+    max_n: usize,
     block_dataset: Vec<i32>,
     block_pair0: Vec<i32>,
     block_pairs: Vec<i32>,
@@ -24,13 +56,24 @@ pub(super) struct WarpJob<'a> {
     n_pairs: usize,
 }
 
-pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig) -> WarpJob<'a> {
+/// `target_blocks`: blocks that fill the device; a block then holds between
+/// WARPS_PER_BLOCK and MAX_BLOCK_PAIRS consecutive pairs of one dataset.
+pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, resident: bool, target_blocks: usize) -> WarpJob<'a> {
     let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
-    let up = gather(config.family, data, &pairs.dataset[range.clone()]);
-    // Blocks: up to WARPS_PER_BLOCK consecutive pairs of one dataset.
+    let datasets = &pairs.dataset[range.clone()];
+    let (up, pair_dataset, max_n) = if resident {
+        let max_n = datasets.iter().map(|&d| data[d].len()).max().unwrap_or(0);
+        let empty = Uploaded { x: std::borrow::Cow::Borrowed(&[]), offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], max_n };
+        (empty, datasets.iter().map(|&d| d as i32).collect::<Vec<_>>(), max_n)
+    } else {
+        let up = gather(config.family, data, datasets);
+        let (pd, max_n) = (up.pair_dataset.clone(), up.max_n);
+        (up, pd, max_n)
+    };
+    let per_block = range.len().div_ceil(target_blocks.max(1)).clamp(WARPS_PER_BLOCK, MAX_BLOCK_PAIRS) as i32;
     let (mut block_dataset, mut block_pair0, mut block_pairs) = (vec![], vec![], vec![]);
-    for (i, &d) in up.pair_dataset.iter().enumerate() {
-        let open = block_dataset.last() == Some(&d) && *block_pairs.last().unwrap_or(&0) < WARPS_PER_BLOCK as i32;
+    for (i, &d) in pair_dataset.iter().enumerate() {
+        let open = block_dataset.last() == Some(&d) && *block_pairs.last().unwrap_or(&0) < per_block;
         if open {
             *block_pairs.last_mut().expect("open block") += 1;
         } else {
@@ -39,7 +82,7 @@ pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<u
             block_pairs.push(1);
         }
     }
-    WarpJob { up, block_dataset, block_pair0, block_pairs, init, no_start, n_pairs: range.len() }
+    WarpJob { up, max_n, block_dataset, block_pair0, block_pairs, init, no_start, n_pairs: range.len() }
 }
 
 /// Device buffers of a launched em_warp, read back by [`collect_warp`]; its
@@ -47,7 +90,7 @@ pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<u
 pub(super) struct WarpInFlight {
     init: Vec<f64>,
     no_start: Vec<Option<String>>,
-    _inputs: (CudaSlice<f64>, CudaSlice<i64>, [CudaSlice<i32>; 4], CudaSlice<f64>, CudaSlice<f64>),
+    _inputs: (Option<(CudaSlice<f64>, CudaSlice<i64>, CudaSlice<i32>, CudaSlice<f64>)>, [CudaSlice<i32>; 3], CudaSlice<f64>),
     params: CudaSlice<f64>,
     loglik: CudaSlice<f64>,
     iterations: CudaSlice<i32>,
@@ -55,19 +98,24 @@ pub(super) struct WarpInFlight {
     trace: Option<CudaSlice<f64>>,
 }
 
-pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, record_trace: bool) -> Result<WarpInFlight> {
+pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, record_trace: bool, resident: Option<&Resident>) -> Result<WarpInFlight> {
     let nstat = 3 * config.components;
     let n_pairs = job.n_pairs;
-    let smem = (16 * job.up.max_n) as u32;
+    let smem = (16 * job.max_n) as u32;
     let f = em_function(dev, config, "em_warp")?;
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(|e| dev.err("raising the shared-memory limit", e))?;
     let s = &dev.stream;
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
-    let d_x = s.clone_htod(&job.up.x[..]).map_err(e("copying data"))?;
-    let d_off = s.clone_htod(&job.up.offsets).map_err(e("copying data"))?;
-    let d_len = s.clone_htod(&job.up.lengths).map_err(e("copying data"))?;
-    let d_cen = s.clone_htod(&job.up.centres).map_err(e("copying data"))?;
+    let uploaded = match resident {
+        Some(_) => None,
+        None => Some((
+            s.clone_htod(&job.up.x[..]).map_err(e("copying data"))?,
+            s.clone_htod(&job.up.offsets).map_err(e("copying data"))?,
+            s.clone_htod(&job.up.lengths).map_err(e("copying data"))?,
+            s.clone_htod(&job.up.centres).map_err(e("copying data"))?,
+        )),
+    };
     let d_bd = s.clone_htod(&job.block_dataset).map_err(e("copying data"))?;
     let d_bp0 = s.clone_htod(&job.block_pair0).map_err(e("copying data"))?;
     let d_bp = s.clone_htod(&job.block_pairs).map_err(e("copying data"))?;
@@ -75,7 +123,7 @@ pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, 
     let mut out = WarpInFlight {
         init: job.init,
         no_start: job.no_start,
-        _inputs: (d_x, d_off, [d_len, d_bd, d_bp0, d_bp], d_cen, d_init),
+        _inputs: (uploaded, [d_bd, d_bp0, d_bp], d_init),
         params: s.alloc_zeros::<f64>(n_pairs * nstat).map_err(e("allocating results"))?,
         loglik: s.alloc_zeros::<f64>(n_pairs).map_err(e("allocating results"))?,
         iterations: s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?,
@@ -89,9 +137,14 @@ pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, 
     let cfg = LaunchConfig { grid_dim: (job.block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
     let null_trace: u64 = 0;
     let inputs = &out._inputs;
+    let (x, offsets, lengths, centres) = match (resident, &inputs.0) {
+        (Some(r), _) => (&r.x, &r.offsets, &r.lengths, &r.centres),
+        (None, Some(u)) => (&u.0, &u.1, &u.2, &u.3),
+        (None, None) => return Err(Error::Internal("an em_warp launch without its data".into())),
+    };
     let mut launch = s.launch_builder(&f);
     launch
-        .arg(&inputs.0).arg(&inputs.1).arg(&inputs.2[0]).arg(&inputs.3).arg(&inputs.2[1]).arg(&inputs.2[2]).arg(&inputs.2[3]).arg(&inputs.4)
+        .arg(x).arg(offsets).arg(lengths).arg(centres).arg(&inputs.1[0]).arg(&inputs.1[1]).arg(&inputs.1[2]).arg(&inputs.2)
         .arg(&mut out.params).arg(&mut out.loglik).arg(&mut out.iterations).arg(&mut out.status);
     match out.trace.as_mut() {
         Some(t) => launch.arg(t),
@@ -102,8 +155,9 @@ pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, 
     // in order and type (a null pointer for the trace when none is kept);
     // every buffer holds the elements the kernel indexes (blocks, pairs x 3M
     // params, pairs x max_iters trace, the datasets' observations at their
-    // offsets), and shared memory holds max_n pairs of doubles. The inputs
-    // live in `out` until the results are read.
+    // offsets; resident data outlive every launch), and shared memory holds
+    // max_n pairs of doubles. The inputs live in `out` until the results
+    // are read.
     unsafe { launch.launch(cfg) }.map_err(e("launching em_warp"))?;
     Ok(out)
 }
