@@ -186,7 +186,14 @@
 #' @seealso [criteria()], [as.data.frame.bulkem_fits()],
 #'   [predict.bulkem_fit()], [plot.bulkem_fit()], [as.mixEM()],
 #'   [rinvgaussmix()] to simulate data.
-#' @references Arthur, D. and Vassilvitskii, S. (2007) k-means++: the
+#' @references Dempster, A. P., Laird, N. M. and Rubin, D. B. (1977).
+#'   Maximum likelihood from incomplete data via the EM algorithm. *Journal
+#'   of the Royal Statistical Society, Series B* 39(1), 1--38.
+#'
+#'   Howson, the `bulkem` R package (2015): the GPU EM for many inverse
+#'   Gaussian mixtures that this package succeeds (same result fields).
+#'
+#'   Arthur, D. and Vassilvitskii, S. (2007) k-means++: the
 #'   advantages of careful seeding. *Proceedings of the 18th ACM-SIAM
 #'   Symposium on Discrete Algorithms*, 1027-1035.
 #'
@@ -214,11 +221,13 @@
 #' bulkem(y ~ g, data = df, use.gpu = FALSE)
 #' bulkem(sapply(datasets[1:3], identity), use.gpu = FALSE)
 #'
-#' # On 2 background R sessions (bulkem must be installed where they look)
-#' \dontrun{
-#' future::plan(future::multisession, workers = 2)
-#' fits2 <- bulkem(datasets, use.gpu = FALSE, parallel = "future")
-#' future::plan(future::sequential)
+#' # On 2 background R sessions (they load bulkem from this session's library)
+#' \donttest{
+#' if (requireNamespace("future.apply", quietly = TRUE)) {
+#'   future::plan(future::multisession, workers = 2)
+#'   fits2 <- bulkem(datasets, use.gpu = FALSE, parallel = "future")
+#'   future::plan(future::sequential)
+#' }
 #' }
 #' @param ... For the generic and the formula method: the arguments of the
 #'   default method.

@@ -30,6 +30,12 @@
 #'   attribute `"component"` (an integer vector). Invalid arguments are
 #'   errors of class `bulkem_error_input`; `n` whose draws cannot be
 #'   allocated is an error of class `bulkem_error_memory`.
+#' @references Seshadri, V. (1993). *The Inverse Gaussian Distribution: A
+#'   Case Study in Exponential Families*. Oxford: Clarendon Press.
+#'
+#'   Michael, J. R., Schucany, W. R. and Haas, R. W. (1976). Generating
+#'   random variates using transformations with multiple roots. *The
+#'   American Statistician* 30(2), 88--90.
 #' @examples
 #' set.seed(1)
 #' x <- rinvgaussmix(1000, alpha = c(0.3, 0.7), mu = c(1, 3), lambda = c(30, 0.2))
