@@ -26,9 +26,10 @@ hmm_viterbi_ <- function(start, trans, emis, n_symbols, symbols, lengths, thread
 hmm_posterior_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_posterior_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)
 
 #' Baum-Welch over all sequences. `init` is NULL or list(start, trans, emis)
-#' (row-major).
+#' (row-major). `first_start`: 0-based global index of the first random
+#' start (R splits the starts of one fit over future workers).
 #' @noRd
-hmm_fit_ <- function(symbols, lengths, n_states, n_symbols, init, max_iters, epsilon, random_inits, pseudocount, seed, threads, backend) .Call(wrap__hmm_fit_, symbols, lengths, n_states, n_symbols, init, max_iters, epsilon, random_inits, pseudocount, seed, threads, backend)
+hmm_fit_ <- function(symbols, lengths, n_states, n_symbols, init, max_iters, epsilon, random_inits, pseudocount, seed, first_start, threads, backend) .Call(wrap__hmm_fit_, symbols, lengths, n_states, n_symbols, init, max_iters, epsilon, random_inits, pseudocount, seed, first_start, threads, backend)
 
 #' Simulate: list(symbols, states), flat and 1-based.
 #' @noRd

@@ -22,11 +22,40 @@ select_pars <- function(object, pars, call = parent.frame()) {
 }
 
 # R-hat and bulk ESS of every parameter (the core's implementation of
-# Vehtari et al. 2021, as in the posterior package).
-hbglm_diagnostics <- function(draws) {
+# Vehtari et al. 2021, as in the posterior package), and with `tail = TRUE`
+# the tail ESS.
+hbglm_diagnostics <- function(draws, tail = FALSE) {
   d <- dim(draws)
   out <- gibbs_diagnostics_(as.double(draws), d[1], d[2], cpu_threads())
-  data.frame(rhat = out$rhat, ess_bulk = out$ess_bulk, row.names = dimnames(draws)[[3]])
+  res <- data.frame(rhat = out$rhat, ess_bulk = out$ess_bulk, row.names = dimnames(draws)[[3]])
+  if (tail) res$ess_tail <- hbglm_ess_tail(draws)
+  res
+}
+
+# Tail ESS (Vehtari et al. 2021, posterior::ess_tail): the smaller of the
+# ESS of the indicators I(x <= q05) and I(x <= q95), q the pooled quantiles
+# (type 7, as posterior's), each the ESS of the split chains. The core's
+# bulk ESS rank-normalises first, but rank-normalising a 0/1 indicator (ties
+# averaged) maps it to two values, an affine map, and the ESS does not
+# change under affine maps: so the core's bulk ESS of the indicators is
+# posterior's .ess(split_chains(I)), to rounding.
+# Parameters are taken in blocks of about 2^22 draws, so that the indicator
+# copies stay small however large the fit.
+hbglm_ess_tail <- function(draws) {
+  d <- dim(draws)
+  per <- d[1] * d[2]
+  threads <- cpu_threads()
+  size <- max(1, floor(HBGLM_BLOCK_VALUES / per))
+  blocks <- split(seq_len(d[3]), ceiling(seq_len(d[3]) / size))
+  unlist(lapply(blocks, function(idx) {
+    flat <- matrix(draws[, , idx, drop = FALSE], ncol = length(idx))
+    q <- matrix(apply(flat, 2, stats::quantile, probs = c(0.05, 0.95), names = FALSE, type = 7), nrow = 2)
+    ess_below <- function(cut) {
+      ind <- as.double(flat <= rep(cut, each = per))
+      gibbs_diagnostics_(ind, d[1], d[2], threads)$ess_bulk
+    }
+    pmin(ess_below(q[1, ]), ess_below(q[2, ]))
+  }), use.names = FALSE)
 }
 
 #' Summaries of a hierarchical GLM's posterior
@@ -40,9 +69,16 @@ hbglm_diagnostics <- function(draws) {
 #' @param ... Unused.
 #' @return `summary()`: a data frame of class `summary.bulkem_hbglm`, one
 #'   row per parameter, with `mean`, `sd`, the quantiles, `rhat`
-#'   (rank-normalised split R-hat, the larger of its bulk and tail versions)
-#'   and `ess_bulk` (bulk effective sample size), as defined by Vehtari et
-#'   al. (2021) and computed by the `posterior` package.
+#'   (rank-normalised split R-hat, the larger of its bulk and tail versions),
+#'   `ess_bulk` (bulk effective sample size: the ESS of the rank-normalised
+#'   split chains, for the reliability of means and medians) and `ess_tail`
+#'   (tail effective sample size: the smaller of the ESS of the 5% and 95%
+#'   quantiles, for the reliability of the tails and intervals), as defined
+#'   by Vehtari et al. (2021) and computed by the `posterior` package
+#'   (`posterior::rhat()`, `posterior::ess_bulk()`, `posterior::ess_tail()`).
+#'   `NA` for a parameter whose draws are constant (one held fixed).
+#'   `print()` of a fit shows the largest R-hat and the smallest bulk and
+#'   tail ESS over all parameters.
 #' @references Vehtari, A., Gelman, A., Simpson, D., Carpenter, B. and
 #'   Buerkner, P.-C. (2021). Rank-normalization, folding, and localization:
 #'   an improved R-hat for assessing convergence of MCMC. *Bayesian
@@ -68,9 +104,9 @@ summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.97
   q <- t(apply(flat, 2, stats::quantile, probs = probs, names = FALSE))
   if (length(probs) == 1) q <- t(q)
   colnames(q) <- paste0(format(100 * probs, trim = TRUE, drop0trailing = TRUE), "%")
-  diag <- hbglm_diagnostics(draws)
+  diag <- hbglm_diagnostics(draws, tail = TRUE)
   out <- data.frame(mean = colMeans(flat), sd = apply(flat, 2, stats::sd), q,
-                    rhat = diag$rhat, ess_bulk = diag$ess_bulk,
+                    rhat = diag$rhat, ess_bulk = diag$ess_bulk, ess_tail = diag$ess_tail,
                     row.names = pars, check.names = FALSE)
   attr(out, "fit") <- list(family = object$family, chains = object$chains,
                            kept = dim(object$draws)[1], groups = length(object$groups))
@@ -107,11 +143,12 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
   s <- summary(x, pars = intersect(c("mu", "tau", "gamma", "sigma"), sub("\\[.*$", "", dimnames(x$draws)[[3]])))
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
-  all <- hbglm_diagnostics(x$draws)
+  all <- hbglm_diagnostics(x$draws, tail = TRUE)
   # R-hat and ESS are NA for a parameter held fixed (or constant).
   extreme <- function(v, f) if (all(is.na(v))) NA else f(v, na.rm = TRUE)
   cat("\nAll ", nrow(all), " parameters: max R-hat ", sprintf("%.3f", extreme(all$rhat, max)),
-      ", min bulk ESS ", format(round(extreme(all$ess_bulk, min))), "\n", sep = "")
+      ", min bulk ESS ", format(round(extreme(all$ess_bulk, min))),
+      ", min tail ESS ", format(round(extreme(all$ess_tail, min))), "\n", sep = "")
   if (length(x$warnings) > 0) {
     cat("\nWarnings of the fit:\n", paste0("* ", x$warnings, "\n"), sep = "")
   }
@@ -176,21 +213,52 @@ as.array.bulkem_hbglm <- function(x, ...) x$draws
 
 #' Convert draws to coda and posterior objects
 #'
-#' `as.mcmc.list()` (package coda) gives one `mcmc` object per chain;
-#' `as_draws_array()` (package posterior) a `draws_array`. Both methods are
-#' registered when the package providing the generic is installed.
+#' \pkg{posterior}: `as_draws_array()`, `as_draws_matrix()`, `as_draws_df()`,
+#' `as_draws_list()`, `as_draws_rvars()` and `as_draws()` (a `draws_array`)
+#' give the kept draws with their chains, so that every function of
+#' posterior (`summarise_draws()`, `rhat()`, `ess_bulk()`, `ess_tail()`,
+#' `subset_draws()`, ...) works on them. Variables are named as in the
+#' fit's `draws` (`beta[group,coef]`, `mu[coef]`, `tau[coef]`,
+#' `gamma[coef]`, `sigma`); `as_draws_rvars()` gathers them into one
+#' `rvar` per block, `beta` a groups x coefficients array with those
+#' dimnames (posterior then names a block of one element, such as a single
+#' `gamma[promo]`, by the block alone: `gamma`).
+#'
+#' \pkg{coda}: `as.mcmc.list()` gives one `mcmc` object per chain, with the
+#' iteration numbers of the kept sweeps (`start = warmup + thin`, `thin`).
+#' `as.mcmc()` follows coda's own rule for an `mcmc.list`
+#' (`coda::as.mcmc()` of a list of one chain is that chain, of several an
+#' error): a fit of one chain gives its `mcmc` object; a fit of several
+#' chains is an error of class `bulkem_error_input` pointing to
+#' `as.mcmc.list()`, since an `mcmc` object holds one chain and stacking
+#' chains end to end would make the chains' boundaries look like
+#' autocorrelated draws (wrong effective sample sizes).
+#'
+#' The methods are registered when the package providing the generic is
+#' installed.
 #'
 #' @param x A `bulkem_hbglm` fit.
 #' @param ... Unused.
-#' @return An `mcmc.list` or a `draws_array`.
+#' @return An `mcmc.list`, an `mcmc` object, or a posterior `draws` object
+#'   of the class named.
 #' @name hbglm-conversions
-#' @examplesIf requireNamespace("posterior", quietly = TRUE)
+#' @references Vehtari, A., Gelman, A., Simpson, D., Carpenter, B. and
+#'   Buerkner, P.-C. (2021). Rank-normalization, folding, and localization:
+#'   an improved R-hat for assessing convergence of MCMC. *Bayesian
+#'   Analysis* 16(2), 667--718.
+#' @examplesIf requireNamespace("posterior", quietly = TRUE) && requireNamespace("coda", quietly = TRUE)
 #' set.seed(4)
-#' d <- data.frame(g = rep(1:4, each = 10), x = rnorm(40))
-#' d$y <- rnorm(40, d$x)
-#' fit <- hbglm(y ~ x, d, group = "g", iter = 2000, warmup = 1000, chains = 2,
+#' d <- data.frame(g = rep(1:4, each = 25), x = rnorm(100))
+#' d$y <- rnorm(100, c(-1, 0, 0.5, 1)[d$g] + d$x)
+#' fit <- hbglm(y ~ x, d, group = "g", iter = 1000, warmup = 500, chains = 2,
 #'              use.gpu = FALSE)
-#' posterior::summarise_draws(posterior::as_draws_array(fit))
+#' posterior::summarise_draws(posterior::as_draws_df(fit))
+#' posterior::as_draws_rvars(fit)$beta
+#' coda::effectiveSize(coda::as.mcmc.list(fit))
+#' # One chain: as.mcmc() gives it; several: use as.mcmc.list().
+#' one <- hbglm(y ~ x, d, group = "g", iter = 2000, warmup = 1000, chains = 1,
+#'              use.gpu = FALSE)
+#' dim(coda::as.mcmc(one))
 NULL
 
 #' @rdname hbglm-conversions
@@ -206,9 +274,557 @@ as.mcmc.list.bulkem_hbglm <- function(x, ...) {
 }
 
 #' @rdname hbglm-conversions
+#' @exportS3Method coda::as.mcmc
+as.mcmc.bulkem_hbglm <- function(x, ...) {
+  chains <- dim(x$draws)[2]
+  if (chains != 1) {
+    bulkem_abort(c(
+      "{.fn as.mcmc} gives one chain, but the fit has {chains} chains.",
+      i = "Use {.code coda::as.mcmc.list(fit)} for all chains (as {.pkg coda} does for an {.cls mcmc.list}),",
+      i = "or {.code posterior::as_draws_matrix(fit)} for the draws of all chains pooled."
+    ))
+  }
+  as.mcmc.list.bulkem_hbglm(x)[[1]]
+}
+
+#' @rdname hbglm-conversions
 #' @exportS3Method posterior::as_draws_array
 as_draws_array.bulkem_hbglm <- function(x, ...) {
   d <- x$draws
   dimnames(d) <- list(iteration = NULL, chain = NULL, variable = dimnames(d)[[3]])
   posterior::as_draws_array(d)
+}
+
+#' @rdname hbglm-conversions
+#' @exportS3Method posterior::as_draws
+as_draws.bulkem_hbglm <- function(x, ...) as_draws_array.bulkem_hbglm(x)
+
+#' @rdname hbglm-conversions
+#' @exportS3Method posterior::as_draws_matrix
+as_draws_matrix.bulkem_hbglm <- function(x, ...) posterior::as_draws_matrix(as_draws_array.bulkem_hbglm(x))
+
+#' @rdname hbglm-conversions
+#' @exportS3Method posterior::as_draws_df
+as_draws_df.bulkem_hbglm <- function(x, ...) posterior::as_draws_df(as_draws_array.bulkem_hbglm(x))
+
+#' @rdname hbglm-conversions
+#' @exportS3Method posterior::as_draws_list
+as_draws_list.bulkem_hbglm <- function(x, ...) posterior::as_draws_list(as_draws_array.bulkem_hbglm(x))
+
+#' @rdname hbglm-conversions
+#' @exportS3Method posterior::as_draws_rvars
+as_draws_rvars.bulkem_hbglm <- function(x, ...) posterior::as_draws_rvars(as_draws_array.bulkem_hbglm(x))
+
+# ---- Predictions, residuals, posterior predictive draws, log-likelihood ----
+
+# Observations per block of the draws x observations matrices that the
+# summaries of predict() and residuals() work through, so that their memory
+# stays bounded (about 2^22 values, 32 MB) whatever the size of the data.
+HBGLM_BLOCK_VALUES <- 2^22
+
+# An argument a method does not have is an error, not silently ignored.
+hbglm_no_dots <- function(dots, fn, call) {
+  if (length(dots) == 0) return(invisible())
+  nms <- names(dots)
+  if (is.null(nms)) nms <- rep("", length(dots))
+  named <- nms[nzchar(nms)]
+  topic <- switch(fn, simulate = "simulate.bulkem_hbglm", log_lik = "log_lik", "predict.bulkem_hbglm")
+  if (length(named) > 0) {
+    bulkem_abort(c("{.fn {fn}} of an {.cls bulkem_hbglm} fit has no argument{?s} {.arg {named}}.",
+                   i = "See {.code ?{topic}} for its arguments."), call = call)
+  }
+  bulkem_abort(c("{.fn {fn}} of an {.cls bulkem_hbglm} fit takes no further unnamed arguments.",
+                 x = "{length(dots)} unnamed argument{?s} {?was/were} given."), call = call)
+}
+
+hbglm_check_fit <- function(object, call) {
+  if (is.null(object$model)) {
+    bulkem_abort(c("The fit holds no data to predict from.",
+                   i = "It was made by an older version of bulkem: fit it again with {.fn hbglm}."), call = call)
+  }
+}
+
+# The draws of a fit as matrices (draws x ...), draws ordered as posterior's
+# draws_matrix (iterations within chains): one draws x groups matrix of
+# beta per coefficient, gamma (draws x globals) and sigma. `which`: the
+# draws to keep (indices into all of them), NULL for all.
+hbglm_draw_parts <- function(object, which = NULL) {
+  vars <- dimnames(object$draws)[[3]]
+  take <- function(names) {
+    m <- matrix(object$draws[, , match(names, vars), drop = FALSE], ncol = length(names))
+    if (is.null(which)) m else m[which, , drop = FALSE]
+  }
+  list(
+    beta = lapply(object$coef_names, function(cf) take(paste0("beta[", object$groups, ",", cf, "]"))),
+    gamma = if (length(object$global_names) > 0) take(paste0("gamma[", object$global_names, "]")),
+    sigma = if (object$family == "gaussian") as.vector(take("sigma")),
+    n = if (is.null(which)) prod(dim(object$draws)[1:2]) else length(which)
+  )
+}
+
+# The chain of every draw, in the order of hbglm_draw_parts() and log_lik().
+hbglm_chain_ids <- function(object) {
+  d <- dim(object$draws)
+  rep(seq_len(d[2]), each = d[1])
+}
+
+# Linear predictors (draws x observations idx): group coefficients of each
+# row's group, global coefficients, offset.
+hbglm_eta <- function(parts, rows, idx) {
+  S <- parts$n
+  eta <- matrix(0, S, length(idx))
+  g <- rows$group[idx]
+  for (k in seq_along(parts$beta)) {
+    eta <- eta + parts$beta[[k]][, g, drop = FALSE] * rep(rows$x[idx, k], each = S)
+  }
+  if (!is.null(parts$gamma)) eta <- eta + parts$gamma %*% t(rows$z[idx, , drop = FALSE])
+  if (!is.null(rows$offset)) eta <- eta + rep(rows$offset[idx], each = S)
+  eta
+}
+
+hbglm_inverse_link <- function(family) {
+  switch(family, gaussian = identity, binomial = stats::plogis, poisson = exp)
+}
+
+# f(eta block, idx) for blocks of observations, results (one row per
+# observation) bound together.
+hbglm_by_rows <- function(parts, rows, f) {
+  n <- length(rows$group)
+  size <- max(1, floor(HBGLM_BLOCK_VALUES / parts$n))
+  blocks <- split(seq_len(n), ceiling(seq_len(n) / size))
+  do.call(rbind, lapply(blocks, function(idx) f(hbglm_eta(parts, rows, idx), idx)))
+}
+
+# A draws x observations matrix is the one large allocation of these
+# methods: refused as a memory error when it cannot fit.
+hbglm_ensure_memory <- function(fn, draws, obs, call) {
+  what <- sprintf("%s(): %s draws x %s observations", fn, format(draws, big.mark = ","), format(obs, big.mark = ","))
+  call_core(memory_ensure_(what, 3 * 8 * as.double(draws) * as.double(obs)), call, fn)
+}
+
+# The observations to predict for: the fit's own (newdata NULL) or
+# newdata's, as list(x, z, offset, group, y, trials, names), y and trials
+# only with `response`. Rebuilds the design as predict.lm() does: the fit's
+# terms, factor levels and contrasts, offset() terms and the `offset`
+# argument evaluated in newdata.
+hbglm_rows <- function(object, newdata, group, response, call, need = NULL) {
+  hbglm_check_fit(object, call)
+  m <- object$model
+  if (is.null(newdata)) {
+    if (!is.null(group)) {
+      bulkem_abort("{.arg group} is for {.arg newdata} only: the fit knows the groups of its own rows.", call = call)
+    }
+    return(list(x = m$x, z = m$z, offset = m$offset, group = m$group, y = m$y, trials = m$trials,
+                names = rownames(m$x)))
+  }
+  if (!is.data.frame(newdata)) {
+    bulkem_abort(c("{.arg newdata} must be a data frame.", x = "You supplied {describe_value(newdata)}."), call = call)
+  }
+  if (nrow(newdata) == 0) bulkem_abort("{.arg newdata} must have at least one row.", call = call)
+  build <- function(d, arg, keep_response) {
+    tt <- if (keep_response) d$terms else stats::delete.response(d$terms)
+    mf <- tryCatch(stats::model.frame(tt, newdata, xlev = d$xlevels, na.action = stats::na.pass),
+                   error = function(e) bulkem_abort(c(
+                     "The variables of the fit's {.arg {arg}} can't be evaluated in {.arg newdata}.",
+                     x = conditionMessage(e), i = need), call = call))
+    bad <- which(!stats::complete.cases(mf))
+    if (length(bad) > 0) {
+      bulkem_abort(c("{.arg newdata} must not have missing values in the variables of the model.",
+                     x = "The fit's {.arg {arg}} has missing values in row{?s} {utils::head(bad, 5)}{if (length(bad) > 5) ', ...'}."),
+                   call = call)
+    }
+    mm <- tryCatch(stats::model.matrix(tt, mf, contrasts.arg = d$contrasts),
+                   error = function(e) bulkem_abort(c(
+                     "{.arg newdata} can't be turned into the fit's design matrix.",
+                     x = conditionMessage(e),
+                     i = "Does a variable of {.arg newdata} have another type than in the fit's data?"), call = call))
+    list(mf = mf, mm = mm)
+  }
+  des <- m$design
+  oa <- m$offset_arg
+  needed <- unique(c(des$formula$vars, if (response) des$formula$response_vars, des$global$vars, oa$vars))
+  missing_vars <- setdiff(needed, names(newdata))
+  if (length(missing_vars) > 0) {
+    bulkem_abort(c("{.arg newdata} must hold the variables the fit took from its data.",
+                   x = "{cli::qty(length(missing_vars))}Variable{?s} {.val {missing_vars}} {cli::qty(length(missing_vars))}{?is/are} missing.",
+                   i = need), call = call)
+  }
+  f <- build(des$formula, "formula", response)
+  x <- f$mm
+  off <- stats::model.offset(f$mf)
+  z <- matrix(0, nrow(newdata), 0)
+  if (!is.null(des$global)) {
+    gl <- build(des$global, "global", FALSE)
+    z <- gl$mm[, colnames(gl$mm) != "(Intercept)", drop = FALSE]
+    goff <- stats::model.offset(gl$mf)
+    if (!is.null(goff)) off <- if (is.null(off)) goff else off + goff
+  }
+  if (!identical(colnames(x), object$coef_names) || !identical(colnames(z), object$global_names)) {
+    bulkem_abort(c("{.arg newdata} gives other design columns than the fit's.",
+                   x = "Columns {.val {c(colnames(x), colnames(z))}}; the fit has {.val {c(object$coef_names, object$global_names)}}.",
+                   i = "A variable of {.arg newdata} has another type than in the fit's data (such as a number given as text or as a factor)."),
+                 call = call)
+  }
+  if (!is.null(oa$expr)) {
+    v <- tryCatch(eval(oa$expr, newdata, oa$env),
+                  error = function(e) bulkem_abort(c("The fit's {.arg offset} can't be evaluated in {.arg newdata}.",
+                                                     x = conditionMessage(e)), call = call))
+    if (!is.numeric(v) || !is.null(dim(v)) || length(v) != nrow(newdata)) {
+      bulkem_abort(c("The fit's {.arg offset} ({.code {deparse(oa$expr)}}) must give one number per row of {.arg newdata} ({nrow(newdata)}).",
+                     x = "It gives {describe_value(v)}."), call = call)
+    }
+    off <- if (is.null(off)) as.double(v) else off + v
+  }
+  g <- if (!is.null(group)) group else {
+    spec <- m$group_spec
+    if (is.null(spec)) {
+      bulkem_abort(c("{.arg newdata} can't say which group each row is in: the fit's {.arg group} was a vector.",
+                     i = "Give {.arg group}, one group per row of {.arg newdata}."), call = call)
+    }
+    if (is.character(spec)) {
+      if (!spec %in% names(newdata)) {
+        bulkem_abort(c("{.arg newdata} must hold the fit's group column {.val {spec}}.",
+                       i = "Or give {.arg group}, one group per row of {.arg newdata}."), call = call)
+      }
+      newdata[[spec]]
+    } else {
+      tryCatch(eval(spec[[2]], newdata, environment(spec)),
+               error = function(e) bulkem_abort(c("The fit's {.arg group} can't be evaluated in {.arg newdata}.",
+                                                  x = conditionMessage(e)), call = call))
+    }
+  }
+  if (!is.atomic(g) || length(g) != nrow(newdata)) {
+    bulkem_abort(c("The groups must give one group per row of {.arg newdata} ({nrow(newdata)}).",
+                   x = "They are {describe_value(g)}."), call = call)
+  }
+  for (part in list(list(x, "A predictor"), list(z, "A global predictor"), list(off, "The offset"), list(g, "The group"))) {
+    bad <- if (is.matrix(part[[1]])) which(rowSums(is.na(part[[1]])) > 0) else which(is.na(part[[1]]))
+    if (length(bad) > 0) {
+      bulkem_abort(c("{.arg newdata} must not have missing values in the variables of the model.",
+                     x = "{part[[2]]} is missing in row{?s} {utils::head(bad, 5)}{if (length(bad) > 5) ', ...'}."),
+                   call = call)
+    }
+  }
+  hbglm_check_values(x, "A predictor in {.arg newdata}", call)
+  hbglm_check_values(z, "A global predictor in {.arg newdata}", call)
+  if (!is.null(off)) hbglm_check_values(matrix(off, dimnames = list(NULL, "offset")), "The offset in {.arg newdata}", call)
+  idx <- match(as.character(g), object$groups)
+  new <- unique(as.character(g)[is.na(idx)])
+  if (length(new) > 0) {
+    bulkem_abort(c(
+      "{.arg newdata} must hold only groups of the fit.",
+      x = "{cli::qty(length(new))}Group{?s} {.val {utils::head(new, 5)}}{if (length(new) > 5) ', ...'} {cli::qty(length(new))}{?is/are} not in the fit.",
+      i = paste("The draws hold the coefficients of the fit's own groups only; a new group's coefficients",
+                "are not estimated (they would have to be drawn from the population distribution N(mu, tau^2)).")
+    ), call = call)
+  }
+  out <- list(x = x, z = z, offset = if (!is.null(off)) as.double(off), group = idx, names = rownames(newdata))
+  if (response) {
+    y <- stats::model.response(f$mf)
+    r <- hbglm_response(y, object$family, call)
+    bad <- which(!is.finite(r$y))
+    if (length(bad) > 0) {
+      bulkem_abort(c("{.arg newdata} must not have missing values in the variables of the model.",
+                     x = "The response is missing in row{?s} {utils::head(bad, 5)}."), call = call)
+    }
+    out$y <- r$y
+    out$trials <- r$trials
+  } else if (object$family == "binomial" && !is.null(m$trials)) {
+    # Trials come with a cbind() response: newdata must hold it.
+    out$trials <- hbglm_rows(object, newdata, group, TRUE, call, need)$trials
+  }
+  out
+}
+
+#' Predictions, fitted values and residuals of a hierarchical GLM
+#'
+#' Posterior summaries of the linear predictor or of the mean response of
+#' each observation, computed draw by draw from the group's coefficients,
+#' the global coefficients and the offset:
+#' \eqn{\eta_i = x_i'\beta_{g[i]} + z_i'\gamma + \mathrm{offset}_i}, and the
+#' mean response \eqn{h(\eta_i)} with \eqn{h} the inverse link (identity,
+#' logistic, exponential).
+#'
+#' `predict()` gives the posterior mean of \eqn{\eta_i} (`type = "link"`) or
+#' of \eqn{h(\eta_i)} (`type = "response"`: the mean for the gaussian
+#' family, the probability of success for the binomial, the rate for the
+#' poisson), and with `interval = "credible"` the equal-tailed credible
+#' interval of probability `level` (quantiles of the draws). For intervals
+#' of new observations (posterior predictive), use [simulate()]. `newdata`
+#' must hold the variables of the fit's `formula`, `global` and offsets, and
+#' its groups (the `group` column, or `group =`); factor levels and
+#' contrasts are those of the fit. A group the fit has not seen is an
+#' error: the fit has no draws of its coefficients.
+#'
+#' `fitted()` is `predict(type = "response")` for the fit's own rows.
+#' `residuals()` are the observed response minus the fitted value
+#' (`"response"`; for a binomial `cbind(successes, failures)` response, the
+#' observed proportion minus the fitted probability, as in [glm()]), or
+#' those divided by the square root of the posterior mean of the
+#' observation's variance given the parameters (`"pearson"`: \eqn{\sigma^2},
+#' \eqn{p(1-p)/\mathrm{trials}}, \eqn{\lambda}).
+#'
+#' The summaries work through the observations in blocks, so that their
+#' memory stays bounded; `summary = FALSE` returns the whole draws x
+#' observations matrix.
+#'
+#' @param object A `bulkem_hbglm` fit from [hbglm()].
+#' @param newdata `NULL` (the fit's own rows) or a data frame of rows to
+#'   predict for.
+#' @param type `predict()`: `"link"` (linear predictor) or `"response"`
+#'   (mean response). `residuals()`: `"response"` or `"pearson"`.
+#' @param interval `"none"` or `"credible"` (equal-tailed credible interval).
+#' @param level Probability of the credible interval.
+#' @param summary `TRUE`: posterior means (and intervals). `FALSE`: the
+#'   draws, a draws x observations matrix (draws in the order of
+#'   `posterior::as_draws_matrix()`: iterations within chains).
+#' @param group `NULL`, or the groups of `newdata`'s rows (needed when the
+#'   fit's `group` was a vector rather than a column name or formula).
+#' @param ... Not used: an argument these methods do not have is an error.
+#' @return `predict()`: with `interval = "none"` a named vector, one value
+#'   per row; with `"credible"` a matrix with columns `fit`, `lwr` and
+#'   `upr`, as [predict.lm()]; with `summary = FALSE` a draws x observations
+#'   matrix. `fitted()`: a named vector. `residuals()`: a named vector.
+#' @seealso [simulate.bulkem_hbglm()] for posterior predictive draws,
+#'   [log_lik()] for the pointwise log-likelihood.
+#' @examples
+#' set.seed(5)
+#' d <- data.frame(g = rep(c("a", "b", "c"), each = 20), x = rnorm(60))
+#' d$y <- rbinom(60, 1, plogis(c(-0.5, 0, 0.5)[factor(d$g)] + d$x))
+#' fit <- hbglm(y ~ x, d, group = "g", family = "binomial", iter = 1000,
+#'              warmup = 500, chains = 2, use.gpu = FALSE)
+#' head(fitted(fit))
+#' new <- data.frame(g = c("a", "c"), x = c(0, 1))
+#' predict(fit, new, type = "response", interval = "credible")
+#' head(residuals(fit, type = "pearson"))
+#' @export
+predict.bulkem_hbglm <- function(object, newdata = NULL, type = c("link", "response"),
+                                 interval = c("none", "credible"), level = 0.95, summary = TRUE,
+                                 group = NULL, ...) {
+  call <- environment()
+  hbglm_no_dots(list(...), "predict", call)
+  type <- match_arg(type, c("link", "response"), "type", call)
+  interval <- match_arg(interval, c("none", "credible"), "interval", call)
+  ok <- is.numeric(level) && length(level) == 1 && !is.na(level) && level > 0 && level < 1
+  if (!ok) {
+    bulkem_abort(c("{.arg level} must be a probability between 0 and 1 (exclusive).",
+                   x = "You supplied {describe_value(level)}."), call = call)
+  }
+  check_flag(summary, "summary", call = call)
+  rows <- hbglm_rows(object, newdata, group, FALSE, call)
+  parts <- hbglm_draw_parts(object)
+  h <- if (type == "link") identity else hbglm_inverse_link(object$family)
+  n <- length(rows$group)
+  if (!summary) {
+    hbglm_ensure_memory("predict", parts$n, n, call)
+    out <- h(hbglm_eta(parts, rows, seq_len(n)))
+    dimnames(out) <- list(NULL, rows$names)
+    return(out)
+  }
+  probs <- c((1 - level) / 2, (1 + level) / 2)
+  res <- hbglm_by_rows(parts, rows, function(eta, idx) {
+    v <- h(eta)
+    if (interval == "none") return(matrix(colMeans(v), ncol = 1))
+    cbind(colMeans(v), t(apply(v, 2, stats::quantile, probs = probs, names = FALSE)))
+  })
+  if (interval == "none") return(stats::setNames(res[, 1], rows$names))
+  dimnames(res) <- list(rows$names, c("fit", "lwr", "upr"))
+  res
+}
+
+#' @rdname predict.bulkem_hbglm
+#' @export
+fitted.bulkem_hbglm <- function(object, ...) {
+  call <- environment()
+  hbglm_no_dots(list(...), "fitted", call)
+  hbglm_check_fit(object, call)
+  predict.bulkem_hbglm(object, type = "response")
+}
+
+#' @rdname predict.bulkem_hbglm
+#' @export
+residuals.bulkem_hbglm <- function(object, type = c("response", "pearson"), ...) {
+  call <- environment()
+  hbglm_no_dots(list(...), "residuals", call)
+  type <- match_arg(type, c("response", "pearson"), "type", call)
+  rows <- hbglm_rows(object, NULL, NULL, TRUE, call)
+  parts <- hbglm_draw_parts(object)
+  h <- hbglm_inverse_link(object$family)
+  trials <- if (is.null(rows$trials)) rep(1, length(rows$y)) else rows$trials
+  res <- hbglm_by_rows(parts, rows, function(eta, idx) {
+    mu <- h(eta)
+    v <- switch(object$family,
+                gaussian = rep(mean(parts$sigma^2), length(idx)),
+                binomial = colMeans(mu * (1 - mu)) / trials[idx],
+                poisson = colMeans(mu))
+    cbind(colMeans(mu), v)
+  })
+  observed <- if (object$family == "binomial") rows$y / trials else rows$y
+  r <- observed - res[, 1]
+  if (type == "pearson") r <- r / sqrt(res[, 2])
+  stats::setNames(r, rows$names)
+}
+
+#' Posterior predictive draws of a hierarchical GLM
+#'
+#' Draws new responses from the posterior predictive distribution, as
+#' `posterior_predict()` does for \pkg{rstanarm} and \pkg{brms} fits: for
+#' each chosen posterior draw of the parameters, one response per
+#' observation from the family (gaussian with that draw's `sigma`, binomial
+#' with the observation's trials, poisson).
+#'
+#' @param object A `bulkem_hbglm` fit from [hbglm()].
+#' @param nsim `NULL` (every kept draw once, in order) or the number of
+#'   posterior draws to use, chosen at random without replacement (at most
+#'   the number of kept draws).
+#' @param seed `NULL` or a seed for [set.seed()], as in [stats::simulate()];
+#'   R's random number state is restored afterwards.
+#' @param newdata,group `NULL` (the fit's own rows) or new rows, as in
+#'   [predict.bulkem_hbglm()]; a binomial fit with a `cbind(successes,
+#'   failures)` response needs the response's variables in `newdata` for
+#'   the trials.
+#' @param ... Not used: an argument this method does not have is an error.
+#' @return A draws x observations matrix of simulated responses (numbers
+#'   of successes for the binomial family), with attributes `seed` (the
+#'   random number state used, as [stats::simulate()]) and `draws` (the
+#'   indices of the posterior draws used, iterations within chains).
+#'   Unlike [stats::simulate()], which returns a data frame of one column
+#'   per simulation, the result is a matrix of one row per draw, as
+#'   \pkg{posterior} and \pkg{bayesplot} expect.
+#' @examples
+#' set.seed(6)
+#' d <- data.frame(g = rep(1:4, each = 15), x = rnorm(60))
+#' d$y <- rpois(60, exp(0.5 + 0.3 * d$x))
+#' fit <- hbglm(y ~ x, d, group = "g", family = "poisson", iter = 1000,
+#'              warmup = 500, chains = 2, use.gpu = FALSE)
+#' yrep <- simulate(fit, nsim = 200, seed = 1)
+#' dim(yrep)
+#' # Posterior predictive check: observed and replicated mean counts.
+#' c(observed = mean(d$y), replicated = mean(yrep))
+#' @export
+simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NULL, group = NULL, ...) {
+  call <- environment()
+  hbglm_no_dots(list(...), "simulate", call)
+  total <- prod(dim(object$draws)[1:2])
+  if (!is.null(nsim)) {
+    nsim <- check_count(nsim, "nsim", call = call)
+    if (nsim > total) {
+      bulkem_abort(c("{.arg nsim} must be at most the number of kept draws ({total}).",
+                     x = "You supplied {.code nsim = {nsim}}.",
+                     i = "Use {.code nsim = NULL} for every draw once."), call = call)
+    }
+  }
+  rows <- hbglm_rows(object, newdata, group, FALSE, call,
+                     need = "A binomial fit with a {.code cbind(successes, failures)} response needs them for the trials.")
+  # As stats::simulate(): a given seed is used and R's state restored.
+  if (!exists(".Random.seed", envir = globalenv(), inherits = FALSE)) stats::runif(1)
+  if (is.null(seed)) {
+    rng_state <- get(".Random.seed", envir = globalenv())
+  } else {
+    old <- get(".Random.seed", envir = globalenv())
+    on.exit(assign(".Random.seed", old, envir = globalenv()))
+    set.seed(seed)
+    rng_state <- structure(seed, kind = as.list(RNGkind()))
+  }
+  which <- if (is.null(nsim)) seq_len(total) else sort(sample.int(total, nsim))
+  n <- length(rows$group)
+  hbglm_ensure_memory("simulate", length(which), n, call)
+  parts <- hbglm_draw_parts(object, which)
+  eta <- hbglm_eta(parts, rows, seq_len(n))
+  S <- length(which)
+  out <- switch(object$family,
+    gaussian = stats::rnorm(S * n, eta, parts$sigma),
+    binomial = stats::rbinom(S * n, rep(if (is.null(rows$trials)) 1 else rows$trials, each = S), stats::plogis(eta)),
+    poisson = stats::rpois(S * n, exp(eta))
+  )
+  out <- matrix(as.double(out), S, n, dimnames = list(NULL, rows$names))
+  attr(out, "seed") <- rng_state
+  attr(out, "draws") <- which
+  out
+}
+
+#' Pointwise log-likelihood of a hierarchical GLM
+#'
+#' The log-likelihood of every observation at every posterior draw, the
+#' input of \pkg{loo}'s approximate leave-one-out cross-validation
+#' (`loo::loo()`) and of WAIC (`loo::waic()`). Densities are complete
+#' (normal with the draw's `sigma`; binomial with its binomial coefficient;
+#' poisson with \eqn{-\log y!}), so `loo::loo()`'s `elpd_loo` is on the
+#' scale of the data's log density.
+#'
+#' `log_lik()` is a generic of bulkem; the method is registered for
+#' \pkg{rstantools}' generic `log_lik()` too (the one \pkg{brms} and
+#' \pkg{rstanarm} use), when that package is installed.
+#'
+#' `loo::loo(fit)` does it in one call: it computes the matrix, the relative
+#' efficiencies of its draws with `loo::relative_eff()` and the chains of
+#' the draws, and calls `loo::loo()` on the matrix.
+#'
+#' @param object,x A `bulkem_hbglm` fit from [hbglm()].
+#' @param newdata,group `NULL` (the fit's own rows) or new rows with their
+#'   responses, as in [predict.bulkem_hbglm()].
+#' @param r_eff `NULL` (computed from the draws and their chains) or the
+#'   relative efficiencies, as `loo::loo()` takes them.
+#' @param cores Cores for `loo::loo()`.
+#' @param ... For `log_lik()`: not used (an error). For `loo()`: passed to
+#'   `loo::loo()`.
+#' @return `log_lik()`: a draws x observations matrix (draws ordered as
+#'   `posterior::as_draws_matrix()`: iterations within chains; the chain of
+#'   each draw is `rep(seq_len(fit$chains), each = dim(fit$draws)[1])`).
+#'   `loo()`: a `psis_loo` object of \pkg{loo}.
+#' @references Vehtari, A., Gelman, A. and Gabry, J. (2017). Practical
+#'   Bayesian model evaluation using leave-one-out cross-validation and
+#'   WAIC. *Statistics and Computing* 27(5), 1413--1432.
+#' @examples
+#' set.seed(7)
+#' d <- data.frame(g = rep(1:4, each = 40), x = rnorm(160))
+#' d$y <- rnorm(160, 1 + d$x)
+#' fit <- hbglm(y ~ x, d, group = "g", iter = 1000, warmup = 500, chains = 2,
+#'              use.gpu = FALSE)
+#' ll <- log_lik(fit)
+#' dim(ll)
+#' @examplesIf requireNamespace("loo", quietly = TRUE)
+#' chain <- rep(seq_len(fit$chains), each = dim(fit$draws)[1])
+#' loo::loo(ll, r_eff = loo::relative_eff(exp(ll), chain_id = chain))
+#' loo::loo(fit)
+#' @export
+log_lik <- function(object, ...) UseMethod("log_lik")
+
+#' @rdname log_lik
+#' @export
+#' @rawNamespace S3method(rstantools::log_lik, bulkem_hbglm)
+log_lik.bulkem_hbglm <- function(object, newdata = NULL, group = NULL, ...) {
+  call <- environment()
+  hbglm_no_dots(list(...), "log_lik", call)
+  rows <- hbglm_rows(object, newdata, group, TRUE, call)
+  parts <- hbglm_draw_parts(object)
+  S <- parts$n
+  n <- length(rows$group)
+  hbglm_ensure_memory("log_lik", S, n, call)
+  eta <- hbglm_eta(parts, rows, seq_len(n))
+  y <- rep(rows$y, each = S)
+  out <- switch(object$family,
+    gaussian = stats::dnorm(y, eta, parts$sigma, log = TRUE),
+    binomial = {
+      trials <- if (is.null(rows$trials)) rep(1, n) else rows$trials
+      # log p and log(1 - p) without cancellation for large |eta|.
+      rep(lchoose(trials, rows$y), each = S) + y * stats::plogis(eta, log.p = TRUE) +
+        rep(trials - rows$y, each = S) * stats::plogis(-eta, log.p = TRUE)
+    },
+    poisson = y * eta - exp(eta) - rep(lgamma(rows$y + 1), each = S)
+  )
+  matrix(out, S, n, dimnames = list(NULL, rows$names))
+}
+
+#' @rdname log_lik
+#' @exportS3Method loo::loo
+loo.bulkem_hbglm <- function(x, ..., r_eff = NULL, cores = getOption("mc.cores", 1)) {
+  ll <- log_lik.bulkem_hbglm(x)
+  if (is.null(r_eff)) {
+    # Relative efficiency of exp(log_lik): unchanged by a constant factor per
+    # observation, which keeps exp() from underflowing.
+    lik <- exp(ll - rep(apply(ll, 2, max), each = nrow(ll)))
+    r_eff <- loo::relative_eff(lik, chain_id = hbglm_chain_ids(x), cores = cores)
+  }
+  loo::loo(ll, r_eff = r_eff, cores = cores, ...)
 }

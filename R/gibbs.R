@@ -109,10 +109,19 @@
 #'   \item{scale_floor}{the floors of the sampled scales (`tau[coef]`,
 #'     `sigma`).}
 #'   \item{warnings}{the warnings the fit raised (character).}
+#'   \item{model}{the data as the model saw them, in the rows' order: `y`
+#'     (successes for a `cbind()` response), `trials`, `offset`, the design
+#'     matrices `x` and `z`, `group` (index into `groups`), and what rebuilds
+#'     the design from new data.}
 #'   }
-#'   Methods: [print()], [summary()] (mean, sd, quantiles, R-hat, bulk ESS),
-#'   [plot()] (trace plots), [coef()], `as.array()`, and `as.mcmc.list()`
-#'   (coda) and `as_draws_array()` (posterior) when those are installed.
+#'   Methods: [print()], [summary()] (mean, sd, quantiles, R-hat, bulk and
+#'   tail ESS), [plot()] (trace plots), [coef()], `as.array()`;
+#'   [predict()][predict.bulkem_hbglm], [fitted()], [residuals()],
+#'   [simulate()] (posterior predictive draws) and [log_lik()] (pointwise
+#'   log-likelihood, for \pkg{loo}); conversions to \pkg{coda}
+#'   (`as.mcmc.list()`, `as.mcmc()`) and \pkg{posterior} (`as_draws_array()`,
+#'   `as_draws_df()`, `as_draws()`, ...) when those are installed
+#'   (see [hbglm-conversions]).
 #' @references Neal, R. M. (2003). Slice sampling. *Annals of Statistics*
 #'   31(3), 705--767.
 #'
@@ -228,6 +237,12 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     scale_floor = c(stats::setNames(raw$tau_floor, paste0("tau[", colnames(model$x), "]")),
                     if (family == "gaussian") c(sigma = raw$sigma_floor))
   )
+  # The group as given (a column name or a formula) finds the groups of new
+  # data; a vector of groups cannot.
+  group_spec <- if (inherits(group, "formula") || (is.character(group) && length(group) == 1 && nrow(data) != 1)) group
+  fit$model <- c(model$rows, list(design = model$design, group_spec = group_spec,
+                                  offset_arg = list(expr = offset_expr, env = parent.frame(),
+                                                    vars = intersect(all.vars(offset_expr), names(data)))))
   fit$warnings <- hbglm_problems(fit, raw$separation, colnames(model$x), colnames(model$z))
   fit <- structure(fit, class = "bulkem_hbglm")
   for (w in fit$warnings) {
@@ -663,9 +678,23 @@ hbglm_data <- function(formula, data, group, family, global, offset, call) {
                      i = "Drop unused levels with {.fn droplevels}."), call = call)
   }
   ord <- order(as.integer(g))
+  # The rows in the user's order and what rebuilds a design from new data,
+  # for the fit's predict(), fitted(), residuals(), simulate(), log_lik().
+  rows <- list(y = response$y, trials = response$trials, offset = if (!is.null(off)) as.double(off),
+               x = x, z = z, group = as.integer(g))
+  # `vars`: the variables taken from `data`, which new data must hold too
+  # (rather than finding them elsewhere, as model.frame() would).
+  from_data <- function(e) intersect(all.vars(e), names(data))
+  design <- list(
+    formula = list(terms = attr(mf, "terms"), xlevels = stats::.getXlevels(attr(mf, "terms"), mf),
+                   contrasts = attr(x, "contrasts"), vars = from_data(stats::delete.response(attr(mf, "terms"))),
+                   response_vars = from_data(formula[[2]])),
+    global = if (!is.null(global)) list(terms = attr(gf, "terms"), xlevels = stats::.getXlevels(attr(gf, "terms"), gf),
+                                        contrasts = attr(zz, "contrasts"), vars = from_data(attr(gf, "terms")))
+  )
   list(y = response$y[ord], trials = response$trials[ord], offset = if (!is.null(off)) as.double(off)[ord],
        x = x[ord, , drop = FALSE], z = z[ord, , drop = FALSE],
-       sizes = tabulate(g, nlevels(g)), groups = levels(g))
+       sizes = tabulate(g, nlevels(g)), groups = levels(g), rows = rows, design = design)
 }
 
 # Terms hbglm() cannot honour are errors naming them: random-effect bars

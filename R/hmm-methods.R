@@ -154,3 +154,98 @@ stationary <- function(trans) {
   }
   stats::setNames(out, rownames(trans))
 }
+
+#' Most likely hidden states, or state probabilities, of new sequences
+#'
+#' `predict()` for a [hmm_fit()] result or a [hmm()] model decodes
+#' sequences: `type = "states"` gives the most likely hidden state path of
+#' each sequence (Viterbi, as [hmm_viterbi()]), `type = "posterior"` the
+#' probability of each state at each time step given the whole sequence
+#' (forward-backward, as [hmm_posterior()]). A fit uses its fitted model,
+#' `fit$model`.
+#'
+#' @param object A `bulkem_hmm_fit` from [hmm_fit()] (not a failed one), or
+#'   a `bulkem_hmm` model from [hmm()].
+#' @param newdata The sequences to decode, as `seqs` of [hmm_loglik()]: a
+#'   list of integer vectors of symbol codes, or of character vectors or
+#'   factors of symbol labels (a single vector is one sequence). Required:
+#'   fits keep no sequences (see Value). May be given by position,
+#'   `predict(fit, seqs)`.
+#' @param type `"states"` (default) or `"posterior"`.
+#' @param use.gpu,parallel,chunk.size As for [hmm_viterbi()] and
+#'   [hmm_posterior()].
+#' @param ... Must be empty (an unknown argument is an error rather than
+#'   ignored).
+#' @return With `type = "states"`, a list with one integer vector of state
+#'   codes `1..N` per sequence (named as `newdata`; the state labels are
+#'   `names(model$start)`), all `NA` for a sequence the model cannot
+#'   produce, with attribute `log_prob`: the log joint probability of each
+#'   path and its sequence. That is `hmm_viterbi(model, newdata)$path` with
+#'   `$log_prob` as attribute. With `type = "posterior"`, exactly
+#'   `hmm_posterior(model, newdata)`: one matrix per sequence (time steps x
+#'   states, rows summing to 1), with attribute `loglik`.
+#'
+#'   [hmm_fit()] does not keep the sequences it was fitted to (they may be
+#'   large, and Baum-Welch needs only their expected counts), so `newdata`
+#'   is required: without it, `predict()` raises an error of class
+#'   `bulkem_error_input`. Pass the training sequences again to decode them.
+#' @seealso [hmm_viterbi()], [hmm_posterior()].
+#' @examples
+#' truth <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE),
+#'   matrix(c(0.8, 0.2, 0.3, 0.7), 2, byrow = TRUE))
+#' seqs <- hmm_simulate(truth, n = 30, length = 40, seed = 1)
+#' fit <- hmm_fit(seqs, 2, 2, random.inits = 2, seed = 1, use.gpu = FALSE)
+#' states <- predict(fit, seqs[1:2], use.gpu = FALSE)
+#' states[[1]]
+#' attr(states, "log_prob")
+#' post <- predict(fit, seqs[1:2], type = "posterior", use.gpu = FALSE)
+#' head(post[[1]])
+#' # A model made by hmm() predicts too
+#' predict(truth, list(c(1, 1, 2, 2, 2)), use.gpu = FALSE)
+#' @export
+predict.bulkem_hmm_fit <- function(object, newdata, type = c("states", "posterior"), use.gpu = NA,
+                                   parallel = c("none", "future"), chunk.size = NULL, ...) {
+  call <- environment()
+  hmm_predict(object, if (!missing(newdata)) newdata, missing(newdata), type, use.gpu, parallel,
+              chunk.size, ..., call = call)
+}
+
+#' @rdname predict.bulkem_hmm_fit
+#' @export
+predict.bulkem_hmm <- function(object, newdata, type = c("states", "posterior"), use.gpu = NA,
+                               parallel = c("none", "future"), chunk.size = NULL, ...) {
+  call <- environment()
+  hmm_predict(object, if (!missing(newdata)) newdata, missing(newdata), type, use.gpu, parallel,
+              chunk.size, ..., call = call)
+}
+
+hmm_predict <- function(object, newdata, no_data, type, use.gpu, parallel, chunk.size, ..., call) {
+  if (...length() > 0) {
+    given <- names(list(...))
+    given <- if (is.null(given)) rep("", ...length()) else given
+    bulkem_abort(c(
+      "{.fn predict} for hidden Markov models takes {.arg newdata}, {.arg type}, {.arg use.gpu}, {.arg parallel} and {.arg chunk.size} only.",
+      x = if (any(nzchar(given))) "Unknown argument{?s}: {.arg {given[nzchar(given)]}}." else
+        "{...length()} unnamed argument{?s} after {.arg newdata}.",
+      i = if ("seqs" %in% given) "The sequences are {.arg newdata}: {.code predict(fit, newdata = seqs)} or {.code predict(fit, seqs)}."
+    ), call = call)
+  }
+  type <- match_arg(type, c("states", "posterior"), "type", call)
+  model <- hmm_model(object, "object", call)
+  if (no_data) {
+    what <- if (inherits(object, "bulkem_hmm_fit")) "A {.fn hmm_fit} result keeps no sequences" else
+      "A {.fn hmm} model has no sequences"
+    bulkem_abort(c(
+      "{.arg newdata} must be given: the sequences to decode.",
+      x = paste0(what, ", so there is nothing to predict without {.arg newdata}."),
+      i = paste0("Pass the sequences", if (inherits(object, "bulkem_hmm_fit")) ", e.g. the ones it was fitted to", ": {.code predict(object, seqs)}.")
+    ), call = call)
+  }
+  # As hmm_posterior() and hmm_viterbi() do, with errors naming `newdata`.
+  s <- check_seqs(newdata, colnames(model$emis), ncol(model$emis), arg = "newdata", call = call)
+  if (type == "posterior") {
+    return(posterior_result(hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call, "predict"), s, model))
+  }
+  v <- viterbi_result(hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call, "predict"), s)
+  structure(v$path, log_prob = v$log_prob)
+}

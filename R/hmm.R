@@ -62,7 +62,8 @@ new_hmm <- function(start, trans, emis, states, symbols) {
 
 #' Simulate sequences from a hidden Markov model
 #'
-#' @param model A [hmm()] model.
+#' @param model A [hmm()] model, or a fit from [hmm_fit()] (its fitted
+#'   model, `fit$model`, is used).
 #' @param n Number of sequences (0 gives an empty list).
 #' @param length Length of each sequence: one number for all, or one per
 #'   sequence; whole numbers of at least 1.
@@ -88,7 +89,7 @@ new_hmm <- function(start, trans, emis, states, symbols) {
 #' @export
 hmm_simulate <- function(model, n, length, seed = NULL) {
   call <- environment()
-  check_hmm(model, "model", call)
+  model <- hmm_model(model, "model", call)
   n <- check_count(n, "n", min = 0, call = call)
   if (n == 0) return(structure(list(), states = list()))
   if (!is.numeric(length) || !(base::length(length) %in% c(1L, n)) || anyNA(length) ||
@@ -134,7 +135,9 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #' interrupt (Ctrl-C) stops a call within a fraction of a second, also
 #' within one long sequence, as R's own `interrupt` condition.
 #'
-#' @param model A [hmm()] model.
+#' @param model A [hmm()] model, or a fit from [hmm_fit()] (its fitted
+#'   model, `fit$model`, is used; a fit whose `status` is `"failed"` is an
+#'   error of class `bulkem_error_input`, since it has no fitted model).
 #' @param seqs The observation sequences: a list of integer vectors of
 #'   symbol codes `1..V`, or of character vectors or factors whose values
 #'   are symbol labels (`colnames(model$emis)`); any lengths >= 1. A single
@@ -157,6 +160,9 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #'   worker, fewer for small jobs; one chunk with `parallel = "none"`).
 #' @return A numeric vector, one log-likelihood per sequence (named as
 #'   `seqs`).
+#' @references Rabiner, L. R. (1989). A tutorial on hidden Markov models and
+#'   selected applications in speech recognition. *Proceedings of the IEEE*,
+#'   77(2), 257-286. \doi{10.1109/5.18626}
 #' @examples
 #' model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
 #'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
@@ -164,7 +170,7 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #' @export
 hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
-  check_hmm(model, "model", call)
+  model <- hmm_model(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
   raw <- hmm_run("loglik", model, s, use.gpu, parallel, chunk.size, 1, call)
   stats::setNames(raw$loglik, s$names)
@@ -193,6 +199,9 @@ hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future")
 #'   \item{`log_prob`}{the log of the joint probability of each path and its
 #'     sequence (`-Inf` for an impossible sequence).}
 #'   }
+#' @references Rabiner, L. R. (1989). A tutorial on hidden Markov models and
+#'   selected applications in speech recognition. *Proceedings of the IEEE*,
+#'   77(2), 257-286. \doi{10.1109/5.18626}
 #' @examples
 #' model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
 #'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
@@ -202,9 +211,12 @@ hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future")
 #' @export
 hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
-  check_hmm(model, "model", call)
+  model <- hmm_model(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
-  raw <- hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call)
+  viterbi_result(hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call), s)
+}
+
+viterbi_result <- function(raw, s) {
   list(path = stats::setNames(split_flat(raw$path, s$lengths), s$names),
        log_prob = stats::setNames(raw$log_prob, s$names))
 }
@@ -224,6 +236,9 @@ hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"
 #'   step and one column per state (rows sum to 1); all `NA` for a sequence
 #'   the model cannot produce. Attribute `loglik` holds the log-likelihood of
 #'   each sequence.
+#' @references Rabiner, L. R. (1989). A tutorial on hidden Markov models and
+#'   selected applications in speech recognition. *Proceedings of the IEEE*,
+#'   77(2), 257-286. \doi{10.1109/5.18626}
 #' @examples
 #' model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
 #'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
@@ -231,9 +246,12 @@ hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"
 #' @export
 hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
-  check_hmm(model, "model", call)
+  model <- hmm_model(model, "model", call)
   s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
-  raw <- hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call)
+  posterior_result(hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call), s, model)
+}
+
+posterior_result <- function(raw, s, model) {
   N <- length(model$start)
   probs <- raw$probs
   probs[is.nan(probs)] <- NA_real_
@@ -272,6 +290,25 @@ hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "futur
 #' symbol) do not fit run in checkpointed segments (O(sqrt(T) N) memory,
 #' one more forward pass).
 #'
+#' **Parallel starts and progress.** Each Baum-Welch iteration needs the
+#' expected counts of every sequence before it can re-estimate the model, so
+#' one fit is not split over R processes (that would cost a round trip to
+#' every worker per iteration); within this session the core already runs
+#' the sequences of each iteration on every core, or on the GPU. What is
+#' independent is the random starts: with `parallel = "future"` the starts
+#' are split into chunks of consecutive starts, and each chunk becomes a
+#' future on the current [future::plan()] that runs whole Baum-Welch fits of
+#' its starts over all the sequences (every future is sent all of them: 4
+#' bytes per symbol, within future's limit `future.globals.maxSize`). The
+#' core keys each random start by `seed` and its index among all the starts,
+#' and the start kept is chosen from all of them by the same rule, so the
+#' result is identical to `parallel = "none"` with the same `seed` (on the
+#' same backend). It therefore pays with several `random.inits` and several
+#' workers (machines, or GPUs); one start (or `init`) is one future. Progress
+#' is reported per start through \pkg{progressr} when it is installed (wrap
+#' the call in `progressr::with_progress()`), also from future workers
+#' (per chunk); a fit with one start has one step.
+#'
 #' **Pseudocounts.** `pseudocount > 0` adds that count to every expected
 #' count before normalising: a maximum a posteriori estimate under Dirichlet
 #' priors with parameters `1 + pseudocount`, which keeps every probability
@@ -284,7 +321,8 @@ hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "futur
 #' @param n.symbols Number of symbols V. When missing: the columns of
 #'   `init$emis`, else the number of levels of factor sequences, else the
 #'   largest symbol code.
-#' @param init A [hmm()] model to start from, instead of random starts.
+#' @param init A [hmm()] model to start from, instead of random starts, or a
+#'   [hmm_fit()] result (to continue from its fitted model).
 #' @param max.iters Maximum number of Baum-Welch iterations per start (at
 #'   least 1).
 #' @param epsilon Convergence threshold on the change of the total
@@ -295,6 +333,20 @@ hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "futur
 #' @param pseudocount A number >= 0 added to every expected count.
 #' @param seed A whole number keying the random starts. `NULL` draws one from
 #'   R's random number generator, so [set.seed()] makes a call reproducible.
+#' @param parallel `"none"`: all starts in this R session. `"future"`: the
+#'   random starts are split into chunks, each run (over all sequences) by a
+#'   future on the workers of the current [future::plan()] through
+#'   [future.apply::future_lapply()], each worker choosing its own backend
+#'   (`use.gpu` is resolved there). The result is identical to `"none"`;
+#'   see Details. Needs \pkg{future} and \pkg{future.apply}, and bulkem
+#'   installed where the workers can load it.
+#' @param chunk.size Random starts per chunk. With `parallel = "future"`
+#'   each chunk is one future; the default makes about 4 chunks per worker,
+#'   fewer when a chunk would do less than 2e8 symbol x N^2 x pass units (a
+#'   future costs tens of milliseconds). With `parallel = "none"`, starts
+#'   per call of the core (progress is reported between calls); the default
+#'   is one call, or about 50 with \pkg{progressr} reporting. The chunking
+#'   never changes the result.
 #' @return An object of class `bulkem_hmm_fit`: a list with
 #'   \describe{
 #'   \item{`model`}{the fitted model, class `bulkem_hmm`.}
@@ -307,10 +359,19 @@ hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "futur
 #'   \item{`start_logliks`, `best_start`}{final log-likelihood of every start
 #'     (`-Inf` when it failed) and the index of the kept one.}
 #'   \item{`n_sequences`, `n_obs`}{number of sequences and of symbols.}
-#'   \item{`seed`, `backend`, `seconds`}{the seed used, where it ran and how
-#'     long it took.}
+#'   \item{`seed`, `backend`, `seconds`}{the seed used, where it ran (the
+#'     backends of all chunks, comma-separated) and how long it took.}
 #'   }
-#' @seealso [hmm()], [hmm_viterbi()], [hmm_posterior()]; `vignette("hmm")`.
+#'   A fit can be used wherever a model can: `hmm_loglik(fit, seqs)`,
+#'   `hmm_viterbi(fit, seqs)`, `hmm_posterior(fit, seqs)`,
+#'   `hmm_simulate(fit, ...)`, `hmm_fit(seqs, init = fit)`, and
+#'   [predict()][predict.bulkem_hmm_fit] (`predict(fit, seqs)`) use
+#'   `fit$model`.
+#' @references Rabiner, L. R. (1989). A tutorial on hidden Markov models and
+#'   selected applications in speech recognition. *Proceedings of the IEEE*,
+#'   77(2), 257-286. \doi{10.1109/5.18626}
+#' @seealso [hmm()], [hmm_viterbi()], [hmm_posterior()],
+#'   [predict.bulkem_hmm_fit()]; `vignette("hmm")`.
 #' @examples
 #' truth <- hmm(c(0.8, 0.2), matrix(c(0.95, 0.05, 0.1, 0.9), 2, byrow = TRUE),
 #'   matrix(c(0.6, 0.3, 0.1, 0.1, 0.2, 0.7), 2, byrow = TRUE))
@@ -319,11 +380,25 @@ hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "futur
 #'   seed = 42, use.gpu = FALSE)
 #' fit
 #' fit$model$emis
+#' # A fit is a model for every hmm_*() function, and predicts states
+#' hmm_loglik(fit, seqs[1:2], use.gpu = FALSE)
+#' predict(fit, seqs[1:2], use.gpu = FALSE)[[1]]
+#' # The random starts as futures, one per start (plan(multisession) or a
+#' # cluster plan puts them on other R processes): the same fit
+#' if (requireNamespace("future.apply", quietly = TRUE)) {
+#'   oplan <- future::plan(future::sequential)
+#'   fit2 <- hmm_fit(seqs, n.states = 2, n.symbols = 3, random.inits = 3,
+#'     seed = 42, use.gpu = FALSE, parallel = "future", chunk.size = 1)
+#'   future::plan(oplan)
+#'   identical(fit2$model, fit$model)
+#' }
 #' @export
 hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, epsilon = 1e-6,
-                    random.inits = 1, pseudocount = 0, seed = NULL, use.gpu = NA) {
+                    random.inits = 1, pseudocount = 0, seed = NULL, use.gpu = NA,
+                    parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
-  if (!is.null(init)) check_hmm(init, "init", call)
+  parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
+  if (!is.null(init)) init <- hmm_model(init, "init", call)
   if (missing(n.states)) {
     if (is.null(init)) bulkem_abort("{.arg n.states} must be given (or {.arg init}).", call = call)
     n.states <- length(init$start)
@@ -345,23 +420,67 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   max.iters <- check_count(max.iters, "max.iters", call = call)
   epsilon <- check_number(epsilon, "epsilon", min = 0, call = call)
   random.inits <- check_count(random.inits, "random.inits", call = call)
+  # Checked here, not only by the core: the core sees one chunk of starts.
+  if (random.inits > HMM_MAX_STARTS) {
+    bulkem_abort(c(
+      "{.arg random.inits} must be between 1 and {format(HMM_MAX_STARTS, scientific = FALSE)}.",
+      x = "You supplied {format(random.inits, scientific = FALSE)}."
+    ), call = call)
+  }
   pseudocount <- check_number(pseudocount, "pseudocount", min = 0, call = call)
   seed <- check_seed(seed, call)
+  if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
+  check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   # Before anything of size N x N or N x V: the core's estimate, with the
   # copies of the model R makes of the result.
   starts <- if (is.null(init)) random.inits else 1L
   hmm_memory("fit", list(N = N, V = V), length(s$lengths), s$lengths, starts, 2L, call, "hmm_fit")
-  passes <- 2 * max.iters * (if (is.null(init)) random.inits else 1)
-  backend <- hmm_backend(use.gpu, N, sum(as.double(s$lengths)), passes, call)
+  symbols_total <- sum(as.double(s$lengths))
   init_rows <- if (is.null(init)) NULL else
     list(start = init$start, trans = as.double(t(init$trans)), emis = as.double(t(init$emis)))
+  settings <- list(N = N, V = V, init = init_rows, max.iters = max.iters, epsilon = epsilon,
+                   pseudocount = pseudocount, seed = seed)
+  settings <- c(settings, exec_settings(parallel, use.gpu, call))
+  if (parallel == "none") {
+    # The whole fit picks the backend (as one call would); a worker picks by
+    # its starts.
+    settings$backend <- backend_choice_("hmm", settings$backend, c(N, symbols_total, 2 * max.iters * starts))
+  }
+  progress <- make_progress(starts)
+  size <- if (!is.null(chunk.size)) {
+    chunk.size
+  } else if (parallel == "future") {
+    # Every future is sent all the sequences, so only the work sizes chunks.
+    future_chunk_size(starts, bytes = 0, work = symbols_total * N * N * 2 * max.iters * starts,
+                      min_work = MIN_CHUNK_WORK)
+  } else if (is.null(progress)) {
+    starts
+  } else {
+    # About 50 progress steps; a start is a whole Baum-Welch fit, so a call
+    # per start or more costs little.
+    as.integer(ceiling(starts / 50))
+  }
+  chunks <- chunk_indices(starts, size)
+  data <- list(symbols = s$symbols, lengths = s$lengths)
 
   started <- proc.time()[["elapsed"]]
-  raw <- call_core(
-    hmm_fit_(s$symbols, s$lengths, N, V, init_rows, max.iters, epsilon, random.inits,
-             pseudocount, seed, cpu_threads(), backend),
-    call, "hmm_fit"
-  )
+  run <- function(chunks) {
+    map_chunks(
+      chunks, hmm_fit_chunk,
+      # Baum-Welch needs every sequence at every iteration: each chunk of
+      # starts gets all of them.
+      slice = function(idx) data,
+      args = settings, parallel = parallel, progress = progress, what = "starts",
+      on_error = function(msg, where) core_error(msg, call, "hmm_fit", if (parallel == "future") where),
+      call = call
+    )
+  }
+  raw <- merge_fit_chunks(run(chunks), function(start) {
+    # Progress is complete: a re-fit of one start (rare, see
+    # merge_fit_chunks()) does not report.
+    progress <<- NULL
+    run(list(start))[[1]]
+  })
   seconds <- proc.time()[["elapsed"]] - started
   states <- if (!is.null(init)) names(init$start) else as.character(seq_len(N))
   symbols <- symbols %||% as.character(seq_len(V))
@@ -384,7 +503,7 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
     n_obs = sum(as.double(s$lengths)),
     pseudocount = pseudocount,
     seed = seed,
-    backend = backend,
+    backend = paste(unique(raw$backend), collapse = ", "),
     seconds = seconds
   ), class = "bulkem_hmm_fit")
 }
@@ -393,16 +512,15 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
 
 `%||%` <- function(x, y) if (is.null(x)) y else x
 
-# "cpu" or "cuda" for an HMM job of `symbols` symbols and `passes` passes
-# over them; with use.gpu = NA the core picks by the size of the job.
 # One pass ("loglik", "viterbi" or "posterior") over the sequences `s`
 # (from check_seqs()), in this session or split by sequences over future
 # workers (map_chunks(), R/parallel.R). Each sequence is computed on its own,
 # so the chunking never changes a result. Returns the core's fields, bound.
-hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call) {
+hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call, fn = paste0("hmm_", pass)) {
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
-  fn <- paste0("hmm_", pass)
+  # Here, not only where the chunks run (future workers resolve use.gpu).
+  check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   n <- length(s$lengths)
   symbols <- sum(as.double(s$lengths))
   N <- length(model$start)
@@ -445,7 +563,7 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call)
 hmm_memory <- function(pass, model, n, lengths, starts, copies, call, fn) {
   N <- if (inherits(model, "bulkem_hmm")) length(model$start) else model$N
   V <- if (inherits(model, "bulkem_hmm")) ncol(model$emis) else model$V
-  threads <- if (pass == "simulate") 0L else cpu_threads()
+  threads <- cpu_threads()
   call_core(hmm_memory_(pass, as.double(N), as.double(V), as.double(n), as.double(lengths),
                         as.integer(threads), as.double(starts), as.integer(copies)), call, fn)
   invisible(NULL)
@@ -460,19 +578,85 @@ hmm_chunk <- function(part, idx, st) {
   if (st$pass == "loglik") list(loglik = out) else out
 }
 
-hmm_backend <- function(use.gpu, states, symbols, passes, call) {
-  backend_choice_("hmm", resolve_backend(use.gpu, call), c(states, symbols, passes))
+# One chunk of the starts of hmm_fit() (their global indices `idx`), here
+# or on a future worker: whole Baum-Welch fits over all sequences. The core
+# keys start k by (seed, k), so a chunk's starts are those of one call.
+hmm_fit_chunk <- function(part, idx, st) {
+  ex <- chunk_exec(st)
+  backend <- backend_choice_("hmm", ex$backend,
+                             c(st$N, sum(as.double(part$lengths)), 2 * st$max.iters * length(idx)))
+  raw <- hmm_fit_(part$symbols, part$lengths, st$N, st$V, st$init, st$max.iters, st$epsilon,
+                  length(idx), st$pseudocount, st$seed, idx[1] - 1L, ex$threads, backend)
+  raw$best_start <- raw$best_start + idx[1] - 1L
+  raw$backend <- backend
+  raw
 }
 
-check_hmm <- function(model, arg, call) {
+# The most random starts of one fit (MAX_RANDOM_INITS in
+# src/rust/core/src/tolerances.rs).
+HMM_MAX_STARTS <- 2^24
+
+# The core's relative tolerance for tied starts (HMM_START_TIE_REL in
+# src/rust/core/src/tolerances.rs): the kept start is the lowest-index one
+# within it of the best log-likelihood.
+HMM_START_TIE_REL <- 1e-9
+
+# The fit of the start one call of the core over all starts would keep,
+# from the results of chunks of consecutive starts: the lowest-index start
+# whose final log-likelihood ties with the best of all (start 1 when every
+# start failed), with every start's log-likelihood. A chunk returns its own
+# pick, which is that start unless a lower start of the chunk ties with the
+# chunk's best but not with the best of all (discrete log-likelihoods are
+# <= 0, so the start that wins overall ties with its chunk's best); then
+# `refit(start)` fits that start alone, which gives the same fit.
+merge_fit_chunks <- function(parts, refit) {
+  if (length(parts) == 1) return(parts[[1]])
+  ll <- unlist(lapply(parts, `[[`, "start_logliks"), use.names = FALSE)
+  top <- max(ll)
+  best <- if (is.finite(top)) {
+    which(is.finite(ll) & (top - ll) <= HMM_START_TIE_REL * max(abs(top), 1))[1]
+  } else {
+    1L
+  }
+  picks <- vapply(parts, `[[`, integer(1), "best_start")
+  out <- if (best %in% picks) parts[[match(best, picks)]] else refit(best)
+  out$start_logliks <- ll
+  out$best_start <- best
+  # Where the starts ran (future workers choose their own backends).
+  out$backend <- unique(unlist(lapply(parts, `[[`, "backend"), use.names = FALSE))
+  out
+}
+
+# The model of `model`: a bulkem_hmm from hmm(), or the fitted model of a
+# bulkem_hmm_fit from hmm_fit(). Every function that takes a model gets it
+# here, so a fit works wherever a model does. A failed fit's `model` is not
+# an estimate (it is where the fit stopped), so it is refused rather than
+# used as one; `fit$model` passes it explicitly.
+hmm_model <- function(model, arg, call) {
+  if (inherits(model, "bulkem_hmm_fit")) {
+    if (identical(model$status, "failed")) {
+      bulkem_abort(c(
+        "{.arg {arg}} is a {.fn hmm_fit} result that failed, so it has no fitted model.",
+        x = "{model$message}",
+        i = "{.code {arg}$model} is the model where it stopped; pass it explicitly to use it anyway."
+      ), call = call)
+    }
+    fitted <- model$model
+    if (!inherits(fitted, "bulkem_hmm")) {
+      bulkem_abort(c(
+        "{.arg {arg}} is a {.fn hmm_fit} result without a model.",
+        x = "Its {.field model} is {describe_value(fitted)}."
+      ), call = call)
+    }
+    return(fitted)
+  }
   if (!inherits(model, "bulkem_hmm")) {
     bulkem_abort(c(
-      "{.arg {arg}} must be a hidden Markov model made by {.fn hmm} or {.fn hmm_fit}.",
-      x = "You supplied {describe_value(model)}.",
-      i = if (inherits(model, "bulkem_hmm_fit")) "Use {.code fit$model} for the model of a {.fn hmm_fit} result."
+      "{.arg {arg}} must be a hidden Markov model made by {.fn hmm}, or a fit made by {.fn hmm_fit}.",
+      x = "You supplied {describe_value(model)}."
     ), call = call)
   }
-  invisible(model)
+  model
 }
 
 check_prob_vector <- function(x, arg, call) {

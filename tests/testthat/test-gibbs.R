@@ -80,10 +80,12 @@ test_that("hbglm() returns named draws, diagnostics and the parallelisation reco
   s <- summary(fit, pars = c("mu", "sigma"), probs = c(0.1, 0.9))
   expect_s3_class(s, "summary.bulkem_hbglm")
   expect_equal(rownames(s), c("mu[(Intercept)]", "mu[price]", "sigma"))
-  expect_named(s, c("mean", "sd", "10%", "90%", "rhat", "ess_bulk"))
+  expect_named(s, c("mean", "sd", "10%", "90%", "rhat", "ess_bulk", "ess_tail"))
   expect_equal(s$mean[3], mean(fit$draws[, , "sigma"]))
   expect_output(print(fit), "Hierarchical gaussian GLM")
+  expect_output(print(fit), "min bulk ESS [0-9]+, min tail ESS [0-9]+")
   expect_output(print(s), "Posterior summary")
+  expect_output(print(s), "ess_bulk ess_tail")
   expect_output(print(hbglm_prior()), "half-cauchy\\(0, 2.5\\)")
   expect_error(summary(fit, pars = "delta"), "Unknown")
   pdf(NULL)
@@ -92,19 +94,34 @@ test_that("hbglm() returns named draws, diagnostics and the parallelisation reco
   expect_invisible(plot(fit, pars = "beta[s02,price]"))
 })
 
-test_that("R-hat and bulk ESS agree with the posterior package", {
+test_that("R-hat, bulk and tail ESS agree with the posterior package", {
   skip_if_not_installed("posterior")
   d <- small_gaussian()
-  fit <- hbglm(y ~ price, d, group = "store", iter = 600, warmup = 100, chains = 4, seed = 2,
+  # An odd number of kept draws: the split chains drop the middle draw.
+  fit <- hbglm(y ~ price, d, group = "store", iter = 601, warmup = 100, chains = 4, seed = 2,
                use.gpu = FALSE)
   draws <- posterior::as_draws_array(fit)
   expect_s3_class(draws, "draws_array")
   expect_equal(posterior::variables(draws), dimnames(fit$draws)[[3]])
-  ref <- posterior::summarise_draws(draws, "mean", "rhat", "ess_bulk")
+  ref <- posterior::summarise_draws(draws, "mean", "rhat", "ess_bulk", "ess_tail")
   s <- summary(fit)
   expect_equal(s$mean, as.numeric(ref$mean), tolerance = 1e-12)
   expect_equal(s$rhat, as.numeric(ref$rhat), tolerance = 1e-7)
   expect_equal(s$ess_bulk, as.numeric(ref$ess_bulk), tolerance = 1e-7)
+  expect_equal(s$ess_tail, as.numeric(ref$ess_tail), tolerance = 1e-7)
+  # Tail and bulk ESS are different quantities (not one copied to the other).
+  expect_gt(max(abs(s$ess_tail / s$ess_bulk - 1)), 0.05)
+  expect_equal(s["sigma", "ess_tail"], posterior::ess_tail(fit$draws[, , "sigma"]), tolerance = 1e-7)
+  # Skewed draws (exp of a parameter's), through the same code path.
+  expect_equal(bulkem:::hbglm_ess_tail(exp(fit$draws[, , "mu[price]", drop = FALSE])),
+               posterior::ess_tail(exp(fit$draws[, , "mu[price]"])), tolerance = 1e-7)
+  # A scale held fixed has constant draws: NA, as in posterior.
+  held <- unmixed_ok(hbglm(y ~ price, d, group = "store", iter = 200, warmup = 100, chains = 2, seed = 2,
+                           prior = hbglm_prior(tau_fixed = 0.5), use.gpu = FALSE))
+  st <- summary(held, pars = "tau")
+  expect_true(all(is.na(st$ess_tail)) && all(is.na(st$ess_bulk)))
+  expect_true(all(is.na(posterior::summarise_draws(posterior::as_draws_array(held), "ess_tail")$ess_tail[
+    posterior::variables(posterior::as_draws_array(held)) %in% rownames(st)])))
   # Chains held apart: R-hat flags it.
   bad <- fit
   bad$draws[, 1, ] <- bad$draws[, 1, ] + 10

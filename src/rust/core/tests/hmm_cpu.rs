@@ -282,6 +282,29 @@ fn fits_do_not_depend_on_the_thread_count() {
 }
 
 #[test]
+fn starts_split_over_calls_are_the_starts_of_one_call() {
+    // R's parallel = "future" fits starts 3..5 of a fit in one call and 1..2
+    // in another: each start must be the same as in the call of all five.
+    let truth = known_model();
+    let (seqs, _) = hmm::simulate(&truth, &vec![25; 60], 4);
+    let base = HmmFitConfig::new(2, 3).max_iters(15).epsilon(0.0).seed(9);
+    let all = hmm::fit(&seqs, &base.clone().random_inits(5).check().unwrap(), &Exec::cpu()).unwrap();
+    let head = hmm::fit(&seqs, &base.clone().random_inits(2).check().unwrap(), &Exec::cpu()).unwrap();
+    let tail = hmm::fit(&seqs, &base.clone().random_inits(3).first_start(2).check().unwrap(), &Exec::cpu()).unwrap();
+    assert_eq!([head.start_logliks.clone(), tail.start_logliks.clone()].concat(), all.start_logliks);
+    // Different starts differ (the offset is used at all).
+    assert_ne!(head.start_logliks[0], tail.start_logliks[0]);
+    // Each start alone, by its global index, is that start's fit.
+    for s in 0..5 {
+        let one = hmm::fit(&seqs, &base.clone().random_inits(1).first_start(s).check().unwrap(), &Exec::cpu()).unwrap();
+        assert_eq!(one.start_logliks, vec![all.start_logliks[s]]);
+        if s == all.best_start {
+            assert_eq!((one.model.clone(), one.init.clone(), one.trace.clone()), (all.model.clone(), all.init.clone(), all.trace.clone()));
+        }
+    }
+}
+
+#[test]
 fn impossible_sequences_give_minus_infinity_not_nan() {
     // State 0 emits only symbol 0 and never leaves; symbol 1 after it is impossible.
     let m = HmmModel::new(vec![1.0, 0.0], vec![1.0, 0.0, 0.0, 1.0], vec![1.0, 0.0, 0.0, 1.0], 2).unwrap();

@@ -138,7 +138,8 @@ fn model_list(m: &HmmModel) -> List {
 }
 
 /// Baum-Welch over all sequences. `init` is NULL or list(start, trans, emis)
-/// (row-major).
+/// (row-major). `first_start`: 0-based global index of the first random
+/// start (R splits the starts of one fit over future workers).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
@@ -153,6 +154,7 @@ fn hmm_fit_(
     random_inits: i32,
     pseudocount: f64,
     seed: f64,
+    first_start: i32,
     threads: i32,
     backend: &str,
 ) -> Result<List> {
@@ -164,7 +166,8 @@ fn hmm_fit_(
         .epsilon(epsilon)
         .random_inits(random_inits.max(0) as usize)
         .pseudocount(pseudocount)
-        .seed(seed as u64);
+        .seed(seed as u64)
+        .first_start(first_start.max(0) as usize);
     if !init.is_null() {
         let list = init.as_list().ok_or_else(|| Error::Other("internal: init must be a list".into()))?;
         let get = |name: &str| -> Result<Vec<f64>> {

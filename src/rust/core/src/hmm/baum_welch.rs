@@ -216,7 +216,8 @@ pub(crate) fn fit_with(config: &CheckedHmmFitConfig, exec: &Exec, engine: &mut d
     for s in 0..config.starts() {
         let init = match &config.init {
             Some(m) => m.clone(),
-            None => try_random_model(config.n_states, config.n_symbols, config.seed, s)?,
+            // Keyed by the start's global index (see HmmFitConfig::first_start).
+            None => try_random_model(config.n_states, config.n_symbols, config.seed, config.first_start + s)?,
         };
         let fit = run_start(init, config, exec, engine)?;
         exec.monitor.add_done(1);

@@ -20,6 +20,12 @@ pub struct HmmFitConfig {
     /// with parameters 1 + pseudocount; MAP instead of ML when > 0).
     pub pseudocount: f64,
     pub seed: u64,
+    /// Global index of the first random start: start `s` of this call is
+    /// keyed by (seed, first_start + s), so a caller can split the starts of
+    /// one fit over several calls (e.g. R's future workers) and get the
+    /// starts of one call. `start_logliks` and `best_start` stay relative
+    /// to this call. Ignored with `init`.
+    pub first_start: usize,
 }
 
 /// An [`HmmFitConfig`] that passed [`HmmFitConfig::check`].
@@ -35,7 +41,7 @@ impl std::ops::Deref for CheckedHmmFitConfig {
 
 impl HmmFitConfig {
     pub fn new(n_states: usize, n_symbols: usize) -> Self {
-        HmmFitConfig { n_states, n_symbols, init: None, max_iters: 100, epsilon: 1e-6, random_inits: 1, pseudocount: 0.0, seed: 0 }
+        HmmFitConfig { n_states, n_symbols, init: None, max_iters: 100, epsilon: 1e-6, random_inits: 1, pseudocount: 0.0, seed: 0, first_start: 0 }
     }
     pub fn init(mut self, model: HmmModel) -> Self {
         self.init = Some(model);
@@ -59,6 +65,10 @@ impl HmmFitConfig {
     }
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
+        self
+    }
+    pub fn first_start(mut self, k: usize) -> Self {
+        self.first_start = k;
         self
     }
 
@@ -86,6 +96,13 @@ impl HmmFitConfig {
         }
         if self.random_inits == 0 || self.random_inits > MAX_RANDOM_INITS {
             return Err(Error::arg("random.inits", format!("must be between 1 and {MAX_RANDOM_INITS}, not {}", self.random_inits)));
+        }
+        // The starts of all calls together are one fit's starts.
+        if self.init.is_none() && self.first_start > MAX_RANDOM_INITS - self.random_inits {
+            return Err(Error::arg(
+                "random.inits",
+                format!("starts {} to {} exceed the {MAX_RANDOM_INITS} starts of one fit", self.first_start + 1, self.first_start + self.random_inits),
+            ));
         }
         if let Some(m) = &self.init {
             if m.n_states != self.n_states || m.n_symbols != self.n_symbols {
@@ -123,6 +140,8 @@ mod tests {
         bad(ok.clone().epsilon(f64::NAN), "epsilon");
         bad(ok.clone().pseudocount(-1.0), "pseudocount");
         bad(ok.clone().random_inits(0), "random.inits");
+        bad(ok.clone().random_inits(2).first_start(MAX_RANDOM_INITS - 1), "random.inits");
+        assert!(ok.clone().random_inits(2).first_start(MAX_RANDOM_INITS - 2).check().is_ok());
         let m = HmmModel::new(vec![1.0], vec![1.0], vec![0.5, 0.5], 2).unwrap();
         bad(ok.clone().init(m), "init");
     }
