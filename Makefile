@@ -26,7 +26,7 @@ export R_LIBS_USER = $(LIB)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERSION = $(shell sed -n 's/^Version: //p' DESCRIPTION)
 
-.PHONY: demo test deps nvrtc install cargo-test kernel-emu check document wrappers bench clean vendor
+.PHONY: demo test deps nvrtc install cargo-test kernel-emu configure-check check document wrappers bench clean vendor
 
 # The demo installs the built source package, so that vignette("bulkem")
 # works afterwards.
@@ -37,7 +37,7 @@ demo: deps
 	Rscript -e 'library(bulkem, lib.loc = "$(LIB)")' >/dev/null
 	cd demo-output && Rscript -e 'demo("bulkem", package = "bulkem", ask = FALSE, echo = FALSE)'
 
-test: deps cargo-test kernel-emu check
+test: deps cargo-test kernel-emu configure-check check
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -88,6 +88,10 @@ check: deps
 	  $(CHECK_DIR)/bulkem.Rcheck/tests/testthat.Rout | tail -n 1); \
 	echo "$$counts" | awk '{ print "testthat: " $$11 " passed, " $$2 " failed, " $$8 " skipped" }'; \
 	case "$$status" in *ERROR*|*WARNING*) exit 1;; esac
+
+# configure's messages when cargo is missing or rustc too old.
+configure-check:
+	sh tools/configure-check.sh
 
 # src/rust/vendor.tar.xz from Cargo.lock (needs the network; commit the result).
 vendor:
