@@ -9,7 +9,7 @@
 APT_PACKAGES = r-base-dev pandoc r-cran-cli r-cran-testthat r-cran-knitr \
   r-cran-rmarkdown r-cran-roxygen2 r-cran-mixtools r-cran-statmod r-cran-progressr \
   r-cran-coda r-cran-posterior r-cran-bayesm r-cran-future r-cran-future.apply \
-  r-cran-parallelly r-cran-callr r-cran-mass r-cran-loo xz-utils
+  r-cran-parallelly r-cran-callr r-cran-mass r-cran-loo xz-utils qpdf devscripts
 RUST_DIR = src/rust
 # NVRTC from PyPI, so every CUDA kernel is compile-checked without a GPU.
 NVRTC_DIR = $(CURDIR)/.nvrtc
@@ -79,7 +79,7 @@ check: deps
 	  R CMD build --no-manual . && mv bulkem_$(VERSION).tar.gz $(CHECK_DIR)/
 	cd $(CHECK_DIR) && env -u BULKEM_CARGO_TARGET_DIR -u BULKEM_REGISTRY CARGO_HOME=$(CHECK_DIR)/cargo-home \
 	  CARGO_NET_OFFLINE=true NOT_CRAN=true _R_CHECK_CRAN_INCOMING_REMOTE_=false \
-	  _R_CHECK_FUTURE_FILE_TIMESTAMPS_=false _R_CHECK_TESTS_NLINES_=0 \
+	  _R_CHECK_FUTURE_FILE_TIMESTAMPS_=false _R_CHECK_SYSTEM_CLOCK_=false _R_CHECK_TESTS_NLINES_=0 \
 	  R CMD check --as-cran --no-manual bulkem_$(VERSION).tar.gz
 	@status=$$(sed -n 's/^Status: //p' $(CHECK_DIR)/bulkem.Rcheck/00check.log); \
 	echo "R CMD check --as-cran status: $$status"; \

@@ -145,7 +145,7 @@ test_that("k = points to num.components; inits need one number of components", {
   x <- rinvgaussmix(100, c(0.5, 0.5), c(1, 3), c(10, 10))
   expect_error(bulkem(x, k = 3), "num.components", class = "bulkem_error_input")
   expect_error(bulkem(x, K = 3), "num.components", class = "bulkem_error_input")
-  expect_error(bulkem(x, kk = 3), "unused argument")
+  expect_error(bulkem(x, kk = 3), "has no argument `kk`", class = "bulkem_error_input")
   expect_error(bulkem(x, num.components = 1:2, inits = list(alpha = 1, mu = 1, lambda = 1)),
                "one number of components", class = "bulkem_error_input")
   expect_error(bulkem(x, num.components = c(1, NA)), "`num.components`", class = "bulkem_error_input")
