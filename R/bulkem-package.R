@@ -19,6 +19,6 @@
 #' @docType package
 #' @name bulkem-package
 #' @aliases bulkem-package
-#' @importFrom stats AIC BIC coef logLik nobs predict
+#' @importFrom stats AIC BIC coef fitted logLik nobs predict residuals simulate
 #' @useDynLib bulkem, .registration = TRUE
 NULL
