@@ -1,8 +1,10 @@
 #' Fit mixture models to many datasets at once
 #'
-#' Fits an `num.components`-component mixture of inverse Gaussian or Normal
+#' Fits a mixture of `num.components` inverse Gaussian or Normal
 #' distributions by the EM algorithm to every dataset, from `random.inits`
-#' random starts each, and keeps the start with the highest log-likelihood.
+#' random starts each, and keeps the start with the highest log-likelihood;
+#' given several numbers of components, fits each and keeps, per dataset,
+#' the one with the best `criterion`.
 #' All (dataset, start) pairs run in parallel: on a CUDA GPU (the whole EM of
 #' each start in one kernel; `bulkem_backends()` lists the devices, and
 #' several are used together) or on every CPU core.
