@@ -255,7 +255,7 @@ bulkem.default <- function(datasets, num.components = 2, family = c("invgauss", 
                            criterion = c("BIC", "ICL", "AIC"), init.method = c("mixed", "kmeans++", "subsets"),
                            ...) {
   call <- environment()
-  check_no_dots(list(...), call)
+  check_no_dots(list(...), "bulkem", "bulkem::bulkem", call)
   family <- match_arg(family, c("invgauss", "normal"), "family", call)
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   criterion <- match_arg(criterion, c("BIC", "ICL", "AIC"), "criterion", call)
@@ -410,19 +410,6 @@ bulkem.data.frame <- function(datasets, ...) {
     "{.arg datasets} must be a list of numeric vectors, a numeric vector or matrix, not a data frame.",
     i = "For a value column {.var y} and a grouping column {.var group}, use {.code bulkem(y ~ group, data = df)} or {.code bulkem(split(df$y, df$group))}."
   ))
-}
-
-# Arguments bulkem() does not have are an error, as R's own "unused
-# argument" would be (the S3 generic needs `...` in every method).
-check_no_dots <- function(dots, call) {
-  if (length(dots) == 0) return(invisible())
-  nms <- names(dots)
-  if (is.null(nms)) nms <- rep("", length(dots))
-  bulkem_abort(c(
-    "{.fn bulkem} has no argument{?s} {.arg {nms[nzchar(nms)]}}.",
-    x = if (any(!nzchar(nms))) "{sum(!nzchar(nms))} further unnamed argument{?s} {?was/were} given.",
-    i = "See {.help bulkem::bulkem} for its arguments."
-  ), call = call)
 }
 
 # Warn once per call about the datasets whose result may not be the best

@@ -60,3 +60,18 @@ describe_value <- function(x) {
   if (is.atomic(x)) return(paste0("`", format(x), "`"))
   paste0("an object of class ", class(x)[1])
 }
+
+# Arguments a function does not have (caught by its `...`: S3 methods,
+# hbglm()) are an error, never silently ignored. `topic`: its help page.
+check_no_dots <- function(dots, fn, topic, call = parent.frame()) {
+  if (length(dots) == 0) return(invisible())
+  nms <- names(dots)
+  if (is.null(nms)) nms <- rep("", length(dots))
+  named <- nms[nzchar(nms)]
+  if (length(named) > 0) {
+    bulkem_abort(c("{.fn {fn}} has no argument{?s} {.arg {named}}.",
+                   i = "See {.help {topic}} for its arguments."), call = call)
+  }
+  bulkem_abort(c("{.fn {fn}} takes no further unnamed arguments.",
+                 x = "{length(dots)} unnamed argument{?s} {?was/were} given."), call = call)
+}

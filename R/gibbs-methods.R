@@ -322,21 +322,6 @@ as_draws_rvars.bulkem_hbglm <- function(x, ...) posterior::as_draws_rvars(as_dra
 # stays bounded (about 2^22 values, 32 MB) whatever the size of the data.
 HBGLM_BLOCK_VALUES <- 2^22
 
-# An argument a method does not have is an error, not silently ignored.
-hbglm_no_dots <- function(dots, fn, call) {
-  if (length(dots) == 0) return(invisible())
-  nms <- names(dots)
-  if (is.null(nms)) nms <- rep("", length(dots))
-  named <- nms[nzchar(nms)]
-  topic <- switch(fn, simulate = "simulate.bulkem_hbglm", log_lik = "log_lik", "predict.bulkem_hbglm")
-  if (length(named) > 0) {
-    bulkem_abort(c("{.fn {fn}} of an {.cls bulkem_hbglm} fit has no argument{?s} {.arg {named}}.",
-                   i = "See {.code ?{topic}} for its arguments."), call = call)
-  }
-  bulkem_abort(c("{.fn {fn}} of an {.cls bulkem_hbglm} fit takes no further unnamed arguments.",
-                 x = "{length(dots)} unnamed argument{?s} {?was/were} given."), call = call)
-}
-
 hbglm_check_fit <- function(object, call) {
   if (is.null(object$model)) {
     bulkem_abort(c("The fit holds no data to predict from.",
@@ -602,7 +587,7 @@ predict.bulkem_hbglm <- function(object, newdata = NULL, type = c("link", "respo
                                  interval = c("none", "credible"), level = 0.95, summary = TRUE,
                                  group = NULL, ...) {
   call <- environment()
-  hbglm_no_dots(list(...), "predict", call)
+  check_no_dots(list(...), "predict", "bulkem::predict.bulkem_hbglm", call)
   type <- match_arg(type, c("link", "response"), "type", call)
   interval <- match_arg(interval, c("none", "credible"), "interval", call)
   ok <- is.numeric(level) && length(level) == 1 && !is.na(level) && level > 0 && level < 1
@@ -636,7 +621,7 @@ predict.bulkem_hbglm <- function(object, newdata = NULL, type = c("link", "respo
 #' @export
 fitted.bulkem_hbglm <- function(object, ...) {
   call <- environment()
-  hbglm_no_dots(list(...), "fitted", call)
+  check_no_dots(list(...), "fitted", "bulkem::predict.bulkem_hbglm", call)
   hbglm_check_fit(object, call)
   predict.bulkem_hbglm(object, type = "response")
 }
@@ -645,7 +630,7 @@ fitted.bulkem_hbglm <- function(object, ...) {
 #' @export
 residuals.bulkem_hbglm <- function(object, type = c("response", "pearson"), ...) {
   call <- environment()
-  hbglm_no_dots(list(...), "residuals", call)
+  check_no_dots(list(...), "residuals", "bulkem::predict.bulkem_hbglm", call)
   type <- match_arg(type, c("response", "pearson"), "type", call)
   rows <- hbglm_rows(object, NULL, NULL, TRUE, call)
   parts <- hbglm_draw_parts(object)
@@ -704,7 +689,7 @@ residuals.bulkem_hbglm <- function(object, type = c("response", "pearson"), ...)
 #' @export
 simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NULL, group = NULL, ...) {
   call <- environment()
-  hbglm_no_dots(list(...), "simulate", call)
+  check_no_dots(list(...), "simulate", "bulkem::simulate.bulkem_hbglm", call)
   total <- prod(dim(object$draws)[1:2])
   if (!is.null(nsim)) {
     nsim <- check_count(nsim, "nsim", call = call)
@@ -795,7 +780,7 @@ log_lik <- function(object, ...) UseMethod("log_lik")
 #' @rawNamespace S3method(rstantools::log_lik, bulkem_hbglm)
 log_lik.bulkem_hbglm <- function(object, newdata = NULL, group = NULL, ...) {
   call <- environment()
-  hbglm_no_dots(list(...), "log_lik", call)
+  check_no_dots(list(...), "log_lik", "bulkem::log_lik", call)
   rows <- hbglm_rows(object, newdata, group, TRUE, call)
   parts <- hbglm_draw_parts(object)
   S <- parts$n

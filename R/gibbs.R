@@ -265,13 +265,7 @@ hbglm_check_dots <- function(dots, call) {
       i = "For binomial data with several trials per row, give the response as {.code cbind(successes, failures)}."
     ), call = call)
   }
-  named <- nms[nzchar(nms)]
-  if (length(named) > 0) {
-    bulkem_abort(c("{.fn hbglm} has no argument{?s} {.arg {named}}.",
-                   i = "See {.help bulkem::hbglm} for its arguments."), call = call)
-  }
-  bulkem_abort(c("{.fn hbglm} takes no further unnamed arguments.",
-                 x = "{length(dots)} unnamed argument{?s} {?was/were} given after {.arg offset}."), call = call)
+  check_no_dots(dots, "hbglm", "bulkem::hbglm", call)
 }
 
 # family: a name, or a family object / function with its canonical link.
