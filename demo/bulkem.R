@@ -5,7 +5,7 @@ backends <- bulkem_backends()
 print(backends)
 
 set.seed(2015)
-D <- 2000; n <- 2000; starts <- 10
+D <- 2000; n <- 2000; starts <- 20
 cat(sprintf("\nSimulating %d datasets of %d inverse Gaussian mixture draws...\n", D, n))
 datasets <- replicate(D, rinvgaussmix(n, alpha = c(0.3, 0.7), mu = c(1, 3), lambda = c(30, 0.2)),
                       simplify = FALSE)
