@@ -196,10 +196,16 @@ test_that("a PSOCK cluster of 2 localhost workers gives the sequential result", 
 
 test_that("workers load bulkem from the library this session loaded it from", {
   skip_if_no_future()
+  skip_on_os("windows")
   # A worker whose library paths lack bulkem's library (but keep future's),
-  # as after library(bulkem, lib.loc = ".lib").
+  # as after library(bulkem, lib.loc = ".lib"): started without the
+  # R_LIBS that R CMD check and the Makefile set.
   others <- setdiff(normalizePath(.libPaths(), mustWork = FALSE), bulkem_library())
-  cl <- local_cluster(1, libs = c(tempdir(), others))
+  cl <- parallelly::makeClusterPSOCK(
+    1, rscript = c("env", "R_LIBS=", "R_LIBS_USER=", file.path(R.home("bin"), "Rscript")),
+    rscript_libs = c(tempdir(), others), autoStop = FALSE
+  )
+  on.exit(stop_nodes(cl), add = TRUE)
   if (parallel::clusterEvalQ(cl, requireNamespace("bulkem", quietly = TRUE))[[1]]) {
     skip("bulkem is in a library every R session sees")
   }
