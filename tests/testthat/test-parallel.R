@@ -198,11 +198,13 @@ test_that("workers load bulkem from the library this session loaded it from", {
   skip_if_no_future()
   skip_on_os("windows")
   # A worker whose library paths lack bulkem's library (but keep future's),
-  # as after library(bulkem, lib.loc = ".lib"): started without the
-  # R_LIBS that R CMD check and the Makefile set.
+  # as after library(bulkem, lib.loc = ".lib"): started with an empty
+  # environment, without the library variables R CMD check and the Makefile
+  # set.
   others <- setdiff(normalizePath(.libPaths(), mustWork = FALSE), bulkem_library())
   cl <- parallelly::makeClusterPSOCK(
-    1, rscript = c("env", "R_LIBS=", "R_LIBS_USER=", file.path(R.home("bin"), "Rscript")),
+    1, rscript = c("env", "-i", paste0("PATH=", Sys.getenv("PATH")), paste0("HOME=", Sys.getenv("HOME")),
+                   file.path(R.home("bin"), "Rscript")),
     rscript_libs = c(tempdir(), others), autoStop = FALSE
   )
   on.exit(stop_nodes(cl), add = TRUE)
