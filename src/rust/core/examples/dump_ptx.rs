@@ -1,12 +1,28 @@
-//! Writes the PTX of the EM kernels (for reading registers, local memory
-//! and instruction mix without a GPU): cargo run --example dump_ptx -- OUT_DIR
+//! Writes the PTX of one kernel file for sm_90 with the given definitions,
+//! for reading registers, spills and the instruction mix without a GPU
+//! (feed it to `ptxas -v` / `cuobjdump -sass`, from PyPI's nvidia-cuda-nvcc):
+//!   cargo run --example dump_ptx -- em em5.ptx EM_M=5 EM_FAMILY=0
+//! `BULKEM_KERNEL_DIR` reads the kernel files from a directory (see
+//! `gpu::kernel_source`), so edited kernels need no rebuild.
 fn main() {
-    let out = std::env::args().nth(1).unwrap_or_else(|| ".".into());
-    let src = bulkem_core::gpu::kernel_source("em").expect("em source");
-    for (m, fam) in [(2, 0), (3, 0), (2, 1)] {
-        match bulkem_core::gpu::compile(&src, "sm_90", &[("EM_M", m), ("EM_FAMILY", fam)]) {
-            Ok(ptx) => std::fs::write(format!("{out}/em_m{m}_f{fam}.ptx"), ptx.to_src()).expect("write"),
-            Err(e) => eprintln!("{e}"),
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [kernel, out, defines @ ..] = &args[..] else {
+        eprintln!("usage: dump_ptx KERNEL OUT.ptx [NAME=VALUE ...]");
+        std::process::exit(2);
+    };
+    let defines: Vec<(&str, i64)> = defines
+        .iter()
+        .map(|d| {
+            let (k, v) = d.split_once('=').expect("definitions are NAME=VALUE");
+            (k, v.parse().expect("definition values are integers"))
+        })
+        .collect();
+    let src = bulkem_core::gpu::kernel_source(kernel).expect("no such kernel file");
+    match bulkem_core::gpu::compile(&src, "sm_90", &defines) {
+        Ok(ptx) => std::fs::write(out, ptx.to_src()).expect("write the PTX"),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
         }
     }
 }

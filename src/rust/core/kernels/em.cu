@@ -2,8 +2,9 @@
 //
 // Compiled by NVRTC once per (device, EM_M, EM_FAMILY) with
 //   -DEM_M=<components 1..8> -DEM_FAMILY=<0 inverse Gaussian | 1 Normal>;
-// MIN_COMPONENT_WEIGHT and COLLAPSE_REL come from src/tolerances.rs.
-// and double precision throughout. The arithmetic mirrors the CPU backend
+// MIN_COMPONENT_WEIGHT and COLLAPSE_REL come from src/tolerances.rs, the
+// exp's constants from src/em/simd.rs (prepended by src/gpu/kernels.rs).
+// Double precision throughout. The arithmetic mirrors the CPU backend
 // (src/em/family.rs, src/em/cpu.rs), which is the reference:
 //   log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x)
 //   inverse Gaussian: u = x, v = 1/x, k(x) = -1.5 log x
@@ -118,7 +119,7 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
     const double l0 = A[0] + B[0] * u + C[0] * v;
     const double l1 = A[1] + B[1] * u + C[1] * v;
     const double d = l1 - l0;
-    const double e = exp(-fabs(d));  // ratio of the smaller to the larger term
+    const double e = exp_nonpos(-fabs(d));  // ratio of the smaller to the larger term
     const double s = 1.0 + e;
     const double w_top = rcp_sum(s), w_low = e * w_top;
     const double w0 = d > 0.0 ? w_low : w_top, w1 = d > 0.0 ? w_top : w_low;
@@ -132,12 +133,14 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
         l[j] = A[j] + B[j] * u + C[j] * v;
-        top = fmax(top, l[j]);
+        // A compare and select, not fmax (which handles NaN in 5 instructions):
+        // a NaN l[j] still reaches ll through its exp.
+        top = l[j] > top ? l[j] : top;
     }
     double s = 0.0;
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
-        l[j] = exp(l[j] - top);
+        l[j] = exp_nonpos(l[j] - top);
         s += l[j];
     }
     const double r = rcp_sum(s);
@@ -179,17 +182,22 @@ __device__ double warp_e_step(const double2* uv, int n, const double* A, const d
     return warp_sum(maxsum + (logsum + log(prod)));
 }
 
-// 256 threads (8 warps). Minimum blocks per SM, by M: 3 caps registers at
-// 80, which M <= 2 fit without spills (ptxas: 82 without a bound, leaving
-// room for 2 blocks); M >= 3 spilled at 80 (224-848 bytes), and measured
-// on an H100 (40,000 datasets x 2,000 observations x 20 starts) ran 2.3x
-// (M = 3), 2.2x (M = 4) and 1.8x (M = 5) faster with 1, 2 and 1 blocks.
+// 256 threads (8 warps). Minimum blocks per SM, by M (it caps registers at
+// 65536 / (256 x blocks)): 3 (80 registers) fits M <= 2 without spills. For
+// M >= 3 the parameters sit in shared memory, and ptxas (NVRTC 13, sm_90)
+// needs 102 / 120 / 125 registers for M = 3 / 4 / 5 without spills once M = 5
+// is asked for 2 blocks, so M = 3..5 all run 2 blocks (16 warps) per SM;
+// M >= 6 would spill at 2 and keep 1. Measured on an H100 (BENCHMARKS.md,
+// issue 16): 2 blocks for M = 5 took 499 ms per launch against 660 with 1.
+// Definable with -DEM_MIN_BLOCKS for experiments.
+#ifndef EM_MIN_BLOCKS
 #if EM_M <= 2
 #define EM_MIN_BLOCKS 3
-#elif EM_M == 4
+#elif EM_M == 5
 #define EM_MIN_BLOCKS 2
 #else
 #define EM_MIN_BLOCKS 1
+#endif
 #endif
 
 // A block holds the starts (pairs) of one dataset, block_pairs of them; its
@@ -206,6 +214,7 @@ extern "C" __global__ void __launch_bounds__(256, EM_MIN_BLOCKS) em_warp(
 {
     extern __shared__ double2 uv[];  // the dataset's features (u, v)
     __shared__ int next_pair;
+    __shared__ double params[8][NSTAT];
     const int d = block_dataset[blockIdx.x];
     const int n = lengths[d];
     const double* xd = x + offsets[d];
@@ -237,7 +246,11 @@ extern "C" __global__ void __launch_bounds__(256, EM_MIN_BLOCKS) em_warp(
         if (k >= pairs) break;
         const int pair = block_pair0[blockIdx.x] + k;
 
-        double p[NSTAT], A[EM_M], B[EM_M], C[EM_M], S[NSTAT];
+        // The parameters live in shared memory (one row per warp, every lane
+        // writing the same values): they are read once per iteration, and
+        // registers are what limits the blocks per SM for M >= 4.
+        double* p = params[threadIdx.x >> 5];
+        double A[EM_M], B[EM_M], C[EM_M], S[NSTAT];
 #pragma unroll
         for (int j = 0; j < NSTAT; ++j) p[j] = init[(long long)pair * NSTAT + j];
         double* my_trace = trace ? trace + (long long)pair * max_iters : nullptr;

@@ -16,7 +16,7 @@ mod data;
 mod family;
 mod fit;
 pub mod gpu;
-mod simd;
+pub(crate) mod simd;
 pub mod simulate;
 mod select;
 mod starts;

@@ -56,18 +56,21 @@ impl std::ops::DerefMut for Lanes {
 // exp for arguments <= 0
 // ---------------------------------------------------------------------------
 
+// The GPU kernels' `exp_nonpos` (kernels/common.cuh) is this function with
+// these constants, which `gpu::kernel_source` writes into every kernel.
+
 /// Below this, exp(x) is under the smallest normal f64 and is returned as 0
 /// (-1022 ln 2 = ln f64::MIN_POSITIVE).
-const EXP_MIN_ARG: f64 = -708.396_418_532_264_1;
+pub(crate) const EXP_MIN_ARG: f64 = -708.396_418_532_264_1;
 /// 1.5 * 2^52: adding it rounds to an integer, which lands in the low mantissa bits.
-const SHIFTER: f64 = 6_755_399_441_055_744.0;
-const LN2_HI: f64 = std::f64::consts::LN_2;
+pub(crate) const SHIFTER: f64 = 6_755_399_441_055_744.0;
+pub(crate) const LN2_HI: f64 = std::f64::consts::LN_2;
 /// ln 2 - LN2_HI.
-const LN2_LO: f64 = 2.319_046_813_846_299_6e-17;
+pub(crate) const LN2_LO: f64 = 2.319_046_813_846_299_6e-17;
 /// exp(r) ~ 1 + r + r^2 q(r) on |r| <= ln2/2, q(r) = sum Q[k] r^k: a
 /// Chebyshev fit (mpmath `chebyfit` of (exp(r) - 1 - r)/r^2, degree 9), whose
 /// relative error, with these rounded coefficients, is below 1.7e-17.
-const EXP_Q: [f64; 10] = [
+pub(crate) const EXP_Q: [f64; 10] = [
     0.500_000_000_000_000_1,
     0.166_666_666_666_666_69,
     0.041_666_666_666_623_824,

@@ -87,7 +87,8 @@ pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> 
                 let part = &data[range.clone()];
                 let first = configs[0].dataset_offset + range.start;
                 let monitor = &exec.monitor;
-                scope.spawn(move || fit_on_device(dev, part, first, configs, monitor))
+                // Host work (starts, copies, results) runs on the call's threads.
+                scope.spawn(move || exec.install(|| fit_on_device(dev, part, first, configs, monitor)).and_then(|r| r))
             })
             .collect();
         handles
@@ -299,15 +300,22 @@ fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: 
         }
         return Ok(all);
     }
+    // Launches alternate between two streams, and each is queued before the
+    // previous one is read back: the GPU never waits for the host between
+    // launches, and the next launch's blocks fill the SMs that the previous
+    // launch's last blocks leave idle.
+    let streams = match chunks.len() {
+        0 | 1 => vec![dev.stream.clone()],
+        _ => vec![dev.stream.clone(), dev.ctx.new_stream().map_err(|e| dev.err("creating a stream", e))?],
+    };
     let mut in_flight: Option<(usize, WarpInFlight)> = None;
-    for chunk in chunks {
+    for (c, chunk) in chunks.into_iter().enumerate() {
         let k = pairs.model[chunk.start];
         let job = prepare_warp(data, pairs, chunk, first, &configs[k], resident.is_some(), BLOCKS_PER_SM * dev.multiprocessors as usize);
-        let done = in_flight.take().map(|(j, f)| collect_warp(dev, f, &configs[j]).map(|out| (j, out))).transpose()?;
         monitor.check()?;
-        in_flight = Some((k, launch_warp(dev, job, &configs[k], trace, resident)?));
-        if let Some((j, out)) = done {
-            all[j].append(out);
+        let launched = (k, launch_warp(dev, &streams[c % streams.len()], job, &configs[k], trace, resident)?);
+        if let Some((j, f)) = in_flight.replace(launched) {
+            all[j].append(collect_warp(dev, f, &configs[j])?);
         }
     }
     if let Some((j, f)) = in_flight {

@@ -4,7 +4,9 @@
 use std::ops::Range;
 
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::{Error, Result};
 use crate::gpu::Device;
@@ -88,6 +90,7 @@ pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<u
 /// Device buffers of a launched em_warp, read back by [`collect_warp`]; its
 /// inputs are kept until then, so nothing is freed under a running kernel.
 pub(super) struct WarpInFlight {
+    stream: Arc<CudaStream>,
     init: Vec<f64>,
     no_start: Vec<Option<String>>,
     _inputs: (Option<(CudaSlice<f64>, CudaSlice<i64>, CudaSlice<i32>, CudaSlice<f64>)>, [CudaSlice<i32>; 3], CudaSlice<f64>),
@@ -98,14 +101,16 @@ pub(super) struct WarpInFlight {
     trace: Option<CudaSlice<f64>>,
 }
 
-pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, record_trace: bool, resident: Option<&Resident>) -> Result<WarpInFlight> {
+/// Launches on `stream`; the datasets, when resident, were uploaded on the
+/// device's stream (cudarc's event tracking orders the two).
+pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, config: &CheckedEmConfig, record_trace: bool, resident: Option<&Resident>) -> Result<WarpInFlight> {
     let nstat = 3 * config.components;
     let n_pairs = job.n_pairs;
     let smem = (16 * job.max_n) as u32;
     let f = em_function(dev, config, "em_warp")?;
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(|e| dev.err("raising the shared-memory limit", e))?;
-    let s = &dev.stream;
+    let s = stream;
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
     let uploaded = match resident {
         Some(_) => None,
@@ -121,6 +126,7 @@ pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, 
     let d_bp = s.clone_htod(&job.block_pairs).map_err(e("copying data"))?;
     let d_init = s.clone_htod(&job.init).map_err(e("copying starts"))?;
     let mut out = WarpInFlight {
+        stream: stream.clone(),
         init: job.init,
         no_start: job.no_start,
         _inputs: (uploaded, [d_bd, d_bp0, d_bp], d_init),
@@ -163,7 +169,7 @@ pub(super) fn launch_warp(dev: &Device, job: WarpJob, config: &CheckedEmConfig, 
 }
 
 pub(super) fn collect_warp(dev: &Device, out: WarpInFlight, config: &CheckedEmConfig) -> Result<Outputs> {
-    let s = &dev.stream;
+    let s = &out.stream;
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
     let iterations = s.clone_dtoh(&out.iterations).map_err(e("reading results"))?;
     let trace = match &out.trace {
