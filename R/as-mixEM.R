@@ -32,7 +32,9 @@
 #'
 #' The inverse Gaussian family has no mixtools counterpart, so converting
 #' such a fit is an error of class `bulkem_error_input` that states the
-#' mapping above; so is converting a failed fit.
+#' mapping above; so is converting a failed fit. Fits of the other families
+#' (gamma, lognormal, Poisson, exponential) are errors too: mixtools'
+#' `mixEM` methods are for Normal mixtures.
 #'
 #' @param x A `bulkem_fit` (an element of [bulkem()]'s result), or a
 #'   `bulkem_fits` holding exactly one dataset.
@@ -78,6 +80,13 @@ as.mixEM.bulkem_fits <- function(x, data, ...) {
 #' @rdname as.mixEM
 #' @export
 as.mixEM.bulkem_fit <- function(x, data, ...) {
+  if (!identical(x$family %||% "invgauss", "normal") && !identical(x$family %||% "invgauss", "invgauss")) {
+    fam <- fit_family(x)
+    bulkem_abort(c(
+      "Can't convert a {fam$label} fit to a {.cls mixEM} object: mixtools' {.cls mixEM} methods are for Normal mixtures.",
+      i = "Only fits of {.code family = \"normal\"} convert (to mixtools' {.code normalmixEM}); the parameters of this fit are {.field {c('alpha', fam$params)}}."
+    ))
+  }
   if (!identical(x$family, "normal")) {
     bulkem_abort(c(
       "Can't convert an inverse Gaussian fit to a {.cls mixEM} object: {.pkg mixtools} has no inverse Gaussian mixture.",
@@ -113,8 +122,7 @@ as.mixEM.bulkem_fit <- function(x, data, ...) {
     ))
   }
   data <- as.double(data)
-  lw <- weighted_log_densities(x, data)
-  total <- row_logsumexp(lw)
+  total <- fit_log_density(x, data)
   # The fit's log-likelihood is that of its parameters at its data: a
   # mismatch means these are other data.
   ll <- sum(total)
@@ -125,7 +133,7 @@ as.mixEM.bulkem_fit <- function(x, data, ...) {
     ))
   }
   K <- length(x$alpha)
-  posterior <- exp(lw - total)
+  posterior <- fit_posterior(x, data)
   dimnames(posterior) <- list(NULL, paste0("comp.", seq_len(K)))
   trace <- x$loglik_trace
   structure(list(

@@ -1,7 +1,7 @@
 #' Fit mixture models to many datasets at once
 #'
-#' Fits a mixture of `num.components` inverse Gaussian or Normal
-#' distributions by the EM algorithm to every dataset, from `random.inits`
+#' Fits a mixture of `num.components` inverse Gaussian, Normal, gamma,
+#' lognormal, Poisson or exponential distributions by the EM algorithm to every dataset, from `random.inits`
 #' random starts each, and keeps the start with the highest log-likelihood;
 #' given several numbers of components, fits each and keeps, per dataset,
 #' the one with the best `criterion`.
@@ -36,7 +36,8 @@
 #' log n}, `"AIC"` \eqn{-2 \log L + 2p}{-2 logL + 2p}, or `"ICL"` (BIC plus
 #' twice the classification entropy, \eqn{-2\sum_i \log \max_j
 #' z_{ij}}{-2 sum_i log max_j z_ij}, as in mclust), with \eqn{p = 3M - 1}
-#' free parameters. All three are "smaller is better", as [stats::BIC()]
+#' free parameters (\eqn{2M - 1} for the one-parameter Poisson and
+#' exponential families). All three are "smaller is better", as [stats::BIC()]
 #' (mclust reports BIC with the opposite sign). Values within 1e-9
 #' (relative) of the best are ties, won by the fewer components. The whole
 #' table (datasets x numbers of components) is kept: see [criteria()].
@@ -108,9 +109,25 @@
 #'   see Details.
 #' @param init.method How random starts are drawn: `"mixed"` (default),
 #'   `"kmeans++"` or `"subsets"` (the 2015 package's); see Details.
-#' @param family Component distribution: `"invgauss"` (inverse Gaussian with
-#'   mean `mu` and shape `lambda`; data must be positive) or `"normal"` (mean
-#'   `mu`, standard deviation `sigma`).
+#' @param family Component distribution, one of (each with its parameters,
+#'   named as R names them):
+#'   * `"invgauss"` (default): inverse Gaussian with mean `mu` and shape
+#'     `lambda` (the 2015 package's names); data must be positive.
+#'   * `"normal"`: mean `mu`, standard deviation `sigma`, as in [dnorm()].
+#'   * `"gamma"`: `shape` and `rate`, as in [dgamma()] (mean `shape /
+#'     rate`); data must be positive. The M-step solves the shape's digamma
+#'     equation by safeguarded Newton, to full precision.
+#'   * `"lognormal"`: `meanlog` and `sdlog`, as in [dlnorm()]; data must be
+#'     positive. This is exactly the Normal fit on `log(x)` (same starts,
+#'     same parameters), with the log-likelihood of `x` (that of `log(x)`
+#'     minus `sum(log(x))`).
+#'   * `"poisson"`: rate `lambda`, as in [dpois()]; data must be counts
+#'     (whole numbers, at least 0).
+#'   * `"exponential"`: `rate`, as in [dexp()]; data must be at least 0.
+#'
+#'   Here `lambda` means the inverse Gaussian shape or the Poisson rate,
+#'   depending on the family. Components are ordered by their first
+#'   parameter (`mu`, `shape`, `meanlog`, `lambda` or `rate`).
 #' @param max.iters Maximum number of EM iterations per start.
 #' @param random.inits Number of random starts per dataset (at most
 #'   \eqn{2^{24}}). The default, 20, finds the optimum of `MASS::galaxies`
@@ -126,8 +143,12 @@
 #' @param verbose If `TRUE` (or option `bulkem.verbose` is `TRUE`), report
 #'   the backend, the time taken and a count of statuses.
 #' @param inits Explicit starting values instead of random starts:
-#'   `list(alpha = , mu = , lambda = )` (`sigma =` for the Normal family), each
-#'   of length `num.components`, used for every dataset; or a list of such
+#'   `alpha` and the family's parameters, e.g. `list(alpha = , mu = , lambda
+#'   = )` (inverse Gaussian), `list(alpha = , mu = , sigma = )` (Normal),
+#'   `list(alpha = , shape = , rate = )` (gamma), `list(alpha = , meanlog =
+#'   , sdlog = )` (lognormal), `list(alpha = , lambda = )` (Poisson) or
+#'   `list(alpha = , rate = )` (exponential), each of length
+#'   `num.components`, used for every dataset; or a list of such
 #'   lists, one per dataset.
 #' @param seed A whole number keying the random starts. `NULL` draws one from
 #'   R's random number generator, so [set.seed()] makes a call reproducible.
@@ -159,12 +180,15 @@
 #'   mixtools' `"mixEM"`, whose fields mean other things: convert with
 #'   [as.mixEM()]) with the fields
 #'   \describe{
-#'   \item{`alpha`, `mu`, `lambda` (or `sigma`)}{fitted weights, means and
-#'     shapes (standard deviations), components ordered by increasing `mu`;
-#'     `NA` when the fit failed. Their length is the dataset's (chosen)
-#'     number of components.}
-#'   \item{`init_alpha`, `init_mu`, `init_lambda` (or `init_sigma`)}{the
-#'     starting values of the kept start, in the same component order.}
+#'   \item{`alpha`, `mu`, `lambda` (or the family's parameters: see
+#'     `family`)}{fitted weights and component parameters, e.g. means and
+#'     shapes for the inverse Gaussian, `shape` and `rate` for the gamma
+#'     family, `lambda` alone for the Poisson; components ordered by
+#'     increasing first parameter; `NA` when the fit failed. Their length is
+#'     the dataset's (chosen) number of components.}
+#'   \item{`init_alpha`, `init_mu`, `init_lambda` (`init_` and the family's
+#'     parameter names)}{the starting values of the kept start, in the same
+#'     component order.}
 #'   \item{`loglik`}{log-likelihood of the fitted parameters.}
 #'   \item{`num_iterations`}{EM iterations run by the kept start.}
 #'   \item{`fit_success`}{`TRUE` when the parameters are a valid fit
@@ -187,7 +211,8 @@
 #'   a worker used.
 #' @seealso [criteria()], [as.data.frame.bulkem_fits()],
 #'   [predict.bulkem_fit()], [plot.bulkem_fit()], [as.mixEM()],
-#'   [rinvgaussmix()] to simulate data.
+#'   [rinvgaussmix()], [rgammamix()], [rlnormmix()], [rpoismix()] and
+#'   [rexpmix()] to simulate data.
 #' @references Dempster, A. P., Laird, N. M. and Rubin, D. B. (1977).
 #'   Maximum likelihood from incomplete data via the EM algorithm. *Journal
 #'   of the Royal Statistical Society, Series B* 39(1), 1--38.
@@ -223,6 +248,11 @@
 #' bulkem(y ~ g, data = df, use.gpu = FALSE)
 #' bulkem(sapply(datasets[1:3], identity), use.gpu = FALSE)
 #'
+#' # A gamma mixture (shape and rate, as in dgamma())
+#' y <- rgammamix(1000, alpha = c(0.4, 0.6), shape = c(2, 20), rate = c(2, 4))
+#' gfit <- bulkem(y, family = "gamma", use.gpu = FALSE)[[1]]
+#' gfit[c("alpha", "shape", "rate")]
+#'
 #' # On 2 background R sessions (they load bulkem from this session's library)
 #' \donttest{
 #' if (requireNamespace("future.apply", quietly = TRUE)) {
@@ -248,7 +278,7 @@ bulkem <- function(datasets, ...) {
 
 #' @rdname bulkem
 #' @export
-bulkem.default <- function(datasets, num.components = 2, family = c("invgauss", "normal"),
+bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
                            max.iters = 100, random.inits = 20, use.gpu = NA, epsilon = 1e-6,
                            verbose = FALSE, inits = NULL, seed = NULL, keep.posterior = FALSE,
                            parallel = c("none", "future"), chunk.size = NULL,
@@ -256,13 +286,13 @@ bulkem.default <- function(datasets, num.components = 2, family = c("invgauss", 
                            ...) {
   call <- environment()
   check_no_dots(list(...), "bulkem", "bulkem::bulkem", call)
-  family <- match_arg(family, c("invgauss", "normal"), "family", call)
+  family <- match_arg(family, em_family_names(), "family", call)
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   criterion <- match_arg(criterion, c("BIC", "ICL", "AIC"), "criterion", call)
   init.method <- match_arg(init.method, c("mixed", "kmeans++", "subsets"), "init.method", call)
   datasets <- check_datasets(datasets, call)
   Ks <- check_components(num.components, call)
-  check_components_fit(datasets, max(Ks), call)
+  check_components_fit(datasets, max(Ks), family, call)
   max.iters <- check_count(max.iters, "max.iters", call = call)
   random.inits <- check_count(random.inits, "random.inits", call = call)
   epsilon <- check_number(epsilon, "epsilon", min = 0, call = call)
@@ -488,13 +518,14 @@ check_datasets <- function(datasets, call) {
   datasets
 }
 
-# A mixture of M components needs max(3, 3M - 1) observations (the core's
-# em::min_observations(): a random start draws 3, and 3M - 1 parameters).
+# A mixture of M components needs max(3, (1 + p)M - 1) observations (the
+# core's em::min_observations(): a random start draws 3, and (1 + p)M - 1
+# parameters, p per component).
 # A dataset smaller than that gets status "failed"; when no dataset is large
 # enough nothing can be fitted, and that is the caller's error (e.g.
 # num.components = 1e9), raised before the core sizes any output by M.
-check_components_fit <- function(datasets, M, call) {
-  need <- max(3, 3 * as.double(M) - 1)
+check_components_fit <- function(datasets, M, family, call) {
+  need <- max(3, family_df(em_family(family), as.double(M)))
   largest <- max(lengths(datasets))
   if (largest < need) {
     bulkem_abort(c(
@@ -525,15 +556,19 @@ check_components <- function(x, call) {
   sort(unique(as.integer(x)))
 }
 
-# NULL, or list(alpha, mu, scale) of K x M matrices for the core.
+# NULL, or list(alpha, mu, scale) of K x M matrices for the core: `mu` is
+# the family's first parameter, `scale` its second (NaN for a
+# one-parameter family).
 check_inits <- function(inits, M, family, n_datasets, call) {
   if (is.null(inits)) return(NULL)
-  scale_name <- if (family == "invgauss") "lambda" else "sigma"
-  one_set <- function(x) is.list(x) && all(c("alpha", "mu", scale_name) %in% names(x))
+  fam <- em_family(family)
+  fields <- c("alpha", fam$params)
+  one_set <- function(x) is.list(x) && all(fields %in% names(x))
   sets <- if (one_set(inits)) list(inits) else inits
   if (!is.list(sets) || !all(vapply(sets, one_set, logical(1)))) {
+    form <- paste0("list(", paste0(fields, " = ", collapse = ", "), ")")
     bulkem_abort(c(
-      "{.arg inits} must be {.code list(alpha = , mu = , {scale_name} = )} or a list of those, one per dataset.",
+      "{.arg inits} must be {.code {form}} or a list of those, one per dataset, for the {fam$label} family.",
       x = "You supplied {describe_value(inits)}."
     ), call = call)
   }
@@ -556,7 +591,9 @@ check_inits <- function(inits, M, family, n_datasets, call) {
     })
     do.call(rbind, values)
   }
-  list(alpha = field("alpha"), mu = field("mu"), scale = field(scale_name))
+  alpha <- field("alpha")
+  list(alpha = alpha, mu = field(fam$first),
+       scale = if (is.na(fam$second)) alpha * NaN else field(fam$second))
 }
 
 # One chunk of bulkem(), in this session or on a future worker (map_chunks()).
@@ -608,19 +645,24 @@ assemble_fits <- function(raw, names, family, keep.posterior) {
   init_scale <- by_dataset(raw$init_scale)
   start_ll <- split(na_nan(raw$start_logliks), rep(seq_len(D), each = length(raw$start_logliks) / D))
   loglik <- na_nan(raw$loglik)
-  scale_name <- if (family == "invgauss") "lambda" else "sigma"
+  fam <- em_family(family)
+  # alpha and the family's parameters (the core's mu is the first, its
+  # scale the second), then the same for the starting values.
+  params <- function(d) {
+    p <- list(alpha = alpha[[d]], first = mu[[d]], second = scale[[d]],
+              init_alpha = init_alpha[[d]], init_first = init_mu[[d]], init_second = init_scale[[d]])
+    names(p) <- c("alpha", fam$first, fam$second, "init_alpha", paste0("init_", c(fam$first, fam$second)))
+    p[!is.na(names(p)) & !grepl("^init_NA$", names(p))]
+  }
   fits <- lapply(seq_len(D), function(d) {
-    fit <- list(
-      alpha = alpha[[d]], mu = mu[[d]], scale = scale[[d]],
-      init_alpha = init_alpha[[d]], init_mu = init_mu[[d]], init_scale = init_scale[[d]],
+    fit <- c(params(d), list(
       loglik = loglik[d], num_iterations = raw$iterations[d],
       fit_success = raw$status[d] != "failed", status = raw$status[d],
       message = if (nzchar(raw$message[d])) raw$message[d] else NA_character_,
       n = raw$n[d], family = family, ft = "bulkem",
       start_logliks = start_ll[[d]], best_start = raw$best_start[d],
       loglik_trace = if (keep.posterior) raw$trace[[d]]
-    )
-    names(fit)[c(3, 6)] <- c(scale_name, paste0("init_", scale_name))
+    ))
     if (keep.posterior) fit$posterior <- posterior_matrix(raw$posterior[[d]], fit$n, M[d])
     class(fit) <- "bulkem_fit"
     fit

@@ -8,7 +8,8 @@
 #' whole table: one row per dataset, one column per candidate K.
 #'
 #' Values follow the convention of [stats::BIC()], so smaller is better,
-#' with `df = 3K - 1` parameters and `n` observations:
+#' with `df` = \eqn{(1 + p) K - 1} parameters (p parameters per component:
+#' 2, or 1 for the Poisson and exponential families) and `n` observations:
 #' * `BIC = -2 logLik + df log(n)`
 #' * `AIC = -2 logLik + 2 df`
 #' * `ICL = BIC - 2 sum_i log(max_j p_ij)`, where `p_ij` is the posterior
@@ -212,7 +213,7 @@ criteria_from_fits <- function(x, criterion) {
 }
 
 fit_criterion <- function(fit, criterion) {
-  df <- 3 * length(fit$alpha) - 1
+  df <- family_df(fit_family(fit), length(fit$alpha))
   bic <- -2 * fit$loglik + df * log(fit$n)
   switch(criterion,
     AIC = -2 * fit$loglik + 2 * df,

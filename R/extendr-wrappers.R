@@ -7,6 +7,25 @@
 #' @noRd
 em_fit_ <- function(datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, threads, backend) .Call(wrap__em_fit_, datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, threads, backend)
 
+#' The families the core fits, with their R names and parameter names
+#' (`second` is NA for one-parameter families): R reads its family table
+#' from here.
+#' @noRd
+em_families_ <- function() .Call(wrap__em_families_)
+
+#' log(alpha_j f_j(x)) at each x: an n x M matrix, column by column.
+#' @noRd
+mix_component_log_density_ <- function(x, family, alpha, first, second) .Call(wrap__mix_component_log_density_, x, family, alpha, first, second)
+
+#' log of the mixture density at each x.
+#' @noRd
+mix_log_density_ <- function(x, family, alpha, first, second) .Call(wrap__mix_log_density_, x, family, alpha, first, second)
+
+#' Posterior probabilities at each x: n x M, column by column (NaN rows
+#' outside the support).
+#' @noRd
+mix_posterior_ <- function(x, family, alpha, first, second) .Call(wrap__mix_posterior_, x, family, alpha, first, second)
+
 #' The memory check of an HMM call before R builds anything for it:
 #' `n_seqs` sequences of `lengths` (one value: recycled), `copies` of the
 #' result on top of the core's own. NULL, or a memory error.

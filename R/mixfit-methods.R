@@ -1,22 +1,24 @@
 # S3 methods for one fit (bulkem_fit) and for the list of fits (bulkem_fits).
 
-scale_name <- function(fit) if (identical(fit$family, "normal")) "sigma" else "lambda"
+# The names of a fit's parameter fields: alpha, then the family's own
+# (mu, lambda; mu, sigma; shape, rate; meanlog, sdlog; lambda; rate).
+param_fields <- function(fit) c("alpha", fit_family(fit)$params)
 
 fit_params <- function(fit) {
-  p <- data.frame(alpha = fit$alpha, mu = fit$mu, scale = fit[[scale_name(fit)]])
-  names(p)[3] <- scale_name(fit)
+  fields <- param_fields(fit)
+  p <- as.data.frame(lapply(stats::setNames(fields, fields), function(f) fit[[f]]))
   rownames(p) <- paste0("comp", seq_len(nrow(p)))
   p
 }
 
-family_label <- function(fit) {
-  if (identical(fit$family, "normal")) "Normal" else "inverse Gaussian"
-}
+family_label <- function(fit) fit_family(fit)$label
 
 #' Methods for a single bulkem fit
 #'
 #' Print, summarise and extract results from one element of [bulkem()]'s
-#' result. `logLik()` has `df = 3M - 1` and `nobs = n`, so [AIC()] and
+#' result. `logLik()` has `df` = \eqn{(1 + p) M - 1} (p parameters per
+#' component: 2, or 1 for the Poisson and exponential families) and `nobs
+#' = n`, so [AIC()] and
 #' [BIC()] work.
 #'
 #' @param x,object A `bulkem_fit`.
@@ -24,7 +26,9 @@ family_label <- function(fit) {
 #' @param ... Unused.
 #' @return `print()` returns `x` invisibly; `summary()` an object of class
 #'   `summary.bulkem_fit`; `logLik()` a `logLik` object; `coef()` a named
-#'   vector `alpha1, ..., mu1, ..., lambda1, ...` (or `sigma1, ...`).
+#'   vector `alpha1, ..., mu1, ..., lambda1, ...`, with the family's
+#'   parameter names (`sigma1, ...` for the Normal family, `shape1, ...,
+#'   rate1, ...` for the gamma family, and so on: see [bulkem()]).
 #' @examples
 #' set.seed(2)
 #' x <- rinvgaussmix(800, c(0.4, 0.6), c(1, 4), c(20, 2))
@@ -73,7 +77,7 @@ summary.bulkem_fit <- function(object, ...) {
 #' @rdname bulkem_fit
 #' @export
 print.summary.bulkem_fit <- function(x, digits = 4, ...) {
-  label <- if (identical(x$family, "normal")) "Normal" else "inverse Gaussian"
+  label <- em_family(x$family %||% "invgauss")$label
   cat(sprintf("%d-component %s mixture fitted by EM (bulkem)\n", x$components, label))
   cat(sprintf("n = %s; status: %s", format(x$n), x$status))
   if (!is.na(x$message)) cat(" -", x$message)
@@ -94,7 +98,7 @@ print.summary.bulkem_fit <- function(x, digits = 4, ...) {
 #' @rdname bulkem_fit
 #' @export
 logLik.bulkem_fit <- function(object, ...) {
-  structure(object$loglik, df = 3L * length(object$alpha) - 1L, nobs = object$n,
+  structure(object$loglik, df = family_df(fit_family(object), length(object$alpha)), nobs = object$n,
             class = "logLik")
 }
 
@@ -106,23 +110,9 @@ nobs.bulkem_fit <- function(object, ...) object$n
 #' @export
 coef.bulkem_fit <- function(object, ...) {
   M <- length(object$alpha)
-  s <- scale_name(object)
-  stats::setNames(c(object$alpha, object$mu, object[[s]]),
-                  paste0(rep(c("alpha", "mu", s), each = M), seq_len(M)))
-}
-
-# Per-component log(alpha_j f_j(x)), an n x M matrix.
-weighted_log_densities <- function(fit, x) {
-  s <- fit[[scale_name(fit)]]
-  cols <- lapply(seq_along(fit$alpha), function(j) {
-    ld <- if (identical(fit$family, "normal")) {
-      stats::dnorm(x, fit$mu[j], s[j], log = TRUE)
-    } else {
-      ldinvgauss(x, fit$mu[j], s[j])
-    }
-    log(fit$alpha[j]) + ld
-  })
-  matrix(unlist(cols), nrow = length(x))
+  fields <- param_fields(object)
+  stats::setNames(unlist(lapply(fields, function(f) as.double(object[[f]]))),
+                  paste0(rep(fields, each = M), seq_len(M)))
 }
 
 #' Predictions from a bulkem fit
@@ -133,13 +123,16 @@ weighted_log_densities <- function(fit, x) {
 #' @param object A `bulkem_fit`.
 #' @param newdata Numeric vector of observations, without `NA` or `NaN`
 #'   (an error); values outside the support (e.g. `x <= 0` or `Inf` for the
-#'   inverse Gaussian) have density 0 and no posterior (`NA`). If omitted,
+#'   inverse Gaussian, a value that is not a whole number for the Poisson
+#'   family) have density 0 and no posterior (`NA`). For the Poisson family
+#'   the "density" is the probability of each count. If omitted,
 #'   the posterior kept by `bulkem(keep.posterior = TRUE)` is used.
 #' @param type `"posterior"` (n x M matrix of component probabilities),
 #'   `"class"` (integer index of the most probable component) or `"density"`
 #'   (the fitted mixture density).
 #' @param ... Unused.
-#' @return A matrix (posterior) or a vector (class, density).
+#' @return A matrix (posterior) or a vector (class, density). The posterior
+#'   and the density are computed by the same code that fits the model.
 #' @examples
 #' set.seed(3)
 #' x <- rinvgaussmix(500, c(0.5, 0.5), c(1, 5), c(10, 10))
@@ -172,12 +165,8 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
         x = "Position {pos} is {if (is.nan(newdata[pos])) 'NaN' else 'NA'}."
       ))
     }
-    lw <- weighted_log_densities(object, as.double(newdata))
-    total <- row_logsumexp(lw)
-    if (type == "density") return(exp(total))
-    post <- exp(lw - total)
-    post[!is.finite(total), ] <- NA_real_
-    colnames(post) <- paste0("comp", seq_len(ncol(post)))
+    if (type == "density") return(exp(fit_log_density(object, newdata)))
+    post <- fit_posterior(object, newdata)
   }
   if (type == "class") return(max.col(post, ties.method = "first"))
   post
@@ -200,6 +189,11 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
 #' that it is on the scale of the fitted density (which integrates to 1 over
 #' the whole line).
 #'
+#' **Counts.** For the Poisson family the plot shows, at each whole number
+#' in the range, the observed proportion (grey bars), each weighted
+#' component's probability (dashed) and the mixture's (needles); `log` must
+#' then be `""`.
+#'
 #' **Log axis.** With `log = "x"` (positive data only), the histogram has
 #' bins of equal width in `log10(x)` and the y axis is the density of
 #' `log10(x)`: the fitted curves are \eqn{f(x) \cdot x \log 10}{f(x) * x *
@@ -221,7 +215,7 @@ predict.bulkem_fit <- function(object, newdata, type = c("posterior", "class", "
 #' @param log `""` for a linear x axis or `"x"` for a logarithmic one.
 #' @param xlim Range of x shown; `NULL` for the quantile-based default.
 #' @param legend If `TRUE`, a legend in the top right corner names each
-#'   component (weight, mean, and `lambda` or `sigma`) and the mixture.
+#'   component (its weight and parameters) and the mixture.
 #' @param main,xlab,ylab Plot title and axis labels (`NULL`: defaults, `"x"`
 #'   and `"density"` or `"density of log10(x)"`).
 #' @param ... Further graphical parameters for [graphics::plot()].
@@ -269,13 +263,18 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
   }
   data <- as.double(data[!is.na(data)])
   logx <- log == "x"
+  fam <- fit_family(x)
+  if (fam$discrete) {
+    if (logx) bulkem_abort("{.code log = \"x\"} is for continuous families; the {fam$label} family has counts.")
+    return(plot_counts(x, data, xlim, legend, main, xlab, ylab, call, ...))
+  }
   if (logx && any(data <= 0)) {
     bulkem_abort(c(
       "{.code log = \"x\"} needs positive data.",
       x = "{.arg data} has {sum(data <= 0)} value{?s} <= 0, e.g. {data[data <= 0][1]}."
     ))
   }
-  xlim <- density_xlim(data, xlim, logx, positive = !identical(x$family, "normal"), call)
+  xlim <- density_xlim(data, xlim, logx, positive = !identical(fam$name, "normal"), call)
   hist <- density_histogram(data, xlim, logx, breaks, call)
   heights <- hist$heights
   edges <- hist$edges
@@ -295,22 +294,65 @@ plot.bulkem_fit <- function(x, data = NULL, which = c("density", "loglik"), brea
   for (j in seq_len(K)) graphics::lines(grid, comp[, j], lty = 2, col = cols[j])
   graphics::lines(grid, dens, lwd = 2)
   if (legend) {
-    s <- scale_name(x)
-    fmt <- function(v) vapply(v, function(u) format(signif(u, 3)), character(1))
-    labels <- sprintf("comp %d: alpha=%s, mu=%s, %s=%s", seq_len(K), fmt(x$alpha), fmt(x$mu), s,
-                      fmt(x[[s]]))
+    labels <- component_labels(x)
     graphics::legend("topright", legend = c(labels, "mixture"), col = c(cols, 1), lty = c(rep(2, K), 1),
                      lwd = c(rep(1, K), 2), bty = "n", cex = 0.8)
   }
   invisible(x)
 }
 
+# "comp 1: alpha=0.3, shape=2, rate=1", ... for a legend.
+component_labels <- function(fit) {
+  fmt <- function(v) vapply(v, function(u) format(signif(u, 3)), character(1))
+  fields <- param_fields(fit)
+  parts <- vapply(fields, function(f) paste0(f, "=", fmt(fit[[f]])), character(length(fit$alpha)))
+  parts <- matrix(parts, nrow = length(fit$alpha))
+  sprintf("comp %d: %s", seq_along(fit$alpha), apply(parts, 1, paste, collapse = ", "))
+}
+
 # The curves of a density plot at `grid`: each weighted component and the
-# mixture, as densities of x, or of log10(x) for a log axis (f(x) x log 10).
+# mixture (from the core), as densities of x, or of log10(x) for a log axis
+# (f(x) x log 10).
 density_curves <- function(fit, grid, logx) {
-  lw <- weighted_log_densities(fit, grid)
-  if (logx) lw <- lw + base::log(grid) + base::log(base::log(10))
-  list(components = exp(lw), mixture = exp(row_logsumexp(lw)))
+  lw <- fit_component_log_density(fit, grid)
+  lm <- fit_log_density(fit, grid)
+  if (logx) {
+    lw <- lw + base::log(grid) + base::log(base::log(10))
+    lm <- lm + base::log(grid) + base::log(base::log(10))
+  }
+  list(components = exp(lw), mixture = exp(lm))
+}
+
+# The density plot of a discrete (count) family: observed proportions at
+# each whole number in the range, each weighted component's probability,
+# and the mixture's as needles.
+plot_counts <- function(fit, data, xlim, legend, main, xlab, ylab, call, ...) {
+  lim <- density_xlim(data, xlim, FALSE, positive = TRUE, call)
+  xs <- seq(ceiling(lim[1]), floor(lim[2]))
+  if (length(xs) > 5000) xs <- unique(round(seq(xs[1], xs[length(xs)], length.out = 5000)))
+  if (length(xs) == 0 || !any(data >= min(xs) & data <= max(xs))) {
+    bulkem_abort("No data fall in the range shown ({.arg xlim} = {format(lim)}).", call = call)
+  }
+  observed <- as.numeric(table(factor(data, levels = xs))) / length(data)
+  comp <- exp(fit_component_log_density(fit, xs))
+  mix <- exp(fit_log_density(fit, xs))
+  K <- length(fit$alpha)
+  cols <- seq_len(K) + 1
+  top <- max(c(observed, mix[is.finite(mix)]))
+  graphics::plot(NA, xlim = range(xs) + c(-0.5, 0.5),
+                 ylim = c(0, top * if (legend) 1 + 0.06 * (K + 1) else 1),
+                 main = if (is.null(main)) sprintf("%d-component %s mixture", K, fit_family(fit)$label) else main,
+                 xlab = if (is.null(xlab)) "x" else xlab,
+                 ylab = if (is.null(ylab)) "probability" else ylab, ...)
+  graphics::rect(xs - 0.5, 0, xs + 0.5, observed, border = "grey60", col = "grey92")
+  for (j in seq_len(K)) graphics::lines(xs, comp[, j], lty = 2, col = cols[j])
+  graphics::segments(xs, 0, xs, mix, lwd = 2)
+  graphics::points(xs, mix, pch = 20)
+  if (legend) {
+    graphics::legend("topright", legend = c(component_labels(fit), "mixture"), col = c(cols, 1),
+                     lty = c(rep(2, K), 1), lwd = c(rep(1, K), 2), bty = "n", cex = 0.8)
+  }
+  invisible(fit)
 }
 
 # The bars of a density plot: data inside the range (or the breaks), binned
@@ -387,15 +429,17 @@ density_xlim <- function(data, xlim, logx, positive, call) {
 #' * `as.data.frame()`: a data frame with columns `dataset`, `n`,
 #'   `num_components` (the K of each dataset's fit), `status`,
 #'   `fit_success`, `loglik`, `num_iterations`, `best_start`, then
-#'   `alpha1..Kmax`, `mu1..Kmax`, `lambda1..Kmax` (or `sigma1..Kmax`) and
+#'   `alpha1..Kmax`, `mu1..Kmax`, `lambda1..Kmax` (the family's parameter names:
+#'   `sigma1..Kmax` for the Normal, `shape1..Kmax`, `rate1..Kmax` for the
+#'   gamma family, ...) and
 #'   `message`, where `Kmax` is the largest K of the fits.
 #' * `coef()`: a numeric matrix, one row per dataset (row names the
 #'   dataset names), columns `alpha1..Kmax`, `mu1..Kmax`,
-#'   `lambda1..Kmax` (or `sigma1..Kmax`); `NA` for a failed fit and beyond a
+#'   `lambda1..Kmax` (or the family's parameter names); `NA` for a failed fit and beyond a
 #'   dataset's K.
 #' * `logLik()`: a `logLik` object (class `c("bulkem_logLik", "logLik")`,
 #'   which prints as a table) holding one log-likelihood per dataset, with
-#'   attributes `df` (\eqn{3K - 1}) and `nobs` (`n`), vectors too, so that
+#'   attributes `df` (\eqn{(1 + p) K - 1}, p parameters per component) and `nobs` (`n`), vectors too, so that
 #'   [stats::AIC()] and [stats::BIC()] of it are vectors.
 #' * `AIC()`, `BIC()`, `nobs()`: a vector with one value per dataset, named
 #'   as the datasets (`NA` for a failed fit's AIC and BIC).
@@ -459,11 +503,11 @@ print.bulkem_fits <- function(x, n = 5, ...) {
 fits_param_matrix <- function(x) {
   if (length(x) == 0) return(matrix(numeric(0), 0, 0))
   Kmax <- max(lengths(lapply(x, `[[`, "alpha")))
-  s <- scale_name(x[[1]])
+  fields <- param_fields(x[[1]])
   pad <- function(v) c(as.double(v), rep(NA_real_, Kmax - length(v)))
-  rows <- lapply(x, function(f) c(pad(f$alpha), pad(f$mu), pad(f[[s]])))
+  rows <- lapply(x, function(f) unlist(lapply(fields, function(p) pad(f[[p]]))))
   matrix(unlist(rows, use.names = FALSE), nrow = length(x), byrow = TRUE,
-         dimnames = list(names(x), paste0(rep(c("alpha", "mu", s), each = Kmax), seq_len(Kmax))))
+         dimnames = list(names(x), paste0(rep(fields, each = Kmax), seq_len(Kmax))))
 }
 
 #' @rdname bulkem_fits
@@ -496,7 +540,7 @@ coef.bulkem_fits <- function(object, ...) fits_param_matrix(object)
 #' @export
 logLik.bulkem_fits <- function(object, ...) {
   structure(vapply(object, function(f) as.double(f$loglik), numeric(1)),
-            df = 3L * unname(lengths(lapply(object, `[[`, "alpha"))) - 1L,
+            df = unname(vapply(object, function(f) family_df(fit_family(f), length(f$alpha)), numeric(1))),
             nobs = unname(vapply(object, function(f) as.double(f$n), numeric(1))),
             class = c("bulkem_logLik", "logLik"))
 }
@@ -614,8 +658,8 @@ summary.bulkem_fits <- function(object, probs = c(0, 0.25, 0.5, 0.75, 1), ...) {
   K_present <- sort(unique(chosen[!is.na(chosen)]))
   parameters <- lapply(K_present, function(K) {
     rows <- which(chosen == K)
-    s <- if (length(object)) scale_name(object[[1]]) else "lambda"
-    cols <- paste0(rep(c("alpha", "mu", s), each = K), seq_len(K))
+    fields <- param_fields(object[[1]])
+    cols <- paste0(rep(fields, each = K), seq_len(K))
     q <- t(apply(params[rows, cols, drop = FALSE], 2, stats::quantile, probs = probs, names = FALSE))
     dimnames(q) <- list(cols, quantile_names(probs))
     structure(q, datasets = length(rows))
@@ -655,7 +699,7 @@ quantile_names <- function(probs) {
 #' @rdname summary.bulkem_fits
 #' @export
 print.summary.bulkem_fits <- function(x, digits = 4, ...) {
-  label <- if (identical(x$family, "normal")) "Normal" else "inverse Gaussian"
+  label <- em_family(x$family %||% "invgauss")$label
   cat(sprintf("bulkem fits of %s mixtures to %d dataset%s\n", label, x$datasets,
               if (x$datasets == 1) "" else "s"))
   cat(sprintf("status: %d converged, %d max_iters, %d failed\n",
@@ -692,9 +736,10 @@ print.summary.bulkem_fits <- function(x, digits = 4, ...) {
 #'
 #' `which = "overview"` draws six panels across the datasets: the number of
 #' datasets per K, per status, a histogram of the log-likelihood per
-#' observation, and boxplots per component of the weights `alpha`, the means
-#' `mu` and the shapes `lambda` (or `sigma`) of the fits with the most
-#' common K (on a log axis for positive parameters spanning more than a
+#' observation, and boxplots per component of the weights `alpha` and of
+#' each parameter of the family (e.g. the means `mu` and shapes `lambda`,
+#' or `shape` and `rate`; one panel stays empty for one-parameter families)
+#' of the fits with the most common K (on a log axis for positive parameters spanning more than a
 #' factor of 100). `which = "criteria"` plots the criterion table (see
 #' [plot.bulkem_criteria()]).
 #'
@@ -740,8 +785,7 @@ plot.bulkem_fits <- function(x, which = c("overview", "criteria"), ...) {
   K <- as.integer(names(which.max(table(chosen))))
   rows <- which(chosen == K)
   params <- fits_param_matrix(unclass(x)[rows])
-  s <- scale_name(x[[rows[1]]])
-  for (p in c("alpha", "mu", s)) {
+  for (p in param_fields(x[[rows[1]]])) {
     m <- params[, paste0(p, seq_len(K)), drop = FALSE]
     colnames(m) <- seq_len(K)
     positive <- all(m > 0, na.rm = TRUE)

@@ -27,7 +27,7 @@ test_that("bad settings name their argument", {
   expect_error(bulkem(d, random.inits = c(1, 2)), "`random.inits`")
   expect_error(bulkem(d, epsilon = -1), "`epsilon` must be a finite number")
   expect_error(bulkem(d, epsilon = "a"), "`epsilon`")
-  expect_error(bulkem(d, family = "gamma"), "`family` must be one of")
+  expect_error(bulkem(d, family = "weibull"), "`family` must be one of")
   expect_error(bulkem(d, use.gpu = "yes"), "`use.gpu` must be")
   expect_error(bulkem(d, verbose = NA), "`verbose` must be")
   expect_error(bulkem(d, keep.posterior = 1), "`keep.posterior` must be")

@@ -46,3 +46,16 @@ __device__ __forceinline__ double exp_nonpos(double x) {
     const double y = p * __longlong_as_double((long long)bits);
     return x < EXP_MIN_ARG ? 0.0 : y;
 }
+
+// 1/s for s in the normal range: the hardware approximation refined by two
+// Newton steps, within an ulp of the IEEE quotient, without the division's
+// special cases. (The EM E-step's sums of exp terms, one of which is 1,
+// and the inverse Gaussian's 1/x.)
+__device__ __forceinline__ double rcp_sum(double s) {
+    double r;
+    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(s));
+    double e = fma(-s, r, 1.0);
+    r = fma(r, e, r);
+    e = fma(-s, r, 1.0);
+    return fma(r, e, r);
+}

@@ -1,70 +1,27 @@
 // Mixture EM on the GPU (bulkem_core::em::gpu drives these kernels).
 //
-// Compiled by NVRTC once per (device, EM_M, EM_FAMILY) with
-//   -DEM_M=<components 1..8> -DEM_FAMILY=<0 inverse Gaussian | 1 Normal>;
-// MIN_COMPONENT_WEIGHT and COLLAPSE_REL come from src/tolerances.rs, the
-// exp's constants from src/em/simd.rs (prepended by src/gpu/kernels.rs).
-// Double precision throughout. The arithmetic mirrors the CPU backend
-// (src/em/family.rs, src/em/cpu.rs), which is the reference:
-//   log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x)
-//   inverse Gaussian: u = x, v = 1/x, k(x) = -1.5 log x
-//   Normal:           u = x - centre, v = u^2, k(x) = 0
+// Compiled by NVRTC once per (device, family, EM_M) with -DEM_M=<components
+// 1..8>. The core prepends (src/gpu/kernels.rs, src/em/gpu/mod.rs): its
+// tolerances and the exp's constants, common.cuh, the status codes and
+// launch sizes (EM_WARPS), and the family's CUDA block, which defines
+//   fam_features(x, centre, u, v), fam_shared_term(x),
+//   fam_natural(first, second, centre, a, b, c), fam_m_step(sw, su, sv, centre, first, second)
+// next to the family's Rust definition (src/em/family/<family>.rs). Double
+// precision throughout. The arithmetic mirrors the CPU backend (src/em/cpu.rs),
+// which is the reference: log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x).
 
 #ifndef EM_M
 #error "EM_M (number of components) must be defined"
 #endif
-#ifndef EM_FAMILY
-#error "EM_FAMILY must be defined"
-#endif
 
 #define NSTAT (3 * EM_M)
-// Status codes; the same numbers are in src/em/gpu.rs.
-#define ST_RUNNING 0
-#define ST_CONVERGED 1
-#define ST_MAX_ITERS 2
-#define ST_BAD_START 10
-#define ST_EMPTY 11
-#define ST_COLLAPSED 12
-#define ST_NONFINITE 13
-#define TWO_PI 6.283185307179586
 
-__device__ __forceinline__ double rcp_sum(double s);
-
-__device__ __forceinline__ void features(double x, double centre, double& u, double& v) {
-#if EM_FAMILY == 0
-    u = x;
-    // The fast reciprocal needs x well inside the normal range; it always is
-    // for data, but extreme values take the IEEE division.
-    v = (x > 1e-300 && x < 1e300) ? rcp_sum(x) : 1.0 / x;
-#else
-    u = x - centre;
-    v = u * u;
-#endif
-}
-
-__device__ __forceinline__ double shared_term(double x) {
-#if EM_FAMILY == 0
-    return -1.5 * log(x);
-#else
-    return 0.0;
-#endif
-}
-
-// Natural parameters of every component from (alpha, mu, scale).
+// Natural parameters of every component from (alpha, first, second).
 __device__ void naturals(const double* p, double centre, double* A, double* B, double* C) {
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
-        const double alpha = p[j], mu = p[EM_M + j], s = p[2 * EM_M + j];
-#if EM_FAMILY == 0
-        A[j] = log(alpha) + 0.5 * log(s / TWO_PI) + s / mu;
-        B[j] = -s / (2.0 * mu * mu);
-        C[j] = -s / 2.0;
-#else
-        const double m = mu - centre, prec = 1.0 / (s * s);
-        A[j] = log(alpha) - 0.5 * log(TWO_PI) - log(s) - 0.5 * m * m * prec;
-        B[j] = m * prec;
-        C[j] = -0.5 * prec;
-#endif
+        fam_natural(p[EM_M + j], p[2 * EM_M + j], centre, A[j], B[j], C[j]);
+        A[j] += log(p[j]);
     }
 }
 
@@ -74,33 +31,12 @@ __device__ int m_step(const double* S, int n, double centre, double* p) {
     for (int j = 0; j < EM_M; ++j) {
         const double sw = S[3 * j], su = S[3 * j + 1], sv = S[3 * j + 2];
         if (!(sw > MIN_COMPONENT_WEIGHT)) return ST_EMPTY;
-        const double alpha = sw / (double)n;
-#if EM_FAMILY == 0
-        const double mu = su / sw;
-        const double spread = sv - sw / mu;  // uses the new mu
-        const double lambda = sw / spread;
-        if (!(mu > 0.0 && isfinite(mu) && spread > COLLAPSE_REL * sv && isfinite(lambda))) return ST_COLLAPSED;
-        p[j] = alpha; p[EM_M + j] = mu; p[2 * EM_M + j] = lambda;
-#else
-        const double m = su / sw;
-        const double var = sv / sw - m * m;
-        if (!(var > COLLAPSE_REL * (sv / sw) && isfinite(var) && isfinite(m))) return ST_COLLAPSED;
-        p[j] = alpha; p[EM_M + j] = m + centre; p[2 * EM_M + j] = sqrt(var);
-#endif
+        double first, second;
+        const int status = fam_m_step(sw, su, sv, centre, first, second);
+        if (status != ST_RUNNING) return status;
+        p[j] = sw / (double)n; p[EM_M + j] = first; p[2 * EM_M + j] = second;
     }
     return ST_RUNNING;
-}
-
-// 1/s for s in the normal range (in the E-step s is a sum of exp terms, one
-// of which is 1): the hardware approximation refined by two Newton steps,
-// within an ulp of the IEEE quotient, without the division's special cases.
-__device__ __forceinline__ double rcp_sum(double s) {
-    double r;
-    asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(s));
-    double e = fma(-s, r, 1.0);
-    r = fma(r, e, r);
-    e = fma(-s, r, 1.0);
-    return fma(r, e, r);
 }
 
 // Observations per lane between two logs of the product of the
@@ -182,7 +118,7 @@ __device__ double warp_e_step(const double2* uv, int n, const double* A, const d
     return warp_sum(maxsum + (logsum + log(prod)));
 }
 
-// 256 threads (8 warps). Minimum blocks per SM, by M (it caps registers at
+// 256 threads (EM_WARPS = 8 warps). Minimum blocks per SM, by M (it caps registers at
 // 65536 / (256 x blocks)): 3 (80 registers) fits M <= 2 without spills. For
 // M >= 3 the parameters sit in shared memory, and ptxas (NVRTC 13, sm_90)
 // needs 102 / 120 / 125 registers for M = 3 / 4 / 5 without spills once M = 5
@@ -205,7 +141,7 @@ __device__ double warp_e_step(const double2* uv, int n, const double* A, const d
 // converged early runs another instead of idling, and the dataset is staged
 // once for all of them. A pair's result does not depend on which warp ran
 // it (each warp sums in its own fixed lane order).
-extern "C" __global__ void __launch_bounds__(256, EM_MIN_BLOCKS) em_warp(
+extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_warp(
     const double* __restrict__ x, const long long* __restrict__ offsets, const int* __restrict__ lengths,
     const double* __restrict__ centres, const int* __restrict__ block_dataset, const int* __restrict__ block_pair0,
     const int* __restrict__ block_pairs, const double* __restrict__ init, double* __restrict__ out_params,
@@ -214,7 +150,7 @@ extern "C" __global__ void __launch_bounds__(256, EM_MIN_BLOCKS) em_warp(
 {
     extern __shared__ double2 uv[];  // the dataset's features (u, v)
     __shared__ int next_pair;
-    __shared__ double params[8][NSTAT];
+    __shared__ double params[EM_WARPS][NSTAT];
     const int d = block_dataset[blockIdx.x];
     const int n = lengths[d];
     const double* xd = x + offsets[d];
@@ -223,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(256, EM_MIN_BLOCKS) em_warp(
     if (threadIdx.x == 0) next_pair = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         double u, v;
-        features(xd[i], centre, u, v);
+        fam_features(xd[i], centre, u, v);
         uv[i] = make_double2(u, v);
     }
     __syncthreads();
@@ -234,9 +170,7 @@ extern "C" __global__ void __launch_bounds__(256, EM_MIN_BLOCKS) em_warp(
     // The shared log-density term, summed by each warp in the same order
     // whatever the block's shape, so a rerun of one start repeats it exactly.
     double k_local = 0.0;
-#if EM_FAMILY == 0
-    for (int i = lane; i < n; i += 32) k_local += shared_term(uv[i].x);
-#endif
+    for (int i = lane; i < n; i += 32) k_local += fam_shared_term(xd[i]);
     const double shared_k = warp_sum(k_local);
 
     for (;;) {
@@ -314,9 +248,9 @@ extern "C" __global__ void em_partial(
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const double xi = xd[i];
         double u, v;
-        features(xi, centre, u, v);
+        fam_features(xi, centre, u, v);
         e_obs(u, v, A, B, C, S, maxsum, prod);
-        if (first) k_local += shared_term(xi);
+        if (first) k_local += fam_shared_term(xi);
         if (++in_block == LOG_BLOCK) {
             logsum += log(prod);
             prod = 1.0;

@@ -26,6 +26,7 @@ fn hand_em_step(family: Family, x: &[f64], p: &MixParams) -> (MixParams, f64) {
         out.scale[j] = match family {
             Family::InvGauss => sw / x.iter().zip(&w).map(|(xi, r)| r[j] * (1.0 / xi - 1.0 / mu)).sum::<f64>(),
             Family::Normal => (x.iter().zip(&w).map(|(xi, r)| r[j] * (xi - mu).powi(2)).sum::<f64>() / sw).sqrt(),
+            other => unreachable!("the hand-written step covers inverse Gaussian and Normal, not {other:?}"),
         };
     }
     (out, loglik)
@@ -81,7 +82,7 @@ fn loglik_never_decreases() {
     for (family, seed) in [(Family::InvGauss, 1u64), (Family::Normal, 2), (Family::InvGauss, 3)] {
         let x = match family {
             Family::InvGauss => ig_data(500, seed),
-            Family::Normal => simulate::mixture(
+            _ => simulate::mixture(
                 family,
                 &MixParams { alpha: vec![0.5, 0.3, 0.2], mu: vec![0.0, 3.0, 7.0], scale: vec![1.0, 0.5, 2.0] },
                 500,
@@ -363,4 +364,81 @@ fn selection_keeps_each_numbers_own_fit_and_picks_the_best_criterion() {
     let given = EmConfig::new(Family::InvGauss, 1).inits(vec![p]).check().unwrap();
     assert!(select_many(&refs, &given, &[1, 2], Criterion::Bic, &Exec::cpu()).is_err());
     assert!(select_many(&refs, &config, &[2, 1], Criterion::Bic, &Exec::cpu()).is_err());
+}
+
+/// Each family recovers the mixture it simulated from (5,000 observations,
+/// well-separated components), its log-likelihood is the sum of the
+/// textbook mixture log-densities, and its M-step is a fixed point.
+#[test]
+fn every_family_recovers_its_parameters() {
+    let nan = f64::NAN;
+    let cases = [
+        (Family::Gamma, MixParams { alpha: vec![0.35, 0.65], mu: vec![2.0, 9.0], scale: vec![2.0, 0.9] }),
+        (Family::LogNormal, MixParams { alpha: vec![0.4, 0.6], mu: vec![0.0, 2.5], scale: vec![0.3, 0.5] }),
+        (Family::Poisson, MixParams { alpha: vec![0.3, 0.7], mu: vec![1.5, 14.0], scale: vec![nan, nan] }),
+        (Family::Exponential, MixParams { alpha: vec![0.5, 0.5], mu: vec![5.0, 0.1], scale: vec![nan, nan] }),
+        (Family::InvGauss, simulate::demo_params()),
+    ];
+    for (family, truth) in cases {
+        let x = simulate::mixture(family, &truth, 5000, 42);
+        let config = EmConfig::new(family, 2).random_inits(10).seed(3).max_iters(2000).epsilon(1e-10).check().unwrap();
+        let fit = &fit_many(&[&x[..]], &config, &Exec::cpu()).unwrap()[0];
+        assert_eq!(fit.status, FitStatus::Converged, "{family:?}: {:?}", fit.message);
+        let p = fit.params.clone();
+        // Components in the truth's order (by the first parameter's rank).
+        let order = |v: &[f64]| if v[0] <= v[1] { [0, 1] } else { [1, 0] };
+        let (o_fit, o_true) = (order(&p.mu), order(&truth.mu));
+        let tol = if family == Family::Exponential { 0.25 } else { 0.12 };
+        for k in 0..2 {
+            let (f, t) = (o_fit[k], o_true[k]);
+            let close = |a: f64, b: f64| (a - b).abs() <= tol * b.abs().max(0.1);
+            assert!(close(p.alpha[f], truth.alpha[t]), "{family:?} alpha: {:?} vs {:?}", p, truth);
+            assert!(close(p.mu[f], truth.mu[t]), "{family:?} first: {:?} vs {:?}", p, truth);
+            if !truth.scale[t].is_nan() {
+                assert!(close(p.scale[f], truth.scale[t]), "{family:?} second: {:?} vs {:?}", p, truth);
+            }
+        }
+        let ll: f64 = bulkem_core::em::mixture_log_density(family, &x, &fit.params).iter().sum();
+        assert!((ll - fit.loglik).abs() < 1e-10 * ll.abs(), "{family:?}: loglik {} vs textbook {ll}", fit.loglik);
+        // One more EM step from the fit changes nothing beyond rounding.
+        let prep = Prepared::new(family, &x);
+        let nat: Vec<_> = (0..2).map(|j| family.natural(p.alpha[j], p.mu[j], p.scale[j], prep.centre)).collect();
+        let mut sums = vec![[0.0; 3]; 2];
+        cpu::e_step(&prep, &nat, &mut sums);
+        for j in 0..2 {
+            let (a, f1, f2) = family.m_step(sums[j][0], sums[j][1], sums[j][2], prep.n, prep.centre).unwrap();
+            assert!((a - p.alpha[j]).abs() < 1e-6 && (f1 - p.mu[j]).abs() < 1e-6 * p.mu[j].abs().max(1.0), "{family:?}");
+            assert!(f2.is_nan() == p.scale[j].is_nan() && (f2.is_nan() || (f2 - p.scale[j]).abs() < 1e-6 * p.scale[j]));
+        }
+    }
+}
+
+/// The lognormal fit of x is the Normal fit of log x: the same parameters
+/// (meanlog, sdlog = mu, sigma) and log-likelihoods that differ by sum log x.
+#[test]
+fn lognormal_is_the_normal_fit_on_the_log_scale() {
+    let truth = MixParams { alpha: vec![0.4, 0.6], mu: vec![0.0, 2.0], scale: vec![0.3, 0.6] };
+    let x = simulate::mixture(Family::LogNormal, &truth, 2000, 7);
+    let logx: Vec<f64> = x.iter().map(|v| v.ln()).collect();
+    let fit = |family: Family, data: &[f64]| {
+        let config = EmConfig::new(family, 2).random_inits(5).seed(9).starts_by(bulkem_core::em::StartMethod::Subsets).max_iters(500).epsilon(1e-9).check().unwrap();
+        fit_many(&[data], &config, &Exec::cpu()).unwrap().remove(0)
+    };
+    let (ln, nm) = (fit(Family::LogNormal, &x), fit(Family::Normal, &logx));
+    assert_eq!(ln.iterations, nm.iterations);
+    for j in 0..2 {
+        assert!((ln.params.mu[j] - nm.params.mu[j]).abs() < 1e-12 && (ln.params.scale[j] - nm.params.scale[j]).abs() < 1e-12);
+    }
+    let jacobian: f64 = logx.iter().sum();
+    assert!((ln.loglik - (nm.loglik - jacobian)).abs() < 1e-10 * ln.loglik.abs());
+}
+
+#[test]
+fn family_data_are_checked() {
+    let problem = |family: Family, v: f64| family.observation_problem(v).map(str::to_string);
+    assert!(problem(Family::Poisson, 2.5).unwrap().contains("counts"));
+    assert!(problem(Family::Poisson, -1.0).is_some() && problem(Family::Poisson, 0.0).is_none());
+    assert!(problem(Family::Gamma, 0.0).unwrap().contains("positive"));
+    assert!(problem(Family::Exponential, 0.0).is_none() && problem(Family::Exponential, -0.1).is_some());
+    assert!(problem(Family::LogNormal, -2.0).is_some());
 }

@@ -3,8 +3,9 @@
 //! with a note when NVRTC is absent, and required when BULKEM_REQUIRE_NVRTC
 //! is set (CI sets it).
 
-use bulkem_core::em::gpu::MAX_GPU_COMPONENTS;
-use bulkem_core::gpu::{compile, kernel_source, nvrtc_available, KERNELS};
+use bulkem_core::em::gpu::{em_prelude, MAX_GPU_COMPONENTS};
+use bulkem_core::em::Family;
+use bulkem_core::gpu::{compile, kernel_source, kernel_source_with, nvrtc_available, KERNELS};
 
 const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 
@@ -39,14 +40,25 @@ fn every_kernel_file_is_checked() {
     }
 }
 
+/// Every family's block with kernels/em.cu, for every M on sm_90 and one M
+/// on sm_80 (the family blocks do not depend on the architecture).
 #[test]
 fn em_kernels_compile() {
     if !nvrtc_or_skip() {
         return;
     }
-    let variants: Vec<Vec<(&str, i64)>> =
-        (0..2).flat_map(|family| (1..=MAX_GPU_COMPONENTS as i64).map(move |m| vec![("EM_M", m), ("EM_FAMILY", family)])).collect();
-    check("em", &variants, &["em_warp", "em_partial", "em_update"]);
+    for family in Family::ALL {
+        let src = kernel_source_with("em", &em_prelude(family)).expect("em source");
+        for (arch, ms) in [("sm_90", 1..=MAX_GPU_COMPONENTS as i64), ("sm_80", 3..=3)] {
+            for m in ms {
+                let ptx = compile(&src, arch, &[("EM_M", m)]).unwrap_or_else(|e| panic!("em.cu, {family:?}, {arch}, M = {m}: {e}"));
+                let text = ptx.to_src();
+                for entry in ["em_warp", "em_partial", "em_update"] {
+                    assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {family:?}, {arch}, M = {m}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! bulkem(): R values -> EmConfig, fits -> flat R vectors (reshaped in R).
 
-use bulkem_core::em::{select_many, Criterion, EmConfig, Family, MixFit, MixParams, StartMethod};
+use bulkem_core::em::{component_log_densities, mixture_log_density, posterior_at, select_many, Criterion, EmConfig, Family, MixFit, MixParams, StartMethod};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -113,7 +113,67 @@ fn em_fit_(
     ))
 }
 
+/// The families the core fits, with their R names and parameter names
+/// (`second` is NA for one-parameter families): R reads its family table
+/// from here.
+/// @noRd
+#[extendr]
+fn em_families_() -> List {
+    let all = Family::ALL.map(|f| f.info());
+    list!(
+        name = all.iter().map(|i| i.name).collect::<Vec<_>>(),
+        label = all.iter().map(|i| i.label).collect::<Vec<_>>(),
+        first = all.iter().map(|i| i.first).collect::<Vec<_>>(),
+        second = Strings::from_values(all.iter().map(|i| match i.second {
+            Some(s) => Rstr::from(s),
+            None => Rstr::na(),
+        })),
+        discrete = all.iter().map(|i| i.discrete).collect::<Vec<_>>()
+    )
+}
+
+/// One mixture from R: weights and parameters (second may be empty or NA
+/// for one-parameter families).
+fn mixture_from_r(family: &str, alpha: &[f64], first: &[f64], second: &[f64]) -> Result<(Family, MixParams)> {
+    let family = Family::parse(family).ok_or_else(|| input_error(format!("unknown family '{family}'")))?;
+    let m = alpha.len();
+    let second = if family.info().second.is_some() { second.to_vec() } else { vec![f64::NAN; m] };
+    if first.len() != m || second.len() != m {
+        return Err(input_error("the weights and the component parameters must have the same length".to_string()));
+    }
+    Ok((family, MixParams { alpha: alpha.to_vec(), mu: first.to_vec(), scale: second }))
+}
+
+/// log(alpha_j f_j(x)) at each x: an n x M matrix, column by column.
+/// @noRd
+#[extendr]
+fn mix_component_log_density_(x: &[f64], family: &str, alpha: &[f64], first: &[f64], second: &[f64]) -> Result<Vec<f64>> {
+    let (family, p) = mixture_from_r(family, alpha, first, second)?;
+    Ok(component_log_densities(family, x, &p))
+}
+
+/// log of the mixture density at each x.
+/// @noRd
+#[extendr]
+fn mix_log_density_(x: &[f64], family: &str, alpha: &[f64], first: &[f64], second: &[f64]) -> Result<Vec<f64>> {
+    let (family, p) = mixture_from_r(family, alpha, first, second)?;
+    Ok(mixture_log_density(family, x, &p))
+}
+
+/// Posterior probabilities at each x: n x M, column by column (NaN rows
+/// outside the support).
+/// @noRd
+#[extendr]
+fn mix_posterior_(x: &[f64], family: &str, alpha: &[f64], first: &[f64], second: &[f64]) -> Result<Vec<f64>> {
+    let (family, p) = mixture_from_r(family, alpha, first, second)?;
+    Ok(posterior_at(family, x, &p))
+}
+
 extendr_module! {
     mod em;
     fn em_fit_;
+    fn em_families_;
+    fn mix_component_log_density_;
+    fn mix_log_density_;
+    fn mix_posterior_;
 }

@@ -1,7 +1,7 @@
 //! bulkem-bench: throughput of the core routines, with no R involved.
 //!
 //! ```text
-//! bulkem-bench em [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E]
+//! bulkem-bench em [--family invgauss|gamma] [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E]
 //!                 [--backend cpu|cuda|both] [--cpu-datasets K] [--threads T] [--json FILE]
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
 //! bulkem-bench select [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E1,E2]
@@ -38,7 +38,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use bulkem_core::em::{fit_many, simulate, EmConfig, Family};
+use bulkem_core::em::{fit_many, simulate, EmConfig, Family, MixParams};
 use bulkem_core::exec::{available_threads, Backend, Exec};
 use bulkem_core::gpu;
 use rayon::prelude::*;
@@ -53,6 +53,7 @@ mod select_bench;
 #[derive(Clone)]
 struct Case {
     name: String,
+    family: Family,
     datasets: usize,
     n: usize,
     starts: usize,
@@ -70,13 +71,25 @@ struct Row {
     threads: usize,
 }
 
-fn simulate_all(datasets: usize, n: usize) -> Vec<Vec<f64>> {
-    (0..datasets).into_par_iter().map(|d| simulate::mixture(Family::InvGauss, &simulate::demo_params(), n, d as u64)).collect()
+/// The mixture each family's cases simulate: the 2015 demo for the inverse
+/// Gaussian; for the gamma family the same weights and means (1 and 3),
+/// shapes 4 and 1.5.
+fn demo_mixture(family: Family) -> Result<MixParams, String> {
+    match family {
+        Family::InvGauss => Ok(simulate::demo_params()),
+        Family::Gamma => Ok(MixParams { alpha: vec![0.3, 0.7], mu: vec![4.0, 1.5], scale: vec![4.0, 0.5] }),
+        other => Err(format!("no benchmark mixture for the {} family", other.name())),
+    }
+}
+
+fn simulate_all(family: Family, datasets: usize, n: usize) -> Result<Vec<Vec<f64>>, String> {
+    let p = demo_mixture(family)?;
+    Ok((0..datasets).into_par_iter().map(|d| simulate::mixture(family, &p, n, d as u64)).collect())
 }
 
 fn run(case: &Case, data: &[Vec<f64>], backend: Backend, threads: usize) -> Result<Row, String> {
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
-    let config = EmConfig::new(Family::InvGauss, 2)
+    let config = EmConfig::new(case.family, 2)
         .random_inits(case.starts)
         .max_iters(case.iters)
         .epsilon(case.epsilon)
@@ -119,7 +132,7 @@ fn print_header() {
 }
 
 fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
-    let data = simulate_all(case.datasets, case.n);
+    let data = simulate_all(case.family, case.datasets, case.n)?;
     let mut cpu_rate = None;
     for &backend in backends {
         let part = if backend == Backend::Cpu { &data[..case.cpu_datasets.min(data.len())] } else { &data[..] };
@@ -147,9 +160,10 @@ fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::
 }
 
 fn suite() -> Vec<Case> {
-    let c = |name: &str, datasets, n, starts, iters, epsilon, cpu_datasets| Case { name: name.into(), datasets, n, starts, iters, epsilon, cpu_datasets };
+    let c = |name: &str, datasets, n, starts, iters, epsilon, cpu_datasets| Case { name: name.into(), family: Family::InvGauss, datasets, n, starts, iters, epsilon, cpu_datasets };
     vec![
         c("40k x100 starts x100 it", 40_000, 2000, 100, 100, 0.0, 200),
+        Case { family: Family::Gamma, ..c("40k gamma x100 st x100 it", 40_000, 2000, 100, 100, 0.0, 200) },
         c("40k x100 starts eps1e-6", 40_000, 2000, 100, 100, 1e-6, 200),
         c("1000 x1 start eps1e-6", 1000, 2000, 1, 100, 1e-6, 1000),
         c("1 x 1e7 obs x100 it", 1, 10_000_000, 1, 100, 0.0, 1),
@@ -174,13 +188,14 @@ fn main() {
         }
         let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
         let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10 };
-        let mut case = Case { name: "custom".into(), datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX };
+        let mut case = Case { name: "custom".into(), family: Family::InvGauss, datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
             let num = || value.parse::<usize>().map_err(|_| format!("{flag}: not a whole number: {value}"));
             match flag.as_str() {
                 "--datasets" => case.datasets = num()?,
+                "--family" => case.family = Family::parse(&value).ok_or(format!("--family: unknown family {value}"))?,
                 "--n" => case.n = num()?,
                 "--starts" => case.starts = num()?,
                 "--iters" => case.iters = num()?,

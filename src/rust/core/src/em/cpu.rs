@@ -284,7 +284,7 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
     let (family, m) = (config.family, config.components);
     let n_starts = config.starts_per_dataset();
     let mut logliks = memory::try_vec(n_starts, f64::NAN, "the log-likelihoods of the starts (random.inits)")?;
-    if let Some(why) = unfittable_reason(x, m) {
+    if let Some(why) = unfittable_reason(family, x, m) {
         let failed = StartFit::failed(m, MixParams::nan(m), 0, why);
         return Ok(MixFit::from_chosen(failed, 0, logliks, x.len()));
     }

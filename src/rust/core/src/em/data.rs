@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::memory;
 
-use super::family::{Family, IG_MAX, IG_MIN, NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
+use super::family::Family;
 
 /// A dataset in the form the E-step reads: the features (u, v) of every
 /// observation, contiguous, plus the shared log-density term summed once.
@@ -45,7 +45,7 @@ const SCAN_CHUNK: usize = 1 << 16;
 
 /// Position of the first element of `x` for which `bad` holds, scanning
 /// long vectors in parallel.
-fn first_where(x: &[f64], bad: impl Fn(f64) -> bool + Sync) -> Option<usize> {
+pub(crate) fn first_where(x: &[f64], bad: impl Fn(f64) -> bool + Sync) -> Option<usize> {
     if x.len() <= 4 * SCAN_CHUNK {
         return x.iter().position(|&v| bad(v));
     }
@@ -78,97 +78,19 @@ pub fn validate_all(family: Family, data: &[&[f64]], first: usize) -> Result<()>
 
 /// Data whose sufficient statistics double precision cannot hold: an input
 /// error that says so, instead of a fit that overflows (or loses every
-/// digit) and reports a wrong answer or a "collapsed" component.
-///
-/// Inverse Gaussian: the E-step evaluates b = -lambda / (2 mu^2) for every
-/// component, and mu is a weighted mean of the data, so 2 x^2 must be a
-/// finite normal number for every x: x in [IG_MIN, IG_MAX] = [2^-511,
-/// 2^511]. Within that range the statistics sum(w x) and sum(w / x) are
-/// below n 2^511 (finite for any n), lambda lies between min(x) and
-/// 1e10 max(x) (the collapse rule bounds lambda / mu by 1 / COLLAPSE_REL),
-/// and b, c = -lambda / 2 and a are finite.
-///
-/// Normal: the centre (mean) must be finite, the sum of squared deviations
-/// from it (which bounds every component's sum(w (x - centre)^2) and mean^2)
-/// at most NORMAL_MAX_SUM_SQUARES, and, unless all values are equal (a
-/// dataset that is reported as unfittable), the mean squared deviation at
-/// least NORMAL_MIN_MEAN_SQUARE, so that a variance that passes the
-/// collapse rule is a normal number whose reciprocal is finite.
+/// digit) and reports a wrong answer or a "collapsed" component. Each
+/// family says what it needs (`FamilyDef::check_range`).
 pub fn check_range(family: Family, x: &[f64], dataset: usize) -> Result<()> {
     if x.is_empty() {
         // Nothing to represent; the fit reports the dataset as too small.
         return Ok(());
     }
-    match family {
-        Family::InvGauss => match first_where(x, |v| !(IG_MIN..=IG_MAX).contains(&v)) {
-            None => Ok(()),
-            Some(i) => {
-                let (v, which) = (x[i], if x[i] > IG_MAX { "overflows" } else { "underflows" });
-                Err(Error::arg(
-                    "datasets",
-                    format!(
-                        "must lie between {} and {} for the inverse Gaussian EM, which squares the component means: \
-                         dataset {dataset} has {} at position {}, whose square {which} double precision. \
-                         Rescale the data (mu and lambda scale with it).",
-                        num(IG_MIN),
-                        num(IG_MAX),
-                        num(v),
-                        i + 1
-                    ),
-                ))
-            }
-        },
-        Family::Normal => {
-            let centre = family.centre(x);
-            if !centre.is_finite() {
-                return Err(Error::arg(
-                    "datasets",
-                    format!(
-                        "must have a finite sum for the Normal EM: the sum of dataset {dataset} overflows double precision \
-                         (its values reach {}). Rescale the data (mu and sigma scale with it).",
-                        num(max_abs(x))
-                    ),
-                ));
-            }
-            let ss = sum_squares(x, centre);
-            if ss.is_nan() || ss > NORMAL_MAX_SUM_SQUARES {
-                return Err(Error::arg(
-                    "datasets",
-                    format!(
-                        "must have squared deviations from the mean that double precision can sum: those of dataset \
-                         {dataset} overflow (they sum to {}, above {}; its values reach {}). \
-                         Rescale the data (mu and sigma scale with it).",
-                        num(ss),
-                        num(NORMAL_MAX_SUM_SQUARES),
-                        num(max_abs(x))
-                    ),
-                ));
-            }
-            let mean_square = ss / x.len() as f64;
-            if mean_square < NORMAL_MIN_MEAN_SQUARE && first_where(x, |v| v != x[0]).is_some() {
-                return Err(Error::arg(
-                    "datasets",
-                    format!(
-                        "must spread enough for double precision: the values of dataset {dataset} differ so little that \
-                         their mean squared deviation from the mean ({}) is below {}, where the Normal EM's variances \
-                         underflow. Rescale the data (mu and sigma scale with it).",
-                        num(mean_square),
-                        num(NORMAL_MIN_MEAN_SQUARE)
-                    ),
-                ));
-            }
-            Ok(())
-        }
-    }
-}
-
-fn max_abs(x: &[f64]) -> f64 {
-    x.iter().fold(0.0f64, |m, v| m.max(v.abs()))
+    family.check_range(x, dataset)
 }
 
 /// sum (x - centre)^2 in a fixed order (chunks summed in order), so that
 /// the check does not depend on the thread count.
-fn sum_squares(x: &[f64], centre: f64) -> f64 {
+pub(crate) fn sum_squares(x: &[f64], centre: f64) -> f64 {
     let sq = |c: &[f64]| c.iter().map(|v| (v - centre) * (v - centre)).sum::<f64>();
     if x.len() <= 4 * SCAN_CHUNK {
         return sq(x);
@@ -191,14 +113,14 @@ pub(crate) fn num(v: f64) -> String {
 }
 
 /// Smallest dataset an M-component fit accepts: enough observations for a
-/// random start (p + 1 = 3) and for the 3M - 1 free parameters.
-pub fn min_observations(components: usize) -> usize {
-    Family::START_SUBSET.max(Family::parameters(components))
+/// random start (p + 1 = 3) and for the free parameters.
+pub fn min_observations(family: Family, components: usize) -> usize {
+    Family::START_SUBSET.max(family.parameters(components))
 }
 
 /// Why a valid dataset cannot be fitted at all (too small, constant).
-pub fn unfittable_reason(x: &[f64], components: usize) -> Option<String> {
-    let need = min_observations(components);
+pub fn unfittable_reason(family: Family, x: &[f64], components: usize) -> Option<String> {
+    let need = min_observations(family, components);
     if x.len() < need {
         return Some(format!(
             "{} observation{} but a {components}-component mixture needs at least {need}",
@@ -230,10 +152,10 @@ mod tests {
 
     #[test]
     fn too_small_and_constant_datasets_are_unfittable() {
-        assert!(unfittable_reason(&[1.0, 2.0], 1).is_some());
-        assert!(unfittable_reason(&[1.0, 2.0, 3.0], 1).is_none());
-        assert!(unfittable_reason(&[1.0, 2.0, 3.0, 4.0], 2).is_some());
-        assert!(unfittable_reason(&[1.0, 2.0, 3.0, 4.0, 5.0], 2).is_none());
-        assert!(unfittable_reason(&[2.0; 50], 2).unwrap().contains("equal"));
+        assert!(unfittable_reason(Family::Normal, &[1.0, 2.0], 1).is_some());
+        assert!(unfittable_reason(Family::Normal, &[1.0, 2.0, 3.0], 1).is_none());
+        assert!(unfittable_reason(Family::Normal, &[1.0, 2.0, 3.0, 4.0], 2).is_some());
+        assert!(unfittable_reason(Family::Normal, &[1.0, 2.0, 3.0, 4.0, 5.0], 2).is_none());
+        assert!(unfittable_reason(Family::Normal, &[2.0; 50], 2).unwrap().contains("equal"));
     }
 }

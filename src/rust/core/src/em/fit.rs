@@ -2,8 +2,7 @@
 
 use crate::tolerances::START_TIE_REL;
 
-use super::data::num;
-use super::family::{Family, IG_MAX, IG_MIN};
+use super::family::Family;
 
 /// Parameters of an M-component mixture. `scale` is lambda (inverse
 /// Gaussian shape) or sigma (Normal standard deviation).
@@ -21,11 +20,14 @@ impl MixParams {
 
     /// Why these are not usable starting values, if they are not.
     pub fn check_start(&self, family: Family, components: usize) -> Result<(), String> {
-        if self.alpha.len() != components || self.mu.len() != components || self.scale.len() != components {
-            return Err(format!(
-                "alpha, mu and {} must each have {components} values (num.components)",
-                family.scale_name()
-            ));
+        let info = family.info();
+        let names = match info.second {
+            Some(second) => format!("alpha, {} and {second}", info.first),
+            None => format!("alpha and {}", info.first),
+        };
+        // One-parameter families carry no second parameter (NaN or anything).
+        if self.alpha.len() != components || self.mu.len() != components || (info.second.is_some() && self.scale.len() != components) {
+            return Err(format!("{names} must each have {components} values (num.components)"));
         }
         if self.alpha.iter().any(|a| !(a.is_finite() && *a > 0.0)) {
             return Err("alpha must be positive and finite".into());
@@ -34,17 +36,8 @@ impl MixParams {
         if (sum - 1.0).abs() > 1e-6 {
             return Err(format!("alpha must sum to 1, not {sum}"));
         }
-        if self.mu.iter().any(|m| !m.is_finite() || (family == Family::InvGauss && *m <= 0.0)) {
-            return Err(match family {
-                Family::InvGauss => "mu must be positive and finite".into(),
-                Family::Normal => "mu must be finite".into(),
-            });
-        }
-        if family == Family::InvGauss && self.mu.iter().any(|m| !(IG_MIN..=IG_MAX).contains(m)) {
-            return Err(format!("mu must lie between {} and {} (the E-step squares it)", num(IG_MIN), num(IG_MAX)));
-        }
-        if self.scale.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
-            return Err(format!("{} must be positive and finite", family.scale_name()));
+        for j in 0..components {
+            family.check_component(self.mu[j], self.scale.get(j).copied().unwrap_or(f64::NAN))?;
         }
         Ok(())
     }

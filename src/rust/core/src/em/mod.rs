@@ -13,6 +13,7 @@ mod budget;
 mod config;
 pub mod cpu;
 mod data;
+mod density;
 mod family;
 mod fit;
 pub mod gpu;
@@ -24,8 +25,9 @@ mod starts;
 pub use budget::{check_memory, memory_needed, MemoryEstimate};
 pub use config::{CheckedEmConfig, EmConfig, StartMethod, Starts};
 pub use select::{select_many, Criterion, Selection};
+pub use density::{component_log_densities, mixture_log_density, posterior_at};
 pub use data::{check_range, min_observations, unfittable_reason, validate, validate_all, Prepared};
-pub use family::{Family, MStepFailure, Natural, IG_MAX, IG_MIN, NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
+pub use family::{Family, FamilyInfo, MStepFailure, Natural, IG_MAX, IG_MIN, NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
 pub use fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
 pub use starts::{initial_values, kmeanspp_start, random_start};
 

@@ -12,11 +12,11 @@ use crate::tolerances::START_TIE_REL;
 use super::config::CheckedEmConfig;
 use super::cpu;
 use super::data::Prepared;
-use super::family::Family;
 use super::fit::MixFit;
 
 /// An information criterion; smaller is better (as R's `AIC()` and `BIC()`).
-/// With df = 3M - 1 free parameters and n observations:
+/// With df free parameters (3M - 1, or 2M - 1 for one-parameter families)
+/// and n observations:
 /// AIC = -2 logL + 2 df, BIC = -2 logL + df log n, and ICL = BIC -
 /// 2 sum_i log max_j z_ij (Biernacki, Celeux & Govaert 2000, with the
 /// classification of mclust: z the posterior at the fitted parameters).
@@ -37,11 +37,12 @@ impl Criterion {
         }
     }
 
-    /// The criterion of a fit of `components` components with
-    /// log-likelihood `loglik` on `n` observations, whose posterior gives
-    /// `classification` = sum_i log max_j z_ij (used by ICL only).
-    pub fn value(self, loglik: f64, components: usize, n: usize, classification: f64) -> f64 {
-        let df = Family::parameters(components) as f64;
+    /// The criterion of a fit with `df` free parameters
+    /// (`Family::parameters`) and log-likelihood `loglik` on `n`
+    /// observations, whose posterior gives `classification` = sum_i log
+    /// max_j z_ij (used by ICL only).
+    pub fn value(self, loglik: f64, df: usize, n: usize, classification: f64) -> f64 {
+        let df = df as f64;
         let n = n as f64;
         match self {
             Criterion::Aic => -2.0 * loglik + 2.0 * df,
@@ -105,7 +106,7 @@ pub fn select_many(data: &[&[f64]], config: &CheckedEmConfig, components: &[usiz
                             return f64::NAN;
                         }
                         let classification = prep.as_ref().map_or(0.0, |p| cpu::classification_loglik(family, p, &fit.params));
-                        criterion.value(fit.loglik, m, fit.n, classification)
+                        criterion.value(fit.loglik, family.parameters(m), fit.n, classification)
                     })
                     .collect();
                 Ok((best_candidate(&values).unwrap_or(0), values))
@@ -176,9 +177,9 @@ mod tests {
     #[test]
     fn criteria_follow_their_formulas_and_ties_go_to_fewer_components() {
         // logL = -100, M = 2 (df 5), n = 50.
-        assert_eq!(Criterion::Aic.value(-100.0, 2, 50, 0.0), 210.0);
-        assert!((Criterion::Bic.value(-100.0, 2, 50, 0.0) - (200.0 + 5.0 * 50f64.ln())).abs() < 1e-12);
-        assert!((Criterion::Icl.value(-100.0, 2, 50, -3.0) - (206.0 + 5.0 * 50f64.ln())).abs() < 1e-12);
+        assert_eq!(Criterion::Aic.value(-100.0, 5, 50, 0.0), 210.0);
+        assert!((Criterion::Bic.value(-100.0, 5, 50, 0.0) - (200.0 + 5.0 * 50f64.ln())).abs() < 1e-12);
+        assert!((Criterion::Icl.value(-100.0, 5, 50, -3.0) - (206.0 + 5.0 * 50f64.ln())).abs() < 1e-12);
         assert_eq!(best_candidate(&[3.0, 1.0, 2.0]), Some(1));
         assert_eq!(best_candidate(&[f64::NAN, 5.0, 5.0 * (1.0 + 1e-12)]), Some(1));
         assert_eq!(best_candidate(&[5.0 * (1.0 + 1e-12), 5.0]), Some(0));

@@ -4,7 +4,6 @@
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-use rand_distr::{Distribution, InverseGaussian, Normal};
 
 use super::family::Family;
 use super::fit::MixParams;
@@ -17,10 +16,7 @@ pub fn mixture(family: Family, p: &MixParams, n: usize, seed: u64) -> Vec<f64> {
         .map(|_| {
             let r: f64 = rng.random::<f64>() * cumulative[cumulative.len() - 1];
             let j = cumulative.iter().position(|&c| r < c).unwrap_or(cumulative.len() - 1);
-            match family {
-                Family::InvGauss => InverseGaussian::new(p.mu[j], p.scale[j]).ok().map(|d| d.sample(&mut rng)),
-                Family::Normal => Normal::new(p.mu[j], p.scale[j]).ok().map(|d| d.sample(&mut rng)),
-            }
+            family.sample(p.mu[j], p.scale[j], &mut rng)
             // Invalid parameters are the caller's bug; NaN makes validation say so.
             .unwrap_or(f64::NAN)
         })

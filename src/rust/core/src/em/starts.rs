@@ -72,16 +72,13 @@ pub fn kmeanspp_start(family: Family, x: &[f64], components: usize, rng: &mut Ke
     } else {
         (0..SEED_SAMPLE).map(|_| x[rng.below(x.len() as u64) as usize]).collect()
     };
-    let t: Vec<f64> = match family {
-        Family::InvGauss => sample.iter().map(|v| v.ln()).collect(),
-        Family::Normal => sample.clone(),
-    };
+    let t: Vec<f64> = sample.iter().map(|&v| family.seed_coordinate(v)).collect();
     let m = sample.len();
-    let (_, scale) = family
+    let whole = family
         .ml_estimate(&sample)
         .ok_or_else(|| "no valid k-means++ start: the observations give no valid scale (all tied?)".to_string())?;
     let mut d2 = vec![f64::INFINITY; m];
-    let mut mu = Vec::with_capacity(components);
+    let (mut first, mut second) = (Vec::with_capacity(components), Vec::with_capacity(components));
     for j in 0..components {
         let c = if j == 0 {
             rng.below(m as u64) as usize
@@ -103,11 +100,13 @@ pub fn kmeanspp_start(family: Family, x: &[f64], components: usize, rng: &mut Ke
             }
             pick
         };
-        mu.push(sample[c]);
+        let (p1, p2) = family.seeded(sample[c], whole);
+        first.push(p1);
+        second.push(p2);
         let tc = t[c];
         d2.iter_mut().zip(&t).for_each(|(d, &ti)| *d = d.min((ti - tc) * (ti - tc)));
     }
-    let p = MixParams { alpha: vec![1.0 / components as f64; components], mu, scale: vec![scale; components] };
+    let p = MixParams { alpha: vec![1.0 / components as f64; components], mu: first, scale: second };
     p.check_start(family, components).map_err(|why| format!("no valid k-means++ start ({why})"))?;
     Ok(p)
 }

@@ -18,6 +18,11 @@ pub const KERNELS: &[(&str, &str)] = &[
 /// `<name>.cu` and `common.cuh`, where present, replace the built-in copies
 /// (so variants can be compared in one run without rebuilding).
 pub fn kernel_source(name: &str) -> Option<String> {
+    kernel_source_with(name, "")
+}
+
+/// [`kernel_source`] with `prelude` between the shared helpers and the file.
+pub fn kernel_source_with(name: &str, prelude: &str) -> Option<String> {
     use crate::em::simd::{EXP_MIN_ARG, EXP_Q, LN2_HI, LN2_LO, SHIFTER};
     use crate::tolerances::{COLLAPSE_REL, MIN_COMPONENT_WEIGHT, SLICE_MAX_SHRINKS};
     let exp_q = EXP_Q.iter().map(|c| format!("{c:e}")).collect::<Vec<_>>().join(", ");
@@ -34,5 +39,5 @@ pub fn kernel_source(name: &str) -> Option<String> {
         None => fallback.to_string(),
     };
     let (common, src) = (read("common.cuh".into(), COMMON), read(format!("{name}.cu"), builtin));
-    Some(format!("{constants}{common}\n{src}"))
+    Some(format!("{constants}{common}\n{prelude}\n{src}"))
 }

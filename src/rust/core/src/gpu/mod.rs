@@ -13,7 +13,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
 use crate::error::{Error, Result};
 
-pub use kernels::{kernel_source, KERNELS};
+pub use kernels::{kernel_source, kernel_source_with, KERNELS};
 
 /// What was found of one CUDA device.
 #[derive(Debug, Clone, PartialEq)]
@@ -237,13 +237,21 @@ impl Device {
     /// Function `name` of kernel file `file` compiled with `defines`,
     /// compiled once per device and cached.
     pub fn function(&self, file: &str, defines: &[(&str, i64)], name: &str) -> Result<CudaFunction> {
-        let key = format!("{file}{defines:?}");
+        self.function_with(file, None, defines, name)
+    }
+
+    /// As [`Device::function`], with `prelude` = (key, source) inserted
+    /// before the kernel file (e.g. a mixture family's block); the key
+    /// names it in the cache.
+    pub fn function_with(&self, file: &str, prelude: Option<(&str, &str)>, defines: &[(&str, i64)], name: &str) -> Result<CudaFunction> {
+        let key = format!("{file}{defines:?}{}", prelude.map_or("", |p| p.0));
         let module = {
             let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
             match modules.get(&key) {
                 Some(m) => m.clone(),
                 None => {
-                    let src = kernel_source(file).ok_or_else(|| Error::BackendUnavailable(format!("no kernel file {file}")))?;
+                    let src = kernel_source_with(file, prelude.map_or("", |p| p.1))
+                        .ok_or_else(|| Error::BackendUnavailable(format!("no kernel file {file}")))?;
                     let ptx = compile(&src, self.arch, defines).map_err(Error::BackendUnavailable)?;
                     let m = self.ctx.load_module(ptx).map_err(|e| self.err("loading kernels", e))?;
                     modules.insert(key, m.clone());

@@ -253,7 +253,7 @@ pub fn main(suite: bool, args: &[String]) -> Result<(), String> {
         }
     );
     let t0 = Instant::now();
-    let data = crate::simulate_all(o.datasets, o.n);
+    let data = crate::simulate_all(Family::InvGauss, o.datasets, o.n)?;
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
     println!("simulated {} x {} (demo IG mixture) in {:.2} s", o.datasets, o.n, t0.elapsed().as_secs_f64());
     for &epsilon in &o.epsilons {

@@ -54,13 +54,14 @@ const RESIDENT_SHARE: f64 = 0.25;
 /// Blocks of em_warp per multiprocessor that fill the device.
 const BLOCKS_PER_SM: usize = 4;
 
-// Status codes written by the kernels (kernels/em.cu).
+// Status codes written by the kernels (emitted into kernels/em.cu by em_prelude).
 const ST_RUNNING: i32 = 0;
 const ST_CONVERGED: i32 = 1;
 const ST_MAX_ITERS: i32 = 2;
 const ST_BAD_START: i32 = 10;
 const ST_EMPTY: i32 = 11;
 const ST_COLLAPSED: i32 = 12;
+const ST_NONFINITE: i32 = 13;
 
 /// Starts per dataset up to which every start's trace is recorded in the
 /// main launch; with more, only the kept start is run again to record it
@@ -132,7 +133,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(configs.len());
     for (k, config) in configs.iter().enumerate() {
         let m = config.components;
-        let unfittable: Vec<Option<String>> = data.par_iter().map(|x| unfittable_reason(x, m)).collect();
+        let unfittable: Vec<Option<String>> = data.par_iter().map(|x| unfittable_reason(config.family, x, m)).collect();
         // Every pair is held on the host (estimated by em::memory_needed);
         // reserve them fallibly.
         let fits_small = |i: usize| unfittable[i].is_none() && data[i].len() <= small_max;
@@ -331,11 +332,37 @@ enum Kernel {
 }
 
 
-fn em_function(dev: &Device, config: &CheckedEmConfig, name: &str) -> Result<CudaFunction> {
-    let family = match config.family {
-        Family::InvGauss => 0,
-        Family::Normal => 1,
-    };
-    dev.function("em", &[("EM_M", config.components as i64), ("EM_FAMILY", family)], name)
+/// The entry points of kernels/em.cu.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum EmEntry {
+    Warp,
+    Partial,
+    Update,
 }
 
+impl EmEntry {
+    fn name(self) -> &'static str {
+        match self {
+            EmEntry::Warp => "em_warp",
+            EmEntry::Partial => "em_partial",
+            EmEntry::Update => "em_update",
+        }
+    }
+}
+
+/// What the core writes before kernels/em.cu: the status codes and launch
+/// sizes the host also uses, then the family's CUDA block.
+pub fn em_prelude(family: Family) -> String {
+    format!(
+        "#define ST_RUNNING {ST_RUNNING}\n#define ST_CONVERGED {ST_CONVERGED}\n#define ST_MAX_ITERS {ST_MAX_ITERS}\n\
+         #define ST_BAD_START {ST_BAD_START}\n#define ST_EMPTY {ST_EMPTY}\n#define ST_COLLAPSED {ST_COLLAPSED}\n\
+         #define ST_NONFINITE {ST_NONFINITE}\n#define EM_WARPS {WARPS_PER_BLOCK}\n#define TWO_PI {:e}\n{}",
+        std::f64::consts::TAU,
+        family.cuda_source()
+    )
+}
+
+fn em_function(dev: &Device, config: &CheckedEmConfig, entry: EmEntry) -> Result<CudaFunction> {
+    let prelude = em_prelude(config.family);
+    dev.function_with("em", Some((config.family.name(), &prelude)), &[("EM_M", config.components as i64)], entry.name())
+}

@@ -1,0 +1,149 @@
+//! Gamma components: `shape`, `rate`. With g = exp(centre) the data's
+//! geometric mean, u = x / g, v = log x - centre and k(x) = -log x:
+//! log f = shape log rate - lgamma(shape) + shape (v + centre) - rate g u + k.
+//! The M-step's shape solves log a - digamma(a) = log(mean u) - mean v,
+//! whose two terms are both near 0 for tight data, so the difference keeps
+//! its digits.
+
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Gamma as GammaDist};
+
+use super::special::{lgamma, solve_gamma_shape};
+use super::{mean_log, positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
+use crate::em::data::num;
+use crate::error::{Error, Result};
+use crate::tolerances::COLLAPSE_REL;
+
+pub(super) struct Gamma;
+
+static INFO: FamilyInfo = FamilyInfo {
+    name: "gamma",
+    label: "gamma",
+    first: "shape",
+    second: Some("rate"),
+    collapse: "a component collapsed onto a single value (its shape became infinite)",
+    discrete: false,
+};
+
+impl FamilyDef for Gamma {
+    fn info(&self) -> &'static FamilyInfo {
+        &INFO
+    }
+
+    fn observation_problem(&self, x: f64) -> Option<&'static str> {
+        (x <= 0.0).then_some("gamma data must be strictly positive")
+    }
+
+    /// sum(w x / g) must be finite: x / g is at most n for data of n values.
+    fn check_range(&self, x: &[f64], dataset: usize) -> Result<()> {
+        let g = mean_log(x).exp();
+        let total: f64 = x.iter().map(|v| v / g).sum();
+        if total.is_finite() && g.is_finite() && g > 0.0 {
+            return Ok(());
+        }
+        Err(Error::arg(
+            "datasets",
+            format!(
+                "must have a geometric mean that double precision holds for the gamma EM: dataset {dataset} \
+                 (values up to {}) does not. Rescale the data (the rates scale with it).",
+                num(x.iter().fold(0.0f64, |m, v| m.max(*v)))
+            ),
+        ))
+    }
+
+    fn centre(&self, x: &[f64]) -> f64 {
+        mean_log(x)
+    }
+
+    fn features(&self, x: f64, centre: f64) -> (f64, f64) {
+        (x / centre.exp(), x.ln() - centre)
+    }
+
+    fn shared_term(&self, x: f64) -> f64 {
+        -x.ln()
+    }
+
+    fn natural(&self, shape: f64, rate: f64, centre: f64) -> Natural {
+        Natural { a: shape * rate.ln() - lgamma(shape) + shape * centre, b: -rate * centre.exp(), c: shape }
+    }
+
+    fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64) -> std::result::Result<(f64, f64), MStepFailure> {
+        let mean_u = su / sw;
+        let s = mean_u.ln() - sv / sw;
+        // s ~ cv^2 / 2: below COLLAPSE_REL the component sits on one value.
+        if !(s > COLLAPSE_REL && s.is_finite()) {
+            return Err(MStepFailure::Collapsed);
+        }
+        let shape = solve_gamma_shape(s);
+        let rate = shape / (mean_u * centre.exp());
+        if shape.is_finite() && shape > 0.0 && rate.is_finite() && rate > 0.0 {
+            Ok((shape, rate))
+        } else {
+            Err(MStepFailure::Collapsed)
+        }
+    }
+
+    fn log_density(&self, x: f64, shape: f64, rate: f64) -> f64 {
+        if x <= 0.0 {
+            return f64::NEG_INFINITY;
+        }
+        shape * rate.ln() - lgamma(shape) + (shape - 1.0) * x.ln() - rate * x
+    }
+
+    fn ml_estimate(&self, xs: &[f64]) -> Option<(f64, f64)> {
+        let centre = mean_log(xs);
+        let (mut su, mut sv) = (0.0, 0.0);
+        for &x in xs {
+            let (u, v) = self.features(x, centre);
+            su += u;
+            sv += v;
+        }
+        self.m_step(xs.len() as f64, su, sv, centre).ok()
+    }
+
+    fn seed_coordinate(&self, x: f64) -> f64 {
+        x.ln()
+    }
+
+    /// Mean at the seed with the whole sample's shape.
+    fn seeded(&self, seed: f64, whole: (f64, f64)) -> (f64, f64) {
+        (whole.0, whole.0 / seed)
+    }
+
+    fn check_component(&self, shape: f64, rate: f64) -> std::result::Result<(), String> {
+        positive("shape", shape)?;
+        positive("rate", rate)
+    }
+
+    fn sample(&self, shape: f64, rate: f64, rng: &mut ChaCha8Rng) -> Option<f64> {
+        GammaDist::new(shape, 1.0 / rate).ok().map(|d| d.sample(rng))
+    }
+
+    fn cuda(&self) -> &'static [&'static str] {
+        &[super::special::CUDA, CUDA]
+    }
+}
+
+const CUDA: &str = r#"
+// Gamma (src/em/family/gamma.rs): u = x / exp(centre), v = log x - centre, k = -log x.
+__device__ __forceinline__ void fam_features(double x, double centre, double& u, double& v) {
+    u = x / exp(centre);
+    v = log(x) - centre;
+}
+__device__ __forceinline__ double fam_shared_term(double x) { return -log(x); }
+__device__ __forceinline__ void fam_natural(double shape, double rate, double centre, double& a, double& b, double& c) {
+    a = shape * log(rate) - sp_lgamma(shape) + shape * centre;
+    b = -rate * exp(centre);
+    c = shape;
+}
+__device__ __forceinline__ int fam_m_step(double sw, double su, double sv, double centre, double& first, double& second) {
+    const double mean_u = su / sw;
+    const double s = log(mean_u) - sv / sw;
+    if (!(s > COLLAPSE_REL && isfinite(s))) return ST_COLLAPSED;
+    const double shape = sp_solve_gamma_shape(s);
+    const double rate = shape / (mean_u * exp(centre));
+    if (!(isfinite(shape) && shape > 0.0 && isfinite(rate) && rate > 0.0)) return ST_COLLAPSED;
+    first = shape; second = rate;
+    return ST_RUNNING;
+}
+"#;

@@ -1,0 +1,153 @@
+//! Inverse Gaussian components: mean `mu`, shape `lambda`.
+//! u = x, v = 1/x, k(x) = -1.5 log x.
+
+use std::f64::consts::PI;
+
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, InverseGaussian};
+
+use super::{positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
+use crate::em::data::{first_where, num};
+use crate::error::{Error, Result};
+use crate::tolerances::COLLAPSE_REL;
+
+/// Range of inverse Gaussian data (and means) the EM can represent: the
+/// E-step computes 2 mu^2 for means mu within the data's range, which must
+/// stay a finite normal double (see `check_range`).
+pub const IG_MIN: f64 = 1.4916681462400413e-154; // 2^-511
+pub const IG_MAX: f64 = 6.703903964971299e153; // 2^511
+
+pub(super) struct InvGauss;
+
+static INFO: FamilyInfo = FamilyInfo {
+    name: "invgauss",
+    label: "inverse Gaussian",
+    first: "mu",
+    second: Some("lambda"),
+    collapse: "a component collapsed (its shape became infinite or invalid)",
+    discrete: false,
+};
+
+impl FamilyDef for InvGauss {
+    fn info(&self) -> &'static FamilyInfo {
+        &INFO
+    }
+
+    fn observation_problem(&self, x: f64) -> Option<&'static str> {
+        (x <= 0.0).then_some("inverse Gaussian data must be strictly positive")
+    }
+
+    /// The E-step evaluates b = -lambda / (2 mu^2) for every component, and
+    /// mu is a weighted mean of the data, so 2 x^2 must be a finite normal
+    /// number for every x: x in [IG_MIN, IG_MAX] = [2^-511, 2^511]. Within
+    /// that range the statistics sum(w x) and sum(w / x) are below n 2^511
+    /// (finite for any n), lambda lies between min(x) and 1e10 max(x) (the
+    /// collapse rule bounds lambda / mu by 1 / COLLAPSE_REL), and b, c =
+    /// -lambda / 2 and a are finite.
+    fn check_range(&self, x: &[f64], dataset: usize) -> Result<()> {
+        let Some(i) = first_where(x, |v| !(IG_MIN..=IG_MAX).contains(&v)) else { return Ok(()) };
+        let (v, which) = (x[i], if x[i] > IG_MAX { "overflows" } else { "underflows" });
+        Err(Error::arg(
+            "datasets",
+            format!(
+                "must lie between {} and {} for the inverse Gaussian EM, which squares the component means: \
+                 dataset {dataset} has {} at position {}, whose square {which} double precision. \
+                 Rescale the data (mu and lambda scale with it).",
+                num(IG_MIN),
+                num(IG_MAX),
+                num(v),
+                i + 1
+            ),
+        ))
+    }
+
+    fn features(&self, x: f64, _centre: f64) -> (f64, f64) {
+        (x, 1.0 / x)
+    }
+
+    fn shared_term(&self, x: f64) -> f64 {
+        -1.5 * x.ln()
+    }
+
+    fn natural(&self, mu: f64, lambda: f64, _centre: f64) -> Natural {
+        Natural { a: 0.5 * (lambda / (2.0 * PI)).ln() + lambda / mu, b: -lambda / (2.0 * mu * mu), c: -lambda / 2.0 }
+    }
+
+    fn m_step(&self, sw: f64, su: f64, sv: f64, _centre: f64) -> std::result::Result<(f64, f64), MStepFailure> {
+        let mu = su / sw;
+        // The shape update uses the new mu.
+        let spread = sv - sw / mu;
+        let lambda = sw / spread;
+        if mu > 0.0 && mu.is_finite() && spread > COLLAPSE_REL * sv && lambda.is_finite() {
+            Ok((mu, lambda))
+        } else {
+            Err(MStepFailure::Collapsed)
+        }
+    }
+
+    fn log_density(&self, x: f64, mu: f64, lambda: f64) -> f64 {
+        if x <= 0.0 {
+            return f64::NEG_INFINITY;
+        }
+        // In logs and with the square split, so that neither x^3 nor (x - mu)^2
+        // leaves double precision for x far in the tails (1e-300, 1e300).
+        let d = x - mu;
+        0.5 * (lambda.ln() - (2.0 * PI).ln() - 3.0 * x.ln()) - lambda * (d / (2.0 * mu * mu)) * (d / x)
+    }
+
+    fn ml_estimate(&self, xs: &[f64]) -> Option<(f64, f64)> {
+        let n = xs.len() as f64;
+        let mu = xs.iter().sum::<f64>() / n;
+        let lambda = n / xs.iter().map(|x| 1.0 / x - 1.0 / mu).sum::<f64>();
+        (mu > 0.0 && mu.is_finite() && lambda > 0.0 && lambda.is_finite()).then_some((mu, lambda))
+    }
+
+    /// Inverse Gaussian components differ by factors.
+    fn seed_coordinate(&self, x: f64) -> f64 {
+        x.ln()
+    }
+
+    fn seeded(&self, seed: f64, whole: (f64, f64)) -> (f64, f64) {
+        (seed, whole.1)
+    }
+
+    fn check_component(&self, mu: f64, lambda: f64) -> std::result::Result<(), String> {
+        positive("mu", mu)?;
+        if !(IG_MIN..=IG_MAX).contains(&mu) {
+            return Err(format!("mu must lie between {} and {} (the E-step squares it)", num(IG_MIN), num(IG_MAX)));
+        }
+        positive("lambda", lambda)
+    }
+
+    fn sample(&self, mu: f64, lambda: f64, rng: &mut ChaCha8Rng) -> Option<f64> {
+        InverseGaussian::new(mu, lambda).ok().map(|d| d.sample(rng))
+    }
+
+    fn cuda(&self) -> &'static [&'static str] {
+        &[CUDA]
+    }
+}
+
+const CUDA: &str = r#"
+// Inverse Gaussian (src/em/family/invgauss.rs): u = x, v = 1/x, k = -1.5 log x.
+__device__ __forceinline__ void fam_features(double x, double centre, double& u, double& v) {
+    u = x;
+    // The fast reciprocal needs x well inside the normal range; it always is
+    // for data, but extreme values take the IEEE division.
+    v = (x > 1e-300 && x < 1e300) ? rcp_sum(x) : 1.0 / x;
+}
+__device__ __forceinline__ double fam_shared_term(double x) { return -1.5 * log(x); }
+__device__ __forceinline__ void fam_natural(double mu, double s, double centre, double& a, double& b, double& c) {
+    a = 0.5 * log(s / TWO_PI) + s / mu;
+    b = -s / (2.0 * mu * mu);
+    c = -s / 2.0;
+}
+__device__ __forceinline__ int fam_m_step(double sw, double su, double sv, double centre, double& first, double& second) {
+    const double mu = su / sw;
+    const double spread = sv - sw / mu;  // uses the new mu
+    const double lambda = sw / spread;
+    if (!(mu > 0.0 && isfinite(mu) && spread > COLLAPSE_REL * sv && isfinite(lambda))) return ST_COLLAPSED;
+    first = mu; second = lambda;
+    return ST_RUNNING;
+}
+"#;
