@@ -3,7 +3,8 @@
 // Compiled by NVRTC once per (device, family, EM_M) with -DEM_M=<components
 // 1..8>. The core prepends (src/gpu/kernels.rs, src/em/gpu/mod.rs): its
 // tolerances and the exp's constants, common.cuh, the status codes and
-// launch sizes (EM_WARPS), and the family's CUDA block, which defines
+// launch sizes (EM_WARPS), em_math.cuh (rcp_sum, exp_nonpos), and the
+// family's CUDA block, which defines
 //   fam_features(x, centre, u, v), fam_shared_term(x),
 //   fam_natural(first, second, centre, a, b, c), fam_m_step(sw, su, sv, centre, first, second)
 // next to the family's Rust definition (src/em/family/<family>.rs). Double

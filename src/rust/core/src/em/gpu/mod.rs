@@ -351,13 +351,15 @@ impl EmEntry {
 }
 
 /// What the core writes before kernels/em.cu: the status codes and launch
-/// sizes the host also uses, then the family's CUDA block.
+/// sizes the host also uses, the EM's arithmetic helpers
+/// (kernels/em_math.cuh), then the family's CUDA block.
 pub fn em_prelude(family: Family) -> String {
     format!(
         "#define ST_RUNNING {ST_RUNNING}\n#define ST_CONVERGED {ST_CONVERGED}\n#define ST_MAX_ITERS {ST_MAX_ITERS}\n\
          #define ST_BAD_START {ST_BAD_START}\n#define ST_EMPTY {ST_EMPTY}\n#define ST_COLLAPSED {ST_COLLAPSED}\n\
-         #define ST_NONFINITE {ST_NONFINITE}\n#define EM_WARPS {WARPS_PER_BLOCK}\n#define TWO_PI {:e}\n{}",
+         #define ST_NONFINITE {ST_NONFINITE}\n#define EM_WARPS {WARPS_PER_BLOCK}\n#define TWO_PI {:e}\n{}\n{}",
         std::f64::consts::TAU,
+        include_str!("../../../kernels/em_math.cuh"),
         family.cuda_source()
     )
 }
