@@ -139,7 +139,7 @@ check_mixture <- function(alpha, mu, lambda, call = parent.frame()) {
       ), call = call)
     }
   }
-  alpha / total
+  alpha / sum(alpha)
 }
 
 # Log-density of the inverse Gaussian for scalar mu and lambda: -Inf
@@ -380,7 +380,7 @@ check_family_mixture <- function(alpha, params, family, call) {
       ), call = call)
     }
   }
-  alpha / total
+  alpha / sum(alpha)
 }
 
 # Mixture weights: non-negative, finite, summing to 1.

@@ -7,6 +7,7 @@
 // family's CUDA block, which defines
 //   fam_features(x, centre, u, v), fam_shared_term(x),
 //   fam_natural(first, second, centre, a, b, c), fam_m_step(sw, su, sv, centre, first, second)
+// (first, second in-out: the current parameters in, the new ones out)
 // next to the family's Rust definition (src/em/family/<family>.rs). Double
 // precision throughout. The arithmetic mirrors the CPU backend (src/em/cpu.rs),
 // which is the reference: log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x).
@@ -32,7 +33,8 @@ __device__ int m_step(const double* S, int n, double centre, double* p) {
     for (int j = 0; j < EM_M; ++j) {
         const double sw = S[3 * j], su = S[3 * j + 1], sv = S[3 * j + 2];
         if (!(sw > MIN_COMPONENT_WEIGHT)) return ST_EMPTY;
-        double first, second;
+        // In: the current parameters (an iterative M-step starts there); out: the new ones.
+        double first = p[EM_M + j], second = p[2 * EM_M + j];
         const int status = fam_m_step(sw, su, sv, centre, first, second);
         if (status != ST_RUNNING) return status;
         p[j] = sw / (double)n; p[EM_M + j] = first; p[2 * EM_M + j] = second;

@@ -31,9 +31,10 @@ fn datasets(family: Family, m: usize, sizes: &[usize], seed: u64) -> Vec<Vec<f64
 /// How two fits of one dataset relate.
 enum Agreement {
     Same,
-    /// Both converged from the same start, one iteration apart, with the same
-    /// trajectory: the last change of the log-likelihood fell within rounding
-    /// of epsilon, so the stopping rule, not the arithmetic, differed.
+    /// Both converged from the same start, at most 3 iterations apart, with
+    /// the same trajectory: the changes of the log-likelihood fell within
+    /// rounding of epsilon (on a flat likelihood, for several iterations), so
+    /// the stopping rule, not the arithmetic, differed.
     StoppedAtEpsilon,
 }
 
@@ -45,7 +46,7 @@ fn compare(family: Family, cpu: &MixFit, gpu: &MixFit) -> Result<Agreement, Stri
             return Err(format!("the kept trace ends at {last}, not at the log-likelihood {}", gpu.loglik));
         }
     }
-    let one_apart = cpu.iterations.abs_diff(gpu.iterations) == 1;
+    let one_apart = (1..=3).contains(&cpu.iterations.abs_diff(gpu.iterations));
     if cpu.status == FitStatus::Converged && gpu.status == FitStatus::Converged && cpu.best_start == gpu.best_start && one_apart {
         let common = cpu.trace.len().min(gpu.trace.len());
         return match (0..common).find(|&i| rel(gpu.trace[i], cpu.trace[i]) > GPU_CPU_LOGLIK_REL) {
@@ -61,7 +62,10 @@ fn compare(family: Family, cpu: &MixFit, gpu: &MixFit) -> Result<Agreement, Stri
     }
     let bits = |p: &MixParams| p.alpha.iter().chain(&p.mu).chain(&p.scale).map(|v| v.to_bits()).collect::<Vec<_>>();
     if bits(&cpu.init) != bits(&gpu.init) {
-        return Err("different starting values".into());
+        return Err(format!(
+            "different starting values: cpu {:?} gpu {:?} (status {:?}, {:?} / {:?})",
+            cpu.init, gpu.init, cpu.status, cpu.message, gpu.message
+        ));
     }
     if cpu.status == FitStatus::Failed {
         return if cpu.message == gpu.message { Ok(Agreement::Same) } else { Err(format!("messages {:?} vs {:?}", cpu.message, gpu.message)) };
@@ -111,7 +115,8 @@ fn compare(family: Family, cpu: &MixFit, gpu: &MixFit) -> Result<Agreement, Stri
     Ok(Agreement::Same)
 }
 
-fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) {
+/// Every disagreement of one configuration (printed; empty when none).
+fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) -> Vec<String> {
     let config = config.keep_trace(true).check().unwrap();
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
     let cpu = fit_many(&refs, &config, &Exec::cpu()).unwrap();
@@ -127,13 +132,23 @@ fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) {
         }
     }
     let ok = cpu.iter().filter(|f| f.success()).count();
-    println!("{label}: {} datasets, {ok} fitted, {} disagreements, {at_epsilon} stopped one iteration apart at epsilon", cpu.len(), bad.len());
-    assert!(bad.is_empty(), "{label}: {}", bad.join("\n"));
-    // Stopping one iteration apart needs the last change of the
-    // log-likelihood within rounding of epsilon (rounding of a sum of 10^4
-    // terms is ~1e-10 absolute): uncommon, and the trajectories were checked
-    // equal up to the stop.
-    assert!(at_epsilon * 10 <= cpu.len().max(10), "{label}: {at_epsilon} datasets stopped one iteration apart");
+    println!("{label}: {} datasets, {ok} fitted, {} disagreements, {at_epsilon} stopped a few iterations apart at epsilon", cpu.len(), bad.len());
+    let mut problems: Vec<String> = bad.into_iter().map(|b| format!("{label}: {b}")).collect();
+    // Stopping apart needs the changes of the log-likelihood within rounding
+    // of epsilon (rounding of a sum of 10^4 terms is ~1e-10 absolute):
+    // uncommon, and the trajectories were checked equal up to the stop.
+    if at_epsilon * 10 > cpu.len().max(10) {
+        problems.push(format!("{label}: {at_epsilon} datasets stopped apart at epsilon"));
+    }
+    for p in &problems {
+        println!("DISAGREEMENT {p}");
+    }
+    problems
+}
+
+/// Fails with every disagreement collected over the cases.
+fn assert_agree(problems: Vec<String>) {
+    assert!(problems.is_empty(), "{} disagreements:\n{}", problems.len(), problems.join("\n"));
 }
 
 #[test]
@@ -142,15 +157,17 @@ fn gpu_matches_cpu_fixed_iterations() {
     // n from 3 to beyond the shared-memory limit (grid path), with
     // unfittable datasets mixed in.
     let sizes = [3usize, 5, 8, 40, 200, 2000, 2001, 5999, 6001, 20_000];
+    let mut problems = Vec::new();
     for family in Family::ALL {
         for m in 1..=4 {
             let mut data = datasets(family, m, &sizes, 10 * m as u64);
-            data.push(vec![3.0; 100]);  // constant: unfittable (and a count, valid for every family)
+            data.push(vec![3.0; 100]); // constant: unfittable (and a count, valid for every family)
             data.push(vec![1.0, 2.0]);
             let config = EmConfig::new(family, m).random_inits(5).seed(3).max_iters(25).epsilon(0.0);
-            check_all(&format!("{family:?} M={m} fixed"), &data, config);
+            problems.extend(check_all(&format!("{family:?} M={m} fixed"), &data, config));
         }
     }
+    assert_agree(problems);
 }
 
 #[test]
@@ -159,6 +176,7 @@ fn gpu_chooses_the_same_number_of_components_and_parameters_as_cpu() {
     // One launch plan over M = 1..5, both kernel paths (n up to 8,000),
     // every criterion.
     let sizes: Vec<usize> = (0..40).map(|i| 150 + 200 * i).collect();
+    let mut problems = Vec::new();
     for family in Family::ALL {
         let data = datasets(family, 3, &sizes, 40);
         let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
@@ -185,22 +203,25 @@ fn gpu_chooses_the_same_number_of_components_and_parameters_as_cpu() {
             }
             let threes = cpu.chosen.iter().filter(|&&k| k == 2).count();
             println!("{family:?} {criterion:?}: M = 3 chosen for {threes} of {}; {} disagreements", data.len(), bad.len());
-            assert!(bad.is_empty(), "{family:?} {criterion:?}: {}", bad.join("\n"));
+            problems.extend(bad.into_iter().map(|b| format!("{family:?} {criterion:?}: {b}")));
         }
     }
+    assert_agree(problems);
 }
 
 #[test]
 fn gpu_matches_cpu_converged() {
     if !gpu_or_skip() { return; }
     let sizes: Vec<usize> = (0..60).map(|i| 100 + 173 * i).collect();
+    let mut problems = Vec::new();
     for family in Family::ALL {
         for m in 1..=4 {
             let data = datasets(family, m, &sizes, 100 + m as u64);
             let config = EmConfig::new(family, m).random_inits(4).seed(7).max_iters(500).epsilon(1e-8);
-            check_all(&format!("{family:?} M={m} converged"), &data, config);
+            problems.extend(check_all(&format!("{family:?} M={m} converged"), &data, config));
         }
     }
+    assert_agree(problems);
 }
 
 #[test]
@@ -208,7 +229,7 @@ fn gpu_fits_ten_million_observations() {
     if !gpu_or_skip() { return; }
     let data = datasets(Family::InvGauss, 2, &[10_000_000], 5);
     let config = EmConfig::new(Family::InvGauss, 2).random_inits(1).seed(1).max_iters(20).epsilon(0.0);
-    check_all("InvGauss M=2 n=1e7", &data, config);
+    assert_agree(check_all("InvGauss M=2 n=1e7", &data, config));
 }
 
 #[test]
@@ -221,10 +242,12 @@ fn gpu_failures_match_cpu() {
         x
     }).collect();
     data.push(vec![]);
+    let mut problems = Vec::new();
     for family in Family::ALL {
         let config = EmConfig::new(family, 3).random_inits(6).seed(11).max_iters(200).epsilon(1e-10);
-        check_all(&format!("{family:?} degenerate"), &data, config);
+        problems.extend(check_all(&format!("{family:?} degenerate"), &data, config));
     }
+    assert_agree(problems);
 }
 
 #[test]
@@ -233,7 +256,7 @@ fn gpu_inits_and_posterior() {
     let data = datasets(Family::Normal, 2, &[500, 800], 9);
     let init = MixParams { alpha: vec![0.5, 0.5], mu: vec![-1.0, 5.0], scale: vec![1.0, 1.0] };
     let config = EmConfig::new(Family::Normal, 2).inits(vec![init]).max_iters(300).epsilon(1e-10).keep_posterior(true);
-    check_all("Normal inits", &data, config.clone());
+    assert_agree(check_all("Normal inits", &data, config.clone()));
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
     let g = fit_many(&refs, &config.check().unwrap(), &cuda()).unwrap();
     assert_eq!(g[0].posterior.as_ref().map(|p| p.len()), Some(1000));

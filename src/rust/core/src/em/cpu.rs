@@ -170,7 +170,7 @@ pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &Chec
             return StartFit::failed(m, init, iter - 1, INTERRUPTED.into());
         }
         for (j, s) in sums.iter().enumerate() {
-            match family.m_step(s[0], s[1], s[2], prep.n, prep.centre) {
+            match family.m_step(s[0], s[1], s[2], prep.n, prep.centre, (params.mu[j], params.scale[j])) {
                 Ok((a, mu, sc)) => {
                     params.alpha[j] = a;
                     params.mu[j] = mu;

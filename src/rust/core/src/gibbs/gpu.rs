@@ -15,7 +15,7 @@ use super::sweep::{Sweeper, SPLIT_GROUP_ROWS};
 use super::{BlockPlan, Family, HbData, HbglmConfig, HbglmFit, Layout, ScalePrior, SweepStats};
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec};
-use crate::gpu::{self, Device};
+use crate::gpu::{self, Device, Kernel};
 use crate::memory;
 use crate::tolerances::{SLICE_ADAPT_FACTOR, SLICE_ADAPT_WINDOW, SLICE_MAX_STEPS};
 
@@ -200,9 +200,9 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     let (chains, kept, np) = (config.chains, config.kept(), layout.n_params());
     let ncoord = g * k + p + k + 1;
     let defines = [("HB_FAMILY", family_code(config.family))];
-    let f_tiles = dev.function("gibbs", &defines, "hb_beta_tiles")?;
-    let f_block = dev.function("gibbs", &defines, "hb_beta_block")?;
-    let f_global = dev.function("gibbs", &defines, "hb_global")?;
+    let f_tiles = dev.function(Kernel::HbBetaTiles, &defines)?;
+    let f_block = dev.function(Kernel::HbBetaBlock, &defines)?;
+    let f_global = dev.function(Kernel::HbGlobal, &defines)?;
     let s = &dev.stream;
     let e = |what: &'static str| move |err| dev.err(what, err);
 

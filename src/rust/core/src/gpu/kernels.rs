@@ -41,3 +41,102 @@ pub fn kernel_source_with(name: &str, prelude: &str) -> Option<String> {
     let (common, src) = (read("common.cuh".into(), COMMON), read(format!("{name}.cu"), builtin));
     Some(format!("{constants}{common}\n{prelude}\n{src}"))
 }
+
+/// Every kernel entry point, with the file that defines it: launchers name
+/// kernels by this, and `kernels_compile` checks each is in its file's PTX.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    EmWarp,
+    EmPartial,
+    EmUpdate,
+    TreePairwise,
+    TreeDiv2,
+    TreeSmallPairwise,
+    TreeSmallDiv2,
+    PlainNaive,
+    PlainKahan,
+    ExactSum,
+    ExactBins,
+    HbBetaTiles,
+    HbBetaBlock,
+    HbGlobal,
+    HmmForward,
+    HmmForwardWarp,
+    HmmBackward,
+    HmmBackwardWarp,
+    HmmViterbi,
+    HmmViterbiWarp,
+    HmmViterbiTiled,
+    HmmReduce,
+    HmmForwardBatched,
+    HmmBackwardBatched,
+    HmmCountEmissions,
+    HmmXiGemm,
+    HmmMStep,
+}
+
+impl Kernel {
+    pub const ALL: [Kernel; 27] = [
+        Kernel::EmWarp,
+        Kernel::EmPartial,
+        Kernel::EmUpdate,
+        Kernel::TreePairwise,
+        Kernel::TreeDiv2,
+        Kernel::TreeSmallPairwise,
+        Kernel::TreeSmallDiv2,
+        Kernel::PlainNaive,
+        Kernel::PlainKahan,
+        Kernel::ExactSum,
+        Kernel::ExactBins,
+        Kernel::HbBetaTiles,
+        Kernel::HbBetaBlock,
+        Kernel::HbGlobal,
+        Kernel::HmmForward,
+        Kernel::HmmForwardWarp,
+        Kernel::HmmBackward,
+        Kernel::HmmBackwardWarp,
+        Kernel::HmmViterbi,
+        Kernel::HmmViterbiWarp,
+        Kernel::HmmViterbiTiled,
+        Kernel::HmmReduce,
+        Kernel::HmmForwardBatched,
+        Kernel::HmmBackwardBatched,
+        Kernel::HmmCountEmissions,
+        Kernel::HmmXiGemm,
+        Kernel::HmmMStep,
+    ];
+
+    /// (kernel file, entry point).
+    pub fn location(self) -> (&'static str, &'static str) {
+        use Kernel::*;
+        match self {
+            EmWarp => ("em", "em_warp"),
+            EmPartial => ("em", "em_partial"),
+            EmUpdate => ("em", "em_update"),
+            TreePairwise => ("reduce", "tree_pairwise"),
+            TreeDiv2 => ("reduce", "tree_div2"),
+            TreeSmallPairwise => ("reduce", "tree_small_pairwise"),
+            TreeSmallDiv2 => ("reduce", "tree_small_div2"),
+            PlainNaive => ("reduce", "plain_naive"),
+            PlainKahan => ("reduce", "plain_kahan"),
+            ExactSum => ("reduce", "exact_sum"),
+            ExactBins => ("reduce", "exact_bins"),
+            HbBetaTiles => ("gibbs", "hb_beta_tiles"),
+            HbBetaBlock => ("gibbs", "hb_beta_block"),
+            HbGlobal => ("gibbs", "hb_global"),
+            HmmForward => ("hmm", "hmm_forward"),
+            HmmForwardWarp => ("hmm", "hmm_forward_warp"),
+            HmmBackward => ("hmm", "hmm_backward"),
+            HmmBackwardWarp => ("hmm", "hmm_backward_warp"),
+            HmmViterbi => ("hmm", "hmm_viterbi"),
+            HmmViterbiWarp => ("hmm", "hmm_viterbi_warp"),
+            HmmViterbiTiled => ("hmm", "hmm_viterbi_tiled"),
+            HmmReduce => ("hmm", "hmm_reduce"),
+            HmmForwardBatched => ("hmm_batched", "hmm_forward_batched"),
+            HmmBackwardBatched => ("hmm_batched", "hmm_backward_batched"),
+            HmmCountEmissions => ("hmm_batched", "hmm_count_emissions"),
+            HmmXiGemm => ("hmm_batched", "hmm_xi_gemm"),
+            HmmMStep => ("hmm_batched", "hmm_m_step"),
+        }
+    }
+}

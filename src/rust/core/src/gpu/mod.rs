@@ -13,7 +13,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
 use crate::error::{Error, Result};
 
-pub use kernels::{kernel_source, kernel_source_with, KERNELS};
+pub use kernels::{kernel_source, kernel_source_with, Kernel, KERNELS};
 
 /// What was found of one CUDA device.
 #[derive(Debug, Clone, PartialEq)]
@@ -234,16 +234,17 @@ pub fn compile(source: &str, arch: &'static str, defines: &[(&str, i64)]) -> std
 }
 
 impl Device {
-    /// Function `name` of kernel file `file` compiled with `defines`,
-    /// compiled once per device and cached.
-    pub fn function(&self, file: &str, defines: &[(&str, i64)], name: &str) -> Result<CudaFunction> {
-        self.function_with(file, None, defines, name)
+    /// `kernel` compiled with `defines`, compiled once per device (per
+    /// file and definitions) and cached.
+    pub fn function(&self, kernel: Kernel, defines: &[(&str, i64)]) -> Result<CudaFunction> {
+        self.function_with(kernel, None, defines)
     }
 
     /// As [`Device::function`], with `prelude` = (key, source) inserted
     /// before the kernel file (e.g. a mixture family's block); the key
     /// names it in the cache.
-    pub fn function_with(&self, file: &str, prelude: Option<(&str, &str)>, defines: &[(&str, i64)], name: &str) -> Result<CudaFunction> {
+    pub fn function_with(&self, kernel: Kernel, prelude: Option<(&str, &str)>, defines: &[(&str, i64)]) -> Result<CudaFunction> {
+        let (file, name) = kernel.location();
         let key = format!("{file}{defines:?}{}", prelude.map_or("", |p| p.0));
         let module = {
             let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());

@@ -31,7 +31,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::exec::Exec;
-use crate::gpu::Device;
+use crate::gpu::{Device, Kernel};
 
 use super::method::{Method, Precision};
 use super::real::Real;
@@ -112,8 +112,8 @@ impl Workspace {
         &self.dev
     }
 
-    fn function(&self, precision: Precision, name: &str) -> Result<CudaFunction> {
-        self.dev.function("reduce", &[("REDUCE_SINGLE", (precision == Precision::Single) as i64)], name)
+    fn function(&self, precision: Precision, kernel: Kernel) -> Result<CudaFunction> {
+        self.dev.function(kernel, &[("REDUCE_SINGLE", (precision == Precision::Single) as i64)])
     }
 
     /// The reduction of `x` (non-empty for means), waited for.
@@ -132,7 +132,7 @@ impl Workspace {
         match method {
             Method::Pairwise | Method::Div2 => self.launch_tree(x, method, precision, kind)?,
             Method::Naive | Method::Kahan => self.launch_plain(x, method, precision, kind)?,
-            Method::Exact => self.launch_exact(x, precision, "exact_sum")?,
+            Method::Exact => self.launch_exact(x, precision, Kernel::ExactSum)?,
         }
         Ok(pending)
     }
@@ -147,7 +147,7 @@ impl Workspace {
         }
         let mut words = self.read(&self.out_bins)?;
         if words[2 * BINS] as u32 & FLAG_OVERFLOW != 0 {
-            self.launch_exact(x, p.precision, "exact_bins")?;
+            self.launch_exact(x, p.precision, Kernel::ExactBins)?;
             words = self.read(&self.out_bins)?;
         }
         let flags = words[2 * BINS] as u32;
@@ -179,7 +179,7 @@ impl Workspace {
         let dev = self.dev.clone();
         let e = |what: &'static str| move |err| dev.err(what, err);
         if lp <= STEP_LOG2 {
-            let f = self.function(precision, if halve { "tree_small_div2" } else { "tree_small_pairwise" })?;
+            let f = self.function(precision, if halve { Kernel::TreeSmallDiv2 } else { Kernel::TreeSmallPairwise })?;
             let lp_arg = lp as i32;
             let mut launch = s.launch_builder(&f);
             launch.arg(x).arg(&n_arg).arg(&lp_arg).arg(&mut self.out).arg(&padded).arg(&correction).arg(&kind_arg);
@@ -191,7 +191,7 @@ impl Workspace {
         }
         let (tile_log2, block_levels, leaves_log2) = tree_shape(lp, self.tuning.tree_block_levels);
         let blocks = n.div_ceil(1 << (tile_log2 + block_levels));
-        let f = self.function(precision, if halve { "tree_div2" } else { "tree_pairwise" })?;
+        let f = self.function(precision, if halve { Kernel::TreeDiv2 } else { Kernel::TreePairwise })?;
         let (t_arg, b_arg, l_arg) = (tile_log2 as i32, block_levels as i32, leaves_log2 as i32);
         let mut launch = s.launch_builder(&f);
         launch
@@ -228,7 +228,7 @@ impl Workspace {
     }
 
     fn launch_plain(&mut self, x: &CudaSlice<f64>, method: Method, precision: Precision, kind: Kind) -> Result<()> {
-        let f = self.function(precision, if method == Method::Kahan { "plain_kahan" } else { "plain_naive" })?;
+        let f = self.function(precision, if method == Method::Kahan { Kernel::PlainKahan } else { Kernel::PlainNaive })?;
         let blocks = self.grid(&f, self.tuning.plain_blocks_per_sm, x.len())?;
         let (n_arg, kind_arg) = (x.len() as i64, kind_code(kind));
         let s = self.dev.stream.clone();
@@ -241,8 +241,8 @@ impl Workspace {
         Ok(())
     }
 
-    fn launch_exact(&mut self, x: &CudaSlice<f64>, precision: Precision, name: &str) -> Result<()> {
-        let f = self.function(precision, name)?;
+    fn launch_exact(&mut self, x: &CudaSlice<f64>, precision: Precision, kernel: Kernel) -> Result<()> {
+        let f = self.function(precision, kernel)?;
         let blocks = self.grid(&f, self.tuning.exact_blocks_per_sm, x.len())?;
         let n_arg = x.len() as i64;
         let s = self.dev.stream.clone();

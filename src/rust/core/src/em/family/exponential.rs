@@ -50,7 +50,7 @@ impl FamilyDef for Exponential {
         Natural { a: rate.ln(), b: -rate, c: 0.0 }
     }
 
-    fn m_step(&self, sw: f64, su: f64, _sv: f64, _centre: f64) -> std::result::Result<(f64, f64), MStepFailure> {
+    fn m_step(&self, sw: f64, su: f64, _sv: f64, _centre: f64, _previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure> {
         let rate = sw / su;
         if rate > 0.0 && rate.is_finite() {
             Ok((rate, f64::NAN))

@@ -67,14 +67,16 @@ impl FamilyDef for Gamma {
         Natural { a: shape * rate.ln() - lgamma(shape) + shape * centre, b: -rate * centre.exp(), c: shape }
     }
 
-    fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64) -> std::result::Result<(f64, f64), MStepFailure> {
+    /// The shape's Newton solve starts from the previous shape: one or two
+    /// steps once EM settles.
+    fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64, previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure> {
         let mean_u = su / sw;
         let s = mean_u.ln() - sv / sw;
         // s ~ cv^2 / 2: below COLLAPSE_REL the component sits on one value.
         if !(s > COLLAPSE_REL && s.is_finite()) {
             return Err(MStepFailure::Collapsed);
         }
-        let shape = solve_gamma_shape(s);
+        let shape = solve_gamma_shape(s, previous.0);
         let rate = shape / (mean_u * centre.exp());
         if shape.is_finite() && shape > 0.0 && rate.is_finite() && rate > 0.0 {
             Ok((shape, rate))
@@ -98,7 +100,7 @@ impl FamilyDef for Gamma {
             su += u;
             sv += v;
         }
-        self.m_step(xs.len() as f64, su, sv, centre).ok()
+        self.m_step(xs.len() as f64, su, sv, centre, (f64::NAN, f64::NAN)).ok()
     }
 
     fn seed_coordinate(&self, x: f64) -> f64 {
@@ -140,7 +142,7 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
     const double mean_u = su / sw;
     const double s = log(mean_u) - sv / sw;
     if (!(s > COLLAPSE_REL && isfinite(s))) return ST_COLLAPSED;
-    const double shape = sp_solve_gamma_shape(s);
+    const double shape = sp_solve_gamma_shape(s, first);
     const double rate = shape / (mean_u * exp(centre));
     if (!(isfinite(shape) && shape > 0.0 && isfinite(rate) && rate > 0.0)) return ST_COLLAPSED;
     first = shape; second = rate;

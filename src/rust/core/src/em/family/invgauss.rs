@@ -73,7 +73,7 @@ impl FamilyDef for InvGauss {
         Natural { a: 0.5 * (lambda / (2.0 * PI)).ln() + lambda / mu, b: -lambda / (2.0 * mu * mu), c: -lambda / 2.0 }
     }
 
-    fn m_step(&self, sw: f64, su: f64, sv: f64, _centre: f64) -> std::result::Result<(f64, f64), MStepFailure> {
+    fn m_step(&self, sw: f64, su: f64, sv: f64, _centre: f64, _previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure> {
         let mu = su / sw;
         // The shape update uses the new mu.
         let spread = sv - sw / mu;

@@ -51,7 +51,7 @@ impl FamilyDef for LogNormal {
         gauss_natural(meanlog, sdlog, centre)
     }
 
-    fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64) -> std::result::Result<(f64, f64), MStepFailure> {
+    fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64, _previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure> {
         gauss_m_step(sw, su, sv, centre)
     }
 

@@ -99,8 +99,10 @@ pub(crate) trait FamilyDef: Sync {
     }
     /// Natural parameters, without log(alpha).
     fn natural(&self, first: f64, second: f64, centre: f64) -> Natural;
-    /// The component's parameters from its sums (sw > 0).
-    fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64) -> std::result::Result<(f64, f64), MStepFailure>;
+    /// The component's parameters from its sums (sw > 0); `previous` are
+    /// its current parameters (NaN when there are none), where an iterative
+    /// M-step may start.
+    fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64, previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure>;
     /// Log-density (log-probability for counts) in its textbook form:
     /// the reference for tests and for predictions on new data.
     fn log_density(&self, x: f64, first: f64, second: f64) -> f64;
@@ -199,11 +201,12 @@ impl Family {
 
     /// Exact M-step of one component from its weighted sums over n
     /// observations: `(alpha, first, second)`, or why it cannot continue.
-    pub fn m_step(self, sw: f64, su: f64, sv: f64, n: usize, centre: f64) -> std::result::Result<(f64, f64, f64), MStepFailure> {
+    /// `previous`: the component's current (first, second), or NaN.
+    pub fn m_step(self, sw: f64, su: f64, sv: f64, n: usize, centre: f64, previous: (f64, f64)) -> std::result::Result<(f64, f64, f64), MStepFailure> {
         if !(sw > MIN_COMPONENT_WEIGHT) {
             return Err(MStepFailure::Empty);
         }
-        let (first, second) = self.def().m_step(sw, su, sv, centre)?;
+        let (first, second) = self.def().m_step(sw, su, sv, centre, previous)?;
         Ok((sw / n as f64, first, second))
     }
 
@@ -328,7 +331,7 @@ mod tests {
                 su += u;
                 sv += v;
             }
-            let (alpha, p1, p2) = fam.m_step(sw, su, sv, xs.len(), centre).unwrap();
+            let (alpha, p1, p2) = fam.m_step(sw, su, sv, xs.len(), centre, (f64::NAN, f64::NAN)).unwrap();
             assert_eq!(alpha, 1.0);
             let (m1, m2) = fam.ml_estimate(&xs).unwrap();
             assert!((m1 - p1).abs() < 1e-12 * p1.abs().max(1.0), "{fam:?}: {m1} vs {p1}");

@@ -50,7 +50,7 @@ impl FamilyDef for Poisson {
         Natural { a: -lambda, b: lambda.ln(), c: 0.0 }
     }
 
-    fn m_step(&self, sw: f64, su: f64, _sv: f64, _centre: f64) -> std::result::Result<(f64, f64), MStepFailure> {
+    fn m_step(&self, sw: f64, su: f64, _sv: f64, _centre: f64, _previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure> {
         let lambda = su / sw;
         if lambda > 0.0 && lambda.is_finite() {
             Ok((lambda, f64::NAN))

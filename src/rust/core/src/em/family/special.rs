@@ -69,11 +69,16 @@ pub fn log_minus_digamma_deriv(a: f64) -> f64 {
     1.0 / a - trigamma
 }
 
-/// The a > 0 with log a - digamma(a) = s, for s > 0: Newton from Minka's
-/// approximation, kept inside the bracket the signs give (g is convex and
-/// decreasing), to a relative step of 4 ulps.
-pub fn solve_gamma_shape(s: f64) -> f64 {
-    let mut a = (3.0 - s + ((s - 3.0) * (s - 3.0) + 24.0 * s).sqrt()) / (12.0 * s);
+/// The a > 0 with log a - digamma(a) = s, for s > 0: Newton from `start`
+/// (when positive and finite; else from Minka's approximation), kept inside
+/// the bracket the signs give (g is convex and decreasing), to a relative
+/// step of 4 ulps.
+pub fn solve_gamma_shape(s: f64, start: f64) -> f64 {
+    let mut a = if start.is_finite() && start > 0.0 {
+        start
+    } else {
+        (3.0 - s + ((s - 3.0) * (s - 3.0) + 24.0 * s).sqrt()) / (12.0 * s)
+    };
     let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
     for _ in 0..SHAPE_MAX_STEPS {
         let f = log_minus_digamma(a) - s;
@@ -148,8 +153,8 @@ __device__ double sp_log_minus_digamma_deriv(double a) {
     const double trigamma = 1.0 / y + 0.5 * t + t / y * sp_poly(TRIGAMMA_SERIES, 8, t) + recur;
     return 1.0 / a - trigamma;
 }
-__device__ double sp_solve_gamma_shape(double s) {
-    double a = (3.0 - s + sqrt((s - 3.0) * (s - 3.0) + 24.0 * s)) / (12.0 * s);
+__device__ double sp_solve_gamma_shape(double s, double start) {
+    double a = (isfinite(start) && start > 0.0) ? start : (3.0 - s + sqrt((s - 3.0) * (s - 3.0) + 24.0 * s)) / (12.0 * s);
     double lo = 0.0, hi = __longlong_as_double(0x7ff0000000000000LL);
     for (int k = 0; k < SHAPE_MAX_STEPS; ++k) {
         const double f = sp_log_minus_digamma(a) - s;
@@ -191,7 +196,8 @@ mod tests {
             let h = 1e-6 * a;
             let slope = (log_minus_digamma(a + h) - log_minus_digamma(a - h)) / (2.0 * h);
             assert!((log_minus_digamma_deriv(a) - slope).abs() < 1e-5 * slope.abs(), "a={a}");
-            let back = solve_gamma_shape(got);
+            let back = solve_gamma_shape(got, f64::NAN);
+            assert!((solve_gamma_shape(got, 2.0 * a) - a).abs() < 1e-12 * a, "a={a}: from 2a");
             assert!((back - a).abs() < 1e-12 * a, "a={a}: solved {back}");
         }
         // Large a: g(a) ~ 1/(2a), which the series keeps to full precision.

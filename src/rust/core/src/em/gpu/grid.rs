@@ -11,7 +11,9 @@ use crate::gpu::Device;
 
 use super::super::config::CheckedEmConfig;
 use super::pairs::{gather, split_trace, starting_values, Outputs, Pairs};
-use super::{em_function, EmEntry, CHECK_EVERY, LARGE_THREADS, LAUNCH_WORK, ST_MAX_ITERS, ST_RUNNING};
+use crate::gpu::Kernel;
+
+use super::{em_function, CHECK_EVERY, LARGE_THREADS, LAUNCH_WORK, ST_MAX_ITERS, ST_RUNNING};
 
 pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Outputs> {
     let nstat = 3 * config.components;
@@ -22,8 +24,8 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
     let per_pair_blocks = up.max_n.div_ceil(LARGE_THREADS as usize * 4);
     let wanted = (8 * dev.multiprocessors as usize).div_ceil(n_pairs).max(1);
     let blocks_x = per_pair_blocks.min(wanted).max(1);
-    let partial_fn = em_function(dev, config, EmEntry::Partial)?;
-    let update_fn = em_function(dev, config, EmEntry::Update)?;
+    let partial_fn = em_function(dev, config, Kernel::EmPartial)?;
+    let update_fn = em_function(dev, config, Kernel::EmUpdate)?;
 
     let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
     let mut state = vec![0.0f64; n_pairs * state_len];

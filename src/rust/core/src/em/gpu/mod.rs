@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::exec::{Exec, Monitor};
 use crate::memory;
-use crate::gpu::{self, timing, Device};
+use crate::gpu::{self, timing, Device, Kernel};
 
 use super::config::CheckedEmConfig;
 use super::cpu;
@@ -181,8 +181,8 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     } else {
         None
     };
-    let small_out = run_all(dev, data, &small, first, configs, Kernel::Warp, inline_trace, resident.as_ref(), monitor)?;
-    let large_out = run_all(dev, data, &large, first, configs, Kernel::Grid, keep_trace, None, monitor)?;
+    let small_out = run_all(dev, data, &small, first, configs, Path::Warp, inline_trace, resident.as_ref(), monitor)?;
+    let large_out = run_all(dev, data, &large, first, configs, Path::Grid, keep_trace, None, monitor)?;
     timing::record("kernels", t0);
     let t0 = Instant::now();
 
@@ -238,7 +238,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                     owner.push(d);
                 }
             }
-            let rerun = run_all(dev, data, &kept, first, std::slice::from_ref(config), Kernel::Warp, true, resident.as_ref(), monitor)?;
+            let rerun = run_all(dev, data, &kept, first, std::slice::from_ref(config), Path::Warp, true, resident.as_ref(), monitor)?;
             let traces = rerun.into_iter().next().unwrap_or_default().trace;
             for (t, d) in traces.into_iter().zip(owner) {
                 fits[d].trace = t;
@@ -290,10 +290,10 @@ fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: 
 /// device runs launch k, and handles k's results while it runs k + 1, also
 /// across models.
 #[allow(clippy::too_many_arguments)]
-fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], kernel: Kernel, trace: bool, resident: Option<&Resident>, monitor: &Monitor) -> Result<Vec<Outputs>> {
+fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], path: Path, trace: bool, resident: Option<&Resident>, monitor: &Monitor) -> Result<Vec<Outputs>> {
     let mut all: Vec<Outputs> = configs.iter().map(|_| Outputs::default()).collect();
-    let chunks = plan_launches(dev, data, pairs, configs, kernel, trace)?;
-    if kernel == Kernel::Grid {
+    let chunks = plan_launches(dev, data, pairs, configs, path, trace)?;
+    if path == Path::Grid {
         for chunk in chunks {
             monitor.check()?;
             let k = pairs.model[chunk.start];
@@ -325,30 +325,13 @@ fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: 
     Ok(all)
 }
 
+/// Which kernel path a pair runs on: shared-memory warps or the grid.
 #[derive(Clone, Copy, PartialEq)]
-enum Kernel {
+enum Path {
     Warp,
     Grid,
 }
 
-
-/// The entry points of kernels/em.cu.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum EmEntry {
-    Warp,
-    Partial,
-    Update,
-}
-
-impl EmEntry {
-    fn name(self) -> &'static str {
-        match self {
-            EmEntry::Warp => "em_warp",
-            EmEntry::Partial => "em_partial",
-            EmEntry::Update => "em_update",
-        }
-    }
-}
 
 /// What the core writes before kernels/em.cu: the status codes and launch
 /// sizes the host also uses, the EM's arithmetic helpers
@@ -364,7 +347,7 @@ pub fn em_prelude(family: Family) -> String {
     )
 }
 
-fn em_function(dev: &Device, config: &CheckedEmConfig, entry: EmEntry) -> Result<CudaFunction> {
+fn em_function(dev: &Device, config: &CheckedEmConfig, kernel: Kernel) -> Result<CudaFunction> {
     let prelude = em_prelude(config.family);
-    dev.function_with("em", Some((config.family.name(), &prelude)), &[("EM_M", config.components as i64)], entry.name())
+    dev.function_with(kernel, Some((config.family.name(), &prelude)), &[("EM_M", config.components as i64)])
 }

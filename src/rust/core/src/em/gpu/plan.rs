@@ -7,23 +7,23 @@ use crate::gpu::Device;
 
 use super::super::config::CheckedEmConfig;
 use super::pairs::Pairs;
-use super::{Kernel, LAUNCH_WORK, MEMORY_SHARE};
+use super::{Path, LAUNCH_WORK, MEMORY_SHARE};
 
 /// Consecutive ranges of pairs, each small enough for one launch and of
 /// one model: the launch plan of every candidate number of components.
-pub(super) fn plan_launches(dev: &Device, data: &[&[f64]], pairs: &Pairs, configs: &[CheckedEmConfig], kernel: Kernel, trace: bool) -> Result<Vec<Range<usize>>> {
+pub(super) fn plan_launches(dev: &Device, data: &[&[f64]], pairs: &Pairs, configs: &[CheckedEmConfig], path: Path, trace: bool) -> Result<Vec<Range<usize>>> {
     if pairs.len() == 0 {
         return Ok(vec![]);
     }
     let budget = dev.free_memory()? as f64 * MEMORY_SHARE;
-    Ok(plan_ranges(data, pairs, configs, kernel, trace, budget))
+    Ok(plan_ranges(data, pairs, configs, path, trace, budget))
 }
 
 /// [`plan_launches`] for a memory budget in bytes: a launch holds its
 /// pairs' datasets, starts, results and traces within `budget` (a single
 /// pair always makes a launch), at most LAUNCH_WORK observation-iterations on
 /// the shared-memory path and 65,535 pairs (the grid's y limit) on the other.
-pub(super) fn plan_ranges(data: &[&[f64]], pairs: &Pairs, configs: &[CheckedEmConfig], kernel: Kernel, trace: bool, budget: f64) -> Vec<Range<usize>> {
+pub(super) fn plan_ranges(data: &[&[f64]], pairs: &Pairs, configs: &[CheckedEmConfig], path: Path, trace: bool, budget: f64) -> Vec<Range<usize>> {
     let mut ranges = Vec::new();
     let (mut start, mut bytes, mut work) = (0usize, 0f64, 0f64);
     for i in 0..pairs.len() {
@@ -37,8 +37,8 @@ pub(super) fn plan_ranges(data: &[&[f64]], pairs: &Pairs, configs: &[CheckedEmCo
         let full = i > start
             && (pairs.model[i] != pairs.model[start]
                 || bytes + bytes_of(start) > budget
-                || (kernel == Kernel::Warp && work + add_work > LAUNCH_WORK)
-                || (kernel == Kernel::Grid && i - start >= 65_535));
+                || (path == Path::Warp && work + add_work > LAUNCH_WORK)
+                || (path == Path::Grid && i - start >= 65_535));
         if full {
             ranges.push(start..i);
             start = i;
@@ -66,7 +66,7 @@ mod tests {
         let mut pairs = Pairs::default();
         (0..50).for_each(|d| (0..7).for_each(|s| pairs.push(0, d, s)));
         for budget in [1.0, 20_000.0, 100_000.0, 1e12] {
-            let ranges = plan_ranges(&refs, &pairs, std::slice::from_ref(&config), Kernel::Warp, true, budget);
+            let ranges = plan_ranges(&refs, &pairs, std::slice::from_ref(&config), Path::Warp, true, budget);
             assert_eq!(ranges.first().map(|r| r.start), Some(0));
             assert_eq!(ranges.last().map(|r| r.end), Some(pairs.len()));
             assert!(ranges.windows(2).all(|w| w[0].end == w[1].start && !w[0].is_empty()));
@@ -90,7 +90,7 @@ mod tests {
         let configs: Vec<_> = (1..=3).map(|k| base.with_components(k).check().unwrap()).collect();
         let mut pairs = Pairs::default();
         (0..3).for_each(|k| (0..10).for_each(|d| (0..3).for_each(|s| pairs.push(k, d, s))));
-        let ranges = plan_ranges(&refs, &pairs, &configs, Kernel::Warp, false, 1e12);
+        let ranges = plan_ranges(&refs, &pairs, &configs, Path::Warp, false, 1e12);
         assert_eq!(ranges, vec![0..30, 30..60, 60..90]);
     }
 }

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::error::{Error, Result};
-use crate::gpu::Device;
+use crate::gpu::{Device, Kernel};
 
 use super::super::config::CheckedEmConfig;
 use super::super::family::Family;
 use super::pairs::{gather, split_trace, starting_values, Outputs, Pairs, Uploaded};
-use super::{em_function, EmEntry, WARPS_PER_BLOCK};
+use super::{em_function, WARPS_PER_BLOCK};
 
 /// Most pairs (starts of one dataset) in one block: its warps take them in
 /// turn, so more pairs per block stage the dataset fewer times and let
@@ -107,7 +107,7 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
     let nstat = 3 * config.components;
     let n_pairs = job.n_pairs;
     let smem = (16 * job.max_n) as u32;
-    let f = em_function(dev, config, EmEntry::Warp)?;
+    let f = em_function(dev, config, Kernel::EmWarp)?;
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(|e| dev.err("raising the shared-memory limit", e))?;
     let s = stream;

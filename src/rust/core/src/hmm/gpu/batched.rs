@@ -10,7 +10,7 @@ use std::ops::Range;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
-use crate::gpu::Device;
+use crate::gpu::{Device, Kernel};
 
 use super::super::sequences::Sequences;
 use super::{err, function, DeviceSeqs, DeviceTables};
@@ -105,8 +105,8 @@ impl Batched {
         }
         let rows = ranges.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
         let col_tiles = n.div_ceil(COLS);
-        let fwd = function(dev, "hmm_batched", "hmm_forward_batched", STAGE_SMEM)?;
-        let bwd = function(dev, "hmm_batched", "hmm_backward_batched", STAGE_SMEM)?;
+        let fwd = function(dev, Kernel::HmmForwardBatched, STAGE_SMEM)?;
+        let bwd = function(dev, Kernel::HmmBackwardBatched, STAGE_SMEM)?;
         let resident = |f: &cudarc::driver::CudaFunction| f.occupancy_max_active_blocks_per_multiprocessor(THREADS, STAGE_SMEM, None).map_err(&e);
         let per_sm = resident(&fwd)?.min(resident(&bwd)?).max(1);
         let tiles = rows.div_ceil(ROWS) * col_tiles;
@@ -139,7 +139,7 @@ impl Batched {
         store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
         loglik: &mut CudaSlice<f64>,
     ) -> Result<()> {
-        let f = function(dev, "hmm_batched", "hmm_forward_batched", STAGE_SMEM)?;
+        let f = function(dev, Kernel::HmmForwardBatched, STAGE_SMEM)?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
         let null: u64 = 0;
@@ -183,7 +183,7 @@ impl Batched {
         gamma: &mut CudaSlice<f64>,
         tmp: Option<&mut CudaSlice<f64>>,
     ) -> Result<()> {
-        let f = function(dev, "hmm_batched", "hmm_backward_batched", STAGE_SMEM)?;
+        let f = function(dev, Kernel::HmmBackwardBatched, STAGE_SMEM)?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
         let null: u64 = 0;
@@ -211,7 +211,7 @@ impl Batched {
         let Some(by) = &batch.by_symbol else {
             return Err(crate::error::Error::BackendUnavailable("internal: the batched plan has no symbol index".into()));
         };
-        let f = function(dev, "hmm_batched", "hmm_count_emissions", 0)?;
+        let f = function(dev, Kernel::HmmCountEmissions, 0)?;
         // HMB_COUNT_THREADS: the kernel stages that many positions at a time.
         let threads = 256u32;
         let cfg = LaunchConfig { grid_dim: (self.v as u32 + 1, self.n.div_ceil(threads as usize) as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };

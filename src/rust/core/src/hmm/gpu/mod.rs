@@ -38,7 +38,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::error::{Error, Result};
 use crate::exec::Exec;
-use crate::gpu::{self, Device};
+use crate::gpu::{self, Device, Kernel};
 
 mod batched;
 use batched::{row_batches, Batched};
@@ -113,10 +113,9 @@ fn threads_for(n: usize) -> u32 {
     (n.div_ceil(32) * 32).clamp(32, MAX_THREADS) as u32
 }
 
-/// Kernel `name` of kernel file `file`, its dynamic shared memory limit
-/// raised to `smem` if needed.
-fn function(dev: &Device, file: &str, name: &str, smem: usize) -> Result<CudaFunction> {
-    let f = dev.function(file, &[], name)?;
+/// `kernel`, its dynamic shared memory limit raised to `smem` if needed.
+fn function(dev: &Device, kernel: Kernel, smem: usize) -> Result<CudaFunction> {
+    let f = dev.function(kernel, &[])?;
     if smem > DEFAULT_SMEM {
         f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
             .map_err(err(dev, "raising the shared-memory limit"))?;
@@ -263,13 +262,13 @@ fn launch_forward(
     let (name, smem, cfg) = if warp {
         let smem = WARPS * 32 * 8;
         let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
-        ("hmm_forward_warp", smem, cfg)
+        (Kernel::HmmForwardWarp, smem, cfg)
     } else {
         let smem = base + if trans_smem { n * n * 8 } else { 0 };
         let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
-        ("hmm_forward", smem, cfg)
+        (Kernel::HmmForward, smem, cfg)
     };
-    let f = function(dev, "hmm", name, smem)?;
+    let f = function(dev, name, smem)?;
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let null: u64 = 0;
     let s = &dev.stream;
@@ -401,15 +400,15 @@ fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &DeviceS
     let tiled = !warp && !trans_smem && TILE * base <= smem_limit(dev);
     let (name, smem, cfg) = if warp {
         let smem = WARPS * 32 * 8;
-        ("hmm_viterbi_warp", smem, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
+        (Kernel::HmmViterbiWarp, smem, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
     } else if tiled {
         let smem = TILE * base;
-        ("hmm_viterbi_tiled", smem, LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 })
+        (Kernel::HmmViterbiTiled, smem, LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 })
     } else {
         let smem = base + if trans_smem { n * n * 8 } else { 0 };
-        ("hmm_viterbi", smem, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
+        (Kernel::HmmViterbi, smem, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
     };
-    let f = function(dev, "hmm", name, smem)?;
+    let f = function(dev, name, smem)?;
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let mut launch = dev.stream.launch_builder(&f);
     launch.arg(&n_i).arg(&tabs.start).arg(&tabs.trans).arg(&tabs.emis).arg(&seqs.sym).arg(&seqs.off).arg(&s0).arg(&s1);
@@ -485,7 +484,7 @@ fn batched_path(dev: &Device, n: usize) -> bool {
 /// XI_ROWS rows each.
 fn xi_splits(dev: &Device, n: usize, rows: usize) -> Result<u32> {
     let tiles = n.div_ceil(XI_TILE) as u32;
-    let f = function(dev, "hmm_batched", "hmm_xi_gemm", XI_SMEM)?;
+    let f = function(dev, Kernel::HmmXiGemm, XI_SMEM)?;
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(XI_THREADS, XI_SMEM, None).map_err(err(dev, "sizing hmm_xi_gemm"))?;
     let wave = dev.multiprocessors * per_sm.max(1);
     Ok((wave / (tiles * tiles)).min(rows.div_ceil(XI_ROWS) as u32).max(1))
@@ -610,7 +609,7 @@ impl<'a> Passes<'a> {
             return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
         }
         let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, counts.is_some());
-        let f = function(dev, "hmm", "hmm_backward", smem)?;
+        let f = function(dev, Kernel::HmmBackward, smem)?;
         let blocks = match &counts {
             Some(c) => c.slots.min(grid(dev, range.len())),
             None => grid(dev, range.len()),
@@ -665,7 +664,7 @@ impl<'a> Passes<'a> {
     fn backward_warp(&self, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<(&mut CudaSlice<f64>, u32)>) -> Result<()> {
         let dev = self.dev;
         let smem = (WARPS * 32 + if partial.is_some() { WARPS * self.v * 32 } else { 0 }) * 8;
-        let f = function(dev, "hmm", "hmm_backward_warp", smem)?;
+        let f = function(dev, Kernel::HmmBackwardWarp, smem)?;
         let mut blocks = warp_grid(dev, range.len());
         if let Some((_, slots)) = &partial {
             blocks = blocks.min(slots / WARPS as u32).max(1);
@@ -708,7 +707,7 @@ impl<'a> Passes<'a> {
             ll_all.extend(self.run_batch(tables, b, None, Some(counts))?);
         }
         let size = Counts::size(self.n, self.v);
-        let f = function(dev, "hmm", "hmm_reduce", 0)?;
+        let f = function(dev, Kernel::HmmReduce, 0)?;
         // 32 counts per block, a warp per accumulator stride (up to 32).
         let cfg = LaunchConfig { grid_dim: (size.div_ceil(32) as u32, 1, 1), block_dim: (32 * counts.slots.clamp(1, 32), 1, 1), shared_mem_bytes: 0 };
         let (b_i, size_i) = (counts.slots as i32, size as i64);
@@ -727,7 +726,7 @@ impl<'a> Passes<'a> {
 fn launch_xi_gemm(dev: &Device, n: usize, v: usize, alpha: &CudaSlice<f64>, tmp: &CudaSlice<f64>, partial: &mut CudaSlice<f64>, slots: u32, rows: usize) -> Result<()> {
     let tiles = n.div_ceil(XI_TILE) as u32;
     let splits = xi_splits(dev, n, rows)?.min(slots);
-    let f = function(dev, "hmm_batched", "hmm_xi_gemm", XI_SMEM)?;
+    let f = function(dev, Kernel::HmmXiGemm, XI_SMEM)?;
     let cfg = LaunchConfig { grid_dim: (tiles, tiles, splits), block_dim: (XI_THREADS, 1, 1), shared_mem_bytes: XI_SMEM as u32 };
     let (n_i, rows_i, size_i) = (n as i32, rows as i64, Counts::size(n, v) as i64);
     let mut launch = dev.stream.launch_builder(&f);
@@ -852,7 +851,7 @@ impl Engine for DeviceEngine<'_> {
         let (n, v) = (self.passes.n, self.passes.v);
         let (first, second) = self.tables.split_at_mut(1);
         let (from, to) = if self.cur == 0 { (&first[0], &mut second[0]) } else { (&second[0], &mut first[0]) };
-        let f = function(dev, "hmm_batched", "hmm_m_step", 0)?;
+        let f = function(dev, Kernel::HmmMStep, 0)?;
         let cfg = LaunchConfig { grid_dim: (n as u32 + 1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (n_i, v_i) = (n as i32, v as i32);
         dev.stream.memset_zeros(&mut to.mins).map_err(err(dev, "clearing the smallest probabilities"))?;
