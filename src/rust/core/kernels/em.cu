@@ -42,6 +42,55 @@ __device__ int m_step(const double* S, int n, double centre, double* p) {
     return ST_RUNNING;
 }
 
+// The same two steps for a whole warp (em_warp): lane j < EM_M computes
+// component j, once instead of in every lane, and shuffles share the
+// results. An iterative M-step (the gamma shape's Newton solve) then costs
+// one component's time, not M.
+__device__ void naturals_warp(const double* p, double centre, double* A, double* B, double* C) {
+    const int lane = threadIdx.x & 31;
+    double a = 0.0, b = 0.0, c = 0.0;
+    if (lane < EM_M) {
+        fam_natural(p[EM_M + lane], p[2 * EM_M + lane], centre, a, b, c);
+        a += log(p[lane]);
+    }
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        A[j] = __shfl_sync(FULL_MASK, a, j);
+        B[j] = __shfl_sync(FULL_MASK, b, j);
+        C[j] = __shfl_sync(FULL_MASK, c, j);
+    }
+}
+
+// As m_step: the status of the first component that fails, the parameters
+// updated only when none does. `p` is the warp's row in shared memory.
+__device__ int m_step_warp(const double* S, int n, double centre, double* p) {
+    const int lane = threadIdx.x & 31;
+    double sw = 0.0, su = 0.0, sv = 0.0;
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        if (lane == j) { sw = S[3 * j]; su = S[3 * j + 1]; sv = S[3 * j + 2]; }
+    }
+    int status = ST_RUNNING;
+    double first = 0.0, second = 0.0;
+    if (lane < EM_M) {
+        first = p[EM_M + lane]; second = p[2 * EM_M + lane];
+        status = (sw > MIN_COMPONENT_WEIGHT) ? fam_m_step(sw, su, sv, centre, first, second) : ST_EMPTY;
+    }
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        const int sj = __shfl_sync(FULL_MASK, status, j);
+        if (sj != ST_RUNNING) return sj;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        const double wj = __shfl_sync(FULL_MASK, sw, j), fj = __shfl_sync(FULL_MASK, first, j), gj = __shfl_sync(FULL_MASK, second, j);
+        if (lane == 0) { p[j] = wj / (double)n; p[EM_M + j] = fj; p[2 * EM_M + j] = gj; }
+    }
+    __syncwarp();
+    return ST_RUNNING;
+}
+
 // Observations per lane between two logs of the product of the
 // per-observation sums (each in [1, M]), as on the CPU.
 #define LOG_BLOCK (EM_M <= 2 ? 512 : 128)
@@ -190,17 +239,18 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
         double A[EM_M], B[EM_M], C[EM_M], S[NSTAT];
 #pragma unroll
         for (int j = 0; j < NSTAT; ++j) p[j] = init[(long long)pair * NSTAT + j];
+        __syncwarp();
         double* my_trace = trace ? trace + (long long)pair * max_iters : nullptr;
 
-        naturals(p, centre, A, B, C);
+        naturals_warp(p, centre, A, B, C);
         double ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
         int status = isfinite(ll) ? ST_RUNNING : ST_BAD_START;
         int iter = 0;
         while (status == ST_RUNNING && iter < max_iters) {
             ++iter;
-            status = m_step(S, n, centre, p);
+            status = m_step_warp(S, n, centre, p);
             if (status != ST_RUNNING) break;
-            naturals(p, centre, A, B, C);
+            naturals_warp(p, centre, A, B, C);
             const double new_ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
             if (!isfinite(new_ll)) { status = ST_NONFINITE; break; }
             if (my_trace && lane == 0) my_trace[iter - 1] = new_ll;
