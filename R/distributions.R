@@ -54,15 +54,9 @@ dinvgaussmix <- function(x, alpha, mu, lambda, log = FALSE) {
   check_flag(log, "log", call = call)
   alpha <- check_mixture(alpha, mu, lambda, call)
   x <- as.double(x)
-  if (length(alpha) == 1) {
-    out <- ldinvgauss(x, mu, lambda)
-  } else {
-    logd <- vapply(seq_along(alpha), function(j) log(alpha[j]) + ldinvgauss(x, mu[j], lambda[j]),
-                   numeric(length(x)))
-    out <- row_logsumexp(matrix(logd, nrow = length(x)))
-    # Keep NaN (not NA) where x was NaN, as dnorm() does.
-    out[is.nan(x)] <- NaN
-  }
+  # The core's density, as the fits use it; NA stays NA (the core gives NaN).
+  out <- mix_log_density_(x, "invgauss", as.double(alpha), as.double(mu), as.double(lambda))
+  out[is.na(x) & !is.nan(x)] <- NA
   if (log) out else exp(out)
 }
 
@@ -142,27 +136,6 @@ check_mixture <- function(alpha, mu, lambda, call = parent.frame()) {
   alpha / sum(alpha)
 }
 
-# Log-density of the inverse Gaussian for scalar mu and lambda: -Inf
-# outside (0, Inf), NA/NaN kept. log f = (log lambda - log 2 pi) / 2 -
-# 1.5 log x - q with q = lambda (x - mu)^2 / (2 mu^2 x), computed as
-# lambda / (2x) * ((x - mu) / mu)^2 (no x^3 or mu^2 to overflow), and in
-# logs where that product overflows or underflows.
-ldinvgauss <- function(x, mu, lambda) {
-  out <- rep(-Inf, length(x))
-  na <- is.na(x)
-  out[na] <- x[na]
-  ok <- !na & x > 0 & x < Inf
-  xp <- x[ok]
-  d <- xp - mu
-  q <- lambda / (2 * xp) * (d / mu)^2
-  redo <- !is.finite(q) | (q == 0 & d != 0)
-  if (any(redo)) {
-    q[redo] <- exp(log(lambda) - log(2) + 2 * log(abs(d[redo])) - 2 * log(mu) - log(xp[redo]))
-  }
-  out[ok] <- 0.5 * (log(lambda) - log(2 * pi)) - 1.5 * log(xp) - q
-  out
-}
-
 # Michael, Schucany & Haas (1976), vectorised over mu and lambda. With
 # s = |Z| sqrt(mu / lambda) (formed from square roots, which neither
 # overflow nor underflow), the roots of their quadratic are mu X1 and
@@ -192,12 +165,6 @@ rinvgauss_msh <- function(mu, lambda) {
   }
   u <- stats::runif(length(mu))
   ifelse(u * (1 + x1) <= 1, small_root, large_root)
-}
-
-row_logsumexp <- function(m) {
-  top <- apply(m, 1, max)
-  top[!is.finite(top)] <- 0
-  top + log(rowSums(exp(m - top)))
 }
 
 #' Gamma, lognormal, Poisson and exponential mixtures: density and random

@@ -30,7 +30,9 @@ test_that("predict gives posteriors, classes and the mixture density", {
   dens <- predict(fit, new, type = "density")
   expect_equal(dens, dinvgaussmix(new, fit$alpha, fit$mu, fit$lambda))
   # A posterior is the weighted component density over the mixture density.
-  expect_equal(post[, 1], fit$alpha[1] * exp(bulkem:::ldinvgauss(new, fit$mu[1], fit$lambda[1])) / dens)
+  dig <- function(x, mu, lambda) sqrt(lambda / (2 * pi * x^3)) * exp(-lambda * (x - mu)^2 / (2 * mu^2 * x))
+  expect_equal(post[, 1], fit$alpha[1] * dig(new, fit$mu[1], fit$lambda[1]) / dens)
+  expect_equal(dens, fit$alpha[1] * dig(new, fit$mu[1], fit$lambda[1]) + fit$alpha[2] * dig(new, fit$mu[2], fit$lambda[2]))
   expect_equal(predict(fit), fit$posterior)
   expect_error(predict(fit, type = "density"), "newdata")
   expect_error(predict(fits$third, 1), "failed fit")

@@ -5,15 +5,23 @@ use super::family::Family;
 use super::fit::MixParams;
 
 /// log(alpha_j f_j(x_i)), an n x M matrix stored column by column; -Inf
-/// where x_i is outside the family's support.
+/// where x_i is outside the family's support (and at +-Inf), NaN at NaN.
 pub fn component_log_densities(family: Family, x: &[f64], p: &MixParams) -> Vec<f64> {
     let m = p.components();
     let second = |j: usize| p.scale.get(j).copied().unwrap_or(f64::NAN);
-    (0..m).flat_map(|j| x.iter().map(move |&xi| p.alpha[j].ln() + family.log_density(xi, p.mu[j], second(j)))).collect()
+    let one = move |j: usize, xi: f64| match xi {
+        _ if xi.is_nan() => f64::NAN,
+        _ if xi.is_infinite() => f64::NEG_INFINITY,
+        _ => p.alpha[j].ln() + family.log_density(xi, p.mu[j], second(j)),
+    };
+    (0..m).flat_map(|j| x.iter().map(move |&xi| one(j, xi))).collect()
 }
 
 /// log sum_j exp(l_j), stable; -Inf when every term is -Inf.
 fn log_sum_exp(l: impl Iterator<Item = f64> + Clone) -> f64 {
+    if l.clone().any(f64::is_nan) {
+        return f64::NAN;
+    }
     let top = l.clone().fold(f64::NEG_INFINITY, f64::max);
     if top == f64::NEG_INFINITY || !top.is_finite() {
         return top;

@@ -89,10 +89,17 @@ impl FamilyDef for InvGauss {
         if x <= 0.0 {
             return f64::NEG_INFINITY;
         }
-        // In logs and with the square split, so that neither x^3 nor (x - mu)^2
-        // leaves double precision for x far in the tails (1e-300, 1e300).
-        let d = x - mu;
-        0.5 * (lambda.ln() - (2.0 * PI).ln() - 3.0 * x.ln()) - lambda * (d / (2.0 * mu * mu)) * (d / x)
+        // lambda (x - mu)^2 / (2 mu^2 x) = lambda r^2 / (2x) with r = x/mu - 1,
+        // in logs and with the square split: neither x^3, mu^2 nor (x - mu)^2
+        // leaves double precision for x or mu far out (1e-300, 1e300; mu =
+        // 1e200 gives the Levy limit).
+        let r = x / mu - 1.0;
+        let mut q = lambda * (r * (r / (2.0 * x)));
+        if !q.is_finite() && r.is_finite() {
+            // A product that overflowed part-way, in logs (inf only if q does).
+            q = (lambda.ln() + 2.0 * r.abs().ln() - (2.0 * x).ln()).exp();
+        }
+        0.5 * (lambda.ln() - (2.0 * PI).ln() - 3.0 * x.ln()) - q
     }
 
     fn ml_estimate(&self, xs: &[f64]) -> Option<(f64, f64)> {
