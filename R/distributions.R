@@ -102,38 +102,10 @@ check_draws_memory <- function(n, call) {
   call_core(memory_ensure_(what, 12 * n + 2^20 * 80), call, "rinvgaussmix")
 }
 
-# alpha, mu and lambda of one mixture: numeric, no NA, one length, alpha
-# non-negative summing to 1 (returned normalised exactly), mu and lambda
-# finite and positive.
+# alpha, mu and lambda of one inverse Gaussian mixture, checked as every
+# family's (check_family_mixture): alpha returned normalised exactly.
 check_mixture <- function(alpha, mu, lambda, call = parent.frame()) {
-  args <- list(alpha = alpha, mu = mu, lambda = lambda)
-  for (arg in names(args)) {
-    v <- args[[arg]]
-    if (!is.numeric(v) || length(v) == 0 || anyNA(v)) {
-      bulkem_abort(c(
-        "{.arg {arg}} must be a non-empty numeric vector without missing values.",
-        x = "You supplied {describe_value(v)}."
-      ), call = call)
-    }
-  }
-  if (length(mu) != length(alpha) || length(lambda) != length(alpha)) {
-    bulkem_abort(c(
-      "{.arg alpha}, {.arg mu} and {.arg lambda} must have one length (one value per component).",
-      x = "They have lengths {length(alpha)}, {length(mu)} and {length(lambda)}."
-    ), call = call)
-  }
-  check_weights(alpha, call)
-  for (arg in c("mu", "lambda")) {
-    v <- args[[arg]]
-    bad <- !is.finite(v) | v <= 0
-    if (any(bad)) {
-      bulkem_abort(c(
-        "{.arg {arg}} must be positive and finite.",
-        x = "Component {which(bad)[1]} has {arg} = {v[bad][1]}."
-      ), call = call)
-    }
-  }
-  alpha / sum(alpha)
+  check_family_mixture(alpha, list(mu = mu, lambda = lambda), em_family("invgauss"), call)
 }
 
 # Michael, Schucany & Haas (1976), vectorised over mu and lambda. With
