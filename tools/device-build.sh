@@ -17,4 +17,5 @@ for line in sys.stdin:
 '
 cd ../..
 cp "${BULKEM_PEERS:-../shared/peers}"/*.py .device/peers/  # the peers of the issues
+cp inst/bench/*.py .device/peers/  # our own peers (kept in the repository)
 ls -la .device

@@ -4,6 +4,8 @@
 # tools/device-build.sh. Usage: bash tools/device-run.sh [tests|bench|peers|reduce|all|select]
 # `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
 # select-suite, then the torch peer once per K = 1..5 (20 starts).
+# `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
+# the torch peers of its two GPU cases (categorical and Gaussian).
 set -u
 what=${1:-all}
 cd "$(dirname "$0")/../.device"
@@ -31,6 +33,17 @@ fi
 if [ "$what" = peers ] || [ "$what" = all ]; then
   echo "== peer torch_igem (4,000 datasets: throughput does not depend on D)"
   python3 peers/torch_igem.py 4000 2000 100 2 100 400 2>&1 | tee "$out/peer-igem.log"
+fi
+if [ "$what" = hmm ]; then
+  run_tests kernels_compile hmm_gpu
+  echo "== bulkem-bench hmm-suite"
+  ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-hmm.jsonl" 2>&1 | tee "$out/bench-hmm.log"
+  echo "== peers torch_hmm, torch_hmm_gaussian"
+  for shape in "512 512 16" "32 10000 1000"; do
+    v=$([ "${shape%% *}" = 512 ] && echo 512 || echo 16)
+    python3 peers/torch_hmm.py $shape $v 2>&1 | tee -a "$out/peer-hmm.log"
+    python3 peers/torch_hmm_gaussian.py $shape 2>&1 | tee -a "$out/peer-hmm.log"
+  done
 fi
 if [ "$what" = select ]; then
   run_tests kernels_compile em_gpu

@@ -25,6 +25,11 @@ impl KeyedStream {
         KeyedStream(rng)
     }
 
+    /// The generator itself, for `rand_distr`'s distributions.
+    pub fn rng(&mut self) -> &mut ChaCha8Rng {
+        &mut self.0
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.0.next_u64()
     }

@@ -56,15 +56,15 @@ struct Brute {
 }
 
 fn brute(m: &HmmModel, seq: &[u32]) -> Brute {
-    let (n, v, t_len) = (m.n_states, m.n_symbols, seq.len());
+    let (n, v, t_len) = (m.n_states, m.emission.n_symbols, seq.len());
     let mut b = Brute { total: 0.0, best: -1.0, best_path: vec![], second: -1.0, gamma: vec![0.0; t_len * n], xi: vec![0.0; n * n], emis: vec![0.0; n * v] };
     let paths = n.pow(t_len as u32);
     let mut joint = Vec::with_capacity(paths);
     for code in 0..paths {
         let path: Vec<usize> = (0..t_len).map(|t| (code / n.pow((t_len - 1 - t) as u32)) % n).collect();
-        let mut p = m.start[path[0]] * m.emis[path[0] * v + seq[0] as usize];
+        let mut p = m.start[path[0]] * m.emission.probs[path[0] * v + seq[0] as usize];
         for t in 1..t_len {
-            p *= m.trans[path[t - 1] * n + path[t]] * m.emis[path[t] * v + seq[t] as usize];
+            p *= m.trans[path[t - 1] * n + path[t]] * m.emission.probs[path[t] * v + seq[t] as usize];
         }
         joint.push((p, path));
     }
@@ -184,8 +184,8 @@ fn one_baum_welch_step_matches_brute_force_counts() {
                     })
                     .collect()
             };
-            let want = [norm(&st, n, &m.start), norm(&xi, n, &m.trans), norm(&em, v, &m.emis)];
-            let got = [&fit.model.start, &fit.model.trans, &fit.model.emis];
+            let want = [norm(&st, n, &m.start), norm(&xi, n, &m.trans), norm(&em, v, &m.emission.probs)];
+            let got = [&fit.model.start, &fit.model.trans, &fit.model.emission.probs];
             for (w, g) in want.iter().zip(got) {
                 for (a, b) in w.iter().zip(g.iter()) {
                     assert!((a - b).abs() < 1e-10, "N={n} V={v} pc={pc}: {w:?} vs {g:?}");
@@ -212,15 +212,15 @@ fn known_model() -> HmmModel {
 
 /// Relabel the states of `fit` to best match `truth` (N = 2).
 fn align(fit: &HmmModel, truth: &HmmModel) -> HmmModel {
-    let diff = |m: &HmmModel| m.emis.iter().zip(&truth.emis).map(|(a, b)| (a - b).abs()).sum::<f64>();
+    let diff = |m: &HmmModel| m.emission.probs.iter().zip(&truth.emission.probs).map(|(a, b)| (a - b).abs()).sum::<f64>();
     if fit.n_states != 2 {
         return fit.clone();
     }
-    let v = fit.n_symbols;
+    let v = fit.emission.n_symbols;
     let swapped = HmmModel {
         start: vec![fit.start[1], fit.start[0]],
         trans: vec![fit.trans[3], fit.trans[2], fit.trans[1], fit.trans[0]],
-        emis: [&fit.emis[v..], &fit.emis[..v]].concat(),
+        emission: hmm::Categorical { probs: [&fit.emission.probs[v..], &fit.emission.probs[..v]].concat(), ..fit.emission.clone() },
         ..fit.clone()
     };
     if diff(&swapped) < diff(fit) { swapped } else { fit.clone() }
@@ -244,7 +244,7 @@ fn baum_welch_is_monotone_and_recovers_a_known_model() {
     let worst = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
     assert!(worst(&m.start, &truth.start) < 0.04, "start {:?}", m.start);
     assert!(worst(&m.trans, &truth.trans) < 0.02, "trans {:?}", m.trans);
-    assert!(worst(&m.emis, &truth.emis) < 0.02, "emis {:?}", m.emis);
+    assert!(worst(&m.emission.probs, &truth.emission.probs) < 0.02, "emis {:?}", m.emission.probs);
     // The fit is at least as likely as the truth on these data.
     let ll_truth: f64 = hmm::loglik(&truth, &seqs, &Exec::cpu()).unwrap().iter().sum();
     assert!(fit.loglik >= ll_truth - 1e-6);
@@ -262,7 +262,7 @@ fn baum_welch_monotone_from_random_starts_with_zeros_in_data() {
         for w in fit.trace.windows(2) {
             assert!(w[1] >= w[0] - 1e-10 * w[0].abs(), "decreased: {} -> {}", w[0], w[1]);
         }
-        for p in fit.model.start.iter().chain(&fit.model.trans).chain(&fit.model.emis) {
+        for p in fit.model.start.iter().chain(&fit.model.trans).chain(&fit.model.emission.probs) {
             assert!(p.is_finite() && *p >= 0.0);
         }
     }
@@ -340,7 +340,7 @@ fn edge_cases_t1_n1_v1() {
     let seqs = Sequences::from_vecs(&[vec![0u32, 1, 1, 2], vec![1, 1]]);
     let fit = hmm::fit(&seqs, &HmmFitConfig::new(1, 3).seed(3).check().unwrap(), &exec).unwrap();
     let want = [1.0 / 6.0, 4.0 / 6.0, 1.0 / 6.0];
-    assert!(fit.model.emis.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-14), "{:?}", fit.model.emis);
+    assert!(fit.model.emission.probs.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-14), "{:?}", fit.model.emission.probs);
     // T = 1: the posterior is start * emission, normalised.
     let m = known_model();
     let seqs = Sequences::from_vecs(&[vec![2u32]]);
@@ -363,17 +363,17 @@ fn ties_go_to_the_lowest_state() {
 /// log P(O) by the log-space forward recursion (log-sum-exp), independent
 /// of the scaled implementation.
 fn log_space_loglik(m: &HmmModel, seq: &[u32]) -> f64 {
-    let (n, v) = (m.n_states, m.n_symbols);
+    let (n, v) = (m.n_states, m.emission.n_symbols);
     let lse = |x: &[f64]| {
         let top = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         if top == f64::NEG_INFINITY { top } else { top + x.iter().map(|y| (y - top).exp()).sum::<f64>().ln() }
     };
-    let mut a: Vec<f64> = (0..n).map(|i| m.start[i].ln() + m.emis[i * v + seq[0] as usize].ln()).collect();
+    let mut a: Vec<f64> = (0..n).map(|i| m.start[i].ln() + m.emission.probs[i * v + seq[0] as usize].ln()).collect();
     for &o in &seq[1..] {
         a = (0..n)
             .map(|j| {
                 let terms: Vec<f64> = (0..n).map(|i| a[i] + m.trans[i * n + j].ln()).collect();
-                lse(&terms) + m.emis[j * v + o as usize].ln()
+                lse(&terms) + m.emission.probs[j * v + o as usize].ln()
             })
             .collect();
     }
@@ -454,14 +454,14 @@ struct LogBrute {
 }
 
 fn log_brute(m: &HmmModel, seq: &[u32]) -> LogBrute {
-    let (n, v, t_len) = (m.n_states, m.n_symbols, seq.len());
+    let (n, v, t_len) = (m.n_states, m.emission.n_symbols, seq.len());
     let paths = n.pow(t_len as u32);
     let mut logp = Vec::with_capacity(paths);
     for code in 0..paths {
         let path: Vec<usize> = (0..t_len).map(|t| (code / n.pow((t_len - 1 - t) as u32)) % n).collect();
-        let mut l = m.start[path[0]].ln() + m.emis[path[0] * v + seq[0] as usize].ln();
+        let mut l = m.start[path[0]].ln() + m.emission.probs[path[0] * v + seq[0] as usize].ln();
         for t in 1..t_len {
-            l += m.trans[path[t - 1] * n + path[t]].ln() + m.emis[path[t] * v + seq[t] as usize].ln();
+            l += m.trans[path[t - 1] * n + path[t]].ln() + m.emission.probs[path[t] * v + seq[t] as usize].ln();
         }
         logp.push((l, path));
     }
@@ -553,7 +553,7 @@ fn tiny_and_subnormal_probabilities_match_a_log_space_brute_force() {
                 let s: f64 = row.iter().sum();
                 if s > 1e-12 {
                     for k in 0..v {
-                        assert!((fit.model.emis[i * v + k] - row[k] / s).abs() < 1e-9, "key {key}: emis {i} {k}");
+                        assert!((fit.model.emission.probs[i * v + k] - row[k] / s).abs() < 1e-9, "key {key}: emis {i} {k}");
                     }
                 }
             }
@@ -568,7 +568,7 @@ fn the_issues_subnormal_case_is_exact() {
     // start (1e-20, 1 - 1e-20), trans I, emis ((1e-310, 1 - 1e-310), (0, 1)),
     // sequence (1): only state 1 emits symbol 1.
     let m = HmmModel::new(vec![1e-20, 1.0 - 1e-20], vec![1.0, 0.0, 0.0, 1.0], vec![1e-310, 1.0 - 1e-310, 0.0, 1.0], 2).unwrap();
-    let want = m.start[0].ln() + m.emis[0].ln();
+    let want = m.start[0].ln() + m.emission.probs[0].ln();
     assert!((want - (-759.853)).abs() < 1e-3);
     let seqs = Sequences::from_vecs(&[vec![0u32], vec![1, 1, 0], vec![1, 1]]);
     let exec = Exec::cpu();
@@ -618,7 +618,7 @@ fn an_unreachable_state_gives_no_nan() {
     assert!(p.probs.chunks(2).all(|g| g == [1.0, 0.0]));
     let config = HmmFitConfig::new(2, 2).init(m).max_iters(2).epsilon(0.0).check().unwrap();
     let fit = hmm::fit(&seqs, &config, &exec).unwrap();
-    assert!(fit.model.trans.iter().chain(&fit.model.emis).all(|x| x.is_finite()), "{:?}", fit.model);
+    assert!(fit.model.trans.iter().chain(&fit.model.emission.probs).all(|x| x.is_finite()), "{:?}", fit.model);
     assert_eq!(fit.model.trans, vec![1.0, 0.0, 0.0, 1.0]);
 }
 

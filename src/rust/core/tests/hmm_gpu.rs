@@ -119,7 +119,7 @@ fn long_sequences_agree() {
 }
 
 fn compare_models(a: &HmmModel, b: &HmmModel, what: &str) {
-    let all = |m: &HmmModel| [m.start.clone(), m.trans.clone(), m.emis.clone()].concat();
+    let all = |m: &HmmModel| [m.start.clone(), m.trans.clone(), m.emission.probs.clone()].concat();
     for (x, y) in all(a).iter().zip(&all(b)) {
         assert!((x - y).abs() <= GPU_CPU_PARAM_REL * x.abs().max(1e-6), "{what}: gpu {y} cpu {x}");
     }
@@ -169,8 +169,8 @@ fn one_iteration_with_many_states_matches_the_cpu() {
     // N = V = 512: counts accumulated in global memory.
     let model = random_model(512, 512, 300, false);
     let (seqs, _) = hmm::simulate(&model, &vec![16; 64], 1);
-    let (a, la) = hmm::baum_welch_step(&model, &seqs, 0.0, &Exec::cpu()).unwrap();
-    let (b, lb) = hmm::baum_welch_step(&model, &seqs, 0.0, &cuda()).unwrap();
+    let (a, la) = hmm::baum_welch_step(&model, &seqs, &Default::default(), &Exec::cpu()).unwrap();
+    let (b, lb) = hmm::baum_welch_step(&model, &seqs, &Default::default(), &cuda()).unwrap();
     assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL);
     compare_models(&a, &b, "N=512");
     compare_passes(&model, &seqs, "N=512");
@@ -202,7 +202,7 @@ fn baum_welch_with_many_states_matches_the_cpu() {
 fn stuck_model(n: usize, v: usize, key: u64) -> HmmModel {
     let r = random_model(n, v, key, false);
     let trans = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
-    HmmModel::new(r.start, trans, r.emis, v).unwrap()
+    HmmModel::new(r.start, trans, r.emission.probs, v).unwrap()
 }
 
 #[test]
@@ -215,7 +215,7 @@ fn tiny_probabilities_and_decaying_states_agree() {
     let seqs = Sequences::from_vecs(&[vec![0u32], vec![1, 1, 0], vec![1; 50]]);
     compare_passes(&tiny, &seqs, "subnormal emission");
     let ll = hmm::loglik(&tiny, &seqs, &cuda()).unwrap();
-    assert!((ll[0] - (tiny.start[0].ln() + tiny.emis[0].ln())).abs() < 1e-12);
+    assert!((ll[0] - (tiny.start[0].ln() + tiny.emission.probs[0].ln())).abs() < 1e-12);
     // States whose weights decay below the certificate, on the warp (N = 2,
     // 8), block (N = 40, 100) and batched (N = 200) kernels: long sequences
     // come back uncertain and are computed on the host; short ones on the
@@ -253,8 +253,8 @@ fn unreachable_states_give_no_nan() {
         compare_passes(&m, &seqs, &format!("unreachable N={n}"));
         let p = hmm::posterior(&m, &seqs, &cuda()).unwrap();
         assert!(p.probs.iter().all(|x| x.is_finite()), "N={n}: NaN posteriors");
-        let (next, _) = hmm::baum_welch_step(&m, &seqs, 0.0, &cuda()).unwrap();
-        assert!(next.trans.iter().chain(&next.emis).all(|x| x.is_finite()), "N={n}: {:?}", &next.trans[..4]);
+        let (next, _) = hmm::baum_welch_step(&m, &seqs, &Default::default(), &cuda()).unwrap();
+        assert!(next.trans.iter().chain(&next.emission.probs).all(|x| x.is_finite()), "N={n}: {:?}", &next.trans[..4]);
     }
 }
 

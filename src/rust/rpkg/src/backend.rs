@@ -32,8 +32,8 @@ fn backends_() -> List {
 }
 
 /// The backend ("cpu" or "cuda") for a job of `area` ("em": sizes =
-/// c(observation-iterations, components); "hmm": c(states, symbols,
-/// passes)) and `request` ("cpu", "cuda", "auto"): the core's one choice,
+/// c(observation-iterations, components); "hmm" (categorical) or
+/// "hmm:<emission>": c(states, observations, passes)) and `request` ("cpu", "cuda", "auto"): the core's one choice,
 /// for R code that splits a job into chunks and must choose once for all.
 /// @noRd
 #[extendr]
@@ -42,7 +42,10 @@ fn backend_choice_(area: &str, request: &str, sizes: &[f64]) -> Result<&'static 
     let job = match area {
         "em" => bulkem_core::em::job_for(size(0), size(1) as usize),
         "hmm" => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize),
-        other => return Err(input_error(format!("unknown area '{other}'"))),
+        other => match other.strip_prefix("hmm:").and_then(bulkem_core::hmm::EmissionKind::from_name) {
+            Some(kind) => bulkem_core::hmm::job_of(kind, size(0) as usize, size(1) as usize, size(2) as usize),
+            None => return Err(input_error(format!("unknown area '{other}'"))),
+        },
     };
     Ok(backend_for(request, &job)?.name())
 }

@@ -1,46 +1,150 @@
 //! hmm_*(): R values -> HmmModel / Sequences, results -> flat R vectors
 //! (split and reshaped in R). Matrices cross the boundary row-major: R
-//! passes t(m) and rebuilds with matrix(byrow = TRUE). Every entry point
-//! checks the call's memory (the core's estimate, with the copies the glue
-//! and R make of the result) before converting anything.
+//! passes t(m) and rebuilds with matrix(byrow = TRUE). An emission crosses
+//! as list(family = <name>, <parameters>...) ([`FromR`]); each entry point
+//! dispatches once on the family ([`by_family!`]) to code generic over the
+//! core's `Emission`. Every entry point checks the call's memory (the
+//! core's estimate, with the copies the glue and R make of the result)
+//! before converting anything.
 
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::Backend;
-use bulkem_core::hmm::{self, HmmFit, HmmFitConfig, HmmJob, HmmModel, Pass, Sequences, NO_STATE};
+use bulkem_core::hmm::{self, Categorical, Emission, EmissionKind, Gaussian, HmmFit, HmmFitConfig, HmmJob, HmmModel, Pass, Poisson, Sequences, NO_STATE};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
 use crate::session::{backend_for, input_error, r_error, run_in_session};
 
-fn model(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32) -> Result<HmmModel> {
-    HmmModel::new(start.to_vec(), trans.to_vec(), emis.to_vec(), n_symbols.max(0) as usize).map_err(r_error)
+/// An emission as R passes it, and its observations.
+trait FromR: Emission {
+    /// The emission of `n_states` states from R's list.
+    fn from_r(list: &List, n_states: usize) -> Result<Self>;
+    /// The emission as R's list.
+    fn to_r(&self) -> List;
+    /// The fit's shape from R's emission list (the family and, for a
+    /// categorical emission, V).
+    fn shape_from_r(list: &List) -> Result<Self::Shape>;
+    /// R's flat observations (checked by R; invalid values are still refused
+    /// here or by the core).
+    fn obs_from_r(obs: &Robj) -> Result<Vec<Self::Obs>>;
+    fn obs_to_r(obs: &[Self::Obs]) -> Robj;
 }
 
-/// Flat 1-based symbols and the sequence lengths -> 0-based Sequences.
-/// The R side has checked them; NA or values < 1 are still refused here.
-fn sequences(symbols: &[i32], lengths: &[i32]) -> Result<Sequences> {
-    let lengths: Vec<usize> = lengths.iter().map(|&l| l.max(0) as usize).collect();
-    if lengths.iter().sum::<usize>() != symbols.len() {
-        return Err(Error::Other("internal: sequence lengths do not add up to the number of symbols".into()));
+fn doubles(list: &List, name: &str) -> Result<Vec<f64>> {
+    let v = list.dollar(name)?;
+    Ok(v.as_real_slice().ok_or_else(|| Error::Other(format!("internal: emission${name} must be a double vector")))?.to_vec())
+}
+
+fn count_of(list: &List, name: &str) -> Result<usize> {
+    let v = list.dollar(name)?;
+    let x = v.as_real().or_else(|| v.as_integer().map(f64::from)).ok_or_else(|| Error::Other(format!("internal: emission${name} must be a number")))?;
+    Ok(count(x))
+}
+
+impl FromR for Categorical {
+    fn from_r(list: &List, n_states: usize) -> Result<Self> {
+        Categorical::new(n_states, count_of(list, "V")?, doubles(list, "emis")?).map_err(r_error)
     }
-    let mut flat = Vec::with_capacity(symbols.len());
-    let mut begin = 0;
-    for (s, &len) in lengths.iter().enumerate() {
-        for (p, &k) in symbols[begin..begin + len].iter().enumerate() {
-            if k < 1 {
-                return Err(input_error(format!("sequence {} has an invalid symbol at position {}; symbols are whole numbers from 1", s + 1, p + 1)));
-            }
-            flat.push((k - 1) as u32);
+    fn to_r(&self) -> List {
+        list!(family = Self::NAME, emis = self.probs.clone(), V = self.n_symbols as i32)
+    }
+    fn shape_from_r(list: &List) -> Result<usize> {
+        count_of(list, "V")
+    }
+    fn obs_from_r(obs: &Robj) -> Result<Vec<u32>> {
+        let codes = obs.as_integer_slice().ok_or_else(|| Error::Other("internal: symbols must be an integer vector".into()))?;
+        codes
+            .iter()
+            .map(|&k| if k >= 1 { Ok((k - 1) as u32) } else { Err(input_error("sequences have an invalid symbol; symbols are whole numbers from 1")) })
+            .collect()
+    }
+    fn obs_to_r(obs: &[u32]) -> Robj {
+        Integers::from_values(obs.iter().map(|&k| Rint::from(k as i32 + 1))).into()
+    }
+}
+
+fn numbers_from_r(obs: &Robj) -> Result<Vec<f64>> {
+    Ok(obs.as_real_slice().ok_or_else(|| Error::Other("internal: observations must be a double vector".into()))?.to_vec())
+}
+
+impl FromR for Gaussian {
+    fn from_r(list: &List, n_states: usize) -> Result<Self> {
+        let g = Gaussian::new(doubles(list, "mean")?, doubles(list, "sd")?).map_err(r_error)?;
+        if g.mean.len() != n_states {
+            return Err(input_error(format!("the emission has {} states but `start` has {n_states}", g.mean.len())));
         }
-        begin += len;
+        Ok(g)
     }
-    Sequences::from_lengths(flat, &lengths).map_err(r_error)
+    fn to_r(&self) -> List {
+        list!(family = Self::NAME, mean = self.mean.clone(), sd = self.sd.clone())
+    }
+    fn shape_from_r(_: &List) -> Result<()> {
+        Ok(())
+    }
+    fn obs_from_r(obs: &Robj) -> Result<Vec<f64>> {
+        numbers_from_r(obs)
+    }
+    fn obs_to_r(obs: &[f64]) -> Robj {
+        obs.to_vec().into()
+    }
 }
 
-/// The backend of an HMM call of `passes` passes over `seqs` with
-/// `n_states` states: the core's one choice from `request`.
-fn backend_of(request: &str, n_states: usize, seqs: &Sequences, passes: usize) -> Result<Backend> {
-    backend_for(request, &hmm::job(n_states, seqs.total(), passes))
+impl FromR for Poisson {
+    fn from_r(list: &List, n_states: usize) -> Result<Self> {
+        let p = Poisson::new(doubles(list, "rate")?).map_err(r_error)?;
+        if p.rate.len() != n_states {
+            return Err(input_error(format!("the emission has {} states but `start` has {n_states}", p.rate.len())));
+        }
+        Ok(p)
+    }
+    fn to_r(&self) -> List {
+        list!(family = Self::NAME, rate = self.rate.clone())
+    }
+    fn shape_from_r(_: &List) -> Result<()> {
+        Ok(())
+    }
+    fn obs_from_r(obs: &Robj) -> Result<Vec<f64>> {
+        numbers_from_r(obs)
+    }
+    fn obs_to_r(obs: &[f64]) -> Robj {
+        obs.to_vec().into()
+    }
+}
+
+/// The emission family R's list names.
+fn kind_of(emission: &List) -> Result<EmissionKind> {
+    let family = emission.dollar("family")?;
+    let name = family.as_str().ok_or_else(|| Error::Other("internal: emission$family must be a string".into()))?;
+    EmissionKind::from_name(name).ok_or_else(|| input_error(format!("unknown emission family '{name}'")))
+}
+
+/// `$f::<E>(args)` for the emission family of `$emission` (an R list).
+macro_rules! by_family {
+    ($emission:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match kind_of($emission)? {
+            EmissionKind::Categorical => $f::<Categorical>($($arg),*),
+            EmissionKind::Gaussian => $f::<Gaussian>($($arg),*),
+            EmissionKind::Poisson => $f::<Poisson>($($arg),*),
+        }
+    };
+}
+
+fn model<E: FromR>(start: &[f64], trans: &[f64], emission: &List) -> Result<HmmModel<E>> {
+    let e = E::from_r(emission, start.len())?;
+    HmmModel::with_emission(start.to_vec(), trans.to_vec(), e).map_err(r_error)
+}
+
+/// Flat observations and the sequence lengths -> Sequences.
+fn sequences<E: FromR>(obs: &Robj, lengths: &[i32]) -> Result<Sequences<E::Obs>> {
+    let lengths: Vec<usize> = lengths.iter().map(|&l| l.max(0) as usize).collect();
+    Sequences::from_lengths(E::obs_from_r(obs)?, &lengths).map_err(|_| Error::Other("internal: sequence lengths do not add up to the number of observations".into()))
+}
+
+/// The backend of an HMM call of `passes` passes over `total` observations
+/// with `n_states` states: the core's one choice from `request`.
+fn backend_of<E: Emission>(request: &str, n_states: usize, total: usize, passes: usize) -> Result<Backend> {
+    let kind = EmissionKind::from_name(E::NAME).ok_or_else(|| Error::Other("internal: unregistered emission".into()))?;
+    backend_for(request, &hmm::job_of(kind, n_states, total, passes))
 }
 
 /// Copies of each pass's result beyond the core's own: the glue's R vector,
@@ -54,8 +158,8 @@ fn result_copies(pass: Pass) -> usize {
 }
 
 /// The memory check of a call over sequences of `lengths`.
-fn ensure(pass: Pass, n_states: usize, n_symbols: usize, lengths: impl Iterator<Item = usize>, threads: i32, starts: usize) -> Result<()> {
-    HmmJob::new(pass, n_states, n_symbols, lengths, threads.max(0) as usize).starts(starts).copies(result_copies(pass)).ensure().map_err(r_error)
+fn ensure(pass: Pass, n_states: usize, n_stats: usize, lengths: impl Iterator<Item = usize>, threads: i32, starts: usize) -> Result<()> {
+    HmmJob::new(pass, n_states, n_stats, lengths, threads.max(0) as usize).starts(starts).copies(result_copies(pass)).ensure().map_err(r_error)
 }
 
 fn lengths_of(lengths: &[i32]) -> impl Iterator<Item = usize> + '_ {
@@ -78,18 +182,26 @@ fn count(x: f64) -> usize {
     if x.is_finite() && x > 0.0 { x.min(usize::MAX as f64) as usize } else { 0 }
 }
 
+/// The statistics per state of an emission list (for memory estimates).
+fn n_stats(emission: &List) -> Result<usize> {
+    let kind = kind_of(emission)?;
+    let v = if kind == EmissionKind::Categorical { count_of(emission, "V")? } else { 0 };
+    Ok(kind.n_stats(v))
+}
+
 /// The memory check of an HMM call before R builds anything for it:
 /// `n_seqs` sequences of `lengths` (one value: recycled), `copies` of the
-/// result on top of the core's own. NULL, or a memory error.
+/// result on top of the core's own; `emission` is R's emission list (only
+/// its family and V are read). NULL, or a memory error.
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
-fn hmm_memory_(pass: &str, n_states: f64, n_symbols: f64, n_seqs: f64, lengths: &[f64], threads: i32, starts: f64, copies: i32) -> Result<()> {
+fn hmm_memory_(pass: &str, n_states: f64, emission: List, n_seqs: f64, lengths: &[f64], threads: i32, starts: f64, copies: i32) -> Result<()> {
     let pass = pass_named(pass)?;
-    let n_seqs = count(n_seqs);
+    let (n_seqs, s) = (count(n_seqs), n_stats(&emission)?);
     let job = match lengths {
-        [one] => HmmJob::uniform(pass, count(n_states), count(n_symbols), n_seqs, count(*one), threads.max(0) as usize),
-        many => HmmJob::new(pass, count(n_states), count(n_symbols), many.iter().map(|&l| count(l)), threads.max(0) as usize),
+        [one] => HmmJob::uniform(pass, count(n_states), s, n_seqs, count(*one), threads.max(0) as usize),
+        many => HmmJob::new(pass, count(n_states), s, many.iter().map(|&l| count(l)), threads.max(0) as usize),
     };
     job.starts(count(starts).max(1))
         .copies(copies.max(0) as usize)
@@ -97,89 +209,96 @@ fn hmm_memory_(pass: &str, n_states: f64, n_symbols: f64, n_seqs: f64, lengths: 
         .map_err(r_error)
 }
 
-/// log P(sequence) per sequence.
+/// The model and sequences of a pass, after its memory check.
+fn prepare<E: FromR>(pass: Pass, start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32) -> Result<(HmmModel<E>, Sequences<E::Obs>)> {
+    ensure(pass, start.len(), n_stats(emission)?, lengths_of(lengths), threads, 1)?;
+    Ok((model::<E>(start, trans, emission)?, sequences::<E>(obs, lengths)?))
+}
+
+fn loglik<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<Vec<f64>> {
+    let (m, seqs) = prepare::<E>(Pass::Loglik, start, trans, emission, obs, lengths, threads)?;
+    run_in_session(backend_of::<E>(backend, m.n_states, seqs.total(), 1)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
+}
+
+fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
+    let (m, seqs) = prepare::<E>(Pass::Viterbi, start, trans, emission, obs, lengths, threads)?;
+    let v = run_in_session(backend_of::<E>(backend, m.n_states, seqs.total(), 1)?, threads.max(0) as usize, |exec| hmm::viterbi(&m, &seqs, exec)).map_err(r_error)?;
+    let path = Integers::from_values(v.states.iter().map(|&s| if s == NO_STATE { Rint::na() } else { Rint::from(s as i32 + 1) }));
+    Ok(list!(path = path, log_prob = v.log_prob))
+}
+
+fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
+    let (m, seqs) = prepare::<E>(Pass::Posterior, start, trans, emission, obs, lengths, threads)?;
+    let p = run_in_session(backend_of::<E>(backend, m.n_states, seqs.total(), 2)?, threads.max(0) as usize, |exec| hmm::posterior(&m, &seqs, exec)).map_err(r_error)?;
+    Ok(list!(probs = p.probs, loglik = p.loglik))
+}
+
+/// log P(sequence) per sequence. `obs`: integer symbol codes (categorical)
+/// or doubles; `emission`: R's emission list.
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
-fn hmm_loglik_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<Vec<f64>> {
-    ensure(Pass::Loglik, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
-    let m = model(start, trans, emis, n_symbols)?;
-    let seqs = sequences(symbols, lengths)?;
-    run_in_session(backend_of(backend, m.n_states, &seqs, 1)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
+fn hmm_loglik_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<Vec<f64>> {
+    by_family!(&emission, loglik(start, trans, &emission, &obs, lengths, threads, backend))
 }
 
 /// Viterbi: list(path = flat 1-based states, NA for impossible sequences; log_prob).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
-fn hmm_viterbi_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
-    ensure(Pass::Viterbi, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
-    let m = model(start, trans, emis, n_symbols)?;
-    let seqs = sequences(symbols, lengths)?;
-    let v = run_in_session(backend_of(backend, m.n_states, &seqs, 1)?, threads.max(0) as usize, |exec| hmm::viterbi(&m, &seqs, exec)).map_err(r_error)?;
-    let path = Integers::from_values(v.states.iter().map(|&s| if s == NO_STATE { Rint::na() } else { Rint::from(s as i32 + 1) }));
-    Ok(list!(path = path, log_prob = v.log_prob))
+fn hmm_viterbi_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
+    by_family!(&emission, viterbi(start, trans, &emission, &obs, lengths, threads, backend))
 }
 
 /// Posteriors: list(probs = flat, time-major (T x N per sequence), loglik).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
-fn hmm_posterior_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, symbols: &[i32], lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
-    ensure(Pass::Posterior, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), threads, 1)?;
-    let m = model(start, trans, emis, n_symbols)?;
-    let seqs = sequences(symbols, lengths)?;
-    let p = run_in_session(backend_of(backend, m.n_states, &seqs, 2)?, threads.max(0) as usize, |exec| hmm::posterior(&m, &seqs, exec)).map_err(r_error)?;
-    Ok(list!(probs = p.probs, loglik = p.loglik))
+fn hmm_posterior_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
+    by_family!(&emission, posterior(start, trans, &emission, &obs, lengths, threads, backend))
 }
 
-fn model_list(m: &HmmModel) -> List {
-    list!(start = m.start.clone(), trans = m.trans.clone(), emis = m.emis.clone())
+fn model_list<E: FromR>(m: &HmmModel<E>) -> List {
+    list!(start = m.start.clone(), trans = m.trans.clone(), emission = m.emission.to_r())
 }
 
-/// Baum-Welch over all sequences. `init` is NULL or list(start, trans, emis)
-/// (row-major). `first_start`: 0-based global index of the first random
-/// start (R splits the starts of one fit over future workers).
-/// @noRd
-#[extendr]
-#[allow(clippy::too_many_arguments)]
-fn hmm_fit_(
-    symbols: &[i32],
-    lengths: &[i32],
-    n_states: i32,
-    n_symbols: i32,
-    init: Robj,
-    max_iters: i32,
+/// The settings of hmm_fit_() besides the data and the emission.
+struct FitArgs {
+    n_states: usize,
+    max_iters: usize,
     epsilon: f64,
-    random_inits: i32,
+    random_inits: usize,
     pseudocount: f64,
-    seed: f64,
-    first_start: i32,
+    var_floor: Option<f64>,
+    seed: u64,
+    first_start: usize,
     threads: i32,
-    backend: &str,
-) -> Result<List> {
-    let starts = if init.is_null() { random_inits.max(0) as usize } else { 1 };
-    ensure(Pass::Fit, n_states.max(0) as usize, n_symbols.max(0) as usize, lengths_of(lengths), threads, starts)?;
-    let seqs = sequences(symbols, lengths)?;
-    let mut config = HmmFitConfig::new(n_states.max(0) as usize, n_symbols.max(0) as usize)
-        .max_iters(max_iters.max(0) as usize)
-        .epsilon(epsilon)
-        .random_inits(random_inits.max(0) as usize)
-        .pseudocount(pseudocount)
-        .seed(seed as u64)
-        .first_start(first_start.max(0) as usize);
+}
+
+fn fit<E: FromR>(obs: &Robj, lengths: &[i32], emission: &List, init: &Robj, a: &FitArgs, backend: &str) -> Result<List> {
+    let starts = if init.is_null() { a.random_inits } else { 1 };
+    ensure(Pass::Fit, a.n_states, n_stats(emission)?, lengths_of(lengths), a.threads, starts)?;
+    let seqs = sequences::<E>(obs, lengths)?;
+    let mut config = HmmFitConfig::<E>::for_emission(a.n_states, E::shape_from_r(emission)?)
+        .max_iters(a.max_iters)
+        .epsilon(a.epsilon)
+        .random_inits(a.random_inits)
+        .pseudocount(a.pseudocount)
+        .var_floor(a.var_floor)
+        .seed(a.seed)
+        .first_start(a.first_start);
     if !init.is_null() {
         let list = init.as_list().ok_or_else(|| Error::Other("internal: init must be a list".into()))?;
-        let get = |name: &str| -> Result<Vec<f64>> {
-            let v = list.dollar(name)?;
-            Ok(v.as_real_slice().ok_or_else(|| Error::Other(format!("internal: init${name} must be a double vector")))?.to_vec())
-        };
-        let m = HmmModel::new(get("start")?, get("trans")?, get("emis")?, n_symbols.max(0) as usize).map_err(|e| input_error(e.to_string().replacen('`', "`init$", 1)))?;
+        let get = |name: &str| doubles(&list, name);
+        let e = list.dollar("emission")?.as_list().ok_or_else(|| Error::Other("internal: init$emission must be a list".into()))?;
+        let m = E::from_r(&e, a.n_states)
+            .and_then(|e| HmmModel::with_emission(get("start")?, get("trans")?, e).map_err(r_error))
+            .map_err(|e| input_error(e.to_string().replacen('`', "`init$", 1)))?;
         config = config.init(m);
     }
     let config = config.check().map_err(r_error)?;
     let passes = 2 * config.max_iters * starts;
-    let fit: HmmFit = run_in_session(backend_of(backend, config.n_states, &seqs, passes)?, threads.max(0) as usize, |exec| hmm::fit(&seqs, &config, exec)).map_err(r_error)?;
+    let fit: HmmFit<E> = run_in_session(backend_of::<E>(backend, config.n_states, seqs.total(), passes)?, a.threads.max(0) as usize, |exec| hmm::fit(&seqs, &config, exec)).map_err(r_error)?;
     Ok(list!(
         model = model_list(&fit.model),
         init = model_list(&fit.init),
@@ -190,23 +309,66 @@ fn hmm_fit_(
         converged = fit.status == FitStatus::Converged,
         message = fit.message.unwrap_or_default(),
         start_logliks = fit.start_logliks,
-        best_start = fit.best_start as i32 + 1
+        best_start = fit.best_start as i32 + 1,
+        floored = fit.floored
     ))
 }
 
-/// Simulate: list(symbols, states), flat and 1-based.
+/// Baum-Welch over all sequences. `emission`: list(family, V) (V for a
+/// categorical fit); `init` is NULL or list(start, trans, emission)
+/// (row-major); `var_floor` NA for the default. `first_start`: 0-based
+/// global index of the first random start (R splits the starts of one fit
+/// over future workers).
 /// @noRd
 #[extendr]
-fn hmm_simulate_(start: &[f64], trans: &[f64], emis: &[f64], n_symbols: i32, lengths: &[i32], seed: f64) -> Result<List> {
-    ensure(Pass::Simulate, start.len(), n_symbols.max(0) as usize, lengths_of(lengths), 0, 1)?;
-    let m = model(start, trans, emis, n_symbols)?;
+#[allow(clippy::too_many_arguments)]
+fn hmm_fit_(
+    obs: Robj,
+    lengths: &[i32],
+    n_states: i32,
+    emission: List,
+    init: Robj,
+    max_iters: i32,
+    epsilon: f64,
+    random_inits: i32,
+    pseudocount: f64,
+    var_floor: f64,
+    seed: f64,
+    first_start: i32,
+    threads: i32,
+    backend: &str,
+) -> Result<List> {
+    let args = FitArgs {
+        n_states: n_states.max(0) as usize,
+        max_iters: max_iters.max(0) as usize,
+        epsilon,
+        random_inits: random_inits.max(0) as usize,
+        pseudocount,
+        var_floor: (!var_floor.is_nan()).then_some(var_floor),
+        seed: seed as u64,
+        first_start: first_start.max(0) as usize,
+        threads,
+    };
+    by_family!(&emission, fit(&obs, lengths, &emission, &init, &args, backend))
+}
+
+fn simulate<E: FromR>(start: &[f64], trans: &[f64], emission: &List, lengths: &[i32], seed: f64) -> Result<List> {
+    ensure(Pass::Simulate, start.len(), n_stats(emission)?, lengths_of(lengths), 0, 1)?;
+    let m = model::<E>(start, trans, emission)?;
     let lengths: Vec<usize> = lengths_of(lengths).collect();
     // Every core (simulation is cheap; its time is the memory it fills).
     let (seqs, states) = run_in_session(Backend::Cpu, 0, |exec| hmm::simulate_with(&m, &lengths, seed as u64, exec)).map_err(r_error)?;
-    let symbols = Integers::from_values(seqs.symbols.iter().map(|&k| Rint::from(k as i32 + 1)));
+    let obs = E::obs_to_r(&seqs.symbols);
     drop(seqs);
     let states = Integers::from_values(states.iter().map(|&s| Rint::from(s as i32 + 1)));
-    Ok(list!(symbols = symbols, states = states))
+    Ok(list!(obs = obs, states = states))
+}
+
+/// Simulate: list(obs, states), flat; symbols and states 1-based.
+/// @noRd
+#[extendr]
+fn hmm_simulate_(start: &[f64], trans: &[f64], emission: List, lengths: &[i32], seed: f64) -> Result<List> {
+    by_family!(&emission, simulate(start, trans, &emission, lengths, seed))
 }
 
 extendr_module! {

@@ -14,7 +14,7 @@ mod config;
 pub mod cpu;
 mod data;
 mod density;
-mod family;
+pub(crate) mod family;
 mod fit;
 pub mod gpu;
 pub(crate) mod simd;

@@ -17,6 +17,7 @@
 use crate::error::Result;
 use crate::memory;
 
+use super::emission::{Emission, Rows};
 use super::tables::Tables;
 
 /// Expected counts of one or many sequences under the current model.
@@ -29,11 +30,14 @@ pub struct Counts {
     pub start: Vec<f64>,
     pub trans_raw: Vec<f64>,
     pub trans: Vec<f64>,
-    /// By symbol: `emis[k * N + i]` = expected number of times state i emitted k.
+    /// The emission's sufficient statistics, `emis[k * N + i]` = sum over
+    /// time of P(state i at t) phi_k(o_t) (categorical: expected number of
+    /// times state i emitted symbol k).
     pub emis: Vec<f64>,
 }
 
 impl Counts {
+    /// Zero counts of N states and `v` emission statistics per state.
     pub fn zeros(n: usize, v: usize) -> Result<Self> {
         Ok(Counts {
             start: vec![0.0; n],
@@ -80,11 +84,22 @@ impl Counts {
 /// The backward step to t after the forward pass: `row` holds alpha_hat_t
 /// and becomes the posterior of t; `beta` holds beta_hat_{t+1} and becomes
 /// beta_hat_t; `next` is (o_{t+1}, c_{t+1}), or None at the last step;
-/// `tmp` is scratch (N values). With `counts`, the raw transition counts of
-/// (t, t+1) and the emission (and, at t = 0, start) counts of t are added.
+/// `tmp` and `buf` are scratch (N values). With `counts`, the raw transition
+/// counts of (t, t+1) and the emission statistics (and, at t = 0, start
+/// counts) of t are added.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub(crate) fn back(tab: &Tables, t: usize, o: u32, next: Option<(u32, f64)>, row: &mut [f64], beta: &mut [f64], tmp: &mut Vec<f64>, counts: Option<&mut Counts>) {
+pub(crate) fn back<E: Emission>(
+    tab: &Tables<E>,
+    t: usize,
+    o: E::Obs,
+    next: Option<(E::Obs, f64)>,
+    row: &mut [f64],
+    beta: &mut [f64],
+    tmp: &mut Vec<f64>,
+    buf: &mut [f64],
+    counts: Option<&mut Counts>,
+) {
     let n = tab.n;
     let mut counts = counts;
     match next {
@@ -93,7 +108,7 @@ pub(crate) fn back(tab: &Tables, t: usize, o: u32, next: Option<(u32, f64)>, row
             beta.fill(1.0);
         }
         Some((o_next, c)) => {
-            let e = tab.emis_of(o_next);
+            let e = tab.rows.row(o_next, buf).values;
             let r = 1.0 / c;
             tmp.resize(n, 0.0);
             for j in 0..n {
@@ -117,8 +132,7 @@ pub(crate) fn back(tab: &Tables, t: usize, o: u32, next: Option<(u32, f64)>, row
         }
     }
     if let Some(counts) = counts {
-        let k = o as usize;
-        counts.emis[k * n..(k + 1) * n].iter_mut().zip(row.iter()).for_each(|(x, y)| *x += y);
+        tab.emission.add_stats(o, row, &mut counts.emis);
         if t == 0 {
             counts.start.iter_mut().zip(row.iter()).for_each(|(x, y)| *x += y);
         }

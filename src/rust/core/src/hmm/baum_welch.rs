@@ -13,16 +13,18 @@ use crate::tolerances::HMM_START_TIE_REL;
 use super::backward::Counts;
 use super::config::CheckedHmmFitConfig;
 use super::cpu;
+use super::emission::categorical::{normalise, simplex};
+use super::emission::{Categorical, Emission, EmissionFit};
 use super::model::HmmModel;
 use super::sequences::Sequences;
 use super::tables::Tables;
 
 /// Result of a fit: the best start's model and its history.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HmmFit {
-    pub model: HmmModel,
+pub struct HmmFit<E: Emission = Categorical> {
+    pub model: HmmModel<E>,
     /// The starting model of the kept start.
-    pub init: HmmModel,
+    pub init: HmmModel<E>,
     /// Log-likelihood of `model` over all sequences.
     pub loglik: f64,
     /// Log-likelihood of the starting model, then after each iteration.
@@ -35,113 +37,98 @@ pub struct HmmFit {
     pub start_logliks: Vec<f64>,
     /// 0-based index of the kept start.
     pub best_start: usize,
+    /// The states whose emission parameters the last M-step held at a
+    /// floor (a Gaussian variance at `var_floor`).
+    pub floored: Vec<bool>,
 }
 
-/// A random starting model: every probability vector drawn uniformly from
-/// its simplex (Dirichlet(1): normalised Exp(1) draws), keyed by (seed, start).
+/// A random starting categorical model: every probability vector drawn
+/// uniformly from its simplex (Dirichlet(1): normalised Exp(1) draws),
+/// keyed by (seed, start).
 pub fn random_model(n: usize, v: usize, seed: u64, start: usize) -> HmmModel {
-    let mut m = HmmModel { n_states: n, n_symbols: v, start: vec![0.0; n], trans: vec![0.0; n * n], emis: vec![0.0; n * v] };
-    fill_random(&mut m, seed, start);
-    m
+    match try_random_model::<Categorical>(n, &v, &Sequences::default(), seed, start) {
+        Ok(m) => m,
+        Err(e) => panic!("hmm::random_model: {e}"),
+    }
 }
 
-/// [`random_model`], its matrices allocated fallibly.
-fn try_random_model(n: usize, v: usize, seed: u64, start: usize) -> Result<HmmModel> {
-    let mut m = HmmModel {
-        n_states: n,
-        n_symbols: v,
-        start: memory::try_vec(n, 0.0, "a random starting model")?,
-        trans: memory::try_vec(n * n, 0.0, "a random starting model")?,
-        emis: memory::try_vec(n * v, 0.0, "a random starting model")?,
-    };
-    fill_random(&mut m, seed, start);
-    Ok(m)
-}
-
-fn fill_random(m: &mut HmmModel, seed: u64, start: usize) {
-    let (n, v) = (m.n_states, m.n_symbols);
+/// A random starting model of any emission: start and transition rows
+/// uniform on their simplices, then the emission's own random start
+/// ([`Emission::random`]), all from the stream keyed by (seed, start).
+pub fn try_random_model<E: Emission>(n: usize, shape: &E::Shape, data: &Sequences<E::Obs>, seed: u64, start: usize) -> Result<HmmModel<E>> {
     let mut rng = KeyedStream::new(seed, 0, start as u64);
-    let mut simplex = |x: &mut [f64]| {
-        // Uniform on (0, 1) from the top 53 bits; never 0, so -ln is finite.
-        x.iter_mut().for_each(|p| *p = -(((rng.next_u64() >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64)).ln());
-        let s: f64 = x.iter().sum();
-        x.iter_mut().for_each(|p| *p /= s);
-    };
-    simplex(&mut m.start);
+    let mut p = memory::try_vec(n, 0.0, "a random starting model")?;
+    let mut trans = memory::try_vec(n * n, 0.0, "a random starting model")?;
+    simplex(&mut p, &mut rng);
     for i in 0..n {
-        simplex(&mut m.trans[i * n..(i + 1) * n]);
+        simplex(&mut trans[i * n..(i + 1) * n], &mut rng);
     }
-    for i in 0..n {
-        simplex(&mut m.emis[i * v..(i + 1) * v]);
-    }
+    let emission = E::random(n, shape, data, &mut rng)?;
+    Ok(HmmModel { n_states: n, start: p, trans, emission })
 }
 
-/// Normalise `counts + pc` into `out`; a row with no mass keeps `out`'s old
-/// values (that row does not affect the likelihood, so EM stays monotone).
-fn normalise(out: &mut [f64], counts: impl Iterator<Item = f64>, pc: f64) {
-    let row: Vec<f64> = counts.map(|c| c + pc).collect();
-    let s: f64 = row.iter().sum();
-    if s > 0.0 && s.is_finite() {
-        out.iter_mut().zip(&row).for_each(|(o, c)| *o = c / s);
-    }
-}
-
-/// The M-step: the model maximising the expected complete-data log-likelihood.
-pub fn m_step(model: &HmmModel, counts: &Counts, pc: f64) -> HmmModel {
-    let (n, v) = (model.n_states, model.n_symbols);
-    let mut next = model.clone();
-    normalise(&mut next.start, counts.start.iter().copied(), pc);
+/// The M-step: the model maximising the expected complete-data
+/// log-likelihood (with the pseudocount's Dirichlet prior on start and
+/// transitions), and the states the emission held at a floor.
+pub fn m_step<E: Emission>(model: &HmmModel<E>, counts: &Counts, fit: &EmissionFit) -> (HmmModel<E>, Vec<bool>) {
+    let n = model.n_states;
+    let pc = fit.pseudocount;
+    let mut start = model.start.clone();
+    let mut trans = model.trans.clone();
+    normalise(&mut start, counts.start.iter().copied(), pc);
     for i in 0..n {
-        normalise(&mut next.trans[i * n..(i + 1) * n], (0..n).map(|j| counts.transitions(&model.trans, i, j)), pc);
-        normalise(&mut next.emis[i * v..(i + 1) * v], (0..v).map(|k| counts.emis[k * n + i]), pc);
+        normalise(&mut trans[i * n..(i + 1) * n], (0..n).map(|j| counts.transitions(&model.trans, i, j)), pc);
     }
-    next
+    let e = model.emission.m_step(&counts.emis, fit);
+    (HmmModel { n_states: n, start, trans, emission: e.emission }, e.floored)
 }
 
 /// One backend's Baum-Welch state: the current model and its expected
 /// counts over all sequences (the GPU keeps both on the device, so an
 /// iteration moves only log-likelihoods to the host).
-pub(crate) trait Engine {
+pub(crate) trait Engine<E: Emission = Categorical> {
     /// Make `model` current and compute its counts: (log-likelihood, first
     /// impossible sequence, 0-based).
-    fn load(&mut self, model: &HmmModel) -> Result<(f64, Option<usize>)>;
-    /// Replace the current model by its M-step (its counts become stale).
-    fn m_step(&mut self, pseudocount: f64) -> Result<()>;
+    fn load(&mut self, model: &HmmModel<E>) -> Result<(f64, Option<usize>)>;
+    /// Replace the current model by its M-step (its counts become stale);
+    /// returns the states whose emission parameters were held at a floor.
+    fn m_step(&mut self, fit: &EmissionFit) -> Result<Vec<bool>>;
     /// Compute the current model's counts, as `load`.
     fn e_step(&mut self) -> Result<(f64, Option<usize>)>;
     /// The current model, or with `previous` the one before the last M-step.
-    fn model(&self, previous: bool) -> Result<HmmModel>;
+    fn model(&self, previous: bool) -> Result<HmmModel<E>>;
 }
 
 /// An engine whose E-step returns the counts to the host (the CPU's); the
 /// M-step runs here.
-pub(crate) struct HostEngine<F> {
+pub(crate) struct HostEngine<E: Emission, F> {
     e_step: F,
-    model: Option<HmmModel>,
-    previous: Option<HmmModel>,
+    model: Option<HmmModel<E>>,
+    previous: Option<HmmModel<E>>,
     counts: Option<Counts>,
 }
 
-impl<F: FnMut(&HmmModel) -> Result<(Counts, f64, Option<usize>)>> HostEngine<F> {
+impl<E: Emission, F: FnMut(&HmmModel<E>) -> Result<(Counts, f64, Option<usize>)>> HostEngine<E, F> {
     pub(crate) fn new(e_step: F) -> Self {
         HostEngine { e_step, model: None, previous: None, counts: None }
     }
 }
 
-impl<F: FnMut(&HmmModel) -> Result<(Counts, f64, Option<usize>)>> Engine for HostEngine<F> {
-    fn load(&mut self, model: &HmmModel) -> Result<(f64, Option<usize>)> {
+impl<E: Emission, F: FnMut(&HmmModel<E>) -> Result<(Counts, f64, Option<usize>)>> Engine<E> for HostEngine<E, F> {
+    fn load(&mut self, model: &HmmModel<E>) -> Result<(f64, Option<usize>)> {
         self.model = Some(model.clone());
         self.previous = None;
         self.e_step()
     }
 
-    fn m_step(&mut self, pseudocount: f64) -> Result<()> {
+    fn m_step(&mut self, fit: &EmissionFit) -> Result<Vec<bool>> {
         let (Some(model), Some(counts)) = (self.model.take(), self.counts.take()) else {
             return Err(crate::error::Error::Internal("Baum-Welch M-step before an E-step".into()));
         };
-        self.model = Some(m_step(&model, &counts, pseudocount));
+        let (next, floored) = m_step(&model, &counts, fit);
+        self.model = Some(next);
         self.previous = Some(model);
-        Ok(())
+        Ok(floored)
     }
 
     fn e_step(&mut self) -> Result<(f64, Option<usize>)> {
@@ -153,17 +140,18 @@ impl<F: FnMut(&HmmModel) -> Result<(Counts, f64, Option<usize>)>> Engine for Hos
         Ok((ll, impossible))
     }
 
-    fn model(&self, previous: bool) -> Result<HmmModel> {
+    fn model(&self, previous: bool) -> Result<HmmModel<E>> {
         let m = if previous { self.previous.as_ref().or(self.model.as_ref()) } else { self.model.as_ref() };
         m.cloned().ok_or_else(|| crate::error::Error::Internal("Baum-Welch engine without a model".into()))
     }
 }
 
 /// Run Baum-Welch from `init`.
-fn run_start(init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec, engine: &mut dyn Engine) -> Result<HmmFit> {
+fn run_start<E: Emission>(init: HmmModel<E>, config: &CheckedHmmFitConfig<E>, fit: &EmissionFit, exec: &Exec, engine: &mut dyn Engine<E>) -> Result<HmmFit<E>> {
     let (mut ll, impossible) = engine.load(&init)?;
     let mut trace = vec![ll];
-    let failed = |model: HmmModel, trace: Vec<f64>, iterations: usize, why: String| HmmFit {
+    let mut floored = vec![false; init.n_states];
+    let failed = |model: HmmModel<E>, trace: Vec<f64>, iterations: usize, why: String| HmmFit {
         model,
         init: init.clone(),
         loglik: f64::NEG_INFINITY,
@@ -173,13 +161,14 @@ fn run_start(init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec, engine: 
         message: Some(why),
         start_logliks: vec![],
         best_start: 0,
+        floored: vec![false; init.n_states],
     };
     if let Some(s) = impossible {
         return Ok(failed(init.clone(), trace, 0, format!("sequence {} is impossible under the starting model (probability 0)", s + 1)));
     }
     for iter in 1..=config.max_iters {
         exec.monitor.check()?;
-        engine.m_step(config.pseudocount)?;
+        floored = engine.m_step(fit)?;
         let (next_ll, impossible) = engine.e_step()?;
         if let Some(s) = impossible {
             // Cannot happen in exact arithmetic: EM never lowers the likelihood.
@@ -189,37 +178,39 @@ fn run_start(init: HmmModel, config: &CheckedHmmFitConfig, exec: &Exec, engine: 
         let change = (next_ll - ll).abs();
         ll = next_ll;
         if change < config.epsilon {
-            return Ok(HmmFit { model: engine.model(false)?, init, loglik: ll, trace, iterations: iter, status: FitStatus::Converged, message: None, start_logliks: vec![], best_start: 0 });
+            return Ok(HmmFit { model: engine.model(false)?, init, loglik: ll, trace, iterations: iter, status: FitStatus::Converged, message: None, start_logliks: vec![], best_start: 0, floored });
         }
     }
-    Ok(HmmFit { model: engine.model(false)?, init, loglik: ll, trace, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, start_logliks: vec![], best_start: 0 })
+    Ok(HmmFit { model: engine.model(false)?, init, loglik: ll, trace, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, start_logliks: vec![], best_start: 0, floored })
 }
 
 /// Fit on the CPU (see [`fit_with`]).
-pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
-    let chunks = cpu::chunks(seqs, Counts::size(config.n_states, config.n_symbols));
+pub fn fit<E: Emission>(seqs: &Sequences<E::Obs>, config: &CheckedHmmFitConfig<E>, exec: &Exec) -> Result<HmmFit<E>> {
+    let chunks = cpu::chunks(seqs, Counts::size(config.n_states, E::n_stats_of(&config.shape)));
     let seg = cpu::fit_segment(config.n_states, seqs, exec);
-    fit_with(config, exec, &mut HostEngine::new(|m: &HmmModel| cpu::e_step(&Tables::new(m)?, seqs, &chunks, seg, exec)))
+    fit_with(config, seqs, exec, &mut HostEngine::new(|m: &HmmModel<E>| cpu::e_step(&Tables::new(m)?, seqs, &chunks, seg, exec)))
 }
 
 /// Fit from every start (given or random) with a backend's engine and keep
 /// the best; starts within [`HMM_START_TIE_REL`] of the best are ties,
 /// won by the lowest index. Only the starts that can still win are kept
 /// (memory does not grow with the number of starts).
-pub(crate) fn fit_with(config: &CheckedHmmFitConfig, exec: &Exec, engine: &mut dyn Engine) -> Result<HmmFit> {
+pub(crate) fn fit_with<E: Emission>(config: &CheckedHmmFitConfig<E>, seqs: &Sequences<E::Obs>, exec: &Exec, engine: &mut dyn Engine<E>) -> Result<HmmFit<E>> {
+    let mut settings = config.emission_fit();
+    E::resolve(&mut settings, seqs);
     let tied = |top: f64, l: f64| top.is_finite() && l.is_finite() && (top - l) <= HMM_START_TIE_REL * top.abs().max(1.0);
     let mut start_logliks = memory::try_with_capacity(config.starts(), "the log-likelihoods of the starts")?;
     // Candidates (start index, fit), in start order: those tied with the
     // best so far, or the first start while none is finite.
-    let mut kept: Vec<(usize, HmmFit)> = Vec::new();
+    let mut kept: Vec<(usize, HmmFit<E>)> = Vec::new();
     let mut top = f64::NEG_INFINITY;
     for s in 0..config.starts() {
         let init = match &config.init {
             Some(m) => m.clone(),
             // Keyed by the start's global index (see HmmFitConfig::first_start).
-            None => try_random_model(config.n_states, config.n_symbols, config.seed, config.first_start + s)?,
+            None => try_random_model(config.n_states, &config.shape, seqs, config.seed, config.first_start + s)?,
         };
-        let fit = run_start(init, config, exec, engine)?;
+        let fit = run_start(init, config, &settings, exec, engine)?;
         exec.monitor.add_done(1);
         start_logliks.push(fit.loglik);
         if fit.loglik > top {

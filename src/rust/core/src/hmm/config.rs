@@ -3,22 +3,28 @@
 use crate::error::{Error, Result};
 use crate::tolerances::MAX_RANDOM_INITS;
 
+use super::emission::{Categorical, Emission, EmissionFit};
 use super::model::HmmModel;
 
 /// Settings of [`super::fit`]. Build with [`HmmFitConfig::new`], adjust with
 /// the setters, then call [`HmmFitConfig::check`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct HmmFitConfig {
+pub struct HmmFitConfig<E: Emission = Categorical> {
     pub n_states: usize,
-    pub n_symbols: usize,
+    /// What the emission fixes besides N (a categorical emission's number
+    /// of symbols).
+    pub shape: E::Shape,
     /// Starting model; `None` draws `random_inits` random ones.
-    pub init: Option<HmmModel>,
+    pub init: Option<HmmModel<E>>,
     pub max_iters: usize,
     pub epsilon: f64,
     pub random_inits: usize,
     /// Added to every expected count before normalising (a Dirichlet prior
     /// with parameters 1 + pseudocount; MAP instead of ML when > 0).
     pub pseudocount: f64,
+    /// Smallest variance of a Gaussian state (`None`: 1e-6 of the data's
+    /// variance); ignored by other emissions.
+    pub var_floor: Option<f64>,
     pub seed: u64,
     /// Global index of the first random start: start `s` of this call is
     /// keyed by (seed, first_start + s), so a caller can split the starts of
@@ -30,20 +36,28 @@ pub struct HmmFitConfig {
 
 /// An [`HmmFitConfig`] that passed [`HmmFitConfig::check`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct CheckedHmmFitConfig(pub(crate) HmmFitConfig);
+pub struct CheckedHmmFitConfig<E: Emission = Categorical>(pub(crate) HmmFitConfig<E>);
 
-impl std::ops::Deref for CheckedHmmFitConfig {
-    type Target = HmmFitConfig;
-    fn deref(&self) -> &HmmFitConfig {
+impl<E: Emission> std::ops::Deref for CheckedHmmFitConfig<E> {
+    type Target = HmmFitConfig<E>;
+    fn deref(&self) -> &HmmFitConfig<E> {
         &self.0
     }
 }
 
-impl HmmFitConfig {
+impl HmmFitConfig<Categorical> {
+    /// A categorical fit of `n_states` states and `n_symbols` symbols.
     pub fn new(n_states: usize, n_symbols: usize) -> Self {
-        HmmFitConfig { n_states, n_symbols, init: None, max_iters: 100, epsilon: 1e-6, random_inits: 1, pseudocount: 0.0, seed: 0, first_start: 0 }
+        Self::for_emission(n_states, n_symbols)
     }
-    pub fn init(mut self, model: HmmModel) -> Self {
+}
+
+impl<E: Emission> HmmFitConfig<E> {
+    /// A fit of `n_states` states of the emission `E` with this shape.
+    pub fn for_emission(n_states: usize, shape: E::Shape) -> Self {
+        HmmFitConfig { n_states, shape, init: None, max_iters: 100, epsilon: 1e-6, random_inits: 1, pseudocount: 0.0, var_floor: None, seed: 0, first_start: 0 }
+    }
+    pub fn init(mut self, model: HmmModel<E>) -> Self {
         self.init = Some(model);
         self
     }
@@ -63,6 +77,10 @@ impl HmmFitConfig {
         self.pseudocount = pc;
         self
     }
+    pub fn var_floor(mut self, floor: Option<f64>) -> Self {
+        self.var_floor = floor;
+        self
+    }
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
@@ -78,12 +96,17 @@ impl HmmFitConfig {
     }
 
     /// Validate every setting; the error names the offending argument.
-    pub fn check(self) -> Result<CheckedHmmFitConfig> {
+    pub fn check(self) -> Result<CheckedHmmFitConfig<E>> {
         if self.n_states == 0 {
             return Err(Error::arg("n.states", "must be at least 1"));
         }
-        if self.n_symbols == 0 {
-            return Err(Error::arg("n.symbols", "must be at least 1"));
+        if let Some(why) = E::check_shape(&self.shape) {
+            return Err(why);
+        }
+        if let Some(f) = self.var_floor {
+            if !(f > 0.0 && f.is_finite()) {
+                return Err(Error::arg("var.floor", format!("must be a finite number > 0, not {f}")));
+            }
         }
         if self.max_iters == 0 {
             return Err(Error::arg("max.iters", "must be at least 1"));
@@ -105,17 +128,17 @@ impl HmmFitConfig {
             ));
         }
         if let Some(m) = &self.init {
-            if m.n_states != self.n_states || m.n_symbols != self.n_symbols {
-                return Err(Error::arg(
-                    "init",
-                    format!(
-                        "has {} states and {} symbols but n.states = {} and n.symbols = {}",
-                        m.n_states, m.n_symbols, self.n_states, self.n_symbols
-                    ),
-                ));
+            if m.n_states != self.n_states || m.emission.shape() != self.shape {
+                let (have, want) = (E::describe_shape(&m.emission.shape()), E::describe_shape(&self.shape));
+                return Err(Error::arg("init", format!("has {} states and {have} but the fit has {} states and {want}", m.n_states, self.n_states)));
             }
         }
         Ok(CheckedHmmFitConfig(self))
+    }
+
+    /// The emission's M-step settings (defaults not yet resolved).
+    pub(crate) fn emission_fit(&self) -> EmissionFit {
+        EmissionFit { pseudocount: self.pseudocount, var_floor: self.var_floor.unwrap_or(f64::NAN) }
     }
 }
 

@@ -13,7 +13,8 @@ use crate::exec::{Exec, Monitor};
 use crate::memory;
 
 use super::backward::Counts;
-use super::passes::{self, FbScratch, Fast, Outcome};
+use super::emission::Emission;
+use super::passes::{self, FastScratch, FbScratch, Fast, Outcome};
 use super::robust::{self, Robust};
 use super::sequences::Sequences;
 use super::size::{self, COUNT_BUDGET_BYTES};
@@ -28,7 +29,7 @@ pub(crate) const MAX_CHUNKS: usize = 256;
 
 /// Split the sequences into consecutive chunks of about equal symbol counts.
 /// Depends only on the data and the model size, never on the thread count.
-pub(crate) fn chunks(seqs: &Sequences, counts_size: usize) -> Vec<Range<usize>> {
+pub(crate) fn chunks<O: Copy>(seqs: &Sequences<O>, counts_size: usize) -> Vec<Range<usize>> {
     let max_chunks = MAX_CHUNKS.min((COUNT_BUDGET_BYTES / (8 * counts_size.max(1))).max(1));
     let target = MIN_CHUNK_SYMBOLS.max(seqs.total().div_ceil(max_chunks));
     let mut out = Vec::new();
@@ -47,7 +48,7 @@ pub(crate) fn chunks(seqs: &Sequences, counts_size: usize) -> Vec<Range<usize>> 
 
 /// Split `out` (laid out like the symbols, `width` values per symbol) into
 /// one mutable part per chunk.
-fn split_by_chunks<'a, T>(mut out: &'a mut [T], seqs: &Sequences, chunks: &[Range<usize>], width: usize) -> Vec<&'a mut [T]> {
+fn split_by_chunks<'a, T, O: Copy>(mut out: &'a mut [T], seqs: &Sequences<O>, chunks: &[Range<usize>], width: usize) -> Vec<&'a mut [T]> {
     let mut parts = Vec::with_capacity(chunks.len());
     for c in chunks {
         let len = (seqs.offsets[c.end] - seqs.offsets[c.start]) * width;
@@ -61,8 +62,8 @@ fn split_by_chunks<'a, T>(mut out: &'a mut [T], seqs: &Sequences, chunks: &[Rang
 /// Run `one(scratch, s, rows)` for every sequence `s`, in parallel chunks,
 /// where `rows` is the sequence's part of `out` (`width` values per symbol)
 /// and `scratch` is reused within a chunk; returns `one`'s values in order.
-fn per_sequence<T: Send, S: Default>(
-    seqs: &Sequences,
+fn per_sequence<T: Send, S: Default, O: Copy + Sync>(
+    seqs: &Sequences<O>,
     exec: &Exec,
     out: &mut [T],
     width: usize,
@@ -99,7 +100,7 @@ fn per_sequence<T: Send, S: Default>(
 #[derive(Default)]
 struct SeqScratch {
     buf: Vec<f64>,
-    tmp: Vec<f64>,
+    fast: FastScratch,
     rs: robust::Scratch,
     fb: FbScratch,
 }
@@ -112,9 +113,9 @@ fn certain(outcome: Outcome) -> Result<f64> {
 }
 
 /// log P(seq): the scaled pass, or the log-space one where it cannot certify.
-fn loglik_one(tab: &Tables, seq: &[u32], sc: &mut SeqScratch, monitor: &Monitor) -> Result<f64> {
+fn loglik_one<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], sc: &mut SeqScratch, monitor: &Monitor) -> Result<f64> {
     if !tab.extreme() {
-        if let Outcome::LogLik(l) = passes::forward_only(&Fast(tab), tab.n, seq, &mut sc.buf, &mut sc.tmp, monitor)? {
+        if let Outcome::LogLik(l) = passes::forward_only(&Fast(tab), tab.n, seq, &mut sc.buf, &mut sc.fast, monitor)? {
             return Ok(l);
         }
     }
@@ -124,10 +125,10 @@ fn loglik_one(tab: &Tables, seq: &[u32], sc: &mut SeqScratch, monitor: &Monitor)
 
 /// Forward-backward over one sequence (see [`passes::forward_backward`]),
 /// in log space where the scaled pass cannot certify it.
-fn forward_backward_one(tab: &Tables, seq: &[u32], seg: usize, mut rows: Option<&mut [f64]>, sc: &mut SeqScratch, mut counts: Option<&mut Counts>, monitor: &Monitor) -> Result<f64> {
+fn forward_backward_one<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], seg: usize, mut rows: Option<&mut [f64]>, sc: &mut SeqScratch, mut counts: Option<&mut Counts>, monitor: &Monitor) -> Result<f64> {
     if !tab.extreme() {
         let fast = Fast(tab);
-        if let Outcome::LogLik(l) = passes::forward_backward(&fast, tab.n, seq, seg, rows.as_deref_mut(), &mut sc.fb, &mut sc.tmp, counts.as_deref_mut(), monitor)? {
+        if let Outcome::LogLik(l) = passes::forward_backward(&fast, tab.n, seq, seg, rows.as_deref_mut(), &mut sc.fb, &mut sc.fast, counts.as_deref_mut(), monitor)? {
             return Ok(l);
         }
     }
@@ -135,19 +136,19 @@ fn forward_backward_one(tab: &Tables, seq: &[u32], seg: usize, mut rows: Option<
     certain(passes::forward_backward(&r, tab.n, seq, seg, rows, &mut sc.fb, &mut sc.rs, counts, monitor)?)
 }
 
-pub fn loglik(tab: &Tables, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+pub fn loglik<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Vec<f64>> {
     per_sequence(seqs, exec, &mut [0u8; 0], 0, |sc: &mut SeqScratch, s, _| loglik_one(tab, seqs.get(s), sc, &exec.monitor))
 }
 
 /// Viterbi paths (flat, laid out like the symbols) and their log-probabilities.
-pub fn viterbi(tab: &LogTables, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+pub fn viterbi<E: Emission>(tab: &LogTables<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     let job = size::HmmJob::of(size::Pass::Viterbi, tab.n, 0, seqs, exec.threads);
     let seg = size::viterbi_segment(tab.n, job.longest, job.concurrent);
     let mut paths = passes::zeroed(seqs.total(), "the Viterbi paths")?;
-    fn run<P: Pointer + Send>(tab: &LogTables, seqs: &Sequences, exec: &Exec, seg: usize, paths: &mut [u32]) -> Result<Vec<f64>> {
+    fn run<E: Emission, P: Pointer + Send>(tab: &LogTables<E>, seqs: &Sequences<E::Obs>, exec: &Exec, seg: usize, paths: &mut [u32]) -> Result<Vec<f64>> {
         per_sequence(seqs, exec, paths, 1, |s: &mut viterbi::Scratch<P>, q, path| viterbi::viterbi(tab, seqs.get(q), path, seg, s, &exec.monitor))
     }
-    let logp = if size::pointer_bytes(tab.n) == 2 { run::<u16>(tab, seqs, exec, seg, &mut paths)? } else { run::<u32>(tab, seqs, exec, seg, &mut paths)? };
+    let logp = if size::pointer_bytes(tab.n) == 2 { run::<E, u16>(tab, seqs, exec, seg, &mut paths)? } else { run::<E, u32>(tab, seqs, exec, seg, &mut paths)? };
     Ok((paths, logp))
 }
 
@@ -155,7 +156,7 @@ pub fn viterbi(tab: &LogTables, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u3
 /// log-likelihood of each sequence. An impossible sequence gets NaN rows.
 /// The forward pass writes its vectors into the output, which the backward
 /// pass turns into posteriors: no memory beyond the output.
-pub fn posterior(tab: &Tables, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+pub fn posterior<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     let n = tab.n;
     let len = seqs.total().checked_mul(n).ok_or_else(|| Error::OutOfMemory { what: "the posterior probabilities".into(), needed: memory::bytes::<f64>(&[seqs.total(), n]), available: memory::available() })?;
     let mut post = passes::zeroed(len, "the posterior probabilities")?;
@@ -174,8 +175,8 @@ pub fn posterior(tab: &Tables, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64
 /// log-likelihood; also the first impossible sequence (0-based), if any.
 /// Sequences too long for their forward vectors to fit in memory run in
 /// checkpointed segments (`seg` steps).
-pub fn e_step(tab: &Tables, seqs: &Sequences, chunks: &[Range<usize>], seg: usize, exec: &Exec) -> Result<(Counts, f64, Option<usize>)> {
-    let (n, v) = (tab.n, tab.v);
+pub fn e_step<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, chunks: &[Range<usize>], seg: usize, exec: &Exec) -> Result<(Counts, f64, Option<usize>)> {
+    let (n, v) = (tab.n, tab.emission.n_stats());
     let per_chunk: Vec<Result<(Counts, f64, Option<usize>)>> = exec.install(|| {
         chunks
             .par_iter()
@@ -213,14 +214,14 @@ pub fn e_step(tab: &Tables, seqs: &Sequences, chunks: &[Range<usize>], seg: usiz
 
 /// The segment length of the Baum-Welch passes over `seqs` (see
 /// [`size::fit_segment`]).
-pub(crate) fn fit_segment(n: usize, seqs: &Sequences, exec: &Exec) -> usize {
+pub(crate) fn fit_segment<O: Copy>(n: usize, seqs: &Sequences<O>, exec: &Exec) -> usize {
     let job = size::HmmJob::of(size::Pass::Fit, n, 0, seqs, exec.threads);
     size::fit_segment(n, job.longest, job.concurrent)
 }
 
 /// Consecutive chunks of `which` (indices of sequences) of about equal
 /// symbol counts, as [`chunks`] makes of all sequences.
-fn chunks_of(seqs: &Sequences, which: &[usize]) -> Vec<Range<usize>> {
+fn chunks_of<O: Copy>(seqs: &Sequences<O>, which: &[usize]) -> Vec<Range<usize>> {
     let target = MIN_CHUNK_SYMBOLS.max(which.iter().map(|&s| seqs.offsets[s + 1] - seqs.offsets[s]).sum::<usize>().div_ceil(MAX_CHUNKS));
     let (mut out, mut begin, mut acc) = (Vec::new(), 0, 0);
     for (k, &s) in which.iter().enumerate() {
@@ -240,8 +241,8 @@ fn chunks_of(seqs: &Sequences, which: &[usize]) -> Vec<Range<usize>> {
 /// Expected counts and log-likelihoods of the given sequences (0-based
 /// indices): the GPU backend's sequences that its scaled kernels could not
 /// certify. In parallel chunks, summed in chunk order.
-pub(crate) fn counts_of(tab: &Tables, seqs: &Sequences, which: &[usize], seg: usize, exec: &Exec) -> Result<(Counts, Vec<f64>)> {
-    let (n, v) = (tab.n, tab.v);
+pub(crate) fn counts_of<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, which: &[usize], seg: usize, exec: &Exec) -> Result<(Counts, Vec<f64>)> {
+    let (n, v) = (tab.n, tab.emission.n_stats());
     let per_chunk: Vec<Result<(Counts, Vec<f64>)>> = exec.install(|| {
         chunks_of(seqs, which)
             .par_iter()
@@ -267,7 +268,7 @@ pub(crate) fn counts_of(tab: &Tables, seqs: &Sequences, which: &[usize], seg: us
 }
 
 /// Log-likelihoods of the given sequences (see [`counts_of`]).
-pub(crate) fn loglik_of(tab: &Tables, seqs: &Sequences, which: &[usize], exec: &Exec) -> Result<Vec<f64>> {
+pub(crate) fn loglik_of<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, which: &[usize], exec: &Exec) -> Result<Vec<f64>> {
     let per_chunk: Vec<Result<Vec<f64>>> = exec.install(|| {
         chunks_of(seqs, which)
             .par_iter()
@@ -286,7 +287,7 @@ pub(crate) fn loglik_of(tab: &Tables, seqs: &Sequences, which: &[usize], exec: &
 }
 
 /// Posteriors (into `rows`, T x N) and log-likelihood of sequence `s`.
-pub(crate) fn posterior_of(tab: &Tables, seq: &[u32], rows: &mut [f64], monitor: &Monitor) -> Result<f64> {
+pub(crate) fn posterior_of<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], rows: &mut [f64], monitor: &Monitor) -> Result<f64> {
     let mut sc = SeqScratch::default();
     let ll = forward_backward_one(tab, seq, seq.len(), Some(&mut *rows), &mut sc, None, monitor)?;
     if ll == f64::NEG_INFINITY {
@@ -353,7 +354,7 @@ mod tests {
         let tab = Tables::new(&m).unwrap();
         let r = Robust { tab: &tab, ls: tab.log_space().unwrap() };
         let monitor = Monitor::new();
-        let (mut fb, mut rs, mut tmp) = (FbScratch::default(), robust::Scratch::default(), Vec::new());
+        let (mut fb, mut rs, mut tmp) = (FbScratch::default(), robust::Scratch::default(), FastScratch::default());
         for q in 0..seqs.len() {
             let seq = seqs.get(q);
             let n = 3;

@@ -8,16 +8,20 @@
 //! c_t = sum_j alpha_t(j),   alpha_hat_t = alpha_t / c_t
 //! ```
 //!
-//! Each step also reports whether a positive unscaled value fell below the
-//! tables' `theta`: then the next step could underflow, and the sequence is
-//! computed in log space instead (see [`super::tables::Tables::theta`]).
+//! Each step also reports the smallest positive unscaled value, which the
+//! tables' certificate reads (see [`super::tables::Certificate`]): a
+//! sequence it cannot certify is computed in log space instead.
+//!
+//! The emission enters through its linear rows only: e = B(o_t) divided by
+//! a factor the caller adds back (in log) to the log-likelihood.
 
+use super::emission::Emission;
 use super::tables::Tables;
 
 /// One step: `next = (prev A) .* e`; returns the sum of `next` (unscaled)
-/// and whether a positive entry of `next` is below `theta`.
+/// and its smallest positive entry (+inf where none).
 #[inline]
-pub(crate) fn step(tab: &Tables, prev: &[f64], e: &[f64], next: &mut [f64]) -> (f64, bool) {
+pub(crate) fn step<E: Emission>(tab: &Tables<E>, prev: &[f64], e: &[f64], next: &mut [f64]) -> (f64, f64) {
     let n = tab.n;
     next.fill(0.0);
     for (i, &a) in prev.iter().enumerate() {
@@ -28,25 +32,26 @@ pub(crate) fn step(tab: &Tables, prev: &[f64], e: &[f64], next: &mut [f64]) -> (
             }
         }
     }
-    let (mut sum, mut small) = (0.0, false);
+    let (mut sum, mut min) = (0.0, f64::INFINITY);
     for (x, &p) in next.iter_mut().zip(e) {
         *x *= p;
         sum += *x;
-        small |= (*x > 0.0) & (*x < tab.theta);
+        min = if *x > 0.0 && *x < min { *x } else { min };
     }
-    (sum, small)
+    (sum, min)
 }
 
-/// `alpha_1` unscaled; returns its sum and the `theta` verdict, as [`step`].
+/// `alpha_1` unscaled from the emission row `e`; returns its sum and
+/// smallest positive entry, as [`step`].
 #[inline]
-pub(crate) fn first(tab: &Tables, o: u32, out: &mut [f64]) -> (f64, bool) {
-    let (mut sum, mut small) = (0.0, false);
-    for ((x, &p), &e) in out.iter_mut().zip(&tab.start).zip(tab.emis_of(o)) {
+pub(crate) fn first<E: Emission>(tab: &Tables<E>, e: &[f64], out: &mut [f64]) -> (f64, f64) {
+    let (mut sum, mut min) = (0.0, f64::INFINITY);
+    for ((x, &p), &e) in out.iter_mut().zip(&tab.start).zip(e) {
         *x = p * e;
         sum += *x;
-        small |= (*x > 0.0) & (*x < tab.theta);
+        min = if *x > 0.0 && *x < min { *x } else { min };
     }
-    (sum, small)
+    (sum, min)
 }
 
 #[inline]

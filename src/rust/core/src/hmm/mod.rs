@@ -1,20 +1,22 @@
-//! Discrete-emission hidden Markov models over many sequences: forward
-//! log-likelihood, Viterbi decoding, posterior state probabilities and
-//! Baum-Welch training, batched over any number of variable-length sequences.
+//! Hidden Markov models over many sequences: forward log-likelihood,
+//! Viterbi decoding, posterior state probabilities, Baum-Welch training and
+//! simulation, batched over any number of variable-length sequences.
 //!
-//! Model: N states, V symbols, start `pi`, transitions `A` (N x N), emissions
-//! `B` (N x V). Sequences are stored flat ([`Sequences`]), symbols 0-based.
-//! The forward-backward recursions are scaled (probabilities renormalised
-//! at every step, log-likelihood = sum of log scales, in double), Viterbi
-//! runs in log space; exact zeros are legal and an impossible sequence has
-//! log-likelihood -inf. A sequence the scaled recursions cannot certify
-//! (probabilities or filtered state weights that leave the double range,
-//! see [`Tables::theta`]) is computed in log space instead, so tiny and
+//! Model: N states, start `pi`, transitions `A` (N x N) and an emission
+//! distribution ([`emission`]: categorical, Gaussian or Poisson), one
+//! interface that every recursion reads. Sequences are stored flat
+//! ([`Sequences`]). The forward-backward recursions are scaled
+//! (probabilities renormalised at every step, log-likelihood = sum of log
+//! scales, in double), Viterbi runs in log space; exact zeros are legal and
+//! an impossible sequence has log-likelihood -inf. A sequence the scaled
+//! recursions cannot certify (products that leave the double range, see
+//! [`tables::Certificate`]) is computed in log space instead, so tiny and
 //! subnormal probabilities give exact answers, never a false -inf. Memory
 //! per sequence is O(N) for the log-likelihood, the output for posteriors,
 //! and for Viterbi and Baum-Welch O(T N), or O(sqrt(T) N) in checkpointed
 //! segments when that does not fit. Every call estimates its memory first
-//! ([`HmmJob`]) and polls its monitor within long sequences.
+//! ([`HmmJob`]) and polls its monitor within long sequences. The GPU backend
+//! runs categorical emissions; the others run on the CPU.
 //!
 //! ```
 //! use bulkem_core::exec::Exec;
@@ -33,6 +35,7 @@ mod backward;
 mod baum_welch;
 mod config;
 pub mod cpu;
+pub mod emission;
 mod forward;
 pub mod gpu;
 mod model;
@@ -41,12 +44,15 @@ mod robust;
 mod sequences;
 mod simulate;
 mod size;
-mod tables;
+pub mod tables;
 mod viterbi;
 
+use std::any::Any;
+
 pub use backward::Counts;
-pub use baum_welch::{m_step, random_model, HmmFit};
+pub use baum_welch::{m_step, random_model, try_random_model, HmmFit};
 pub use config::{CheckedHmmFitConfig, HmmFitConfig};
+pub use emission::{Categorical, Emission, EmissionFit, EmissionKind, Gaussian, Poisson};
 pub use model::HmmModel;
 pub use sequences::Sequences;
 pub use simulate::{simulate, simulate_with};
@@ -54,7 +60,7 @@ pub use size::{HmmJob, Pass};
 pub use tables::{LogTables, Tables};
 pub use viterbi::NO_STATE;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec, Job};
 
 /// Viterbi decoding of many sequences.
@@ -84,71 +90,119 @@ pub struct Posterior {
 pub const GPU_MIN_WORK: f64 = 1e10;
 
 /// The job `use.gpu = NA` sees (for [`crate::exec::choose_backend`]): work
-/// of `symbols` symbols x N^2 x `passes` passes over the data.
+/// of `symbols` observations x N^2 x `passes` passes over the data, with
+/// the emission named `emission`.
 pub fn job(states: usize, symbols: usize, passes: usize) -> Job {
-    Job {
-        work: symbols as f64 * (states as f64).powi(2) * passes as f64,
-        gpu_min_work: GPU_MIN_WORK,
-        gpu_unsupported: (states > gpu::MAX_GPU_STATES).then(|| format!("the GPU kernels handle up to {} states, not {states}", gpu::MAX_GPU_STATES)),
-    }
+    job_of(EmissionKind::Categorical, states, symbols, passes)
+}
+
+/// [`job`] for any emission: the GPU kernels run categorical emissions only.
+pub fn job_of(emission: EmissionKind, states: usize, symbols: usize, passes: usize) -> Job {
+    let unsupported = if emission != EmissionKind::Categorical {
+        Some(format!("the GPU kernels run categorical emissions only, not {}", emission.name()))
+    } else {
+        (states > gpu::MAX_GPU_STATES).then(|| format!("the GPU kernels handle up to {} states, not {states}", gpu::MAX_GPU_STATES))
+    };
+    Job { work: symbols as f64 * (states as f64).powi(2) * passes as f64, gpu_min_work: GPU_MIN_WORK, gpu_unsupported: unsupported }
+}
+
+/// Check every observation against the emission: the error names the
+/// sequence, the position and what observations must be.
+pub fn validate<E: Emission>(shape: &E::Shape, seqs: &Sequences<E::Obs>) -> Result<()> {
+    seqs.validate_with(|o| E::check_obs(shape, o), || E::obs_rule(shape))
 }
 
 /// Validate the sequences against the model and check the call's memory.
-fn check(pass: Pass, model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<()> {
-    seqs.validate(model.n_symbols)?;
-    HmmJob::of(pass, model.n_states, model.n_symbols, seqs, exec.threads).ensure()
+fn check<E: Emission>(pass: Pass, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<()> {
+    validate::<E>(&model.emission.shape(), seqs)?;
+    HmmJob::of(pass, model.n_states, model.emission.n_stats(), seqs, exec.threads).ensure()
+}
+
+/// The categorical model and sequences behind generic ones, for the GPU
+/// backend (which runs categorical emissions only).
+fn categorical<'a, E: Emission>(model: &'a HmmModel<E>, seqs: &'a Sequences<E::Obs>) -> Result<(&'a HmmModel, &'a Sequences)> {
+    match ((model as &dyn Any).downcast_ref::<HmmModel>(), (seqs as &dyn Any).downcast_ref::<Sequences>()) {
+        (Some(m), Some(s)) => Ok((m, s)),
+        _ => Err(Error::BackendUnavailable(format!("the GPU kernels run categorical emissions only, not {}", E::NAME))),
+    }
+}
+
+/// A categorical result as the generic type it is.
+fn generic<T: 'static, U: 'static>(x: T) -> Result<U> {
+    (Box::new(x) as Box<dyn Any>).downcast::<U>().map(|b| *b).map_err(|_| Error::Internal("a GPU result of the wrong type".into()))
 }
 
 /// log P(sequence) for every sequence.
-pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+pub fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Vec<f64>> {
     check(Pass::Loglik, model, seqs, exec)?;
     match exec.backend {
         Backend::Cpu => cpu::loglik(&Tables::new(model)?, seqs, exec),
-        Backend::Cuda => gpu::loglik(model, seqs, exec),
+        Backend::Cuda => {
+            let (m, s) = categorical(model, seqs)?;
+            gpu::loglik(m, s, exec)
+        }
     }
 }
 
 /// The most probable state path of every sequence.
-pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Viterbi> {
+pub fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Viterbi> {
     check(Pass::Viterbi, model, seqs, exec)?;
     let (states, log_prob) = match exec.backend {
         Backend::Cpu => cpu::viterbi(&LogTables::new(model)?, seqs, exec)?,
-        Backend::Cuda => gpu::viterbi(model, seqs, exec)?,
+        Backend::Cuda => {
+            let (m, s) = categorical(model, seqs)?;
+            gpu::viterbi(m, s, exec)?
+        }
     };
     Ok(Viterbi { states, log_prob })
 }
 
 /// Posterior state probabilities (forward-backward) of every sequence.
-pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Posterior> {
+pub fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Posterior> {
     check(Pass::Posterior, model, seqs, exec)?;
     let (probs, loglik) = match exec.backend {
         Backend::Cpu => cpu::posterior(&Tables::new(model)?, seqs, exec)?,
-        Backend::Cuda => gpu::posterior(model, seqs, exec)?,
+        Backend::Cuda => {
+            let (m, s) = categorical(model, seqs)?;
+            gpu::posterior(m, s, exec)?
+        }
     };
     Ok(Posterior { probs, loglik })
 }
 
 /// One Baum-Welch iteration from `model`: the E-step over all sequences and
-/// the M-step. Returns the new model and the log-likelihood of `model`.
-pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
+/// the M-step (emission settings `fit`, defaults resolved from the data).
+/// Returns the new model and the log-likelihood of `model`.
+pub fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, fit: &EmissionFit, exec: &Exec) -> Result<(HmmModel<E>, f64)> {
     check(Pass::Fit, model, seqs, exec)?;
+    let mut fit = *fit;
+    E::resolve(&mut fit, seqs);
     match exec.backend {
         Backend::Cpu => {
-            let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.n_symbols));
+            let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.emission.n_stats()));
             let seg = cpu::fit_segment(model.n_states, seqs, exec);
             let (counts, ll, _) = cpu::e_step(&Tables::new(model)?, seqs, &chunks, seg, exec)?;
-            Ok((m_step(model, &counts, pseudocount), ll))
+            Ok((m_step(model, &counts, &fit).0, ll))
         }
-        Backend::Cuda => gpu::baum_welch_step(model, seqs, pseudocount, exec),
+        Backend::Cuda => {
+            let (m, s) = categorical(model, seqs)?;
+            generic(gpu::baum_welch_step(m, s, fit.pseudocount, exec)?)
+        }
     }
 }
 
 /// Baum-Welch over all sequences jointly, from every start; keeps the best.
-pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
-    seqs.validate(config.n_symbols)?;
-    HmmJob::of(Pass::Fit, config.n_states, config.n_symbols, seqs, exec.threads).starts(config.starts()).ensure()?;
+pub fn fit<E: Emission>(seqs: &Sequences<E::Obs>, config: &CheckedHmmFitConfig<E>, exec: &Exec) -> Result<HmmFit<E>> {
+    validate::<E>(&config.shape, seqs)?;
+    HmmJob::of(Pass::Fit, config.n_states, E::n_stats_of(&config.shape), seqs, exec.threads).starts(config.starts()).ensure()?;
     match exec.backend {
         Backend::Cpu => baum_welch::fit(seqs, config, exec),
-        Backend::Cuda => gpu::fit(seqs, config, exec),
+        Backend::Cuda => {
+            let (c, s) = ((config as &dyn Any).downcast_ref::<CheckedHmmFitConfig>(), (seqs as &dyn Any).downcast_ref::<Sequences>());
+            match (c, s) {
+                (Some(c), Some(s)) => generic(gpu::fit(s, c, exec)?),
+                _ => Err(Error::BackendUnavailable(format!("the GPU kernels run categorical emissions only, not {}", E::NAME))),
+            }
+        }
     }
 }

@@ -1,66 +1,66 @@
-//! A discrete-emission HMM: validated start, transition and emission
-//! probabilities, plus the layouts the recursions want.
+//! An HMM: validated start and transition probabilities and an emission
+//! distribution ([`super::emission`]).
 
 use crate::error::{Error, Result};
 use crate::tolerances::HMM_ROW_SUM_TOL;
 
-/// An HMM with N states and V symbols. Matrices are row-major:
-/// `trans[i * N + j]` = P(state j at t+1 | state i at t),
-/// `emis[i * V + k]` = P(symbol k | state i). Exact zeros are allowed.
+use super::emission::{Categorical, Emission};
+
+/// An HMM with N states. `trans` is row-major: `trans[i * N + j]` =
+/// P(state j at t+1 | state i at t). Exact zeros are allowed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HmmModel {
+pub struct HmmModel<E = Categorical> {
     pub n_states: usize,
-    pub n_symbols: usize,
     pub start: Vec<f64>,
     pub trans: Vec<f64>,
-    pub emis: Vec<f64>,
+    pub emission: E,
 }
 
-impl HmmModel {
-    /// Validate and build: dimensions agree, entries finite and >= 0, every
-    /// probability vector sums to 1 within [`HMM_ROW_SUM_TOL`].
+impl HmmModel<Categorical> {
+    /// A categorical HMM with V = `n_symbols` symbols: `emis[i * V + k]` =
+    /// P(symbol k | state i). Validated: dimensions agree, entries finite
+    /// and >= 0, every probability vector sums to 1 within [`HMM_ROW_SUM_TOL`].
     pub fn new(start: Vec<f64>, trans: Vec<f64>, emis: Vec<f64>, n_symbols: usize) -> Result<Self> {
-        let n = start.len();
-        if n == 0 {
-            return Err(Error::arg("start", "must have at least one state"));
+        let n = check_chain(&start, &trans)?;
+        let emission = Categorical::new(n, n_symbols, emis)?;
+        Ok(HmmModel { n_states: n, start, trans, emission })
+    }
+}
+
+impl<E: Emission> HmmModel<E> {
+    /// An HMM with any emission of N states; start and trans validated as
+    /// by [`HmmModel::new`].
+    pub fn with_emission(start: Vec<f64>, trans: Vec<f64>, emission: E) -> Result<Self> {
+        let n = check_chain(&start, &trans)?;
+        if emission.n_states() != n {
+            return Err(Error::arg("emission", format!("has {} states but `start` has {n}", emission.n_states())));
         }
-        if n_symbols == 0 {
-            return Err(Error::arg("emis", "must have at least one symbol (column)"));
-        }
-        if trans.len() != n * n {
-            return Err(Error::arg("trans", format!("must be a {n} x {n} matrix (one row and column per state of `start`), not {} values", trans.len())));
-        }
-        if emis.len() != n * n_symbols {
-            return Err(Error::arg("emis", format!("must have {n} rows (one per state) of {n_symbols} symbols, not {} values", emis.len())));
-        }
-        check_stochastic("start", &start, n)?;
-        check_stochastic("trans", &trans, n)?;
-        check_stochastic("emis", &emis, n_symbols)?;
-        Ok(HmmModel { n_states: n, n_symbols, start, trans, emis })
+        Ok(HmmModel { n_states: n, start, trans, emission })
     }
 
-    /// Emission probabilities by symbol: `out[k * N + i]` = P(symbol k | state i),
-    /// so one time step reads one contiguous row.
-    pub fn emis_by_symbol(&self) -> Result<Vec<f64>> {
-        let (n, v) = (self.n_states, self.n_symbols);
-        let mut out = crate::memory::try_vec(n * v, 0.0, "the emission matrix")?;
-        for i in 0..n {
-            for k in 0..v {
-                out[k * n + i] = self.emis[i * v + k];
-            }
-        }
-        Ok(out)
-    }
-
-    /// Number of free parameters: (N - 1) + N (N - 1) + N (V - 1).
+    /// Number of free parameters: (N - 1) + N (N - 1) + the emission's.
     pub fn free_parameters(&self) -> usize {
-        let (n, v) = (self.n_states, self.n_symbols);
-        (n - 1) + n * (n - 1) + n * (v - 1)
+        let n = self.n_states;
+        (n - 1) + n * (n - 1) + self.emission.free_parameters()
     }
+}
+
+/// Validate start and trans; returns N.
+fn check_chain(start: &[f64], trans: &[f64]) -> Result<usize> {
+    let n = start.len();
+    if n == 0 {
+        return Err(Error::arg("start", "must have at least one state"));
+    }
+    if trans.len() != n * n {
+        return Err(Error::arg("trans", format!("must be a {n} x {n} matrix (one row and column per state of `start`), not {} values", trans.len())));
+    }
+    check_stochastic("start", start, n)?;
+    check_stochastic("trans", trans, n)?;
+    Ok(n)
 }
 
 /// Rows of `width` values: finite, non-negative, summing to 1.
-fn check_stochastic(arg: &'static str, values: &[f64], width: usize) -> Result<()> {
+pub(crate) fn check_stochastic(arg: &'static str, values: &[f64], width: usize) -> Result<()> {
     for (r, row) in values.chunks(width).enumerate() {
         let whose = if arg == "start" { String::new() } else { format!("row {} ", r + 1) };
         if let Some(c) = row.iter().position(|p| !(p.is_finite() && *p >= 0.0)) {

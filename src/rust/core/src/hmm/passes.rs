@@ -13,14 +13,16 @@ use crate::exec::Monitor;
 use crate::memory;
 
 use super::backward::{self, Counts};
+use super::emission::{Emission, Rows};
 use super::forward;
-use super::robust::{self, Robust};
-use super::tables::Tables;
+use super::robust::{self, Robust, SAFE_MIN};
+use super::tables::{Certificate, Tables};
 
 /// What a forward step found.
 pub(crate) enum Fwd {
-    /// The step's scale, as the kind keeps it (linear or log).
-    Scale(f64),
+    /// The step's scale, as the kind keeps it (linear or log), and the log
+    /// of the factor the emission row was divided by.
+    Scale(f64, f64),
     /// The sequence has probability 0.
     Impossible,
     /// The scaled pass cannot certify this sequence (log space needed).
@@ -38,34 +40,58 @@ pub(crate) enum Outcome {
 
 /// A recursion: scaled or log-space vectors, with their own scales.
 pub(crate) trait Kind {
+    type Obs: Copy;
     type Scratch: Default;
-    fn first(&self, o: u32, out: &mut [f64], s: &mut Self::Scratch) -> Fwd;
-    fn step(&self, prev: &[f64], o: u32, out: &mut [f64], s: &mut Self::Scratch) -> Fwd;
+    fn first(&self, o: Self::Obs, out: &mut [f64], s: &mut Self::Scratch) -> Fwd;
+    fn step(&self, prev: &[f64], o: Self::Obs, out: &mut [f64], s: &mut Self::Scratch) -> Fwd;
     /// log of a scale returned by `first` or `step`.
     fn log(scale: f64) -> f64;
     /// The backward step to t (see [`backward::back`], [`Robust::back`]):
     /// `row` holds the forward vector of t and becomes its posterior;
     /// `next` is (o_{t+1}, scale_{t+1}).
     #[allow(clippy::too_many_arguments)]
-    fn back(&self, t: usize, o: u32, next: Option<(u32, f64)>, row: &mut [f64], beta: &mut [f64], s: &mut Self::Scratch, counts: Option<&mut Counts>);
+    fn back(&self, t: usize, o: Self::Obs, next: Option<(Self::Obs, f64)>, row: &mut [f64], beta: &mut [f64], s: &mut Self::Scratch, counts: Option<&mut Counts>);
 }
 
 /// The scaled recursions.
-pub(crate) struct Fast<'a>(pub(crate) &'a Tables);
+pub(crate) struct Fast<'a, E: Emission>(pub(crate) &'a Tables<E>);
 
-impl Kind for Fast<'_> {
-    type Scratch = Vec<f64>;
+/// Scratch of the scaled recursions: a product row and an emission row.
+#[derive(Default)]
+pub(crate) struct FastScratch {
+    tmp: Vec<f64>,
+    row: Vec<f64>,
+}
+
+impl<E: Emission> Kind for Fast<'_, E> {
+    type Obs = E::Obs;
+    type Scratch = FastScratch;
 
     #[inline]
-    fn first(&self, o: u32, out: &mut [f64], _: &mut Vec<f64>) -> Fwd {
-        let (c, small) = forward::first(self.0, o, out);
-        finish_scaled(out, c, small)
+    fn first(&self, o: E::Obs, out: &mut [f64], s: &mut FastScratch) -> Fwd {
+        let tab = self.0;
+        s.row.resize(tab.n, 0.0);
+        let row = tab.rows.row(o, &mut s.row);
+        let (c, min) = forward::first(tab, row.values, out);
+        let certified = match tab.certificate {
+            Certificate::Theta(theta) => min >= theta,
+            Certificate::Dense | Certificate::Steps { .. } => tab.min_start * row.min >= SAFE_MIN,
+        };
+        finish_scaled(out, c, row.shift, certified)
     }
 
     #[inline]
-    fn step(&self, prev: &[f64], o: u32, out: &mut [f64], _: &mut Vec<f64>) -> Fwd {
-        let (c, small) = forward::step(self.0, prev, self.0.emis_of(o), out);
-        finish_scaled(out, c, small)
+    fn step(&self, prev: &[f64], o: E::Obs, out: &mut [f64], s: &mut FastScratch) -> Fwd {
+        let tab = self.0;
+        s.row.resize(tab.n, 0.0);
+        let row = tab.rows.row(o, &mut s.row);
+        let (c, min) = forward::step(tab, prev, row.values, out);
+        let certified = match tab.certificate {
+            Certificate::Theta(theta) => min >= theta,
+            Certificate::Dense => true,
+            Certificate::Steps { min_trans } => forward_min(prev) * min_trans * row.min >= SAFE_MIN,
+        };
+        finish_scaled(out, c, row.shift, certified)
     }
 
     fn log(scale: f64) -> f64 {
@@ -73,32 +99,40 @@ impl Kind for Fast<'_> {
     }
 
     #[inline]
-    fn back(&self, t: usize, o: u32, next: Option<(u32, f64)>, row: &mut [f64], beta: &mut [f64], tmp: &mut Vec<f64>, counts: Option<&mut Counts>) {
-        backward::back(self.0, t, o, next, row, beta, tmp, counts);
+    fn back(&self, t: usize, o: E::Obs, next: Option<(E::Obs, f64)>, row: &mut [f64], beta: &mut [f64], s: &mut FastScratch, counts: Option<&mut Counts>) {
+        s.row.resize(self.0.n, 0.0);
+        backward::back(self.0, t, o, next, row, beta, &mut s.tmp, &mut s.row, counts);
     }
 }
 
+/// The smallest positive value of a forward vector.
 #[inline]
-fn finish_scaled(out: &mut [f64], c: f64, small: bool) -> Fwd {
-    if small {
+fn forward_min(x: &[f64]) -> f64 {
+    super::tables::min_positive(x)
+}
+
+#[inline]
+fn finish_scaled(out: &mut [f64], c: f64, shift: f64, certified: bool) -> Fwd {
+    if !certified {
         Fwd::Uncertain
     } else if c == 0.0 {
         // Certified: no positive term underflowed, so the zero is exact.
         Fwd::Impossible
     } else {
         forward::rescale(out, c);
-        Fwd::Scale(c)
+        Fwd::Scale(c, shift)
     }
 }
 
-impl Kind for Robust<'_> {
+impl<E: Emission> Kind for Robust<'_, E> {
+    type Obs = E::Obs;
     type Scratch = robust::Scratch;
 
-    fn first(&self, o: u32, out: &mut [f64], _: &mut robust::Scratch) -> Fwd {
-        log_scale(Robust::first(self, o, out))
+    fn first(&self, o: E::Obs, out: &mut [f64], s: &mut robust::Scratch) -> Fwd {
+        log_scale(Robust::first(self, o, out, s))
     }
 
-    fn step(&self, prev: &[f64], o: u32, out: &mut [f64], s: &mut robust::Scratch) -> Fwd {
+    fn step(&self, prev: &[f64], o: E::Obs, out: &mut [f64], s: &mut robust::Scratch) -> Fwd {
         log_scale(Robust::step(self, prev, o, out, s))
     }
 
@@ -106,13 +140,13 @@ impl Kind for Robust<'_> {
         scale
     }
 
-    fn back(&self, t: usize, o: u32, next: Option<(u32, f64)>, row: &mut [f64], beta: &mut [f64], s: &mut robust::Scratch, counts: Option<&mut Counts>) {
+    fn back(&self, t: usize, o: E::Obs, next: Option<(E::Obs, f64)>, row: &mut [f64], beta: &mut [f64], s: &mut robust::Scratch, counts: Option<&mut Counts>) {
         Robust::back(self, t, o, next.map(|(o, _)| o), row, beta, s, counts);
     }
 }
 
 fn log_scale(l: f64) -> Fwd {
-    if l == f64::NEG_INFINITY { Fwd::Impossible } else { Fwd::Scale(l) }
+    if l == f64::NEG_INFINITY { Fwd::Impossible } else { Fwd::Scale(l, 0.0) }
 }
 
 /// Time steps between monitor polls for N states: about 4 million
@@ -147,11 +181,7 @@ impl<'a> Poll<'a> {
     }
 }
 
-/// Types whose all-zero bit pattern is the value 0.
-pub(crate) trait Zero: Copy {}
-impl Zero for f64 {}
-impl Zero for u32 {}
-impl Zero for u16 {}
+pub(crate) use super::emission::Zero;
 
 /// `n` zeros, allocated fallibly and without writing them: the system
 /// hands out zero pages as they are first touched, so a large buffer costs
@@ -187,19 +217,19 @@ pub(crate) fn grow<T: Zero>(v: &mut Vec<T>, len: usize, what: &str) -> Result<()
 }
 
 /// The forward pass alone with O(N) memory (`buf`: 2N values).
-pub(crate) fn forward_only<K: Kind>(k: &K, n: usize, seq: &[u32], buf: &mut Vec<f64>, s: &mut K::Scratch, monitor: &Monitor) -> Result<Outcome> {
+pub(crate) fn forward_only<K: Kind>(k: &K, n: usize, seq: &[K::Obs], buf: &mut Vec<f64>, s: &mut K::Scratch, monitor: &Monitor) -> Result<Outcome> {
     grow(buf, 2 * n, "the forward pass")?;
     let (mut cur, mut nxt) = buf[..2 * n].split_at_mut(n);
     let mut poll = Poll::new(monitor, n);
     let mut ll = match k.first(seq[0], cur, s) {
-        Fwd::Scale(c) => K::log(c),
+        Fwd::Scale(c, shift) => K::log(c) + shift,
         Fwd::Impossible => return Ok(Outcome::LogLik(f64::NEG_INFINITY)),
         Fwd::Uncertain => return Ok(Outcome::Uncertain),
     };
     for &o in &seq[1..] {
         poll.step()?;
         match k.step(cur, o, nxt, s) {
-            Fwd::Scale(c) => ll += K::log(c),
+            Fwd::Scale(c, shift) => ll += K::log(c) + shift,
             Fwd::Impossible => return Ok(Outcome::LogLik(f64::NEG_INFINITY)),
             Fwd::Uncertain => return Ok(Outcome::Uncertain),
         }
@@ -227,7 +257,7 @@ pub(crate) struct FbScratch {
 pub(crate) fn forward_backward<K: Kind>(
     k: &K,
     n: usize,
-    seq: &[u32],
+    seq: &[K::Obs],
     seg: usize,
     rows: Option<&mut [f64]>,
     fb: &mut FbScratch,
@@ -274,9 +304,9 @@ pub(crate) fn forward_backward<K: Kind>(
             k.step(prev, seq[t], out, s)
         };
         match verdict {
-            Fwd::Scale(c) => {
+            Fwd::Scale(c, shift) => {
                 scale[t] = c;
-                ll += K::log(c);
+                ll += K::log(c) + shift;
             }
             Fwd::Impossible => return Ok(Outcome::LogLik(f64::NEG_INFINITY)),
             Fwd::Uncertain => return Ok(Outcome::Uncertain),
@@ -299,7 +329,7 @@ pub(crate) fn forward_backward<K: Kind>(
                     let (prev, out) = two_rows(rows, r - 1, r, n);
                     k.step(prev, seq[t], out, s)
                 };
-                if !matches!(verdict, Fwd::Scale(_)) {
+                if !matches!(verdict, Fwd::Scale(..)) {
                     return Err(crate::error::Error::Internal("a recomputed forward step differs from the first pass".into()));
                 }
             }

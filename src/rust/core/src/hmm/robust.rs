@@ -19,6 +19,7 @@ use crate::error::Result;
 use crate::memory;
 
 use super::backward::Counts;
+use super::emission::{Emission, Rows, Space};
 use super::tables::Tables;
 
 /// Smallest product the scaled recursions certify (2^-960): far above the
@@ -33,11 +34,11 @@ const MAX_BANDS: usize = 16;
 
 /// The tables of the log-space passes (built once per call, when a
 /// sequence first needs them).
-pub(crate) struct LogSpace {
+pub(crate) struct LogSpace<E: Emission> {
     n: usize,
     lstart: Vec<f64>,
-    /// Log emissions by symbol.
-    lemis: Vec<f64>,
+    /// The emission's log rows.
+    lrows: E::Rows,
     /// The transitions with those below TINY set to 0 (`None`: there are
     /// none, and the linear tables' matrix is used).
     big: Option<Vec<f64>>,
@@ -49,11 +50,10 @@ pub(crate) struct LogSpace {
     tiny_row: Vec<(u32, f64)>,
 }
 
-impl LogSpace {
-    pub(crate) fn new(tab: &Tables) -> Result<Self> {
+impl<E: Emission> LogSpace<E> {
+    pub(crate) fn new(tab: &Tables<E>) -> Result<Self> {
         let n = tab.n;
-        let mut lemis = memory::try_with_capacity(tab.emis.len(), "the log emission matrix")?;
-        lemis.extend(tab.emis.iter().map(|p| p.ln()));
+        let lrows = tab.emission.rows(Space::Log)?;
         let is_tiny = |p: f64| p > 0.0 && p < TINY;
         let (mut tiny_col_off, mut tiny_row_off) = (vec![0usize; n + 1], vec![0usize; n + 1]);
         let mut count = 0;
@@ -91,15 +91,10 @@ impl LogSpace {
                 }
             }
         }
-        Ok(LogSpace { n, lstart: tab.start.iter().map(|p| p.ln()).collect(), lemis, big, tiny_col_off, tiny_col, tiny_row_off, tiny_row })
+        Ok(LogSpace { n, lstart: tab.start.iter().map(|p| p.ln()).collect(), lrows, big, tiny_col_off, tiny_col, tiny_row_off, tiny_row })
     }
 
-    fn lemis_of(&self, k: u32) -> &[f64] {
-        let k = k as usize;
-        &self.lemis[k * self.n..(k + 1) * self.n]
-    }
-
-    fn big<'a>(&'a self, tab: &'a Tables) -> &'a [f64] {
+    fn big<'a>(&'a self, tab: &'a Tables<E>) -> &'a [f64] {
         self.big.as_deref().unwrap_or(&tab.trans)
     }
 }
@@ -113,12 +108,14 @@ pub(crate) struct Scratch {
     weights: Vec<f64>,
     deep: Vec<usize>,
     v: Vec<f64>,
+    /// An emission row.
+    row: Vec<f64>,
 }
 
 impl Scratch {
     /// Doubles held for N states (for the memory estimate).
     pub(crate) fn doubles(n: usize) -> usize {
-        (2 * MAX_BANDS + 4) * n
+        (2 * MAX_BANDS + 5) * n
     }
 }
 
@@ -178,7 +175,7 @@ fn combine(s: &Scratch, kept: usize, n: usize, j: usize, top: f64) -> f64 {
 }
 
 /// out_j = log sum_i exp(u_i) A_ij (the forward product).
-fn product_forward(ls: &LogSpace, tab: &Tables, u: &[f64], out: &mut [f64], s: &mut Scratch) {
+fn product_forward<E: Emission>(ls: &LogSpace<E>, tab: &Tables<E>, u: &[f64], out: &mut [f64], s: &mut Scratch) {
     let n = ls.n;
     let top = u.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if top == f64::NEG_INFINITY {
@@ -223,7 +220,7 @@ fn product_forward(ls: &LogSpace, tab: &Tables, u: &[f64], out: &mut [f64], s: &
 }
 
 /// out_i = log sum_j A_ij exp(v_j) (the backward product).
-fn product_backward(ls: &LogSpace, tab: &Tables, v: &[f64], out: &mut [f64], s: &mut Scratch) {
+fn product_backward<E: Emission>(ls: &LogSpace<E>, tab: &Tables<E>, v: &[f64], out: &mut [f64], s: &mut Scratch) {
     let n = ls.n;
     let top = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if top == f64::NEG_INFINITY {
@@ -274,24 +271,28 @@ fn product_backward(ls: &LogSpace, tab: &Tables, v: &[f64], out: &mut [f64], s: 
 }
 
 /// The log-space passes of one call (see [`super::passes::Kind`]).
-pub(crate) struct Robust<'a> {
-    pub(crate) tab: &'a Tables,
-    pub(crate) ls: &'a LogSpace,
+pub(crate) struct Robust<'a, E: Emission> {
+    pub(crate) tab: &'a Tables<E>,
+    pub(crate) ls: &'a LogSpace<E>,
 }
 
-impl Robust<'_> {
+impl<E: Emission> Robust<'_, E> {
     /// Normalised log alphas at t = 0; returns log c_0 (-inf: impossible).
-    pub(crate) fn first(&self, o: u32, out: &mut [f64]) -> f64 {
-        for ((x, &s), &e) in out.iter_mut().zip(&self.ls.lstart).zip(self.ls.lemis_of(o)) {
+    pub(crate) fn first(&self, o: E::Obs, out: &mut [f64], s: &mut Scratch) -> f64 {
+        s.row.resize(self.ls.n, 0.0);
+        let le = self.ls.lrows.row(o, &mut s.row).values;
+        for ((x, &s), &e) in out.iter_mut().zip(&self.ls.lstart).zip(le) {
             *x = s + e;
         }
         normalise(out)
     }
 
     /// One forward step from `prev`; returns log c_t.
-    pub(crate) fn step(&self, prev: &[f64], o: u32, out: &mut [f64], s: &mut Scratch) -> f64 {
+    pub(crate) fn step(&self, prev: &[f64], o: E::Obs, out: &mut [f64], s: &mut Scratch) -> f64 {
         product_forward(self.ls, self.tab, prev, out, s);
-        for (x, &e) in out.iter_mut().zip(self.ls.lemis_of(o)) {
+        s.row.resize(self.ls.n, 0.0);
+        let le = self.ls.lrows.row(o, &mut s.row).values;
+        for (x, &e) in out.iter_mut().zip(le) {
             *x += e;
         }
         normalise(out)
@@ -301,16 +302,18 @@ impl Robust<'_> {
     /// its largest entry) and becomes log beta_t; `row` holds log alpha_t
     /// and becomes the posterior of t. With `counts`, the expected
     /// transitions of (t, t+1) are added (with the factor A, exact) and the
-    /// emission (and, at t = 0, start) counts of t. `next` is o_{t+1}, or
-    /// None at the last step.
+    /// emission statistics (and, at t = 0, start counts) of t. `next` is
+    /// o_{t+1}, or None at the last step.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn back(&self, t: usize, o: u32, next: Option<u32>, row: &mut [f64], beta: &mut [f64], s: &mut Scratch, counts: Option<&mut Counts>) {
+    pub(crate) fn back(&self, t: usize, o: E::Obs, next: Option<E::Obs>, row: &mut [f64], beta: &mut [f64], s: &mut Scratch, counts: Option<&mut Counts>) {
         let n = self.ls.n;
         let mut shift = 0.0;
         if let Some(o_next) = next {
             let mut v = std::mem::take(&mut s.v);
             v.clear();
-            v.extend(self.ls.lemis_of(o_next).iter().zip(beta.iter()).map(|(e, b)| e + b));
+            s.row.resize(n, 0.0);
+            let le = self.ls.lrows.row(o_next, &mut s.row).values;
+            v.extend(le.iter().zip(beta.iter()).map(|(e, b)| e + b));
             product_backward(self.ls, self.tab, &v, beta, s);
             shift = beta.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             if shift > f64::NEG_INFINITY {
@@ -356,13 +359,12 @@ impl Robust<'_> {
                 }
             }
         }
-        let k = o as usize;
-        for (i, (x, b)) in row.iter_mut().zip(beta.iter()).enumerate() {
+        for (x, b) in row.iter_mut().zip(beta.iter()) {
             *x = (*x + b - g).exp();
-            counts.emis[k * n + i] += *x;
-            if t == 0 {
-                counts.start[i] += *x;
-            }
+        }
+        self.tab.emission.add_stats(o, row, &mut counts.emis);
+        if t == 0 {
+            counts.start.iter_mut().zip(row.iter()).for_each(|(x, y)| *x += y);
         }
     }
 }

@@ -1,19 +1,21 @@
-//! Many observation sequences stored flat: one symbol vector plus offsets,
-//! so millions of short sequences cost two allocations, not millions.
+//! Many observation sequences stored flat: one vector of observations plus
+//! offsets, so millions of short sequences cost two allocations, not
+//! millions. Observations are symbols (`u32`, 0-based) for categorical
+//! emissions and numbers (`f64`) for densities.
 
 use crate::error::{Error, Result};
 
-/// Symbols are 0-based (`0..V`); sequence `s` is
-/// `symbols[offsets[s]..offsets[s + 1]]`.
+/// Sequence `s` is `symbols[offsets[s]..offsets[s + 1]]`.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Sequences {
-    pub symbols: Vec<u32>,
+pub struct Sequences<O = u32> {
+    /// The observations of all sequences, one after the other.
+    pub symbols: Vec<O>,
     pub offsets: Vec<usize>,
 }
 
-impl Sequences {
-    /// From flat symbols and the length of each sequence.
-    pub fn from_lengths(symbols: Vec<u32>, lengths: &[usize]) -> Result<Self> {
+impl<O: Copy> Sequences<O> {
+    /// From flat observations and the length of each sequence.
+    pub fn from_lengths(symbols: Vec<O>, lengths: &[usize]) -> Result<Self> {
         let mut offsets = Vec::with_capacity(lengths.len() + 1);
         offsets.push(0);
         let mut end = 0usize;
@@ -22,13 +24,13 @@ impl Sequences {
             offsets.push(end);
         }
         if end != symbols.len() {
-            return Err(Error::arg("seqs", format!("lengths add up to {end} but there are {} symbols", symbols.len())));
+            return Err(Error::arg("seqs", format!("lengths add up to {end} but there are {} observations", symbols.len())));
         }
         Ok(Sequences { symbols, offsets })
     }
 
     /// From one vector per sequence (convenient in tests).
-    pub fn from_vecs<S: AsRef<[u32]>>(seqs: &[S]) -> Self {
+    pub fn from_vecs<S: AsRef<[O]>>(seqs: &[S]) -> Self {
         let mut out = Sequences { symbols: Vec::new(), offsets: vec![0] };
         for s in seqs {
             out.symbols.extend_from_slice(s.as_ref());
@@ -46,7 +48,7 @@ impl Sequences {
         self.len() == 0
     }
 
-    pub fn get(&self, s: usize) -> &[u32] {
+    pub fn get(&self, s: usize) -> &[O] {
         &self.symbols[self.offsets[s]..self.offsets[s + 1]]
     }
 
@@ -54,14 +56,15 @@ impl Sequences {
         self.offsets.windows(2).map(|w| w[1] - w[0])
     }
 
-    /// Total number of symbols.
+    /// Total number of observations.
     pub fn total(&self) -> usize {
         self.symbols.len()
     }
 
-    /// At least one sequence, each non-empty, every symbol below `n_symbols`;
-    /// the error gives the 1-based sequence, position and symbol.
-    pub fn validate(&self, n_symbols: usize) -> Result<()> {
+    /// At least one sequence, each non-empty, every observation accepted by
+    /// `bad` (which says what is wrong with one, as "symbol 7"); the error
+    /// gives the 1-based sequence and position, and `rule`.
+    pub fn validate_with(&self, bad: impl Fn(O) -> Option<String>, rule: impl Fn() -> String) -> Result<()> {
         if self.is_empty() {
             return Err(Error::arg("seqs", "must contain at least one sequence"));
         }
@@ -71,15 +74,19 @@ impl Sequences {
         for s in 0..self.len() {
             let seq = self.get(s);
             if seq.is_empty() {
-                return Err(Error::InvalidSequence { sequence: s + 1, problem: "is empty; every sequence needs at least one symbol".into() });
+                return Err(Error::InvalidSequence { sequence: s + 1, problem: "is empty; every sequence needs at least one observation".into() });
             }
-            if let Some(p) = seq.iter().position(|&k| k as usize >= n_symbols) {
-                return Err(Error::InvalidSequence {
-                    sequence: s + 1,
-                    problem: format!("has symbol {} at position {}; symbols must be between 1 and {n_symbols}", seq[p] as u64 + 1, p + 1),
-                });
+            if let Some((p, what)) = seq.iter().enumerate().find_map(|(p, &o)| bad(o).map(|w| (p, w))) {
+                return Err(Error::InvalidSequence { sequence: s + 1, problem: format!("has {what} at position {}; {}", p + 1, rule()) });
             }
         }
         Ok(())
+    }
+}
+
+impl Sequences<u32> {
+    /// [`Sequences::validate_with`] for symbols below `n_symbols`.
+    pub fn validate(&self, n_symbols: usize) -> Result<()> {
+        super::validate::<super::Categorical>(&n_symbols, self)
     }
 }

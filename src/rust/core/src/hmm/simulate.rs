@@ -8,28 +8,12 @@ use crate::exec::Exec;
 use crate::memory;
 use crate::rng::KeyedStream;
 
+use super::emission::categorical::categorical;
+use super::emission::Emission;
 use super::model::HmmModel;
 use super::passes::zeroed;
 use super::size::{HmmJob, Pass};
 use super::sequences::Sequences;
-
-/// Uniform on [0, 1) from the top 53 bits.
-fn uniform(rng: &mut KeyedStream) -> f64 {
-    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-}
-
-/// Index drawn from the probability vector `p` by inversion; rounding past
-/// the last cumulative sum falls back to the last positive entry.
-fn categorical(p: &[f64], u: f64) -> usize {
-    let mut cum = 0.0;
-    for (k, &q) in p.iter().enumerate() {
-        cum += q;
-        if u < cum && q > 0.0 {
-            return k;
-        }
-    }
-    p.iter().rposition(|&q| q > 0.0).unwrap_or(0)
-}
 
 /// Symbols per unit of parallel work, and between monitor polls.
 const PIECE: usize = 1 << 16;
@@ -39,14 +23,14 @@ const PIECE: usize = 1 << 16;
 /// The memory is checked first ([`HmmJob`]; a caller that copies the
 /// result checks it with its copies before), the buffers are allocated
 /// fallibly, and the monitor is polled.
-pub fn simulate_with(model: &HmmModel, lengths: &[usize], seed: u64, exec: &Exec) -> Result<(Sequences, Vec<u32>)> {
-    HmmJob::new(Pass::Simulate, model.n_states, model.n_symbols, lengths.iter().copied(), exec.threads).ensure()?;
+pub fn simulate_with<E: Emission>(model: &HmmModel<E>, lengths: &[usize], seed: u64, exec: &Exec) -> Result<(Sequences<E::Obs>, Vec<u32>)> {
+    HmmJob::new(Pass::Simulate, model.n_states, model.emission.n_stats(), lengths.iter().copied(), exec.threads).ensure()?;
     let total = lengths.iter().try_fold(0usize, |a, &l| a.checked_add(l)).ok_or_else(|| crate::error::Error::OutOfMemory {
         what: "the simulated sequences".into(),
         needed: u128::MAX,
         available: memory::available(),
     })?;
-    let mut symbols = zeroed::<u32>(total, "the simulated symbols")?;
+    let mut symbols = zeroed::<E::Obs>(total, "the simulated observations")?;
     let mut states = zeroed::<u32>(total, "the simulated states")?;
     // Each sequence's part of both outputs, in sequence order.
     let mut parts = Vec::with_capacity(lengths.len());
@@ -58,7 +42,7 @@ pub fn simulate_with(model: &HmmModel, lengths: &[usize], seed: u64, exec: &Exec
         sym_rest = b;
         st_rest = d;
     }
-    let (n, v) = (model.n_states, model.n_symbols);
+    let n = model.n_states;
     exec.install(|| {
         parts.into_par_iter().try_for_each(|(i, obs, hidden)| {
             let mut rng = KeyedStream::new(seed, i as u64, 0);
@@ -68,12 +52,12 @@ pub fn simulate_with(model: &HmmModel, lengths: &[usize], seed: u64, exec: &Exec
                     exec.monitor.check()?;
                 }
                 state = if t == 0 {
-                    categorical(&model.start, uniform(&mut rng))
+                    categorical(&model.start, rng.uniform())
                 } else {
-                    categorical(&model.trans[state * n..(state + 1) * n], uniform(&mut rng))
+                    categorical(&model.trans[state * n..(state + 1) * n], rng.uniform())
                 };
                 *h = state as u32;
-                *o = categorical(&model.emis[state * v..(state + 1) * v], uniform(&mut rng)) as u32;
+                *o = model.emission.sample(state, &mut rng);
             }
             exec.monitor.check()
         })
@@ -84,7 +68,7 @@ pub fn simulate_with(model: &HmmModel, lengths: &[usize], seed: u64, exec: &Exec
 
 /// [`simulate_with`] on every CPU core, for callers without an [`Exec`]
 /// (tests, benchmarks). Panics when the memory is not there.
-pub fn simulate(model: &HmmModel, lengths: &[usize], seed: u64) -> (Sequences, Vec<u32>) {
+pub fn simulate<E: Emission>(model: &HmmModel<E>, lengths: &[usize], seed: u64) -> (Sequences<E::Obs>, Vec<u32>) {
     match simulate_with(model, lengths, seed, &Exec::cpu()) {
         Ok(out) => out,
         Err(e) => panic!("hmm::simulate: {e}"),

@@ -96,7 +96,7 @@ impl HmmJob {
     }
 
     /// A job over `seqs`.
-    pub fn of(pass: Pass, n_states: usize, n_symbols: usize, seqs: &Sequences, threads: usize) -> Self {
+    pub fn of<O: Copy>(pass: Pass, n_states: usize, n_symbols: usize, seqs: &Sequences<O>, threads: usize) -> Self {
         Self::new(pass, n_states, n_symbols, seqs.lengths(), threads)
     }
 

@@ -1,67 +1,100 @@
-//! The model in the layouts the recursions read: one contiguous row per
-//! time step, logs precomputed once per call for Viterbi, and (built only
-//! when a sequence needs them) the tables of the log-space passes.
+//! The model in the layouts the recursions read: the emission's rows (one
+//! per time step), logs precomputed once per call for Viterbi, the
+//! certificate of the scaled recursions, and (built only when a sequence
+//! needs them) the tables of the log-space passes.
 
 use std::sync::OnceLock;
 
 use crate::error::Result;
 use crate::memory;
 
+use super::emission::{Categorical, Emission, Rows, Space};
 use super::model::HmmModel;
 use super::robust::{LogSpace, SAFE_MIN};
 
+/// Transitions at least this large everywhere (2^-300) make a scaled
+/// recursion over normalised rows exact whatever underflows (see
+/// [`Certificate::Dense`]).
+pub(crate) const DENSE_MIN: f64 = f64::from_bits((1023 - 300) << 52);
+
+/// How the scaled recursions certify a sequence: while the test holds at
+/// every step, no product of the pass loses more than rounding, and the
+/// pass is exact; a sequence that fails it is computed again in log space
+/// ([`super::robust`]). The GPU kernels apply the same tests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Certificate {
+    /// Categorical rows: every positive unscaled forward value stays at or
+    /// above theta = SAFE_MIN / (smallest positive start or transition
+    /// probability x smallest positive emission probability), so no product
+    /// of the next step is below [`SAFE_MIN`]. theta > 1 (a model whose
+    /// positive probabilities multiply below SAFE_MIN) sends every sequence
+    /// to log space.
+    Theta(f64),
+    /// Normalised rows (largest value 1) and every transition at least
+    /// [`DENSE_MIN`]: each step's sum is then at least DENSE_MIN, and a
+    /// value lost to underflow (below 2^-1022) changes every later value by
+    /// a relative 2^-600 at most, so only the first step (start x emission,
+    /// where a state may be unreachable) is checked: its smallest positive
+    /// product must be at least SAFE_MIN.
+    Dense,
+    /// Normalised rows, some transition smaller (or zero): every step checks
+    /// that its smallest product, (smallest positive previous value) x
+    /// `min_trans` x (smallest value of a positive density in the row), is
+    /// at least SAFE_MIN.
+    Steps { min_trans: f64 },
+}
+
 /// Linear-space tables for the forward-backward recursions.
-pub struct Tables {
+pub struct Tables<E: Emission = Categorical> {
     pub n: usize,
-    pub v: usize,
     pub start: Vec<f64>,
     /// Row-major N x N, `trans[i * N + j]` = P(j | i).
     pub trans: Vec<f64>,
-    /// By symbol, `emis[k * N + i]` = P(k | i).
-    pub emis: Vec<f64>,
-    /// The certificate of the scaled recursions: while every positive
-    /// unscaled forward value stays at or above `theta`, no product of the
-    /// next step underflows (each is at least [`SAFE_MIN`]), so the scaled
-    /// pass is exact to rounding. A sequence whose pass produces a positive
-    /// value below `theta` is computed again in log space
-    /// ([`super::robust`]); `theta > 1` (a model whose positive
-    /// probabilities multiply to less than `SAFE_MIN`) sends every sequence
-    /// there. The GPU kernels apply the same test.
-    pub theta: f64,
-    log_space: OnceLock<Result<LogSpace>>,
+    /// The emission's linear rows.
+    pub rows: E::Rows,
+    pub certificate: Certificate,
+    /// The smallest positive start probability.
+    pub min_start: f64,
+    pub emission: E,
+    log_space: OnceLock<Result<LogSpace<E>>>,
 }
 
-impl Tables {
-    pub fn new(m: &HmmModel) -> Result<Self> {
-        let (n, v) = (m.n_states, m.n_symbols);
+impl<E: Emission> Tables<E> {
+    pub fn new(m: &HmmModel<E>) -> Result<Self> {
+        let n = m.n_states;
         let mut trans = memory::try_with_capacity(n * n, "the transition matrix")?;
         trans.extend_from_slice(&m.trans);
         let mut start = memory::try_with_capacity(n, "the start probabilities")?;
         start.extend_from_slice(&m.start);
-        Ok(Tables { n, v, start, trans, emis: m.emis_by_symbol()?, theta: theta(m), log_space: OnceLock::new() })
+        let rows = m.emission.rows(Space::Linear)?;
+        let certificate = if rows.normalised() {
+            let min_trans = min_positive(&m.trans);
+            if m.trans.iter().all(|&p| p >= DENSE_MIN) { Certificate::Dense } else { Certificate::Steps { min_trans } }
+        } else {
+            Certificate::Theta(theta_of((min_positive(&m.start).min(min_positive(&m.trans)), rows.smallest())))
+        };
+        Ok(Tables { n, start, trans, rows, certificate, min_start: min_positive(&m.start), emission: m.emission.clone(), log_space: OnceLock::new() })
     }
 
-    /// Emission probabilities of symbol `k` for every state.
-    #[inline]
-    pub fn emis_of(&self, k: u32) -> &[f64] {
-        let k = k as usize;
-        &self.emis[k * self.n..(k + 1) * self.n]
-    }
-
-    /// Whether every sequence must take the log-space passes (`theta > 1`).
+    /// Whether every sequence must take the log-space passes.
     pub fn extreme(&self) -> bool {
-        self.theta > 1.0
+        matches!(self.certificate, Certificate::Theta(t) if t > 1.0)
     }
 
     /// The log-space tables, built on first use (once per call).
-    pub(crate) fn log_space(&self) -> Result<&LogSpace> {
+    pub(crate) fn log_space(&self) -> Result<&LogSpace<E>> {
         self.log_space.get_or_init(|| LogSpace::new(self)).as_ref().map_err(|e| e.clone())
     }
 }
 
-/// `theta` of a model: SAFE_MIN / (smallest positive start or transition
-/// probability x smallest positive emission probability). Exact zeros are
-/// legal and never count.
+/// The smallest positive value (+inf where none). A select, not f64::min
+/// (which orders NaNs): one vectorised pass.
+pub(crate) fn min_positive(x: &[f64]) -> f64 {
+    x.iter().fold(f64::INFINITY, |m, &p| if p > 0.0 && p < m { p } else { m })
+}
+
+/// `theta` of a categorical model (see [`Certificate::Theta`]); exact zeros
+/// are legal and never count.
 pub fn theta(m: &HmmModel) -> f64 {
     theta_of(smallest(m))
 }
@@ -72,28 +105,26 @@ pub(crate) fn theta_of((a, e): (f64, f64)) -> f64 {
     if phi > 0.0 && phi.is_finite() { SAFE_MIN / phi } else { f64::INFINITY }
 }
 
-/// The smallest positive start-or-transition and emission probabilities
-/// (+inf where none), from which `theta` is computed.
+/// The smallest positive start-or-transition and emission probabilities of
+/// a categorical model (+inf where none), from which `theta` is computed.
 pub(crate) fn smallest(m: &HmmModel) -> (f64, f64) {
-    // A select, not f64::min (which orders NaNs): one vectorised pass.
-    let min_pos = |x: &[f64]| x.iter().fold(f64::INFINITY, |m, &p| if p > 0.0 && p < m { p } else { m });
-    (min_pos(&m.start).min(min_pos(&m.trans)), min_pos(&m.emis))
+    (min_positive(&m.start).min(min_positive(&m.trans)), m.emission.smallest())
 }
 
 /// Log-space tables for Viterbi; log(0) = -inf is legal and never meets +inf,
 /// so no NaN can arise.
-pub struct LogTables {
+pub struct LogTables<E: Emission = Categorical> {
     pub n: usize,
     pub start: Vec<f64>,
     /// Transposed, `trans_t[j * N + i]` = log P(j | i): the max over
     /// predecessors i of state j reads one contiguous row.
     pub trans_t: Vec<f64>,
-    /// By symbol, `emis[k * N + i]` = log P(k | i).
-    pub emis: Vec<f64>,
+    /// The emission's log rows.
+    pub rows: E::Rows,
 }
 
-impl LogTables {
-    pub fn new(m: &HmmModel) -> Result<Self> {
+impl<E: Emission> LogTables<E> {
+    pub fn new(m: &HmmModel<E>) -> Result<Self> {
         let n = m.n_states;
         let mut trans_t = memory::try_vec(n * n, 0.0, "the log transition matrix")?;
         for i in 0..n {
@@ -101,14 +132,6 @@ impl LogTables {
                 trans_t[j * n + i] = m.trans[i * n + j].ln();
             }
         }
-        let mut emis = m.emis_by_symbol()?;
-        emis.iter_mut().for_each(|p| *p = p.ln());
-        Ok(LogTables { n, start: m.start.iter().map(|p| p.ln()).collect(), trans_t, emis })
-    }
-
-    #[inline]
-    pub fn emis_of(&self, k: u32) -> &[f64] {
-        let k = k as usize;
-        &self.emis[k * self.n..(k + 1) * self.n]
+        Ok(LogTables { n, start: m.start.iter().map(|p| p.ln()).collect(), trans_t, rows: m.emission.rows(Space::Log)? })
     }
 }

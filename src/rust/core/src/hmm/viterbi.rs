@@ -17,6 +17,7 @@
 use crate::error::Result;
 use crate::exec::Monitor;
 
+use super::emission::{Emission, Rows};
 use super::passes::{grow, Poll, Zero};
 use super::tables::LogTables;
 
@@ -53,11 +54,13 @@ pub(crate) struct Scratch<P> {
     back: Vec<P>,
     ckpt: Vec<f64>,
     buf: Vec<f64>,
+    /// An emission row.
+    row: Vec<f64>,
 }
 
 /// One step: `nxt` from `cur`, back-pointers into `bp`.
 #[inline]
-fn step<P: Pointer>(tab: &LogTables, cur: &[f64], e: &[f64], nxt: &mut [f64], bp: &mut [P]) {
+fn step<E: Emission, P: Pointer>(tab: &LogTables<E>, cur: &[f64], e: &[f64], nxt: &mut [f64], bp: &mut [P]) {
     let n = tab.n;
     for j in 0..n {
         let col = &tab.trans_t[j * n..(j + 1) * n];
@@ -77,7 +80,7 @@ fn step<P: Pointer>(tab: &LogTables, cur: &[f64], e: &[f64], nxt: &mut [f64], bp
 
 /// Decode one sequence into `path` (length T, 0-based states) in segments
 /// of `seg` steps; returns the log-probability of the path.
-pub(crate) fn viterbi<P: Pointer>(tab: &LogTables, seq: &[u32], path: &mut [u32], seg: usize, s: &mut Scratch<P>, monitor: &Monitor) -> Result<f64> {
+pub(crate) fn viterbi<E: Emission, P: Pointer>(tab: &LogTables<E>, seq: &[E::Obs], path: &mut [u32], seg: usize, s: &mut Scratch<P>, monitor: &Monitor) -> Result<f64> {
     let n = tab.n;
     let t_len = seq.len();
     let seg = seg.clamp(1, t_len);
@@ -85,9 +88,10 @@ pub(crate) fn viterbi<P: Pointer>(tab: &LogTables, seq: &[u32], path: &mut [u32]
     grow(&mut s.back, seg * n, "the Viterbi back-pointers")?;
     grow(&mut s.ckpt, segments.saturating_sub(1) * n, "the Viterbi checkpoints")?;
     grow(&mut s.buf, 2 * n, "the Viterbi pass")?;
+    s.row.resize(n, 0.0);
     let mut poll = Poll::new(monitor, n);
     let (mut cur, mut nxt) = s.buf[..2 * n].split_at_mut(n);
-    for ((d, &p), &e) in cur.iter_mut().zip(&tab.start).zip(tab.emis_of(seq[0])) {
+    for ((d, &p), &e) in cur.iter_mut().zip(&tab.start).zip(tab.rows.row(seq[0], &mut s.row).values) {
         *d = p + e;
     }
     // Back-pointers of step t (to t - 1) in back[(t - q seg) N ..] for the
@@ -102,7 +106,7 @@ pub(crate) fn viterbi<P: Pointer>(tab: &LogTables, seq: &[u32], path: &mut [u32]
             q += 1;
             s.ckpt[(q - 1) * n..q * n].copy_from_slice(cur);
         }
-        step(tab, cur, tab.emis_of(o), nxt, &mut s.back[r * n..(r + 1) * n]);
+        step(tab, cur, tab.rows.row(o, &mut s.row).values, nxt, &mut s.back[r * n..(r + 1) * n]);
         std::mem::swap(&mut cur, &mut nxt);
     }
     let (mut best, mut arg) = (f64::NEG_INFINITY, 0usize);
@@ -124,17 +128,17 @@ pub(crate) fn viterbi<P: Pointer>(tab: &LogTables, seq: &[u32], path: &mut [u32]
             cur.copy_from_slice(&s.ckpt[(q - 1) * n..q * n]);
             for t in t0..t1 {
                 poll.step()?;
-                step(tab, cur, tab.emis_of(seq[t]), nxt, &mut s.back[(t - t0) * n..(t - t0 + 1) * n]);
+                step(tab, cur, tab.rows.row(seq[t], &mut s.row).values, nxt, &mut s.back[(t - t0) * n..(t - t0 + 1) * n]);
                 std::mem::swap(&mut cur, &mut nxt);
             }
         } else if q + 1 < segments {
             // The first segment: from the start probabilities.
-            for ((d, &p), &e) in cur.iter_mut().zip(&tab.start).zip(tab.emis_of(seq[0])) {
+            for ((d, &p), &e) in cur.iter_mut().zip(&tab.start).zip(tab.rows.row(seq[0], &mut s.row).values) {
                 *d = p + e;
             }
             for t in 1..t1 {
                 poll.step()?;
-                step(tab, cur, tab.emis_of(seq[t]), nxt, &mut s.back[t * n..(t + 1) * n]);
+                step(tab, cur, tab.rows.row(seq[t], &mut s.row).values, nxt, &mut s.back[t * n..(t + 1) * n]);
                 std::mem::swap(&mut cur, &mut nxt);
             }
         }

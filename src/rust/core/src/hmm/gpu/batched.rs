@@ -13,7 +13,9 @@ use crate::error::Result;
 use crate::gpu::{Device, Kernel};
 
 use super::super::sequences::Sequences;
-use super::{err, function, DeviceSeqs, DeviceTables};
+use super::err;
+use super::launch::function;
+use super::memory::{DeviceSeqs, DeviceTables};
 
 /// Tile of hmm_batched.cu: rows (sequences) and columns (states); threads
 /// (HMB_THREADS) and dynamic shared memory (HMB_GROUPS stage buffers of

@@ -1,0 +1,138 @@
+//! Baum-Welch on the device (`DeviceEngine`, the `Engine` of a fit): the
+//! model, the counts and the passes' scratch memory stay there for a whole
+//! fit; the M-step runs there (`hmm_m_step`) unless the E-step left counts
+//! on the host.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
+use crate::exec::Exec;
+use crate::gpu::Kernel;
+
+use super::super::backward::Counts;
+use super::super::baum_welch::{m_step as host_m_step, Engine};
+use super::super::emission::{Categorical, EmissionFit};
+use super::super::cpu;
+use super::super::model::HmmModel;
+use super::super::sequences::Sequences;
+use super::super::tables::Tables;
+use super::err;
+use super::launch::function;
+use super::memory::{download_model, upload_tables, DeviceTables};
+use super::passes::{CountSlots, Passes};
+
+/// Baum-Welch on the device: the sequences, the model and the counts stay
+/// there, and an iteration (E-step, reduction, M-step by hmm_m_step) moves
+/// only per-sequence log-likelihoods to the host.
+pub(super) struct DeviceEngine<'a> {
+    passes: Passes<'a>,
+    /// The current model and the previous one (or scratch), swapped by the M-step.
+    tables: [DeviceTables; 2],
+    cur: usize,
+    counts: CountSlots,
+    exec: &'a Exec,
+    /// The current model on the host, when known (after `load`, a host
+    /// M-step or a download; the device M-step leaves it on the device).
+    host_model: Option<HmmModel>,
+    /// Counts of the last E-step computed on the host (the sequences the
+    /// kernels could not certify), and whether the device holds the rest.
+    host_counts: Option<(Counts, bool)>,
+    /// Segment length of the host's E-step passes.
+    seg: usize,
+}
+
+impl<'a> DeviceEngine<'a> {
+    pub(super) fn new(n: usize, v: usize, seqs: &'a Sequences, exec: &'a Exec) -> Result<Self> {
+        let passes = Passes::new(n, v, seqs, true, 0)?;
+        let counts = passes.count_slots()?;
+        let blank = HmmModel { n_states: n, start: vec![0.0; n], trans: vec![0.0; n * n], emission: Categorical { n_states: n, n_symbols: v, probs: vec![0.0; n * v] } };
+        let tables = [upload_tables(passes.dev, &blank)?, upload_tables(passes.dev, &blank)?];
+        let seg = cpu::fit_segment(n, seqs, exec);
+        Ok(DeviceEngine { passes, tables, cur: 0, counts, exec, host_model: None, host_counts: None, seg })
+    }
+
+    /// The device's share of the last E-step's counts, on the host.
+    fn device_counts(&self) -> Result<Counts> {
+        let (n, v) = (self.passes.n, self.passes.v);
+        let total = self.passes.dev.stream.clone_dtoh(&self.counts.total).map_err(err(self.passes.dev, "reading the counts"))?;
+        Ok(Counts { start: total[..n].to_vec(), trans_raw: total[n..n + n * n].to_vec(), trans: Vec::new(), emis: total[n + n * n..n + n * n + n * v].to_vec() })
+    }
+}
+
+impl Engine for DeviceEngine<'_> {
+    fn load(&mut self, model: &HmmModel) -> Result<(f64, Option<usize>)> {
+        self.tables[self.cur] = upload_tables(self.passes.dev, model)?;
+        self.host_model = Some(model.clone());
+        self.e_step()
+    }
+
+    fn m_step(&mut self, fit: &EmissionFit) -> Result<Vec<bool>> {
+        let pseudocount = fit.pseudocount;
+        let unfloored = vec![false; self.passes.n];
+        if let Some((host, with_device)) = self.host_counts.take() {
+            // Some counts are on the host: the M-step runs there.
+            let mut counts = host;
+            if with_device {
+                counts.add(&self.device_counts()?);
+            }
+            let model = match self.host_model.take() {
+                Some(m) => m,
+                None => self.model(false)?,
+            };
+            let (next, _) = host_m_step(&model, &counts, fit);
+            self.tables[1 - self.cur] = upload_tables(self.passes.dev, &next)?;
+            self.cur = 1 - self.cur;
+            self.host_model = Some(next);
+            return Ok(unfloored);
+        }
+        let dev = self.passes.dev;
+        let (n, v) = (self.passes.n, self.passes.v);
+        let (first, second) = self.tables.split_at_mut(1);
+        let (from, to) = if self.cur == 0 { (&first[0], &mut second[0]) } else { (&second[0], &mut first[0]) };
+        let f = function(dev, Kernel::HmmMStep, 0)?;
+        let cfg = LaunchConfig { grid_dim: (n as u32 + 1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (n_i, v_i) = (n as i32, v as i32);
+        dev.stream.memset_zeros(&mut to.mins).map_err(err(dev, "clearing the smallest probabilities"))?;
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&v_i).arg(&pseudocount).arg(&self.counts.total).arg(&from.start).arg(&from.trans).arg(&from.emis);
+        launch.arg(&mut to.start).arg(&mut to.trans).arg(&mut to.trans_t).arg(&mut to.emis).arg(&mut to.mins);
+        // SAFETY: the arguments match hmm_m_step's parameters in order and
+        // type; counts.total holds N + N*N + V*N doubles from the last
+        // E-step; both tables hold N, N*N, N*N and V*N doubles and two
+        // keys (zeroed above); the block has 256 threads (whole warps).
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_m_step"))?;
+        self.cur = 1 - self.cur;
+        // Known on the device only; downloaded if the host needs it.
+        self.host_model = None;
+        Ok(unfloored)
+    }
+
+    fn e_step(&mut self) -> Result<(f64, Option<usize>)> {
+        let exec = self.exec;
+        exec.monitor.check()?;
+        let mut ll_all = self.passes.e_step(&self.tables[self.cur], &mut self.counts, &exec.monitor)?;
+        let uncertain: Vec<usize> = (0..ll_all.len()).filter(|&s| ll_all[s].is_nan()).collect();
+        self.host_counts = None;
+        if !uncertain.is_empty() {
+            // Those sequences on the host, in log space, with the model.
+            let model = match self.host_model.take() {
+                Some(m) => m,
+                None => self.model(false)?,
+            };
+            let tab = Tables::new(&model)?;
+            let (host, lls) = cpu::counts_of(&tab, self.passes.seqs, &uncertain, self.seg, exec)?;
+            for (s, l) in uncertain.iter().zip(lls) {
+                ll_all[*s] = l;
+            }
+            self.host_counts = Some((host, true));
+            self.host_model = Some(model);
+        }
+        let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
+        Ok((ll_all.iter().sum(), impossible))
+    }
+
+    fn model(&self, previous: bool) -> Result<HmmModel> {
+        let t = &self.tables[if previous { 1 - self.cur } else { self.cur }];
+        download_model(self.passes.dev, t, self.passes.n, self.passes.v)
+    }
+}

@@ -1,0 +1,142 @@
+//! Launch wrappers of single kernels of kernels/hmm.cu and
+//! kernels/hmm_batched.cu: the kernel with its shared-memory limit raised
+//! (`function`), the forward, Viterbi and transition-count (`hmm_xi_gemm`)
+//! launches. The backward, reduction and M-step launches are with the state
+//! they use (`passes`, `engine`); the large-N passes are in `batched`.
+
+use std::ops::Range;
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
+use crate::gpu::{Device, Kernel};
+
+use super::super::backward::Counts;
+use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
+use super::plan::{grid, smem_limit, threads_for, tiled_threads, warp_grid, xi_splits};
+use super::{err, DEFAULT_SMEM, TILE, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
+
+/// `kernel`, its dynamic shared memory limit raised to `smem` if needed.
+pub(super) fn function(dev: &Device, kernel: Kernel, smem: usize) -> Result<CudaFunction> {
+    let f = dev.function(kernel, &[])?;
+    if smem > DEFAULT_SMEM {
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+            .map_err(err(dev, "raising the shared-memory limit"))?;
+    }
+    Ok(f)
+}
+
+/// Launch hmm_forward (or hmm_forward_warp; large N goes to the batched
+/// kernels instead) over sequences `range`; with `store`, alphas and
+/// scales of the batch are kept in (alpha, scale).
+pub(super) fn launch_forward(
+    dev: &Device,
+    n: usize,
+    tables: &DeviceTables,
+    seqs: &DeviceSeqs,
+    range: &Range<usize>,
+    store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
+    loglik: &mut CudaSlice<f64>,
+) -> Result<()> {
+    let base = (2 * n + 32) * 8;
+    let trans_smem = base + n * n * 8 <= smem_limit(dev);
+    let warp = n <= WARP_MAX_STATES;
+    let (name, smem, cfg) = if warp {
+        let smem = WARPS * 32 * 8;
+        let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
+        (Kernel::HmmForwardWarp, smem, cfg)
+    } else {
+        let smem = base + if trans_smem { n * n * 8 } else { 0 };
+        let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+        (Kernel::HmmForward, smem, cfg)
+    };
+    let f = function(dev, name, smem)?;
+    let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
+    let null: u64 = 0;
+    let s = &dev.stream;
+    let mut launch = s.launch_builder(&f);
+    launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&seqs.off).arg(&s0).arg(&s1);
+    match store {
+        Some((alpha, scale)) => launch.arg(alpha).arg(scale),
+        None => launch.arg(&null).arg(&null),
+    };
+    launch.arg(loglik);
+    if !warp {
+        launch.arg(&flag);
+    }
+    launch.arg(&tables.mins);
+    // SAFETY: the arguments match the parameters of hmm_forward (or of
+    // hmm_forward_warp, which has no trans_smem flag) in order and type;
+    // mins holds two keys;
+    // the tables hold N, N*N and V*N doubles, the symbols are < V
+    // (validated), off has one entry per sequence + 1 and s0 < s1 index it;
+    // alpha and scale (or null) hold N and 1 doubles per symbol of the
+    // batch, loglik one per sequence of the batch; shared memory is sized
+    // for cur, nxt and the reduction slots and trans when trans_smem, or for
+    // one 32-double slice per warp.
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_forward"))?;
+    Ok(())
+}
+
+/// Launch the Viterbi kernel for N over the batch `range` (one launch):
+/// warp per sequence (N <= 32), tiled (transitions not in shared memory) or
+/// block per sequence.
+pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &DeviceSeqs, range: &Range<usize>, buf: &mut ViterbiBuffers) -> Result<()> {
+    let base = 2 * n * 8;
+    let trans_smem = base + n * n * 8 <= smem_limit(dev);
+    let warp = n <= WARP_MAX_STATES;
+    let tiled = !warp && !trans_smem && TILE * base <= smem_limit(dev);
+    let (name, smem, cfg) = if warp {
+        let smem = WARPS * 32 * 8;
+        (Kernel::HmmViterbiWarp, smem, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
+    } else if tiled {
+        let smem = TILE * base;
+        (Kernel::HmmViterbiTiled, smem, LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 })
+    } else {
+        let smem = base + if trans_smem { n * n * 8 } else { 0 };
+        (Kernel::HmmViterbi, smem, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
+    };
+    let f = function(dev, name, smem)?;
+    let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
+    let mut launch = dev.stream.launch_builder(&f);
+    launch.arg(&n_i).arg(&tabs.start).arg(&tabs.trans).arg(&tabs.emis).arg(&seqs.sym).arg(&seqs.off).arg(&s0).arg(&s1);
+    match &mut buf.back {
+        Back::Byte(b) => launch.arg(b),
+        Back::Short(b) => launch.arg(b),
+    };
+    launch.arg(&mut buf.path).arg(&mut buf.logp);
+    if !warp && !tiled {
+        launch.arg(&flag);
+    }
+    // SAFETY: the arguments match the parameters of the chosen kernel in
+    // order and type (bytes for hmm_viterbi_warp's back-pointers, 16-bit
+    // otherwise; only hmm_viterbi takes the trans_smem flag); back holds N
+    // back-pointers and path one state per symbol of the batch, logp one
+    // value per sequence of the batch; the log tables hold N, N*N and V*N
+    // doubles, the symbols are < V, off indexes the batch; shared memory
+    // holds what the kernel's comment lists (cur and nxt, times TILE when
+    // tiled, one 32-double slice per warp for the warp kernel, the log
+    // transitions when trans_smem).
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching the Viterbi kernel"))?;
+    Ok(())
+}
+
+/// Transition counts of a batch as one matrix product (large N), split
+/// over at most `slots` accumulators.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_xi_gemm(dev: &Device, n: usize, v: usize, alpha: &CudaSlice<f64>, tmp: &CudaSlice<f64>, partial: &mut CudaSlice<f64>, slots: u32, rows: usize) -> Result<()> {
+    let tiles = n.div_ceil(XI_TILE) as u32;
+    let splits = xi_splits(dev, n, rows)?.min(slots);
+    let f = function(dev, Kernel::HmmXiGemm, XI_SMEM)?;
+    let cfg = LaunchConfig { grid_dim: (tiles, tiles, splits), block_dim: (XI_THREADS, 1, 1), shared_mem_bytes: XI_SMEM as u32 };
+    let (n_i, rows_i, size_i) = (n as i32, rows as i64, Counts::size(n, v) as i64);
+    let mut launch = dev.stream.launch_builder(&f);
+    launch.arg(&n_i).arg(&rows_i).arg(alpha).arg(tmp).arg(partial).arg(&size_i);
+    // SAFETY: the arguments match hmm_xi_gemm's parameters; alpha and tmp
+    // hold at least `rows` rows of N doubles; partial holds `slots` >=
+    // splits accumulators of size_i doubles, of which split z adds into the
+    // N*N transition entries of accumulator z.
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_xi_gemm"))?;
+    Ok(())
+}

@@ -1,0 +1,324 @@
+//! The forward-backward passes over all sequences of a call (`Passes`:
+//! the sequences uploaded once, their batches and the scratch memory every
+//! pass reuses), the E-step's count accumulators, and the device sides of
+//! the log-likelihood, Viterbi and posterior routines (NaN log-likelihood:
+//! a sequence the kernels could not certify).
+
+use std::ops::Range;
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::error::{Error, Result};
+use crate::exec::Exec;
+use crate::gpu::{Device, Kernel};
+
+use super::super::backward::Counts;
+use super::super::model::HmmModel;
+use super::super::sequences::Sequences;
+use super::batched::{row_batches, Batched};
+use super::launch::{function, launch_forward, launch_viterbi, launch_xi_gemm};
+use super::memory::{upload, upload_log_tables, upload_tables_with, viterbi_buffers, DeviceSeqs, DeviceTables};
+use super::plan::{backward_smem, batched_path, batches, grid, threads_for, warp_grid, warp_path, xi_splits};
+use super::{device, err, PARTIAL_SHARE, WARPS, WARP_MAX_STATES};
+
+/// Baum-Welch count accumulators on the device (`slots` of N + N*N + V*N
+/// doubles, summed in slot order into `total`).
+pub(super) struct CountSlots {
+    partial: CudaSlice<f64>,
+    slots: u32,
+    pub(super) total: CudaSlice<f64>,
+}
+
+/// The device state of the forward-backward passes of one call: the
+/// sequences (uploaded once, for every start and iteration of a fit),
+/// their batches, and scratch memory every E-step reuses.
+pub(super) struct Passes<'a> {
+    pub(super) dev: &'a Device,
+    pub(super) n: usize,
+    pub(super) v: usize,
+    pub(super) seqs: &'a Sequences,
+    d_seqs: DeviceSeqs,
+    batches: Vec<Range<usize>>,
+    /// N <= 32: a warp per sequence, one accumulator per warp.
+    warp: bool,
+    /// Large N: the batched kernels (start and emission counts from the
+    /// posteriors, transition counts by hmm_xi_gemm).
+    batched: Option<Batched>,
+    /// Scaled alphas, scales and log-likelihoods of the largest batch.
+    alpha: CudaSlice<f64>,
+    scale: CudaSlice<f64>,
+    ll: CudaSlice<f64>,
+    /// Posteriors when the batched kernels count.
+    gamma: Option<CudaSlice<f64>>,
+    /// The rows hmm_xi_gemm multiplies with the alphas, when it computes
+    /// the transition counts (large N, or accumulators too large for shared
+    /// memory, where per-step updates would go to global memory).
+    tmp: Option<CudaSlice<f64>>,
+}
+
+impl<'a> Passes<'a> {
+    /// `counts`: the passes compute Baum-Welch counts; `extra_per_symbol`:
+    /// bytes the caller stores per symbol besides alphas and scales.
+    pub(super) fn new(n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
+        let dev = device()?;
+        let d_seqs = upload(dev, seqs)?;
+        let warp = warp_path(dev, n, v, counts);
+        let large = !warp && batched_path(dev, n);
+        let xi_gemm = counts && !warp && (large || !backward_smem(dev, n, v, true).2);
+        let mut per_symbol = (n + 1) * 8 + extra_per_symbol + if xi_gemm { n * 8 } else { 0 };
+        if large {
+            // Two state vectors per sequence (at most per symbol), posteriors.
+            per_symbol += 2 * n * 8 + 16 + if counts { n * 8 } else { 0 };
+        }
+        let batches = batches(dev, seqs, per_symbol)?;
+        let symbols = batches.iter().map(|r| seqs.offsets[r.end] - seqs.offsets[r.start]).max().unwrap_or(1).max(1);
+        let rows = batches.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
+        let batched = if large { Some(Batched::new(dev, n, v, seqs, &batches, counts)?) } else { None };
+        let s = &dev.stream;
+        let e = err(dev, "allocating the forward-backward passes");
+        // Zeroed once: hmm_xi_gemm reads every alpha row, also rows an
+        // impossible sequence never reached, which must hold finite values.
+        let alpha = s.alloc_zeros::<f64>(symbols * n).map_err(&e)?;
+        let scale = s.alloc_zeros::<f64>(symbols).map_err(&e)?;
+        let ll = s.alloc_zeros::<f64>(rows).map_err(&e)?;
+        let gamma = if large && counts { Some(s.alloc_zeros::<f64>(symbols * n).map_err(&e)?) } else { None };
+        let tmp = if xi_gemm { Some(s.alloc_zeros::<f64>(symbols * n).map_err(&e)?) } else { None };
+        Ok(Passes { dev, n, v, seqs, d_seqs, batches, warp, batched, alpha, scale, ll, gamma, tmp })
+    }
+
+    /// Count accumulators for this plan's E-steps.
+    pub(super) fn count_slots(&self) -> Result<CountSlots> {
+        let (dev, n, v) = (self.dev, self.n, self.v);
+        let size = Counts::size(n, v);
+        let max_batch = self.batches.iter().map(|r| r.len()).max().unwrap_or(1);
+        let max_symbols = self.batches.iter().map(|r| self.seqs.offsets[r.end] - self.seqs.offsets[r.start]).max().unwrap_or(1);
+        let by_memory = ((dev.free_memory()? as f64 * PARTIAL_SHARE) as usize / (size * 8)).max(1).min(u32::MAX as usize) as u32;
+        let slots = if self.batched.is_some() {
+            // Slot 0 collects start and emission counts; hmm_xi_gemm's splits.
+            xi_splits(dev, n, max_symbols)?
+        } else if self.warp {
+            // Whole blocks of warps.
+            let slots = (warp_grid(dev, max_batch) * WARPS as u32).min(by_memory);
+            (slots / WARPS as u32).max(1) * WARPS as u32
+        } else if !backward_smem(dev, n, v, true).2 {
+            // Accumulators in global memory: few, so zeroing and reducing them
+            // stays cheap against the passes.
+            grid(dev, max_batch).min(by_memory).min(2 * dev.multiprocessors)
+        } else {
+            grid(dev, max_batch).min(by_memory)
+        }
+        .max(1);
+        let s = &dev.stream;
+        let e = err(dev, "allocating the counts");
+        Ok(CountSlots { partial: s.alloc_zeros::<f64>(slots as usize * size).map_err(&e)?, slots, total: s.alloc_zeros::<f64>(size).map_err(&e)? })
+    }
+
+    /// Forward then backward over batch `b`. Returns the batch's
+    /// per-sequence log-likelihoods; writes posteriors to `gamma` and/or
+    /// adds counts to `counts`.
+    fn run_batch(&mut self, tables: &DeviceTables, b: usize, gamma: Option<&mut CudaSlice<f64>>, counts: Option<&mut CountSlots>) -> Result<Vec<f64>> {
+        let (dev, n) = (self.dev, self.n);
+        let s = &dev.stream;
+        let range = self.batches[b].clone();
+        let symbols = self.seqs.offsets[range.end] - self.seqs.offsets[range.start];
+        if let Some(bt) = self.batched.as_mut() {
+            bt.forward(dev, tables, &self.d_seqs, b, Some((&mut self.alpha, &mut self.scale)), &mut self.ll)?;
+            let g = match gamma {
+                Some(g) => g,
+                None => self.gamma.as_mut().ok_or_else(|| Error::Internal("batched E-step without posteriors".into()))?,
+            };
+            bt.backward(dev, tables, &self.d_seqs, b, &self.alpha, &self.scale, &self.ll, g, self.tmp.as_mut())?;
+            if let (Some(c), Some(t)) = (counts, self.tmp.as_ref()) {
+                launch_xi_gemm(dev, n, self.v, &self.alpha, t, &mut c.partial, c.slots, symbols)?;
+                bt.count_emissions(dev, &self.d_seqs, b, &self.ll, g, &mut c.partial)?;
+            }
+            return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
+        }
+        launch_forward(dev, n, tables, &self.d_seqs, &range, Some((&mut self.alpha, &mut self.scale)), &mut self.ll)?;
+        if self.warp {
+            self.backward_warp(tables, &range, gamma, counts.map(|c| (&mut c.partial, c.slots)))?;
+            return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
+        }
+        let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, counts.is_some());
+        let f = function(dev, Kernel::HmmBackward, smem)?;
+        let blocks = match &counts {
+            Some(c) => c.slots.min(grid(dev, range.len())),
+            None => grid(dev, range.len()),
+        };
+        let tmp = match (&counts, self.tmp.as_mut()) {
+            (Some(_), Some(t)) => {
+                // Rows hmm_backward leaves alone (last steps, impossible
+                // sequences) must be zero; the scratch held another batch.
+                s.memset_zeros(t).map_err(err(dev, "clearing the backward pass"))?;
+                Some(t)
+            }
+            _ => None,
+        };
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
+        let (n_i, v_i, s0, s1) = (n as i32, self.v as i32, range.start as i32, range.end as i32);
+        let (t_flag, a_flag) = (trans_smem as i32, acc_smem as i32);
+        let null: u64 = 0;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&n_i).arg(&v_i).arg(&tables.trans_t).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
+        launch.arg(&self.alpha).arg(&self.scale).arg(&self.ll);
+        match gamma {
+            Some(g) => launch.arg(g),
+            None => launch.arg(&null),
+        };
+        let mut counts = counts;
+        match counts.as_deref_mut() {
+            Some(c) => launch.arg(&mut c.partial),
+            None => launch.arg(&null),
+        };
+        let tmp_ref = tmp.map(|t| &*t);
+        match tmp_ref {
+            Some(t) => launch.arg(t),
+            None => launch.arg(&null),
+        };
+        launch.arg(&t_flag).arg(&a_flag);
+        // SAFETY: the arguments match the parameters of hmm_backward in
+        // order and type; alpha, scale and ll were filled by hmm_forward for
+        // this batch; gamma (or null) holds N doubles per symbol of the
+        // batch; partial (or null) holds at least `blocks` accumulators of
+        // N + N*N + V*N doubles, and the grid has no more blocks than that;
+        // shared memory holds beta, beta2, tmp, trans_t when trans_smem and
+        // the accumulator when acc_smem; tmp (or null) holds N doubles per
+        // symbol of the batch.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward"))?;
+        if let (Some(c), Some(t)) = (counts, tmp_ref) {
+            launch_xi_gemm(dev, n, self.v, &self.alpha, t, &mut c.partial, c.slots, symbols)?;
+        }
+        s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"))
+    }
+
+    /// hmm_backward_warp over one batch (N <= 32), after its forward pass.
+    fn backward_warp(&self, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<(&mut CudaSlice<f64>, u32)>) -> Result<()> {
+        let dev = self.dev;
+        let smem = (WARPS * 32 + if partial.is_some() { WARPS * self.v * 32 } else { 0 }) * 8;
+        let f = function(dev, Kernel::HmmBackwardWarp, smem)?;
+        let mut blocks = warp_grid(dev, range.len());
+        if let Some((_, slots)) = &partial {
+            blocks = blocks.min(slots / WARPS as u32).max(1);
+        }
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
+        let (n_i, v_i, s0, s1) = (self.n as i32, self.v as i32, range.start as i32, range.end as i32);
+        let null: u64 = 0;
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&v_i).arg(&tables.trans).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
+        launch.arg(&self.alpha).arg(&self.scale).arg(&self.ll);
+        match gamma {
+            Some(g) => launch.arg(g),
+            None => launch.arg(&null),
+        };
+        match partial {
+            Some((p, _)) => launch.arg(p),
+            None => launch.arg(&null),
+        };
+        // SAFETY: the arguments match hmm_backward_warp's parameters in
+        // order and type; alpha, scale and ll were filled by the forward
+        // pass of this batch; gamma (or null) holds N doubles per symbol of
+        // the batch; partial (or null) holds at least blocks x WARPS
+        // accumulators of N + N*N + V*N doubles (one per warp); shared
+        // memory holds a 32-double slice per warp and, when counting, V x 32
+        // emission counts per warp.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward_warp"))?;
+        Ok(())
+    }
+
+    /// One E-step over all sequences: the counts (in `counts.total`), the
+    /// total log-likelihood (summed on the host in sequence order) and the
+    /// first impossible sequence.
+    pub(super) fn e_step(&mut self, tables: &DeviceTables, counts: &mut CountSlots, monitor: &crate::exec::Monitor) -> Result<Vec<f64>> {
+        let dev = self.dev;
+        let s = &dev.stream;
+        s.memset_zeros(&mut counts.partial).map_err(err(dev, "clearing the counts"))?;
+        let mut ll_all = Vec::with_capacity(self.seqs.len());
+        for b in 0..self.batches.len() {
+            monitor.check()?;
+            ll_all.extend(self.run_batch(tables, b, None, Some(counts))?);
+        }
+        let size = Counts::size(self.n, self.v);
+        let f = function(dev, Kernel::HmmReduce, 0)?;
+        // 32 counts per block, a warp per accumulator stride (up to 32).
+        let cfg = LaunchConfig { grid_dim: (size.div_ceil(32) as u32, 1, 1), block_dim: (32 * counts.slots.clamp(1, 32), 1, 1), shared_mem_bytes: 0 };
+        let (b_i, size_i) = (counts.slots as i32, size as i64);
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&counts.partial).arg(&b_i).arg(&size_i).arg(&mut counts.total);
+        // SAFETY: partial holds `slots` accumulators of `size` doubles and
+        // total holds `size`; the arguments match hmm_reduce's parameters.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_reduce"))?;
+        Ok(ll_all)
+    }
+}
+
+/// The kernels' log-likelihoods (NaN: uncertain).
+pub(super) fn loglik_device(model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+    let dev = device()?;
+    let tables = upload_tables_with(dev, model, small)?;
+    let d_seqs = upload(dev, seqs)?;
+    let s = &dev.stream;
+    let n = model.n_states;
+    if batched_path(dev, n) {
+        let ranges = row_batches(dev, seqs.len(), n)?;
+        let mut bt = Batched::new(dev, n, model.emission.n_symbols, seqs, &ranges, false)?;
+        let mut out = vec![0.0; seqs.len()];
+        for (b, range) in ranges.iter().enumerate() {
+            exec.monitor.check()?;
+            let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
+            bt.forward(dev, &tables, &d_seqs, b, None, &mut ll)?;
+            out[range.clone()].copy_from_slice(&s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?);
+            exec.monitor.add_done(range.len());
+        }
+        return Ok(out);
+    }
+    let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
+    launch_forward(dev, n, &tables, &d_seqs, &(0..seqs.len()), None, &mut ll)?;
+    let out = s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?;
+    exec.monitor.add_done(seqs.len());
+    exec.monitor.check()?;
+    Ok(out)
+}
+
+/// The kernels' Viterbi paths and log-probabilities; one launch per batch.
+pub(super) fn viterbi_device(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+    let dev = device()?;
+    let n = model.n_states;
+    let tabs = upload_log_tables(dev, model)?;
+    let d_seqs = upload(dev, seqs)?;
+    let s = &dev.stream;
+    let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
+    let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
+    for range in batches(dev, seqs, per_symbol)? {
+        exec.monitor.check()?;
+        let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
+        let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
+        launch_viterbi(dev, n, &tabs, &d_seqs, &range, &mut buf)?;
+        let got = s.clone_dtoh(&buf.path).map_err(err(dev, "reading results"))?;
+        paths[sym0..sym1].copy_from_slice(&got);
+        let got = s.clone_dtoh(&buf.logp).map_err(err(dev, "reading results"))?;
+        logp[range.clone()].copy_from_slice(&got);
+        exec.monitor.add_done(range.len());
+    }
+    Ok((paths, logp))
+}
+
+/// The kernels' posteriors and log-likelihoods (NaN: uncertain).
+pub(super) fn posterior_device(model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+    let n = model.n_states;
+    let mut passes = Passes::new(n, model.emission.n_symbols, seqs, false, n * 8)?;
+    let dev = passes.dev;
+    let tables = upload_tables_with(dev, model, small)?;
+    let (mut probs, mut loglik) = (crate::hmm::passes::zeroed(seqs.total() * n, "the posterior probabilities")?, vec![0.0; seqs.len()]);
+    for b in 0..passes.batches.len() {
+        exec.monitor.check()?;
+        let range = passes.batches[b].clone();
+        let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
+        let mut gamma = dev.stream.alloc_zeros::<f64>((sym1 - sym0) * n).map_err(err(dev, "allocating results"))?;
+        let ll = passes.run_batch(&tables, b, Some(&mut gamma), None)?;
+        let got = dev.stream.clone_dtoh(&gamma).map_err(err(dev, "reading results"))?;
+        probs[sym0 * n..sym1 * n].copy_from_slice(&got);
+        loglik[range.clone()].copy_from_slice(&ll);
+        exec.monitor.add_done(range.len());
+    }
+    Ok((probs, loglik))
+}

@@ -1,0 +1,117 @@
+//! Sizing of the device work: whether a job fits the kernels
+//! (`check_size`), which kernel family runs N states (warp per sequence,
+//! block per sequence, tiled or batched), the shared memory a block may use,
+//! grid and block sizes, and how sequences split into batches that fit the
+//! free device memory.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::gpu::{Device, Kernel};
+
+use super::super::backward::Counts;
+use super::super::sequences::Sequences;
+use super::launch::function;
+use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, TILED_MAX_THREADS, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
+
+pub(super) fn check_size(n_states: usize, seqs: &Sequences) -> Result<()> {
+    if n_states > MAX_GPU_STATES {
+        return Err(Error::BackendUnavailable(format!(
+            "the GPU kernels handle up to {MAX_GPU_STATES} states, not {n_states}; use the CPU backend"
+        )));
+    }
+    if seqs.len() >= i32::MAX as usize {
+        return Err(Error::BackendUnavailable("too many sequences for one GPU call".into()));
+    }
+    Ok(())
+}
+
+/// Consecutive batches of sequences whose per-symbol storage
+/// (`bytes_per_symbol`) fits the memory share of the device.
+pub(super) fn batches(dev: &Device, seqs: &Sequences, bytes_per_symbol: usize) -> Result<Vec<Range<usize>>> {
+    let budget = (dev.free_memory()? as f64 * MEMORY_SHARE) as usize;
+    let max_symbols = (budget / bytes_per_symbol.max(1)).max(1);
+    let mut out = Vec::new();
+    let mut begin = 0;
+    for s in 0..seqs.len() {
+        let len = seqs.offsets[s + 1] - seqs.offsets[s];
+        if len > max_symbols {
+            return Err(Error::BackendUnavailable(format!(
+                "sequence {} ({len} symbols) needs {:.1} GB of GPU memory, more than is free; use the CPU backend",
+                s + 1,
+                len as f64 * bytes_per_symbol as f64 / 1e9
+            )));
+        }
+        if seqs.offsets[s + 1] - seqs.offsets[begin] > max_symbols {
+            out.push(begin..s);
+            begin = s;
+        }
+    }
+    out.push(begin..seqs.len());
+    Ok(out)
+}
+
+/// Shared memory usable by one block (bytes), with room for the kernels'
+/// static shared memory.
+pub(super) fn smem_limit(dev: &Device) -> usize {
+    dev.max_shared_per_block.saturating_sub(1024).max(DEFAULT_SMEM)
+}
+
+/// Shared-memory plan of hmm_backward: (bytes, trans_t in smem, accumulator in smem).
+pub(super) fn backward_smem(dev: &Device, n: usize, v: usize, with_counts: bool) -> (usize, bool, bool) {
+    let limit = smem_limit(dev);
+    let mut bytes = 3 * n * 8;
+    let trans_smem = bytes + n * n * 8 <= limit;
+    if trans_smem {
+        bytes += n * n * 8;
+    }
+    let acc_smem = with_counts && bytes + Counts::size(n, v) * 8 <= limit;
+    if acc_smem {
+        bytes += Counts::size(n, v) * 8;
+    }
+    (bytes, trans_smem, acc_smem)
+}
+
+/// Whether N states go to the batched kernels (the transitions do not fit
+/// in shared memory next to the backward pass's vectors).
+pub(super) fn batched_path(dev: &Device, n: usize) -> bool {
+    n > WARP_MAX_STATES && !backward_smem(dev, n, 0, false).1
+}
+
+/// Whether the warp-per-sequence kernels run a job of N states and V
+/// symbols (with counts, each warp keeps V x 32 emission counts in shared
+/// memory).
+pub(super) fn warp_path(dev: &Device, n: usize, v: usize, counts: bool) -> bool {
+    n <= WARP_MAX_STATES && (!counts || (WARPS * 32 + WARPS * v * 32) * 8 <= smem_limit(dev))
+}
+
+/// Blocks of a warp-kernel launch over `count` sequences.
+pub(super) fn warp_grid(dev: &Device, count: usize) -> u32 {
+    (count.div_ceil(WARPS) as u32).clamp(1, dev.multiprocessors * WARP_BLOCKS_PER_SM)
+}
+
+pub(super) fn grid(dev: &Device, count: usize) -> u32 {
+    (count as u32).clamp(1, dev.multiprocessors * BLOCKS_PER_SM)
+}
+
+/// Threads per block for N states: one per state up to MAX_THREADS, in warps.
+pub(super) fn threads_for(n: usize) -> u32 {
+    (n.div_ceil(32) * 32).clamp(32, MAX_THREADS) as u32
+}
+
+/// Threads per block of the tiled kernels (fewer: each thread keeps TILE
+/// partial sums in registers).
+pub(super) fn tiled_threads(n: usize) -> u32 {
+    (n.div_ceil(32) * 32).clamp(32, TILED_MAX_THREADS) as u32
+}
+
+/// Splits of the rows of hmm_xi_gemm: as many as fill one wave of resident
+/// blocks (a partial second wave would nearly double the time), at least
+/// XI_ROWS rows each.
+pub(super) fn xi_splits(dev: &Device, n: usize, rows: usize) -> Result<u32> {
+    let tiles = n.div_ceil(XI_TILE) as u32;
+    let f = function(dev, Kernel::HmmXiGemm, XI_SMEM)?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(XI_THREADS, XI_SMEM, None).map_err(err(dev, "sizing hmm_xi_gemm"))?;
+    let wave = dev.multiprocessors * per_sm.max(1);
+    Ok((wave / (tiles * tiles)).min(rows.div_ceil(XI_ROWS) as u32).max(1))
+}
