@@ -35,7 +35,7 @@ if [ "$what" = peers ] || [ "$what" = all ]; then
   python3 peers/torch_igem.py 4000 2000 100 2 100 400 2>&1 | tee "$out/peer-igem.log"
 fi
 if [ "$what" = hmm ]; then
-  run_tests kernels_compile hmm_gpu
+  run_tests kernels_compile hmm_gpu hmm_emissions_gpu
   echo "== bulkem-bench hmm-suite"
   ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-hmm.jsonl" 2>&1 | tee "$out/bench-hmm.log"
   echo "== peers torch_hmm, torch_hmm_gaussian"

@@ -38,6 +38,22 @@
 // P(symbol k | state i); log tables likewise.
 
 #define HMM_NO_STATE 0xffffffffu
+
+// The emission counts of position p (symbol o) in state i with posterior
+// g, into acc (statistic k of state i at acc[k * stride + i]): by symbol
+// for categorical emissions; a density emission (HMM_DENSITY, its block of
+// hmm_emission.cu's functions prepended) adds g phi_k(x_p) to each of its
+// HMM_STATS statistics, reading x_p from `obs` and its parameters from `ep`
+// (parameters of the backward kernels, unused otherwise).
+#ifdef HMM_DENSITY
+#define HMM_ADD_EMISSION(acc, stride, o, p, i, g) \
+    do { \
+        const double x_ = obs[p]; \
+        for (int k_ = 0; k_ < HMM_STATS; ++k_) (acc)[(long long)k_ * (stride) + (i)] += (g) * hmm_emis_feature(k_, x_, (i), ep); \
+    } while (0)
+#else
+#define HMM_ADD_EMISSION(acc, stride, o, p, i, g) ((acc)[(long long)(o) * (stride) + (i)] += (g))
+#endif
 #define HMM_POS_INF __longlong_as_double(0x7ff0000000000000ULL)
 #define HMM_SYM_PAD 3
 
@@ -259,7 +275,8 @@ extern "C" __global__ void hmm_backward(
     const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
     const double* __restrict__ alpha, const double* __restrict__ scale,
     const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
-    double* __restrict__ tmp_out, int trans_smem, int acc_smem)
+    double* __restrict__ tmp_out, int trans_smem, int acc_smem,
+    const double* __restrict__ obs, const double* __restrict__ ep)
 {
     extern __shared__ double sm[];
     double* beta = sm;
@@ -307,7 +324,7 @@ extern "C" __global__ void hmm_backward(
                 double g = alpha[(rel + t) * N + i];
                 if (gamma) gamma[(rel + t) * N + i] = g;
                 if (acc) {
-                    acc_emis[(long long)o * N + i] += g;
+                    HMM_ADD_EMISSION(acc_emis, N, o, b + t, i, g);
                     if (t == 0) acc_start[i] += g;
                 }
             }
@@ -342,7 +359,7 @@ extern "C" __global__ void hmm_backward(
                 double g = a * sum;
                 if (gamma) gamma[(rel + t) * N + i] = g;
                 if (acc) {
-                    acc_emis[(long long)o * N + i] += g;
+                    HMM_ADD_EMISSION(acc_emis, N, o, b + t, i, g);
                     if (t == 0) acc_start[i] += g;
                 }
             }
@@ -651,7 +668,8 @@ extern "C" __global__ void hmm_backward_warp(
     int N, int V, const double* __restrict__ trans, const double* __restrict__ emis_k,
     const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
     const double* __restrict__ alpha, const double* __restrict__ scale,
-    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial)
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
+    const double* __restrict__ obs, const double* __restrict__ ep)
 {
     extern __shared__ double sm[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -682,7 +700,7 @@ extern "C" __global__ void hmm_backward_warp(
         if (on) {
             if (gamma) gamma[(rel + T - 1) * N + lane] = g;
             if (partial) {
-                w_emis[sym[b + T - 1] * HMM_WN + lane] += g;
+                HMM_ADD_EMISSION(w_emis, HMM_WN, sym[b + T - 1], b + T - 1, lane, g);
                 if (T == 1) st += g;
             }
         }
@@ -732,7 +750,7 @@ extern "C" __global__ void hmm_backward_warp(
             if (on) {
                 if (gamma) gamma[(rel + t) * N + lane] = g;
                 if (partial) {
-                    w_emis[o_t * HMM_WN + lane] += g;
+                    HMM_ADD_EMISSION(w_emis, HMM_WN, o_t, b + t, lane, g);
                     if (t == 0) st += g;
                 }
             }

@@ -5,6 +5,7 @@
 
 use bulkem_core::em::gpu::{em_prelude, MAX_GPU_COMPONENTS};
 use bulkem_core::em::Family;
+use bulkem_core::hmm::{Emission, Gaussian, Poisson};
 use bulkem_core::gpu::{compile, kernel_source, kernel_source_with, nvrtc_available, Kernel, KERNELS};
 
 const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
@@ -65,7 +66,7 @@ fn every_entry_point_is_a_typed_kernel() {
 
 #[test]
 fn every_kernel_file_is_checked() {
-    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched"];
+    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched", "hmm_emission"];
     for (name, _) in KERNELS {
         assert!(checked.contains(name), "kernel file {name}.cu needs a compile test here");
     }
@@ -116,6 +117,31 @@ fn hmm_kernels_compile() {
         return;
     }
     check("hmm", &[vec![]]);
+}
+
+/// hmm.cu's backward kernels and hmm_emission.cu with every density
+/// emission's block (categorical: hmm.cu alone, above).
+#[test]
+fn hmm_emission_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    fn with<E: Emission>() {
+        let prelude = E::cuda();
+        assert!(!prelude.is_empty(), "{} has no device block", E::NAME);
+        for (file, defines) in [("hmm", vec![("HMM_DENSITY", 1)]), ("hmm_emission", vec![])] {
+            let src = kernel_source_with(file, &prelude).expect("kernel source");
+            for arch in ARCHS {
+                let ptx = compile(&src, arch, &defines).unwrap_or_else(|e| panic!("{file}.cu, {}, {arch}: {e}", E::NAME));
+                let text = ptx.to_src();
+                for entry in entries(file) {
+                    assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {}, {arch}", E::NAME);
+                }
+            }
+        }
+    }
+    with::<Gaussian>();
+    with::<Poisson>();
 }
 
 #[test]

@@ -10,6 +10,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("gibbs", include_str!("../../kernels/gibbs.cu")),
     ("hmm", include_str!("../../kernels/hmm.cu")),
     ("hmm_batched", include_str!("../../kernels/hmm_batched.cu")),
+    ("hmm_emission", include_str!("../../kernels/hmm_emission.cu")),
 ];
 
 /// Full source of kernel file `name`: the core's tolerances as macros, the
@@ -73,10 +74,13 @@ pub enum Kernel {
     HmmCountEmissions,
     HmmXiGemm,
     HmmMStep,
+    HmmEmissionRows,
+    HmmSequenceShifts,
+    HmmCountStats,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 27] = [
+    pub const ALL: [Kernel; 30] = [
         Kernel::EmWarp,
         Kernel::EmPartial,
         Kernel::EmUpdate,
@@ -104,6 +108,9 @@ impl Kernel {
         Kernel::HmmCountEmissions,
         Kernel::HmmXiGemm,
         Kernel::HmmMStep,
+        Kernel::HmmEmissionRows,
+        Kernel::HmmSequenceShifts,
+        Kernel::HmmCountStats,
     ];
 
     /// (kernel file, entry point).
@@ -137,6 +144,9 @@ impl Kernel {
             HmmCountEmissions => ("hmm_batched", "hmm_count_emissions"),
             HmmXiGemm => ("hmm_batched", "hmm_xi_gemm"),
             HmmMStep => ("hmm_batched", "hmm_m_step"),
+            HmmEmissionRows => ("hmm_emission", "hmm_emission_rows"),
+            HmmSequenceShifts => ("hmm_emission", "hmm_sequence_shifts"),
+            HmmCountStats => ("hmm_emission", "hmm_count_stats"),
         }
     }
 }

@@ -96,13 +96,10 @@ pub fn job(states: usize, symbols: usize, passes: usize) -> Job {
     job_of(EmissionKind::Categorical, states, symbols, passes)
 }
 
-/// [`job`] for any emission: the GPU kernels run categorical emissions only.
+/// [`job`] for any emission (the GPU runs all of them).
 pub fn job_of(emission: EmissionKind, states: usize, symbols: usize, passes: usize) -> Job {
-    let unsupported = if emission != EmissionKind::Categorical {
-        Some(format!("the GPU kernels run categorical emissions only, not {}", emission.name()))
-    } else {
-        (states > gpu::MAX_GPU_STATES).then(|| format!("the GPU kernels handle up to {} states, not {states}", gpu::MAX_GPU_STATES))
-    };
+    let _ = emission;
+    let unsupported = (states > gpu::MAX_GPU_STATES).then(|| format!("the GPU kernels handle up to {} states, not {states}", gpu::MAX_GPU_STATES));
     Job { work: symbols as f64 * (states as f64).powi(2) * passes as f64, gpu_min_work: GPU_MIN_WORK, gpu_unsupported: unsupported }
 }
 
@@ -118,12 +115,27 @@ fn check<E: Emission>(pass: Pass, model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
     HmmJob::of(pass, model.n_states, model.emission.n_stats(), seqs, exec.threads).ensure()
 }
 
-/// The categorical model and sequences behind generic ones, for the GPU
-/// backend (which runs categorical emissions only).
-fn categorical<'a, E: Emission>(model: &'a HmmModel<E>, seqs: &'a Sequences<E::Obs>) -> Result<(&'a HmmModel, &'a Sequences)> {
+/// How the GPU runs an emission: a categorical one through its tables by
+/// symbol (the model and sequences behind the generic ones), a density
+/// through its rows (the observations as numbers).
+enum OnDevice<'a> {
+    Categorical(&'a HmmModel, &'a Sequences),
+    Density(&'a [f64]),
+}
+
+fn on_device<'a, E: Emission>(model: &'a HmmModel<E>, seqs: &'a Sequences<E::Obs>) -> Result<OnDevice<'a>> {
     match ((model as &dyn Any).downcast_ref::<HmmModel>(), (seqs as &dyn Any).downcast_ref::<Sequences>()) {
-        (Some(m), Some(s)) => Ok((m, s)),
-        _ => Err(Error::BackendUnavailable(format!("the GPU kernels run categorical emissions only, not {}", E::NAME))),
+        (Some(m), Some(s)) => Ok(OnDevice::Categorical(m, s)),
+        _ => Ok(OnDevice::Density(density_values::<E>(seqs)?)),
+    }
+}
+
+/// A density emission's observations as numbers (its device block reads
+/// them so).
+fn density_values<E: Emission>(seqs: &Sequences<E::Obs>) -> Result<&[f64]> {
+    match (&seqs.symbols as &dyn Any).downcast_ref::<Vec<f64>>() {
+        Some(v) if !E::cuda().is_empty() => Ok(v),
+        _ => Err(Error::BackendUnavailable(format!("the {} emission has no GPU kernels", E::NAME))),
     }
 }
 
@@ -137,10 +149,10 @@ pub fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: 
     check(Pass::Loglik, model, seqs, exec)?;
     match exec.backend {
         Backend::Cpu => cpu::loglik(&Tables::new(model)?, seqs, exec),
-        Backend::Cuda => {
-            let (m, s) = categorical(model, seqs)?;
-            gpu::loglik(m, s, exec)
-        }
+        Backend::Cuda => match on_device(model, seqs)? {
+            OnDevice::Categorical(m, s) => gpu::loglik(m, s, exec),
+            OnDevice::Density(values) => gpu::density_loglik(model, seqs, values, exec),
+        },
     }
 }
 
@@ -149,10 +161,10 @@ pub fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec:
     check(Pass::Viterbi, model, seqs, exec)?;
     let (states, log_prob) = match exec.backend {
         Backend::Cpu => cpu::viterbi(&LogTables::new(model)?, seqs, exec)?,
-        Backend::Cuda => {
-            let (m, s) = categorical(model, seqs)?;
-            gpu::viterbi(m, s, exec)?
-        }
+        Backend::Cuda => match on_device(model, seqs)? {
+            OnDevice::Categorical(m, s) => gpu::viterbi(m, s, exec)?,
+            OnDevice::Density(values) => gpu::density_viterbi(model, seqs, values, exec)?,
+        },
     };
     Ok(Viterbi { states, log_prob })
 }
@@ -162,10 +174,10 @@ pub fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exe
     check(Pass::Posterior, model, seqs, exec)?;
     let (probs, loglik) = match exec.backend {
         Backend::Cpu => cpu::posterior(&Tables::new(model)?, seqs, exec)?,
-        Backend::Cuda => {
-            let (m, s) = categorical(model, seqs)?;
-            gpu::posterior(m, s, exec)?
-        }
+        Backend::Cuda => match on_device(model, seqs)? {
+            OnDevice::Categorical(m, s) => gpu::posterior(m, s, exec)?,
+            OnDevice::Density(values) => gpu::density_posterior(model, seqs, values, exec)?,
+        },
     };
     Ok(Posterior { probs, loglik })
 }
@@ -184,10 +196,15 @@ pub fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs
             let (counts, ll, _) = cpu::e_step(&Tables::new(model)?, seqs, &chunks, seg, exec)?;
             Ok((m_step(model, &counts, &fit).0, ll))
         }
-        Backend::Cuda => {
-            let (m, s) = categorical(model, seqs)?;
-            generic(gpu::baum_welch_step(m, s, fit.pseudocount, exec)?)
-        }
+        Backend::Cuda => match on_device(model, seqs)? {
+            OnDevice::Categorical(m, s) => generic(gpu::baum_welch_step(m, s, fit.pseudocount, exec)?),
+            OnDevice::Density(values) => {
+                let floor = (fit.var_floor > 0.0).then_some(fit.var_floor);
+                let config = HmmFitConfig::for_emission(model.n_states, model.emission.shape()).init(model.clone()).max_iters(1).epsilon(0.0).pseudocount(fit.pseudocount).var_floor(floor).check()?;
+                let f = gpu::density_fit(seqs, values, &config, exec)?;
+                Ok((f.model, f.trace[0]))
+            }
+        },
     }
 }
 
@@ -198,11 +215,10 @@ pub fn fit<E: Emission>(seqs: &Sequences<E::Obs>, config: &CheckedHmmFitConfig<E
     match exec.backend {
         Backend::Cpu => baum_welch::fit(seqs, config, exec),
         Backend::Cuda => {
-            let (c, s) = ((config as &dyn Any).downcast_ref::<CheckedHmmFitConfig>(), (seqs as &dyn Any).downcast_ref::<Sequences>());
-            match (c, s) {
-                (Some(c), Some(s)) => generic(gpu::fit(s, c, exec)?),
-                _ => Err(Error::BackendUnavailable(format!("the GPU kernels run categorical emissions only, not {}", E::NAME))),
+            if let (Some(c), Some(s)) = ((config as &dyn Any).downcast_ref::<CheckedHmmFitConfig>(), (seqs as &dyn Any).downcast_ref::<Sequences>()) {
+                return generic(gpu::fit(s, c, exec)?);
             }
+            gpu::density_fit(seqs, density_values::<E>(seqs)?, config, exec)
         }
     }
 }

@@ -16,7 +16,7 @@ use super::backward::{self, Counts};
 use super::emission::{Emission, Rows};
 use super::forward;
 use super::robust::{self, Robust, SAFE_MIN};
-use super::tables::{Certificate, Tables};
+use super::tables::{Certificate, Tables, DENSE_MIN};
 
 /// What a forward step found.
 pub(crate) enum Fwd {
@@ -75,7 +75,8 @@ impl<E: Emission> Kind for Fast<'_, E> {
         let (c, min) = forward::first(tab, row.values, out);
         let certified = match tab.certificate {
             Certificate::Theta(theta) => min >= theta,
-            Certificate::Dense | Certificate::Steps { .. } => tab.min_start * row.min >= SAFE_MIN,
+            Certificate::Dense => c >= DENSE_MIN,
+            Certificate::Steps { .. } => tab.min_start * row.min >= SAFE_MIN,
         };
         finish_scaled(out, c, row.shift, certified)
     }

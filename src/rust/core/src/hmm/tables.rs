@@ -31,11 +31,12 @@ pub enum Certificate {
     /// to log space.
     Theta(f64),
     /// Normalised rows (largest value 1) and every transition at least
-    /// [`DENSE_MIN`]: each step's sum is then at least DENSE_MIN, and a
+    /// [`DENSE_MIN`]: after the first step, every entry of (previous
+    /// vector) x A is at least DENSE_MIN, so each step's sum is too, and a
     /// value lost to underflow (below 2^-1022) changes every later value by
-    /// a relative 2^-600 at most, so only the first step (start x emission,
-    /// where a state may be unreachable) is checked: its smallest positive
-    /// product must be at least SAFE_MIN.
+    /// a relative 2^-700 at most. Only the first step (start x emission,
+    /// where the likeliest state may have start probability 0) is checked:
+    /// its sum must be at least DENSE_MIN.
     Dense,
     /// Normalised rows, some transition smaller (or zero): every step checks
     /// that its smallest product, (smallest positive previous value) x

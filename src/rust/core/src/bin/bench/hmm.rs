@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use bulkem_core::exec::{available_threads, Backend, Exec};
 use bulkem_core::hmm::gpu::ResidentPass;
-use bulkem_core::hmm::{self, HmmFitConfig, HmmModel, Sequences};
+use bulkem_core::hmm::{self, Emission, Gaussian, HmmFitConfig, HmmModel, Sequences};
 use bulkem_core::rng::KeyedStream;
 
 /// One problem size: N states, M sequences of length T, V symbols.
@@ -27,11 +27,68 @@ pub fn run(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs
     bench_hmm(case.states, case.seqs, case.length, case.symbols, backends, threads, json)
 }
 
-/// The cases: the CPU target (1 thread), then the two GPU cases.
+/// The cases: the CPU target (1 thread), then the two GPU cases,
+/// categorical and Gaussian.
 pub fn suite(backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
     bench_hmm(10, 50, 100, 10, &[Backend::Cpu], 1, json)?;
     bench_hmm(512, 512, 16, 512, backends, threads, json)?;
-    bench_hmm(32, 10_000, 1000, 16, backends, threads, json)
+    bench_hmm(32, 10_000, 1000, 16, backends, threads, json)?;
+    bench_gaussian(512, 512, 16, backends, threads, json)?;
+    bench_gaussian(32, 10_000, 1000, backends, threads, json)
+}
+
+/// A random Gaussian HMM (rows uniform then normalised, uniform start;
+/// means uniform on (-4, 4), sds on (0.5, 2), as
+/// inst/bench/torch_hmm_gaussian.py) and M sequences of length T drawn
+/// from it.
+fn gaussian_problem(n: usize, m: usize, t: usize) -> (HmmModel<Gaussian>, Sequences<f64>) {
+    let mut rng = KeyedStream::new(2, 0, 0);
+    let trans: Vec<f64> = (0..n)
+        .flat_map(|_| {
+            let x: Vec<f64> = (0..n).map(|_| rng.uniform() + 1e-3).collect();
+            let s: f64 = x.iter().sum();
+            x.into_iter().map(move |p| p / s)
+        })
+        .collect();
+    let g = Gaussian::new((0..n).map(|_| 8.0 * rng.uniform() - 4.0).collect(), (0..n).map(|_| 0.5 + 1.5 * rng.uniform()).collect()).expect("valid parameters");
+    let model = HmmModel::with_emission(vec![1.0 / n as f64; n], trans, g).expect("rows normalised to sum 1");
+    let (seqs, _) = hmm::simulate(&model, &vec![t; m], 3);
+    (model, seqs)
+}
+
+/// The passes of a Gaussian HMM, end to end (observations from host
+/// memory, results back), as [`bench_hmm`]'s first lines.
+fn bench_gaussian(n: usize, m: usize, t: usize, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    let (model, seqs) = gaussian_problem(n, m, t);
+    for &backend in backends {
+        bench_passes("gaussian", &model, &seqs, m, t, backend, threads, json)?;
+    }
+    Ok(())
+}
+
+/// Forward, Viterbi, one Baum-Welch iteration and a 5-iteration fit of
+/// `model` over `seqs` on `backend`: printed and written to `json`.
+#[allow(clippy::too_many_arguments)]
+fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, m: usize, t: usize, backend: Backend, threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    let n = model.n_states;
+    let exec = Exec { backend, ..Exec::cpu().threads(threads) };
+    let s = |e: bulkem_core::Error| e.to_string();
+    let fwd = median_time(|| hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s))?;
+    let vit = median_time(|| hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s))?;
+    let bw = median_time(|| hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s))?;
+    let config = HmmFitConfig::<E>::for_emission(n, model.emission.shape()).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
+    let fit5 = median_time(|| hmm::fit(seqs, &config, &exec).map(|_| ()).map_err(s))?;
+    let threads_used = if threads == 0 { available_threads() } else { threads };
+    println!(
+        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
+        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
+    );
+    writeln!(
+        json,
+        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
+        backend.name(), fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// A random HMM (rows uniform then normalised, uniform start, as the peer)
@@ -102,24 +159,8 @@ fn time_device(model: &HmmModel, seqs: &Sequences) -> Result<DeviceTimes, bulkem
 fn bench_hmm(n: usize, m: usize, t: usize, v: usize, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
     let (model, seqs) = hmm_problem(n, v, m, t);
     for &backend in backends {
-        let exec = Exec { backend, ..Exec::cpu().threads(threads) };
+        bench_passes("categorical", &model, &seqs, m, t, backend, threads, json)?;
         let s = |e: bulkem_core::Error| e.to_string();
-        let fwd = median_time(|| hmm::loglik(&model, &seqs, &exec).map(|_| ()).map_err(s))?;
-        let vit = median_time(|| hmm::viterbi(&model, &seqs, &exec).map(|_| ()).map_err(s))?;
-        let bw = median_time(|| hmm::baum_welch_step(&model, &seqs, &Default::default(), &exec).map(|_| ()).map_err(s))?;
-        let config = HmmFitConfig::new(n, v).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
-        let fit5 = median_time(|| hmm::fit(&seqs, &config, &exec).map(|_| ()).map_err(s))?;
-        let threads_used = if threads == 0 { available_threads() } else { threads };
-        println!(
-            "hmm N={n} M={m} T={t} V={v} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
-            backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
-        );
-        writeln!(
-            json,
-            "{{\"area\":\"hmm\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"symbols\":{v},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
-            backend.name(), fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
-        )
-        .map_err(|e| e.to_string())?;
         if backend == Backend::Cuda {
             // Like for like with the peer: sequences already on the device.
             let d = time_device(&model, &seqs).map_err(s)?;

@@ -164,6 +164,16 @@ impl Emission for Gaussian {
         self.mean[state] + self.sd[state] * z
     }
 
+    fn cuda() -> String {
+        CUDA.to_string()
+    }
+
+    /// mean, 1 / (2 sd^2), -log sd (as [`GaussianRows`]).
+    fn device_params(&self) -> Vec<f64> {
+        let r = self.rows(Space::Log).expect("no allocation that can fail");
+        [r.mean, r.half_precision, r.log_norm].concat()
+    }
+
     /// Means drawn from the observations, every sd the data's.
     fn random(n: usize, _: &(), data: &Sequences<f64>, rng: &mut KeyedStream) -> Result<Self> {
         let (_, var) = moments(data);
@@ -171,3 +181,18 @@ impl Emission for Gaussian {
         Ok(Gaussian { mean: (0..n).map(|_| draw(data, rng)).collect(), sd: vec![sd; n] })
     }
 }
+
+/// The device block (kernels/hmm_emission.cu): ep = mean, 1 / (2 sd^2),
+/// -log sd; statistics centred on the state's mean, as [`Gaussian::add_stats`].
+const CUDA: &str = r#"
+#define HMM_STATS 3
+__device__ __forceinline__ double hmm_emis_log(const double* ep, int N, int j, double x) {
+    const double d = x - ep[j];
+    return ep[2 * N + j] - d * d * ep[N + j];
+}
+__device__ __forceinline__ double hmm_emis_shared(double x) { return -0.91893853320467274178; }
+__device__ __forceinline__ double hmm_emis_feature(int k, double x, int i, const double* ep) {
+    const double d = x - ep[i];
+    return k == 0 ? 1.0 : (k == 1 ? d : d * d);
+}
+"#;

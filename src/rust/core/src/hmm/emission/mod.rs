@@ -150,6 +150,15 @@ pub trait Emission: Clone + Debug + PartialEq + Send + Sync + Sized + 'static {
     fn sample(&self, state: usize, rng: &mut KeyedStream) -> Self::Obs;
     /// A random starting emission for a fit of `n` states to `data`.
     fn random(n: usize, shape: &Self::Shape, data: &Sequences<Self::Obs>, rng: &mut KeyedStream) -> Result<Self>;
+    /// A density's block of device functions (see kernels/hmm_emission.cu);
+    /// empty for a categorical emission, whose device rows are its table.
+    fn cuda() -> String {
+        String::new()
+    }
+    /// The per-state parameters the device block reads (`ep`).
+    fn device_params(&self) -> Vec<f64> {
+        Vec::new()
+    }
 }
 
 /// The emissions, by name (what R's `emission$family` names).

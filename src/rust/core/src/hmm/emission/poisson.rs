@@ -137,6 +137,15 @@ impl Emission for Poisson {
         PoissonDist::new(r).map(|d| d.sample(rng.rng())).unwrap_or(r.round())
     }
 
+    fn cuda() -> String {
+        format!("{}{}{CUDA}", crate::em::family::special::cuda_constants(), crate::em::family::special::CUDA)
+    }
+
+    /// rate, log rate.
+    fn device_params(&self) -> Vec<f64> {
+        self.rate.iter().copied().chain(self.rate.iter().map(|r| r.ln())).collect()
+    }
+
     /// Rates drawn from the observations, plus a tenth of the mean count (so
     /// that a drawn zero still gives a positive rate).
     fn random(n: usize, _: &(), data: &Sequences<f64>, rng: &mut KeyedStream) -> Result<Self> {
@@ -145,6 +154,17 @@ impl Emission for Poisson {
         Ok(Poisson { rate: (0..n).map(|_| draw(data, rng) + lift).collect() })
     }
 }
+
+/// The device block (kernels/hmm_emission.cu): ep = rate, log rate;
+/// log x! as [`log_factorial`].
+const CUDA: &str = r#"
+#define HMM_STATS 2
+__device__ __forceinline__ double hmm_emis_log(const double* ep, int N, int j, double x) {
+    return x == 0.0 ? -ep[j] : x * ep[N + j] - ep[j];
+}
+__device__ __forceinline__ double hmm_emis_shared(double x) { return x < 2.0 ? 0.0 : -sp_lgamma(x + 1.0); }
+__device__ __forceinline__ double hmm_emis_feature(int k, double x, int i, const double* ep) { return k == 0 ? 1.0 : x; }
+"#;
 
 #[cfg(test)]
 mod tests {

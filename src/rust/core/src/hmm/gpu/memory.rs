@@ -52,12 +52,12 @@ pub(super) struct DeviceTables {
 }
 
 /// A smallest probability as `mins` keeps it: bits inverted, 0 for none.
-fn min_key(p: f64) -> u64 {
+pub(super) fn min_key(p: f64) -> u64 {
     if p > 0.0 && p.is_finite() { !p.to_bits() } else { 0 }
 }
 
 /// The transpose of the row-major n x n matrix `a`.
-fn transposed(a: &[f64], n: usize) -> Vec<f64> {
+pub(super) fn transposed(a: &[f64], n: usize) -> Vec<f64> {
     let mut t = vec![0.0; n * n];
     for i in 0..n {
         for j in 0..n {

@@ -42,15 +42,18 @@ use crate::exec::Exec;
 use crate::gpu::{self, Device};
 
 mod batched;
+mod density;
 mod engine;
 mod launch;
 mod memory;
 mod passes;
 mod plan;
 mod resident;
+mod rows;
 
 #[doc(hidden)]
 pub use resident::{with_resident_passes, ResidentPass};
+pub(crate) use density::{fit as density_fit, loglik as density_loglik, posterior as density_posterior, viterbi as density_viterbi};
 
 use engine::DeviceEngine;
 use plan::check_size;
@@ -107,7 +110,7 @@ fn device() -> Result<&'static Device> {
 /// log P(sequence) of every sequence: one launch (per batch of rows for
 /// large N), O(N) memory per sequence.
 pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
-    check_size(model.n_states, seqs)?;
+    check_size(model.n_states, seqs.len())?;
     let small = tables::smallest(model);
     if tables::theta_of(small) > 1.0 {
         return cpu::loglik(&Tables::new(model)?, seqs, exec);
@@ -126,14 +129,14 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
 /// Viterbi paths (flat, 0-based, NO_STATE for impossible sequences) and
 /// log-probabilities; one launch per batch.
 pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
-    check_size(model.n_states, seqs)?;
+    check_size(model.n_states, seqs.len())?;
     passes::viterbi_device(model, seqs, exec)
 }
 
 /// Posterior state probabilities (time-major, NaN rows for impossible
 /// sequences) and per-sequence log-likelihoods.
 pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
-    check_size(model.n_states, seqs)?;
+    check_size(model.n_states, seqs.len())?;
     let small = tables::smallest(model);
     if tables::theta_of(small) > 1.0 {
         return cpu::posterior(&Tables::new(model)?, seqs, exec);
@@ -158,7 +161,7 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
 /// Baum-Welch on the device (the sequences uploaded once for every start
 /// and iteration); the stopping rule is the CPU's.
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
-    check_size(config.n_states, seqs)?;
+    check_size(config.n_states, seqs.len())?;
     let mut engine = DeviceEngine::new(config.n_states, config.shape, seqs, exec)?;
     fit_with(config, seqs, exec, &mut engine)
 }
@@ -166,7 +169,7 @@ pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Resul
 /// One E-step + M-step on the device (for benchmarks and tests): the next
 /// model and the log-likelihood of `model`.
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
-    check_size(model.n_states, seqs)?;
+    check_size(model.n_states, seqs.len())?;
     let mut engine = DeviceEngine::new(model.n_states, model.emission.n_symbols, seqs, exec)?;
     let (ll, _) = engine.load(model)?;
     engine.m_step(&EmissionFit { pseudocount, var_floor: f64::NAN })?;

@@ -17,7 +17,8 @@ use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::batched::{row_batches, Batched};
 use super::launch::{function, launch_forward, launch_viterbi, launch_xi_gemm};
-use super::memory::{upload, upload_log_tables, upload_tables_with, viterbi_buffers, DeviceSeqs, DeviceTables};
+use super::memory::{upload, upload_log_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
+use super::rows::DeviceDensity;
 use super::plan::{backward_smem, batched_path, batches, grid, threads_for, warp_grid, warp_path, xi_splits};
 use super::{device, err, PARTIAL_SHARE, WARPS, WARP_MAX_STATES};
 
@@ -54,12 +55,21 @@ pub(super) struct Passes<'a> {
     /// the transition counts (large N, or accumulators too large for shared
     /// memory, where per-step updates would go to global memory).
     tmp: Option<CudaSlice<f64>>,
+    /// A density emission (its observations, parameters and kernels), or
+    /// None for a categorical one; `v` is then its number of statistics.
+    density: Option<&'a DeviceDensity>,
 }
 
 impl<'a> Passes<'a> {
     /// `counts`: the passes compute Baum-Welch counts; `extra_per_symbol`:
     /// bytes the caller stores per symbol besides alphas and scales.
     pub(super) fn new(n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
+        Self::with_density(n, v, seqs, counts, extra_per_symbol, None)
+    }
+
+    /// [`Passes::new`] for a density emission: `seqs` are the positions
+    /// (symbol p at position p), `v` its number of statistics.
+    pub(super) fn with_density(n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
         let dev = device()?;
         let d_seqs = upload(dev, seqs)?;
         let warp = warp_path(dev, n, v, counts);
@@ -73,7 +83,8 @@ impl<'a> Passes<'a> {
         let batches = batches(dev, seqs, per_symbol)?;
         let symbols = batches.iter().map(|r| seqs.offsets[r.end] - seqs.offsets[r.start]).max().unwrap_or(1).max(1);
         let rows = batches.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
-        let batched = if large { Some(Batched::new(dev, n, v, seqs, &batches, counts)?) } else { None };
+        // A density's counts come from its statistics, not by symbol.
+        let batched = if large { Some(Batched::new(dev, n, v, seqs, &batches, counts && density.is_none())?) } else { None };
         let s = &dev.stream;
         let e = err(dev, "allocating the forward-backward passes");
         // Zeroed once: hmm_xi_gemm reads every alpha row, also rows an
@@ -83,7 +94,7 @@ impl<'a> Passes<'a> {
         let ll = s.alloc_zeros::<f64>(rows).map_err(&e)?;
         let gamma = if large && counts { Some(s.alloc_zeros::<f64>(symbols * n).map_err(&e)?) } else { None };
         let tmp = if xi_gemm { Some(s.alloc_zeros::<f64>(symbols * n).map_err(&e)?) } else { None };
-        Ok(Passes { dev, n, v, seqs, d_seqs, batches, warp, batched, alpha, scale, ll, gamma, tmp })
+        Ok(Passes { dev, n, v, seqs, d_seqs, batches, warp, batched, alpha, scale, ll, gamma, tmp, density })
     }
 
     /// Count accumulators for this plan's E-steps.
@@ -130,7 +141,10 @@ impl<'a> Passes<'a> {
             bt.backward(dev, tables, &self.d_seqs, b, &self.alpha, &self.scale, &self.ll, g, self.tmp.as_mut())?;
             if let (Some(c), Some(t)) = (counts, self.tmp.as_ref()) {
                 launch_xi_gemm(dev, n, self.v, &self.alpha, t, &mut c.partial, c.slots, symbols)?;
-                bt.count_emissions(dev, &self.d_seqs, b, &self.ll, g, &mut c.partial)?;
+                match self.density {
+                    Some(d) => d.count_stats(dev, n, &self.d_seqs, &range, &self.ll, g, &mut c.partial)?,
+                    None => bt.count_emissions(dev, &self.d_seqs, b, &self.ll, g, &mut c.partial)?,
+                }
             }
             return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
         }
@@ -140,7 +154,10 @@ impl<'a> Passes<'a> {
             return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
         }
         let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, counts.is_some());
-        let f = function(dev, Kernel::HmmBackward, smem)?;
+        let f = match self.density {
+            Some(d) => d.function(dev, Kernel::HmmBackward, smem)?,
+            None => function(dev, Kernel::HmmBackward, smem)?,
+        };
         let blocks = match &counts {
             Some(c) => c.slots.min(grid(dev, range.len())),
             None => grid(dev, range.len()),
@@ -158,6 +175,7 @@ impl<'a> Passes<'a> {
         let (n_i, v_i, s0, s1) = (n as i32, self.v as i32, range.start as i32, range.end as i32);
         let (t_flag, a_flag) = (trans_smem as i32, acc_smem as i32);
         let null: u64 = 0;
+        let ep = self.density.map(|d| d.ep.borrow());
         let mut launch = s.launch_builder(&f);
         launch.arg(&n_i).arg(&v_i).arg(&tables.trans_t).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
         launch.arg(&self.alpha).arg(&self.scale).arg(&self.ll);
@@ -176,6 +194,10 @@ impl<'a> Passes<'a> {
             None => launch.arg(&null),
         };
         launch.arg(&t_flag).arg(&a_flag);
+        match (self.density, ep.as_deref()) {
+            (Some(d), Some(ep)) => launch.arg(&d.obs).arg(ep),
+            _ => launch.arg(&null).arg(&null),
+        };
         // SAFETY: the arguments match the parameters of hmm_backward in
         // order and type; alpha, scale and ll were filled by hmm_forward for
         // this batch; gamma (or null) holds N doubles per symbol of the
@@ -183,7 +205,8 @@ impl<'a> Passes<'a> {
         // N + N*N + V*N doubles, and the grid has no more blocks than that;
         // shared memory holds beta, beta2, tmp, trans_t when trans_smem and
         // the accumulator when acc_smem; tmp (or null) holds N doubles per
-        // symbol of the batch.
+        // symbol of the batch; obs and ep (a density's, compiled with its
+        // block) hold a value per position and its parameters, else null.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward"))?;
         if let (Some(c), Some(t)) = (counts, tmp_ref) {
             launch_xi_gemm(dev, n, self.v, &self.alpha, t, &mut c.partial, c.slots, symbols)?;
@@ -195,7 +218,10 @@ impl<'a> Passes<'a> {
     fn backward_warp(&self, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<(&mut CudaSlice<f64>, u32)>) -> Result<()> {
         let dev = self.dev;
         let smem = (WARPS * 32 + if partial.is_some() { WARPS * self.v * 32 } else { 0 }) * 8;
-        let f = function(dev, Kernel::HmmBackwardWarp, smem)?;
+        let f = match self.density {
+            Some(d) => d.function(dev, Kernel::HmmBackwardWarp, smem)?,
+            None => function(dev, Kernel::HmmBackwardWarp, smem)?,
+        };
         let mut blocks = warp_grid(dev, range.len());
         if let Some((_, slots)) = &partial {
             blocks = blocks.min(slots / WARPS as u32).max(1);
@@ -203,6 +229,7 @@ impl<'a> Passes<'a> {
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
         let (n_i, v_i, s0, s1) = (self.n as i32, self.v as i32, range.start as i32, range.end as i32);
         let null: u64 = 0;
+        let ep = self.density.map(|d| d.ep.borrow());
         let mut launch = dev.stream.launch_builder(&f);
         launch.arg(&n_i).arg(&v_i).arg(&tables.trans).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
         launch.arg(&self.alpha).arg(&self.scale).arg(&self.ll);
@@ -214,13 +241,17 @@ impl<'a> Passes<'a> {
             Some((p, _)) => launch.arg(p),
             None => launch.arg(&null),
         };
+        match (self.density, ep.as_deref()) {
+            (Some(d), Some(ep)) => launch.arg(&d.obs).arg(ep),
+            _ => launch.arg(&null).arg(&null),
+        };
         // SAFETY: the arguments match hmm_backward_warp's parameters in
         // order and type; alpha, scale and ll were filled by the forward
         // pass of this batch; gamma (or null) holds N doubles per symbol of
         // the batch; partial (or null) holds at least blocks x WARPS
         // accumulators of N + N*N + V*N doubles (one per warp); shared
         // memory holds a 32-double slice per warp and, when counting, V x 32
-        // emission counts per warp.
+        // emission counts per warp; obs and ep as for hmm_backward.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward_warp"))?;
         Ok(())
     }
@@ -256,23 +287,28 @@ pub(super) fn loglik_device(model: &HmmModel, small: (f64, f64), seqs: &Sequence
     let dev = device()?;
     let tables = upload_tables_with(dev, model, small)?;
     let d_seqs = upload(dev, seqs)?;
+    forward_all(dev, model.n_states, model.emission.n_symbols, &tables, &d_seqs, seqs, exec)
+}
+
+/// The forward kernels' log-likelihoods of all `seqs` (on the device as
+/// `d_seqs`) with `tables`; `v` symbols.
+pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
     let s = &dev.stream;
-    let n = model.n_states;
     if batched_path(dev, n) {
         let ranges = row_batches(dev, seqs.len(), n)?;
-        let mut bt = Batched::new(dev, n, model.emission.n_symbols, seqs, &ranges, false)?;
+        let mut bt = Batched::new(dev, n, v, seqs, &ranges, false)?;
         let mut out = vec![0.0; seqs.len()];
         for (b, range) in ranges.iter().enumerate() {
             exec.monitor.check()?;
             let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
-            bt.forward(dev, &tables, &d_seqs, b, None, &mut ll)?;
+            bt.forward(dev, tables, d_seqs, b, None, &mut ll)?;
             out[range.clone()].copy_from_slice(&s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?);
             exec.monitor.add_done(range.len());
         }
         return Ok(out);
     }
     let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
-    launch_forward(dev, n, &tables, &d_seqs, &(0..seqs.len()), None, &mut ll)?;
+    launch_forward(dev, n, tables, d_seqs, &(0..seqs.len()), None, &mut ll)?;
     let out = s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?;
     exec.monitor.add_done(seqs.len());
     exec.monitor.check()?;
@@ -282,9 +318,13 @@ pub(super) fn loglik_device(model: &HmmModel, small: (f64, f64), seqs: &Sequence
 /// The kernels' Viterbi paths and log-probabilities; one launch per batch.
 pub(super) fn viterbi_device(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     let dev = device()?;
-    let n = model.n_states;
     let tabs = upload_log_tables(dev, model)?;
     let d_seqs = upload(dev, seqs)?;
+    viterbi_all(dev, model.n_states, &tabs, &d_seqs, seqs, exec)
+}
+
+/// The Viterbi kernels over all `seqs` with log tables `tabs`.
+pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     let s = &dev.stream;
     let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
     let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
@@ -292,7 +332,7 @@ pub(super) fn viterbi_device(model: &HmmModel, seqs: &Sequences, exec: &Exec) ->
         exec.monitor.check()?;
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
         let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
-        launch_viterbi(dev, n, &tabs, &d_seqs, &range, &mut buf)?;
+        launch_viterbi(dev, n, tabs, d_seqs, &range, &mut buf)?;
         let got = s.clone_dtoh(&buf.path).map_err(err(dev, "reading results"))?;
         paths[sym0..sym1].copy_from_slice(&got);
         let got = s.clone_dtoh(&buf.logp).map_err(err(dev, "reading results"))?;
@@ -306,19 +346,31 @@ pub(super) fn viterbi_device(model: &HmmModel, seqs: &Sequences, exec: &Exec) ->
 pub(super) fn posterior_device(model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     let n = model.n_states;
     let mut passes = Passes::new(n, model.emission.n_symbols, seqs, false, n * 8)?;
-    let dev = passes.dev;
-    let tables = upload_tables_with(dev, model, small)?;
-    let (mut probs, mut loglik) = (crate::hmm::passes::zeroed(seqs.total() * n, "the posterior probabilities")?, vec![0.0; seqs.len()]);
-    for b in 0..passes.batches.len() {
-        exec.monitor.check()?;
-        let range = passes.batches[b].clone();
-        let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
-        let mut gamma = dev.stream.alloc_zeros::<f64>((sym1 - sym0) * n).map_err(err(dev, "allocating results"))?;
-        let ll = passes.run_batch(&tables, b, Some(&mut gamma), None)?;
-        let got = dev.stream.clone_dtoh(&gamma).map_err(err(dev, "reading results"))?;
-        probs[sym0 * n..sym1 * n].copy_from_slice(&got);
-        loglik[range.clone()].copy_from_slice(&ll);
-        exec.monitor.add_done(range.len());
+    let tables = upload_tables_with(passes.dev, model, small)?;
+    passes.posterior_all(&tables, exec)
+}
+
+impl Passes<'_> {
+    /// Posteriors and log-likelihoods of all sequences with `tables`.
+    pub(super) fn posterior_all(&mut self, tables: &DeviceTables, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+        let (dev, seqs, n) = (self.dev, self.seqs, self.n);
+        let (mut probs, mut loglik) = (crate::hmm::passes::zeroed(seqs.total() * n, "the posterior probabilities")?, vec![0.0; seqs.len()]);
+        for b in 0..self.batches.len() {
+            exec.monitor.check()?;
+            let range = self.batches[b].clone();
+            let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
+            let mut gamma = dev.stream.alloc_zeros::<f64>((sym1 - sym0) * n).map_err(err(dev, "allocating results"))?;
+            let ll = self.run_batch(tables, b, Some(&mut gamma), None)?;
+            let got = dev.stream.clone_dtoh(&gamma).map_err(err(dev, "reading results"))?;
+            probs[sym0 * n..sym1 * n].copy_from_slice(&got);
+            loglik[range.clone()].copy_from_slice(&ll);
+            exec.monitor.add_done(range.len());
+        }
+        Ok((probs, loglik))
     }
-    Ok((probs, loglik))
+
+    /// The sequences' offsets on the device.
+    pub(super) fn offsets(&self) -> &CudaSlice<i64> {
+        &self.d_seqs.off
+    }
 }

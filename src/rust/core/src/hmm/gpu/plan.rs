@@ -14,13 +14,13 @@ use super::super::sequences::Sequences;
 use super::launch::function;
 use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, TILED_MAX_THREADS, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
 
-pub(super) fn check_size(n_states: usize, seqs: &Sequences) -> Result<()> {
+pub(super) fn check_size(n_states: usize, count: usize) -> Result<()> {
     if n_states > MAX_GPU_STATES {
         return Err(Error::BackendUnavailable(format!(
             "the GPU kernels handle up to {MAX_GPU_STATES} states, not {n_states}; use the CPU backend"
         )));
     }
-    if seqs.len() >= i32::MAX as usize {
+    if count >= i32::MAX as usize {
         return Err(Error::BackendUnavailable("too many sequences for one GPU call".into()));
     }
     Ok(())

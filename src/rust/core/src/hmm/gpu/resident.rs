@@ -39,7 +39,7 @@ pub enum ResidentPass {
 /// are planned as `loglik`, `viterbi` and `fit` plan them.
 #[doc(hidden)]
 pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl FnMut(ResidentPass, &mut dyn FnMut() -> Result<()>) -> Result<()>) -> Result<()> {
-    check_size(model.n_states, seqs)?;
+    check_size(model.n_states, seqs.len())?;
     seqs.validate(model.emission.n_symbols)?;
     let dev = device()?;
     let s = &dev.stream;

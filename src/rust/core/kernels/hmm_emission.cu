@@ -1,0 +1,123 @@
+// Density emissions of the HMM (src/hmm/emission/*.rs), on the device.
+//
+// A density emission's block (prepended by the host, one per family)
+// defines, for per-state parameters `ep`:
+//   hmm_emis_log(ep, N, j, x)      log p_j(x) up to a term shared by all states
+//   hmm_emis_shared(x)             that shared term
+//   HMM_STATS                      S, the sufficient statistics per state
+//   hmm_emis_feature(k, x, i, ep)  phi_k(x) for state i (statistic k < S)
+// The recursions of hmm.cu read the emission as a table of rows: this file
+// writes the row of every observation (position p of the flat sequences is
+// "symbol" p: the host uploads symbols 0, 1, 2, ...), as the CPU's rows
+// (emission/mod.rs, scale_logs): linear rows divided by their largest value
+// (whose log, with the shared term, is the position's shift, added to the
+// log-likelihood), or log rows.
+
+#define HMM_EMIS_INF __longlong_as_double(0x7ff0000000000000ULL)
+
+__device__ __forceinline__ double hmm_warp_max(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+__device__ __forceinline__ double hmm_warp_min(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmin(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+// The rows of positions [0, total): rows[p * N + j]. Linear rows
+// (log_space == 0) also give shift[p] and rowmin[p], the smallest value of
+// a state with a positive density (0 when one underflowed, and for a row
+// whose densities are all 0). One warp per position, lanes over states.
+extern "C" __global__ void hmm_emission_rows(
+    int N, long long total, const double* __restrict__ obs, const double* __restrict__ ep,
+    int log_space, double* __restrict__ rows, double* __restrict__ shift, double* __restrict__ rowmin)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long p = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; p < total; p += warps) {
+        const double x = obs[p];
+        const double k = hmm_emis_shared(x);
+        if (log_space) {
+            for (int j = lane; j < N; j += 32) rows[p * N + j] = hmm_emis_log(ep, N, j, x) + k;
+            continue;
+        }
+        double top = HMM_NEG_INF;
+        for (int j = lane; j < N; j += 32) top = fmax(top, hmm_emis_log(ep, N, j, x));
+        top = hmm_warp_max(top);
+        const bool none = !(top > HMM_NEG_INF);
+        double mn = HMM_EMIS_INF;
+        for (int j = lane; j < N; j += 32) {
+            const double l = hmm_emis_log(ep, N, j, x);
+            const double v = none ? 0.0 : exp(l - top);
+            if (l > HMM_NEG_INF && v < mn) mn = v;
+            rows[p * N + j] = v;
+        }
+        mn = hmm_warp_min(mn);
+        if (lane == 0) {
+            shift[p] = none ? 0.0 : top + k;
+            rowmin[p] = none ? 0.0 : mn;
+        }
+    }
+}
+
+// Per sequence s of [s0, s1): the sum of its positions' shifts, the
+// smallest row minimum and the first step's scale sum_j start_j e_j(o_1)
+// (linear rows). One warp per sequence; lanes sum strided positions, then
+// a fixed shuffle tree, so the sums are deterministic.
+extern "C" __global__ void hmm_sequence_shifts(
+    int N, const long long* __restrict__ off, int s0, int s1, const double* __restrict__ shift,
+    const double* __restrict__ rowmin, const double* __restrict__ start, const double* __restrict__ rows,
+    double* __restrict__ shift_sum, double* __restrict__ min_all, double* __restrict__ first_scale)
+{
+    const int lane = threadIdx.x & 31;
+    const int warps = (gridDim.x * blockDim.x) >> 5;
+    for (int s = s0 + (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5); s < s1; s += warps) {
+        const long long b = off[s], e = off[s + 1];
+        double sum = 0.0, mn = HMM_EMIS_INF;
+        for (long long p = b + lane; p < e; p += 32) {
+            sum += shift[p];
+            mn = fmin(mn, rowmin[p]);
+        }
+        double c = 0.0;
+        for (int j = lane; j < N; j += 32) c += start[j] * rows[b * N + j];
+        sum = warp_sum(sum);
+        mn = hmm_warp_min(mn);
+        c = warp_sum(c);
+        if (lane == 0) {
+            shift_sum[s - s0] = sum;
+            min_all[s - s0] = mn;
+            first_scale[s - s0] = c;
+        }
+    }
+}
+
+// The emission statistics and start counts of a batch from its posteriors
+// (large N, where the backward pass writes gamma): block (k, y), k < S,
+// adds sum_p gamma_p(i) phi_k(x_p) for states i of the block's y to
+// counts[N + N*N + k*N + i]; blocks with k == S add the first position of
+// every sequence to counts[i]. Positions in order, impossible and
+// uncertain sequences skipped, so every count is summed in a fixed order.
+#define HMM_STATS_THREADS 256
+extern "C" __global__ void __launch_bounds__(HMM_STATS_THREADS) hmm_count_stats(
+    int N, const long long* __restrict__ off, int s0, int s1, const double* __restrict__ loglik,
+    const double* __restrict__ gamma, const double* __restrict__ obs, const double* __restrict__ ep,
+    double* __restrict__ counts)
+{
+    const int k = blockIdx.x;
+    const int i = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const long long base = off[s0];
+    double s = 0.0;
+    for (int q = s0; q < s1; ++q) {
+        if (!(loglik[q - s0] > HMM_NEG_INF)) continue;
+        const long long b = off[q], e = off[q + 1];
+        if (k == HMM_STATS) {
+            s += gamma[(b - base) * N + i];
+            continue;
+        }
+        for (long long p = b; p < e; ++p) s += gamma[(p - base) * N + i] * hmm_emis_feature(k, obs[p], i, ep);
+    }
+    if (k == HMM_STATS) counts[i] += s;
+    else counts[N + (long long)N * N + (long long)k * N + i] += s;
+}

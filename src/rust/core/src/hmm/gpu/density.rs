@@ -1,0 +1,212 @@
+//! Density emissions (Gaussian, Poisson, ...) on the device: hmm.cu's
+//! passes over a table with one emission row per position (`rows`), the
+//! shifts added back to the log-likelihoods, the sequences the kernels
+//! cannot certify computed on the CPU (as for categorical emissions), and
+//! Baum-Welch (`DensityEngine`) with the E-step on the device and the
+//! M-step on the host (the CPU's, one code for both backends).
+
+use cudarc::driver::CudaSlice;
+
+use crate::error::{Error, Result};
+use crate::exec::Exec;
+use crate::gpu::Device;
+
+use super::super::backward::Counts;
+use super::super::baum_welch::{fit_with, m_step, Engine, HmmFit};
+use super::super::config::CheckedHmmFitConfig;
+use super::super::cpu;
+use super::super::emission::{Emission, EmissionFit};
+use super::super::model::HmmModel;
+use super::super::sequences::Sequences;
+use super::super::tables::Tables;
+use super::memory::upload;
+use super::passes::{forward_all, viterbi_all, CountSlots, Passes};
+use super::plan::check_size;
+use super::rows::DeviceDensity;
+use super::{device, err};
+
+/// The positions of `seqs` as the symbols of hmm.cu's kernels: position p
+/// reads row p of the density's table.
+fn positions<O: Copy>(seqs: &Sequences<O>) -> Result<Sequences> {
+    if seqs.total() >= u32::MAX as usize - 4 {
+        return Err(Error::BackendUnavailable(format!("{} observations are too many for one GPU call; use the CPU", seqs.total())));
+    }
+    Ok(Sequences { symbols: (0..seqs.total() as u32).collect(), offsets: seqs.offsets.clone() })
+}
+
+/// Recompute the sequences whose log-likelihood is NaN (uncertain) on the
+/// CPU, in log space where needed.
+fn settle_logliks<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, out: &mut [f64], exec: &Exec) -> Result<()> {
+    let uncertain: Vec<usize> = (0..out.len()).filter(|&s| out[s].is_nan()).collect();
+    if !uncertain.is_empty() {
+        let tab = Tables::new(model)?;
+        for (s, l) in uncertain.iter().zip(cpu::loglik_of(&tab, seqs, &uncertain, exec)?) {
+            out[*s] = l;
+        }
+    }
+    Ok(())
+}
+
+/// The kernels' log-likelihood with the shift added (NaN stays NaN,
+/// -inf stays -inf); `uncertain`: NaN.
+fn shifted(ll: f64, shift: f64, uncertain: bool) -> f64 {
+    if uncertain { f64::NAN } else if ll.is_finite() { ll + shift } else { ll }
+}
+
+/// log P(sequence) of every sequence; `values`: the observations, flat.
+pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
+    check_size(model.n_states, seqs.len())?;
+    let dev = device()?;
+    let pos = positions(seqs)?;
+    let density = DeviceDensity::new(dev, &model.emission, values)?;
+    let d_seqs = upload(dev, &pos)?;
+    let dt = density.tables(dev, model, &d_seqs.off, seqs.len(), seqs.total(), false)?;
+    let mut out = forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec)?;
+    for (s, l) in out.iter_mut().enumerate() {
+        *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
+    }
+    settle_logliks(model, seqs, &mut out, exec)?;
+    Ok(out)
+}
+
+/// Viterbi paths and log-probabilities (log rows: nothing to certify).
+pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+    check_size(model.n_states, seqs.len())?;
+    let dev = device()?;
+    let pos = positions(seqs)?;
+    let density = DeviceDensity::new(dev, &model.emission, values)?;
+    let d_seqs = upload(dev, &pos)?;
+    let tabs = density.log_tables(dev, model, seqs.total())?;
+    viterbi_all(dev, model.n_states, &tabs, &d_seqs, &pos, exec)
+}
+
+/// Posteriors (time-major, NaN rows for impossible sequences) and
+/// log-likelihoods.
+pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+    check_size(model.n_states, seqs.len())?;
+    let dev = device()?;
+    let n = model.n_states;
+    let pos = positions(seqs)?;
+    let density = DeviceDensity::new(dev, &model.emission, values)?;
+    // The rows first: the passes plan their batches in the memory left.
+    let off = upload_offsets(dev, seqs)?;
+    let dt = density.tables(dev, model, &off, seqs.len(), seqs.total(), false)?;
+    let mut passes = Passes::with_density(n, density.stats, &pos, false, n * 8, Some(&density))?;
+    let (mut probs, mut loglik) = passes.posterior_all(&dt.tables, exec)?;
+    let mut tab = None;
+    for s in 0..seqs.len() {
+        loglik[s] = shifted(loglik[s], dt.shift[s], dt.uncertain[s]);
+        if loglik[s].is_nan() {
+            exec.monitor.check()?;
+            if tab.is_none() {
+                tab = Some(Tables::new(model)?);
+            }
+            let Some(tab) = tab.as_ref() else { continue };
+            let rows = &mut probs[seqs.offsets[s] * n..seqs.offsets[s + 1] * n];
+            loglik[s] = cpu::posterior_of(tab, seqs.get(s), rows, &exec.monitor)?;
+        }
+    }
+    Ok((probs, loglik))
+}
+
+fn upload_offsets<O: Copy>(dev: &Device, seqs: &Sequences<O>) -> Result<CudaSlice<i64>> {
+    let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
+    dev.stream.clone_htod(&off[..]).map_err(err(dev, "copying sequences"))
+}
+
+/// Baum-Welch with a density emission: the observations and the passes'
+/// memory stay on the device for the whole fit; an E-step computes the
+/// emission's rows for the current parameters, runs the passes (counts:
+/// start, transitions and the emission's statistics) and brings the
+/// counts (N + N^2 + S N values) and the log-likelihoods to the host, where
+/// the M-step runs.
+struct DensityEngine<'a, E: Emission> {
+    passes: Passes<'a>,
+    density: &'a DeviceDensity,
+    seqs: &'a Sequences<E::Obs>,
+    counts: CountSlots,
+    exec: &'a Exec,
+    model: Option<HmmModel<E>>,
+    previous: Option<HmmModel<E>>,
+    /// The current model's counts (device and host parts together).
+    current: Option<Counts>,
+    seg: usize,
+}
+
+impl<E: Emission> Engine<E> for DensityEngine<'_, E> {
+    fn load(&mut self, model: &HmmModel<E>) -> Result<(f64, Option<usize>)> {
+        self.model = Some(model.clone());
+        self.previous = None;
+        self.e_step()
+    }
+
+    fn m_step(&mut self, fit: &EmissionFit) -> Result<Vec<bool>> {
+        let (Some(model), Some(counts)) = (self.model.take(), self.current.take()) else {
+            return Err(Error::Internal("Baum-Welch M-step before an E-step".into()));
+        };
+        let (next, floored) = m_step(&model, &counts, fit);
+        self.model = Some(next);
+        self.previous = Some(model);
+        Ok(floored)
+    }
+
+    fn e_step(&mut self) -> Result<(f64, Option<usize>)> {
+        let exec = self.exec;
+        exec.monitor.check()?;
+        let Some(model) = self.model.as_ref() else {
+            return Err(Error::Internal("Baum-Welch E-step without a model".into()));
+        };
+        let dev = self.passes.dev;
+        self.density.set_params(dev, &model.emission)?;
+        let dt = self.density.tables(dev, model, self.passes.offsets(), self.seqs.len(), self.seqs.total(), true)?;
+        let mut ll_all = self.passes.e_step(&dt.tables, &mut self.counts, &exec.monitor)?;
+        let (n, v) = (model.n_states, self.density.stats);
+        let total = dev.stream.clone_dtoh(&self.counts.total).map_err(err(dev, "reading the counts"))?;
+        let mut counts = Counts { start: total[..n].to_vec(), trans_raw: total[n..n + n * n].to_vec(), trans: Vec::new(), emis: total[n + n * n..n + n * n + n * v].to_vec() };
+        for (s, l) in ll_all.iter_mut().enumerate() {
+            *l = shifted(*l, dt.shift[s], false);
+        }
+        let uncertain: Vec<usize> = (0..ll_all.len()).filter(|&s| ll_all[s].is_nan()).collect();
+        if !uncertain.is_empty() {
+            // Those sequences on the host, in log space where needed.
+            let tab = Tables::new(model)?;
+            let (host, lls) = cpu::counts_of(&tab, self.seqs, &uncertain, self.seg, exec)?;
+            for (s, l) in uncertain.iter().zip(lls) {
+                ll_all[*s] = l;
+            }
+            counts.add(&host);
+        }
+        self.current = Some(counts);
+        let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
+        // Summed in sequence order on the host, as the CPU does.
+        Ok((ll_all.iter().sum(), impossible))
+    }
+
+    fn model(&self, previous: bool) -> Result<HmmModel<E>> {
+        let m = if previous { self.previous.as_ref().or(self.model.as_ref()) } else { self.model.as_ref() };
+        m.cloned().ok_or_else(|| Error::Internal("Baum-Welch engine without a model".into()))
+    }
+}
+
+/// Baum-Welch with a density emission on the device (see [`DensityEngine`]);
+/// the stopping rule and the choice of start are the CPU's.
+pub(crate) fn fit<E: Emission>(seqs: &Sequences<E::Obs>, values: &[f64], config: &CheckedHmmFitConfig<E>, exec: &Exec) -> Result<HmmFit<E>> {
+    let n = config.n_states;
+    check_size(n, seqs.len())?;
+    let dev = device()?;
+    let pos = positions(seqs)?;
+    // Any emission of this family: its parameters are replaced before each
+    // E-step.
+    let probe = match &config.init {
+        Some(m) => m.emission.clone(),
+        None => super::super::baum_welch::try_random_model::<E>(n, &config.shape, seqs, config.seed, config.first_start)?.emission,
+    };
+    let density = DeviceDensity::new(dev, &probe, values)?;
+    // Room for the rows (N values per position) before the passes plan
+    // their batches in the memory left.
+    let passes = Passes::with_density(n, density.stats, &pos, true, n * 8, Some(&density))?;
+    let counts = passes.count_slots()?;
+    let seg = cpu::fit_segment(n, seqs, exec);
+    let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec, model: None, previous: None, current: None, seg };
+    fit_with(config, seqs, exec, &mut engine)
+}

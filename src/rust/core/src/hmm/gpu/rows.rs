@@ -1,0 +1,211 @@
+//! Density emissions on the device (kernels/hmm_emission.cu): the
+//! observations and parameters, the rows the recursions of hmm.cu read
+//! (position p of the flat sequences is "symbol" p, so the categorical
+//! kernels run unchanged on a table with one row per position), each
+//! sequence's sum of shifts (added to its log-likelihood), and the kernels'
+//! certificate of normalised rows (as the CPU's, [`Certificate`]).
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::sys::CUfunction_attribute;
+
+use crate::error::{Error, Result};
+use crate::gpu::{Device, Kernel};
+
+use super::super::emission::Emission;
+use super::super::model::HmmModel;
+use super::super::tables::{min_positive, Certificate, Tables, DENSE_MIN};
+use super::memory::{min_key, transposed, DeviceLogTables, DeviceSeqs, DeviceTables};
+use super::{err, DEFAULT_SMEM};
+
+/// A density emission's observations, parameters and kernels.
+pub(crate) struct DeviceDensity {
+    /// Cache key and source of the emission's device block.
+    name: &'static str,
+    prelude: String,
+    pub(super) stats: usize,
+    pub(super) obs: CudaSlice<f64>,
+    /// Replaced after every M-step while the passes hold the density.
+    pub(super) ep: RefCell<CudaSlice<f64>>,
+}
+
+/// A density's linear tables: the device tables (emis: one row per
+/// position) and, per sequence, the shifts' sum and whether the kernels'
+/// result cannot be certified (its first step, see [`DeviceDensity::tables`]:
+/// computed on the CPU).
+pub(super) struct DensityTables {
+    pub(super) tables: DeviceTables,
+    pub(super) shift: Vec<f64>,
+    pub(super) uncertain: Vec<bool>,
+}
+
+/// Threads per block of hmm_emission_rows and hmm_sequence_shifts (a warp
+/// per position or sequence).
+const ROW_THREADS: u32 = 256;
+
+impl DeviceDensity {
+    /// Upload the observations (`values`, flat) and the parameters of `e`.
+    pub(super) fn new<E: Emission>(dev: &Device, e: &E, values: &[f64]) -> Result<Self> {
+        let s = &dev.stream;
+        let er = err(dev, "copying the observations");
+        Ok(DeviceDensity {
+            name: E::NAME,
+            prelude: E::cuda(),
+            stats: e.n_stats(),
+            obs: s.clone_htod(values).map_err(&er)?,
+            ep: RefCell::new(s.clone_htod(&e.device_params()[..]).map_err(&er)?),
+        })
+    }
+
+    /// Replace the parameters by those of `e` (after an M-step).
+    pub(super) fn set_params<E: Emission>(&self, dev: &Device, e: &E) -> Result<()> {
+        dev.stream.memcpy_htod(&e.device_params()[..], &mut *self.ep.borrow_mut()).map_err(err(dev, "copying the emission"))
+    }
+
+    /// `kernel` compiled with this emission's block (and HMM_DENSITY for
+    /// hmm.cu's), its shared-memory limit raised to `smem` if needed.
+    pub(super) fn function(&self, dev: &Device, kernel: Kernel, smem: usize) -> Result<CudaFunction> {
+        let defines: &[(&str, i64)] = if kernel.location().0 == "hmm" { &[("HMM_DENSITY", 1)] } else { &[] };
+        let f = dev.function_with(kernel, Some((self.name, &self.prelude)), defines)?;
+        if smem > DEFAULT_SMEM {
+            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+                .map_err(err(dev, "raising the shared-memory limit"))?;
+        }
+        Ok(f)
+    }
+
+    /// The rows of all `total` positions (N values each): linear, with
+    /// every position's shift and row minimum, or log.
+    fn rows(&self, dev: &Device, n: usize, total: usize, log_space: bool) -> Result<(CudaSlice<f64>, Option<(CudaSlice<f64>, CudaSlice<f64>)>)> {
+        let bytes = (total * n + if log_space { 0 } else { 2 * total }) * 8;
+        if bytes > dev.free_memory()? {
+            return Err(Error::BackendUnavailable(format!("the emission rows of {total} observations x {n} states do not fit in the GPU's free memory; use the CPU")));
+        }
+        let s = &dev.stream;
+        let e = err(dev, "allocating the emission rows");
+        let mut rows = s.alloc_zeros::<f64>(total * n).map_err(&e)?;
+        let null: u64 = 0;
+        let f = self.function(dev, Kernel::HmmEmissionRows, 0)?;
+        let warps_needed = total.div_ceil((ROW_THREADS / 32) as usize).max(1);
+        let cfg = LaunchConfig { grid_dim: (warps_needed.min(dev.multiprocessors as usize * 64) as u32, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let (n_i, total_i, log_i) = (n as i32, total as i64, log_space as i32);
+        let ep = self.ep.borrow();
+        let mut extra = if log_space { None } else { Some((s.alloc_zeros::<f64>(total).map_err(&e)?, s.alloc_zeros::<f64>(total).map_err(&e)?)) };
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&n_i).arg(&total_i).arg(&self.obs).arg(&*ep).arg(&log_i).arg(&mut rows);
+        match extra.as_mut() {
+            Some((shift, rowmin)) => launch.arg(shift).arg(rowmin),
+            None => launch.arg(&null).arg(&null),
+        };
+        // SAFETY: the arguments match hmm_emission_rows's parameters in
+        // order and type; obs holds `total` values, ep the emission's
+        // parameters for N states (its block reads N of each), rows
+        // total x N doubles, shift and rowmin (linear rows) total each.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_emission_rows"))?;
+        Ok((rows, extra))
+    }
+
+    /// Per sequence: the sum of its shifts, its smallest row minimum and
+    /// its first step's scale.
+    #[allow(clippy::too_many_arguments)]
+    fn sequence_shifts(&self, dev: &Device, n: usize, off: &CudaSlice<i64>, count: usize, shift: &CudaSlice<f64>, rowmin: &CudaSlice<f64>, start: &CudaSlice<f64>, rows: &CudaSlice<f64>) -> Result<[Vec<f64>; 3]> {
+        let s = &dev.stream;
+        let e = err(dev, "summing the shifts");
+        let mut out = [s.alloc_zeros::<f64>(count).map_err(&e)?, s.alloc_zeros::<f64>(count).map_err(&e)?, s.alloc_zeros::<f64>(count).map_err(&e)?];
+        let f = self.function(dev, Kernel::HmmSequenceShifts, 0)?;
+        let blocks = count.div_ceil((ROW_THREADS / 32) as usize).clamp(1, dev.multiprocessors as usize * 64) as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let (n_i, s0, s1) = (n as i32, 0i32, count as i32);
+        let [a, b, c] = &mut out;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&n_i).arg(off).arg(&s0).arg(&s1).arg(shift).arg(rowmin).arg(start).arg(rows).arg(a).arg(b).arg(c);
+        // SAFETY: the arguments match hmm_sequence_shifts's parameters;
+        // off holds count + 1 offsets into shift, rowmin and the rows (N
+        // values per position), start N values, the outputs `count`
+        // doubles each.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_sequence_shifts"))?;
+        let [a, b, c] = out;
+        let get = |x: CudaSlice<f64>| s.clone_dtoh(&x).map_err(err(dev, "reading the shifts"));
+        Ok([get(a)?, get(b)?, get(c)?])
+    }
+
+    /// The linear tables of `model` (whose emission this is) over the
+    /// sequences with offsets `off` (`count` of them, `total` positions).
+    ///
+    /// The kernels apply the CPU's certificate through their theta test
+    /// (hmm_theta: 2^-960 / (a e)). Dense transitions: never after the
+    /// first step (a e = 2^1000 makes theta 0), and a sequence whose first
+    /// scale is below DENSE_MIN is marked uncertain here; with `counting`
+    /// (a fit's E-step, whose device counts cannot leave one sequence out)
+    /// such a sequence makes every sequence take the sparse test instead.
+    /// Sparse transitions: a = the smallest positive start or transition
+    /// probability, e = the smallest value of a positive density in any
+    /// row (0 after an underflow: every sequence goes to the CPU).
+    pub(super) fn tables<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, off: &CudaSlice<i64>, count: usize, total: usize, counting: bool) -> Result<DensityTables> {
+        let n = model.n_states;
+        let s = &dev.stream;
+        let e = err(dev, "copying the model");
+        let start = s.clone_htod(&model.start[..]).map_err(&e)?;
+        let (rows, extra) = self.rows(dev, n, total, false)?;
+        let Some((shift, rowmin)) = extra else { return Err(Error::Internal("linear rows without shifts".into())) };
+        let [shift, min_all, first] = self.sequence_shifts(dev, n, off, count, &shift, &rowmin, &start, &rows)?;
+        let host = Tables::new(model)?;
+        let min_start = min_positive(&model.start);
+        let sparse = |min_trans: f64| (min_start.min(min_trans), min_all.iter().copied().fold(f64::INFINITY, f64::min));
+        let (keys, uncertain): ((f64, f64), Vec<bool>) = match host.certificate {
+            Certificate::Dense => {
+                let big = f64::from_bits((1023 + 500) << 52);
+                let bad: Vec<bool> = first.iter().map(|&c| !(c >= DENSE_MIN)).collect();
+                if counting && bad.iter().any(|&b| b) {
+                    (sparse(min_positive(&model.trans)), vec![false; count])
+                } else {
+                    ((big, big), bad)
+                }
+            }
+            Certificate::Steps { min_trans } => (sparse(min_trans), vec![false; count]),
+            Certificate::Theta(_) => return Err(Error::Internal("a density emission with table rows".into())),
+        };
+        let tables = DeviceTables {
+            start,
+            trans: s.clone_htod(&model.trans[..]).map_err(&e)?,
+            trans_t: s.clone_htod(&transposed(&model.trans, n)[..]).map_err(&e)?,
+            emis: rows,
+            // A zero smallest row value (an underflow) has key 0: no step
+            // is certified, and every sequence goes to the CPU.
+            mins: s.clone_htod(&[min_key(keys.0), min_key(keys.1)][..]).map_err(&e)?,
+        };
+        Ok(DensityTables { tables, shift, uncertain })
+    }
+
+    /// The log tables of `model` for Viterbi (rows of log densities).
+    pub(super) fn log_tables<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, total: usize) -> Result<DeviceLogTables> {
+        let n = model.n_states;
+        let (rows, _) = self.rows(dev, n, total, true)?;
+        let ln = |x: &[f64]| x.iter().map(|p| p.ln()).collect::<Vec<f64>>();
+        let s = &dev.stream;
+        let e = err(dev, "copying the model");
+        Ok(DeviceLogTables { start: s.clone_htod(&ln(&model.start)[..]).map_err(&e)?, trans: s.clone_htod(&ln(&model.trans)[..]).map_err(&e)?, emis: rows })
+    }
+
+    /// Add the emission statistics and start counts of batch `range` (large
+    /// N, from its posteriors `gamma`) to `counts` (N + N*N + S*N).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn count_stats(&self, dev: &Device, n: usize, seqs: &DeviceSeqs, range: &Range<usize>, loglik: &CudaSlice<f64>, gamma: &CudaSlice<f64>, counts: &mut CudaSlice<f64>) -> Result<()> {
+        let f = self.function(dev, Kernel::HmmCountStats, 0)?;
+        // HMM_STATS_THREADS threads per block.
+        let threads = 256u32;
+        let cfg = LaunchConfig { grid_dim: (self.stats as u32 + 1, n.div_ceil(threads as usize) as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        let (n_i, s0, s1) = (n as i32, range.start as i32, range.end as i32);
+        let ep = self.ep.borrow();
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&seqs.off).arg(&s0).arg(&s1).arg(loglik).arg(gamma).arg(&self.obs).arg(&*ep).arg(counts);
+        // SAFETY: the arguments match hmm_count_stats's parameters in order
+        // and type; gamma holds N doubles per position of the batch, loglik
+        // one per sequence, obs one value per position (global), counts
+        // N + N*N + S*N doubles.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_count_stats"))?;
+        Ok(())
+    }
+}
