@@ -61,6 +61,13 @@ extern "C" __global__ void hmm_emission_rows(
     }
 }
 
+// sym[p] = p for the `total` positions: each position reads its own row.
+extern "C" __global__ void hmm_positions(long long total, unsigned* __restrict__ sym)
+{
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += (long long)gridDim.x * blockDim.x)
+        sym[p] = (unsigned)p;
+}
+
 // Per sequence s of [s0, s1): the sum of its positions' shifts, the
 // smallest row minimum and the first step's scale sum_j start_j e_j(o_1)
 // (linear rows). One warp per sequence; lanes sum strided positions, then

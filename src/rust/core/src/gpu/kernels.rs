@@ -77,10 +77,11 @@ pub enum Kernel {
     HmmEmissionRows,
     HmmSequenceShifts,
     HmmCountStats,
+    HmmPositions,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 30] = [
+    pub const ALL: [Kernel; 31] = [
         Kernel::EmWarp,
         Kernel::EmPartial,
         Kernel::EmUpdate,
@@ -111,6 +112,7 @@ impl Kernel {
         Kernel::HmmEmissionRows,
         Kernel::HmmSequenceShifts,
         Kernel::HmmCountStats,
+        Kernel::HmmPositions,
     ];
 
     /// (kernel file, entry point).
@@ -147,6 +149,7 @@ impl Kernel {
             HmmEmissionRows => ("hmm_emission", "hmm_emission_rows"),
             HmmSequenceShifts => ("hmm_emission", "hmm_sequence_shifts"),
             HmmCountStats => ("hmm_emission", "hmm_count_stats"),
+            HmmPositions => ("hmm_emission", "hmm_positions"),
         }
     }
 }

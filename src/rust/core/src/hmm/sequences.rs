@@ -56,9 +56,10 @@ impl<O: Copy> Sequences<O> {
         self.offsets.windows(2).map(|w| w[1] - w[0])
     }
 
-    /// Total number of observations.
+    /// Total number of observations (the last offset: also for the
+    /// offsets-only sequences of the GPU's density passes).
     pub fn total(&self) -> usize {
-        self.symbols.len()
+        self.offsets.last().copied().unwrap_or(0)
     }
 
     /// At least one sequence, each non-empty, every observation accepted by

@@ -62,6 +62,29 @@ fn bench_gaussian(n: usize, m: usize, t: usize, backends: &[Backend], threads: u
     let (model, seqs) = gaussian_problem(n, m, t);
     for &backend in backends {
         bench_passes("gaussian", &model, &seqs, m, t, backend, threads, json)?;
+        if backend == Backend::Cuda {
+            let mut d = DeviceTimes { forward: 0.0, viterbi: 0.0, baum_welch: 0.0 };
+            hmm::gpu::with_resident_density(&model, &seqs, &seqs.symbols, |pass, f| {
+                let t = median_time(f)?;
+                match pass {
+                    ResidentPass::Forward => d.forward = t,
+                    ResidentPass::Viterbi => d.viterbi = t,
+                    ResidentPass::BaumWelch => d.baum_welch = t,
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+            println!(
+                "hmm gaussian N={n} M={m} T={t} cuda, observations on the device: forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms",
+                d.forward * 1e3, d.viterbi * 1e3, d.baum_welch * 1e3
+            );
+            writeln!(
+                json,
+                "{{\"area\":\"hmm\",\"emission\":\"gaussian\",\"backend\":\"cuda-resident\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4}}}",
+                d.forward * 1e3, d.viterbi * 1e3, d.baum_welch * 1e3
+            )
+            .map_err(|e| e.to_string())?;
+        }
     }
     Ok(())
 }

@@ -19,19 +19,18 @@ use super::super::emission::{Emission, EmissionFit};
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::super::tables::Tables;
-use super::memory::upload;
 use super::passes::{forward_all, viterbi_all, CountSlots, Passes};
 use super::plan::check_size;
 use super::rows::DeviceDensity;
 use super::{device, err};
 
-/// The positions of `seqs` as the symbols of hmm.cu's kernels: position p
-/// reads row p of the density's table.
+/// The offsets of `seqs` (no symbols: on the device, position p is symbol
+/// p, reading row p of the density's table; [`DeviceDensity::positions`]).
 fn positions<O: Copy>(seqs: &Sequences<O>) -> Result<Sequences> {
     if seqs.total() >= u32::MAX as usize - 4 {
         return Err(Error::BackendUnavailable(format!("{} observations are too many for one GPU call; use the CPU", seqs.total())));
     }
-    Ok(Sequences { symbols: (0..seqs.total() as u32).collect(), offsets: seqs.offsets.clone() })
+    Ok(Sequences { symbols: Vec::new(), offsets: seqs.offsets.clone() })
 }
 
 /// Recompute the sequences whose log-likelihood is NaN (uncertain) on the
@@ -59,7 +58,7 @@ pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
     let dev = device()?;
     let pos = positions(seqs)?;
     let density = DeviceDensity::new(dev, &model.emission, values)?;
-    let d_seqs = upload(dev, &pos)?;
+    let d_seqs = density.positions(dev, &pos)?;
     let dt = density.tables(dev, model, &d_seqs.off, seqs.len(), seqs.total(), false)?;
     let mut out = forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec)?;
     for (s, l) in out.iter_mut().enumerate() {
@@ -75,7 +74,7 @@ pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>
     let dev = device()?;
     let pos = positions(seqs)?;
     let density = DeviceDensity::new(dev, &model.emission, values)?;
-    let d_seqs = upload(dev, &pos)?;
+    let d_seqs = density.positions(dev, &pos)?;
     let tabs = density.log_tables(dev, model, seqs.total())?;
     viterbi_all(dev, model.n_states, &tabs, &d_seqs, &pos, exec)
 }
@@ -209,4 +208,41 @@ pub(crate) fn fit<E: Emission>(seqs: &Sequences<E::Obs>, values: &[f64], config:
     let seg = cpu::fit_segment(n, seqs, exec);
     let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec, model: None, previous: None, current: None, seg };
     fit_with(config, seqs, exec, &mut engine)
+}
+
+/// For benchmarks ([`super::with_resident_passes`] for densities): the
+/// observations uploaded once, then `run` gets each pass as a closure.
+/// Forward: the rows, shifts and forward kernels, log-likelihoods copied
+/// out. Viterbi: the log rows and the Viterbi kernels, paths copied out.
+/// BaumWelch: one fit iteration (the host M-step, then the E-step: rows,
+/// passes with counts, counts and log-likelihoods copied out).
+#[doc(hidden)]
+pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], mut run: impl FnMut(super::ResidentPass, &mut dyn FnMut() -> Result<()>) -> Result<()>) -> Result<()> {
+    check_size(model.n_states, seqs.len())?;
+    let dev = device()?;
+    let n = model.n_states;
+    let pos = positions(seqs)?;
+    let exec = Exec { backend: crate::exec::Backend::Cuda, ..Exec::cpu() };
+    let density = DeviceDensity::new(dev, &model.emission, values)?;
+    {
+        let d_seqs = density.positions(dev, &pos)?;
+        run(super::ResidentPass::Forward, &mut || {
+            let dt = density.tables(dev, model, &d_seqs.off, seqs.len(), seqs.total(), false)?;
+            forward_all(dev, n, density.stats, &dt.tables, &d_seqs, &pos, &exec).map(|_| ())
+        })?;
+        run(super::ResidentPass::Viterbi, &mut || {
+            let tabs = density.log_tables(dev, model, seqs.total())?;
+            viterbi_all(dev, n, &tabs, &d_seqs, &pos, &exec).map(|_| ())
+        })?;
+    }
+    let passes = Passes::with_density(n, density.stats, &pos, true, n * 8, Some(&density))?;
+    let counts = passes.count_slots()?;
+    let seg = cpu::fit_segment(n, seqs, &exec);
+    let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec: &exec, model: None, previous: None, current: None, seg };
+    engine.load(model)?;
+    let fit = EmissionFit::default();
+    run(super::ResidentPass::BaumWelch, &mut || {
+        engine.m_step(&fit)?;
+        engine.e_step().map(|_| ())
+    })
 }

@@ -22,7 +22,7 @@ pub(super) struct DeviceSeqs {
 /// Symbols (0) after the last sequence: the warp kernels prefetch the
 /// symbol up to three steps ahead without checking where the sequence ends
 /// (HMM_SYM_PAD in kernels/hmm.cu).
-const SYM_PAD: usize = 3;
+pub(super) const SYM_PAD: usize = 3;
 
 pub(super) fn upload(dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
     let s = &dev.stream;

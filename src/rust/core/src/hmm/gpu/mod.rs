@@ -53,6 +53,7 @@ mod rows;
 
 #[doc(hidden)]
 pub use resident::{with_resident_passes, ResidentPass};
+pub use density::with_resident_density;
 pub(crate) use density::{fit as density_fit, loglik as density_loglik, posterior as density_posterior, viterbi as density_viterbi};
 
 use engine::DeviceEngine;

@@ -71,7 +71,10 @@ impl<'a> Passes<'a> {
     /// (symbol p at position p), `v` its number of statistics.
     pub(super) fn with_density(n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
         let dev = device()?;
-        let d_seqs = upload(dev, seqs)?;
+        let d_seqs = match density {
+            Some(d) => d.positions(dev, seqs)?,
+            None => upload(dev, seqs)?,
+        };
         let warp = warp_path(dev, n, v, counts);
         let large = !warp && batched_path(dev, n);
         let xi_gemm = counts && !warp && (large || !backward_smem(dev, n, v, true).2);

@@ -17,7 +17,8 @@ use crate::gpu::{Device, Kernel};
 use super::super::emission::Emission;
 use super::super::model::HmmModel;
 use super::super::tables::{min_positive, Certificate, Tables, DENSE_MIN};
-use super::memory::{min_key, transposed, DeviceLogTables, DeviceSeqs, DeviceTables};
+use super::super::sequences::Sequences;
+use super::memory::{min_key, transposed, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
 use super::{err, DEFAULT_SMEM};
 
 /// A density emission's observations, parameters and kernels.
@@ -57,6 +58,25 @@ impl DeviceDensity {
             obs: s.clone_htod(values).map_err(&er)?,
             ep: RefCell::new(s.clone_htod(&e.device_params()[..]).map_err(&er)?),
         })
+    }
+
+    /// The sequences with offsets `seqs.offsets` as positions on the
+    /// device: symbol p at position p (padding 0), filled there.
+    pub(super) fn positions(&self, dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
+        let s = &dev.stream;
+        let e = err(dev, "copying sequences");
+        let total = seqs.total();
+        let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
+        let mut sym = s.alloc_zeros::<u32>(total + SYM_PAD).map_err(&e)?;
+        let f = self.function(dev, Kernel::HmmPositions, 0)?;
+        let cfg = LaunchConfig { grid_dim: (total.div_ceil(256).clamp(1, dev.multiprocessors as usize * 32) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let total_i = total as i64;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&total_i).arg(&mut sym);
+        // SAFETY: sym holds total + SYM_PAD entries; the kernel writes the
+        // first `total`.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_positions"))?;
+        Ok(DeviceSeqs { sym, off: s.clone_htod(&off[..]).map_err(&e)? })
     }
 
     /// Replace the parameters by those of `e` (after an M-step).
