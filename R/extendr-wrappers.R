@@ -28,31 +28,35 @@ mix_posterior_ <- function(x, family, alpha, first, second) .Call(wrap__mix_post
 
 #' The memory check of an HMM call before R builds anything for it:
 #' `n_seqs` sequences of `lengths` (one value: recycled), `copies` of the
-#' result on top of the core's own. NULL, or a memory error.
+#' result on top of the core's own; `emission` is R's emission list (only
+#' its family and V are read). NULL, or a memory error.
 #' @noRd
-hmm_memory_ <- function(pass, n_states, n_symbols, n_seqs, lengths, threads, starts, copies) .Call(wrap__hmm_memory_, pass, n_states, n_symbols, n_seqs, lengths, threads, starts, copies)
+hmm_memory_ <- function(pass, n_states, emission, n_seqs, lengths, threads, starts, copies) .Call(wrap__hmm_memory_, pass, n_states, emission, n_seqs, lengths, threads, starts, copies)
 
-#' log P(sequence) per sequence.
+#' log P(sequence) per sequence. `obs`: integer symbol codes (categorical)
+#' or doubles; `emission`: R's emission list.
 #' @noRd
-hmm_loglik_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_loglik_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)
+hmm_loglik_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_loglik_, start, trans, emission, obs, lengths, threads, backend)
 
 #' Viterbi: list(path = flat 1-based states, NA for impossible sequences; log_prob).
 #' @noRd
-hmm_viterbi_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_viterbi_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)
+hmm_viterbi_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_viterbi_, start, trans, emission, obs, lengths, threads, backend)
 
 #' Posteriors: list(probs = flat, time-major (T x N per sequence), loglik).
 #' @noRd
-hmm_posterior_ <- function(start, trans, emis, n_symbols, symbols, lengths, threads, backend) .Call(wrap__hmm_posterior_, start, trans, emis, n_symbols, symbols, lengths, threads, backend)
+hmm_posterior_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_posterior_, start, trans, emission, obs, lengths, threads, backend)
 
-#' Baum-Welch over all sequences. `init` is NULL or list(start, trans, emis)
-#' (row-major). `first_start`: 0-based global index of the first random
-#' start (R splits the starts of one fit over future workers).
+#' Baum-Welch over all sequences. `emission`: list(family, V) (V for a
+#' categorical fit); `init` is NULL or list(start, trans, emission)
+#' (row-major); `var_floor` NA for the default. `first_start`: 0-based
+#' global index of the first random start (R splits the starts of one fit
+#' over future workers).
 #' @noRd
-hmm_fit_ <- function(symbols, lengths, n_states, n_symbols, init, max_iters, epsilon, random_inits, pseudocount, seed, first_start, threads, backend) .Call(wrap__hmm_fit_, symbols, lengths, n_states, n_symbols, init, max_iters, epsilon, random_inits, pseudocount, seed, first_start, threads, backend)
+hmm_fit_ <- function(obs, lengths, n_states, emission, init, max_iters, epsilon, random_inits, pseudocount, var_floor, seed, first_start, threads, backend) .Call(wrap__hmm_fit_, obs, lengths, n_states, emission, init, max_iters, epsilon, random_inits, pseudocount, var_floor, seed, first_start, threads, backend)
 
-#' Simulate: list(symbols, states), flat and 1-based.
+#' Simulate: list(obs, states), flat; symbols and states 1-based.
 #' @noRd
-hmm_simulate_ <- function(start, trans, emis, n_symbols, lengths, seed) .Call(wrap__hmm_simulate_, start, trans, emis, n_symbols, lengths, seed)
+hmm_simulate_ <- function(start, trans, emission, lengths, seed) .Call(wrap__hmm_simulate_, start, trans, emission, lengths, seed)
 
 #' Error (memory) unless this process may allocate `bytes` more: for R
 #' code about to allocate, e.g. rinvgaussmix()'s n draws. `what` names the
@@ -66,8 +70,8 @@ memory_ensure_ <- function(what, bytes) .Call(wrap__memory_ensure_, what, bytes)
 backends_ <- function() .Call(wrap__backends_)
 
 #' The backend ("cpu" or "cuda") for a job of `area` ("em": sizes =
-#' c(observation-iterations, components); "hmm": c(states, symbols,
-#' passes)) and `request` ("cpu", "cuda", "auto"): the core's one choice,
+#' c(observation-iterations, components); "hmm" (categorical) or
+#' "hmm:<emission>": c(states, observations, passes)) and `request` ("cpu", "cuda", "auto"): the core's one choice,
 #' for R code that splits a job into chunks and must choose once for all.
 #' @noRd
 backend_choice_ <- function(area, request, sizes) .Call(wrap__backend_choice_, area, request, sizes)

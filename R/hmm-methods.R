@@ -1,12 +1,17 @@
 #' Methods for hidden Markov models and their fits
 #'
-#' `print` shows the probabilities of a [hmm()] model, or the fitted model
-#' and how the fit went for a [hmm_fit()] result. `summary` adds the
-#' stationary distribution and expected time spent in each state per visit
-#' (a model), or AIC and BIC (a fit). `logLik` returns the total
-#' log-likelihood with `df` = the number of free parameters
-#' ((N - 1) + N (N - 1) + N (V - 1)) and `nobs` = the number of symbols, so
-#' [AIC()] and [BIC()] work. `plot` draws the log-likelihood trace of a fit.
+#' `print` shows the parameters of a [hmm()] model (start and transition
+#' probabilities, and the emission: symbol probabilities, Gaussian means
+#' and standard deviations, or Poisson rates), or the fitted model and how
+#' the fit went for a [hmm_fit()] result. `summary` adds the stationary
+#' distribution and expected time spent in each state per visit and a line
+#' per state about its emission (a model), or AIC and BIC (a fit). `logLik`
+#' returns the total log-likelihood with `df` = the number of free
+#' parameters, (N - 1) + N (N - 1) plus the emission's: N (V - 1)
+#' categorical, 2N Gaussian (mean and sd), N Poisson (rate); and `nobs` =
+#' the number of observations (symbols), so [AIC()] and [BIC()] work. `plot`
+#' draws the log-likelihood trace of a fit. All of them work for every
+#' emission family.
 #'
 #' @param x,object A `bulkem_hmm` model or a `bulkem_hmm_fit`.
 #' @param digits Significant digits to print.
@@ -24,19 +29,29 @@
 #' summary(fit)
 #' BIC(fit)
 #' plot(fit)
+#'
+#' # A Poisson model and its fit
+#' p <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE),
+#'   emission = poisson_emission(c(1, 6)))
+#' p
+#' counts <- hmm_simulate(p, n = 30, length = 40, seed = 1)
+#' pfit <- hmm_fit(counts, 2, emission = "poisson", seed = 1, use.gpu = FALSE)
+#' summary(pfit)
+#' logLik(pfit)
 NULL
 
 #' @rdname bulkem_hmm
 #' @export
 print.bulkem_hmm <- function(x, digits = 4, ...) {
-  cat(sprintf("Hidden Markov model: %d state%s, %d symbol%s\n", length(x$start),
-              if (length(x$start) == 1) "" else "s", ncol(x$emis), if (ncol(x$emis) == 1) "" else "s"))
+  em <- model_emission(x, "x")
+  fam <- emission_family(em$family)
+  cat(sprintf("Hidden Markov model: %d state%s, %s\n", length(x$start),
+              if (length(x$start) == 1) "" else "s", fam$describe(em)))
   cat("\nStart probabilities:\n")
   print(x$start, digits = digits)
   cat("\nTransition probabilities (from rows to columns):\n")
   print(x$trans, digits = digits)
-  cat("\nEmission probabilities:\n")
-  print(x$emis, digits = digits)
+  fam$print(em, digits)
   invisible(x)
 }
 
@@ -44,8 +59,10 @@ print.bulkem_hmm <- function(x, digits = 4, ...) {
 #' @export
 summary.bulkem_hmm <- function(object, ...) {
   stay <- diag(object$trans)
+  em <- model_emission(object, "object")
   structure(list(
-    states = length(object$start), symbols = ncol(object$emis),
+    states = length(object$start), family = em$family,
+    symbols = if (em$family == "categorical") ncol(em$probs) else NA_integer_,
     parameters = hmm_df(object),
     stationary = stationary(object$trans),
     expected_duration = stats::setNames(1 / (1 - stay), names(object$start)),
@@ -55,31 +72,35 @@ summary.bulkem_hmm <- function(object, ...) {
 
 #' @export
 print.summary.bulkem_hmm <- function(x, digits = 4, ...) {
-  cat(sprintf("Hidden Markov model: %d states, %d symbols, %d free parameters\n",
-              x$states, x$symbols, x$parameters))
+  em <- model_emission(x$model, "x")
+  fam <- emission_family(em$family)
+  cat(sprintf("Hidden Markov model: %d state%s, %s, %d free parameters\n",
+              x$states, if (x$states == 1) "" else "s", fam$describe(em), x$parameters))
   cat("\nStationary distribution:\n")
   print(x$stationary, digits = digits)
   cat("\nExpected steps per visit to each state:\n")
   print(x$expected_duration, digits = digits)
-  cat("\nMost likely symbol in each state:\n")
-  e <- x$model$emis
-  print(stats::setNames(colnames(e)[max.col(e, ties.method = "first")], rownames(e)), quote = FALSE)
+  fam$summary(em, digits)
   invisible(x)
 }
 
 #' @rdname bulkem_hmm
 #' @export
 print.bulkem_hmm_fit <- function(x, digits = 4, ...) {
-  cat(sprintf("bulkem HMM fit: %d states, %d symbols, %s sequences (%s symbols)\n",
-              length(x$model$start), ncol(x$model$emis), format(x$n_sequences, big.mark = ",", scientific = FALSE),
-              format(x$n_obs, big.mark = ",", scientific = FALSE)))
+  em <- model_emission(x$model, "x")
+  fam <- emission_family(em$family)
+  cat(sprintf("bulkem HMM fit: %d states, %s, %s sequences (%s %ss)\n",
+              length(x$model$start), fam$describe(em), format(x$n_sequences, big.mark = ",", scientific = FALSE),
+              format(x$n_obs, big.mark = ",", scientific = FALSE), fam$noun))
   if (x$status == "failed") {
     cat("Status: failed -", x$message, "\n")
     return(invisible(x))
   }
-  cat(sprintf("log-likelihood %s after %d iteration%s (%s); start %d of %d\n\n",
+  cat(sprintf("log-likelihood %s after %d iteration%s (%s); start %d of %d\n",
               format(x$loglik, digits = digits + 4), x$iterations,
               if (x$iterations == 1) "" else "s", x$status, x$best_start, length(x$start_logliks)))
+  print_floored(x$floored)
+  cat("\n")
   print(x$model, digits = digits)
   invisible(x)
 }
@@ -94,14 +115,16 @@ summary.bulkem_hmm_fit <- function(object, ...) {
     AIC = if (ok) stats::AIC(ll) else NA_real_, BIC = if (ok) stats::BIC(ll) else NA_real_,
     iterations = object$iterations, n_sequences = object$n_sequences, n_obs = object$n_obs,
     start_logliks = object$start_logliks, best_start = object$best_start,
+    floored = object$floored, noun = emission_family(model_emission(object$model, "object")$family)$noun,
     model = summary(object$model)
   ), class = "summary.bulkem_hmm_fit")
 }
 
 #' @export
 print.summary.bulkem_hmm_fit <- function(x, digits = 4, ...) {
-  cat(sprintf("bulkem HMM fit (%s) on %s sequences, %s symbols\n", x$status,
-              format(x$n_sequences, big.mark = ",", scientific = FALSE), format(x$n_obs, big.mark = ",", scientific = FALSE)))
+  cat(sprintf("bulkem HMM fit (%s) on %s sequences, %s %ss\n", x$status,
+              format(x$n_sequences, big.mark = ",", scientific = FALSE), format(x$n_obs, big.mark = ",", scientific = FALSE),
+              x$noun %||% "symbol"))
   if (x$status == "failed") {
     cat("Failed:", x$message, "\n")
     return(invisible(x))
@@ -111,6 +134,7 @@ print.summary.bulkem_hmm_fit <- function(x, digits = 4, ...) {
               format(x$BIC, digits = digits + 4), x$iterations))
   cat(sprintf("Start %d of %d kept; final log-likelihood of each start: %s\n", x$best_start,
               length(x$start_logliks), paste(format(x$start_logliks, digits = digits + 4), collapse = ", ")))
+  print_floored(x$floored)
   cat("\n")
   print(x$model, digits = digits)
   invisible(x)
@@ -135,10 +159,19 @@ plot.bulkem_hmm_fit <- function(x, ...) {
   invisible(x)
 }
 
+# The line of a fit's print and summary about states held at the variance
+# floor (nothing when none is).
+print_floored <- function(floored) {
+  if (any(floored)) {
+    cat(sprintf("Variance held at the floor in state%s %s (see ?hmm_fit)\n",
+                if (sum(floored) == 1) "" else "s", paste(names(floored)[floored], collapse = ", ")))
+  }
+}
+
 hmm_df <- function(model) {
   N <- length(model$start)
-  V <- ncol(model$emis)
-  as.integer((N - 1) + N * (N - 1) + N * (V - 1))
+  em <- model_emission(model)
+  as.integer((N - 1) + N * (N - 1) + emission_family(em$family)$df(em))
 }
 
 # The stationary distribution of a transition matrix (left eigenvector for
@@ -168,7 +201,8 @@ stationary <- function(trans) {
 #'   a `bulkem_hmm` model from [hmm()].
 #' @param newdata The sequences to decode, as `seqs` of [hmm_loglik()]: a
 #'   list of integer vectors of symbol codes, or of character vectors or
-#'   factors of symbol labels (a single vector is one sequence). Required:
+#'   factors of symbol labels (categorical models), of numeric vectors
+#'   (Gaussian) or of counts (Poisson); a single vector is one sequence. Required:
 #'   fits keep no sequences (see Value). May be given by position,
 #'   `predict(fit, seqs)`.
 #' @param type `"states"` (default) or `"posterior"`.
@@ -202,6 +236,10 @@ stationary <- function(trans) {
 #' head(post[[1]])
 #' # A model made by hmm() predicts too
 #' predict(truth, list(c(1, 1, 2, 2, 2)), use.gpu = FALSE)
+#' # Gaussian observations decode the same way
+#' g <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.1, 0.9), 2, byrow = TRUE),
+#'   emission = gaussian_emission(c(0, 5), c(1, 1)))
+#' predict(g, list(c(0.2, -0.5, 4.9, 5.3, 0.1)), use.gpu = FALSE)
 #' @export
 predict.bulkem_hmm_fit <- function(object, newdata, type = c("states", "posterior"), use.gpu = NA,
                                    parallel = c("none", "future"), chunk.size = NULL, ...) {
@@ -242,7 +280,7 @@ hmm_predict <- function(object, newdata, no_data, type, use.gpu, parallel, chunk
     ), call = call)
   }
   # As hmm_posterior() and hmm_viterbi() do, with errors naming `newdata`.
-  s <- check_seqs(newdata, colnames(model$emis), ncol(model$emis), arg = "newdata", call = call)
+  s <- model_seqs(model, newdata, "newdata", call)
   if (type == "posterior") {
     return(posterior_result(hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call, "predict"), s, model))
   }

@@ -1,32 +1,48 @@
-#' A discrete-emission hidden Markov model
+#' A hidden Markov model
 #'
-#' Builds and validates a hidden Markov model with N hidden states and V
-#' observable symbols: the probabilities of the first state (`start`), of
-#' moving from one state to the next (`trans`) and of emitting each symbol in
-#' each state (`emis`). Exact zeros are allowed, and so are probabilities
-#' of any size down to the smallest double (subnormal ones included): the
-#' computations stay exact where products of them leave the double range
-#' (see [hmm_loglik()]). The model is used by
-#' [hmm_loglik()], [hmm_viterbi()], [hmm_posterior()] and [hmm_simulate()],
-#' and returned (fitted) by [hmm_fit()].
+#' Builds and validates a hidden Markov model with N hidden states: the
+#' probabilities of the first state (`start`), of moving from one state to
+#' the next (`trans`) and what each state emits. The emission is either an
+#' N x V matrix `emis` of symbol probabilities (a categorical, or discrete,
+#' HMM with V observable symbols), or an `emission` made by
+#' [gaussian_emission()] (real-valued observations, a normal distribution
+#' per state), [poisson_emission()] (counts, a Poisson distribution per
+#' state) or [categorical_emission()] (the same as `emis`). Exact zeros are
+#' allowed, and so are probabilities of any size down to the smallest
+#' double (subnormal ones included): the computations stay exact where
+#' products of them leave the double range (see [hmm_loglik()]). The model
+#' is used by [hmm_loglik()], [hmm_viterbi()], [hmm_posterior()] and
+#' [hmm_simulate()], and returned (fitted) by [hmm_fit()].
 #'
 #' State labels come from `names(start)`, `rownames(trans)`,
-#' `colnames(trans)` or `rownames(emis)` (the first that is set), symbol
-#' labels from `colnames(emis)`; they default to `"1"`, `"2"`, ... Sequences
-#' may be given as character vectors or factors of the symbol labels.
+#' `colnames(trans)` or the emission's (`rownames(emis)`, `names(mean)`,
+#' `names(sd)`, `names(rate)`; the first that is set); they default to
+#' `"1"`, `"2"`, ... Symbol labels (categorical) come from `colnames(emis)`;
+#' sequences may then be given as character vectors or factors of the
+#' symbol labels. See [hmm_emissions] for the observations each emission
+#' takes.
 #'
 #' @param start Probabilities of the first state: a numeric vector of length
 #'   N summing to 1.
 #' @param trans N x N transition matrix: `trans[i, j]` is the probability of
 #'   moving from state i to state j; every row sums to 1.
 #' @param emis N x V emission matrix: `emis[i, k]` is the probability of
-#'   emitting symbol k in state i; every row sums to 1.
+#'   emitting symbol k in state i; every row sums to 1. Give `emis` or
+#'   `emission`, not both (an emission object given as `emis`, e.g.
+#'   `hmm(start, trans, gaussian_emission(mean, sd))`, is taken as
+#'   `emission`).
+#' @param emission An emission made by [gaussian_emission()],
+#'   [poisson_emission()] or [categorical_emission()], with N states.
 #' @return An object of class `bulkem_hmm`: a list with `start` (named
-#'   vector), `trans` and `emis` (matrices with dimnames `from`/`to` and
-#'   `state`/`symbol`). Errors of class `bulkem_error_input` name the
-#'   argument and the entry that is not a probability (missing, infinite,
-#'   negative) or the row that does not sum to 1 (within 1e-8).
-#' @seealso [hmm_fit()] to estimate a model from sequences.
+#'   vector), `trans` (matrix with dimnames `from`/`to`) and either `emis`
+#'   (categorical: matrix with dimnames `state`/`symbol`; also for
+#'   `emission = categorical_emission(emis)`, so both give the same model)
+#'   or `emission` (Gaussian and Poisson: the emission object, its
+#'   parameters named by state). Errors of class `bulkem_error_input` name
+#'   the argument and the entry that is not a probability (missing,
+#'   infinite, negative) or the row that does not sum to 1 (within 1e-8),
+#'   and an emission whose number of states differs from `start`'s.
+#' @seealso [hmm_fit()] to estimate a model from sequences; [hmm_emissions].
 #' @examples
 #' # The two-state weather model of the Wikipedia Viterbi example
 #' model <- hmm(
@@ -37,27 +53,84 @@
 #' )
 #' model
 #' summary(model)
+#'
+#' # Gaussian and Poisson emissions
+#' trans <- matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE)
+#' hmm(c(0.5, 0.5), trans, emission = gaussian_emission(c(low = 0, high = 3), c(1, 1)))
+#' hmm(c(0.5, 0.5), trans, emission = poisson_emission(c(1, 10)))
 #' @export
-hmm <- function(start, trans, emis) {
+hmm <- function(start, trans, emis, emission) {
   call <- environment()
+  if (!missing(emis) && inherits(emis, "bulkem_emission")) {
+    if (!missing(emission)) {
+      bulkem_abort(c(
+        "{.arg emis} and {.arg emission} can't both be given.",
+        i = "Pass the emission once, as {.arg emission}."
+      ), call = call)
+    }
+    emission <- emis
+    emis <- NULL
+  } else if (missing(emis)) {
+    emis <- NULL
+  }
+  if (missing(emission)) emission <- NULL
+  if (is.null(emis) == is.null(emission)) {
+    bulkem_abort(c(
+      if (is.null(emis)) "One of {.arg emis} or {.arg emission} must be given." else
+        "{.arg emis} and {.arg emission} can't both be given.",
+      i = "{.arg emis}: a matrix of emission probabilities (categorical); {.arg emission}: an emission made by {.fn gaussian_emission}, {.fn poisson_emission} or {.fn categorical_emission}."
+    ), call = call)
+  }
   check_prob_vector(start, "start", call)
   N <- length(start)
   check_prob_matrix(trans, "trans", N, N, call)
-  check_prob_matrix(emis, "emis", N, NA, call)
-  states <- names(start) %||% rownames(trans) %||% colnames(trans) %||% rownames(emis) %||%
+  if (!is.null(emis)) {
+    check_prob_matrix(emis, "emis", N, NA, call)
+    emission <- new_emission("categorical", list(probs = emis), rownames(emis))
+    emission_states <- rownames(emis)
+  } else {
+    if (!inherits(emission, "bulkem_emission")) {
+      bulkem_abort(c(
+        "{.arg emission} must be an emission made by {.fn gaussian_emission}, {.fn poisson_emission} or {.fn categorical_emission}.",
+        x = "You supplied {describe_value(emission)}."
+      ), call = call)
+    }
+    emission <- model_emission(list(emission = emission), "emission", call)
+    fam <- emission_family(emission$family)
+    if (fam$n_states(emission) != N) {
+      bulkem_abort(c(
+        "{.arg emission} must have one state per element of {.arg start} ({N}).",
+        x = "It has {fam$n_states(emission)} state{?s}."
+      ), call = call)
+    }
+    # Labels the user gave (not the default 1..N of the constructors).
+    emission_states <- fam$states(emission)
+    if (identical(unname(emission_states), as.character(seq_len(N)))) emission_states <- NULL
+  }
+  states <- names(start) %||% rownames(trans) %||% colnames(trans) %||% emission_states %||%
     as.character(seq_len(N))
-  symbols <- colnames(emis) %||% as.character(seq_len(ncol(emis)))
-  new_hmm(as.double(start), unname(trans), unname(emis), states, symbols)
+  new_hmm(as.double(start), unname(trans), emission, states)
 }
 
-new_hmm <- function(start, trans, emis, states, symbols) {
+# A bulkem_hmm from checked parts: a categorical emission is kept as the
+# matrix `emis` (the model of hmm(start, trans, emis)), any other as the
+# emission object `emission`, labelled by `states`.
+new_hmm <- function(start, trans, emission, states) {
   storage.mode(trans) <- "double"
-  storage.mode(emis) <- "double"
-  structure(list(
+  emission <- emission_family(emission$family)$relabel(emission, states)
+  model <- list(
     start = stats::setNames(start, states),
-    trans = matrix(trans, length(states), dimnames = list(from = states, to = states)),
-    emis = matrix(emis, length(states), dimnames = list(state = states, symbol = symbols))
-  ), class = "bulkem_hmm")
+    trans = matrix(trans, length(states), dimnames = list(from = states, to = states))
+  )
+  if (emission$family == "categorical") {
+    model$emis <- emission$probs
+  } else {
+    model$emission <- emission
+    # An explicit NULL: `model$emis` would otherwise partially match
+    # `emission` and look like a categorical model's matrix.
+    model["emis"] <- list(NULL)
+  }
+  structure(model, class = "bulkem_hmm")
 }
 
 #' Simulate sequences from a hidden Markov model
@@ -71,9 +144,13 @@ new_hmm <- function(start, trans, emis, states, symbols) {
 #'   so the result does not depend on the number of threads). `NULL` draws
 #'   one from R's random number generator, so [set.seed()] makes a call
 #'   reproducible.
-#' @return A list of `n` integer vectors of symbol codes `1..V` (the labels
-#'   are `colnames(model$emis)`), with attribute `states`: the list of hidden
-#'   state paths (integer codes `1..N`).
+#' @return A list of `n` sequences, with attribute `states`: the list of
+#'   hidden state paths (integer codes `1..N`). The sequences are integer
+#'   vectors of symbol codes `1..V` for a categorical model (the labels are
+#'   `colnames(model$emis)`), double vectors for a Gaussian one, and for a
+#'   Poisson one integer vectors of counts, or double vectors (whole
+#'   numbers) when some count of the call exceeds the largest integer
+#'   (`.Machine$integer.max`, possible only with rates near 2e9 or more).
 #'
 #'   Before anything is allocated, the memory the result needs (`n` x
 #'   `length` symbols and states, and R's copies of them) is compared with
@@ -86,6 +163,10 @@ new_hmm <- function(start, trans, emis, states, symbols) {
 #' seqs <- hmm_simulate(model, n = 3, length = c(5, 10, 20), seed = 1)
 #' seqs[[1]]
 #' attr(seqs, "states")[[1]]
+#' # Gaussian observations
+#' g <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE),
+#'   emission = gaussian_emission(c(0, 4), c(1, 0.5)))
+#' round(hmm_simulate(g, n = 1, length = 8, seed = 1)[[1]], 2)
 #' @export
 hmm_simulate <- function(model, n, length, seed = NULL) {
   call <- environment()
@@ -101,15 +182,16 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
     ), call = call)
   }
   seed <- check_seed(seed, call)
+  em <- model_emission(model, "model", call)
+  fam <- emission_family(em$family)
   # Refused here, before R builds the lengths (n of them) or anything else.
-  hmm_memory("simulate", model, n, length, 0L, 3L, call, "hmm_simulate")
+  hmm_memory("simulate", length(model$start), fam$shape(em), n, length, 0L, 3L, call, "hmm_simulate")
   lens <- rep_len(as.integer(length), n)
   raw <- call_core(
-    hmm_simulate_(model$start, as.double(t(model$trans)), as.double(t(model$emis)),
-                  ncol(model$emis), lens, seed),
+    hmm_simulate_(model$start, as.double(t(model$trans)), fam$to_core(em), lens, seed),
     call, "hmm_simulate"
   )
-  structure(split_flat(raw$symbols, lens), states = split_flat(raw$states, lens))
+  structure(split_flat(fam$sim_obs(raw$obs), lens), states = split_flat(raw$states, lens))
 }
 
 #' Log-likelihood of each sequence under a hidden Markov model
@@ -138,16 +220,19 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #' @param model A [hmm()] model, or a fit from [hmm_fit()] (its fitted
 #'   model, `fit$model`, is used; a fit whose `status` is `"failed"` is an
 #'   error of class `bulkem_error_input`, since it has no fitted model).
-#' @param seqs The observation sequences: a list of integer vectors of
+#' @param seqs The observation sequences, any lengths >= 1 (a single vector
+#'   is one sequence): for a categorical model a list of integer vectors of
 #'   symbol codes `1..V`, or of character vectors or factors whose values
-#'   are symbol labels (`colnames(model$emis)`); any lengths >= 1. A single
-#'   vector is one sequence.
+#'   are symbol labels (`colnames(model$emis)`); for a Gaussian model a
+#'   list of numeric vectors of finite numbers; for a Poisson model a list
+#'   of vectors of counts (whole numbers >= 0). Values that do not fit are
+#'   errors of class `bulkem_error_input` naming the sequence and position.
 #' @param use.gpu `NA` (default): a CUDA GPU when one is usable and the job
 #'   is large enough, otherwise the CPU (with a one-time message when no GPU
 #'   is usable); `TRUE`: a GPU or an error saying why not; `FALSE`: the CPU.
 #'   "Large enough" means at least 1e10 symbol x N^2 x pass units (e.g.
 #'   10,000 sequences of 1,000 symbols with N = 32 for a Baum-Welch fit);
-#'   the GPU kernels handle up to 2048 states.
+#'   the GPU kernels handle up to 2048 states, with every emission family.
 #' @param parallel `"none"`: all sequences in this R session. `"future"`:
 #'   the sequences are split into chunks of consecutive sequences and run on
 #'   the workers of the current [future::plan()] through
@@ -167,11 +252,15 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #' model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
 #'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
 #' hmm_loglik(model, list(c(1, 2, 3), c(3, 3, 3, 1)), use.gpu = FALSE)
+#' # Poisson counts
+#' counts <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE),
+#'   emission = poisson_emission(c(1, 6)))
+#' hmm_loglik(counts, list(c(0, 2, 1, 7, 5)), use.gpu = FALSE)
 #' @export
 hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
   model <- hmm_model(model, "model", call)
-  s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
+  s <- model_seqs(model, seqs, "seqs", call)
   raw <- hmm_run("loglik", model, s, use.gpu, parallel, chunk.size, 1, call)
   stats::setNames(raw$loglik, s$names)
 }
@@ -212,7 +301,7 @@ hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future")
 hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
   model <- hmm_model(model, "model", call)
-  s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
+  s <- model_seqs(model, seqs, "seqs", call)
   viterbi_result(hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call), s)
 }
 
@@ -247,7 +336,7 @@ viterbi_result <- function(raw, s) {
 hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
   call <- environment()
   model <- hmm_model(model, "model", call)
-  s <- check_seqs(seqs, colnames(model$emis), ncol(model$emis), call = call)
+  s <- model_seqs(model, seqs, "seqs", call)
   posterior_result(hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call), s, model)
 }
 
@@ -267,21 +356,42 @@ posterior_result <- function(raw, s, model) {
 
 #' Fit a hidden Markov model to many sequences (Baum-Welch)
 #'
-#' Estimates the start, transition and emission probabilities of an
-#' `n.states`-state hidden Markov model from all sequences jointly by the
-#' Baum-Welch (EM) algorithm: every iteration sums the expected counts of
-#' every sequence (scaled forward-backward) and re-estimates all
-#' probabilities. The log-likelihood never decreases from one iteration to
-#' the next (beyond rounding). Iterations stop when it changes by less than
-#' `epsilon` (`status = "converged"`) or after `max.iters` iterations
-#' (`status = "max_iters"`).
+#' Estimates the start and transition probabilities and the emission
+#' parameters of an `n.states`-state hidden Markov model from all sequences
+#' jointly by the Baum-Welch (EM) algorithm: every iteration sums the
+#' expected counts (and, for Gaussian and Poisson emissions, the expected
+#' sums of the observations) of every sequence (scaled forward-backward)
+#' and re-estimates all parameters. The log-likelihood never decreases
+#' from one iteration to the next (beyond rounding). Iterations stop when it
+#' changes by less than `epsilon` (`status = "converged"`) or after
+#' `max.iters` iterations (`status = "max_iters"`).
+#'
+#' **Emissions.** The emission family comes from `init` when it is given,
+#' else from `emission`: categorical (the default; symbols `1..V`),
+#' `"gaussian"` (real-valued observations, a mean and a standard deviation
+#' per state) or `"poisson"` (counts, a rate per state). See
+#' [hmm_emissions] for the observations each takes.
 #'
 #' **Starts.** With `init = NULL`, `random.inits` random models are tried
-#' (every probability vector drawn uniformly from its simplex, keyed by
-#' `seed` and the start index) and the one reaching the highest
-#' log-likelihood is kept (ties to the first). Baum-Welch finds a local
+#' (start and transition probabilities drawn uniformly from their
+#' simplices; categorical emission rows likewise; Gaussian means drawn from
+#' the observations with every standard deviation that of all
+#' observations; Poisson rates drawn from the observations plus a tenth of
+#' their mean; all keyed by `seed` and the start index) and the one
+#' reaching the highest log-likelihood is kept (ties to the first). Baum-Welch finds a local
 #' maximum only, so several starts are advisable. States of a fitted model
 #' are identified only up to relabelling.
+#'
+#' **Variance floors (Gaussian).** The likelihood of a Gaussian HMM is
+#' unbounded: a state that collapses onto one observation (or a few equal
+#' ones) has a variance tending to 0 and a density tending to infinity.
+#' Baum-Welch would follow it there, so each M-step holds every state's
+#' variance at least at `var.floor` (by default 1e-6 times the variance of
+#' all observations). A state held at the floor in the last iteration is
+#' reported in `floored` and by a warning of class
+#' `bulkem_warning_variance_floor` (and `bulkem_warning`): its fitted
+#' parameters describe a collapse, not a feature of the data; fewer states,
+#' a larger `var.floor` or other starts avoid it.
 #'
 #' **Memory.** The model takes 8 N^2 bytes per copy (N = 100,000 states:
 #' 80 GB), and Baum-Welch keeps several; the call is refused, before
@@ -310,19 +420,23 @@ posterior_result <- function(raw, s, model) {
 #' (per chunk); a fit with one start has one step.
 #'
 #' **Pseudocounts.** `pseudocount > 0` adds that count to every expected
-#' count before normalising: a maximum a posteriori estimate under Dirichlet
-#' priors with parameters `1 + pseudocount`, which keeps every probability
-#' positive. The quantity that then never decreases is the log-posterior, not
-#' the log-likelihood reported.
+#' count before normalising (start, transitions and, for categorical
+#' emissions, the symbol counts; not Gaussian or Poisson parameters): a
+#' maximum a posteriori estimate under Dirichlet priors with parameters
+#' `1 + pseudocount`, which keeps every probability positive. The quantity
+#' that then never decreases is the log-posterior, not the log-likelihood
+#' reported.
 #'
 #' @inheritParams hmm_loglik
 #' @param n.states Number of hidden states N (taken from `init` when it is
 #'   given and `n.states` is missing).
-#' @param n.symbols Number of symbols V. When missing: the columns of
-#'   `init$emis`, else the number of levels of factor sequences, else the
-#'   largest symbol code.
+#' @param n.symbols Number of symbols V (categorical emissions only; an
+#'   error for other families). When missing: the columns of `init$emis`,
+#'   else the number of levels of factor sequences, else the largest symbol
+#'   code.
 #' @param init A [hmm()] model to start from, instead of random starts, or a
-#'   [hmm_fit()] result (to continue from its fitted model).
+#'   [hmm_fit()] result (to continue from its fitted model). Its emission
+#'   family is the fit's.
 #' @param max.iters Maximum number of Baum-Welch iterations per start (at
 #'   least 1).
 #' @param epsilon Convergence threshold on the change of the total
@@ -347,6 +461,15 @@ posterior_result <- function(raw, s, model) {
 #'   per call of the core (progress is reported between calls); the default
 #'   is one call, or about 50 with \pkg{progressr} reporting. The chunking
 #'   never changes the result.
+#' @param emission The emission family when `init` is not given:
+#'   `"categorical"` (or `NULL`, the default), `"gaussian"` or `"poisson"`,
+#'   or an emission object from [gaussian_emission()], [poisson_emission()]
+#'   or [categorical_emission()] (only its family is used; to start from
+#'   its parameters, pass `init = hmm(start, trans, emission = ...)`). With
+#'   `init`, it must name `init`'s family if given.
+#' @param var.floor Gaussian emissions only (an error for other families):
+#'   the smallest variance an M-step may give a state, a number > 0. `NULL`
+#'   (default): 1e-6 times the variance of all observations. See Details.
 #' @return An object of class `bulkem_hmm_fit`: a list with
 #'   \describe{
 #'   \item{`model`}{the fitted model, class `bulkem_hmm`.}
@@ -358,7 +481,11 @@ posterior_result <- function(raw, s, model) {
 #'   \item{`init`}{the starting model of the kept start.}
 #'   \item{`start_logliks`, `best_start`}{final log-likelihood of every start
 #'     (`-Inf` when it failed) and the index of the kept one.}
-#'   \item{`n_sequences`, `n_obs`}{number of sequences and of symbols.}
+#'   \item{`n_sequences`, `n_obs`}{number of sequences and of observations
+#'     (symbols).}
+#'   \item{`floored`}{logical, one per state (named): the states whose
+#'     variance the last M-step held at the variance floor (always `FALSE`
+#'     for categorical and Poisson emissions); see Details.}
 #'   \item{`seed`, `backend`, `seconds`}{the seed used, where it ran (the
 #'     backends of all chunks, comma-separated) and how long it took.}
 #'   }
@@ -392,31 +519,66 @@ posterior_result <- function(raw, s, model) {
 #'   future::plan(oplan)
 #'   identical(fit2$model, fit$model)
 #' }
+#'
+#' # Gaussian emissions: simulate, fit, decode
+#' g <- hmm(c(0.5, 0.5), matrix(c(0.95, 0.05, 0.1, 0.9), 2, byrow = TRUE),
+#'   emission = gaussian_emission(c(0, 3), c(1, 0.5)))
+#' x <- hmm_simulate(g, n = 50, length = 60, seed = 1)
+#' gfit <- hmm_fit(x, n.states = 2, emission = "gaussian", random.inits = 3,
+#'   seed = 1, use.gpu = FALSE)
+#' gfit$model$emission
+#' head(predict(gfit, x[1], use.gpu = FALSE)[[1]], 20)
 #' @export
 hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, epsilon = 1e-6,
                     random.inits = 1, pseudocount = 0, seed = NULL, use.gpu = NA,
-                    parallel = c("none", "future"), chunk.size = NULL) {
+                    parallel = c("none", "future"), chunk.size = NULL, emission = NULL,
+                    var.floor = NULL) {
   call <- environment()
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   if (!is.null(init)) init <- hmm_model(init, "init", call)
+  init_em <- if (!is.null(init)) model_emission(init, "init", call)
+  family <- emission_family_name(emission, "emission", call)
+  if (!is.null(init) && !is.null(emission) && family != init_em$family) {
+    bulkem_abort(c(
+      "{.arg emission} must be the family of {.arg init} when both are given.",
+      x = "{.arg init} has {init_em$family} emissions; {.arg emission} is {family}."
+    ), call = call)
+  }
+  if (!is.null(init)) family <- init_em$family
+  fam <- emission_family(family)
   if (missing(n.states)) {
     if (is.null(init)) bulkem_abort("{.arg n.states} must be given (or {.arg init}).", call = call)
     n.states <- length(init$start)
   }
   N <- check_count(n.states, "n.states", call = call)
-  symbols <- if (!is.null(init)) colnames(init$emis) else seq_symbols(seqs)
-  s <- check_seqs(seqs, symbols, call = call)
-  if (missing(n.symbols)) {
-    n.symbols <- if (!is.null(init)) ncol(init$emis) else if (!is.null(symbols)) length(symbols) else max(s$symbols)
+  if (!is.null(var.floor)) {
+    if (!fam$var_floor) {
+      bulkem_abort(c(
+        "{.arg var.floor} applies to Gaussian emissions only.",
+        x = "This fit has {family} emissions; leave {.arg var.floor} out."
+      ), call = call)
+    }
+    if (!is.numeric(var.floor) || length(var.floor) != 1 || !is.finite(var.floor) || var.floor <= 0) {
+      bulkem_abort(c(
+        "{.arg var.floor} must be a finite number > 0 (or {.code NULL} for the default).",
+        x = "You supplied {describe_value(var.floor)}."
+      ), call = call)
+    }
   }
-  V <- check_count(n.symbols, "n.symbols", call = call)
-  if (!is.null(init) && (length(init$start) != N || ncol(init$emis) != V)) {
+  setup <- fam$fit_setup(seqs, init_em, if (!missing(n.symbols)) n.symbols, call)
+  s <- setup$s
+  if (!is.null(init) && (length(init$start) != N || !identical(fam$shape(init_em), setup$shape))) {
+    if (family == "categorical") {
+      bulkem_abort(c(
+        "{.arg init} must have {.arg n.states} states and {.arg n.symbols} symbols.",
+        x = "{.arg init} has {length(init$start)} state{?s} and {ncol(init_em$probs)} symbol{?s}; {.arg n.states} = {N}, {.arg n.symbols} = {setup$shape$V}."
+      ), call = call)
+    }
     bulkem_abort(c(
-      "{.arg init} must have {.arg n.states} states and {.arg n.symbols} symbols.",
-      x = "{.arg init} has {length(init$start)} state{?s} and {ncol(init$emis)} symbol{?s}; {.arg n.states} = {N}, {.arg n.symbols} = {V}."
+      "{.arg init} must have {.arg n.states} states.",
+      x = "{.arg init} has {length(init$start)} state{?s}; {.arg n.states} = {N}."
     ), call = call)
   }
-  check_symbol_range(s$symbols, s$lengths, V, "seqs", call)
   max.iters <- check_count(max.iters, "max.iters", call = call)
   epsilon <- check_number(epsilon, "epsilon", min = 0, call = call)
   random.inits <- check_count(random.inits, "random.inits", call = call)
@@ -434,17 +596,21 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   # Before anything of size N x N or N x V: the core's estimate, with the
   # copies of the model R makes of the result.
   starts <- if (is.null(init)) random.inits else 1L
-  hmm_memory("fit", list(N = N, V = V), length(s$lengths), s$lengths, starts, 2L, call, "hmm_fit")
+  hmm_memory("fit", N, setup$shape, length(s$lengths), s$lengths, starts, 2L, call, "hmm_fit")
   symbols_total <- sum(as.double(s$lengths))
   init_rows <- if (is.null(init)) NULL else
-    list(start = init$start, trans = as.double(t(init$trans)), emis = as.double(t(init$emis)))
-  settings <- list(N = N, V = V, init = init_rows, max.iters = max.iters, epsilon = epsilon,
-                   pseudocount = pseudocount, seed = seed)
+    list(start = init$start, trans = as.double(t(init$trans)), emission = fam$to_core(init_em))
+  # The default floor is NaN, not NA: extendr refuses NA for a double
+  # argument ("Must not be NA"), and the glue reads NaN as "none given".
+  settings <- list(N = N, emission = setup$shape, area = fam$area, init = init_rows,
+                   max.iters = max.iters, epsilon = epsilon, pseudocount = pseudocount,
+                   var.floor = if (is.null(var.floor)) NaN else as.double(var.floor), seed = seed)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
     # The whole fit picks the backend (as one call would); a worker picks by
     # its starts.
-    settings$backend <- backend_choice_("hmm", settings$backend, c(N, symbols_total, 2 * max.iters * starts))
+    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, symbols_total, 2 * max.iters * starts)),
+                                  call, "hmm_fit")
   }
   progress <- make_progress(starts)
   size <- if (!is.null(chunk.size)) {
@@ -461,7 +627,7 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
     as.integer(ceiling(starts / 50))
   }
   chunks <- chunk_indices(starts, size)
-  data <- list(symbols = s$symbols, lengths = s$lengths)
+  data <- list(obs = s$obs, lengths = s$lengths)
 
   started <- proc.time()[["elapsed"]]
   run <- function(chunks) {
@@ -483,13 +649,11 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   })
   seconds <- proc.time()[["elapsed"]] - started
   states <- if (!is.null(init)) names(init$start) else as.character(seq_len(N))
-  symbols <- symbols %||% as.character(seq_len(V))
-  if (length(symbols) < V) symbols <- make.unique(c(symbols, as.character(seq(length(symbols) + 1, V))))
   as_model <- function(m) {
-    new_hmm(m$start, matrix(m$trans, N, N, byrow = TRUE), matrix(m$emis, N, V, byrow = TRUE),
-            states, symbols)
+    new_hmm(m$start, matrix(m$trans, N, N, byrow = TRUE),
+            fam$from_core(m$emission, states, setup$symbols), states)
   }
-  structure(list(
+  fit <- structure(list(
     model = as_model(raw$model),
     loglik = raw$loglik,
     loglik_trace = raw$trace,
@@ -504,8 +668,31 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
     pseudocount = pseudocount,
     seed = seed,
     backend = paste(unique(raw$backend), collapse = ", "),
-    seconds = seconds
+    seconds = seconds,
+    floored = stats::setNames(as.logical(raw$floored), states)
   ), class = "bulkem_hmm_fit")
+  if (any(fit$floored)) warn_variance_floor(fit, var.floor, call)
+  fit
+}
+
+# The warning of a Gaussian fit whose last M-step held some states'
+# variances at the floor. The floor is `var.floor`, or (the default, which
+# the core computes from the data) the variance it gave those states: the
+# M-step sets a floored state's sd to sqrt(floor).
+warn_variance_floor <- function(fit, var.floor, call) {
+  which_states <- names(fit$floored)[fit$floored]
+  floor <- if (!is.null(var.floor)) var.floor else
+    fit$model$emission$sd[fit$floored][1]^2
+  how <- if (is.null(var.floor)) " (the default: 1e-6 x the variance of all observations)" else ""
+  these <- if (length(which_states) == 1) "this state's" else "these states'"
+  cli::cli_warn(c(
+    paste0("The variance of state{?s} {.val {which_states}} was held at the floor ",
+           format(floor, digits = 4), how, " in the last Baum-Welch iteration."),
+    i = paste0("The likelihood of a Gaussian HMM is unbounded: a state can collapse onto a few observations, ",
+               "its variance tending to 0. The floor stops this, so ", these, " parameters ",
+               "describe such a collapse rather than the data."),
+    i = "Fit fewer states ({.arg n.states}), set a larger {.arg var.floor}, or try other starts ({.arg random.inits}, {.arg seed}, {.arg init}); {.code fit$floored} marks the states."
+  ), class = c("bulkem_warning_variance_floor", "bulkem_warning"), call = call)
 }
 
 # ---- helpers ---------------------------------------------------------------
@@ -521,23 +708,26 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
   if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
   # Here, not only where the chunks run (future workers resolve use.gpu).
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
+  em <- model_emission(model, "model", call)
+  fam <- emission_family(em$family)
   n <- length(s$lengths)
-  symbols <- sum(as.double(s$lengths))
+  total <- sum(as.double(s$lengths))
   N <- length(model$start)
   # The whole call's memory, with R's copies of the result, before anything
   # of its size is built or any chunk runs.
-  hmm_memory(pass, model, n, s$lengths, 1L, 3L, call, fn)
+  hmm_memory(pass, N, fam$shape(em), n, s$lengths, 1L, 3L, call, fn)
   settings <- list(pass = pass, passes = passes, start = model$start, trans = as.double(t(model$trans)),
-                   emis = as.double(t(model$emis)), V = ncol(model$emis))
+                   emission = fam$to_core(em), area = fam$area)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
     # The whole job picks the backend; a worker picks by its chunk.
-    settings$backend <- backend_choice_("hmm", settings$backend, c(N, symbols, passes))
+    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, total, passes)), call, fn)
   }
   size <- if (!is.null(chunk.size)) {
     chunk.size
   } else if (parallel == "future") {
-    future_chunk_size(n, bytes = 4 * symbols, work = symbols * N * N * passes, min_work = MIN_CHUNK_WORK)
+    future_chunk_size(n, bytes = fam$obs_bytes * total, work = total * N * N * passes,
+                      min_work = MIN_CHUNK_WORK)
   } else {
     n
   }
@@ -546,7 +736,7 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
     chunk_indices(n, size), hmm_chunk,
     slice = function(idx) {
       from <- ends[idx[1]] - s$lengths[idx[1]] + 1
-      list(symbols = s$symbols[from:ends[idx[length(idx)]]], lengths = s$lengths[idx])
+      list(obs = s$obs[from:ends[idx[length(idx)]]], lengths = s$lengths[idx])
     },
     args = settings, parallel = parallel,
     progress = if (parallel == "future") make_progress(n), what = "sequences",
@@ -558,13 +748,12 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
 
 # The core's memory estimate of an HMM call (src/rust/core/src/hmm/size.rs),
 # checked before R builds anything for it: a classed memory error naming
-# the largest part, or nothing. `model` is a bulkem_hmm or list(N, V);
-# `lengths` one per sequence, or one for all `n`.
-hmm_memory <- function(pass, model, n, lengths, starts, copies, call, fn) {
-  N <- if (inherits(model, "bulkem_hmm")) length(model$start) else model$N
-  V <- if (inherits(model, "bulkem_hmm")) ncol(model$emis) else model$V
+# the largest part, or nothing. `N` states; `shape` the glue's emission
+# list (its family and, categorical, V: the family's shape()); `lengths`
+# one per sequence, or one for all `n`.
+hmm_memory <- function(pass, N, shape, n, lengths, starts, copies, call, fn) {
   threads <- cpu_threads()
-  call_core(hmm_memory_(pass, as.double(N), as.double(V), as.double(n), as.double(lengths),
+  call_core(hmm_memory_(pass, as.double(N), shape, as.double(n), as.double(lengths),
                         as.integer(threads), as.double(starts), as.integer(copies)), call, fn)
   invisible(NULL)
 }
@@ -572,9 +761,9 @@ hmm_memory <- function(pass, model, n, lengths, starts, copies, call, fn) {
 # One chunk of sequences of an HMM pass, here or on a future worker.
 hmm_chunk <- function(part, idx, st) {
   ex <- chunk_exec(st)
-  backend <- backend_choice_("hmm", ex$backend, c(length(st$start), sum(as.double(part$lengths)), st$passes))
+  backend <- backend_choice_(st$area, ex$backend, c(length(st$start), sum(as.double(part$lengths)), st$passes))
   pass <- switch(st$pass, loglik = hmm_loglik_, viterbi = hmm_viterbi_, posterior = hmm_posterior_)
-  out <- pass(st$start, st$trans, st$emis, st$V, part$symbols, part$lengths, ex$threads, backend)
+  out <- pass(st$start, st$trans, st$emission, part$obs, part$lengths, ex$threads, backend)
   if (st$pass == "loglik") list(loglik = out) else out
 }
 
@@ -583,10 +772,10 @@ hmm_chunk <- function(part, idx, st) {
 # keys start k by (seed, k), so a chunk's starts are those of one call.
 hmm_fit_chunk <- function(part, idx, st) {
   ex <- chunk_exec(st)
-  backend <- backend_choice_("hmm", ex$backend,
+  backend <- backend_choice_(st$area, ex$backend,
                              c(st$N, sum(as.double(part$lengths)), 2 * st$max.iters * length(idx)))
-  raw <- hmm_fit_(part$symbols, part$lengths, st$N, st$V, st$init, st$max.iters, st$epsilon,
-                  length(idx), st$pseudocount, st$seed, idx[1] - 1L, ex$threads, backend)
+  raw <- hmm_fit_(part$obs, part$lengths, st$N, st$emission, st$init, st$max.iters, st$epsilon,
+                  length(idx), st$pseudocount, st$var.floor, st$seed, idx[1] - 1L, ex$threads, backend)
   raw$best_start <- raw$best_start + idx[1] - 1L
   raw$backend <- backend
   raw
@@ -605,9 +794,10 @@ HMM_START_TIE_REL <- 1e-9
 # from the results of chunks of consecutive starts: the lowest-index start
 # whose final log-likelihood ties with the best of all (start 1 when every
 # start failed), with every start's log-likelihood. A chunk returns its own
-# pick, which is that start unless a lower start of the chunk ties with the
-# chunk's best but not with the best of all (discrete log-likelihoods are
-# <= 0, so the start that wins overall ties with its chunk's best); then
+# pick, which is usually that start; it is not when a lower start of the
+# chunk ties with the chunk's best but not with the best of all, or (a
+# positive log-likelihood, possible with densities: Gaussian emissions)
+# when the tolerance of the best of all is wider than the chunk's. Then
 # `refit(start)` fits that start alone, which gives the same fit.
 merge_fit_chunks <- function(parts, refit) {
   if (length(parts) == 1) return(parts[[1]])
@@ -728,35 +918,24 @@ locate <- function(i, lengths) {
   c(s, i - (ends[s] - lengths[s]))
 }
 
-# Validate sequences and flatten them: list(symbols = integer codes 1..V,
-# lengths, names). `symbols` are the model's symbol labels (for factor and
-# character sequences); codes above V are found by the core or hmm_fit().
+# The sequences `seqs` checked and flattened for `model` (a bulkem_hmm) by
+# its emission family: list(obs, lengths, names); errors name `arg`.
+model_seqs <- function(model, seqs, arg, call) {
+  em <- model_emission(model, "model", call)
+  emission_family(em$family)$check_obs(em, seqs, arg, call)
+}
+
+# Validate categorical sequences and flatten them: list(obs = integer codes
+# 1..V, lengths, names). `symbols` are the model's symbol labels (for
+# factor and character sequences); codes above V are found by the core or
+# hmm_fit().
 check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
-  if (is.atomic(seqs) && is.null(dim(seqs)) && length(seqs) > 0) seqs <- list(seqs)
-  if (!is.list(seqs) || is.data.frame(seqs)) {
-    bulkem_abort(c(
-      "{.arg {arg}} must be a list of sequences (integer vectors, factors or character vectors).",
-      x = "You supplied {describe_value(seqs)}."
-    ), call = call)
-  }
-  if (length(seqs) == 0) {
-    bulkem_abort("{.arg {arg}} must contain at least one sequence.", call = call)
-  }
-  ok <- vapply(seqs, function(x) (is.numeric(x) || is.factor(x) || is.character(x)) && is.null(dim(x)), NA)
-  if (!all(ok)) {
-    bad <- which(!ok)[1]
-    bulkem_abort(c(
-      "Every sequence in {.arg {arg}} must be an integer vector, a factor or a character vector.",
-      x = "Sequence {bad} is {describe_value(seqs[[bad]])}."
-    ), call = call)
-  }
+  seqs <- check_seq_list(
+    seqs, arg,
+    c("integer vectors, factors or character vectors", "an integer vector, a factor or a character vector"),
+    function(x) is.numeric(x) || is.factor(x) || is.character(x), "symbol", call
+  )
   lens <- lengths(seqs)
-  if (any(lens == 0)) {
-    bulkem_abort(c(
-      "Every sequence in {.arg {arg}} must have at least one symbol.",
-      x = "Sequence {which(lens == 0)[1]} is empty."
-    ), call = call)
-  }
   labelled <- vapply(seqs, function(x) is.factor(x) || is.character(x), NA)
   given <- seqs
   if (any(labelled)) {
@@ -789,7 +968,7 @@ check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
     ), call = call)
   }
   if (!is.null(n_symbols)) check_symbol_range(flat, lens, n_symbols, arg, call)
-  list(symbols = as.integer(flat), lengths = as.integer(lens), names = names(seqs))
+  list(obs = as.integer(flat), lengths = as.integer(lens), names = names(seqs))
 }
 
 check_symbol_range <- function(flat, lens, n_symbols, arg, call) {

@@ -169,7 +169,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         // Posteriors.
         vector<double> gamma(S * N, 0.0);
         const double* nul = nullptr; double* nulw = nullptr;
-        emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (3 * N + N * N) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, 1, 0);
+        emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (3 * N + N * N) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, 1, 0, nulw, nulw);
         (void)nul;
         for (int s = 0; s < M; ++s)
             for (long long k = 0; k < (off[s + 1] - off[s]) * N; ++k)
@@ -179,7 +179,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
             unsigned slots = std::min(G, (unsigned)M);
             vector<double> partial(slots * size, 0.0), tmp(S * N, 0.0), total(size, 0.0);
             double* tmp_out = mode == 2 ? tmp.data() : nullptr;
-            emu_launch({slots, 1, 1}, fthreads, (3 * N + N * N + (mode == 0 ? size : 0)) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), tmp_out, 1, mode == 0 ? 1 : 0);
+            emu_launch({slots, 1, 1}, fthreads, (3 * N + N * N + (mode == 0 ? size : 0)) * 8, hmm_backward, N, V, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), tmp_out, 1, mode == 0 ? 1 : 0, nulw, nulw);
             if (mode == 2) {
                 // The product hmm_xi_gemm (hmm_batched.cu, tensor cores,
                 // tested on a GPU) computes from hmm_backward's tmp rows.
@@ -221,7 +221,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d warp forward seq %d: %.17g vs %.17g", N, s, ll[s], ref[s].ll);
         vector<double> gamma(S * N, 0.0);
         double* nulw = nullptr;
-        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw);
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, nulw);
         for (int s = 0; s < M; ++s)
             for (long long k = 0; k < (off[s + 1] - off[s]) * N; ++k)
                 CHECK(close(gamma[off[s] * N + k], ref[s].ll == -INFINITY ? NAN : ref[s].gamma[k], 1e-12), "N=%d warp gamma seq %d k %lld: %g vs %g", N, s, k, gamma[off[s] * N + k], ref[s].gamma[k]);
@@ -233,7 +233,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
             vector<double> al((off[a1] - off[a0]) * N, 0.0), sc(off[a1] - off[a0], 0.0), l2(a1 - a0, 0.0);
             unsigned bl = std::min(blocks, (unsigned)(a1 - a0 + 3) / 4);
             emu_launch({bl, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, al.data(), sc.data(), l2.data(), theta);
-            emu_launch({bl, 1, 1}, 128, (4 * 32 + 4 * V * 32) * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, (const double*)al.data(), (const double*)sc.data(), (const double*)l2.data(), nulw, partial.data());
+            emu_launch({bl, 1, 1}, 128, (4 * 32 + 4 * V * 32) * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), a0, a1, (const double*)al.data(), (const double*)sc.data(), (const double*)l2.data(), nulw, partial.data(), nulw, nulw);
         }
         emu_launch({(unsigned)((size + 31) / 32), 1, 1}, 64, 0, hmm_reduce, (const double*)partial.data(), (int)slots, size, total.data());
         vector<double> want(size, 0.0);
@@ -289,12 +289,12 @@ static void run_certificate_case() {
             vector<double> partial(4 * size, 0.0);
             if (warp) {
                 emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, 2, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
-                emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw);
-                emu_launch({1, 1, 1}, 128, (4 * 32 + 4 * 2 * 32) * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data());
+                emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, nulw);
+                emu_launch({1, 1, 1}, 128, (4 * 32 + 4 * 2 * 32) * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), nulw, nulw);
             } else {
                 emu_launch({2, 1, 1}, 32, (2 * 2 + 32) * 8, hmm_forward, 2, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), 0, theta);
-                emu_launch({2, 1, 1}, 32, 3 * 2 * 8, hmm_backward, 2, 2, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, 0, 0);
-                emu_launch({1, 1, 1}, 32, 3 * 2 * 8, hmm_backward, 2, 2, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), nulw, 0, 0);
+                emu_launch({2, 1, 1}, 32, 3 * 2 * 8, hmm_backward, 2, 2, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, 0, 0, nulw, nulw);
+                emu_launch({1, 1, 1}, 32, 3 * 2 * 8, hmm_backward, 2, 2, trans_t.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), nulw, 0, 0, nulw, nulw);
             }
             vector<double> counts(size, 0.0);
             for (int g = 0; g < 4; ++g) for (long long k = 0; k < size; ++k) counts[k] += partial[g * size + k];

@@ -66,6 +66,11 @@ fixtures <- function() {
              matrix(c(0.7, 0.2, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
   e$s <- hmm_simulate(e$m, 3, 20, seed = 1)
   e$tiny <- hmm(c(1e-20, 1 - 1e-20), diag(2), rbind(c(1e-310, 1 - 1e-310), c(0, 1)))
+  e$gm <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE),
+              emission = gaussian_emission(c(0, 3), c(1, 0.5)))
+  e$pm <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE), emission = poisson_emission(c(1, 6)))
+  e$gs <- hmm_simulate(e$gm, 3, 20, seed = 1)
+  e$ps <- hmm_simulate(e$pm, 3, 20, seed = 1)
   e$gd <- local({
     g <- rep(1:8, each = 20)
     x <- stats::rnorm(160)
@@ -282,6 +287,59 @@ err("hmm_posterior-output-too-large", {
   big <- hmm(rep(1 / 1000, 1000), matrix(1 / 1000, 1000, 1000), matrix(1 / 2, 1000, 2))
   hmm_posterior(big, list(rep(1:2, 1.5e6)), use.gpu = FALSE)
 }, MEM)
+err("gaussian_emission-sd-0", gaussian_emission(c(0, 1), c(1, 0)))
+err("gaussian_emission-sd-NaN", gaussian_emission(c(0, 1), c(1, NaN)))
+err("gaussian_emission-mean-Inf", gaussian_emission(c(0, Inf), c(1, 1)))
+err("gaussian_emission-lengths", gaussian_emission(c(0, 1), c(1, 1, 1)))
+err("gaussian_emission-empty", gaussian_emission(numeric(0), numeric(0)))
+err("poisson_emission-negative", poisson_emission(c(1, -1)))
+err("poisson_emission-string", poisson_emission("a"))
+err("categorical_emission-vector", categorical_emission(c(0.5, 0.5)))
+err("hmm-emission-states", hmm(c(0.5, 0.5), diag(2), emission = poisson_emission(c(1, 2, 3))))
+err("hmm-emis-and-emission", hmm(c(0.5, 0.5), diag(2), diag(2), emission = poisson_emission(c(1, 2))))
+err("hmm-emission-list", hmm(c(0.5, 0.5), diag(2), emission = list(family = "poisson", rate = c(1, 2))))
+val("hmm-gaussian-print", prints(gm) && prints(summary(gm)) && prints(gm$emission), isTRUE)
+err("hmm_loglik-gaussian-NaN", hmm_loglik(gm, list(c(1, NaN)), use.gpu = FALSE))
+err("hmm_loglik-gaussian-Inf", hmm_loglik(gm, list(c(1, Inf)), use.gpu = FALSE))
+err("hmm_loglik-gaussian-NA", hmm_loglik(gm, list(c(1, NA)), use.gpu = FALSE))
+err("hmm_loglik-gaussian-character", hmm_loglik(gm, list("a"), use.gpu = FALSE))
+err("hmm_loglik-poisson-negative", hmm_loglik(pm, list(c(1, -1)), use.gpu = FALSE))
+err("hmm_loglik-poisson-fraction", hmm_loglik(pm, list(c(1, 0.5)), use.gpu = FALSE))
+err("hmm_loglik-poisson-NA", hmm_loglik(pm, list(c(1, NA)), use.gpu = FALSE))
+err("hmm_loglik-poisson-2^60", hmm_loglik(pm, list(2^60), use.gpu = FALSE))
+val("hmm_loglik-gaussian-huge", hmm_loglik(gm, list(c(1e300, -1e300)), use.gpu = FALSE),
+    function(x) identical(unname(x), -Inf) || (is.numeric(x) && !is.nan(x)))
+val("hmm_loglik-poisson-2^53", hmm_loglik(pm, list(2^53), use.gpu = FALSE), function(x) is.numeric(x) && !is.nan(x))
+val("hmm_posterior-gaussian-ok", hmm_posterior(gm, gs, use.gpu = FALSE), no_nan)
+val("hmm_viterbi-poisson-ok", hmm_viterbi(pm, ps, use.gpu = FALSE)$log_prob)
+err("hmm_simulate-gaussian-1e5-x-1e5", hmm_simulate(gm, n = 1e5, length = 1e5), MEM)
+val("hmm_simulate-poisson-huge-rate", hmm_simulate(hmm(1, matrix(1), emission = poisson_emission(1e15)), 2, 3, seed = 1),
+    function(x) all(vapply(x, is.double, NA)) && all(unlist(x) > 0))
+err("hmm_fit-gaussian-n.symbols", hmm_fit(gs, 2, 3, emission = "gaussian"))
+err("hmm_fit-categorical-var.floor", hmm_fit(s, 2, 3, var.floor = 1))
+err("hmm_fit-gaussian-var.floor-0", hmm_fit(gs, 2, emission = "gaussian", var.floor = 0))
+err("hmm_fit-gaussian-var.floor-NA", hmm_fit(gs, 2, emission = "gaussian", var.floor = NA))
+err("hmm_fit-emission-unknown", hmm_fit(gs, 2, emission = "cauchy"))
+err("hmm_fit-init-family-mismatch", hmm_fit(gs, init = gm, emission = "poisson"))
+err("hmm_fit-gaussian-states-1e5", hmm_fit(gs, n.states = 1e5, emission = "gaussian"), MEM)
+val("hmm_fit-gaussian-constant", hmm_fit(list(rep(2, 10)), 2, emission = "gaussian", seed = 1, use.gpu = FALSE)$loglik,
+    function(x) is.numeric(x) && !is.nan(x), warn = "floor")
+val("hmm_fit-gaussian-collapse", hmm_fit(list(c(stats::rnorm(39), 100)), var.floor = 1e-4, use.gpu = FALSE, max.iters = 50,
+                                         init = hmm(c(0.5, 0.5), matrix(0.5, 2, 2),
+                                                    emission = gaussian_emission(c(0, 100), c(1, 1))))$floored,
+    function(x) identical(unname(x), c(FALSE, TRUE)), warn = "held at the floor")
+val("hmm_fit-poisson-zeros", hmm_fit(list(rep(0, 20)), 2, emission = "poisson", seed = 1, use.gpu = FALSE)$loglik,
+    function(x) isTRUE(all.equal(x, 0)))
+val("hmm_fit-gaussian-methods", {
+  fit <- hmm_fit(gs, 2, emission = "gaussian", seed = 1, use.gpu = FALSE, max.iters = 5)
+  prints(fit) && prints(summary(fit)) && is.finite(logLik(fit)) && attr(logLik(fit), "df") == 7 &&
+    nobs(fit) == 60 && plots(plot(fit)) && is.list(predict(fit, gs, use.gpu = FALSE))
+}, isTRUE)
+val("hmm_fit-poisson-methods", {
+  fit <- hmm_fit(ps, 2, emission = "poisson", seed = 1, use.gpu = FALSE, max.iters = 5)
+  prints(fit) && prints(summary(fit)) && is.finite(logLik(fit)) && attr(logLik(fit), "df") == 5 &&
+    nobs(fit) == 60 && plots(plot(fit)) && is.list(predict(fit, ps, type = "posterior", use.gpu = FALSE))
+}, isTRUE)
 
 # ---- hbglm() and slice_sample() -------------------------------------------
 err("hbglm-iter-2e9", hbglm(y ~ x, gd, "g", iter = 2e9, use.gpu = FALSE), MEM_OR_INPUT)
