@@ -245,7 +245,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         }
         for (long long k = 0; k < size; ++k) CHECK(close(total[k], want[k], 1e-11), "N=%d warp count %lld: %g vs %g", N, k, total[k], want[k]);
         vector<unsigned char> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M, 0.0);
-        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_viterbi_warp, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data());
+        emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_viterbi_warp, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data(), nulw, nulw);
         for (int s = 0; s < M; ++s) {
             CHECK(logp[s] == ref[s].logp, "N=%d warp viterbi logp seq %d: %.17g vs %.17g", N, s, logp[s], ref[s].logp);
             for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d warp viterbi path seq %d t %lld", N, s, t);

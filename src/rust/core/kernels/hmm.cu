@@ -597,11 +597,26 @@ extern "C" __global__ void hmm_forward_warp(
 
 // hmm_viterbi for N <= 32, back-pointers as bytes. Shared: HMM_WARPS * 32
 // doubles.
+// The log emission row entry of the lane's state for the key read ahead:
+// a symbol's row of the table lemis_k (el = lemis_k + lane), or, for a
+// density (HMM_DENSITY), the observation itself, whose log density is
+// computed here (no table of rows: `obs` padded by HMM_SYM_PAD values).
+#ifdef HMM_DENSITY
+#define HMM_VIT_KEY(p) (obs[p])
+#define HMM_VIT_ROW(k) (hmm_emis_log(ep, N, lane, (k)) + hmm_emis_shared(k))
+typedef double hmm_vit_key;
+#else
+#define HMM_VIT_KEY(p) (sym[p])
+#define HMM_VIT_ROW(k) (el[(long long)(k) * N])
+typedef unsigned hmm_vit_key;
+#endif
+
 extern "C" __global__ void hmm_viterbi_warp(
     int N, const double* __restrict__ lstart, const double* __restrict__ ltrans,
     const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
     const long long* __restrict__ off, int s0, int s1,
-    unsigned char* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp)
+    unsigned char* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp,
+    const double* __restrict__ obs, const double* __restrict__ ep)
 {
     extern __shared__ double sm[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -615,17 +630,16 @@ extern "C" __global__ void hmm_viterbi_warp(
         const long long b = off[s];
         const long long T = off[s + 1] - b;
         const long long rel = b - base;
-        const unsigned* sq = sym + b;
         const double* el = lemis_k + lane;
         unsigned char* bk = back + (rel + 1) * N + lane;  // row t in step t
-        double d = on ? lstart[lane] + el[(long long)sq[0] * N] : HMM_NEG_INF;
+        double d = on ? lstart[lane] + HMM_VIT_ROW(HMM_VIT_KEY(b)) : HMM_NEG_INF;
         // Read ahead as in hmm_forward_warp.
-        double e_next = on ? el[(long long)sq[1] * N] : 0.0;
-        unsigned o_ahead = sq[2];
+        double e_next = on ? HMM_VIT_ROW(HMM_VIT_KEY(b + 1)) : 0.0;
+        hmm_vit_key o_ahead = HMM_VIT_KEY(b + 2);
         for (long long t = 1; t < T; ++t) {
             const double e = e_next;
-            if (on) e_next = el[(long long)o_ahead * N];
-            o_ahead = sq[t + 2];
+            if (on) e_next = HMM_VIT_ROW(o_ahead);
+            o_ahead = HMM_VIT_KEY(b + t + 2);
             __syncwarp();
             wal[lane] = d;
             __syncwarp();

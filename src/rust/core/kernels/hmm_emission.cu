@@ -123,7 +123,20 @@ extern "C" __global__ void __launch_bounds__(HMM_STATS_THREADS) hmm_count_stats(
             s += gamma[(b - base) * N + i];
             continue;
         }
-        for (long long p = b; p < e; ++p) s += gamma[(p - base) * N + i] * hmm_emis_feature(k, obs[p], i, ep);
+        // Eight loads issued before their adds (as hmm_count_emissions),
+        // then the remainder; the order of the adds is fixed.
+        long long p = b;
+        for (; p + 8 <= e; p += 8) {
+            double g[8], x[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                g[u] = gamma[(p + u - base) * N + i];
+                x[u] = obs[p + u];
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) s += g[u] * hmm_emis_feature(k, x[u], i, ep);
+        }
+        for (; p < e; ++p) s += gamma[(p - base) * N + i] * hmm_emis_feature(k, obs[p], i, ep);
     }
     if (k == HMM_STATS) counts[i] += s;
     else counts[N + (long long)N * N + (long long)k * N + i] += s;

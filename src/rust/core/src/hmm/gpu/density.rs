@@ -19,9 +19,14 @@ use super::super::emission::{Emission, EmissionFit};
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::super::tables::Tables;
+use super::batched::{row_batches, Batched};
+use super::launch::{launch_forward, launch_viterbi};
+use super::memory::viterbi_buffers;
 use super::passes::{forward_all, viterbi_all, CountSlots, Passes};
+use super::plan::{batched_path, batches};
+use super::WARP_MAX_STATES;
 use super::plan::check_size;
-use super::rows::DeviceDensity;
+use super::rows::{DensityTables, DeviceDensity};
 use super::{device, err};
 
 /// The offsets of `seqs` (no symbols: on the device, position p is symbol
@@ -76,7 +81,7 @@ pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>
     let density = DeviceDensity::new(dev, &model.emission, values)?;
     let d_seqs = density.positions(dev, &pos)?;
     let tabs = density.log_tables(dev, model, seqs.total())?;
-    viterbi_all(dev, model.n_states, &tabs, &d_seqs, &pos, exec)
+    viterbi_all(dev, model.n_states, &tabs, &d_seqs, &pos, Some(&density), exec)
 }
 
 /// Posteriors (time-major, NaN rows for impossible sequences) and
@@ -129,6 +134,8 @@ struct DensityEngine<'a, E: Emission> {
     previous: Option<HmmModel<E>>,
     /// The current model's counts (device and host parts together).
     current: Option<Counts>,
+    /// The device tables, recomputed in place by each E-step.
+    tables: Option<DensityTables>,
     seg: usize,
 }
 
@@ -157,7 +164,14 @@ impl<E: Emission> Engine<E> for DensityEngine<'_, E> {
         };
         let dev = self.passes.dev;
         self.density.set_params(dev, &model.emission)?;
-        let dt = self.density.tables(dev, model, self.passes.offsets(), self.seqs.len(), self.seqs.total(), true)?;
+        let (count, total) = (self.seqs.len(), self.seqs.total());
+        let dt = match self.tables.take() {
+            Some(mut dt) => {
+                self.density.refresh(dev, model, &mut dt, self.passes.offsets(), count, total, true)?;
+                dt
+            }
+            None => self.density.tables(dev, model, self.passes.offsets(), count, total, true)?,
+        };
         let mut ll_all = self.passes.e_step(&dt.tables, &mut self.counts, &exec.monitor)?;
         let (n, v) = (model.n_states, self.density.stats);
         let total = dev.stream.clone_dtoh(&self.counts.total).map_err(err(dev, "reading the counts"))?;
@@ -176,6 +190,7 @@ impl<E: Emission> Engine<E> for DensityEngine<'_, E> {
             counts.add(&host);
         }
         self.current = Some(counts);
+        self.tables = Some(dt);
         let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
         // Summed in sequence order on the host, as the CPU does.
         Ok((ll_all.iter().sum(), impossible))
@@ -206,39 +221,79 @@ pub(crate) fn fit<E: Emission>(seqs: &Sequences<E::Obs>, values: &[f64], config:
     let passes = Passes::with_density(n, density.stats, &pos, true, n * 8, Some(&density))?;
     let counts = passes.count_slots()?;
     let seg = cpu::fit_segment(n, seqs, exec);
-    let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec, model: None, previous: None, current: None, seg };
+    let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec, model: None, previous: None, current: None, tables: None, seg };
     fit_with(config, seqs, exec, &mut engine)
 }
 
 /// For benchmarks ([`super::with_resident_passes`] for densities): the
-/// observations uploaded once, then `run` gets each pass as a closure.
-/// Forward: the rows, shifts and forward kernels, log-likelihoods copied
-/// out. Viterbi: the log rows and the Viterbi kernels, paths copied out.
-/// BaumWelch: one fit iteration (the host M-step, then the E-step: rows,
-/// passes with counts, counts and log-likelihoods copied out).
+/// observations uploaded and the buffers planned once, then `run` gets each
+/// pass as a closure, as the categorical timing does. Forward: the rows,
+/// shifts and forward kernels, results left on the device. Viterbi: the
+/// log rows and the Viterbi kernels, paths left on the device. BaumWelch:
+/// one fit iteration (the host M-step, then the E-step: rows, passes with
+/// counts, counts and log-likelihoods copied out).
 #[doc(hidden)]
 pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], mut run: impl FnMut(super::ResidentPass, &mut dyn FnMut() -> Result<()>) -> Result<()>) -> Result<()> {
     check_size(model.n_states, seqs.len())?;
     let dev = device()?;
+    let s = &dev.stream;
+    let sync = || s.synchronize().map_err(err(dev, "waiting for the device"));
     let n = model.n_states;
+    let (count, total) = (seqs.len(), seqs.total());
     let pos = positions(seqs)?;
     let exec = Exec { backend: crate::exec::Backend::Cuda, ..Exec::cpu() };
     let density = DeviceDensity::new(dev, &model.emission, values)?;
     {
         let d_seqs = density.positions(dev, &pos)?;
-        run(super::ResidentPass::Forward, &mut || {
-            let dt = density.tables(dev, model, &d_seqs.off, seqs.len(), seqs.total(), false)?;
-            forward_all(dev, n, density.stats, &dt.tables, &d_seqs, &pos, &exec).map(|_| ())
-        })?;
+        let mut dt = density.tables(dev, model, &d_seqs.off, count, total, false)?;
+        let all = 0..count;
+        if batched_path(dev, n) {
+            let ranges = row_batches(dev, count, n)?;
+            let mut bt = Batched::new(dev, n, density.stats, &pos, &ranges, false)?;
+            let mut lls = Vec::with_capacity(ranges.len());
+            for range in &ranges {
+                lls.push(s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?);
+            }
+            sync()?;
+            run(super::ResidentPass::Forward, &mut || {
+                density.recompute_rows(dev, n, &mut dt, &d_seqs.off, count, total)?;
+                for (b, ll) in lls.iter_mut().enumerate() {
+                    bt.forward(dev, &dt.tables, &d_seqs, b, None, ll)?;
+                }
+                sync()
+            })?;
+        } else {
+            let mut ll = s.alloc_zeros::<f64>(count).map_err(err(dev, "allocating results"))?;
+            sync()?;
+            run(super::ResidentPass::Forward, &mut || {
+                density.recompute_rows(dev, n, &mut dt, &d_seqs.off, count, total)?;
+                launch_forward(dev, n, &dt.tables, &d_seqs, &all, None, &mut ll)?;
+                sync()
+            })?;
+        }
+        drop(dt);
+        let mut tabs = density.log_tables(dev, model, total)?;
+        let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
+        let ranges = batches(dev, &pos, per_symbol)?;
+        let mut bufs = Vec::with_capacity(ranges.len());
+        for range in &ranges {
+            bufs.push(viterbi_buffers(dev, n, pos.offsets[range.end] - pos.offsets[range.start], range.len())?);
+        }
+        sync()?;
         run(super::ResidentPass::Viterbi, &mut || {
-            let tabs = density.log_tables(dev, model, seqs.total())?;
-            viterbi_all(dev, n, &tabs, &d_seqs, &pos, &exec).map(|_| ())
+            if n > WARP_MAX_STATES {
+                density.recompute_log_rows(dev, n, total, &mut tabs.emis)?;
+            }
+            for (range, buf) in ranges.iter().zip(bufs.iter_mut()) {
+                launch_viterbi(dev, n, &tabs, &d_seqs, range, buf, Some(&density))?;
+            }
+            sync()
         })?;
     }
     let passes = Passes::with_density(n, density.stats, &pos, true, n * 8, Some(&density))?;
     let counts = passes.count_slots()?;
     let seg = cpu::fit_segment(n, seqs, &exec);
-    let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec: &exec, model: None, previous: None, current: None, seg };
+    let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec: &exec, model: None, previous: None, current: None, tables: None, seg };
     engine.load(model)?;
     let fit = EmissionFit::default();
     run(super::ResidentPass::BaumWelch, &mut || {

@@ -14,6 +14,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
 use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
+use super::rows::DeviceDensity;
 use super::plan::{grid, smem_limit, threads_for, tiled_threads, warp_grid, xi_splits};
 use super::{err, DEFAULT_SMEM, TILE, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
@@ -82,7 +83,7 @@ pub(super) fn launch_forward(
 /// Launch the Viterbi kernel for N over the batch `range` (one launch):
 /// warp per sequence (N <= 32), tiled (transitions not in shared memory) or
 /// block per sequence.
-pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &DeviceSeqs, range: &Range<usize>, buf: &mut ViterbiBuffers) -> Result<()> {
+pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &DeviceSeqs, range: &Range<usize>, buf: &mut ViterbiBuffers, density: Option<&DeviceDensity>) -> Result<()> {
     let base = 2 * n * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
     let warp = n <= WARP_MAX_STATES;
@@ -97,8 +98,14 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
         let smem = base + if trans_smem { n * n * 8 } else { 0 };
         (Kernel::HmmViterbi, smem, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
     };
-    let f = function(dev, name, smem)?;
+    // A density's warp kernel computes its log rows (tabs.emis unused).
+    let f = match density {
+        Some(d) if warp => d.function(dev, name, smem)?,
+        _ => function(dev, name, smem)?,
+    };
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
+    let null: u64 = 0;
+    let ep = density.map(|d| d.ep.borrow());
     let mut launch = dev.stream.launch_builder(&f);
     launch.arg(&n_i).arg(&tabs.start).arg(&tabs.trans).arg(&tabs.emis).arg(&seqs.sym).arg(&seqs.off).arg(&s0).arg(&s1);
     match &mut buf.back {
@@ -109,6 +116,12 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     if !warp && !tiled {
         launch.arg(&flag);
     }
+    if warp {
+        match (density, ep.as_deref()) {
+            (Some(d), Some(ep)) => launch.arg(&d.obs).arg(ep),
+            _ => launch.arg(&null).arg(&null),
+        };
+    }
     // SAFETY: the arguments match the parameters of the chosen kernel in
     // order and type (bytes for hmm_viterbi_warp's back-pointers, 16-bit
     // otherwise; only hmm_viterbi takes the trans_smem flag); back holds N
@@ -117,7 +130,9 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     // doubles, the symbols are < V, off indexes the batch; shared memory
     // holds what the kernel's comment lists (cur and nxt, times TILE when
     // tiled, one 32-double slice per warp for the warp kernel, the log
-    // transitions when trans_smem).
+    // transitions when trans_smem); the warp kernel's obs and ep are a
+    // density's (observations padded by SYM_PAD values, its parameters),
+    // compiled with its block, or null.
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching the Viterbi kernel"))?;
     Ok(())
 }

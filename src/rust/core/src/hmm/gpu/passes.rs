@@ -323,11 +323,11 @@ pub(super) fn viterbi_device(model: &HmmModel, seqs: &Sequences, exec: &Exec) ->
     let dev = device()?;
     let tabs = upload_log_tables(dev, model)?;
     let d_seqs = upload(dev, seqs)?;
-    viterbi_all(dev, model.n_states, &tabs, &d_seqs, seqs, exec)
+    viterbi_all(dev, model.n_states, &tabs, &d_seqs, seqs, None, exec)
 }
 
 /// The Viterbi kernels over all `seqs` with log tables `tabs`.
-pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, density: Option<&DeviceDensity>, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     let s = &dev.stream;
     let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
     let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
@@ -335,7 +335,7 @@ pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs
         exec.monitor.check()?;
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
         let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
-        launch_viterbi(dev, n, tabs, d_seqs, &range, &mut buf)?;
+        launch_viterbi(dev, n, tabs, d_seqs, &range, &mut buf, density)?;
         let got = s.clone_dtoh(&buf.path).map_err(err(dev, "reading results"))?;
         paths[sym0..sym1].copy_from_slice(&got);
         let got = s.clone_dtoh(&buf.logp).map_err(err(dev, "reading results"))?;

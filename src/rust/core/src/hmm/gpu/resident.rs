@@ -81,10 +81,10 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
         for range in &ranges {
             let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
             if ranges.len() == 1 {
-                launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut bufs[0])?;
+                launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut bufs[0], None)?;
             } else {
                 let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
-                launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut buf)?;
+                launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut buf, None)?;
             }
         }
         sync()
