@@ -76,8 +76,15 @@ pub fn m_step<E: Emission>(model: &HmmModel<E>, counts: &Counts, fit: &EmissionF
     let mut start = model.start.clone();
     let mut trans = model.trans.clone();
     normalise(&mut start, counts.start.iter().copied(), pc);
+    // Row by row (Counts::transitions, without a call per entry).
+    let mut row = Vec::with_capacity(n);
     for i in 0..n {
-        normalise(&mut trans[i * n..(i + 1) * n], (0..n).map(|j| counts.transitions(&model.trans, i, j)), pc);
+        let (a, raw) = (&model.trans[i * n..(i + 1) * n], &counts.trans_raw[i * n..(i + 1) * n]);
+        let exact = counts.trans.get(i * n..(i + 1) * n);
+        row.clear();
+        // A zero transition has no count, whatever its raw sum (0 x inf).
+        row.extend((0..n).map(|j| if a[j] > 0.0 { a[j] * raw[j] } else { 0.0 } + exact.map_or(0.0, |e| e[j])));
+        normalise(&mut trans[i * n..(i + 1) * n], row.iter().copied(), pc);
     }
     let e = model.emission.m_step(&counts.emis, fit);
     (HmmModel { n_states: n, start, trans, emission: e.emission }, e.floored)

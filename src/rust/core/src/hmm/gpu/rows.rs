@@ -16,7 +16,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::emission::Emission;
 use super::super::model::HmmModel;
-use super::super::tables::{min_positive, Certificate, Tables, DENSE_MIN};
+use super::super::tables::{min_positive, normalised_certificate, Certificate, DENSE_MIN};
 use super::super::sequences::Sequences;
 use super::memory::{min_key, transposed, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
 use super::{err, DEFAULT_SMEM, WARP_MAX_STATES};
@@ -203,10 +203,9 @@ impl DeviceDensity {
         self.fill_shifts(dev, n, off, count, dt)?;
         let get = |x: &CudaSlice<f64>| s.clone_dtoh(x).map_err(err(dev, "reading the shifts"));
         let (shift, min_all, first) = (get(&dt.sums[0])?, get(&dt.sums[1])?, get(&dt.sums[2])?);
-        let host = Tables::new(model)?;
         let min_start = min_positive(&model.start);
         let sparse = |min_trans: f64| (min_start.min(min_trans), min_all.iter().copied().fold(f64::INFINITY, f64::min));
-        let (keys, uncertain): ((f64, f64), Vec<bool>) = match host.certificate {
+        let (keys, uncertain): ((f64, f64), Vec<bool>) = match normalised_certificate(&model.trans) {
             Certificate::Dense => {
                 let big = f64::from_bits((1023 + 500) << 52);
                 let bad: Vec<bool> = first.iter().map(|&c| !(c >= DENSE_MIN)).collect();
