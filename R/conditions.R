@@ -33,8 +33,13 @@
 #' catches it, and `try()` does not, so `for (i in 1:4) try(bulkem(...))`
 #' stops at the first Ctrl-C. Results of an interrupted call are not kept.
 #'
-#' Results that may be unreliable carry a warning that says which dataset,
-#' chain or parameter (for example hbglm's stuck updates or high R-hat).
+#' Results that may be unreliable carry a warning of class `bulkem_warning`
+#' and a more specific class, saying which dataset, chain, state or
+#' parameter: `bulkem_warning_convergence` ([bulkem()]: fits that stopped at
+#' `max.iters`), `bulkem_warning_stuck`, `bulkem_warning_floor`,
+#' `bulkem_warning_rhat` and `bulkem_warning_separation` ([hbglm()]), and
+#' `bulkem_warning_variance_floor` ([hmm_fit()]: Gaussian states whose
+#' variance was held at `var.floor`).
 #'
 #' @examples
 #' r <- tryCatch(bulkem(list(c(1, NA, 3))), bulkem_error_input = function(e) "bad input")
