@@ -43,7 +43,7 @@ fn backend_choice_(area: &str, request: &str, sizes: &[f64]) -> Result<&'static 
         "em" => bulkem_core::em::job_for(size(0), size(1) as usize),
         "hmm" => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize),
         other => match other.strip_prefix("hmm:").and_then(bulkem_core::hmm::EmissionKind::from_name) {
-            Some(kind) => bulkem_core::hmm::job_of(kind, size(0) as usize, size(1) as usize, size(2) as usize),
+            Some(_) => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize),
             None => return Err(input_error(format!("unknown area '{other}'"))),
         },
     };

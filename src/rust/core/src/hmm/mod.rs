@@ -16,7 +16,8 @@
 //! and for Viterbi and Baum-Welch O(T N), or O(sqrt(T) N) in checkpointed
 //! segments when that does not fit. Every call estimates its memory first
 //! ([`HmmJob`]) and polls its monitor within long sequences. The GPU backend
-//! runs categorical emissions; the others run on the CPU.
+//! runs every emission: categorical ones through their tables by symbol,
+//! densities through rows computed on the device (`gpu`'s `rows`).
 //!
 //! ```
 //! use bulkem_core::exec::Exec;
@@ -90,15 +91,9 @@ pub struct Posterior {
 pub const GPU_MIN_WORK: f64 = 1e10;
 
 /// The job `use.gpu = NA` sees (for [`crate::exec::choose_backend`]): work
-/// of `symbols` observations x N^2 x `passes` passes over the data, with
-/// the emission named `emission`.
+/// of `symbols` observations x N^2 x `passes` passes over the data, for
+/// every emission.
 pub fn job(states: usize, symbols: usize, passes: usize) -> Job {
-    job_of(EmissionKind::Categorical, states, symbols, passes)
-}
-
-/// [`job`] for any emission (the GPU runs all of them).
-pub fn job_of(emission: EmissionKind, states: usize, symbols: usize, passes: usize) -> Job {
-    let _ = emission;
     let unsupported = (states > gpu::MAX_GPU_STATES).then(|| format!("the GPU kernels handle up to {} states, not {states}", gpu::MAX_GPU_STATES));
     Job { work: symbols as f64 * (states as f64).powi(2) * passes as f64, gpu_min_work: GPU_MIN_WORK, gpu_unsupported: unsupported }
 }
