@@ -64,26 +64,8 @@ fn bench_gaussian(n: usize, m: usize, t: usize, backends: &[Backend], threads: u
         bench_passes("gaussian", &model, &seqs, m, t, backend, threads, json)?;
         if backend == Backend::Cuda {
             let mut d = DeviceTimes { forward: 0.0, viterbi: 0.0, baum_welch: 0.0 };
-            hmm::gpu::with_resident_density(&model, &seqs, &seqs.symbols, |pass, f| {
-                let t = median_time(f)?;
-                match pass {
-                    ResidentPass::Forward => d.forward = t,
-                    ResidentPass::Viterbi => d.viterbi = t,
-                    ResidentPass::BaumWelch => d.baum_welch = t,
-                }
-                Ok(())
-            })
-            .map_err(|e| e.to_string())?;
-            println!(
-                "hmm gaussian N={n} M={m} T={t} cuda, observations on the device: forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms",
-                d.forward * 1e3, d.viterbi * 1e3, d.baum_welch * 1e3
-            );
-            writeln!(
-                json,
-                "{{\"area\":\"hmm\",\"emission\":\"gaussian\",\"backend\":\"cuda-resident\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4}}}",
-                d.forward * 1e3, d.viterbi * 1e3, d.baum_welch * 1e3
-            )
-            .map_err(|e| e.to_string())?;
+            hmm::gpu::with_resident_density(&model, &seqs, &seqs.symbols, |pass, f| d.time(pass, f)).map_err(|e| e.to_string())?;
+            d.report(&format!("hmm gaussian N={n} M={m} T={t} cuda, observations on the device"), &format!("\"emission\":\"gaussian\",\"states\":{n},\"seqs\":{m},\"length\":{t}"), json)?;
         }
     }
     Ok(())
@@ -163,19 +145,38 @@ struct DeviceTimes {
     baum_welch: f64,
 }
 
+impl DeviceTimes {
+    /// Time `pass` (median of 5 runs of `f`).
+    fn time(&mut self, pass: ResidentPass, f: &mut dyn FnMut() -> Result<(), bulkem_core::Error>) -> Result<(), bulkem_core::Error> {
+        let t = median_time(f)?;
+        match pass {
+            ResidentPass::Forward => self.forward = t,
+            ResidentPass::Viterbi => self.viterbi = t,
+            ResidentPass::BaumWelch => self.baum_welch = t,
+        }
+        Ok(())
+    }
+
+    /// Print the times after `label`, and write them to `json` with the
+    /// case's `fields`.
+    fn report(&self, label: &str, fields: &str, json: &mut std::fs::File) -> Result<(), String> {
+        println!("{label}: forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms", self.forward * 1e3, self.viterbi * 1e3, self.baum_welch * 1e3);
+        writeln!(
+            json,
+            "{{\"area\":\"hmm\",\"backend\":\"cuda-resident\",{fields},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4}}}",
+            self.forward * 1e3,
+            self.viterbi * 1e3,
+            self.baum_welch * 1e3
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
 /// [`DeviceTimes`] of `model` over `seqs` (hmm::gpu::with_resident_passes
 /// uploads them once and hands over each pass).
 fn time_device(model: &HmmModel, seqs: &Sequences) -> Result<DeviceTimes, bulkem_core::Error> {
     let mut d = DeviceTimes { forward: 0.0, viterbi: 0.0, baum_welch: 0.0 };
-    hmm::gpu::with_resident_passes(model, seqs, |pass, f| {
-        let t = median_time(f)?;
-        match pass {
-            ResidentPass::Forward => d.forward = t,
-            ResidentPass::Viterbi => d.viterbi = t,
-            ResidentPass::BaumWelch => d.baum_welch = t,
-        }
-        Ok(())
-    })?;
+    hmm::gpu::with_resident_passes(model, seqs, |pass, f| d.time(pass, f))?;
     Ok(d)
 }
 
@@ -187,16 +188,7 @@ fn bench_hmm(n: usize, m: usize, t: usize, v: usize, backends: &[Backend], threa
         if backend == Backend::Cuda {
             // Like for like with the peer: sequences already on the device.
             let d = time_device(&model, &seqs).map_err(s)?;
-            println!(
-                "hmm N={n} M={m} T={t} V={v} cuda, data on the device: forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms",
-                d.forward * 1e3, d.viterbi * 1e3, d.baum_welch * 1e3
-            );
-            writeln!(
-                json,
-                "{{\"area\":\"hmm\",\"backend\":\"cuda-resident\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"symbols\":{v},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4}}}",
-                d.forward * 1e3, d.viterbi * 1e3, d.baum_welch * 1e3
-            )
-            .map_err(|e| e.to_string())?;
+            d.report(&format!("hmm N={n} M={m} T={t} V={v} cuda, data on the device"), &format!("\"states\":{n},\"seqs\":{m},\"length\":{t},\"symbols\":{v}"), json)?;
         }
     }
     Ok(())

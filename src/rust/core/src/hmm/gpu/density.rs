@@ -38,19 +38,6 @@ fn positions<O: Copy>(seqs: &Sequences<O>) -> Result<Sequences> {
     Ok(Sequences { symbols: Vec::new(), offsets: seqs.offsets.clone() })
 }
 
-/// Recompute the sequences whose log-likelihood is NaN (uncertain) on the
-/// CPU, in log space where needed.
-fn settle_logliks<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, out: &mut [f64], exec: &Exec) -> Result<()> {
-    let uncertain: Vec<usize> = (0..out.len()).filter(|&s| out[s].is_nan()).collect();
-    if !uncertain.is_empty() {
-        let tab = Tables::new(model)?;
-        for (s, l) in uncertain.iter().zip(cpu::loglik_of(&tab, seqs, &uncertain, exec)?) {
-            out[*s] = l;
-        }
-    }
-    Ok(())
-}
-
 /// The kernels' log-likelihood with the shift added (NaN stays NaN,
 /// -inf stays -inf); `uncertain`: NaN.
 fn shifted(ll: f64, shift: f64, uncertain: bool) -> f64 {
@@ -69,7 +56,7 @@ pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
     for (s, l) in out.iter_mut().enumerate() {
         *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
     }
-    settle_logliks(model, seqs, &mut out, exec)?;
+    super::settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
 
@@ -97,19 +84,10 @@ pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Ob
     let dt = density.tables(dev, model, &off, seqs.len(), seqs.total(), false)?;
     let mut passes = Passes::with_density(n, density.stats, &pos, false, n * 8, Some(&density))?;
     let (mut probs, mut loglik) = passes.posterior_all(&dt.tables, exec)?;
-    let mut tab = None;
-    for s in 0..seqs.len() {
-        loglik[s] = shifted(loglik[s], dt.shift[s], dt.uncertain[s]);
-        if loglik[s].is_nan() {
-            exec.monitor.check()?;
-            if tab.is_none() {
-                tab = Some(Tables::new(model)?);
-            }
-            let Some(tab) = tab.as_ref() else { continue };
-            let rows = &mut probs[seqs.offsets[s] * n..seqs.offsets[s + 1] * n];
-            loglik[s] = cpu::posterior_of(tab, seqs.get(s), rows, &exec.monitor)?;
-        }
+    for (s, l) in loglik.iter_mut().enumerate() {
+        *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
     }
+    super::settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
     Ok((probs, loglik))
 }
 

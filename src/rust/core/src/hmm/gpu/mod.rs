@@ -62,7 +62,7 @@ use plan::check_size;
 use super::baum_welch::{fit_with, Engine, HmmFit};
 use super::config::CheckedHmmFitConfig;
 use super::cpu;
-use super::emission::EmissionFit;
+use super::emission::{Emission, EmissionFit};
 use super::model::HmmModel;
 use super::sequences::Sequences;
 use super::tables::{self, Tables};
@@ -117,6 +117,13 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
         return cpu::loglik(&Tables::new(model)?, seqs, exec);
     }
     let mut out = passes::loglik_device(model, small, seqs, exec)?;
+    settle_logliks(model, seqs, &mut out, exec)?;
+    Ok(out)
+}
+
+/// Recompute on the CPU (in log space where needed) the log-likelihoods
+/// the kernels left NaN (uncertain).
+pub(super) fn settle_logliks<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, out: &mut [f64], exec: &Exec) -> Result<()> {
     let uncertain: Vec<usize> = (0..out.len()).filter(|&s| out[s].is_nan()).collect();
     if !uncertain.is_empty() {
         let tab = Tables::new(model)?;
@@ -124,7 +131,7 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
             out[*s] = l;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Viterbi paths (flat, 0-based, NO_STATE for impossible sequences) and
@@ -142,8 +149,15 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
     if tables::theta_of(small) > 1.0 {
         return cpu::posterior(&Tables::new(model)?, seqs, exec);
     }
-    let n = model.n_states;
     let (mut probs, mut loglik) = passes::posterior_device(model, small, seqs, exec)?;
+    settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
+    Ok((probs, loglik))
+}
+
+/// Recompute on the CPU (in log space where needed) the posteriors of the
+/// sequences whose log-likelihood the kernels left NaN (uncertain).
+pub(super) fn settle_posteriors<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, probs: &mut [f64], loglik: &mut [f64], exec: &Exec) -> Result<()> {
+    let n = model.n_states;
     let mut tab = None;
     for s in 0..seqs.len() {
         if loglik[s].is_nan() {
@@ -156,7 +170,7 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
             loglik[s] = cpu::posterior_of(tab, seqs.get(s), rows, &exec.monitor)?;
         }
     }
-    Ok((probs, loglik))
+    Ok(())
 }
 
 /// Baum-Welch on the device (the sequences uploaded once for every start
