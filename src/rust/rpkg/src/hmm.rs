@@ -17,7 +17,9 @@ use crate::session::{backend_for, input_error, r_error, run_in_session};
 
 /// An emission as R passes it, and its observations.
 trait FromR: Emission {
-    /// The emission of `n_states` states from R's list.
+    /// The emission of `n_states` states from R's list (a density's number
+    /// of states is its parameters'; HmmModel::with_emission checks it
+    /// against `start`).
     fn from_r(list: &List, n_states: usize) -> Result<Self>;
     /// The emission as R's list.
     fn to_r(&self) -> List;
@@ -68,12 +70,8 @@ fn numbers_from_r(obs: &Robj) -> Result<Vec<f64>> {
 }
 
 impl FromR for Gaussian {
-    fn from_r(list: &List, n_states: usize) -> Result<Self> {
-        let g = Gaussian::new(doubles(list, "mean")?, doubles(list, "sd")?).map_err(r_error)?;
-        if g.mean.len() != n_states {
-            return Err(input_error(format!("the emission has {} states but `start` has {n_states}", g.mean.len())));
-        }
-        Ok(g)
+    fn from_r(list: &List, _: usize) -> Result<Self> {
+        Gaussian::new(doubles(list, "mean")?, doubles(list, "sd")?).map_err(r_error)
     }
     fn to_r(&self) -> List {
         list!(family = Self::NAME, mean = self.mean.clone(), sd = self.sd.clone())
@@ -90,12 +88,8 @@ impl FromR for Gaussian {
 }
 
 impl FromR for Poisson {
-    fn from_r(list: &List, n_states: usize) -> Result<Self> {
-        let p = Poisson::new(doubles(list, "rate")?).map_err(r_error)?;
-        if p.rate.len() != n_states {
-            return Err(input_error(format!("the emission has {} states but `start` has {n_states}", p.rate.len())));
-        }
-        Ok(p)
+    fn from_r(list: &List, _: usize) -> Result<Self> {
+        Poisson::new(doubles(list, "rate")?).map_err(r_error)
     }
     fn to_r(&self) -> List {
         list!(family = Self::NAME, rate = self.rate.clone())
