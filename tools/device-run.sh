@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no Rust, no R): the carried test and benchmark
 # binaries in .device/, then the peers, side by side. Built here by
-# tools/device-build.sh. Usage: bash tools/device-run.sh [tests|bench|peers|reduce|all|select]
+# tools/device-build.sh. Usage: bash tools/device-run.sh
+# [tests|bench|peers|reduce|all|select|hmm|multi|multi-tests|multi-bench]
 # `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
 # select-suite, then the torch peer once per K = 1..5 (20 starts).
 # `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
@@ -44,6 +45,25 @@ if [ "$what" = hmm ]; then
     python3 peers/torch_hmm.py $shape $v 2>&1 | tee -a "$out/peer-hmm.log"
     python3 peers/torch_hmm_gaussian.py $shape 2>&1 | tee -a "$out/peer-hmm.log"
   done
+fi
+# `multi` (issue 21, on a machine of two GPUs): every GPU test with both
+# GPUs visible, then the 40,000-dataset EM and hmm-suite with one and with
+# two visible. `multi-tests` and `multi-bench` are its two halves (one
+# device call each).
+if [ "$what" = multi ] || [ "$what" = multi-tests ]; then
+  nvidia-smi -L
+  run_tests kernels_compile $(ls | grep '_gpu$')
+fi
+if [ "$what" = multi ] || [ "$what" = multi-bench ]; then
+  for vis in 0 0,1; do
+    echo "== CUDA_VISIBLE_DEVICES=$vis bulkem-bench em (40,000 x 2,000, 100 starts, 100 iterations)"
+    CUDA_VISIBLE_DEVICES=$vis ./bulkem-bench em --backend cuda --datasets 40000 --starts 100 --iters 100 --json "$out/bench-multi.jsonl" 2>&1 | tee -a "$out/bench-multi.log"
+    echo "== CUDA_VISIBLE_DEVICES=$vis bulkem-bench hmm-suite"
+    CUDA_VISIBLE_DEVICES=$vis ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-multi.jsonl" 2>&1 | tee -a "$out/bench-multi.log"
+  done
+  echo "== peers of the N = 512 cases (one GPU)"
+  CUDA_VISIBLE_DEVICES=0 python3 peers/torch_hmm.py 512 512 16 512 2>&1 | tee -a "$out/peer-hmm.log"
+  CUDA_VISIBLE_DEVICES=0 python3 peers/torch_hmm_gaussian.py 512 512 16 2>&1 | tee -a "$out/peer-hmm.log"
 fi
 if [ "$what" = select ]; then
   run_tests kernels_compile em_gpu

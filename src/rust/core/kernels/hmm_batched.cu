@@ -631,12 +631,17 @@ __device__ __forceinline__ void hmb_keep_min(double p, unsigned long long* key) 
 // keeps its old values. Block i < N re-estimates row i of the transitions
 // and emissions; block N the start probabilities. mins2 (zeroed by the
 // host) receives the new tables' smallest positive start-or-transition and
-// emission probabilities. Shared: 32 doubles. blockDim: a multiple of 32.
+// emission probabilities; low_trans (zeroed, or null) the smallest
+// transition, zeros included, in the same key (a density emission's
+// certificate asks whether every transition is dense). V = 0 (a density
+// emission, whose M-step runs on the host): start and transitions only.
+// Shared: 32 doubles. blockDim: a multiple of 32.
 extern "C" __global__ void hmm_m_step(
     int N, int V, double pc, const double* __restrict__ counts,
     const double* __restrict__ start, const double* __restrict__ trans, const double* __restrict__ emis_k,
     double* __restrict__ start2, double* __restrict__ trans2, double* __restrict__ trans_t2,
-    double* __restrict__ emis_k2, unsigned long long* __restrict__ mins2)
+    double* __restrict__ emis_k2, unsigned long long* __restrict__ mins2,
+    unsigned long long* __restrict__ low_trans)
 {
     __shared__ double red[32];
     const int i = blockIdx.x;
@@ -663,14 +668,25 @@ extern "C" __global__ void hmm_m_step(
     for (int j = threadIdx.x; j < N; j += blockDim.x) s += (trans[row + j] > 0.0 ? trans[row + j] * c_trans[row + j] : 0.0) + pc;
     s = block_sum(s, red);
     bool ok = s > 0.0 && isfinite(s);
-    double low = HMB_POS_INF;
+    double low = HMB_POS_INF, low0 = HMB_POS_INF;
     for (int j = threadIdx.x; j < N; j += blockDim.x) {
         const double p = ok ? ((trans[row + j] > 0.0 ? trans[row + j] * c_trans[row + j] : 0.0) + pc) / s : trans[row + j];
         trans2[row + j] = p;
         trans_t2[(long long)j * N + i] = p;
         if (p > 0.0 && p < low) low = p;
+        if (p < low0) low0 = p;
     }
     hmb_keep_min(low, &mins2[0]);
+    if (low_trans) {
+        // ~bits orders non-negative doubles downwards, 0 included.
+        unsigned long long k = low0 >= 0.0 ? ~(unsigned long long)__double_as_longlong(low0) : 0ULL;
+        for (int o = 16; o > 0; o >>= 1) {
+            const unsigned long long other = __shfl_xor_sync(FULL_MASK, k, o);
+            k = other > k ? other : k;
+        }
+        if ((threadIdx.x & 31) == 0) atomicMax(low_trans, k);
+    }
+    if (V == 0) return;
     s = 0.0;
     for (int k = threadIdx.x; k < V; k += blockDim.x) s += c_emis[(long long)k * N + i] + pc;
     s = block_sum(s, red);

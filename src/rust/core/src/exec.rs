@@ -124,12 +124,18 @@ pub struct Exec {
     /// CPU worker threads; 0 means one per available core.
     pub threads: usize,
     pub monitor: Arc<Monitor>,
+    /// Shares the HMM routines split their sequences into on the GPU
+    /// backend, given to the usable devices in turn; 0: their own choice
+    /// (one per device where that was measured faster, else one). More
+    /// shares than devices only serve the tests that results do not depend
+    /// on how sequences are spread.
+    pub gpu_parts: usize,
 }
 
 impl Exec {
     /// The CPU backend on every core.
     pub fn cpu() -> Self {
-        Exec { backend: Backend::Cpu, threads: 0, monitor: Arc::new(Monitor::new()) }
+        Exec { backend: Backend::Cpu, threads: 0, monitor: Arc::new(Monitor::new()), gpu_parts: 0 }
     }
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = threads;
@@ -143,6 +149,45 @@ impl Exec {
     pub fn install<T: Send>(&self, work: impl FnOnce() -> T + Send) -> Result<T> {
         Ok(cpu_pool(self.threads)?.install(work))
     }
+
+    /// Run `work` in pool `part` of `parts` (kept for later calls), with a
+    /// `parts`-th of this call's threads (at least one): for each of several
+    /// threads that drive a device each. Their jobs block on the device for
+    /// seconds, and in one shared pool a worker waiting for its own tasks
+    /// may take up another device's whole job and hold it until that ends
+    /// (the devices then run one after the other).
+    pub fn install_part<T: Send>(&self, part: usize, parts: usize, work: impl FnOnce() -> T + Send) -> Result<T> {
+        let all = if self.threads == 0 { available_threads() } else { self.threads };
+        Ok(part_pool(part, (all / parts.max(1)).max(1))?.install(work))
+    }
+}
+
+/// Pool `part` of the device threads, with `n` threads: kept, as
+/// [`cpu_pool`], and rebuilt only when `n` changes (starting threads cost
+/// more than a pass over a few million symbols).
+fn part_pool(part: usize, n: usize) -> Result<Arc<rayon::ThreadPool>> {
+    static POOLS: Mutex<Vec<Option<(usize, Arc<rayon::ThreadPool>)>>> = Mutex::new(Vec::new());
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if pools.len() <= part {
+        pools.resize(part + 1, None);
+    }
+    if let Some((count, pool)) = &pools[part] {
+        if *count == n {
+            return Ok(pool.clone());
+        }
+    }
+    let pool = new_pool(n, move |i| format!("bulkem-{part}-{i}"))?;
+    pools[part] = Some((n, pool.clone()));
+    Ok(pool)
+}
+
+fn new_pool(n: usize, name: impl FnMut(usize) -> String + 'static) -> Result<Arc<rayon::ThreadPool>> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(name)
+        .build()
+        .map_err(|e| Error::BackendUnavailable(format!("cannot start {n} CPU threads: {e}")))?;
+    Ok(Arc::new(pool))
 }
 
 /// Number of CPU threads used when `threads = 0`.
@@ -175,12 +220,7 @@ fn cpu_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
             return Ok(pool.clone());
         }
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(|i| format!("bulkem-{i}"))
-        .build()
-        .map_err(|e| Error::BackendUnavailable(format!("cannot start {n} CPU threads: {e}")))?;
-    let pool = Arc::new(pool);
+    let pool = new_pool(n, |i| format!("bulkem-{i}"))?;
     *slot = Some((n, pool.clone()));
     Ok(pool)
 }

@@ -100,7 +100,12 @@ fn path_log_prob<E: Emission>(model: &HmmModel<E>, seq: &[E::Obs], path: &[u32])
 }
 
 fn compare_fits<E: Emission<Obs = f64>>(init: &HmmModel<E>, seqs: &Sequences<f64>, params: impl Fn(&E) -> Vec<f64>, what: &str) {
-    let config = HmmFitConfig::<E>::for_emission(init.n_states, init.emission.shape()).init(init.clone()).max_iters(8).epsilon(0.0).check().unwrap();
+    compare_fits_with(init, seqs, params, 0.0, what)
+}
+
+/// As [`compare_fits`], with a pseudocount on start and transitions.
+fn compare_fits_with<E: Emission<Obs = f64>>(init: &HmmModel<E>, seqs: &Sequences<f64>, params: impl Fn(&E) -> Vec<f64>, pseudocount: f64, what: &str) {
+    let config = HmmFitConfig::<E>::for_emission(init.n_states, init.emission.shape()).init(init.clone()).max_iters(8).epsilon(0.0).pseudocount(pseudocount).check().unwrap();
     let a = hmm::fit(seqs, &config, &Exec::cpu()).unwrap();
     let b = hmm::fit(seqs, &config, &cuda()).unwrap();
     assert_eq!((a.status, a.iterations), (b.status, b.iterations), "{what}");
@@ -136,6 +141,9 @@ fn gaussian_passes_and_fits_match_the_cpu() {
         let (seqs, _) = hmm::simulate(&model, &lengths(if n > 100 { 60 } else { 300 }, 80, key), key);
         compare_passes(&model, &seqs, &format!("gaussian N={n}"));
         compare_fits(&gaussian(n, key + 50, 8.0, false), &seqs, gaussian_params, &format!("gaussian fit N={n}"));
+        // Start and transitions re-estimated on the device with a prior
+        // (and zeros that it fills: sparse, then dense transitions).
+        compare_fits_with(&gaussian(n, key + 60, 8.0, true), &seqs, gaussian_params, 0.5, &format!("gaussian fit N={n}, pseudocount"));
     }
 }
 
@@ -185,4 +193,68 @@ fn impossible_counts_agree() {
     let seqs = Sequences::from_vecs(&[vec![0.0, 0.0], vec![0.0, 2.0], vec![1.0]]);
     compare_passes(&m, &seqs, "impossible");
     assert_eq!(hmm::loglik(&m, &seqs, &cuda()).unwrap(), vec![0.0, f64::NEG_INFINITY, f64::NEG_INFINITY]);
+}
+
+/// The sequences spread over several shares (a fit over every visible
+/// device by default; here also three shares given to the devices in turn) give every
+/// sequence's log-likelihood, path and posteriors exactly as one share on
+/// one device does, and a fit's counts summed over the shares agree to
+/// rounding; for each emission, in each GPU size regime.
+#[test]
+fn shares_give_the_results_of_one_device() {
+    if !gpu_or_skip() {
+        return;
+    }
+    for parts in [0, 3] {
+        shares_agree(&Exec { gpu_parts: parts, ..cuda() });
+    }
+}
+
+fn shares_agree(split: &Exec) {
+    let split = split.clone();
+    fn same<E: Emission<Obs = f64>>(model: &HmmModel<E>, init: &HmmModel<E>, seqs: &Sequences<f64>, split: &Exec, what: &str, params: impl Fn(&E) -> Vec<f64>) {
+        let one = Exec { gpu_parts: 1, ..cuda() };
+        assert_eq!(hmm::loglik(model, seqs, &one).unwrap(), hmm::loglik(model, seqs, split).unwrap(), "{what}: loglik");
+        let (a, b) = (hmm::viterbi(model, seqs, &one).unwrap(), hmm::viterbi(model, seqs, split).unwrap());
+        assert_eq!((a.states, a.log_prob), (b.states, b.log_prob), "{what}: Viterbi");
+        let (a, b) = (hmm::posterior(model, seqs, &one).unwrap(), hmm::posterior(model, seqs, split).unwrap());
+        assert!(a.probs.iter().zip(&b.probs).all(|(x, y)| x == y || (x.is_nan() && y.is_nan())), "{what}: posteriors");
+        assert_eq!(a.loglik, b.loglik, "{what}: posterior loglik");
+        let config = HmmFitConfig::<E>::for_emission(init.n_states, init.emission.shape()).init(init.clone()).max_iters(6).epsilon(0.0).check().unwrap();
+        let (a, b) = (hmm::fit(seqs, &config, &one).unwrap(), hmm::fit(seqs, &config, split).unwrap());
+        for (x, y) in a.trace.iter().zip(&b.trace) {
+            assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: trace split {y} one {x}");
+        }
+        let flat = |m: &HmmModel<E>| [m.start.clone(), m.trans.clone(), params(&m.emission)].concat();
+        for (x, y) in flat(&a.model).iter().zip(&flat(&b.model)) {
+            assert!((x - y).abs() <= GPU_CPU_PARAM_REL * x.abs().max(1e-3), "{what}: parameter split {y} one {x}");
+        }
+    }
+    for (key, &n) in [3usize, 40, 200].iter().enumerate() {
+        let key = key as u64 + 70;
+        let model = gaussian(n, key, 8.0, false);
+        let (seqs, _) = hmm::simulate(&model, &lengths(if n > 100 { 50 } else { 200 }, 70, key), key);
+        same(&model, &gaussian(n, key + 1, 8.0, false), &seqs, &split, &format!("gaussian N={n}"), gaussian_params);
+        let model = poisson(n, key, false);
+        let (seqs, _) = hmm::simulate(&model, &lengths(if n > 100 { 50 } else { 200 }, 70, key), key);
+        same(&model, &poisson(n, key + 1, false), &seqs, &split, &format!("poisson N={n}"), poisson_params);
+        // Categorical: the tables by symbol.
+        let (start, trans) = chain(n, key, false);
+        let v = 6;
+        let emis: Vec<f64> = chain(v, key + 2, false).1[..n.min(v) * v].iter().cycle().take(n * v).copied().collect();
+        let cat = HmmModel::new(start, trans, emis, v).unwrap();
+        let (seqs, _) = hmm::simulate(&cat, &lengths(if n > 100 { 50 } else { 200 }, 70, key), key);
+        let one = Exec { gpu_parts: 1, ..cuda() };
+        assert_eq!(hmm::loglik(&cat, &seqs, &one).unwrap(), hmm::loglik(&cat, &seqs, &split).unwrap(), "categorical N={n}: loglik");
+        let (a, b) = (hmm::viterbi(&cat, &seqs, &one).unwrap(), hmm::viterbi(&cat, &seqs, &split).unwrap());
+        assert_eq!((a.states, a.log_prob), (b.states, b.log_prob), "categorical N={n}: Viterbi");
+        let (a, b) = (hmm::posterior(&cat, &seqs, &one).unwrap(), hmm::posterior(&cat, &seqs, &split).unwrap());
+        assert_eq!((a.probs, a.loglik), (b.probs, b.loglik), "categorical N={n}: posteriors");
+        let config = HmmFitConfig::new(n, v).init(cat.clone()).max_iters(6).epsilon(0.0).check().unwrap();
+        let (a, b) = (hmm::fit(&seqs, &config, &one).unwrap(), hmm::fit(&seqs, &config, &split).unwrap());
+        let flat = |m: &HmmModel| [m.start.clone(), m.trans.clone(), m.emission.probs.clone()].concat();
+        for (x, y) in flat(&a.model).iter().zip(&flat(&b.model)) {
+            assert!((x - y).abs() <= GPU_CPU_PARAM_REL * x.abs().max(1e-3), "categorical N={n}: parameter split {y} one {x}");
+        }
+    }
 }

@@ -5,6 +5,7 @@
 mod kernels;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::CUdevice_attribute;
@@ -216,6 +217,28 @@ pub fn devices() -> Result<&'static [Arc<Device>]> {
     }
 }
 
+/// Contiguous ranges of items (`weights`: each item's work), at most
+/// `parts` of them and none empty, each of about an equal share of the
+/// total work: how a call's datasets or sequences are spread over devices.
+pub fn split_even(weights: impl Iterator<Item = usize> + Clone, parts: usize) -> Vec<Range<usize>> {
+    let total: usize = weights.clone().sum();
+    let mut ranges = Vec::with_capacity(parts);
+    let (mut start, mut acc, mut count) = (0, 0usize, 0);
+    for (i, w) in weights.enumerate() {
+        acc += w;
+        count = i + 1;
+        let k = ranges.len() + 1;
+        if k < parts && acc * parts >= total * k {
+            ranges.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    if start < count || ranges.is_empty() {
+        ranges.push(start..count);
+    }
+    ranges
+}
+
 /// Compile one kernel source for `arch` with `-D` definitions.
 pub fn compile(source: &str, arch: &'static str, defines: &[(&str, i64)]) -> std::result::Result<Ptx, String> {
     let opts = CompileOptions {
@@ -291,5 +314,26 @@ pub mod timing {
     /// The phases recorded since the last call.
     pub fn take() -> Vec<(&'static str, f64)> {
         std::mem::take(&mut *PHASES.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_even;
+
+    #[test]
+    fn shares_are_contiguous_non_empty_and_about_equal() {
+        assert_eq!(split_even([5, 5, 5, 5].into_iter(), 2), vec![0..2, 2..4]);
+        assert_eq!(split_even([5, 5, 5, 5].into_iter(), 1), vec![0..4]);
+        // More parts than items, and one item heavier than the rest.
+        assert_eq!(split_even([1, 1].into_iter(), 5), vec![0..1, 1..2]);
+        assert_eq!(split_even([100, 1, 1, 1].into_iter(), 2), vec![0..1, 1..4]);
+        assert_eq!(split_even(std::iter::empty(), 3), vec![0..0]);
+        let w: Vec<usize> = (0..1000).map(|i| 1 + i % 7).collect();
+        let r = split_even(w.iter().copied(), 3);
+        assert_eq!((r.len(), r[0].start, r[2].end), (3, 0, 1000));
+        assert!(r.windows(2).all(|p| p[0].end == p[1].start));
+        let share = |r: &std::ops::Range<usize>| w[r.clone()].iter().sum::<usize>() as f64 / w.iter().sum::<usize>() as f64;
+        assert!(r.iter().all(|x| (share(x) - 1.0 / 3.0).abs() < 0.01));
     }
 }

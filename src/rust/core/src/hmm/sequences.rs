@@ -56,6 +56,16 @@ impl<O: Copy> Sequences<O> {
         self.offsets.windows(2).map(|w| w[1] - w[0])
     }
 
+    /// Sequences `range` as sequences of their own (a copy; also for the
+    /// offsets-only sequences, whose part has no observations either).
+    pub fn part(&self, range: std::ops::Range<usize>) -> Self {
+        let (a, b) = (self.offsets[range.start], self.offsets[range.end]);
+        Sequences {
+            symbols: if self.symbols.is_empty() { Vec::new() } else { self.symbols[a..b].to_vec() },
+            offsets: self.offsets[range.start..=range.end].iter().map(|&o| o - a).collect(),
+        }
+    }
+
     /// Total number of observations (the last offset: also for the
     /// offsets-only sequences of the GPU's density passes).
     pub fn total(&self) -> usize {
@@ -89,5 +99,21 @@ impl Sequences<u32> {
     /// [`Sequences::validate_with`] for symbols below `n_symbols`.
     pub fn validate(&self, n_symbols: usize) -> Result<()> {
         super::validate::<super::Categorical>(&n_symbols, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sequences;
+
+    #[test]
+    fn a_part_is_its_sequences_alone() {
+        let s = Sequences::from_vecs(&[vec![1u32, 2], vec![3], vec![4, 5, 6]]);
+        assert_eq!(s.part(1..3), Sequences::from_vecs(&[vec![3u32], vec![4, 5, 6]]));
+        assert_eq!(s.part(0..1), Sequences::from_vecs(&[vec![1u32, 2]]));
+        assert_eq!(s.part(2..2), Sequences { symbols: vec![], offsets: vec![0] });
+        // Offsets only (the density's positions).
+        let pos: Sequences<u32> = Sequences { symbols: vec![], offsets: s.offsets.clone() };
+        assert_eq!(pos.part(1..3).offsets, vec![0, 1, 4]);
     }
 }

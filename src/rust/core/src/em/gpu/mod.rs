@@ -14,7 +14,6 @@ mod pairs;
 mod plan;
 mod warp;
 
-use std::ops::Range;
 use std::time::Instant;
 
 use cudarc::driver::CudaFunction;
@@ -79,17 +78,20 @@ pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> 
         )));
     }
     let devices = gpu::devices()?;
-    let ranges = split_work(data, devices.len());
+    let ranges = gpu::split_even(data.iter().map(|x| x.len() + 1), devices.len());
     let results: Vec<Result<Vec<Vec<MixFit>>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = ranges
             .iter()
             .zip(devices)
-            .map(|(range, dev)| {
+            .enumerate()
+            .map(|(k, (range, dev))| {
                 let part = &data[range.clone()];
                 let first = configs[0].dataset_offset + range.start;
                 let monitor = &exec.monitor;
-                // Host work (starts, copies, results) runs on the call's threads.
-                scope.spawn(move || exec.install(|| fit_on_device(dev, part, first, configs, monitor)).and_then(|r| r))
+                // Host work (starts, copies, results) runs on the call's
+                // threads, each device with its share of them.
+                let parts = ranges.len();
+                scope.spawn(move || exec.install_part(k, parts, || fit_on_device(dev, part, first, configs, monitor)).and_then(|r| r))
             })
             .collect();
         handles
@@ -105,23 +107,6 @@ pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> 
     }
     exec.monitor.check()?;
     Ok(fits)
-}
-
-/// Contiguous ranges of datasets, one per device, of about equal size.
-fn split_work(data: &[&[f64]], devices: usize) -> Vec<Range<usize>> {
-    let total: usize = data.iter().map(|x| x.len() + 1).sum();
-    let mut ranges = Vec::with_capacity(devices);
-    let (mut start, mut acc) = (0, 0usize);
-    for (i, x) in data.iter().enumerate() {
-        acc += x.len() + 1;
-        let k = ranges.len() + 1;
-        if k < devices && acc * devices >= total * k {
-            ranges.push(start..i + 1);
-            start = i + 1;
-        }
-    }
-    ranges.push(start..data.len());
-    ranges
 }
 
 fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[CheckedEmConfig], monitor: &Monitor) -> Result<Vec<Vec<MixFit>>> {

@@ -5,11 +5,13 @@
 //! Baum-Welch (`DensityEngine`) with the E-step on the device and the
 //! M-step on the host (the CPU's, one code for both backends).
 
-use cudarc::driver::CudaSlice;
+use std::ops::Range;
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::error::{Error, Result};
 use crate::exec::Exec;
-use crate::gpu::Device;
+use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
 use super::super::baum_welch::{fit_with, m_step, Engine, HmmFit};
@@ -18,15 +20,16 @@ use super::super::cpu;
 use super::super::emission::{Emission, EmissionFit};
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
-use super::super::tables::Tables;
+use super::super::tables::{Tables, DENSE_MIN};
 use super::batched::{row_batches, Batched};
-use super::launch::{launch_forward, launch_viterbi};
+use super::launch::{function, launch_forward, launch_viterbi};
 use super::memory::viterbi_buffers;
 use super::passes::{forward_all, viterbi_all, CountSlots, Passes};
 use super::plan::{batched_path, batches};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
-use super::rows::{DensityTables, DeviceDensity};
+use super::rows::{ChainSummary, DensityTables, DeviceDensity};
+use super::shares::{fit_shares, on_shares, shares, Share, ShareEngine, Spread};
 use super::{device, err};
 
 /// The offsets of `seqs` (no symbols: on the device, position p is symbol
@@ -44,10 +47,23 @@ fn shifted(ll: f64, shift: f64, uncertain: bool) -> f64 {
     if uncertain { f64::NAN } else if ll.is_finite() { ll + shift } else { ll }
 }
 
+/// The observations of the sequences `range` of `seqs` (`values`: all of
+/// them, flat).
+fn values_of<'v, O: Copy>(values: &'v [f64], seqs: &Sequences<O>, range: &Range<usize>) -> &'v [f64] {
+    &values[seqs.offsets[range.start]..seqs.offsets[range.end]]
+}
+
 /// log P(sequence) of every sequence; `values`: the observations, flat.
 pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
     check_size(model.n_states, seqs.len())?;
-    let dev = device()?;
+    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, range| loglik_on(dev, model, part, values_of(values, seqs, range), exec))?;
+    let mut out = parts.concat();
+    super::settle_logliks(model, seqs, &mut out, exec)?;
+    Ok(out)
+}
+
+/// The kernels' log-likelihoods on `dev` (NaN: uncertain).
+fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
     let pos = positions(seqs)?;
     let density = DeviceDensity::new(dev, &model.emission, values)?;
     let d_seqs = density.positions(dev, &pos)?;
@@ -56,37 +72,41 @@ pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
     for (s, l) in out.iter_mut().enumerate() {
         *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
     }
-    super::settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
 
 /// Viterbi paths and log-probabilities (log rows: nothing to certify).
 pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    let dev = device()?;
-    let pos = positions(seqs)?;
-    let density = DeviceDensity::new(dev, &model.emission, values)?;
-    let d_seqs = density.positions(dev, &pos)?;
-    let tabs = density.log_tables(dev, model, seqs.total())?;
-    viterbi_all(dev, model.n_states, &tabs, &d_seqs, &pos, Some(&density), exec)
+    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, range| {
+        let pos = positions(part)?;
+        let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, range))?;
+        let d_seqs = density.positions(dev, &pos)?;
+        let tabs = density.log_tables(dev, model, part.total())?;
+        viterbi_all(dev, model.n_states, &tabs, &d_seqs, &pos, Some(&density), exec)
+    })?;
+    super::concat_pairs(parts, "the Viterbi paths")
 }
 
 /// Posteriors (time-major, NaN rows for impossible sequences) and
 /// log-likelihoods.
 pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    let dev = device()?;
     let n = model.n_states;
-    let pos = positions(seqs)?;
-    let density = DeviceDensity::new(dev, &model.emission, values)?;
-    // The rows first: the passes plan their batches in the memory left.
-    let off = upload_offsets(dev, seqs)?;
-    let dt = density.tables(dev, model, &off, seqs.len(), seqs.total(), false)?;
-    let mut passes = Passes::with_density(n, density.stats, &pos, false, n * 8, Some(&density))?;
-    let (mut probs, mut loglik) = passes.posterior_all(&dt.tables, exec)?;
-    for (s, l) in loglik.iter_mut().enumerate() {
-        *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
-    }
+    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, range| {
+        let pos = positions(part)?;
+        let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, range))?;
+        // The rows first: the passes plan their batches in the memory left.
+        let off = upload_offsets(dev, part)?;
+        let dt = density.tables(dev, model, &off, part.len(), part.total(), false)?;
+        let mut passes = Passes::with_density(dev, n, density.stats, &pos, false, n * 8, Some(&density))?;
+        let (probs, mut loglik) = passes.posterior_all(&dt.tables, exec)?;
+        for (s, l) in loglik.iter_mut().enumerate() {
+            *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
+        }
+        Ok((probs, loglik))
+    })?;
+    let (mut probs, mut loglik) = super::concat_pairs(parts, "the posterior probabilities")?;
     super::settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
     Ok((probs, loglik))
 }
@@ -96,111 +116,261 @@ fn upload_offsets<O: Copy>(dev: &Device, seqs: &Sequences<O>) -> Result<CudaSlic
     dev.stream.clone_htod(&off[..]).map_err(err(dev, "copying sequences"))
 }
 
-/// Baum-Welch with a density emission: the observations and the passes'
-/// memory stay on the device for the whole fit; an E-step computes the
-/// emission's rows for the current parameters, runs the passes (counts:
-/// start, transitions and the emission's statistics) and brings the
-/// counts (N + N^2 + S N values) and the log-likelihoods to the host, where
-/// the M-step runs.
+/// Baum-Welch with a density emission: the observations, the passes'
+/// memory and the start and transition probabilities stay on the device
+/// for the whole fit. An E-step computes the emission's rows for the
+/// current parameters and runs the passes (counts: start, transitions and
+/// the emission's statistics); the M-step of start and transitions runs
+/// there (`hmm_m_step` with no emission part), and only the emission's
+/// statistics (S N values) come to the host, where its M-step runs (the
+/// CPU's). When the E-step counted some sequences on the host (those the
+/// kernels could not certify), the whole M-step runs on the host.
 struct DensityEngine<'a, E: Emission> {
     passes: Passes<'a>,
     density: &'a DeviceDensity,
     seqs: &'a Sequences<E::Obs>,
     counts: CountSlots,
     exec: &'a Exec,
-    model: Option<HmmModel<E>>,
-    previous: Option<HmmModel<E>>,
-    /// The current model's counts (device and host parts together).
-    current: Option<Counts>,
-    /// The device tables, recomputed in place by each E-step.
+    /// The current model and the one before the last M-step; see `Chain`
+    /// for where their start and transitions are.
+    model: Option<(HmmModel<E>, Chain)>,
+    previous: Option<(HmmModel<E>, Chain)>,
+    /// Counts of the last E-step computed on the host, if any.
+    host_counts: Option<Counts>,
+    /// The device tables, recomputed in place by each E-step; the current
+    /// start and transitions are theirs.
     tables: Option<DensityTables>,
+    /// The previous start and transitions after a device M-step (its
+    /// output, swapped with the tables'), and its keys: the smallest
+    /// positive start-or-transition (and an unused emission slot), the
+    /// smallest transition.
+    spare: [CudaSlice<f64>; 3],
+    keys: CudaSlice<u64>,
+    low_trans: CudaSlice<u64>,
     seg: usize,
+}
+
+/// Where a model's start and transition probabilities are.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Chain {
+    /// In the host model, not yet on the device.
+    Host,
+    /// In the host model and in the device tables.
+    Both,
+    /// On the device only (after a device M-step), with its summary:
+    /// current in the tables, previous in `spare`.
+    Device(ChainSummary),
+}
+
+impl<E: Emission> DensityEngine<'_, E> {
+    /// The current (or previous) model whole, its start and transitions
+    /// read from the device where only there.
+    fn whole(&self, previous: bool) -> Result<HmmModel<E>> {
+        let slot = if previous { self.previous.as_ref().or(self.model.as_ref()) } else { self.model.as_ref() };
+        let Some((m, chain)) = slot else {
+            return Err(Error::Internal("Baum-Welch engine without a model".into()));
+        };
+        let mut m = m.clone();
+        if let Chain::Device(_) = chain {
+            let dev = self.passes.dev;
+            let (start, trans) = match (&self.tables, previous && self.previous.is_some()) {
+                (_, true) => (&self.spare[0], &self.spare[1]),
+                (Some(dt), false) => (&dt.tables.start, &dt.tables.trans),
+                (None, false) => return Err(Error::Internal("Baum-Welch engine without device tables".into())),
+            };
+            let e = err(dev, "reading the model");
+            m.start = dev.stream.clone_dtoh(start).map_err(&e)?;
+            m.trans = dev.stream.clone_dtoh(trans).map_err(&e)?;
+        }
+        Ok(m)
+    }
+
+    /// The device's counts of the last E-step, on the host.
+    fn device_counts(&self) -> Result<Counts> {
+        let (n, dev) = (self.passes.n, self.passes.dev);
+        let total = dev.stream.clone_dtoh(&self.counts.total).map_err(err(dev, "reading the counts"))?;
+        Ok(Counts { start: total[..n].to_vec(), trans_raw: total[n..n + n * n].to_vec(), trans: Vec::new(), emis: total[n + n * n..].to_vec() })
+    }
+
+    /// Start and transitions re-estimated on the device from the last
+    /// E-step's counts, into `spare`, then swapped with the tables' (so
+    /// `spare` holds the previous ones); returns their summary.
+    fn device_chain_step(&mut self, pseudocount: f64) -> Result<ChainSummary> {
+        let (dev, n) = (self.passes.dev, self.passes.n);
+        let Some(dt) = self.tables.as_mut() else {
+            return Err(Error::Internal("Baum-Welch M-step without device tables".into()));
+        };
+        let s = &dev.stream;
+        s.memset_zeros(&mut self.keys).map_err(err(dev, "clearing the smallest probabilities"))?;
+        s.memset_zeros(&mut self.low_trans).map_err(err(dev, "clearing the smallest probabilities"))?;
+        let f = function(dev, Kernel::HmmMStep, 0)?;
+        let cfg = LaunchConfig { grid_dim: (n as u32 + 1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (n_i, v_i, null) = (n as i32, 0i32, 0u64);
+        let t = &dt.tables;
+        let [start2, trans2, trans_t2] = &mut self.spare;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&n_i).arg(&v_i).arg(&pseudocount).arg(&self.counts.total).arg(&t.start).arg(&t.trans).arg(&null);
+        launch.arg(start2).arg(trans2).arg(trans_t2).arg(&null).arg(&mut self.keys).arg(&mut self.low_trans);
+        // SAFETY: the arguments match hmm_m_step's parameters in order and
+        // type; with V = 0 it reads counts.total's first N + N*N doubles
+        // (start and transition counts of the last E-step) and the tables'
+        // start and transitions, writes N, N*N and N*N doubles into the
+        // spare buffers (as large) and the keys (two, and one, zeroed
+        // above), and never touches the emission pointers (null); the block
+        // has 256 threads (whole warps).
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_m_step"))?;
+        let t = &mut dt.tables;
+        std::mem::swap(&mut t.start, &mut self.spare[0]);
+        std::mem::swap(&mut t.trans, &mut self.spare[1]);
+        std::mem::swap(&mut t.trans_t, &mut self.spare[2]);
+        let e = err(dev, "reading the smallest probabilities");
+        let keys = s.clone_dtoh(&self.keys).map_err(&e)?;
+        let low = s.clone_dtoh(&self.low_trans).map_err(&e)?;
+        let value = |k: u64| if k == 0 { f64::INFINITY } else { f64::from_bits(!k) };
+        Ok(ChainSummary { min_positive: value(keys[0]), dense: value(low[0]) >= DENSE_MIN })
+    }
 }
 
 impl<E: Emission> Engine<E> for DensityEngine<'_, E> {
     fn load(&mut self, model: &HmmModel<E>) -> Result<(f64, Option<usize>)> {
-        self.model = Some(model.clone());
+        self.model = Some((model.clone(), Chain::Host));
         self.previous = None;
         self.e_step()
     }
 
     fn m_step(&mut self, fit: &EmissionFit) -> Result<Vec<bool>> {
-        let (Some(model), Some(counts)) = (self.model.take(), self.current.take()) else {
+        let Some((model, chain)) = self.model.take() else {
             return Err(Error::Internal("Baum-Welch M-step before an E-step".into()));
         };
-        let (next, floored) = m_step(&model, &counts, fit);
-        self.model = Some(next);
-        self.previous = Some(model);
-        Ok(floored)
+        if let Some(mut counts) = self.host_counts.take() {
+            // Some counts are on the host: the whole M-step runs there.
+            self.model = Some((model, chain));
+            let whole = self.whole(false)?;
+            counts.add(&self.device_counts()?);
+            let (next, floored) = m_step(&whole, &counts, fit);
+            self.model = Some((next, Chain::Host));
+            self.previous = Some((whole, Chain::Host));
+            return Ok(floored);
+        }
+        let (n, v, dev) = (self.passes.n, self.density.stats, self.passes.dev);
+        let summary = self.device_chain_step(fit.pseudocount)?;
+        let at = n + n * n;
+        let stats = dev.stream.clone_dtoh(&self.counts.total.slice(at..at + n * v)).map_err(err(dev, "reading the counts"))?;
+        let e = model.emission.m_step(&stats, fit);
+        // The host copies of start and transitions are stale from here on.
+        let next = HmmModel { n_states: n, start: model.start.clone(), trans: model.trans.clone(), emission: e.emission };
+        // Its start and transitions: on the host (Both), or now in `spare`.
+        self.previous = Some((model, chain));
+        self.model = Some((next, Chain::Device(summary)));
+        Ok(e.floored)
     }
 
     fn e_step(&mut self) -> Result<(f64, Option<usize>)> {
         let exec = self.exec;
         exec.monitor.check()?;
-        let Some(model) = self.model.as_ref() else {
+        let Some((model, chain)) = self.model.as_mut() else {
             return Err(Error::Internal("Baum-Welch E-step without a model".into()));
         };
         let dev = self.passes.dev;
         self.density.set_params(dev, &model.emission)?;
         let (count, total) = (self.seqs.len(), self.seqs.total());
-        let dt = match self.tables.take() {
-            Some(mut dt) => {
-                self.density.refresh(dev, model, &mut dt, self.passes.offsets(), count, total, true)?;
+        let dt = match (self.tables.take(), *chain) {
+            (Some(mut dt), Chain::Device(summary)) => {
+                self.density.refresh(dev, model.n_states, &mut dt, summary, self.passes.offsets(), count, total, true)?;
                 dt
             }
-            None => self.density.tables(dev, model, self.passes.offsets(), count, total, true)?,
+            (Some(mut dt), _) => {
+                dt.upload_chain(dev, model)?;
+                self.density.refresh(dev, model.n_states, &mut dt, ChainSummary::of(model), self.passes.offsets(), count, total, true)?;
+                dt
+            }
+            (None, _) => self.density.tables(dev, model, self.passes.offsets(), count, total, true)?,
         };
+        if *chain == Chain::Host {
+            *chain = Chain::Both;
+        }
         let mut ll_all = self.passes.e_step(&dt.tables, &mut self.counts, &exec.monitor)?;
-        let (n, v) = (model.n_states, self.density.stats);
-        let total = dev.stream.clone_dtoh(&self.counts.total).map_err(err(dev, "reading the counts"))?;
-        let mut counts = Counts { start: total[..n].to_vec(), trans_raw: total[n..n + n * n].to_vec(), trans: Vec::new(), emis: total[n + n * n..n + n * n + n * v].to_vec() };
         for (s, l) in ll_all.iter_mut().enumerate() {
             *l = shifted(*l, dt.shift[s], false);
         }
+        self.tables = Some(dt);
+        self.host_counts = None;
         let uncertain: Vec<usize> = (0..ll_all.len()).filter(|&s| ll_all[s].is_nan()).collect();
         if !uncertain.is_empty() {
             // Those sequences on the host, in log space where needed.
-            let tab = Tables::new(model)?;
+            let tab = Tables::new(&self.whole(false)?)?;
             let (host, lls) = cpu::counts_of(&tab, self.seqs, &uncertain, self.seg, exec)?;
             for (s, l) in uncertain.iter().zip(lls) {
                 ll_all[*s] = l;
             }
-            counts.add(&host);
+            self.host_counts = Some(host);
         }
-        self.current = Some(counts);
-        self.tables = Some(dt);
         let impossible = ll_all.iter().position(|&l| l == f64::NEG_INFINITY);
         // Summed in sequence order on the host, as the CPU does.
         Ok((ll_all.iter().sum(), impossible))
     }
 
     fn model(&self, previous: bool) -> Result<HmmModel<E>> {
-        let m = if previous { self.previous.as_ref().or(self.model.as_ref()) } else { self.model.as_ref() };
-        m.cloned().ok_or_else(|| Error::Internal("Baum-Welch engine without a model".into()))
+        self.whole(previous)
     }
 }
 
-/// Baum-Welch with a density emission on the device (see [`DensityEngine`]);
-/// the stopping rule and the choice of start are the CPU's.
+impl<E: Emission> ShareEngine<E> for DensityEngine<'_, E> {
+    fn counts(&self) -> Result<Counts> {
+        let mut c = self.device_counts()?;
+        if let Some(host) = &self.host_counts {
+            c.add(host);
+        }
+        Ok(c)
+    }
+}
+
+impl<'a, E: Emission> DensityEngine<'a, E> {
+    fn new(passes: Passes<'a>, density: &'a DeviceDensity, seqs: &'a Sequences<E::Obs>, exec: &'a Exec) -> Result<Self> {
+        let (dev, n) = (passes.dev, passes.n);
+        let counts = passes.count_slots()?;
+        let s = &dev.stream;
+        let e = err(dev, "allocating the model");
+        let spare = [s.alloc_zeros::<f64>(n).map_err(&e)?, s.alloc_zeros::<f64>(n * n).map_err(&e)?, s.alloc_zeros::<f64>(n * n).map_err(&e)?];
+        let (keys, low_trans) = (s.alloc_zeros::<u64>(2).map_err(&e)?, s.alloc_zeros::<u64>(1).map_err(&e)?);
+        let seg = cpu::fit_segment(n, seqs, exec);
+        Ok(DensityEngine { passes, density, seqs, counts, exec, model: None, previous: None, host_counts: None, tables: None, spare, keys, low_trans, seg })
+    }
+}
+
+/// Baum-Welch with a density emission on the device (see [`DensityEngine`];
+/// over several devices, [`fit_shares`]); the stopping rule and the choice
+/// of start are the CPU's.
 pub(crate) fn fit<E: Emission>(seqs: &Sequences<E::Obs>, values: &[f64], config: &CheckedHmmFitConfig<E>, exec: &Exec) -> Result<HmmFit<E>> {
     let n = config.n_states;
     check_size(n, seqs.len())?;
-    let dev = device()?;
-    let pos = positions(seqs)?;
     // Any emission of this family: its parameters are replaced before each
     // E-step.
     let probe = match &config.init {
         Some(m) => m.emission.clone(),
         None => super::super::baum_welch::try_random_model::<E>(n, &config.shape, seqs, config.seed, config.first_start)?.emission,
     };
-    let density = DeviceDensity::new(dev, &probe, values)?;
-    // Room for the rows (N values per position) before the passes plan
-    // their batches in the memory left.
-    let passes = Passes::with_density(n, density.stats, &pos, true, n * 8, Some(&density))?;
-    let counts = passes.count_slots()?;
-    let seg = cpu::fit_segment(n, seqs, exec);
-    let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec, model: None, previous: None, current: None, tables: None, seg };
-    fit_with(config, seqs, exec, &mut engine)
+    let shares = shares(seqs, exec, Spread::Fit(Counts::size(n, probe.n_stats())))?;
+    // The engine of one share (the call's sequences when there is one).
+    let build = |share: &Share, part: &Sequences<E::Obs>, serve: &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>| -> Result<()> {
+        let dev = share.dev;
+        let pos = positions(part)?;
+        let density = DeviceDensity::new(dev, &probe, values_of(values, seqs, &share.range))?;
+        // Room for the rows (N values per position) before the passes plan
+        // their batches in the memory left.
+        let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, Some(&density))?;
+        let mut engine = DensityEngine::new(passes, &density, part, exec)?;
+        serve(&mut engine)
+    };
+    if let [one] = &shares[..] {
+        let mut out = None;
+        build(one, seqs, &mut |engine| {
+            out = Some(fit_with(config, seqs, exec, engine));
+            Ok(())
+        })?;
+        return out.unwrap_or_else(|| Err(Error::Internal("no Baum-Welch engine was built".into())));
+    }
+    fit_shares(&shares, seqs, config, exec, build)
 }
 
 /// For benchmarks ([`super::with_resident_passes`] for densities): the
@@ -208,8 +378,9 @@ pub(crate) fn fit<E: Emission>(seqs: &Sequences<E::Obs>, values: &[f64], config:
 /// pass as a closure, as the categorical timing does. Forward: the rows,
 /// shifts and forward kernels, results left on the device. Viterbi: the
 /// log rows and the Viterbi kernels, paths left on the device. BaumWelch:
-/// one fit iteration (the host M-step, then the E-step: rows, passes with
-/// counts, counts and log-likelihoods copied out).
+/// one fit iteration (the M-step: start and transitions on the device, the
+/// emission's on the host from its statistics; then the E-step: rows,
+/// passes with counts, log-likelihoods copied out).
 #[doc(hidden)]
 pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], mut run: impl FnMut(super::ResidentPass, &mut dyn FnMut() -> Result<()>) -> Result<()>) -> Result<()> {
     check_size(model.n_states, seqs.len())?;
@@ -268,10 +439,8 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
             sync()
         })?;
     }
-    let passes = Passes::with_density(n, density.stats, &pos, true, n * 8, Some(&density))?;
-    let counts = passes.count_slots()?;
-    let seg = cpu::fit_segment(n, seqs, &exec);
-    let mut engine = DensityEngine { passes, density: &density, seqs, counts, exec: &exec, model: None, previous: None, current: None, tables: None, seg };
+    let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, Some(&density))?;
+    let mut engine = DensityEngine::new(passes, &density, seqs, &exec)?;
     engine.load(model)?;
     let fit = EmissionFit::default();
     run(super::ResidentPass::BaumWelch, &mut || {

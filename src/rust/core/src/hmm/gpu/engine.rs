@@ -7,7 +7,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::exec::Exec;
-use crate::gpu::Kernel;
+use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
 use super::super::baum_welch::{m_step as host_m_step, Engine};
@@ -20,6 +20,7 @@ use super::err;
 use super::launch::function;
 use super::memory::{download_model, upload_tables, DeviceTables};
 use super::passes::{CountSlots, Passes};
+use super::shares::ShareEngine;
 
 /// Baum-Welch on the device: the sequences, the model and the counts stay
 /// there, and an iteration (E-step, reduction, M-step by hmm_m_step) moves
@@ -42,8 +43,8 @@ pub(super) struct DeviceEngine<'a> {
 }
 
 impl<'a> DeviceEngine<'a> {
-    pub(super) fn new(n: usize, v: usize, seqs: &'a Sequences, exec: &'a Exec) -> Result<Self> {
-        let passes = Passes::new(n, v, seqs, true, 0)?;
+    pub(super) fn new(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, exec: &'a Exec) -> Result<Self> {
+        let passes = Passes::new(dev, n, v, seqs, true, 0)?;
         let counts = passes.count_slots()?;
         let blank = HmmModel { n_states: n, start: vec![0.0; n], trans: vec![0.0; n * n], emission: Categorical { n_states: n, n_symbols: v, probs: vec![0.0; n * v] } };
         let tables = [upload_tables(passes.dev, &blank)?, upload_tables(passes.dev, &blank)?];
@@ -56,6 +57,21 @@ impl<'a> DeviceEngine<'a> {
         let (n, v) = (self.passes.n, self.passes.v);
         let total = self.passes.dev.stream.clone_dtoh(&self.counts.total).map_err(err(self.passes.dev, "reading the counts"))?;
         Ok(Counts { start: total[..n].to_vec(), trans_raw: total[n..n + n * n].to_vec(), trans: Vec::new(), emis: total[n + n * n..n + n * n + n * v].to_vec() })
+    }
+}
+
+impl ShareEngine<Categorical> for DeviceEngine<'_> {
+    fn counts(&self) -> Result<Counts> {
+        match &self.host_counts {
+            Some((host, with_device)) => {
+                let mut c = host.clone();
+                if *with_device {
+                    c.add(&self.device_counts()?);
+                }
+                Ok(c)
+            }
+            None => self.device_counts(),
+        }
     }
 }
 
@@ -95,11 +111,13 @@ impl Engine for DeviceEngine<'_> {
         dev.stream.memset_zeros(&mut to.mins).map_err(err(dev, "clearing the smallest probabilities"))?;
         let mut launch = dev.stream.launch_builder(&f);
         launch.arg(&n_i).arg(&v_i).arg(&pseudocount).arg(&self.counts.total).arg(&from.start).arg(&from.trans).arg(&from.emis);
-        launch.arg(&mut to.start).arg(&mut to.trans).arg(&mut to.trans_t).arg(&mut to.emis).arg(&mut to.mins);
+        let null: u64 = 0;
+        launch.arg(&mut to.start).arg(&mut to.trans).arg(&mut to.trans_t).arg(&mut to.emis).arg(&mut to.mins).arg(&null);
         // SAFETY: the arguments match hmm_m_step's parameters in order and
         // type; counts.total holds N + N*N + V*N doubles from the last
         // E-step; both tables hold N, N*N, N*N and V*N doubles and two
-        // keys (zeroed above); the block has 256 threads (whole warps).
+        // keys (zeroed above); low_trans is null (not wanted); the block
+        // has 256 threads (whole warps).
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_m_step"))?;
         self.cur = 1 - self.cur;
         // Known on the device only; downloaded if the host needs it.

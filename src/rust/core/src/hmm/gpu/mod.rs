@@ -50,6 +50,7 @@ mod passes;
 mod plan;
 mod resident;
 mod rows;
+mod shares;
 
 #[doc(hidden)]
 pub use resident::{with_resident_passes, ResidentPass};
@@ -58,6 +59,7 @@ pub(crate) use density::{fit as density_fit, loglik as density_loglik, posterior
 
 use engine::DeviceEngine;
 use plan::check_size;
+use shares::{fit_shares, on_shares, shares, Spread};
 
 use super::baum_welch::{fit_with, Engine, HmmFit};
 use super::config::CheckedHmmFitConfig;
@@ -116,7 +118,8 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
     if tables::theta_of(small) > 1.0 {
         return cpu::loglik(&Tables::new(model)?, seqs, exec);
     }
-    let mut out = passes::loglik_device(model, small, seqs, exec)?;
+    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, _| passes::loglik_device(dev, model, small, part, exec))?;
+    let mut out = parts.concat();
     settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
@@ -138,7 +141,23 @@ pub(super) fn settle_logliks<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
 /// log-probabilities; one launch per batch.
 pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    passes::viterbi_device(model, seqs, exec)
+    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, _| passes::viterbi_device(dev, model, part, exec))?;
+    concat_pairs(parts, "the Viterbi paths")
+}
+
+/// Per-share pairs of results (`what`: the first's name, for a memory
+/// error), each concatenated in share order.
+fn concat_pairs<A, B>(parts: Vec<(Vec<A>, Vec<B>)>, what: &str) -> Result<(Vec<A>, Vec<B>)> {
+    if parts.len() == 1 {
+        return Ok(parts.into_iter().next().unwrap_or((Vec::new(), Vec::new())));
+    }
+    let mut a = crate::memory::try_with_capacity(parts.iter().map(|p| p.0.len()).sum(), what)?;
+    let mut b = crate::memory::try_with_capacity(parts.iter().map(|p| p.1.len()).sum(), "the log-likelihoods")?;
+    for (x, y) in parts {
+        a.extend(x);
+        b.extend(y);
+    }
+    Ok((a, b))
 }
 
 /// Posterior state probabilities (time-major, NaN rows for impossible
@@ -149,7 +168,8 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
     if tables::theta_of(small) > 1.0 {
         return cpu::posterior(&Tables::new(model)?, seqs, exec);
     }
-    let (mut probs, mut loglik) = passes::posterior_device(model, small, seqs, exec)?;
+    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, _| passes::posterior_device(dev, model, small, part, exec))?;
+    let (mut probs, mut loglik) = concat_pairs(parts, "the posterior probabilities")?;
     settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
     Ok((probs, loglik))
 }
@@ -174,18 +194,23 @@ pub(super) fn settle_posteriors<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
 }
 
 /// Baum-Welch on the device (the sequences uploaded once for every start
-/// and iteration); the stopping rule is the CPU's.
+/// and iteration; over several devices, `shares::fit_shares`); the
+/// stopping rule is the CPU's.
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     check_size(config.n_states, seqs.len())?;
-    let mut engine = DeviceEngine::new(config.n_states, config.shape, seqs, exec)?;
-    fit_with(config, seqs, exec, &mut engine)
+    let shares = shares(seqs, exec, Spread::Fit(super::backward::Counts::size(config.n_states, config.shape)))?;
+    if let [one] = &shares[..] {
+        let mut engine = DeviceEngine::new(one.dev, config.n_states, config.shape, seqs, exec)?;
+        return fit_with(config, seqs, exec, &mut engine);
+    }
+    fit_shares(&shares, seqs, config, exec, |share, part, serve| serve(&mut DeviceEngine::new(share.dev, config.n_states, config.shape, part, exec)?))
 }
 
 /// One E-step + M-step on the device (for benchmarks and tests): the next
 /// model and the log-likelihood of `model`.
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
     check_size(model.n_states, seqs.len())?;
-    let mut engine = DeviceEngine::new(model.n_states, model.emission.n_symbols, seqs, exec)?;
+    let mut engine = DeviceEngine::new(device()?, model.n_states, model.emission.n_symbols, seqs, exec)?;
     let (ll, _) = engine.load(model)?;
     engine.m_step(&EmissionFit { pseudocount, var_floor: f64::NAN })?;
     Ok((engine.model(false)?, ll))

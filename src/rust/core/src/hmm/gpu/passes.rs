@@ -20,7 +20,7 @@ use super::launch::{function, launch_forward, launch_viterbi, launch_xi_gemm};
 use super::memory::{upload, upload_log_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
 use super::rows::DeviceDensity;
 use super::plan::{backward_smem, batched_path, batches, grid, threads_for, warp_grid, warp_path, xi_splits};
-use super::{device, err, PARTIAL_SHARE, WARPS, WARP_MAX_STATES};
+use super::{err, PARTIAL_SHARE, WARPS, WARP_MAX_STATES};
 
 /// Baum-Welch count accumulators on the device (`slots` of N + N*N + V*N
 /// doubles, summed in slot order into `total`).
@@ -63,14 +63,13 @@ pub(super) struct Passes<'a> {
 impl<'a> Passes<'a> {
     /// `counts`: the passes compute Baum-Welch counts; `extra_per_symbol`:
     /// bytes the caller stores per symbol besides alphas and scales.
-    pub(super) fn new(n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
-        Self::with_density(n, v, seqs, counts, extra_per_symbol, None)
+    pub(super) fn new(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
+        Self::with_density(dev, n, v, seqs, counts, extra_per_symbol, None)
     }
 
     /// [`Passes::new`] for a density emission: `seqs` are the positions
     /// (symbol p at position p), `v` its number of statistics.
-    pub(super) fn with_density(n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
-        let dev = device()?;
+    pub(super) fn with_density(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
         let d_seqs = match density {
             Some(d) => d.positions(dev, seqs)?,
             None => upload(dev, seqs)?,
@@ -286,8 +285,7 @@ impl<'a> Passes<'a> {
 }
 
 /// The kernels' log-likelihoods (NaN: uncertain).
-pub(super) fn loglik_device(model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
-    let dev = device()?;
+pub(super) fn loglik_device(dev: &Device, model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
     let tables = upload_tables_with(dev, model, small)?;
     let d_seqs = upload(dev, seqs)?;
     forward_all(dev, model.n_states, model.emission.n_symbols, &tables, &d_seqs, seqs, exec)
@@ -319,8 +317,7 @@ pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTable
 }
 
 /// The kernels' Viterbi paths and log-probabilities; one launch per batch.
-pub(super) fn viterbi_device(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
-    let dev = device()?;
+pub(super) fn viterbi_device(dev: &Device, model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     let tabs = upload_log_tables(dev, model)?;
     let d_seqs = upload(dev, seqs)?;
     viterbi_all(dev, model.n_states, &tabs, &d_seqs, seqs, None, exec)
@@ -346,9 +343,9 @@ pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs
 }
 
 /// The kernels' posteriors and log-likelihoods (NaN: uncertain).
-pub(super) fn posterior_device(model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+pub(super) fn posterior_device(dev: &Device, model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     let n = model.n_states;
-    let mut passes = Passes::new(n, model.emission.n_symbols, seqs, false, n * 8)?;
+    let mut passes = Passes::new(dev, n, model.emission.n_symbols, seqs, false, n * 8)?;
     let tables = upload_tables_with(passes.dev, model, small)?;
     passes.posterior_all(&tables, exec)
 }

@@ -91,7 +91,7 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
     })?;
     drop(bufs);
     let exec = Exec { backend: crate::exec::Backend::Cuda, ..Exec::cpu() };
-    let mut engine = DeviceEngine::new(n, model.emission.n_symbols, seqs, &exec)?;
+    let mut engine = DeviceEngine::new(dev, n, model.emission.n_symbols, seqs, &exec)?;
     engine.load(model)?;
     run(ResidentPass::BaumWelch, &mut || {
         engine.m_step(&Default::default())?;

@@ -3,7 +3,7 @@
 //! (position p of the flat sequences is "symbol" p, so the categorical
 //! kernels run unchanged on a table with one row per position), each
 //! sequence's sum of shifts (added to its log-likelihood), and the kernels'
-//! certificate of normalised rows (as the CPU's, [`Certificate`]).
+//! certificate of normalised rows (as the CPU's, [`Certificate`](super::super::tables::Certificate)).
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -16,7 +16,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::emission::Emission;
 use super::super::model::HmmModel;
-use super::super::tables::{min_positive, normalised_certificate, Certificate, DENSE_MIN};
+use super::super::tables::{min_positive, DENSE_MIN};
 use super::super::sequences::Sequences;
 use super::memory::{min_key, transposed, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
 use super::{err, DEFAULT_SMEM, WARP_MAX_STATES};
@@ -51,6 +51,33 @@ pub(super) struct DensityTables {
 /// Threads per block of hmm_emission_rows and hmm_sequence_shifts (a warp
 /// per position or sequence).
 const ROW_THREADS: u32 = 256;
+
+/// What the certificate needs of the start and transition probabilities
+/// (see [`Certificate`](super::super::tables::Certificate)): the smallest positive one, and whether every
+/// transition is at least DENSE_MIN.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct ChainSummary {
+    pub(super) min_positive: f64,
+    pub(super) dense: bool,
+}
+
+impl ChainSummary {
+    pub(super) fn of<E: Emission>(model: &HmmModel<E>) -> Self {
+        ChainSummary { min_positive: min_positive(&model.start).min(min_positive(&model.trans)), dense: model.trans.iter().all(|&p| p >= DENSE_MIN) }
+    }
+}
+
+impl DensityTables {
+    /// Copy the start and transition probabilities of `model` (and the
+    /// transpose) into the tables.
+    pub(super) fn upload_chain<E: Emission>(&mut self, dev: &Device, model: &HmmModel<E>) -> Result<()> {
+        let (s, t) = (&dev.stream, &mut self.tables);
+        let e = err(dev, "copying the model");
+        s.memcpy_htod(&model.start[..], &mut t.start).map_err(&e)?;
+        s.memcpy_htod(&model.trans[..], &mut t.trans).map_err(&e)?;
+        s.memcpy_htod(&transposed(&model.trans, model.n_states)[..], &mut t.trans_t).map_err(&e)
+    }
+}
 
 impl DeviceDensity {
     /// Upload the observations (`values`, flat) and the parameters of `e`.
@@ -174,13 +201,14 @@ impl DeviceDensity {
             shift: Vec::new(),
             uncertain: Vec::new(),
         };
-        self.refresh(dev, model, &mut dt, off, count, total, counting)?;
+        dt.upload_chain(dev, model)?;
+        self.refresh(dev, n, &mut dt, ChainSummary::of(model), off, count, total, counting)?;
         Ok(dt)
     }
 
-    /// Recompute `dt` for `model` (after an M-step) in its buffers: the
-    /// model's start and transitions, the rows, the shifts (to the host) and
-    /// the certificate.
+    /// Recompute `dt` (whose start and transitions are current, `chain`
+    /// their summary) for the emission's current parameters: the rows, the
+    /// shifts (to the host) and the certificate.
     ///
     /// The kernels apply the CPU's certificate through their theta test
     /// (hmm_theta: 2^-960 / (a e)). Dense transitions: never after the
@@ -192,35 +220,23 @@ impl DeviceDensity {
     /// probability, e = the smallest value of a positive density in any
     /// row (0 after an underflow: every sequence goes to the CPU).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn refresh<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, dt: &mut DensityTables, off: &CudaSlice<i64>, count: usize, total: usize, counting: bool) -> Result<()> {
-        let n = model.n_states;
+    pub(super) fn refresh(&self, dev: &Device, n: usize, dt: &mut DensityTables, chain: ChainSummary, off: &CudaSlice<i64>, count: usize, total: usize, counting: bool) -> Result<()> {
         let s = &dev.stream;
-        let e = err(dev, "copying the model");
-        s.memcpy_htod(&model.start[..], &mut dt.tables.start).map_err(&e)?;
-        s.memcpy_htod(&model.trans[..], &mut dt.tables.trans).map_err(&e)?;
-        s.memcpy_htod(&transposed(&model.trans, n)[..], &mut dt.tables.trans_t).map_err(&e)?;
         self.fill_rows(dev, n, total, &mut dt.tables.emis, Some((&mut dt.shift_d, &mut dt.rowmin_d)))?;
         self.fill_shifts(dev, n, off, count, dt)?;
         let get = |x: &CudaSlice<f64>| s.clone_dtoh(x).map_err(err(dev, "reading the shifts"));
         let (shift, min_all, first) = (get(&dt.sums[0])?, get(&dt.sums[1])?, get(&dt.sums[2])?);
-        let min_start = min_positive(&model.start);
-        let sparse = |min_trans: f64| (min_start.min(min_trans), min_all.iter().copied().fold(f64::INFINITY, f64::min));
-        let (keys, uncertain): ((f64, f64), Vec<bool>) = match normalised_certificate(&model.trans) {
-            Certificate::Dense => {
-                let big = f64::from_bits((1023 + 500) << 52);
-                let bad: Vec<bool> = first.iter().map(|&c| !(c >= DENSE_MIN)).collect();
-                if counting && bad.iter().any(|&b| b) {
-                    (sparse(min_positive(&model.trans)), vec![false; count])
-                } else {
-                    ((big, big), bad)
-                }
-            }
-            Certificate::Steps { min_trans } => (sparse(min_trans), vec![false; count]),
-            Certificate::Theta(_) => return Err(Error::Internal("a density emission with table rows".into())),
+        let sparse = (chain.min_positive, min_all.iter().copied().fold(f64::INFINITY, f64::min));
+        let (keys, uncertain) = if chain.dense {
+            let big = f64::from_bits((1023 + 500) << 52);
+            let bad: Vec<bool> = first.iter().map(|&c| !(c >= DENSE_MIN)).collect();
+            if counting && bad.iter().any(|&b| b) { (sparse, vec![false; count]) } else { ((big, big), bad) }
+        } else {
+            (sparse, vec![false; count])
         };
         // A zero smallest row value (an underflow) has key 0: no step is
         // certified, and every sequence goes to the CPU.
-        s.memcpy_htod(&[min_key(keys.0), min_key(keys.1)][..], &mut dt.tables.mins).map_err(&e)?;
+        s.memcpy_htod(&[min_key(keys.0), min_key(keys.1)][..], &mut dt.tables.mins).map_err(err(dev, "copying the model"))?;
         dt.shift = shift;
         dt.uncertain = uncertain;
         Ok(())
