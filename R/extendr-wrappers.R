@@ -48,7 +48,8 @@ hmm_posterior_ <- function(start, trans, emission, obs, lengths, threads, backen
 
 #' Baum-Welch over all sequences. `emission`: list(family, V) (V for a
 #' categorical fit); `init` is NULL or list(start, trans, emission)
-#' (row-major); `var_floor` NA for the default. `first_start`: 0-based
+#' (row-major); `var_floor` NaN for the default (extendr refuses NA for
+#' an f64). `first_start`: 0-based
 #' global index of the first random start (R splits the starts of one fit
 #' over future workers).
 #' @noRd

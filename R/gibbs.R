@@ -13,8 +13,15 @@
 #' 2. \eqn{\gamma} (slice; its log posterior sums over all observations, in
 #'    parallel);
 #' 3. \eqn{\mu} (conjugate normal draw);
-#' 4. \eqn{\tau} and, for the gaussian family, the residual sd
-#'    \eqn{\sigma} (slice, on the log scale).
+#' 4. \eqn{\tau} (slice, on the log scale);
+#' 5. on the CPU, \eqn{\mu} and \eqn{\tau} again in the non-centred
+#'    parameterisation (\eqn{\alpha_g = (\beta_g - \mu) / \tau} held
+#'    fixed, slice updates whose log posterior sums over all observations):
+#'    interweaving (Yu and Meng, 2011), so that the chain mixes also when
+#'    \eqn{\tau} is small against what the data say of each group, where
+#'    steps 3-4 alone barely move;
+#' 6. for the gaussian family, the residual sd \eqn{\sigma} (slice, on the
+#'    log scale).
 #'
 #' During warmup each coordinate's slice width adapts to about twice its
 #' mean absolute move; the widths are then frozen. Chains are independent,

@@ -17,6 +17,8 @@ pub enum Block {
     Tau,
     Sigma,
     Init,
+    /// The non-centred updates of mu and tau (`Sweeper::interweave`).
+    Interweave,
 }
 
 impl Block {
@@ -29,6 +31,7 @@ impl Block {
             Block::Tau => g + 2,
             Block::Sigma => g + 3,
             Block::Init => g + 4,
+            Block::Interweave => g + 5,
         }
     }
 }

@@ -38,6 +38,9 @@ pub struct State {
     pub sigma: f64,
     pub eta: Vec<f64>,
     pub widths: Widths,
+    /// Widths of the non-centred updates of mu_k (first K) and log tau_k
+    /// (`Sweeper::interweave`), adapted as `widths`.
+    pub nc_widths: Widths,
     /// Floors of each tau_k and of sigma (see `model::SCALE_FLOOR_REL`).
     pub tau_floor: Vec<f64>,
     pub sigma_floor: f64,
@@ -135,6 +138,7 @@ impl Sweeper<'_> {
             sigma,
             eta: vec![0.0; d.n()],
             widths: Widths::new(ncoord, w0),
+            nc_widths: Widths::new(2 * k, w0),
             tau_floor: bounds.tau_floor,
             sigma_floor: bounds.sigma_floor,
             stuck: vec![0; ncoord],
@@ -187,9 +191,11 @@ impl Sweeper<'_> {
         self.update_gamma(state, sweep, adapting, &mut stats, monitor)?;
         self.update_mu(state, sweep);
         self.update_tau(state, sweep, adapting, &mut stats);
+        self.interweave(state, sweep, adapting, &mut stats, monitor)?;
         self.update_sigma(state, sweep, adapting, &mut stats);
         if adapting {
             state.widths.end_sweep();
+            state.nc_widths.end_sweep();
         }
         Ok(stats)
     }
@@ -396,6 +402,124 @@ impl Sweeper<'_> {
             state.widths.parts_mut().1[idx] += (step.x - u0).abs();
         }
     }
+}
+
+impl Sweeper<'_> {
+    /// Interweaving (ASIS, Yu and Meng 2011) of each (mu_k, tau_k): after
+    /// their centred updates above (given beta), both are updated again in
+    /// the non-centred parameterisation, holding alpha_g = (beta_gk -
+    /// mu_k) / tau_k fixed, from the data: a shift of mu_k moves every
+    /// beta_gk with it, a new tau_k stretches them all. The centred updates
+    /// mix slowly when tau_k is small against what the data say of each
+    /// group (mu and tau then barely move given beta); these do not. Each
+    /// is a slice update whose log density sums over every observation, in
+    /// parallel chunks (as gamma's). A point whose log density is not
+    /// finite is left to the centred updates (which report it as stuck);
+    /// an update that cannot move here is not reported: the centred one
+    /// still moves.
+    fn interweave(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
+        let d = self.data;
+        let (g_count, k) = (d.groups(), d.k);
+        let inv_var = self.inv_var(state);
+        let mut rng = self.rng(sweep, Block::Interweave);
+        // Per row: how much its eta moves per unit change of the parameter.
+        let mut slope = vec![0.0; d.n()];
+        let (m0, s0) = (self.prior.mu_mean, self.prior.mu_sd);
+        for j in 0..k {
+            monitor.check()?;
+            // mu_k: eta moves by x_ik per unit; the prior is mu's own.
+            fill_slope(d, &mut slope, j, |_| 1.0);
+            let mu0 = state.mu[j];
+            let logf = |m: f64| self.moved_loglik(state, &slope, m - mu0, inv_var, monitor) - 0.5 * ((m - m0) / s0).powi(2);
+            let settings = SliceSettings { w: state.nc_widths.w[j], ..self.slice };
+            if let Some(delta) = self.non_centred_step(mu0, logf(mu0), logf, &settings, &mut rng, stats, monitor)? {
+                state.mu[j] += delta;
+                (0..g_count).for_each(|g| state.beta[g * k + j] += delta);
+                move_eta(&mut state.eta, &slope, delta);
+                if adapting {
+                    state.nc_widths.parts_mut().1[j] += delta.abs();
+                }
+            }
+            if self.prior.tau.fixed().is_some() {
+                continue;
+            }
+            // tau_k on the log scale: eta moves by x_ik alpha_g per unit of
+            // tau_k; log p(u) = log prior(e^u) + u + loglik.
+            let (mu, t0) = (state.mu[j], state.tau[j]);
+            let alpha: Vec<f64> = (0..g_count).map(|g| (state.beta[g * k + j] - mu) / t0).collect();
+            fill_slope(d, &mut slope, j, |g| alpha[g]);
+            let prior = self.prior.tau;
+            let logf = |u: f64| self.moved_loglik(state, &slope, u.exp() - t0, inv_var, monitor) + prior.log_density(u.exp()) + u;
+            let u0 = t0.ln();
+            let settings = SliceSettings { w: state.nc_widths.w[k + j], lower: state.tau_floor[j].ln(), upper: SCALE_MAX.ln(), ..self.slice };
+            if let Some(du) = self.non_centred_step(u0, logf(u0), logf, &settings, &mut rng, stats, monitor)? {
+                let t = (u0 + du).exp();
+                state.tau[j] = t;
+                (0..g_count).for_each(|g| state.beta[g * k + j] = mu + t * alpha[g]);
+                move_eta(&mut state.eta, &slope, t - t0);
+                if adapting {
+                    state.nc_widths.parts_mut().1[k + j] += du.abs();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One slice update of a non-centred coordinate from `x0`: the change
+    /// when it moved (None when it did not, or when the start's log
+    /// density is not finite).
+    #[allow(clippy::too_many_arguments)]
+    fn non_centred_step(&self, x0: f64, f0: f64, logf: impl Fn(f64) -> f64, settings: &SliceSettings, rng: &mut Rng, stats: &mut SweepStats, monitor: &Monitor) -> Result<Option<f64>> {
+        if !f0.is_finite() {
+            return Ok(None);
+        }
+        let step = slice_step(x0, f0, logf, settings, rng);
+        monitor.check()?;
+        stats.scale_evals += step.evals as u64 + 1;
+        let delta = step.x - x0;
+        Ok((delta != 0.0 && !step.stuck && step.x.is_finite()).then_some(delta))
+    }
+
+    /// sum_i loglik(y_i, eta_i + slope_i delta), in parallel chunks; NaN
+    /// once cancelled (outside every slice).
+    fn moved_loglik(&self, state: &State, slope: &[f64], delta: f64, inv_var: f64, monitor: &Monitor) -> f64 {
+        if monitor.is_cancelled() {
+            return f64::NAN;
+        }
+        let (d, eta) = (self.data, &state.eta);
+        // Every chunk looks at the monitor: one evaluation may cover
+        // millions of rows.
+        par_sum(d.n(), |r| {
+            if monitor.is_cancelled() {
+                f64::NAN
+            } else if d.trials.is_empty() {
+                rows_loglik(self.family, &d.y[r.clone()], &eta[r.clone()], &slope[r], delta, inv_var)
+            } else {
+                rows_loglik_trials(self.family, &d.y[r.clone()], &d.trials[r.clone()], &eta[r.clone()], &slope[r], delta, inv_var)
+            }
+        })
+    }
+}
+
+/// slope_i = x_ik * scale(group of row i), for every row.
+fn fill_slope(d: &HbData, slope: &mut [f64], j: usize, scale: impl Fn(usize) -> f64 + Sync) {
+    let k = d.k;
+    slope.par_chunks_mut(SUM_CHUNK).enumerate().for_each(|(c, part)| {
+        let start = c * SUM_CHUNK;
+        let mut g = d.offsets.partition_point(|&o| o <= start) - 1;
+        for (i, v) in part.iter_mut().enumerate() {
+            let row = start + i;
+            while d.offsets[g + 1] <= row {
+                g += 1;
+            }
+            *v = d.x[row * k + j] * scale(g);
+        }
+    });
+}
+
+/// eta_i += slope_i delta.
+fn move_eta(eta: &mut [f64], slope: &[f64], delta: f64) {
+    eta.par_iter_mut().zip(slope).with_min_len(SUM_CHUNK).for_each(|(e, s)| *e += s * delta);
 }
 
 /// sum_g f(beta_gj), in a fixed order.

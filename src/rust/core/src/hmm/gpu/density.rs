@@ -2,8 +2,9 @@
 //! passes over a table with one emission row per position (`rows`), the
 //! shifts added back to the log-likelihoods, the sequences the kernels
 //! cannot certify computed on the CPU (as for categorical emissions), and
-//! Baum-Welch (`DensityEngine`) with the E-step on the device and the
-//! M-step on the host (the CPU's, one code for both backends).
+//! Baum-Welch (`DensityEngine`) with the E-step and the M-step of start and
+//! transitions on the device, the emission's M-step on the host (the
+//! CPU's, one code for both backends).
 
 use std::ops::Range;
 

@@ -34,8 +34,10 @@
 //! batches), `memory` holds what is uploaded (sequences, tables, buffers),
 //! `launch` the single-kernel launches, `batched` the large-N passes,
 //! `passes` the forward-backward passes of a call and the device sides of
-//! the routines, `engine` the Baum-Welch engine of a fit, and `resident`
-//! the passes on device-resident data that `bulkem-bench hmm` times.
+//! the routines, `engine` the Baum-Welch engine of a fit, `rows` and
+//! `density` a density emission's rows and routines, `shares` the
+//! sequences spread over several devices, and `resident` the passes on
+//! device-resident data that `bulkem-bench hmm` times.
 
 use crate::error::{Error, Result};
 use crate::exec::Exec;

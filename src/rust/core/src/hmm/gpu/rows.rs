@@ -3,7 +3,8 @@
 //! (position p of the flat sequences is "symbol" p, so the categorical
 //! kernels run unchanged on a table with one row per position), each
 //! sequence's sum of shifts (added to its log-likelihood), and the kernels'
-//! certificate of normalised rows (as the CPU's, [`Certificate`](super::super::tables::Certificate)).
+//! certificate of normalised rows (as the CPU's,
+//! [`Certificate`](super::super::tables::Certificate)).
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -53,8 +54,8 @@ pub(super) struct DensityTables {
 const ROW_THREADS: u32 = 256;
 
 /// What the certificate needs of the start and transition probabilities
-/// (see [`Certificate`](super::super::tables::Certificate)): the smallest positive one, and whether every
-/// transition is at least DENSE_MIN.
+/// (see [`Certificate`](super::super::tables::Certificate)): the smallest
+/// positive one, and whether every transition is at least DENSE_MIN.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct ChainSummary {
     pub(super) min_positive: f64,
