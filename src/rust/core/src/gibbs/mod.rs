@@ -274,9 +274,10 @@ pub fn memory_needed(data: &HbData, config: &HbglmConfig, backend: Backend) -> u
     let np = layout.n_params();
     let copies: u128 = if backend == Backend::Cuda { 4 } else { 3 };
     let draws = memory::bytes::<f64>(&[config.kept(), config.chains, np]).saturating_mul(copies);
-    // eta, widths and moves (3 per coordinate with the stuck counts), the
-    // draws' slice handles.
-    let per_chain = memory::bytes::<f64>(&[config.chains, data.n() + 3 * layout.n_coords() + np])
+    // eta and the interweaving's scratch (per row and per group), widths
+    // and moves (3 per coordinate with the stuck counts, and of the 2K
+    // non-centred updates), the draws' slice handles.
+    let per_chain = memory::bytes::<f64>(&[config.chains, 2 * data.n() + data.groups() + 3 * (layout.n_coords() + 2 * data.k) + np])
         .saturating_add(memory::bytes::<&[f64]>(&[config.chains, np]));
     draws.saturating_add(per_chain)
 }

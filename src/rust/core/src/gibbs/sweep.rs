@@ -41,6 +41,10 @@ pub struct State {
     /// Widths of the non-centred updates of mu_k (first K) and log tau_k
     /// (`Sweeper::interweave`), adapted as `widths`.
     pub nc_widths: Widths,
+    /// Scratch of those updates, kept between sweeps: per row, the move of
+    /// eta per unit of the parameter (n); per group, alpha_g (G).
+    nc_slope: Vec<f64>,
+    nc_alpha: Vec<f64>,
     /// Floors of each tau_k and of sigma (see `model::SCALE_FLOOR_REL`).
     pub tau_floor: Vec<f64>,
     pub sigma_floor: f64,
@@ -139,6 +143,8 @@ impl Sweeper<'_> {
             eta: vec![0.0; d.n()],
             widths: Widths::new(ncoord, w0),
             nc_widths: Widths::new(2 * k, w0),
+            nc_slope: vec![0.0; d.n()],
+            nc_alpha: vec![0.0; g],
             tau_floor: bounds.tau_floor,
             sigma_floor: bounds.sigma_floor,
             stuck: vec![0; ncoord],
@@ -418,24 +424,32 @@ impl Sweeper<'_> {
     /// an update that cannot move here is not reported: the centred one
     /// still moves.
     fn interweave(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
+        let mut rng = self.rng(sweep, Block::Interweave);
+        // The scratch, taken out of the state while the updates borrow it.
+        let (mut slope, mut alpha) = (std::mem::take(&mut state.nc_slope), std::mem::take(&mut state.nc_alpha));
+        let out = self.interweave_with(state, &mut slope, &mut alpha, adapting, &mut rng, stats, monitor);
+        (state.nc_slope, state.nc_alpha) = (slope, alpha);
+        out
+    }
+
+    /// [`Sweeper::interweave`] with its scratch: `slope` (n) and `alpha` (G).
+    #[allow(clippy::too_many_arguments)]
+    fn interweave_with(&self, state: &mut State, slope: &mut [f64], alpha: &mut [f64], adapting: bool, rng: &mut Rng, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
         let d = self.data;
         let (g_count, k) = (d.groups(), d.k);
         let inv_var = self.inv_var(state);
-        let mut rng = self.rng(sweep, Block::Interweave);
-        // Per row: how much its eta moves per unit change of the parameter.
-        let mut slope = vec![0.0; d.n()];
         let (m0, s0) = (self.prior.mu_mean, self.prior.mu_sd);
         for j in 0..k {
             monitor.check()?;
             // mu_k: eta moves by x_ik per unit; the prior is mu's own.
-            fill_slope(d, &mut slope, j, |_| 1.0);
+            fill_slope(d, slope, j, |_| 1.0);
             let mu0 = state.mu[j];
-            let logf = |m: f64| self.moved_loglik(state, &slope, m - mu0, inv_var, monitor) - 0.5 * ((m - m0) / s0).powi(2);
+            let logf = |m: f64| self.moved_loglik(state, slope, m - mu0, inv_var, monitor) - 0.5 * ((m - m0) / s0).powi(2);
             let settings = SliceSettings { w: state.nc_widths.w[j], ..self.slice };
-            if let Some(delta) = self.non_centred_step(mu0, logf(mu0), logf, &settings, &mut rng, stats, monitor)? {
+            if let Some(delta) = self.non_centred_step(mu0, logf(mu0), logf, &settings, rng, stats, monitor)? {
                 state.mu[j] += delta;
                 (0..g_count).for_each(|g| state.beta[g * k + j] += delta);
-                move_eta(&mut state.eta, &slope, delta);
+                move_eta(&mut state.eta, slope, delta);
                 if adapting {
                     state.nc_widths.parts_mut().1[j] += delta.abs();
                 }
@@ -446,17 +460,18 @@ impl Sweeper<'_> {
             // tau_k on the log scale: eta moves by x_ik alpha_g per unit of
             // tau_k; log p(u) = log prior(e^u) + u + loglik.
             let (mu, t0) = (state.mu[j], state.tau[j]);
-            let alpha: Vec<f64> = (0..g_count).map(|g| (state.beta[g * k + j] - mu) / t0).collect();
-            fill_slope(d, &mut slope, j, |g| alpha[g]);
+            alpha.iter_mut().enumerate().for_each(|(g, a)| *a = (state.beta[g * k + j] - mu) / t0);
+            let alpha = &*alpha;
+            fill_slope(d, slope, j, |g| alpha[g]);
             let prior = self.prior.tau;
-            let logf = |u: f64| self.moved_loglik(state, &slope, u.exp() - t0, inv_var, monitor) + prior.log_density(u.exp()) + u;
+            let logf = |u: f64| self.moved_loglik(state, slope, u.exp() - t0, inv_var, monitor) + prior.log_density(u.exp()) + u;
             let u0 = t0.ln();
             let settings = SliceSettings { w: state.nc_widths.w[k + j], lower: state.tau_floor[j].ln(), upper: SCALE_MAX.ln(), ..self.slice };
-            if let Some(du) = self.non_centred_step(u0, logf(u0), logf, &settings, &mut rng, stats, monitor)? {
+            if let Some(du) = self.non_centred_step(u0, logf(u0), logf, &settings, rng, stats, monitor)? {
                 let t = (u0 + du).exp();
                 state.tau[j] = t;
                 (0..g_count).for_each(|g| state.beta[g * k + j] = mu + t * alpha[g]);
-                move_eta(&mut state.eta, &slope, t - t0);
+                move_eta(&mut state.eta, slope, t - t0);
                 if adapting {
                     state.nc_widths.parts_mut().1[k + j] += du.abs();
                 }
