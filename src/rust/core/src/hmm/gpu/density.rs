@@ -158,8 +158,9 @@ enum Chain {
     Host,
     /// In the host model and in the device tables.
     Both,
-    /// On the device only (after a device M-step), with its summary:
-    /// current in the tables, previous in `spare`.
+    /// On the device only (after a device M-step), with its summary (read
+    /// for the current model only): current in the tables, previous in
+    /// `spare`; the host model's vectors are stale.
     Device(ChainSummary),
 }
 
@@ -258,11 +259,13 @@ impl<E: Emission> Engine<E> for DensityEngine<'_, E> {
         let at = n + n * n;
         let stats = dev.stream.clone_dtoh(&self.counts.total.slice(at..at + n * v)).map_err(err(dev, "reading the counts"))?;
         let e = model.emission.m_step(&stats, fit);
-        // The host copies of start and transitions are stale from here on.
-        let next = HmmModel { n_states: n, start: model.start.clone(), trans: model.trans.clone(), emission: e.emission };
-        // Its start and transitions: on the host (Both), or now in `spare`.
-        self.previous = Some((model, chain));
-        self.model = Some((next, Chain::Device(summary)));
+        // Start and transitions are on the device only from here on: the
+        // new ones in the tables, the previous ones in `spare` (whatever
+        // `chain` was), so the host's vectors move on as stale
+        // placeholders (N^2 values, not copied every iteration).
+        let HmmModel { start, trans, emission, .. } = model;
+        self.previous = Some((HmmModel { n_states: n, start: Vec::new(), trans: Vec::new(), emission }, Chain::Device(summary)));
+        self.model = Some((HmmModel { n_states: n, start, trans, emission: e.emission }, Chain::Device(summary)));
         Ok(e.floored)
     }
 
