@@ -6,7 +6,8 @@
 # `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
 # select-suite, then the torch peer once per K = 1..5 (20 starts).
 # `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
-# the torch peers of its two GPU cases (categorical and Gaussian).
+# the torch peers of its two GPU cases (categorical and Gaussian), on
+# device-resident data and from host memory (inst/bench/torch_hmm_host.py).
 set -u
 what=${1:-all}
 cd "$(dirname "$0")/../.device"
@@ -36,7 +37,7 @@ if [ "$what" = peers ] || [ "$what" = all ]; then
   python3 peers/torch_igem.py 4000 2000 100 2 100 400 2>&1 | tee "$out/peer-igem.log"
 fi
 if [ "$what" = hmm ]; then
-  run_tests kernels_compile hmm_gpu hmm_emissions_gpu
+  run_tests kernels_compile transfer_gpu hmm_gpu hmm_emissions_gpu
   echo "== bulkem-bench hmm-suite"
   ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-hmm.jsonl" 2>&1 | tee "$out/bench-hmm.log"
   echo "== peers torch_hmm, torch_hmm_gaussian"
@@ -44,6 +45,7 @@ if [ "$what" = hmm ]; then
     v=$([ "${shape%% *}" = 512 ] && echo 512 || echo 16)
     python3 peers/torch_hmm.py $shape $v 2>&1 | tee -a "$out/peer-hmm.log"
     python3 peers/torch_hmm_gaussian.py $shape 2>&1 | tee -a "$out/peer-hmm.log"
+    (cd peers && python3 torch_hmm_host.py categorical $shape $v && python3 torch_hmm_host.py gaussian $shape) 2>&1 | tee -a "$out/peer-hmm.log"
   done
 fi
 # `multi` (issue 21, on a machine of two GPUs): every GPU test with both

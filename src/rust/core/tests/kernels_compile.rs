@@ -66,7 +66,7 @@ fn every_entry_point_is_a_typed_kernel() {
 
 #[test]
 fn every_kernel_file_is_checked() {
-    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched", "hmm_emission"];
+    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched", "hmm_emission", "transfer"];
     for (name, _) in KERNELS {
         assert!(checked.contains(name), "kernel file {name}.cu needs a compile test here");
     }
@@ -150,4 +150,12 @@ fn hmm_batched_kernels_compile() {
         return;
     }
     check("hmm_batched", &[vec![]]);
+}
+
+#[test]
+fn transfer_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    check("transfer", &[vec![]]);
 }

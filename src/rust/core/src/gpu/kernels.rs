@@ -11,6 +11,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("hmm", include_str!("../../kernels/hmm.cu")),
     ("hmm_batched", include_str!("../../kernels/hmm_batched.cu")),
     ("hmm_emission", include_str!("../../kernels/hmm_emission.cu")),
+    ("transfer", include_str!("../../kernels/transfer.cu")),
 ];
 
 /// Full source of kernel file `name`: the core's tolerances as macros, the
@@ -78,10 +79,13 @@ pub enum Kernel {
     HmmSequenceShifts,
     HmmCountStats,
     HmmPositions,
+    WidenU32,
+    NarrowU32,
+    LayoutF64,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 31] = [
+    pub const ALL: [Kernel; 34] = [
         Kernel::EmWarp,
         Kernel::EmPartial,
         Kernel::EmUpdate,
@@ -113,6 +117,9 @@ impl Kernel {
         Kernel::HmmSequenceShifts,
         Kernel::HmmCountStats,
         Kernel::HmmPositions,
+        Kernel::WidenU32,
+        Kernel::NarrowU32,
+        Kernel::LayoutF64,
     ];
 
     /// (kernel file, entry point).
@@ -150,6 +157,9 @@ impl Kernel {
             HmmSequenceShifts => ("hmm_emission", "hmm_sequence_shifts"),
             HmmCountStats => ("hmm_emission", "hmm_count_stats"),
             HmmPositions => ("hmm_emission", "hmm_positions"),
+            WidenU32 => ("transfer", "widen_u32"),
+            NarrowU32 => ("transfer", "narrow_u32"),
+            LayoutF64 => ("transfer", "layout_f64"),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! compiled at run time by NVRTC for the device's compute capability.
 
 mod kernels;
+mod transfer;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -15,6 +16,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use crate::error::{Error, Result};
 
 pub use kernels::{kernel_source, kernel_source_with, Kernel, KERNELS};
+pub use transfer::width_for;
 
 /// What was found of one CUDA device.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +53,8 @@ pub struct Device {
     pub max_shared_per_block: usize,
     arch: &'static str,
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
+    /// Pinned host memory for copies (`transfer`), made on first use.
+    staging: Mutex<Option<transfer::Staging>>,
 }
 
 /// Oldest compute capability the kernels target (double-precision atomics,
@@ -176,6 +180,9 @@ fn open_device(ordinal: usize, have_nvrtc: bool) -> std::result::Result<Device, 
             return Err(info);
         }
     };
+    // Not fatal: without it, freed memory goes back to the driver at each
+    // synchronisation and is mapped again by the next call.
+    let _ = keep_freed_memory(&ctx, mem);
     info.usable = true;
     Ok(Device {
         info,
@@ -185,7 +192,42 @@ fn open_device(ordinal: usize, have_nvrtc: bool) -> std::result::Result<Device, 
         max_shared_per_block: smem.max(0) as usize,
         arch: arch_name(cc),
         modules: Mutex::new(HashMap::new()),
+        staging: Mutex::new(None),
     })
+}
+
+/// Let the device's stream-ordered memory pool keep up to a quarter of
+/// the device's memory once freed, instead of unmapping it at every
+/// synchronisation: a call's scratch (Viterbi back-pointers, scaled
+/// alphas: gigabytes for 10^7 observations) is then mapped once per
+/// process, not once per call (several ms each time). `free_memory`
+/// counts what the pool keeps unused as free.
+fn keep_freed_memory(ctx: &CudaContext, total: usize) -> std::result::Result<(), cudarc::driver::DriverError> {
+    use cudarc::driver::sys;
+    ctx.bind_to_thread()?;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut keep = (total / 4) as u64;
+    // SAFETY: the context is current; `pool` and `keep` are valid for the
+    // calls (a pool handle out, a u64 attribute in).
+    unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result()?;
+        sys::cuMemPoolSetAttribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut keep as *mut u64).cast()).result()
+    }
+}
+
+/// Bytes the device's default memory pool holds but does not use.
+fn pool_unused(ctx: &CudaContext) -> std::result::Result<usize, cudarc::driver::DriverError> {
+    use cudarc::driver::sys;
+    ctx.bind_to_thread()?;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let (mut reserved, mut used) = (0u64, 0u64);
+    // SAFETY: as in keep_freed_memory; both attributes are u64.
+    unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result()?;
+        sys::cuMemPoolGetAttribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, (&mut reserved as *mut u64).cast()).result()?;
+        sys::cuMemPoolGetAttribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT, (&mut used as *mut u64).cast()).result()?;
+    }
+    Ok(reserved.saturating_sub(used) as usize)
 }
 
 /// NVRTC's name for a compute capability, e.g. "sm_90".
@@ -291,9 +333,10 @@ impl Device {
         Error::BackendUnavailable(format!("CUDA device {} ({}): {what}: {e}", self.info.ordinal, self.info.name))
     }
 
-    /// Free device memory in bytes.
+    /// Free device memory in bytes, with what the memory pool keeps for reuse.
     pub fn free_memory(&self) -> Result<usize> {
-        self.ctx.mem_get_info().map(|(free, _)| free).map_err(|e| self.err("reading free memory", e))
+        let free = self.ctx.mem_get_info().map(|(free, _)| free).map_err(|e| self.err("reading free memory", e))?;
+        Ok(free + pool_unused(&self.ctx).unwrap_or(0))
     }
 }
 
@@ -305,10 +348,17 @@ pub mod timing {
 
     static PHASES: Mutex<Vec<(&'static str, f64)>> = Mutex::new(Vec::new());
 
+    /// At most this many phases are kept between two `take`s (a session
+    /// that never takes them must not grow without bound).
+    const KEEP: usize = 4096;
+
     /// Record that `phase` ran from `since` until now.
     pub fn record(phase: &'static str, since: Instant) {
         let secs = since.elapsed().as_secs_f64();
-        PHASES.lock().unwrap_or_else(|e| e.into_inner()).push((phase, secs));
+        let mut phases = PHASES.lock().unwrap_or_else(|e| e.into_inner());
+        if phases.len() < KEEP {
+            phases.push((phase, secs));
+        }
     }
 
     /// The phases recorded since the last call.

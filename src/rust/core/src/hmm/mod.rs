@@ -106,7 +106,9 @@ pub fn validate<E: Emission>(shape: &E::Shape, seqs: &Sequences<E::Obs>) -> Resu
 
 /// Validate the sequences against the model and check the call's memory.
 fn check<E: Emission>(pass: Pass, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<()> {
-    validate::<E>(&model.emission.shape(), seqs)?;
+    let t0 = std::time::Instant::now();
+    exec.install(|| validate::<E>(&model.emission.shape(), seqs))??;
+    crate::gpu::timing::record("validation", t0);
     HmmJob::of(pass, model.n_states, model.emission.n_stats(), seqs, exec.threads).ensure()
 }
 
@@ -193,19 +195,14 @@ pub fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs
         }
         Backend::Cuda => match on_device(model, seqs)? {
             OnDevice::Categorical(m, s) => generic(gpu::baum_welch_step(m, s, fit.pseudocount, exec)?),
-            OnDevice::Density(values) => {
-                let floor = (fit.var_floor > 0.0).then_some(fit.var_floor);
-                let config = HmmFitConfig::for_emission(model.n_states, model.emission.shape()).init(model.clone()).max_iters(1).epsilon(0.0).pseudocount(fit.pseudocount).var_floor(floor).check()?;
-                let f = gpu::density_fit(seqs, values, &config, exec)?;
-                Ok((f.model, f.trace[0]))
-            }
+            OnDevice::Density(values) => gpu::density_baum_welch_step(model, seqs, values, &fit, exec),
         },
     }
 }
 
 /// Baum-Welch over all sequences jointly, from every start; keeps the best.
 pub fn fit<E: Emission>(seqs: &Sequences<E::Obs>, config: &CheckedHmmFitConfig<E>, exec: &Exec) -> Result<HmmFit<E>> {
-    validate::<E>(&config.shape, seqs)?;
+    exec.install(|| validate::<E>(&config.shape, seqs))??;
     HmmJob::of(Pass::Fit, config.n_states, E::n_stats_of(&config.shape), seqs, exec.threads).starts(config.starts()).ensure()?;
     match exec.backend {
         Backend::Cpu => baum_welch::fit(seqs, config, exec),

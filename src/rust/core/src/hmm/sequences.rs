@@ -74,20 +74,28 @@ impl<O: Copy> Sequences<O> {
 
     /// At least one sequence, each non-empty, every observation accepted by
     /// `bad` (which says what is wrong with one, as "symbol 7"); the error
-    /// gives the 1-based sequence and position, and `rule`.
-    pub fn validate_with(&self, bad: impl Fn(O) -> Option<String>, rule: impl Fn() -> String) -> Result<()> {
+    /// gives the 1-based sequence and position, and `rule`. The
+    /// observations are scanned in parallel (in the calling thread's pool),
+    /// then sequence by sequence only when one is bad.
+    pub fn validate_with(&self, bad: impl Fn(O) -> Option<String> + Sync, rule: impl Fn() -> String) -> Result<()>
+    where
+        O: Sync,
+    {
+        use rayon::prelude::*;
         if self.is_empty() {
             return Err(Error::arg("seqs", "must contain at least one sequence"));
         }
         if self.offsets[0] != 0 || self.offsets.windows(2).any(|w| w[1] < w[0]) || *self.offsets.last().unwrap_or(&0) != self.symbols.len() {
             return Err(Error::arg("seqs", "has inconsistent offsets (internal error)"));
         }
+        if let Some(s) = self.offsets.windows(2).position(|w| w[1] == w[0]) {
+            return Err(Error::InvalidSequence { sequence: s + 1, problem: "is empty; every sequence needs at least one observation".into() });
+        }
+        if !self.symbols.par_chunks(1 << 16).any(|c| c.iter().any(|&o| bad(o).is_some())) {
+            return Ok(());
+        }
         for s in 0..self.len() {
-            let seq = self.get(s);
-            if seq.is_empty() {
-                return Err(Error::InvalidSequence { sequence: s + 1, problem: "is empty; every sequence needs at least one observation".into() });
-            }
-            if let Some((p, what)) = seq.iter().enumerate().find_map(|(p, &o)| bad(o).map(|w| (p, w))) {
+            if let Some((p, what)) = self.get(s).iter().enumerate().find_map(|(p, &o)| bad(o).map(|w| (p, w))) {
                 return Err(Error::InvalidSequence { sequence: s + 1, problem: format!("has {what} at position {}; {}", p + 1, rule()) });
             }
         }

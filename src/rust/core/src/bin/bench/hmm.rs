@@ -78,9 +78,13 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let n = model.n_states;
     let exec = Exec { backend, ..Exec::cpu().threads(threads) };
     let s = |e: bulkem_core::Error| e.to_string();
+    bulkem_core::gpu::timing::take();
     let fwd = median_time(|| hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s))?;
+    let fwd_phases = last_phases();
     let vit = median_time(|| hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s))?;
+    let vit_phases = last_phases();
     let bw = median_time(|| hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s))?;
+    let bw_phases = last_phases();
     let config = HmmFitConfig::<E>::for_emission(n, model.emission.shape()).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
     let fit5 = median_time(|| hmm::fit(seqs, &config, &exec).map(|_| ()).map_err(s))?;
     let threads_used = if threads == 0 { available_threads() } else { threads };
@@ -88,6 +92,9 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
         "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
         backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
     );
+    if backend == Backend::Cuda {
+        println!("    phases of the last run (ms): forward {fwd_phases}; viterbi {vit_phases}; baum-welch iter {bw_phases}");
+    }
     writeln!(
         json,
         "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
@@ -116,6 +123,15 @@ fn hmm_problem(n: usize, v: usize, m: usize, t: usize) -> (HmmModel, Sequences) 
     let symbols = (0..m * t).map(|_| rng.below(v as u64) as u32).collect();
     let seqs = Sequences::from_lengths(symbols, &vec![t; m]).unwrap_or_default();
     (model, seqs)
+}
+
+/// The phases `gpu::timing` recorded in the last run of a
+/// [`median_time`] (ms), and the slate cleared: every run records the same
+/// phases, each starting with "validation".
+fn last_phases() -> String {
+    let all = bulkem_core::gpu::timing::take();
+    let last = all.iter().rposition(|(p, _)| *p == "validation").unwrap_or(0);
+    all[last..].iter().map(|(p, t)| format!("{p} {:.3}", t * 1e3)).collect::<Vec<_>>().join(", ")
 }
 
 /// Median seconds of 5 runs after one warm-up run.

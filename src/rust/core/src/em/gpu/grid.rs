@@ -34,7 +34,8 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
     }
     let s = &dev.stream;
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
-    let d_x = s.clone_htod(&up.x[..]).map_err(e("copying data"))?;
+    // Through pinned memory: 80 MB for 10^7 observations, at the bus's rate.
+    let d_x = dev.upload_new(&up.x[..])?;
     let d_off = s.clone_htod(&up.offsets).map_err(e("copying data"))?;
     let d_len = s.clone_htod(&up.lengths).map_err(e("copying data"))?;
     let d_cen = s.clone_htod(&up.centres).map_err(e("copying data"))?;

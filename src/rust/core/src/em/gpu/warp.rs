@@ -37,7 +37,7 @@ pub(super) fn upload_resident(dev: &Device, family: Family, data: &[&[f64]]) -> 
     let s = &dev.stream;
     let e = |err| dev.err("copying data", err);
     Ok(Resident {
-        x: s.clone_htod(&up.x[..]).map_err(e)?,
+        x: dev.upload_new(&up.x[..])?,
         offsets: s.clone_htod(&up.offsets).map_err(e)?,
         lengths: s.clone_htod(&up.lengths).map_err(e)?,
         centres: s.clone_htod(&up.centres).map_err(e)?,

@@ -36,19 +36,17 @@ impl Categorical {
     /// The table by symbol: `out[k * N + i]` = P(symbol k | state i), so one
     /// time step reads one contiguous row.
     pub fn by_symbol(&self) -> Result<Vec<f64>> {
-        let (n, v) = (self.n_states, self.n_symbols);
-        let mut out = memory::try_vec(n * v, 0.0, "the emission matrix")?;
-        for i in 0..n {
-            for k in 0..v {
-                out[k * n + i] = self.probs[i * v + k];
-            }
-        }
-        Ok(out)
+        crate::hmm::tables::transpose_map(&self.probs, self.n_states, self.n_symbols, |p| p)
+    }
+
+    /// [`Categorical::by_symbol`] of the logs.
+    pub fn log_by_symbol(&self) -> Result<Vec<f64>> {
+        crate::hmm::tables::transpose_map(&self.probs, self.n_states, self.n_symbols, f64::ln)
     }
 
     /// The smallest positive probability (+inf where none).
     pub fn smallest(&self) -> f64 {
-        self.probs.iter().fold(f64::INFINITY, |m, &p| if p > 0.0 && p < m { p } else { m })
+        crate::hmm::tables::min_positive(&self.probs)
     }
 }
 
@@ -123,10 +121,7 @@ impl Emission for Categorical {
     }
 
     fn rows(&self, space: Space) -> Result<CategoricalRows> {
-        let mut table = self.by_symbol()?;
-        if space == Space::Log {
-            table.iter_mut().for_each(|p| *p = p.ln());
-        }
+        let table = if space == Space::Log { self.log_by_symbol()? } else { self.by_symbol()? };
         Ok(CategoricalRows { n: self.n_states, table: Arc::new(table), min: self.smallest() })
     }
 

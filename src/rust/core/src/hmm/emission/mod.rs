@@ -217,9 +217,14 @@ pub(crate) fn scale_logs(buf: &mut [f64], extra: f64) -> Row<'_> {
 /// Mean and variance of every observation (two passes), for random starts
 /// and default floors.
 pub(crate) fn moments(data: &Sequences<f64>) -> (f64, f64) {
+    use rayon::prelude::*;
+    // Chunk sums in parallel, added in chunk order: the same bits for any
+    // number of threads.
+    const CHUNK: usize = 1 << 16;
+    let sum = |f: &(dyn Fn(f64) -> f64 + Sync)| -> f64 { data.symbols.par_chunks(CHUNK).map(|c| c.iter().map(|&x| f(x)).sum::<f64>()).collect::<Vec<f64>>().iter().sum() };
     let n = data.symbols.len().max(1) as f64;
-    let mean = data.symbols.iter().sum::<f64>() / n;
-    let var = data.symbols.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+    let mean = sum(&|x| x) / n;
+    let var = sum(&|x| (x - mean) * (x - mean)) / n;
     (mean, var)
 }
 

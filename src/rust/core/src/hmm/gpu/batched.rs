@@ -98,10 +98,10 @@ impl Batched {
             batches.push(Batch {
                 range: range.clone(),
                 base: base as i64,
-                rel: s.clone_htod(&rel).map_err(&e)?,
-                len: s.clone_htod(&lens).map_err(&e)?,
-                seq: s.clone_htod(&seq).map_err(&e)?,
-                running: s.clone_htod(&running).map_err(&e)?,
+                rel: dev.upload_new(&rel)?,
+                len: dev.upload_new(&lens)?,
+                seq: dev.upload_new(&seq)?,
+                running: dev.upload_new(&running)?,
                 by_symbol,
             });
         }
@@ -251,10 +251,8 @@ fn by_symbol(dev: &Device, seqs: &Sequences, range: &Range<usize>, v: usize) -> 
             next[k] += 1;
         }
     }
-    let s = &dev.stream;
-    let e = err(dev, "copying the symbol index");
     // An empty batch cannot happen (sequences are non-empty), so pos is too.
-    Ok(BySymbol { off: s.clone_htod(&off).map_err(&e)?, pos: s.clone_htod(&pos).map_err(&e)?, seq: s.clone_htod(&seq).map_err(&e)? })
+    Ok(BySymbol { off: dev.upload_new(&off)?, pos: dev.upload_new(&pos)?, seq: dev.upload_new(&seq)? })
 }
 
 /// Consecutive batches of the sequences 0..count whose row buffers (two

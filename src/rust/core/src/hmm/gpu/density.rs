@@ -65,10 +65,14 @@ pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
 
 /// The kernels' log-likelihoods on `dev` (NaN: uncertain).
 fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
+    let t0 = std::time::Instant::now();
     let pos = positions(seqs)?;
     let density = DeviceDensity::new(dev, &model.emission, values)?;
     let d_seqs = density.positions(dev, &pos)?;
+    crate::gpu::timing::record("upload", t0);
+    let t0 = std::time::Instant::now();
     let dt = density.tables(dev, model, &d_seqs.off, seqs.len(), seqs.total(), false)?;
+    crate::gpu::timing::record("rows", t0);
     let mut out = forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec)?;
     for (s, l) in out.iter_mut().enumerate() {
         *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
@@ -80,9 +84,11 @@ fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E:
 pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
     let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, range| {
+        let t0 = std::time::Instant::now();
         let pos = positions(part)?;
         let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, range))?;
         let d_seqs = density.positions(dev, &pos)?;
+        crate::gpu::timing::record("upload", t0);
         let tabs = density.log_tables(dev, model, part.total())?;
         viterbi_all(dev, model.n_states, &tabs, &d_seqs, &pos, Some(&density), exec)
     })?;
@@ -112,9 +118,32 @@ pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Ob
     Ok((probs, loglik))
 }
 
+/// One E-step + M-step on one device (for benchmarks and
+/// `hmm::baum_welch_step`): the next model (emission settings `fit`,
+/// resolved) and the log-likelihood of `model`.
+pub(crate) fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], fit: &EmissionFit, exec: &Exec) -> Result<(HmmModel<E>, f64)> {
+    let n = model.n_states;
+    check_size(n, seqs.len())?;
+    let t0 = std::time::Instant::now();
+    let dev = device()?;
+    let pos = positions(seqs)?;
+    let density = DeviceDensity::new(dev, &model.emission, values)?;
+    let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, Some(&density))?;
+    let mut engine = DensityEngine::new(passes, &density, seqs, exec)?;
+    crate::gpu::timing::record("upload", t0);
+    let t0 = std::time::Instant::now();
+    let (ll, _) = engine.load(model)?;
+    crate::gpu::timing::record("e-step", t0);
+    let t0 = std::time::Instant::now();
+    engine.m_step(fit)?;
+    let next = engine.model(false)?;
+    crate::gpu::timing::record("m-step and model", t0);
+    Ok((next, ll))
+}
+
 fn upload_offsets<O: Copy>(dev: &Device, seqs: &Sequences<O>) -> Result<CudaSlice<i64>> {
     let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
-    dev.stream.clone_htod(&off[..]).map_err(err(dev, "copying sequences"))
+    dev.upload_new(&off)
 }
 
 /// Baum-Welch with a density emission: the observations, the passes'

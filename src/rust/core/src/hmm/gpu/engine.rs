@@ -46,8 +46,7 @@ impl<'a> DeviceEngine<'a> {
     pub(super) fn new(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, exec: &'a Exec) -> Result<Self> {
         let passes = Passes::new(dev, n, v, seqs, true, 0)?;
         let counts = passes.count_slots()?;
-        let blank = HmmModel { n_states: n, start: vec![0.0; n], trans: vec![0.0; n * n], emission: Categorical { n_states: n, n_symbols: v, probs: vec![0.0; n * v] } };
-        let tables = [upload_tables(passes.dev, &blank)?, upload_tables(passes.dev, &blank)?];
+        let tables = [DeviceTables::zeroed(passes.dev, n, v)?, DeviceTables::zeroed(passes.dev, n, v)?];
         let seg = cpu::fit_segment(n, seqs, exec);
         Ok(DeviceEngine { passes, tables, cur: 0, counts, exec, host_model: None, host_counts: None, seg })
     }

@@ -10,7 +10,7 @@ use crate::gpu::Device;
 use super::super::emission::Categorical;
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
-use super::super::tables::{self, LogTables};
+use super::super::tables;
 use super::{err, WARP_MAX_STATES};
 
 /// The sequences on the device.
@@ -24,7 +24,9 @@ pub(super) struct DeviceSeqs {
 /// (HMM_SYM_PAD in kernels/hmm.cu).
 pub(super) const SYM_PAD: usize = 3;
 
-pub(super) fn upload(dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
+/// The sequences (symbols below `v`) on the device, the symbols sent as
+/// one or two bytes each where `v` allows (`Device::upload_small`).
+pub(super) fn upload(dev: &Device, seqs: &Sequences, v: usize) -> Result<DeviceSeqs> {
     let s = &dev.stream;
     let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
     // Zeroed on the device and filled from the caller's symbols: a padded
@@ -32,11 +34,10 @@ pub(super) fn upload(dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
     // 10^7 symbols on the H100 machine).
     let n = seqs.symbols.len();
     let mut sym = s.alloc_zeros::<u32>(n + SYM_PAD).map_err(err(dev, "copying sequences"))?;
-    s.memcpy_htod(&seqs.symbols[..], &mut sym.slice_mut(0..n)).map_err(err(dev, "copying sequences"))?;
-    Ok(DeviceSeqs {
-        sym,
-        off: s.clone_htod(&off[..]).map_err(err(dev, "copying sequences"))?,
-    })
+    dev.upload_small(&seqs.symbols, v as u64, &mut sym.slice_mut(0..n))?;
+    let mut d_off = s.alloc_zeros::<i64>(off.len()).map_err(err(dev, "copying sequences"))?;
+    dev.upload(&off, &mut d_off.slice_mut(..))?;
+    Ok(DeviceSeqs { sym, off: d_off })
 }
 
 /// The linear tables on the device: start, trans, trans_t, emis by symbol;
@@ -56,57 +57,45 @@ pub(super) fn min_key(p: f64) -> u64 {
     if p > 0.0 && p.is_finite() { !p.to_bits() } else { 0 }
 }
 
-/// The transpose of the row-major n x n matrix `a`.
-pub(super) fn transposed(a: &[f64], n: usize) -> Vec<f64> {
-    // In 32 x 32 tiles: row by row, the writes of a large matrix would
-    // each touch another cache line (4 ms at N = 512 on a CPU core).
-    const B: usize = 32;
-    let mut t = vec![0.0; n * n];
-    for i0 in (0..n).step_by(B) {
-        for j0 in (0..n).step_by(B) {
-            for i in i0..(i0 + B).min(n) {
-                for j in j0..(j0 + B).min(n) {
-                    t[j * n + i] = a[i * n + j];
-                }
-            }
-        }
-    }
-    t
-}
-
 pub(super) fn upload_tables(dev: &Device, model: &HmmModel) -> Result<DeviceTables> {
     upload_tables_with(dev, model, tables::smallest(model))
 }
 
-/// [`upload_tables`] with the model's smallest probabilities known.
+/// [`upload_tables`] with the model's smallest probabilities known. The
+/// transposes are made on the device, from the model as the caller holds it.
 pub(super) fn upload_tables_with(dev: &Device, model: &HmmModel, (a, e_min): (f64, f64)) -> Result<DeviceTables> {
-    let trans_t = transposed(&model.trans, model.n_states);
-    let emis = model.emission.by_symbol()?;
-    let s = &dev.stream;
-    let e = err(dev, "copying the model");
+    let (n, v) = (model.n_states, model.emission.n_symbols);
+    let trans = dev.upload_new(&model.trans)?;
     Ok(DeviceTables {
-        start: s.clone_htod(&model.start[..]).map_err(&e)?,
-        trans: s.clone_htod(&model.trans[..]).map_err(&e)?,
-        trans_t: s.clone_htod(&trans_t[..]).map_err(&e)?,
-        emis: s.clone_htod(&emis[..]).map_err(&e)?,
-        mins: s.clone_htod(&[min_key(a), min_key(e_min)][..]).map_err(&e)?,
+        start: dev.upload_new(&model.start)?,
+        trans_t: dev.layout(&trans, n, n, true, false)?,
+        trans,
+        emis: dev.upload_layout(&model.emission.probs, n, v, true, false)?,
+        mins: dev.upload_new(&[min_key(a), min_key(e_min)])?,
     })
 }
 
+impl DeviceTables {
+    /// Tables of zeros (an M-step's destination), without keys.
+    pub(super) fn zeroed(dev: &Device, n: usize, v: usize) -> Result<Self> {
+        let s = &dev.stream;
+        let e = err(dev, "allocating the model");
+        Ok(DeviceTables {
+            start: s.alloc_zeros(n).map_err(&e)?,
+            trans: s.alloc_zeros(n * n).map_err(&e)?,
+            trans_t: s.alloc_zeros(n * n).map_err(&e)?,
+            emis: s.alloc_zeros(n * v).map_err(&e)?,
+            mins: s.alloc_zeros(2).map_err(&e)?,
+        })
+    }
+}
 
 /// A model from its device tables.
 pub(super) fn download_model(dev: &Device, t: &DeviceTables, n: usize, v: usize) -> Result<HmmModel> {
-    let s = &dev.stream;
-    let e = err(dev, "reading the model");
-    let start = s.clone_dtoh(&t.start).map_err(&e)?;
-    let trans = s.clone_dtoh(&t.trans).map_err(&e)?;
-    let by_symbol = s.clone_dtoh(&t.emis).map_err(&e)?;
-    let mut emis = vec![0.0; n * v];
-    for k in 0..v {
-        for i in 0..n {
-            emis[i * v + k] = by_symbol[k * n + i];
-        }
-    }
+    let (mut start, mut trans, mut emis) = (vec![0.0; n], vec![0.0; n * n], vec![0.0; n * v]);
+    dev.download(&t.start.slice(..), &mut start)?;
+    dev.download(&t.trans.slice(..), &mut trans)?;
+    dev.download(&dev.layout(&t.emis, v, n, true, false)?.slice(..), &mut emis)?;
     Ok(HmmModel { n_states: n, start, trans, emission: Categorical { n_states: n, n_symbols: v, probs: emis } })
 }
 
@@ -119,11 +108,13 @@ pub(super) struct DeviceLogTables {
 }
 
 pub(super) fn upload_log_tables(dev: &Device, model: &HmmModel) -> Result<DeviceLogTables> {
-    let log = LogTables::new(model)?;
-    let ltrans = transposed(&log.trans_t, model.n_states);
-    let s = &dev.stream;
-    let e = err(dev, "copying the model");
-    Ok(DeviceLogTables { start: s.clone_htod(&log.start[..]).map_err(&e)?, trans: s.clone_htod(&ltrans[..]).map_err(&e)?, emis: s.clone_htod(log.rows.table()).map_err(&e)? })
+    let (n, v) = (model.n_states, model.emission.n_symbols);
+    let start: Vec<f64> = model.start.iter().map(|p| p.ln()).collect();
+    Ok(DeviceLogTables {
+        start: dev.upload_new(&start)?,
+        trans: dev.upload_layout(&model.trans, n, n, false, true)?,
+        emis: dev.upload_layout(&model.emission.probs, n, v, true, true)?,
+    })
 }
 
 /// Back-pointers of a Viterbi batch: bytes for the warp kernel (N <= 32),

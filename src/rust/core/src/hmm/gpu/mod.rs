@@ -57,7 +57,7 @@ mod shares;
 #[doc(hidden)]
 pub use resident::{with_resident_passes, ResidentPass};
 pub use density::with_resident_density;
-pub(crate) use density::{fit as density_fit, loglik as density_loglik, posterior as density_posterior, viterbi as density_viterbi};
+pub(crate) use density::{baum_welch_step as density_baum_welch_step, fit as density_fit, loglik as density_loglik, posterior as density_posterior, viterbi as density_viterbi};
 
 use engine::DeviceEngine;
 use plan::check_size;
@@ -212,8 +212,15 @@ pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Resul
 /// model and the log-likelihood of `model`.
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
     check_size(model.n_states, seqs.len())?;
+    let t0 = std::time::Instant::now();
     let mut engine = DeviceEngine::new(device()?, model.n_states, model.emission.n_symbols, seqs, exec)?;
+    gpu::timing::record("upload", t0);
+    let t0 = std::time::Instant::now();
     let (ll, _) = engine.load(model)?;
+    gpu::timing::record("e-step", t0);
+    let t0 = std::time::Instant::now();
     engine.m_step(&EmissionFit { pseudocount, var_floor: f64::NAN })?;
-    Ok((engine.model(false)?, ll))
+    let next = engine.model(false)?;
+    gpu::timing::record("m-step and model", t0);
+    Ok((next, ll))
 }

@@ -72,7 +72,7 @@ impl<'a> Passes<'a> {
     pub(super) fn with_density(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
         let d_seqs = match density {
             Some(d) => d.positions(dev, seqs)?,
-            None => upload(dev, seqs)?,
+            None => upload(dev, seqs, v)?,
         };
         let warp = warp_path(dev, n, v, counts);
         let large = !warp && batched_path(dev, n);
@@ -286,8 +286,10 @@ impl<'a> Passes<'a> {
 
 /// The kernels' log-likelihoods (NaN: uncertain).
 pub(super) fn loglik_device(dev: &Device, model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+    let t0 = std::time::Instant::now();
     let tables = upload_tables_with(dev, model, small)?;
-    let d_seqs = upload(dev, seqs)?;
+    let d_seqs = upload(dev, seqs, model.emission.n_symbols)?;
+    crate::gpu::timing::record("upload", t0);
     forward_all(dev, model.n_states, model.emission.n_symbols, &tables, &d_seqs, seqs, exec)
 }
 
@@ -318,8 +320,10 @@ pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTable
 
 /// The kernels' Viterbi paths and log-probabilities; one launch per batch.
 pub(super) fn viterbi_device(dev: &Device, model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+    let t0 = std::time::Instant::now();
     let tabs = upload_log_tables(dev, model)?;
-    let d_seqs = upload(dev, seqs)?;
+    let d_seqs = upload(dev, seqs, model.emission.n_symbols)?;
+    crate::gpu::timing::record("upload", t0);
     viterbi_all(dev, model.n_states, &tabs, &d_seqs, seqs, None, exec)
 }
 
@@ -327,19 +331,32 @@ pub(super) fn viterbi_device(dev: &Device, model: &HmmModel, seqs: &Sequences, e
 pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, density: Option<&DeviceDensity>, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     let s = &dev.stream;
     let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
-    let (mut paths, mut logp) = (vec![0u32; seqs.total()], vec![0.0; seqs.len()]);
-    for range in batches(dev, seqs, per_symbol)? {
+    let (mut paths, mut logp) = (crate::hmm::passes::zeroed::<u32>(seqs.total(), "the Viterbi paths")?, vec![0.0; seqs.len()]);
+    for (b, range) in batches(dev, seqs, per_symbol)?.into_iter().enumerate() {
         exec.monitor.check()?;
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
         let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
         launch_viterbi(dev, n, tabs, d_seqs, &range, &mut buf, density)?;
-        let got = s.clone_dtoh(&buf.path).map_err(err(dev, "reading results"))?;
-        paths[sym0..sym1].copy_from_slice(&got);
+        if b == 0 {
+            // While the first batch runs: the paths' pages, touched once
+            // by every thread, not one by one as the copy lands.
+            prefault(&mut paths);
+        }
+        dev.download_small(&buf.path.slice(..), n as u64, &mut paths[sym0..sym1])?;
         let got = s.clone_dtoh(&buf.logp).map_err(err(dev, "reading results"))?;
         logp[range.clone()].copy_from_slice(&got);
         exec.monitor.add_done(range.len());
     }
     Ok((paths, logp))
+}
+
+/// Write zeros over `v` in parallel: its pages (fresh from the allocator,
+/// mapped on first write) are mapped by all threads at once.
+pub(super) fn prefault<T: crate::hmm::passes::Zero + Send>(v: &mut [T]) {
+    use rayon::prelude::*;
+    // SAFETY: all-zero bytes are a valid value of every Zero type, and each
+    // chunk is written by one thread.
+    v.par_chunks_mut(1 << 16).for_each(|c| unsafe { std::ptr::write_bytes(c.as_mut_ptr(), 0, c.len()) });
 }
 
 /// The kernels' posteriors and log-likelihoods (NaN: uncertain).
@@ -361,8 +378,7 @@ impl Passes<'_> {
             let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
             let mut gamma = dev.stream.alloc_zeros::<f64>((sym1 - sym0) * n).map_err(err(dev, "allocating results"))?;
             let ll = self.run_batch(tables, b, Some(&mut gamma), None)?;
-            let got = dev.stream.clone_dtoh(&gamma).map_err(err(dev, "reading results"))?;
-            probs[sym0 * n..sym1 * n].copy_from_slice(&got);
+            dev.download(&gamma.slice(..), &mut probs[sym0 * n..sym1 * n])?;
             loglik[range.clone()].copy_from_slice(&ll);
             exec.monitor.add_done(range.len());
         }

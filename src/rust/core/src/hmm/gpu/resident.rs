@@ -46,7 +46,7 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
     let n = model.n_states;
     let sync = || s.synchronize().map_err(err(dev, "waiting for the device"));
     let tables = upload_tables(dev, model)?;
-    let d_seqs = upload(dev, seqs)?;
+    let d_seqs = upload(dev, seqs, model.emission.n_symbols)?;
     let all = 0..seqs.len();
     if batched_path(dev, n) {
         let ranges = row_batches(dev, seqs.len(), n)?;

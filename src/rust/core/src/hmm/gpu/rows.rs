@@ -19,7 +19,7 @@ use super::super::emission::Emission;
 use super::super::model::HmmModel;
 use super::super::tables::{min_positive, DENSE_MIN};
 use super::super::sequences::Sequences;
-use super::memory::{min_key, transposed, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
+use super::memory::{min_key, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
 use super::{err, DEFAULT_SMEM, WARP_MAX_STATES};
 
 /// A density emission's observations, parameters and kernels.
@@ -72,11 +72,11 @@ impl DensityTables {
     /// Copy the start and transition probabilities of `model` (and the
     /// transpose) into the tables.
     pub(super) fn upload_chain<E: Emission>(&mut self, dev: &Device, model: &HmmModel<E>) -> Result<()> {
-        let (s, t) = (&dev.stream, &mut self.tables);
-        let e = err(dev, "copying the model");
-        s.memcpy_htod(&model.start[..], &mut t.start).map_err(&e)?;
-        s.memcpy_htod(&model.trans[..], &mut t.trans).map_err(&e)?;
-        s.memcpy_htod(&transposed(&model.trans, model.n_states)[..], &mut t.trans_t).map_err(&e)
+        let (n, t) = (model.n_states, &mut self.tables);
+        dev.upload(&model.start, &mut t.start.slice_mut(..))?;
+        dev.upload(&model.trans, &mut t.trans.slice_mut(..))?;
+        t.trans_t = dev.layout(&t.trans, n, n, true, false)?;
+        Ok(())
     }
 }
 
@@ -87,7 +87,7 @@ impl DeviceDensity {
         let er = err(dev, "copying the observations");
         // Padded as the symbols are (the warp kernels read ahead).
         let mut obs = s.alloc_zeros::<f64>(values.len() + SYM_PAD).map_err(&er)?;
-        s.memcpy_htod(values, &mut obs.slice_mut(0..values.len())).map_err(&er)?;
+        dev.upload(values, &mut obs.slice_mut(0..values.len()))?;
         Ok(DeviceDensity {
             name: E::NAME,
             prelude: E::cuda(),

@@ -1,0 +1,59 @@
+// Compact integer copies between host and device (src/gpu/transfer.rs):
+// small integers (symbols below V, states below N) cross the bus as 1 or 2
+// bytes each and are widened to or narrowed from 32 bits here, so a copy
+// moves a quarter or half of the bytes. When `sentinel` is set, the
+// all-ones value of the narrow width stands for 0xFFFFFFFF (a Viterbi
+// path's "no state") and back.
+
+__device__ __forceinline__ unsigned transfer_all_ones(int width) {
+    return width == 1 ? 0xFFu : 0xFFFFu;
+}
+
+// dst[i] = the width-byte little-endian integer at src + i * width.
+extern "C" __global__ void widen_u32(const unsigned char* __restrict__ src, int width, long long n, int sentinel, unsigned* __restrict__ dst)
+{
+    const unsigned ones = transfer_all_ones(width);
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        unsigned v = width == 1 ? (unsigned)src[i] : (unsigned)((const unsigned short*)src)[i];
+        dst[i] = (sentinel && v == ones) ? 0xFFFFFFFFu : v;
+    }
+}
+
+// The inverse of widen_u32: src[i] (below 2^(8 width), or 0xFFFFFFFF when
+// `sentinel`) as width bytes at dst + i * width.
+extern "C" __global__ void narrow_u32(const unsigned* __restrict__ src, int width, long long n, int sentinel, unsigned char* __restrict__ dst)
+{
+    const unsigned ones = transfer_all_ones(width);
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        unsigned v = src[i];
+        if (sentinel && v == 0xFFFFFFFFu) v = ones;
+        if (width == 1) dst[i] = (unsigned char)v;
+        else ((unsigned short*)dst)[i] = (unsigned short)v;
+    }
+}
+
+// out = a (rows x cols, row-major), transposed when `transpose` (out is
+// then cols x rows), and with log taken of each value when `take_log`: the
+// tables the HMM kernels read, made from the model as the user holds it
+// (a transposed copy on the host would cost a page fault per 4 KiB of it).
+// 32 x 32 tiles through shared memory, blockDim (32, 8).
+extern "C" __global__ void layout_f64(const double* __restrict__ a, int rows, int cols, int transpose, int take_log, double* __restrict__ out)
+{
+    __shared__ double tile[32][33];
+    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
+    for (int k = threadIdx.y; k < 32; k += 8) {
+        const int r = r0 + k, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) {
+            double v = a[(long long)r * cols + c];
+            if (take_log) v = log(v);
+            if (transpose) tile[k][threadIdx.x] = v;
+            else out[(long long)r * cols + c] = v;
+        }
+    }
+    if (!transpose) return;
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += 8) {
+        const int c = c0 + k, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) out[(long long)c * rows + r] = tile[threadIdx.x][k];
+    }
+}

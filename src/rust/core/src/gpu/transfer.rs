@@ -1,0 +1,333 @@
+//! Copies between host memory and a device at the bus's speed: through a
+//! pinned staging buffer per device (a copy from pageable memory goes
+//! through the driver's own bounce buffer at a fraction of the bus's rate,
+//! and fresh host memory costs a page fault per 4 KiB on first touch), in
+//! chunks that the host fills or reads in parallel while the previous
+//! chunk crosses the bus, and with small integers (symbols below V, states
+//! below N) sent as 1 or 2 bytes each and widened or narrowed on the
+//! device (kernels/transfer.cu).
+
+use cudarc::driver::{result, CudaEvent, CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use rayon::prelude::*;
+
+use super::{Device, Kernel};
+use crate::error::Result;
+
+/// Bytes of each half of a device's staging buffer: large enough that a
+/// copy runs near the bus's rate, small enough that the first chunk's
+/// fill (not overlapped) is short.
+const CHUNK: usize = 4 << 20;
+/// Values a host thread encodes or decodes at a time.
+const GRAIN: usize = 1 << 16;
+
+/// A device's pinned staging buffer (two halves of `CHUNK` bytes) and,
+/// for each half, an event recorded after the last copy that used it.
+pub(super) struct Staging {
+    buf: PinnedHostSlice<u8>,
+    done: [CudaEvent; 2],
+    /// The half the next upload starts with: consecutive small uploads
+    /// alternate, so one is filled while the other's copy runs.
+    next: usize,
+}
+
+impl Staging {
+    fn new(dev: &Device) -> Result<Self> {
+        let e = |e| dev.err("allocating pinned host memory", e);
+        // SAFETY: the buffer is written (by the host or a copy) before it is read.
+        let buf = unsafe { dev.ctx.alloc_pinned_with_flags::<u8>(2 * CHUNK, 0) }.map_err(e)?;
+        Ok(Staging { buf, done: [dev.ctx.new_event(None).map_err(e)?, dev.ctx.new_event(None).map_err(e)?], next: 0 })
+    }
+}
+
+/// Bytes per value for integers below `bound`: 1, 2 or 4. With `sentinel`,
+/// the narrow width's all-ones value is kept for u32::MAX.
+pub fn width_for(bound: u64, sentinel: bool) -> usize {
+    let room = |bits: u32| if sentinel { bound < 1u64 << bits } else { bound <= 1u64 << bits };
+    if room(8) {
+        1
+    } else if room(16) {
+        2
+    } else {
+        4
+    }
+}
+
+/// The bytes of plain values (u32, f64, ...).
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: T is a plain value type (no padding, any bytes valid to read);
+    // the slice covers exactly the values' memory.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+impl Device {
+    /// Run `f` with this device's staging buffer (made on first use, kept
+    /// for the process).
+    fn with_staging<R>(&self, f: impl FnOnce(&mut Staging) -> Result<R>) -> Result<R> {
+        let mut guard = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            *guard = Some(Staging::new(self)?);
+        }
+        match guard.as_mut() {
+            Some(st) => f(st),
+            None => Err(crate::error::Error::Internal("no staging buffer".into())),
+        }
+    }
+
+    /// Copy `bytes` bytes to device address `dst`, chunk by chunk: `fill(at,
+    /// out)` writes bytes [at, at + out.len()) of the source into the
+    /// staging half the previous-but-one copy has left.
+    fn stage_up(&self, bytes: usize, dst: u64, fill: impl Fn(usize, &mut [u8]) + Sync) -> Result<()> {
+        let e = |e| self.err("copying to the device", e);
+        self.with_staging(|st| {
+            self.ctx.bind_to_thread().map_err(e)?;
+            let buf = st.buf.as_mut_slice().map_err(e)?;
+            for (k, at) in (0..bytes).step_by(CHUNK).enumerate() {
+                let (len, h) = (CHUNK.min(bytes - at), (st.next + k) % 2);
+                st.done[h].synchronize().map_err(e)?;
+                let half = &mut buf[h * CHUNK..h * CHUNK + len];
+                fill(at, half);
+                // SAFETY: dst + [at, at + len) lies in the caller's device
+                // buffer (freed, if at all, in stream order after the copy);
+                // the half is pinned, kept for the process, and untouched
+                // until the event recorded next has passed.
+                unsafe { result::memcpy_htod_async(dst + at as u64, &*half, self.stream.cu_stream()) }.map_err(e)?;
+                st.done[h].record(&self.stream).map_err(e)?;
+            }
+            st.next = (st.next + bytes.div_ceil(CHUNK)) % 2;
+            // No wait here: the caller's values are in the staging buffer,
+            // and the next user of a half waits for its event first.
+            Ok(())
+        })
+    }
+
+    /// Copy `bytes` bytes from device address `src` (after the work queued
+    /// on the stream), chunk by chunk: `take(at, bytes)` gets bytes [at,
+    /// at + bytes.len()) while the next chunk crosses the bus.
+    fn stage_down(&self, src: u64, bytes: usize, mut take: impl FnMut(usize, &[u8])) -> Result<()> {
+        let e = |e| self.err("copying from the device", e);
+        self.with_staging(|st| {
+            self.ctx.bind_to_thread().map_err(e)?;
+            let buf = st.buf.as_mut_slice().map_err(e)?;
+            let chunks = bytes.div_ceil(CHUNK);
+            let len = |k: usize| CHUNK.min(bytes - k * CHUNK);
+            let enqueue = |k: usize, buf: &mut [u8], done: &CudaEvent| -> Result<()> {
+                let h = k % 2;
+                // SAFETY: src + [k CHUNK, + len) lies in the caller's device
+                // buffer; the half is pinned and not read until `done`
+                // (recorded after this copy) has passed.
+                unsafe { result::memcpy_dtoh_async(&mut buf[h * CHUNK..h * CHUNK + len(k)], src + (k * CHUNK) as u64, self.stream.cu_stream()) }.map_err(e)?;
+                done.record(&self.stream).map_err(e)
+            };
+            for k in 0..chunks.min(2) {
+                enqueue(k, buf, &st.done[k % 2])?;
+            }
+            for k in 0..chunks {
+                let h = k % 2;
+                st.done[h].synchronize().map_err(e)?;
+                take(k * CHUNK, &buf[h * CHUNK..h * CHUNK + len(k)]);
+                if k + 2 < chunks {
+                    enqueue(k + 2, buf, &st.done[h])?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Download plain values from `src` into `out` (as long).
+    pub fn download<T: Copy + Send + Sync>(&self, src: &CudaView<T>, out: &mut [T]) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        let (ptr, _sync) = src.device_ptr(&self.stream);
+        self.stage_down(ptr, std::mem::size_of_val(out), |at, bytes| {
+            let o = &mut out[at / size..(at + bytes.len()) / size];
+            // SAFETY: T is a plain value type; `o` covers exactly bytes.len() bytes.
+            let o = unsafe { std::slice::from_raw_parts_mut(o.as_mut_ptr().cast::<u8>(), bytes.len()) };
+            o.par_chunks_mut(GRAIN * 8).zip(bytes.par_chunks(GRAIN * 8)).for_each(|(o, b)| o.copy_from_slice(b));
+        })
+    }
+
+    /// Upload plain values into `dst` (at least as long).
+    pub fn upload<T: Copy + Sync>(&self, values: &[T], dst: &mut CudaViewMut<T>) -> Result<()> {
+        let src = as_bytes(values);
+        let (ptr, _sync) = dst.device_ptr_mut(&self.stream);
+        self.stage_up(src.len(), ptr, |at, out| {
+            let len = out.len();
+            out.par_chunks_mut(GRAIN * 8).zip(src[at..at + len].par_chunks(GRAIN * 8)).for_each(|(o, i)| o.copy_from_slice(i));
+        })
+    }
+
+    /// Plain values in a new device buffer.
+    pub fn upload_new<T: cudarc::driver::DeviceRepr + Copy + Sync>(&self, values: &[T]) -> Result<CudaSlice<T>> {
+        // SAFETY: the upload writes every value.
+        let mut d = unsafe { self.stream.alloc::<T>(values.len()) }.map_err(|e| self.err("allocating a copy", e))?;
+        self.upload(values, &mut d.slice_mut(..))?;
+        Ok(d)
+    }
+
+    /// `a` (rows x cols, row-major, in host memory) on the device,
+    /// transposed and/or as logs (`Device::layout`).
+    pub fn upload_layout(&self, a: &[f64], rows: usize, cols: usize, transpose: bool, take_log: bool) -> Result<CudaSlice<f64>> {
+        let raw = self.upload_new(a)?;
+        if !transpose && !take_log {
+            return Ok(raw);
+        }
+        self.layout(&raw, rows, cols, transpose, take_log)
+    }
+
+    /// `a` (rows x cols, row-major, on the device) transposed (cols x
+    /// rows) when `transpose`, as logs when `take_log`, in a new buffer.
+    pub fn layout(&self, a: &CudaSlice<f64>, rows: usize, cols: usize, transpose: bool, take_log: bool) -> Result<CudaSlice<f64>> {
+        // SAFETY: layout_f64 writes every value.
+        let mut out = unsafe { self.stream.alloc::<f64>(rows * cols) }.map_err(|e| self.err("allocating a table", e))?;
+        if rows * cols == 0 {
+            return Ok(out);
+        }
+        let f = self.function(Kernel::LayoutF64, &[])?;
+        let (r_i, c_i, t_i, l_i) = (rows as i32, cols as i32, transpose as i32, take_log as i32);
+        let cfg = LaunchConfig { grid_dim: (cols.div_ceil(32) as u32, rows.div_ceil(32) as u32, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        let mut launch = self.stream.launch_builder(&f);
+        launch.arg(a).arg(&r_i).arg(&c_i).arg(&t_i).arg(&l_i).arg(&mut out);
+        // SAFETY: layout_f64(a, rows, cols, transpose, take_log, out): a and
+        // out hold rows x cols doubles; the grid covers them in 32 x 32
+        // tiles with blocks of (32, 8) threads.
+        unsafe { launch.launch(cfg) }.map_err(|e| self.err("launching layout_f64", e))?;
+        Ok(out)
+    }
+
+    /// Upload `values` (each below `bound`) into `dst[..values.len()]`,
+    /// sent as the fewest bytes each that hold `bound - 1`.
+    pub fn upload_small(&self, values: &[u32], bound: u64, dst: &mut CudaViewMut<u32>) -> Result<()> {
+        let w = width_for(bound, false);
+        if w == 4 || values.is_empty() {
+            return self.upload(values, dst);
+        }
+        let n = values.len();
+        // SAFETY: every byte is written by the copy before the kernel reads it.
+        let mut tmp = unsafe { self.stream.alloc::<u8>(n * w) }.map_err(|e| self.err("allocating a copy", e))?;
+        {
+            let (ptr, _sync) = tmp.device_ptr_mut(&self.stream);
+            self.stage_up(n * w, ptr, |at, out| {
+                let v = &values[at / w..(at + out.len()) / w];
+                out.par_chunks_mut(GRAIN * w).zip(v.par_chunks(GRAIN)).for_each(|(o, v)| encode(v, w, o));
+            })?;
+        }
+        self.widen(&tmp, w, n, dst)
+    }
+
+    /// Download `src` (each value below `bound`, or u32::MAX) into `out`
+    /// (as long), sent as the fewest bytes each that hold them.
+    pub fn download_small(&self, src: &CudaView<u32>, bound: u64, out: &mut [u32]) -> Result<()> {
+        let (w, n) = (width_for(bound, true), out.len());
+        if n == 0 {
+            return Ok(());
+        }
+        let put = |at: usize, bytes: &[u8]| {
+            let o = &mut out[at / w..(at + bytes.len()) / w];
+            o.par_chunks_mut(GRAIN).zip(bytes.par_chunks(GRAIN * w)).for_each(|(o, b)| decode(b, w, o));
+        };
+        if w == 4 {
+            let (ptr, _sync) = src.device_ptr(&self.stream);
+            return self.stage_down(ptr, n * 4, put);
+        }
+        // SAFETY: the kernel writes every byte before the copy reads it.
+        let mut tmp = unsafe { self.stream.alloc::<u8>(n * w) }.map_err(|e| self.err("allocating a copy", e))?;
+        self.narrow(src, w, n, &mut tmp)?;
+        let (ptr, _sync) = tmp.device_ptr(&self.stream);
+        self.stage_down(ptr, n * w, put)
+    }
+
+    /// widen_u32 from `src` (n values of w bytes) into `dst`.
+    fn widen(&self, src: &CudaSlice<u8>, w: usize, n: usize, dst: &mut CudaViewMut<u32>) -> Result<()> {
+        let f = self.function(Kernel::WidenU32, &[])?;
+        let (w_i, n_i, s_i) = (w as i32, n as i64, 0i32);
+        let mut launch = self.stream.launch_builder(&f);
+        launch.arg(src).arg(&w_i).arg(&n_i).arg(&s_i).arg(dst);
+        // SAFETY: widen_u32(src, width, n, sentinel, dst): src holds n
+        // values of w bytes, dst at least n u32s.
+        unsafe { launch.launch(self.grid_for(n)) }.map_err(|e| self.err("launching widen_u32", e))?;
+        Ok(())
+    }
+
+    /// narrow_u32 from `src` (n u32s) into `dst` (n values of w bytes),
+    /// u32::MAX kept as all ones.
+    fn narrow(&self, src: &CudaView<u32>, w: usize, n: usize, dst: &mut CudaSlice<u8>) -> Result<()> {
+        let f = self.function(Kernel::NarrowU32, &[])?;
+        let (w_i, n_i, s_i) = (w as i32, n as i64, 1i32);
+        let mut launch = self.stream.launch_builder(&f);
+        launch.arg(src).arg(&w_i).arg(&n_i).arg(&s_i).arg(dst);
+        // SAFETY: narrow_u32(src, width, n, sentinel, dst): src holds n
+        // u32s, dst n values of w bytes.
+        unsafe { launch.launch(self.grid_for(n)) }.map_err(|e| self.err("launching narrow_u32", e))?;
+        Ok(())
+    }
+
+    /// A grid-stride launch over n items.
+    fn grid_for(&self, n: usize) -> LaunchConfig {
+        LaunchConfig { grid_dim: (n.div_ceil(256).clamp(1, self.multiprocessors as usize * 32) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    }
+}
+
+/// `v` as little-endian integers of `w` bytes (1 or 2) into `out`.
+fn encode(v: &[u32], w: usize, out: &mut [u8]) {
+    if w == 1 {
+        for (o, &x) in out.iter_mut().zip(v) {
+            *o = x as u8;
+        }
+    } else {
+        for (o, &x) in out.chunks_exact_mut(2).zip(v) {
+            o.copy_from_slice(&(x as u16).to_le_bytes());
+        }
+    }
+}
+
+/// The inverse of narrow_u32: integers of `w` bytes (1 or 2: all ones
+/// is u32::MAX; 4: as they are).
+fn decode(b: &[u8], w: usize, out: &mut [u32]) {
+    if w == 4 {
+        for (o, x) in out.iter_mut().zip(b.chunks_exact(4)) {
+            *o = u32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+        }
+    } else if w == 1 {
+        for (o, &x) in out.iter_mut().zip(b) {
+            *o = if x == u8::MAX { u32::MAX } else { x as u32 };
+        }
+    } else {
+        for (o, x) in out.iter_mut().zip(b.chunks_exact(2)) {
+            let x = u16::from_le_bytes([x[0], x[1]]);
+            *o = if x == u16::MAX { u32::MAX } else { x as u32 };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode, encode, width_for};
+
+    #[test]
+    fn widths_hold_every_value_and_the_sentinel() {
+        assert_eq!(width_for(256, false), 1);
+        assert_eq!(width_for(257, false), 2);
+        assert_eq!(width_for(65_536, false), 2);
+        assert_eq!(width_for(65_537, false), 4);
+        // 0xFF stands for u32::MAX: states 0..=254 fit a byte.
+        assert_eq!(width_for(255, true), 1);
+        assert_eq!(width_for(256, true), 2);
+        assert_eq!(width_for(65_535, true), 2);
+        assert_eq!(width_for(65_536, true), 4);
+    }
+
+    #[test]
+    fn narrow_values_round_trip() {
+        for (w, v) in [(1, vec![0u32, 7, 254]), (2, vec![0, 255, 65_534, 300])] {
+            let mut b = vec![0u8; v.len() * w];
+            encode(&v, w, &mut b);
+            let mut back = vec![0u32; v.len()];
+            decode(&b, w, &mut back);
+            assert_eq!(back, v);
+        }
+        let mut back = [0u32; 2];
+        decode(&[0xFF, 3], 1, &mut back);
+        assert_eq!(back, [u32::MAX, 3]);
+        decode(&[0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 0, 0], 4, &mut back);
+        assert_eq!(back, [u32::MAX, 0x0201]);
+    }
+}

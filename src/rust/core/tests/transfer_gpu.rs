@@ -1,0 +1,90 @@
+//! Copies through the pinned staging buffer (src/gpu/transfer.rs): small
+//! integers sent as 1, 2 or 4 bytes and plain values come back bit for bit,
+//! over lengths of one chunk, several, and not a whole number of them.
+//! Skipped (with a note) where no device is usable.
+
+#[allow(dead_code)] // only gpu_or_skip of the shared helpers
+mod common;
+use common::gpu_or_skip;
+
+use bulkem_core::gpu;
+
+/// n pseudo-random values below `bound`, every tenth u32::MAX when `holes`.
+fn values(n: usize, bound: u64, holes: bool) -> Vec<u32> {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ n as u64;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            if holes && i % 10 == 3 { u32::MAX } else { (s % bound) as u32 }
+        })
+        .collect()
+}
+
+#[test]
+fn small_integers_round_trip_at_every_width() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    let s = &dev.stream;
+    // Widths 1, 2, 4 on the way up (bounds 256, 65,536, 2^32) and down
+    // (255 and 65,535 keep a sentinel); lengths across the 4 MiB chunks.
+    for (bound, n) in [(256u64, 1usize), (16, 9_000_001), (256, 4 << 20), (65_536, 3_000_017), (1 << 32, 2_500_001)] {
+        let v = values(n, bound, false);
+        let mut d = s.alloc_zeros::<u32>(n + 3).expect("device memory");
+        dev.upload_small(&v, bound, &mut d.slice_mut(0..n)).expect("upload");
+        let back = s.clone_dtoh(&d).expect("copy back");
+        assert_eq!(&back[..n], &v[..], "upload, bound {bound}, n {n}");
+        assert_eq!(&back[n..], &[0, 0, 0], "upload wrote past its values, bound {bound}");
+        let down_bound = bound.min(u32::MAX as u64) - 1;
+        let w = values(n, down_bound, true);
+        let d = s.clone_htod(&w).expect("copy");
+        let mut out = vec![7u32; n];
+        dev.download_small(&d.slice(..), down_bound, &mut out).expect("download");
+        assert_eq!(out, w, "download, bound {down_bound}, n {n}");
+    }
+}
+
+#[test]
+fn plain_values_round_trip() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    let s = &dev.stream;
+    for n in [1usize, 1000, (1 << 19) + 5, 3 << 20] {
+        let v: Vec<f64> = (0..n).map(|i| (i as f64).sin() * 1e300f64.powf((i % 3) as f64 / 3.0)).collect();
+        let mut d = s.alloc_zeros::<f64>(n).expect("device memory");
+        dev.upload(&v, &mut d.slice_mut(..)).expect("upload");
+        let back = s.clone_dtoh(&d).expect("copy back");
+        assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "upload, n {n}");
+        let mut down = vec![0.5f64; n];
+        dev.download(&d.slice(..), &mut down).expect("download");
+        assert!(down.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "download, n {n}");
+    }
+}
+
+#[test]
+fn layouts_transpose_and_take_logs() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    for (rows, cols) in [(1usize, 1usize), (3, 70), (512, 512), (33, 1000)] {
+        let a: Vec<f64> = (0..rows * cols).map(|i| 0.25 + (i % 97) as f64 / 7.0).collect();
+        for (transpose, take_log) in [(true, false), (false, true), (true, true)] {
+            let d = dev.upload_layout(&a, rows, cols, transpose, take_log).expect("layout");
+            let got = dev.stream.clone_dtoh(&d).expect("copy back");
+            for r in 0..rows {
+                for c in 0..cols {
+                    let x = a[r * cols + c];
+                    let want = if take_log { x.ln() } else { x };
+                    let at = if transpose { c * rows + r } else { r * cols + c };
+                    assert!((got[at] - want).abs() <= 1e-15 * want.abs().max(1.0), "{rows} x {cols}, transpose {transpose}, log {take_log}: ({r}, {c})");
+                }
+            }
+        }
+    }
+}
