@@ -88,7 +88,7 @@ pub(crate) const EXP_Q: [f64; 10] = [
 /// NaN for NaN. Branch-free, so that a loop over it vectorises. Uses
 /// `mul_add`: call it only where FMA is enabled, or that is a libm call.
 #[inline(always)]
-fn exp_nonpos(x: f64) -> f64 {
+pub(crate) fn exp_nonpos(x: f64) -> f64 {
     // x = n ln2 + r with n an integer and |r| <= ln2/2 (Cody-Waite; each FMA
     // rounds once, so r is accurate to an ulp of r).
     let k = x.mul_add(std::f64::consts::LOG2_E, SHIFTER);

@@ -23,6 +23,7 @@ pub mod diagnostics;
 mod model;
 mod prior;
 mod random;
+mod rows;
 pub mod separation;
 pub mod slice;
 pub mod sweep;
