@@ -103,8 +103,10 @@ pub fn softplus(x: f64) -> f64 {
 /// being the updated coefficient's column for these rows.
 #[inline]
 pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f64, inv_var: f64) -> f64 {
-    if family == Family::Binomial {
-        return super::rows::binomial(y, None, eta, xc, delta);
+    match family {
+        Family::Binomial => return super::rows::binomial(y, None, eta, xc, delta),
+        Family::Poisson => return super::rows::poisson(y, eta, xc, delta),
+        Family::Gaussian => {}
     }
     y.iter().zip(eta).zip(xc).map(|((&y, &e), &x)| family.loglik(y, e + x * delta, inv_var)).sum()
 }
@@ -112,8 +114,10 @@ pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f6
 /// As [`rows_loglik`], binomial with `trials` per row.
 #[inline]
 pub fn rows_loglik_trials(family: Family, y: &[f64], trials: &[f64], eta: &[f64], xc: &[f64], delta: f64, inv_var: f64) -> f64 {
-    if family == Family::Binomial {
-        return super::rows::binomial(y, Some(trials), eta, xc, delta);
+    match family {
+        Family::Binomial => return super::rows::binomial(y, Some(trials), eta, xc, delta),
+        Family::Poisson => return super::rows::poisson(y, eta, xc, delta),
+        Family::Gaussian => {}
     }
     y.iter().zip(trials).zip(eta).zip(xc).map(|(((&y, &n), &e), &x)| family.loglik_trials(y, n, e + x * delta, inv_var)).sum()
 }
