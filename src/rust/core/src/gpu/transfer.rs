@@ -141,7 +141,7 @@ impl Device {
             let o = &mut out[at / size..(at + bytes.len()) / size];
             // SAFETY: T is a plain value type; `o` covers exactly bytes.len() bytes.
             let o = unsafe { std::slice::from_raw_parts_mut(o.as_mut_ptr().cast::<u8>(), bytes.len()) };
-            o.par_chunks_mut(GRAIN * 8).zip(bytes.par_chunks(GRAIN * 8)).for_each(|(o, b)| o.copy_from_slice(b));
+            par_copy(o, bytes);
         })
     }
 
@@ -151,7 +151,7 @@ impl Device {
         let (ptr, _sync) = dst.device_ptr_mut(&self.stream);
         self.stage_up(src.len(), ptr, |at, out| {
             let len = out.len();
-            out.par_chunks_mut(GRAIN * 8).zip(src[at..at + len].par_chunks(GRAIN * 8)).for_each(|(o, i)| o.copy_from_slice(i));
+            par_copy(out, &src[at..at + len]);
         })
     }
 
@@ -264,6 +264,11 @@ impl Device {
     fn grid_for(&self, n: usize) -> LaunchConfig {
         LaunchConfig { grid_dim: (n.div_ceil(256).clamp(1, self.multiprocessors as usize * 32) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
     }
+}
+
+/// `dst` = `src` (as long), in parallel.
+fn par_copy(dst: &mut [u8], src: &[u8]) {
+    dst.par_chunks_mut(GRAIN * 8).zip(src.par_chunks(GRAIN * 8)).for_each(|(o, i)| o.copy_from_slice(i));
 }
 
 /// `v` as little-endian integers of `w` bytes (1 or 2) into `out`.
