@@ -2,7 +2,7 @@
 # Runs on the GPU machine (no Rust, no R): the carried test and benchmark
 # binaries in .device/, then the peers, side by side. Built here by
 # tools/device-build.sh. Usage: bash tools/device-run.sh
-# [tests|bench|peers|reduce|all|select|hmm|multi|multi-tests|multi-bench]
+# [tests|bench|peers|reduce|all|select|hmm|multi|multi-tests|multi-bench|multi-hmm]
 # `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
 # select-suite, then the torch peer once per K = 1..5 (20 starts).
 # `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
@@ -66,6 +66,16 @@ if [ "$what" = multi ] || [ "$what" = multi-bench ]; then
   echo "== peers of the N = 512 cases (one GPU)"
   CUDA_VISIBLE_DEVICES=0 python3 peers/torch_hmm.py 512 512 16 512 2>&1 | tee -a "$out/peer-hmm.log"
   CUDA_VISIBLE_DEVICES=0 python3 peers/torch_hmm_gaussian.py 512 512 16 2>&1 | tee -a "$out/peer-hmm.log"
+fi
+# `multi-hmm` (issue 21): the HMM GPU tests with both GPUs visible, then
+# hmm-suite with one and with two visible.
+if [ "$what" = multi-hmm ]; then
+  nvidia-smi -L
+  run_tests transfer_gpu hmm_gpu hmm_emissions_gpu
+  for vis in 0 0,1 0 0,1; do
+    echo "== CUDA_VISIBLE_DEVICES=$vis bulkem-bench hmm-suite"
+    CUDA_VISIBLE_DEVICES=$vis ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-multi.jsonl" 2>&1 | tee -a "$out/bench-multi.log"
+  done
 fi
 if [ "$what" = select ]; then
   run_tests kernels_compile em_gpu

@@ -147,7 +147,27 @@ impl Exec {
     }
     /// Run `work` inside this call's thread pool.
     pub fn install<T: Send>(&self, work: impl FnOnce() -> T + Send) -> Result<T> {
+        // Already on a pool's thread (the call's, see `within`, or a
+        // device's part): run here, in that pool. Installing into another
+        // pool would block this thread on it, and a pool whose only thread
+        // waits for this one (a call of one thread waiting for its device
+        // threads) would never run the work.
+        if rayon::current_thread_index().is_some() {
+            return Ok(work());
+        }
         Ok(cpu_pool(self.threads)?.install(work))
+    }
+
+    /// Run a whole call in this call's pool, so that every parallel loop
+    /// inside it (including those not wrapped in [`Exec::install`]) runs
+    /// on the call's threads and no more, and nested installs run inline
+    /// instead of waking the pool. Where the pool cannot be made, `work`
+    /// runs here (its own installs then report why).
+    pub fn within<T: Send>(&self, work: impl FnOnce() -> T + Send) -> T {
+        match cpu_pool(self.threads) {
+            Ok(pool) => pool.install(work),
+            Err(_) => work(),
+        }
     }
 
     /// Run `work` in pool `part` of `parts` (kept for later calls), with a

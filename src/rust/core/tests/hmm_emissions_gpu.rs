@@ -220,6 +220,12 @@ fn shares_agree(split: &Exec) {
         let (a, b) = (hmm::posterior(model, seqs, &one).unwrap(), hmm::posterior(model, seqs, split).unwrap());
         assert!(a.probs.iter().zip(&b.probs).all(|(x, y)| x == y || (x.is_nan() && y.is_nan())), "{what}: posteriors");
         assert_eq!(a.loglik, b.loglik, "{what}: posterior loglik");
+        let ((ma, la), (mb, lb)) = (hmm::baum_welch_step(init, seqs, &Default::default(), &one).unwrap(), hmm::baum_welch_step(init, seqs, &Default::default(), split).unwrap());
+        assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "{what}: one step split {lb} one {la}");
+        let flat = |m: &HmmModel<E>| [m.start.clone(), m.trans.clone(), params(&m.emission)].concat();
+        for (x, y) in flat(&ma).iter().zip(&flat(&mb)) {
+            assert!((x - y).abs() <= GPU_CPU_PARAM_REL * x.abs().max(1e-3), "{what}: one step's parameter split {y} one {x}");
+        }
         let config = HmmFitConfig::<E>::for_emission(init.n_states, init.emission.shape()).init(init.clone()).max_iters(6).epsilon(0.0).check().unwrap();
         let (a, b) = (hmm::fit(seqs, &config, &one).unwrap(), hmm::fit(seqs, &config, split).unwrap());
         for (x, y) in a.trace.iter().zip(&b.trace) {
@@ -250,6 +256,11 @@ fn shares_agree(split: &Exec) {
         assert_eq!((a.states, a.log_prob), (b.states, b.log_prob), "categorical N={n}: Viterbi");
         let (a, b) = (hmm::posterior(&cat, &seqs, &one).unwrap(), hmm::posterior(&cat, &seqs, &split).unwrap());
         assert_eq!((a.probs, a.loglik), (b.probs, b.loglik), "categorical N={n}: posteriors");
+        let ((ma, la), (mb, lb)) = (hmm::baum_welch_step(&cat, &seqs, &Default::default(), &one).unwrap(), hmm::baum_welch_step(&cat, &seqs, &Default::default(), &split).unwrap());
+        assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "categorical N={n}: one step split {lb} one {la}");
+        for (x, y) in [ma.start, ma.trans, ma.emission.probs].concat().iter().zip(&[mb.start, mb.trans, mb.emission.probs].concat()) {
+            assert!((x - y).abs() <= GPU_CPU_PARAM_REL * x.abs().max(1e-3), "categorical N={n}: one step's parameter split {y} one {x}");
+        }
         let config = HmmFitConfig::new(n, v).init(cat.clone()).max_iters(6).epsilon(0.0).check().unwrap();
         let (a, b) = (hmm::fit(&seqs, &config, &one).unwrap(), hmm::fit(&seqs, &config, &split).unwrap());
         let flat = |m: &HmmModel| [m.start.clone(), m.trans.clone(), m.emission.probs.clone()].concat();

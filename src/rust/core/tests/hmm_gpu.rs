@@ -232,6 +232,18 @@ fn tiny_probabilities_and_decaying_states_agree() {
         for (x, y) in a.trace.iter().zip(&b.trace) {
             assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "stuck N={n}: trace gpu {y} cpu {x}");
         }
+        // In three shares: the uncertain sequences are counted on the host
+        // from their share's part of the call's symbols.
+        let shares = Exec { gpu_parts: 3, ..cuda() };
+        let c = hmm::fit(&seqs, &config, &shares).unwrap();
+        compare_models(&a.model, &c.model, &format!("stuck N={n}, Baum-Welch in shares"));
+        let (cpu_ll, split_ll) = (hmm::loglik(&m, &seqs, &Exec::cpu()).unwrap(), hmm::loglik(&m, &seqs, &shares).unwrap());
+        for (x, y) in cpu_ll.iter().zip(&split_ll) {
+            assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "stuck N={n}: loglik in shares {y} cpu {x}");
+        }
+        let ((ma, la), (mb, lb)) = (hmm::baum_welch_step(&m, &seqs, &Default::default(), &Exec::cpu()).unwrap(), hmm::baum_welch_step(&m, &seqs, &Default::default(), &shares).unwrap());
+        assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "stuck N={n}: one step in shares {lb} cpu {la}");
+        compare_models(&ma, &mb, &format!("stuck N={n}, one step in shares"));
     }
 }
 

@@ -53,7 +53,9 @@ pub fn backend_for(request: &str, job: &Job) -> Result<Backend> {
 pub fn run_in_session<T: Send>(backend: Backend, threads: usize, work: impl FnOnce(&Exec) -> T + Send) -> T {
     let monitor = Arc::new(Monitor::new());
     let exec = Exec { backend, ..Exec::cpu().threads(threads).with_monitor(monitor.clone()) };
-    bulkem_core::exec::run_polled(&monitor, POLL, || work(&exec), |_| {
+    // The call runs in its pool: every parallel loop in it on the call's
+    // threads (a Slurm job's allotment, say), none on rayon's global pool.
+    bulkem_core::exec::run_polled(&monitor, POLL, || exec.within(|| work(&exec)), |_| {
         // SAFETY: called on R's main thread, which is blocked in this call;
         // the C helper runs R_CheckUserInterrupt inside R_ToplevelExec, so
         // no R error or longjmp can cross these Rust frames.

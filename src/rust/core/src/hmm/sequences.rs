@@ -56,14 +56,29 @@ impl<O: Copy> Sequences<O> {
         self.offsets.windows(2).map(|w| w[1] - w[0])
     }
 
-    /// Sequences `range` as sequences of their own (a copy; also for the
-    /// offsets-only sequences, whose part has no observations either).
-    pub fn part(&self, range: std::ops::Range<usize>) -> Self {
-        let (a, b) = (self.offsets[range.start], self.offsets[range.end]);
-        Sequences {
-            symbols: if self.symbols.is_empty() { Vec::new() } else { self.symbols[a..b].to_vec() },
-            offsets: self.offsets[range.start..=range.end].iter().map(|&o| o - a).collect(),
+    /// The offsets of sequences `range`, rebased, without their
+    /// observations (a GPU share reads those from the call's, borrowed:
+    /// [`Sequences::observations`]).
+    pub fn offsets_part(&self, range: std::ops::Range<usize>) -> Self {
+        let a = self.offsets[range.start];
+        Sequences { symbols: Vec::new(), offsets: self.offsets[range.start..=range.end].iter().map(|&o| o - a).collect() }
+    }
+
+    /// The observations of sequences `range`, borrowed.
+    pub fn observations(&self, range: &std::ops::Range<usize>) -> &[O] {
+        &self.symbols[self.offsets[range.start]..self.offsets[range.end]]
+    }
+
+    /// Sequences `which` of `offsets` (offsets only, as
+    /// [`Sequences::offsets_part`] gives them) whose observations are
+    /// `symbols`, as sequences of their own (a copy of those alone).
+    pub fn picked(offsets: &Sequences<O>, symbols: &[O], which: &[usize]) -> Self {
+        let mut out = Sequences { symbols: Vec::new(), offsets: vec![0] };
+        for &s in which {
+            out.symbols.extend_from_slice(&symbols[offsets.offsets[s]..offsets.offsets[s + 1]]);
+            out.offsets.push(out.symbols.len());
         }
+        out
     }
 
     /// Total number of observations (the last offset: also for the
@@ -115,13 +130,13 @@ mod tests {
     use super::Sequences;
 
     #[test]
-    fn a_part_is_its_sequences_alone() {
+    fn a_part_is_its_offsets_and_borrowed_observations() {
         let s = Sequences::from_vecs(&[vec![1u32, 2], vec![3], vec![4, 5, 6]]);
-        assert_eq!(s.part(1..3), Sequences::from_vecs(&[vec![3u32], vec![4, 5, 6]]));
-        assert_eq!(s.part(0..1), Sequences::from_vecs(&[vec![1u32, 2]]));
-        assert_eq!(s.part(2..2), Sequences { symbols: vec![], offsets: vec![0] });
-        // Offsets only (the density's positions).
-        let pos: Sequences<u32> = Sequences { symbols: vec![], offsets: s.offsets.clone() };
-        assert_eq!(pos.part(1..3).offsets, vec![0, 1, 4]);
+        assert_eq!(s.offsets_part(0..1).offsets, vec![0, 2]);
+        assert_eq!(s.offsets_part(2..2).offsets, vec![0]);
+        let part = s.offsets_part(1..3);
+        assert_eq!((part.offsets.clone(), part.symbols.len()), (vec![0, 1, 4], 0));
+        assert_eq!(s.observations(&(1..3)), &[3, 4, 5, 6]);
+        assert_eq!(Sequences::picked(&part, s.observations(&(1..3)), &[1]), Sequences::from_vecs(&[vec![4u32, 5, 6]]));
     }
 }

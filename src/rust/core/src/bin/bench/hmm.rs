@@ -79,14 +79,14 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let exec = Exec { backend, ..Exec::cpu().threads(threads) };
     let s = |e: bulkem_core::Error| e.to_string();
     bulkem_core::gpu::timing::take();
-    let fwd = median_time(|| hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s))?;
+    let fwd = median_time(|| exec.within(|| hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let fwd_phases = last_phases();
-    let vit = median_time(|| hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s))?;
+    let vit = median_time(|| exec.within(|| hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let vit_phases = last_phases();
-    let bw = median_time(|| hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s))?;
+    let bw = median_time(|| exec.within(|| hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s)))?;
     let bw_phases = last_phases();
     let config = HmmFitConfig::<E>::for_emission(n, model.emission.shape()).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
-    let fit5 = median_time(|| hmm::fit(seqs, &config, &exec).map(|_| ()).map_err(s))?;
+    let fit5 = median_time(|| exec.within(|| hmm::fit(seqs, &config, &exec).map(|_| ()).map_err(s)))?;
     let threads_used = if threads == 0 { available_threads() } else { threads };
     println!(
         "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",

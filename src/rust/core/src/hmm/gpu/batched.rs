@@ -72,11 +72,13 @@ pub(super) struct Batched {
 
 impl Batched {
     /// Plan the batches `ranges` of `seqs` for N states and V symbols;
-    /// `counts`: index positions by symbol for hmm_count_emissions.
-    pub(super) fn new(dev: &Device, n: usize, v: usize, seqs: &Sequences, ranges: &[Range<usize>], counts: bool) -> Result<Self> {
+    /// `count_symbols`: the sequences' symbols, whose positions are indexed
+    /// by symbol for hmm_count_emissions (None: no counts by symbol).
+    pub(super) fn new(dev: &Device, n: usize, v: usize, seqs: &Sequences, ranges: &[Range<usize>], count_symbols: Option<&[u32]>) -> Result<Self> {
         let s = &dev.stream;
         let e = err(dev, "preparing the batched passes");
         let len = |q: usize| seqs.offsets[q + 1] - seqs.offsets[q];
+        let t0 = std::time::Instant::now();
         let mut batches = Vec::with_capacity(ranges.len());
         for range in ranges {
             let mut order: Vec<usize> = range.clone().collect();
@@ -94,7 +96,10 @@ impl Batched {
                 }
                 *slot = r as i32;
             }
-            let by_symbol = if counts { Some(by_symbol(dev, seqs, range, v)?) } else { None };
+            let by_symbol = match count_symbols {
+                Some(symbols) => Some(by_symbol(dev, seqs, symbols, range, v)?),
+                None => None,
+            };
             batches.push(Batch {
                 range: range.clone(),
                 base: base as i64,
@@ -105,6 +110,8 @@ impl Batched {
                 by_symbol,
             });
         }
+        crate::gpu::timing::record("plan uploads", t0);
+        let t0 = std::time::Instant::now();
         let rows = ranges.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
         let col_tiles = n.div_ceil(COLS);
         let fwd = function(dev, Kernel::HmmForwardBatched, STAGE_SMEM)?;
@@ -113,6 +120,7 @@ impl Batched {
         let per_sm = resident(&fwd)?.min(resident(&bwd)?).max(1);
         let tiles = rows.div_ceil(ROWS) * col_tiles;
         let grid = (tiles as u32).clamp(1, dev.multiprocessors * per_sm);
+        crate::gpu::timing::record("plan functions", t0);
         Ok(Batched {
             n,
             v,
@@ -230,11 +238,12 @@ impl Batched {
     }
 }
 
-/// The positions of batch `range` grouped by symbol, on the device.
-fn by_symbol(dev: &Device, seqs: &Sequences, range: &Range<usize>, v: usize) -> Result<BySymbol> {
+/// The positions of batch `range` grouped by symbol (`symbols`: those of
+/// all `seqs`), on the device.
+fn by_symbol(dev: &Device, seqs: &Sequences, symbols: &[u32], range: &Range<usize>, v: usize) -> Result<BySymbol> {
     let base = seqs.offsets[range.start];
     let mut off = vec![0i64; v + 1];
-    for &k in &seqs.symbols[base..seqs.offsets[range.end]] {
+    for &k in &symbols[base..seqs.offsets[range.end]] {
         off[k as usize + 1] += 1;
     }
     for k in 0..v {
@@ -244,7 +253,7 @@ fn by_symbol(dev: &Device, seqs: &Sequences, range: &Range<usize>, v: usize) -> 
     let (mut pos, mut seq, mut next) = (vec![0i64; total], vec![0i32; total], off.clone());
     for q in range.clone() {
         for p in seqs.offsets[q]..seqs.offsets[q + 1] {
-            let k = seqs.symbols[p] as usize;
+            let k = symbols[p] as usize;
             let at = next[k] as usize;
             pos[at] = (p - base) as i64;
             seq[at] = (q - range.start) as i32;

@@ -30,7 +30,7 @@ use super::plan::{batched_path, batches};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
 use super::rows::{ChainSummary, DensityTables, DeviceDensity};
-use super::shares::{fit_shares, on_shares, shares, Share, ShareEngine, Spread};
+use super::shares::{cut, e_step_shares, fit_shares, on_shares, share_lens, shares, work, ShareEngine, ShareSeqs, Spread};
 use super::{device, err};
 
 /// The offsets of `seqs` (no symbols: on the device, position p is symbol
@@ -57,14 +57,16 @@ fn values_of<'v, O: Copy>(values: &'v [f64], seqs: &Sequences<O>, range: &Range<
 /// log P(sequence) of every sequence; `values`: the observations, flat.
 pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
     check_size(model.n_states, seqs.len())?;
-    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, range| loglik_on(dev, model, part, values_of(values, seqs, range), exec))?;
-    let mut out = parts.concat();
+    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, model.n_states) })?;
+    let mut out = vec![0.0; seqs.len()];
+    let (per_seq, _) = share_lens(&shares, seqs, 1);
+    on_shares(&shares, seqs, exec, cut(&mut out, per_seq), |sh, out| loglik_on(sh.dev, model, &sh.seqs, values_of(values, seqs, &sh.range), exec, out))?;
     super::settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
 
-/// The kernels' log-likelihoods on `dev` (NaN: uncertain).
-fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
+/// The kernels' log-likelihoods on `dev` into `out` (NaN: uncertain).
+fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec, out: &mut [f64]) -> Result<()> {
     let t0 = std::time::Instant::now();
     let pos = positions(seqs)?;
     let density = DeviceDensity::new(dev, &model.emission, values)?;
@@ -73,26 +75,30 @@ fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E:
     let t0 = std::time::Instant::now();
     let dt = density.tables(dev, model, &d_seqs.off, seqs.len(), seqs.total(), false)?;
     crate::gpu::timing::record("rows", t0);
-    let mut out = forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec)?;
+    forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec, out)?;
     for (s, l) in out.iter_mut().enumerate() {
         *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Viterbi paths and log-probabilities (log rows: nothing to certify).
 pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, range| {
+    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, model.n_states) })?;
+    let (mut paths, mut logp) = (crate::hmm::passes::zeroed::<u32>(seqs.total(), "the Viterbi paths")?, vec![0.0; seqs.len()]);
+    let (per_seq, per_obs) = share_lens(&shares, seqs, 1);
+    let work = cut(&mut paths, per_obs).into_iter().zip(cut(&mut logp, per_seq)).collect();
+    on_shares(&shares, seqs, exec, work, |sh, (paths, logp)| {
         let t0 = std::time::Instant::now();
-        let pos = positions(part)?;
-        let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, range))?;
-        let d_seqs = density.positions(dev, &pos)?;
+        let pos = positions(&sh.seqs)?;
+        let density = DeviceDensity::new(sh.dev, &model.emission, values_of(values, seqs, &sh.range))?;
+        let d_seqs = density.positions(sh.dev, &pos)?;
         crate::gpu::timing::record("upload", t0);
-        let tabs = density.log_tables(dev, model, part.total())?;
-        viterbi_all(dev, model.n_states, &tabs, &d_seqs, &pos, Some(&density), exec)
+        let tabs = density.log_tables(sh.dev, model, sh.seqs.total())?;
+        viterbi_all(sh.dev, model.n_states, &tabs, &d_seqs, &pos, Some(&density), exec, paths, logp)
     })?;
-    super::concat_pairs(parts, "the Viterbi paths")
+    Ok((paths, logp))
 }
 
 /// Posteriors (time-major, NaN rows for impossible sequences) and
@@ -100,45 +106,62 @@ pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>
 pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
     let n = model.n_states;
-    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, range| {
+    let (mut probs, mut loglik) = super::posterior_into(seqs, n, exec, |sh, probs, loglik| {
+        let (dev, part) = (sh.dev, &*sh.seqs);
         let pos = positions(part)?;
-        let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, range))?;
+        let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, &sh.range))?;
         // The rows first: the passes plan their batches in the memory left.
         let off = upload_offsets(dev, part)?;
         let dt = density.tables(dev, model, &off, part.len(), part.total(), false)?;
-        let mut passes = Passes::with_density(dev, n, density.stats, &pos, false, n * 8, Some(&density))?;
-        let (probs, mut loglik) = passes.posterior_all(&dt.tables, exec)?;
+        let mut passes = Passes::with_density(dev, n, density.stats, &pos, false, n * 8, &density)?;
+        passes.posterior_all(&dt.tables, exec, probs, loglik)?;
         for (s, l) in loglik.iter_mut().enumerate() {
             *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
         }
-        Ok((probs, loglik))
+        Ok(())
     })?;
-    let (mut probs, mut loglik) = super::concat_pairs(parts, "the posterior probabilities")?;
     super::settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
     Ok((probs, loglik))
 }
 
-/// One E-step + M-step on one device (for benchmarks and
-/// `hmm::baum_welch_step`): the next model (emission settings `fit`,
-/// resolved) and the log-likelihood of `model`.
+/// The engine of one share (the call's sequences when there is one) with
+/// `probe`'s family, handed to `serve`.
+fn build_engine<E: Emission>(sh: &ShareSeqs<E::Obs>, probe: &E, values: &[f64], all: &Sequences<E::Obs>, exec: &Exec, serve: &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>) -> Result<()> {
+    let (dev, n) = (sh.dev, probe.n_states());
+    let pos = positions(&sh.seqs)?;
+    let density = DeviceDensity::new(dev, probe, values_of(values, all, &sh.range))?;
+    let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, &density)?;
+    let mut engine = DensityEngine::new(passes, &density, &sh.seqs, sh.obs, exec)?;
+    serve(&mut engine)
+}
+
+/// One E-step + M-step (for benchmarks and `hmm::baum_welch_step`): the
+/// next model (emission settings `fit`, resolved) and the log-likelihood
+/// of `model`. Over several devices the E-step's counts are summed and the
+/// M-step runs on the host.
 pub(crate) fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], fit: &EmissionFit, exec: &Exec) -> Result<(HmmModel<E>, f64)> {
     let n = model.n_states;
     check_size(n, seqs.len())?;
-    let t0 = std::time::Instant::now();
-    let dev = device()?;
-    let pos = positions(seqs)?;
-    let density = DeviceDensity::new(dev, &model.emission, values)?;
-    let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, Some(&density))?;
-    let mut engine = DensityEngine::new(passes, &density, seqs, exec)?;
-    crate::gpu::timing::record("upload", t0);
-    let t0 = std::time::Instant::now();
-    let (ll, _) = engine.load(model)?;
-    crate::gpu::timing::record("e-step", t0);
-    let t0 = std::time::Instant::now();
-    engine.m_step(fit)?;
-    let next = engine.model(false)?;
-    crate::gpu::timing::record("m-step and model", t0);
-    Ok((next, ll))
+    let shares = shares(seqs, exec, Spread::Fit { counts: Counts::size(n, model.emission.n_stats()), work: work(seqs, n) })?;
+    if let [one] = &shares[..] {
+        let t0 = std::time::Instant::now();
+        let dev = one.dev;
+        let pos = positions(seqs)?;
+        let density = DeviceDensity::new(dev, &model.emission, values)?;
+        let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, &density)?;
+        let mut engine = DensityEngine::new(passes, &density, seqs, &seqs.symbols, exec)?;
+        crate::gpu::timing::record("upload", t0);
+        let t0 = std::time::Instant::now();
+        let (ll, _) = engine.load(model)?;
+        crate::gpu::timing::record("e-step", t0);
+        let t0 = std::time::Instant::now();
+        engine.m_step(fit)?;
+        let next = engine.model(false)?;
+        crate::gpu::timing::record("m-step and model", t0);
+        return Ok((next, ll));
+    }
+    let (counts, ll) = e_step_shares(&shares, seqs, model, exec, |sh, serve| build_engine(sh, &model.emission, values, seqs, exec, serve))?;
+    Ok((m_step(model, &counts, fit).0, ll))
 }
 
 fn upload_offsets<O: Copy>(dev: &Device, seqs: &Sequences<O>) -> Result<CudaSlice<i64>> {
@@ -158,7 +181,10 @@ fn upload_offsets<O: Copy>(dev: &Device, seqs: &Sequences<O>) -> Result<CudaSlic
 struct DensityEngine<'a, E: Emission> {
     passes: Passes<'a>,
     density: &'a DeviceDensity,
+    /// The sequences' offsets (and observations when they are the call's).
     seqs: &'a Sequences<E::Obs>,
+    /// Their observations.
+    obs: &'a [E::Obs],
     counts: CountSlots,
     exec: &'a Exec,
     /// The current model and the one before the last M-step; see `Chain`
@@ -332,7 +358,8 @@ impl<E: Emission> Engine<E> for DensityEngine<'_, E> {
         if !uncertain.is_empty() {
             // Those sequences on the host, in log space where needed.
             let tab = Tables::new(&self.whole(false)?)?;
-            let (host, lls) = cpu::counts_of(&tab, self.seqs, &uncertain, self.seg, exec)?;
+            let picked = Sequences::picked(self.seqs, self.obs, &uncertain);
+            let (host, lls) = cpu::counts_of(&tab, &picked, &(0..uncertain.len()).collect::<Vec<_>>(), self.seg, exec)?;
             for (s, l) in uncertain.iter().zip(lls) {
                 ll_all[*s] = l;
             }
@@ -359,7 +386,7 @@ impl<E: Emission> ShareEngine<E> for DensityEngine<'_, E> {
 }
 
 impl<'a, E: Emission> DensityEngine<'a, E> {
-    fn new(passes: Passes<'a>, density: &'a DeviceDensity, seqs: &'a Sequences<E::Obs>, exec: &'a Exec) -> Result<Self> {
+    fn new(passes: Passes<'a>, density: &'a DeviceDensity, seqs: &'a Sequences<E::Obs>, obs: &'a [E::Obs], exec: &'a Exec) -> Result<Self> {
         let (dev, n) = (passes.dev, passes.n);
         let counts = passes.count_slots()?;
         let s = &dev.stream;
@@ -367,7 +394,7 @@ impl<'a, E: Emission> DensityEngine<'a, E> {
         let spare = [s.alloc_zeros::<f64>(n).map_err(&e)?, s.alloc_zeros::<f64>(n * n).map_err(&e)?, s.alloc_zeros::<f64>(n * n).map_err(&e)?];
         let (keys, low_trans) = (s.alloc_zeros::<u64>(2).map_err(&e)?, s.alloc_zeros::<u64>(1).map_err(&e)?);
         let seg = cpu::fit_segment(n, seqs, exec);
-        Ok(DensityEngine { passes, density, seqs, counts, exec, model: None, previous: None, host_counts: None, tables: None, spare, keys, low_trans, seg })
+        Ok(DensityEngine { passes, density, seqs, obs, counts, exec, model: None, previous: None, host_counts: None, tables: None, spare, keys, low_trans, seg })
     }
 }
 
@@ -383,21 +410,11 @@ pub(crate) fn fit<E: Emission>(seqs: &Sequences<E::Obs>, values: &[f64], config:
         Some(m) => m.emission.clone(),
         None => super::super::baum_welch::try_random_model::<E>(n, &config.shape, seqs, config.seed, config.first_start)?.emission,
     };
-    let shares = shares(seqs, exec, Spread::Fit(Counts::size(n, probe.n_stats())))?;
-    // The engine of one share (the call's sequences when there is one).
-    let build = |share: &Share, part: &Sequences<E::Obs>, serve: &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>| -> Result<()> {
-        let dev = share.dev;
-        let pos = positions(part)?;
-        let density = DeviceDensity::new(dev, &probe, values_of(values, seqs, &share.range))?;
-        // Room for the rows (N values per position) before the passes plan
-        // their batches in the memory left.
-        let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, Some(&density))?;
-        let mut engine = DensityEngine::new(passes, &density, part, exec)?;
-        serve(&mut engine)
-    };
+    let shares = shares(seqs, exec, Spread::Fit { counts: Counts::size(n, probe.n_stats()), work: work(seqs, n) })?;
+    let build = |sh: &ShareSeqs<E::Obs>, serve: &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>| build_engine(sh, &probe, values, seqs, exec, serve);
     if let [one] = &shares[..] {
         let mut out = None;
-        build(one, seqs, &mut |engine| {
+        build(&one.of(seqs), &mut |engine| {
             out = Some(fit_with(config, seqs, exec, engine));
             Ok(())
         })?;
@@ -431,7 +448,7 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
         let all = 0..count;
         if batched_path(dev, n) {
             let ranges = row_batches(dev, count, n)?;
-            let mut bt = Batched::new(dev, n, density.stats, &pos, &ranges, false)?;
+            let mut bt = Batched::new(dev, n, density.stats, &pos, &ranges, None)?;
             let mut lls = Vec::with_capacity(ranges.len());
             for range in &ranges {
                 lls.push(s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?);
@@ -472,8 +489,8 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
             sync()
         })?;
     }
-    let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, Some(&density))?;
-    let mut engine = DensityEngine::new(passes, &density, seqs, &exec)?;
+    let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, &density)?;
+    let mut engine = DensityEngine::new(passes, &density, seqs, &seqs.symbols, &exec)?;
     engine.load(model)?;
     let fit = EmissionFit::default();
     run(super::ResidentPass::BaumWelch, &mut || {

@@ -43,8 +43,9 @@ pub(super) struct DeviceEngine<'a> {
 }
 
 impl<'a> DeviceEngine<'a> {
-    pub(super) fn new(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, exec: &'a Exec) -> Result<Self> {
-        let passes = Passes::new(dev, n, v, seqs, true, 0)?;
+    /// The engine of sequences `seqs` (offsets) with `symbols`.
+    pub(super) fn new(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, symbols: &'a [u32], exec: &'a Exec) -> Result<Self> {
+        let passes = Passes::new(dev, n, v, seqs, symbols, true, 0)?;
         let counts = passes.count_slots()?;
         let tables = [DeviceTables::zeroed(passes.dev, n, v)?, DeviceTables::zeroed(passes.dev, n, v)?];
         let seg = cpu::fit_segment(n, seqs, exec);
@@ -137,7 +138,8 @@ impl Engine for DeviceEngine<'_> {
                 None => self.model(false)?,
             };
             let tab = Tables::new(&model)?;
-            let (host, lls) = cpu::counts_of(&tab, self.passes.seqs, &uncertain, self.seg, exec)?;
+            let picked = Sequences::picked(self.passes.seqs, self.passes.symbols, &uncertain);
+            let (host, lls) = cpu::counts_of(&tab, &picked, &(0..uncertain.len()).collect::<Vec<_>>(), self.seg, exec)?;
             for (s, l) in uncertain.iter().zip(lls) {
                 ll_all[*s] = l;
             }

@@ -24,17 +24,21 @@ pub(super) struct DeviceSeqs {
 /// (HMM_SYM_PAD in kernels/hmm.cu).
 pub(super) const SYM_PAD: usize = 3;
 
-/// The sequences (symbols below `v`) on the device, the symbols sent as
-/// one or two bytes each where `v` allows (`Device::upload_small`).
-pub(super) fn upload(dev: &Device, seqs: &Sequences, v: usize) -> Result<DeviceSeqs> {
+/// The sequences with offsets `seqs` and observations `symbols` (below
+/// `v`) on the device, the symbols sent as one or two bytes each where `v`
+/// allows (`Device::upload_small`).
+pub(super) fn upload(dev: &Device, seqs: &Sequences, symbols: &[u32], v: usize) -> Result<DeviceSeqs> {
     let s = &dev.stream;
     let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
     // Zeroed on the device and filled from the caller's symbols: a padded
     // copy on the host cost more than the forward pass (about 35 ms for
     // 10^7 symbols on the H100 machine).
-    let n = seqs.symbols.len();
+    let n = seqs.total();
+    if symbols.len() != n {
+        return Err(crate::error::Error::Internal("sequences uploaded without their symbols".into()));
+    }
     let mut sym = s.alloc_zeros::<u32>(n + SYM_PAD).map_err(err(dev, "copying sequences"))?;
-    dev.upload_small(&seqs.symbols, v as u64, &mut sym.slice_mut(0..n))?;
+    dev.upload_small(symbols, v as u64, &mut sym.slice_mut(0..n))?;
     let mut d_off = s.alloc_zeros::<i64>(off.len()).map_err(err(dev, "copying sequences"))?;
     dev.upload(&off, &mut d_off.slice_mut(..))?;
     Ok(DeviceSeqs { sym, off: d_off })

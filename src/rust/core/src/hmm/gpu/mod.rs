@@ -61,9 +61,10 @@ pub(crate) use density::{baum_welch_step as density_baum_welch_step, fit as dens
 
 use engine::DeviceEngine;
 use plan::check_size;
-use shares::{fit_shares, on_shares, shares, Spread};
+use shares::{cut, e_step_shares, fit_shares, on_shares, share_lens, shares, work, ShareSeqs, Spread};
 
-use super::baum_welch::{fit_with, Engine, HmmFit};
+use super::backward::Counts;
+use super::baum_welch::{fit_with, m_step, Engine, HmmFit};
 use super::config::CheckedHmmFitConfig;
 use super::cpu;
 use super::emission::{Emission, EmissionFit};
@@ -116,12 +117,18 @@ fn device() -> Result<&'static Device> {
 /// large N), O(N) memory per sequence.
 pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
     check_size(model.n_states, seqs.len())?;
+    let t0 = std::time::Instant::now();
     let small = tables::smallest(model);
+    gpu::timing::record("smallest", t0);
     if tables::theta_of(small) > 1.0 {
         return cpu::loglik(&Tables::new(model)?, seqs, exec);
     }
-    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, _| passes::loglik_device(dev, model, small, part, exec))?;
-    let mut out = parts.concat();
+    let t0 = std::time::Instant::now();
+    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, model.n_states) })?;
+    let mut out = vec![0.0; seqs.len()];
+    gpu::timing::record("shares", t0);
+    let (per_seq, _) = share_lens(&shares, seqs, 1);
+    on_shares(&shares, seqs, exec, cut(&mut out, per_seq), |sh, out| passes::loglik_device(sh, model, small, exec, out))?;
     settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
@@ -143,23 +150,12 @@ pub(super) fn settle_logliks<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
 /// log-probabilities; one launch per batch.
 pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, _| passes::viterbi_device(dev, model, part, exec))?;
-    concat_pairs(parts, "the Viterbi paths")
-}
-
-/// Per-share pairs of results (`what`: the first's name, for a memory
-/// error), each concatenated in share order.
-fn concat_pairs<A, B>(parts: Vec<(Vec<A>, Vec<B>)>, what: &str) -> Result<(Vec<A>, Vec<B>)> {
-    if parts.len() == 1 {
-        return Ok(parts.into_iter().next().unwrap_or((Vec::new(), Vec::new())));
-    }
-    let mut a = crate::memory::try_with_capacity(parts.iter().map(|p| p.0.len()).sum(), what)?;
-    let mut b = crate::memory::try_with_capacity(parts.iter().map(|p| p.1.len()).sum(), "the log-likelihoods")?;
-    for (x, y) in parts {
-        a.extend(x);
-        b.extend(y);
-    }
-    Ok((a, b))
+    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, model.n_states) })?;
+    let (mut paths, mut logp) = (crate::hmm::passes::zeroed::<u32>(seqs.total(), "the Viterbi paths")?, vec![0.0; seqs.len()]);
+    let (per_seq, per_obs) = share_lens(&shares, seqs, 1);
+    let work = cut(&mut paths, per_obs).into_iter().zip(cut(&mut logp, per_seq)).collect();
+    on_shares(&shares, seqs, exec, work, |sh, (paths, logp)| passes::viterbi_device(sh, model, exec, paths, logp))?;
+    Ok((paths, logp))
 }
 
 /// Posterior state probabilities (time-major, NaN rows for impossible
@@ -170,9 +166,23 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
     if tables::theta_of(small) > 1.0 {
         return cpu::posterior(&Tables::new(model)?, seqs, exec);
     }
-    let parts = on_shares(&shares(seqs, exec, Spread::Pass)?, seqs, exec, |dev, part, _| passes::posterior_device(dev, model, small, part, exec))?;
-    let (mut probs, mut loglik) = concat_pairs(parts, "the posterior probabilities")?;
+    let (mut probs, mut loglik) = posterior_into(seqs, model.n_states, exec, |sh, probs, loglik| passes::posterior_device(sh, model, small, exec, probs, loglik))?;
     settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
+    Ok((probs, loglik))
+}
+
+/// Posteriors (N per observation) and log-likelihoods of `seqs`, each
+/// share's written by `pass` into its parts of them.
+fn posterior_into<O, F>(seqs: &Sequences<O>, n: usize, exec: &Exec, pass: F) -> Result<(Vec<f64>, Vec<f64>)>
+where
+    O: Copy + Send + Sync,
+    F: Fn(&ShareSeqs<O>, &mut [f64], &mut [f64]) -> Result<()> + Sync,
+{
+    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, n) })?;
+    let (mut probs, mut loglik) = (crate::hmm::passes::zeroed::<f64>(seqs.total() * n, "the posterior probabilities")?, vec![0.0; seqs.len()]);
+    let (per_seq, per_obs) = share_lens(&shares, seqs, n);
+    let work = cut(&mut probs, per_obs).into_iter().zip(cut(&mut loglik, per_seq)).collect();
+    on_shares(&shares, seqs, exec, work, |sh, (probs, loglik)| pass(sh, probs, loglik))?;
     Ok((probs, loglik))
 }
 
@@ -200,27 +210,35 @@ pub(super) fn settle_posteriors<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
 /// stopping rule is the CPU's.
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     check_size(config.n_states, seqs.len())?;
-    let shares = shares(seqs, exec, Spread::Fit(super::backward::Counts::size(config.n_states, config.shape)))?;
+    let spread = Spread::Fit { counts: Counts::size(config.n_states, config.shape), work: work(seqs, config.n_states) };
+    let shares = shares(seqs, exec, spread)?;
     if let [one] = &shares[..] {
-        let mut engine = DeviceEngine::new(one.dev, config.n_states, config.shape, seqs, exec)?;
+        let mut engine = DeviceEngine::new(one.dev, config.n_states, config.shape, seqs, &seqs.symbols, exec)?;
         return fit_with(config, seqs, exec, &mut engine);
     }
-    fit_shares(&shares, seqs, config, exec, |share, part, serve| serve(&mut DeviceEngine::new(share.dev, config.n_states, config.shape, part, exec)?))
+    fit_shares(&shares, seqs, config, exec, |sh, serve| serve(&mut DeviceEngine::new(sh.dev, config.n_states, config.shape, &sh.seqs, sh.obs, exec)?))
 }
 
 /// One E-step + M-step on the device (for benchmarks and tests): the next
 /// model and the log-likelihood of `model`.
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
-    check_size(model.n_states, seqs.len())?;
-    let t0 = std::time::Instant::now();
-    let mut engine = DeviceEngine::new(device()?, model.n_states, model.emission.n_symbols, seqs, exec)?;
-    gpu::timing::record("upload", t0);
-    let t0 = std::time::Instant::now();
-    let (ll, _) = engine.load(model)?;
-    gpu::timing::record("e-step", t0);
-    let t0 = std::time::Instant::now();
-    engine.m_step(&EmissionFit { pseudocount, var_floor: f64::NAN })?;
-    let next = engine.model(false)?;
-    gpu::timing::record("m-step and model", t0);
-    Ok((next, ll))
+    let (n, v) = (model.n_states, model.emission.n_symbols);
+    check_size(n, seqs.len())?;
+    let shares = shares(seqs, exec, Spread::Fit { counts: Counts::size(n, v), work: work(seqs, n) })?;
+    let fit = EmissionFit { pseudocount, var_floor: f64::NAN };
+    if let [one] = &shares[..] {
+        let t0 = std::time::Instant::now();
+        let mut engine = DeviceEngine::new(one.dev, n, v, seqs, &seqs.symbols, exec)?;
+        gpu::timing::record("upload", t0);
+        let t0 = std::time::Instant::now();
+        let (ll, _) = engine.load(model)?;
+        gpu::timing::record("e-step", t0);
+        let t0 = std::time::Instant::now();
+        engine.m_step(&fit)?;
+        let next = engine.model(false)?;
+        gpu::timing::record("m-step and model", t0);
+        return Ok((next, ll));
+    }
+    let (counts, ll) = e_step_shares(&shares, seqs, model, exec, |sh, serve| serve(&mut DeviceEngine::new(sh.dev, n, v, &sh.seqs, sh.obs, exec)?))?;
+    Ok((m_step(model, &counts, &fit).0, ll))
 }

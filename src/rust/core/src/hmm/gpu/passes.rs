@@ -19,6 +19,7 @@ use super::batched::{row_batches, Batched};
 use super::launch::{function, launch_forward, launch_viterbi, launch_xi_gemm};
 use super::memory::{upload, upload_log_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
 use super::rows::DeviceDensity;
+use super::shares::ShareSeqs;
 use super::plan::{backward_smem, batched_path, batches, grid, threads_for, warp_grid, warp_path, xi_splits};
 use super::{err, PARTIAL_SHARE, WARPS, WARP_MAX_STATES};
 
@@ -37,7 +38,10 @@ pub(super) struct Passes<'a> {
     pub(super) dev: &'a Device,
     pub(super) n: usize,
     pub(super) v: usize,
+    /// The sequences' offsets (and symbols when they are the call's own).
     pub(super) seqs: &'a Sequences,
+    /// Their symbols (empty for a density: positions, filled on the device).
+    pub(super) symbols: &'a [u32],
     d_seqs: DeviceSeqs,
     batches: Vec<Range<usize>>,
     /// N <= 32: a warp per sequence, one accumulator per warp.
@@ -61,19 +65,23 @@ pub(super) struct Passes<'a> {
 }
 
 impl<'a> Passes<'a> {
+    /// The passes over sequences `seqs` (offsets) with `symbols`;
     /// `counts`: the passes compute Baum-Welch counts; `extra_per_symbol`:
     /// bytes the caller stores per symbol besides alphas and scales.
-    pub(super) fn new(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize) -> Result<Self> {
-        Self::with_density(dev, n, v, seqs, counts, extra_per_symbol, None)
+    pub(super) fn new(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, symbols: &'a [u32], counts: bool, extra_per_symbol: usize) -> Result<Self> {
+        let d_seqs = upload(dev, seqs, symbols, v)?;
+        Self::with(dev, n, v, seqs, symbols, d_seqs, counts, extra_per_symbol, None)
     }
 
     /// [`Passes::new`] for a density emission: `seqs` are the positions
     /// (symbol p at position p), `v` its number of statistics.
-    pub(super) fn with_density(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
-        let d_seqs = match density {
-            Some(d) => d.positions(dev, seqs)?,
-            None => upload(dev, seqs, v)?,
-        };
+    pub(super) fn with_density(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, counts: bool, extra_per_symbol: usize, density: &'a DeviceDensity) -> Result<Self> {
+        let d_seqs = density.positions(dev, seqs)?;
+        Self::with(dev, n, v, seqs, &[], d_seqs, counts, extra_per_symbol, Some(density))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, symbols: &'a [u32], d_seqs: DeviceSeqs, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
         let warp = warp_path(dev, n, v, counts);
         let large = !warp && batched_path(dev, n);
         let xi_gemm = counts && !warp && (large || !backward_smem(dev, n, v, true).2);
@@ -83,20 +91,21 @@ impl<'a> Passes<'a> {
             per_symbol += 2 * n * 8 + 16 + if counts { n * 8 } else { 0 };
         }
         let batches = batches(dev, seqs, per_symbol)?;
-        let symbols = batches.iter().map(|r| seqs.offsets[r.end] - seqs.offsets[r.start]).max().unwrap_or(1).max(1);
+        let largest = batches.iter().map(|r| seqs.offsets[r.end] - seqs.offsets[r.start]).max().unwrap_or(1).max(1);
         let rows = batches.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
         // A density's counts come from its statistics, not by symbol.
-        let batched = if large { Some(Batched::new(dev, n, v, seqs, &batches, counts && density.is_none())?) } else { None };
+        let count_symbols = if counts && density.is_none() { Some(symbols) } else { None };
+        let batched = if large { Some(Batched::new(dev, n, v, seqs, &batches, count_symbols)?) } else { None };
         let s = &dev.stream;
         let e = err(dev, "allocating the forward-backward passes");
         // Zeroed once: hmm_xi_gemm reads every alpha row, also rows an
         // impossible sequence never reached, which must hold finite values.
-        let alpha = s.alloc_zeros::<f64>(symbols * n).map_err(&e)?;
-        let scale = s.alloc_zeros::<f64>(symbols).map_err(&e)?;
+        let alpha = s.alloc_zeros::<f64>(largest * n).map_err(&e)?;
+        let scale = s.alloc_zeros::<f64>(largest).map_err(&e)?;
         let ll = s.alloc_zeros::<f64>(rows).map_err(&e)?;
-        let gamma = if large && counts { Some(s.alloc_zeros::<f64>(symbols * n).map_err(&e)?) } else { None };
-        let tmp = if xi_gemm { Some(s.alloc_zeros::<f64>(symbols * n).map_err(&e)?) } else { None };
-        Ok(Passes { dev, n, v, seqs, d_seqs, batches, warp, batched, alpha, scale, ll, gamma, tmp, density })
+        let gamma = if large && counts { Some(s.alloc_zeros::<f64>(largest * n).map_err(&e)?) } else { None };
+        let tmp = if xi_gemm { Some(s.alloc_zeros::<f64>(largest * n).map_err(&e)?) } else { None };
+        Ok(Passes { dev, n, v, seqs, symbols, d_seqs, batches, warp, batched, alpha, scale, ll, gamma, tmp, density })
     }
 
     /// Count accumulators for this plan's E-steps.
@@ -284,54 +293,66 @@ impl<'a> Passes<'a> {
     }
 }
 
-/// The kernels' log-likelihoods (NaN: uncertain).
-pub(super) fn loglik_device(dev: &Device, model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+/// The kernels' log-likelihoods of share `sh` into `out` (NaN: uncertain).
+pub(super) fn loglik_device(sh: &ShareSeqs<u32>, model: &HmmModel, small: (f64, f64), exec: &Exec, out: &mut [f64]) -> Result<()> {
     let t0 = std::time::Instant::now();
-    let tables = upload_tables_with(dev, model, small)?;
-    let d_seqs = upload(dev, seqs, model.emission.n_symbols)?;
+    let tables = upload_tables_with(sh.dev, model, small)?;
+    crate::gpu::timing::record("tables", t0);
+    let t0 = std::time::Instant::now();
+    let d_seqs = upload(sh.dev, &sh.seqs, sh.obs, model.emission.n_symbols)?;
     crate::gpu::timing::record("upload", t0);
-    forward_all(dev, model.n_states, model.emission.n_symbols, &tables, &d_seqs, seqs, exec)
+    forward_all(sh.dev, model.n_states, model.emission.n_symbols, &tables, &d_seqs, &sh.seqs, exec, out)
 }
 
 /// The forward kernels' log-likelihoods of all `seqs` (on the device as
-/// `d_seqs`) with `tables`; `v` symbols.
-pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
+/// `d_seqs`) with `tables`, into `out`; `v` symbols.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec, out: &mut [f64]) -> Result<()> {
     let s = &dev.stream;
     if batched_path(dev, n) {
+        let t0 = std::time::Instant::now();
         let ranges = row_batches(dev, seqs.len(), n)?;
-        let mut bt = Batched::new(dev, n, v, seqs, &ranges, false)?;
-        let mut out = vec![0.0; seqs.len()];
+        crate::gpu::timing::record("row batches", t0);
+        let t0 = std::time::Instant::now();
+        let mut bt = Batched::new(dev, n, v, seqs, &ranges, None)?;
+        crate::gpu::timing::record("batched plan", t0);
         for (b, range) in ranges.iter().enumerate() {
             exec.monitor.check()?;
+            let t0 = std::time::Instant::now();
             let mut ll = s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?;
             bt.forward(dev, tables, d_seqs, b, None, &mut ll)?;
-            out[range.clone()].copy_from_slice(&s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?);
+            crate::gpu::timing::record("launch", t0);
+            let t0 = std::time::Instant::now();
+            s.memcpy_dtoh(&ll, &mut out[range.clone()]).map_err(err(dev, "reading results"))?;
+            crate::gpu::timing::record("pass and copy back", t0);
             exec.monitor.add_done(range.len());
         }
-        return Ok(out);
+        return Ok(());
     }
     let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
     launch_forward(dev, n, tables, d_seqs, &(0..seqs.len()), None, &mut ll)?;
-    let out = s.clone_dtoh(&ll).map_err(err(dev, "reading results"))?;
+    s.memcpy_dtoh(&ll, out).map_err(err(dev, "reading results"))?;
     exec.monitor.add_done(seqs.len());
-    exec.monitor.check()?;
-    Ok(out)
+    exec.monitor.check()
 }
 
-/// The kernels' Viterbi paths and log-probabilities; one launch per batch.
-pub(super) fn viterbi_device(dev: &Device, model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+/// The kernels' Viterbi paths and log-probabilities of share `sh` into
+/// `paths` and `logp`; one launch per batch.
+pub(super) fn viterbi_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, paths: &mut [u32], logp: &mut [f64]) -> Result<()> {
     let t0 = std::time::Instant::now();
-    let tabs = upload_log_tables(dev, model)?;
-    let d_seqs = upload(dev, seqs, model.emission.n_symbols)?;
+    let tabs = upload_log_tables(sh.dev, model)?;
+    let d_seqs = upload(sh.dev, &sh.seqs, sh.obs, model.emission.n_symbols)?;
     crate::gpu::timing::record("upload", t0);
-    viterbi_all(dev, model.n_states, &tabs, &d_seqs, seqs, None, exec)
+    viterbi_all(sh.dev, model.n_states, &tabs, &d_seqs, &sh.seqs, None, exec, paths, logp)
 }
 
-/// The Viterbi kernels over all `seqs` with log tables `tabs`.
-pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, density: Option<&DeviceDensity>, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+/// The Viterbi kernels over all `seqs` with log tables `tabs`, into
+/// `paths` (one per observation; fresh pages, mapped here in parallel) and
+/// `logp` (one per sequence).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, density: Option<&DeviceDensity>, exec: &Exec, paths: &mut [u32], logp: &mut [f64]) -> Result<()> {
     let s = &dev.stream;
     let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
-    let (mut paths, mut logp) = (crate::hmm::passes::zeroed::<u32>(seqs.total(), "the Viterbi paths")?, vec![0.0; seqs.len()]);
     for (b, range) in batches(dev, seqs, per_symbol)?.into_iter().enumerate() {
         exec.monitor.check()?;
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
@@ -340,14 +361,13 @@ pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs
         if b == 0 {
             // While the first batch runs: the paths' pages, touched once
             // by every thread, not one by one as the copy lands.
-            prefault(&mut paths);
+            prefault(paths);
         }
         dev.download_small(&buf.path.slice(..), n as u64, &mut paths[sym0..sym1])?;
-        let got = s.clone_dtoh(&buf.logp).map_err(err(dev, "reading results"))?;
-        logp[range.clone()].copy_from_slice(&got);
+        s.memcpy_dtoh(&buf.logp, &mut logp[range.clone()]).map_err(err(dev, "reading results"))?;
         exec.monitor.add_done(range.len());
     }
-    Ok((paths, logp))
+    Ok(())
 }
 
 /// Write zeros over `v` in parallel: its pages (fresh from the allocator,
@@ -359,19 +379,20 @@ pub(super) fn prefault<T: crate::hmm::passes::Zero + Send>(v: &mut [T]) {
     v.par_chunks_mut(1 << 16).for_each(|c| unsafe { std::ptr::write_bytes(c.as_mut_ptr(), 0, c.len()) });
 }
 
-/// The kernels' posteriors and log-likelihoods (NaN: uncertain).
-pub(super) fn posterior_device(dev: &Device, model: &HmmModel, small: (f64, f64), seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+/// The kernels' posteriors and log-likelihoods of share `sh` into `probs`
+/// and `loglik` (NaN: uncertain).
+pub(super) fn posterior_device(sh: &ShareSeqs<u32>, model: &HmmModel, small: (f64, f64), exec: &Exec, probs: &mut [f64], loglik: &mut [f64]) -> Result<()> {
     let n = model.n_states;
-    let mut passes = Passes::new(dev, n, model.emission.n_symbols, seqs, false, n * 8)?;
+    let mut passes = Passes::new(sh.dev, n, model.emission.n_symbols, &sh.seqs, sh.obs, false, n * 8)?;
     let tables = upload_tables_with(passes.dev, model, small)?;
-    passes.posterior_all(&tables, exec)
+    passes.posterior_all(&tables, exec, probs, loglik)
 }
 
 impl Passes<'_> {
-    /// Posteriors and log-likelihoods of all sequences with `tables`.
-    pub(super) fn posterior_all(&mut self, tables: &DeviceTables, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+    /// Posteriors (N per observation, into `probs`) and log-likelihoods
+    /// (into `loglik`) of all sequences with `tables`.
+    pub(super) fn posterior_all(&mut self, tables: &DeviceTables, exec: &Exec, probs: &mut [f64], loglik: &mut [f64]) -> Result<()> {
         let (dev, seqs, n) = (self.dev, self.seqs, self.n);
-        let (mut probs, mut loglik) = (crate::hmm::passes::zeroed(seqs.total() * n, "the posterior probabilities")?, vec![0.0; seqs.len()]);
         for b in 0..self.batches.len() {
             exec.monitor.check()?;
             let range = self.batches[b].clone();
@@ -382,7 +403,7 @@ impl Passes<'_> {
             loglik[range.clone()].copy_from_slice(&ll);
             exec.monitor.add_done(range.len());
         }
-        Ok((probs, loglik))
+        Ok(())
     }
 
     /// The sequences' offsets on the device.

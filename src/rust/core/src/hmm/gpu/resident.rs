@@ -46,11 +46,11 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
     let n = model.n_states;
     let sync = || s.synchronize().map_err(err(dev, "waiting for the device"));
     let tables = upload_tables(dev, model)?;
-    let d_seqs = upload(dev, seqs, model.emission.n_symbols)?;
+    let d_seqs = upload(dev, seqs, &seqs.symbols, model.emission.n_symbols)?;
     let all = 0..seqs.len();
     if batched_path(dev, n) {
         let ranges = row_batches(dev, seqs.len(), n)?;
-        let mut bt = Batched::new(dev, n, model.emission.n_symbols, seqs, &ranges, false)?;
+        let mut bt = Batched::new(dev, n, model.emission.n_symbols, seqs, &ranges, None)?;
         let mut lls = Vec::with_capacity(ranges.len());
         for range in &ranges {
             lls.push(s.alloc_zeros::<f64>(range.len()).map_err(err(dev, "allocating results"))?);
@@ -91,7 +91,7 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
     })?;
     drop(bufs);
     let exec = Exec { backend: crate::exec::Backend::Cuda, ..Exec::cpu() };
-    let mut engine = DeviceEngine::new(dev, n, model.emission.n_symbols, seqs, &exec)?;
+    let mut engine = DeviceEngine::new(dev, n, model.emission.n_symbols, seqs, &seqs.symbols, &exec)?;
     engine.load(model)?;
     run(ResidentPass::BaumWelch, &mut || {
         engine.m_step(&Default::default())?;

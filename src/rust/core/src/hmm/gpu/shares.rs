@@ -1,8 +1,10 @@
 //! Sequences spread over every usable device: contiguous shares of about
 //! equal observations (`gpu::split_even`), one thread per device running
-//! its shares in order, results put back in sequence order. By default only
-//! fits with small count vectors are spread (see [`Spread`]: measured);
-//! `Exec::gpu_parts` sets the number of shares. A sequence's
+//! its shares in order. A share borrows its observations from the call's
+//! and writes its results into its parts of the call's results, so the
+//! host copies nothing per share. By default a call is spread when it has
+//! enough work and, for a fit, a small count vector (see [`Spread`]:
+//! measured); `Exec::gpu_parts` sets the number of shares. A sequence's
 //! log-likelihood, path and posteriors do not depend on the share it is in,
 //! so they are those of one device exactly. A fit's E-step runs on every
 //! share and the counts are summed on the host in share order, so its
@@ -30,11 +32,24 @@ pub(super) struct Share {
     pub(super) range: Range<usize>,
 }
 
+/// What a share's thread works on, without a copy of its observations
+/// (10^7 symbols copied on the host cost more than the pass on the device).
+pub(super) struct ShareSeqs<'s, O: Clone> {
+    pub(super) dev: &'static Device,
+    /// Its sequences: the call's own when it has them all, else their
+    /// offsets alone (rebased; no observations, those are `obs`).
+    pub(super) seqs: Cow<'s, Sequences<O>>,
+    /// Its observations, borrowed from the call's.
+    pub(super) obs: &'s [O],
+    /// Its sequences' indices in the call.
+    pub(super) range: Range<usize>,
+}
+
 impl Share {
-    /// Its sequences: the call's own when it has them all, else a copy
-    /// (made on the share's thread).
-    pub(super) fn seqs<'s, O: Copy>(&self, all: &'s Sequences<O>) -> Cow<'s, Sequences<O>> {
-        if self.range == (0..all.len()) { Cow::Borrowed(all) } else { Cow::Owned(all.part(self.range.clone())) }
+    /// The share of `all` this is (made on the share's thread).
+    pub(super) fn of<'s, O: Copy>(&self, all: &'s Sequences<O>) -> ShareSeqs<'s, O> {
+        let seqs = if self.range == (0..all.len()) { Cow::Borrowed(all) } else { Cow::Owned(all.offsets_part(self.range.clone())) };
+        ShareSeqs { dev: self.dev, seqs, obs: all.observations(&self.range), range: self.range.clone() }
     }
 }
 
@@ -45,26 +60,42 @@ impl Share {
 /// against 59.5 ms on one; at N = 512 (2 MB of counts) 90 ms against 32.
 pub(super) const SPREAD_FIT_COUNTS: usize = 1 << 14;
 
-/// When a call spreads its sequences over every usable device by default.
+/// Least work (observations x states) a call spreads over several devices
+/// by default: below it a device's share of the passes costs less than
+/// starting the other device's thread and uploading its tables.
+pub(super) const SPREAD_WORK: usize = 1 << 24;
+
+/// What a call does, for deciding whether to spread it over every usable
+/// device; `work` is its observations times its states.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Spread {
-    /// A fit whose count vector has this many doubles: spread when at most
-    /// [`SPREAD_FIT_COUNTS`].
-    Fit(usize),
-    /// A single pass: never by default. From host memory its time goes to
-    /// the host (checks, copies), which a split only adds to: on two H100s
-    /// the forward pass at N = 32, M = 10,000, T = 1,000 took 19.3 ms on two
-    /// against 13.7 ms on one (BENCHMARKS.md, issue 21).
-    Pass,
+    /// A fit (or one Baum-Welch step) whose count vector has `counts`
+    /// doubles: spread when at most [`SPREAD_FIT_COUNTS`].
+    Fit { counts: usize, work: usize },
+    /// A single pass (forward, Viterbi, posterior).
+    Pass { work: usize },
+}
+
+impl Spread {
+    fn gains(self) -> bool {
+        match self {
+            Spread::Fit { counts, work } => counts <= SPREAD_FIT_COUNTS && work >= SPREAD_WORK,
+            Spread::Pass { work } => work >= SPREAD_WORK,
+        }
+    }
+}
+
+/// The work of a call over `seqs` with `n` states, for [`Spread`].
+pub(super) fn work<O: Copy>(seqs: &Sequences<O>, n: usize) -> usize {
+    seqs.total().saturating_mul(n)
 }
 
 /// The shares of `seqs`: one per usable device where `spread` gains from
 /// it (else one), or `exec.gpu_parts` given to the devices in turn.
 pub(super) fn shares<O: Copy>(seqs: &Sequences<O>, exec: &Exec, spread: Spread) -> Result<Vec<Share>> {
     let devices = gpu::devices()?;
-    let gains = matches!(spread, Spread::Fit(counts) if counts <= SPREAD_FIT_COUNTS);
     let parts = match exec.gpu_parts {
-        0 if gains => devices.len(),
+        0 if spread.gains() => devices.len(),
         0 => 1,
         k => k,
     };
@@ -72,29 +103,52 @@ pub(super) fn shares<O: Copy>(seqs: &Sequences<O>, exec: &Exec, spread: Spread) 
     Ok(ranges.into_iter().enumerate().map(|(k, range)| Share { dev: &devices[k % devices.len()], range }).collect())
 }
 
-/// `f` on every share of `seqs` (the device, the share's sequences and
-/// their indices in the call), each device's shares in order on a thread
-/// of its own; the results in share order.
-pub(super) fn on_shares<O, T, F>(shares: &[Share], seqs: &Sequences<O>, exec: &Exec, f: F) -> Result<Vec<T>>
+/// `out` cut into consecutive parts of `lens` entries (the shares' parts
+/// of a result the call allocated once).
+pub(super) fn cut<T>(mut out: &mut [T], lens: impl Iterator<Item = usize>) -> Vec<&mut [T]> {
+    let mut parts = Vec::new();
+    for len in lens {
+        let (head, rest) = std::mem::take(&mut out).split_at_mut(len);
+        parts.push(head);
+        out = rest;
+    }
+    parts
+}
+
+/// The shares' sequence counts and observation counts times `per`.
+pub(super) fn share_lens<'a, O: Copy>(shares: &'a [Share], seqs: &'a Sequences<O>, per: usize) -> (impl Iterator<Item = usize> + 'a, impl Iterator<Item = usize> + 'a) {
+    (shares.iter().map(|s| s.range.len()), shares.iter().map(move |s| (seqs.offsets[s.range.end] - seqs.offsets[s.range.start]) * per))
+}
+
+/// `f` on every share of `seqs` with its part `w` of `work` (say, the
+/// slices of the call's results it writes), each device's shares in order
+/// on a thread of its own; the results in share order.
+pub(super) fn on_shares<O, W, T, F>(shares: &[Share], seqs: &Sequences<O>, exec: &Exec, work: Vec<W>, f: F) -> Result<Vec<T>>
 where
     O: Copy + Send + Sync,
+    W: Send,
     T: Send,
-    F: Fn(&'static Device, &Sequences<O>, &Range<usize>) -> Result<T> + Sync,
+    F: Fn(&ShareSeqs<O>, W) -> Result<T> + Sync,
 {
+    if work.len() != shares.len() {
+        return Err(Error::Internal("a share without its part of the work".into()));
+    }
     if let [one] = shares {
-        return Ok(vec![f(one.dev, seqs, &one.range)?]);
+        let w = work.into_iter().next().ok_or_else(|| Error::Internal("a share without its part of the work".into()))?;
+        return Ok(vec![f(&one.of(seqs), w)?]);
     }
     let by_device = by_device(shares);
-    // Each device's thread with its share of the call's CPU threads.
-    let run = |g: usize, s: &Share| exec.install_part(g, by_device.len(), || f(s.dev, &s.seqs(seqs), &s.range)).and_then(|r| r);
+    let mut work: Vec<Option<W>> = work.into_iter().map(Some).collect();
     let mut out: Vec<Option<Result<T>>> = shares.iter().map(|_| None).collect();
     std::thread::scope(|scope| {
+        let (f, devices) = (&f, by_device.len());
         let handles: Vec<_> = by_device
             .iter()
             .enumerate()
             .map(|(g, ks)| {
-                let run = &run;
-                scope.spawn(move || ks.iter().map(|&k| (k, run(g, &shares[k]))).collect::<Vec<_>>())
+                let mine: Vec<(usize, W)> = ks.iter().filter_map(|&k| work[k].take().map(|w| (k, w))).collect();
+                // Each device's thread with its share of the call's CPU threads.
+                scope.spawn(move || mine.into_iter().map(|(k, w)| (k, exec.install_part(g, devices, || f(&shares[k].of(seqs), w)).and_then(|r| r))).collect::<Vec<_>>())
             })
             .collect();
         for h in handles {
@@ -140,7 +194,7 @@ type Answer = Result<(Counts, f64, Option<usize>)>;
 pub(super) fn fit_shares<E, B>(shares: &[Share], seqs: &Sequences<E::Obs>, config: &CheckedHmmFitConfig<E>, exec: &Exec, build: B) -> Result<HmmFit<E>>
 where
     E: Emission,
-    B: Fn(&Share, &Sequences<E::Obs>, &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>) -> Result<()> + Sync,
+    B: Fn(&ShareSeqs<E::Obs>, &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>) -> Result<()> + Sync,
 {
     std::thread::scope(|scope| {
         let mut links = Vec::with_capacity(shares.len());
@@ -152,9 +206,9 @@ where
             // Each share's thread with its part of the call's CPU threads.
             scope.spawn(move || {
                 let first = share.range.start;
-                let part = share.seqs(seqs);
+                let part = share.of(seqs);
                 let (part, replies) = (&part, answers.clone());
-                let served = exec.install_part(k, parts, move || build(share, part, &mut |engine| {
+                let served = exec.install_part(k, parts, move || build(part, &mut |engine| {
                     for model in models.iter() {
                         let answer = engine.load(&model).and_then(|(ll, impossible)| Ok((engine.counts()?, ll, impossible.map(|s| s + first))));
                         // The receiver lives until the fit ends.
@@ -194,4 +248,30 @@ where
         drop(links);
         out
     })
+}
+
+/// One E-step from `model` over every share (each builds its engine with
+/// `build`, as for [`fit_shares`]): the counts summed on the host in share
+/// order, and the log-likelihood.
+pub(super) fn e_step_shares<E, B>(shares: &[Share], seqs: &Sequences<E::Obs>, model: &HmmModel<E>, exec: &Exec, build: B) -> Result<(Counts, f64)>
+where
+    E: Emission,
+    B: Fn(&ShareSeqs<E::Obs>, &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>) -> Result<()> + Sync,
+{
+    let parts = on_shares(shares, seqs, exec, vec![(); shares.len()], |share, ()| {
+        let mut got = None;
+        build(share, &mut |engine| {
+            let (ll, _) = engine.load(model)?;
+            got = Some((engine.counts()?, ll));
+            Ok(())
+        })?;
+        got.ok_or_else(|| Error::Internal("no Baum-Welch engine was built".into()))
+    })?;
+    let mut parts = parts.into_iter();
+    let (mut total, mut ll) = parts.next().ok_or_else(|| Error::Internal("an E-step over no shares".into()))?;
+    for (c, l) in parts {
+        total.add(&c);
+        ll += l;
+    }
+    Ok((total, ll))
 }
