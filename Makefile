@@ -4,12 +4,15 @@
 #   make test   install what is missing, run cargo test, the HMM kernels on
 #               the CPU emulator, R CMD build and R CMD check --as-cran of the
 #               source package built offline from the vendored crates
-#               (testthat + vignettes); fails on any ERROR or WARNING
+#               (testthat + vignettes), then the package on a single-node
+#               Slurm started here as root (tests/slurm/run.sh); fails on any
+#               ERROR or WARNING or a failed Slurm check
 
 APT_PACKAGES = r-base-dev pandoc r-cran-cli r-cran-testthat r-cran-knitr \
   r-cran-rmarkdown r-cran-roxygen2 r-cran-mixtools r-cran-statmod r-cran-progressr \
   r-cran-coda r-cran-posterior r-cran-bayesm r-cran-future r-cran-future.apply \
-  r-cran-parallelly r-cran-callr r-cran-mass r-cran-loo xz-utils qpdf devscripts
+  r-cran-parallelly r-cran-callr r-cran-mass r-cran-loo r-cran-batchtools \
+  r-cran-future.batchtools slurmctld slurmd munge xz-utils qpdf devscripts
 RUST_DIR = src/rust
 # NVRTC from PyPI, so every CUDA kernel is compile-checked without a GPU.
 NVRTC_DIR = $(CURDIR)/.nvrtc
@@ -26,7 +29,7 @@ export R_LIBS_USER = $(LIB)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERSION = $(shell sed -n 's/^Version: //p' DESCRIPTION)
 
-.PHONY: demo test deps nvrtc install cargo-test kernel-emu configure-check check document wrappers bench clean vendor
+.PHONY: demo test deps nvrtc install cargo-test kernel-emu configure-check check slurm-test document wrappers bench clean vendor
 
 # The demo installs the built source package, so that vignette("bulkem")
 # works afterwards.
@@ -37,7 +40,7 @@ demo: deps
 	Rscript -e 'library(bulkem, lib.loc = "$(LIB)")' >/dev/null
 	cd demo-output && Rscript -e 'demo("bulkem", package = "bulkem", ask = FALSE, echo = FALSE)'
 
-test: deps cargo-test kernel-emu configure-check check
+test: deps cargo-test kernel-emu configure-check check slurm-test
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -88,6 +91,11 @@ check: deps
 	  $(CHECK_DIR)/bulkem.Rcheck/tests/testthat.Rout | tail -n 1); \
 	echo "$$counts" | awk '{ print "testthat: " $$11 " passed, " $$2 " failed, " $$8 " skipped" }'; \
 	case "$$status" in *ERROR*|*WARNING*) exit 1;; esac
+
+# bulkem on a real single-node Slurm (tests/slurm/run.sh: daemons started
+# and stopped here, checks on the package R CMD check installed).
+slurm-test: deps
+	R_LIBS=$(CHECK_DIR)/bulkem.Rcheck bash tests/slurm/run.sh
 
 # configure's messages when cargo is missing or rustc too old.
 configure-check:

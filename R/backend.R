@@ -5,6 +5,14 @@
 #' when one is usable and the job is large enough to gain from it (smaller
 #' jobs finish sooner on the CPU), and the CPU otherwise.
 #'
+#' The CPU backend uses the cores this session was given: option
+#' `bulkem.threads` when set, else what `parallelly::availableCores()` finds
+#' (a Slurm, PBS, SGE or LSF job's allotment, a cgroups CPU limit, CPU
+#' affinity, option `mc.cores`, R CMD check's limit), else every core; the
+#' `detail` column says which, as "1 of 128 cores: Slurm allotment". The
+#' GPU backend sees only the devices in `CUDA_VISIBLE_DEVICES` (which Slurm
+#' sets for `--gres=gpu:N`) and uses all of them.
+#'
 #' @return A data frame with one row for the CPU and one per CUDA device (a
 #'   single `cuda` row when none was found), with columns `backend`,
 #'   `device` (GPU ordinal), `name`, `usable`, `threads` (CPU worker
@@ -19,9 +27,8 @@ bulkem_backends <- function() {
   cpu <- data.frame(
     backend = "cpu", device = NA_integer_, name = "CPU", usable = TRUE, threads = threads,
     memory_gb = NA_real_, compute_capability = NA_character_,
-    detail = paste0(sprintf("%d of %d cores (option bulkem.threads", threads, info$cpu_threads),
-                    if (length(thread_limits())) paste0("; limited by ", paste(names(thread_limits()), collapse = ", ")),
-                    ")"),
+    detail = paste0(sprintf("%d of %d cores: %s", threads, info$cpu_threads, threads_source(info)),
+                    if (length(thread_limits())) paste0("; limited by ", paste(names(thread_limits()), collapse = ", "))),
     stringsAsFactors = FALSE
   )
   dev <- info$devices
@@ -42,26 +49,66 @@ bulkem_backends <- function() {
   rbind(cpu, gpus)
 }
 
-# Worker threads for the CPU backend: option bulkem.threads, else all cores.
-# At most 8 per core (the core's own limit): more only costs start-up time.
-# Under R CMD check (and wherever OMP_THREAD_LIMIT is set) at most what the
-# environment allows: thread_limits().
+# Worker threads for the CPU backend: option bulkem.threads, else the
+# cores this session was given (cpu_allotment(): a Slurm job's
+# --cpus-per-task, a cgroups quota, ...). At most 8 per core (the core's own
+# limit): more only costs start-up time. Under R CMD check (and wherever
+# OMP_THREAD_LIMIT is set) at most what the environment allows:
+# thread_limits().
 cpu_threads <- function(info = backends_()) {
   opt <- getOption("bulkem.threads")
   threads <- if (is.null(opt)) {
-    as.integer(info$cpu_threads)
+    cpu_allotment(info)$cores
   } else {
     threads <- check_count(opt, "options(bulkem.threads)", call = NULL)
     if (threads > info$max_threads) {
       bulkem_abort(c(
         "{.code options(bulkem.threads)} must be at most {info$max_threads} on this machine.",
         x = "It is {threads}.",
-        i = "Unset it ({.code options(bulkem.threads = NULL)}) to use every core."
+        i = "Unset it ({.code options(bulkem.threads = NULL)}) to use the cores this session was given."
       ), call = NULL)
     }
     threads
   }
   as.integer(min(threads, thread_limits()))
+}
+
+# Where cpu_threads() took its number from, in words.
+threads_source <- function(info = backends_()) {
+  if (!is.null(getOption("bulkem.threads"))) "option bulkem.threads" else cpu_allotment(info)$source
+}
+
+# The cores this R session was given and who gave them:
+# parallelly::availableCores() reads the schedulers' allotments (Slurm,
+# PBS, SGE, LSF), cgroups quotas, CPU affinity, option mc.cores and R CMD
+# check's limit, and the smallest wins. `worker`: on a future worker, where
+# future sets mc.cores = 1 against nested R-level parallelism; that is not
+# an allotment (the core's threads are counted by worker_threads()).
+# Without parallelly (a suggested package): every core.
+cpu_allotment <- function(info = backends_(), worker = FALSE) {
+  all <- as.integer(info$cpu_threads)
+  every <- list(cores = all, source = "every core")
+  if (!requireNamespace("parallelly", quietly = TRUE)) return(every)
+  counts <- tryCatch(parallelly::availableCores(which = "all"), error = function(e) NULL)
+  counts <- counts[!is.na(counts)]
+  if (worker) counts <- counts[names(counts) != "mc.cores"]
+  if (!length(counts)) return(every)
+  k <- which.min(counts)
+  cores <- as.integer(max(1, min(all, floor(counts[[k]]))))
+  if (cores >= all) return(every)
+  list(cores = cores, source = allotment_label(names(counts)[k]))
+}
+
+allotment_label <- function(method) {
+  switch(method,
+    Slurm = , PBS = , SGE = , LSF = , PJM = paste(method, "allotment"),
+    cgroups.cpuset = , cgroups.cpuquota = , cgroups2.cpu.max = "cgroups CPU limit",
+    nproc = "CPU affinity (nproc)",
+    mc.cores = "option mc.cores",
+    `_R_CHECK_LIMIT_CORES_` = "R CMD check's limit",
+    BiocParallel = , Bioconductor = "BiocParallel's limit",
+    method
+  )
 }
 
 # Limits on threads set by the environment: R CMD check's

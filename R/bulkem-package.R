@@ -8,7 +8,11 @@
 #' Start with [bulkem()]; [bulkem_backends()] tells what can run here.
 #'
 #' Options:
-#' * `bulkem.threads`: CPU threads to use (default: all cores). Set on a
+#' * `bulkem.threads`: CPU threads to use. The default is the cores this
+#'   session was given, as `parallelly::availableCores()` finds them: a
+#'   scheduler's allotment (Slurm's `--cpus-per-task`, PBS, SGE, LSF), a
+#'   cgroups CPU limit, CPU affinity, option `mc.cores`, R CMD check's limit;
+#'   every core where none applies. [bulkem_backends()] says which. Set on a
 #'   future worker, the threads that worker uses.
 #' * `bulkem.worker.threads`: CPU threads of every future worker with
 #'   `parallel = "future"` (default: each worker's cores divided by the

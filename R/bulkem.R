@@ -159,13 +159,20 @@
 #' @param parallel `"none"`: run in this R session (on every core or the
 #'   GPUs of this machine). `"future"`: split the datasets into chunks and
 #'   run them on the workers of the current [future::plan()] (other R
-#'   processes here, or other machines), through
-#'   [future.apply::future_lapply()]; each worker runs the core on its own
+#'   processes here, other machines, a scheduler's jobs), one future per
+#'   chunk ([future::future()]); each worker runs the core on its own
 #'   backend (`use.gpu` is resolved there, so a worker uses its own GPUs) with
 #'   its share of its machine's cores. The result is identical to
 #'   `parallel = "none"` with the same `seed` (on the same backend). Needs
-#'   the \pkg{future} and \pkg{future.apply} packages, and bulkem installed
+#'   the \pkg{future} package, and bulkem installed
 #'   where the workers can load it; see `vignette("bulkem")`.
+#' @param resume `NULL`, or [bulkem_partial()] after a call with
+#'   `parallel = "future"` that lost workers (a cluster job cancelled or
+#'   out of time or memory): the same call with `resume = bulkem_partial()`
+#'   fits only the datasets of the lost chunks and returns the whole result,
+#'   identical to an uninterrupted call (on the same backend). It must have
+#'   the same datasets and settings; `seed = NULL` takes the partial's.
+#'   See `vignette("cluster")`.
 #' @param chunk.size Datasets per chunk. With `parallel = "future"` each
 #'   chunk is one future, sent only its own datasets; the default makes about
 #'   4 chunks per worker, fewer when a chunk would do less than 2e8
@@ -255,7 +262,7 @@
 #'
 #' # On 2 background R sessions (they load bulkem from this session's library)
 #' \donttest{
-#' if (requireNamespace("future.apply", quietly = TRUE)) {
+#' if (requireNamespace("future", quietly = TRUE)) {
 #'   future::plan(future::multisession, workers = 2)
 #'   fits2 <- bulkem(datasets, use.gpu = FALSE, parallel = "future")
 #'   future::plan(future::sequential)
@@ -283,7 +290,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
                            verbose = FALSE, inits = NULL, seed = NULL, keep.posterior = FALSE,
                            parallel = c("none", "future"), chunk.size = NULL,
                            criterion = c("BIC", "ICL", "AIC"), init.method = c("mixed", "kmeans++", "subsets"),
-                           ...) {
+                           resume = NULL, ...) {
   call <- environment()
   check_no_dots(list(...), "bulkem", "bulkem::bulkem", call)
   family <- match_arg(family, em_family_names(), "family", call)
@@ -305,7 +312,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
     ), call = call)
   }
   inits <- check_inits(inits, Ks[1], family, length(datasets), call)
-  seed <- check_seed(seed, call)
+  seed <- check_seed(resume_seed(seed, resume), call)
   if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   D <- length(datasets)
@@ -313,6 +320,8 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
                    random.inits = random.inits, init.method = init.method,
                    epsilon = epsilon, seed = seed, keep.posterior = keep.posterior,
                    given_inits = !is.null(inits))
+  r <- resumable("bulkem", "datasets", settings, list(data = numbers_fingerprint(datasets), inits = inits))
+  if (!is.null(resume)) resume <- check_resume(resume, r, call)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
     # The whole job picks the backend; a worker picks by its chunk.
@@ -333,7 +342,8 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   } else {
     progress_chunk_size(D, backend, threads)
   }
-  chunks <- chunk_indices(D, size)
+  # A resumed call keeps the chunks of the call it completes.
+  chunks <- if (is.null(resume)) chunk_indices(D, size) else resume$chunks
 
   started <- proc.time()[["elapsed"]]
   parts <- map_chunks(
@@ -345,6 +355,8 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
     on_error = function(msg, where) {
       core_error(msg, call, "bulkem", if (parallel == "future") where)
     },
+    on_lost = function(results, lost) lose_chunks(r, chunks, results, lost, call),
+    done = resume$results,
     call = call
   )
   raw <- bind_chunks(parts)

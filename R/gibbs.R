@@ -70,7 +70,11 @@
 #'   R processes or machines; each resolves `use.gpu` for itself and gets
 #'   all the data). Chains are keyed by their index, so the draws are
 #'   identical to `parallel = "none"` with the same `seed` on the same
-#'   backend. Needs \pkg{future} and \pkg{future.apply}.
+#'   backend. Needs \pkg{future}.
+#' @param resume `NULL`, or [bulkem_partial()] after the same call with
+#'   `parallel = "future"` lost workers (a cluster job cancelled, out of time
+#'   or memory): only the lost chains run, and the draws are identical to an
+#'   uninterrupted call's. With `seed = NULL` the partial's seed is used.
 #' @param offset `NULL`, or a known term added to every linear predictor
 #'   (one finite value per row, such as `log(exposure)`), evaluated in
 #'   `data` as [glm()]'s `offset` is; added to any `offset()` terms of the
@@ -149,7 +153,7 @@
 hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson"),
                   global = NULL, iter = 2000, warmup = 1000, chains = 4, thin = 1,
                   prior = hbglm_prior(), slice = list(w = 1, m = Inf), use.gpu = NA,
-                  seed = NULL, parallel = c("none", "future"), offset = NULL, ...) {
+                  seed = NULL, parallel = c("none", "future"), offset = NULL, resume = NULL, ...) {
   call <- environment()
   hbglm_check_dots(match.call(expand.dots = FALSE)$..., call)
   family <- hbglm_family(family, call)
@@ -178,7 +182,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   }
   slice <- check_slice(slice, call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
-  seed <- check_seed(seed, call = call)
+  seed <- check_seed(resume_seed(seed, resume), call = call)
   if (missing(data)) bulkem_abort("{.arg data} must be given: a data frame holding the variables.", call = call)
   if (!is.data.frame(data)) {
     bulkem_abort(c("{.arg data} must be a data frame.",
@@ -207,16 +211,22 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     k = ncol(model$x), p = ncol(model$z), family = family, prior = unclass(prior), iter = iter,
     warmup = warmup, thin = thin, slice = slice, seed = seed
   )
+  # The data are among the settings: they are the fingerprint.
+  r <- resumable("hbglm", "chains", c(settings, list(chains = chains)), NULL)
+  if (!is.null(resume)) resume <- check_resume(resume, r, call)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   # Future workers take one chain each (every chain needs all the data);
   # chain streams are keyed by the global chain index, so the draws are
-  # those of one call.
-  chunks <- if (parallel == "future") chunk_indices(chains, 1) else list(seq_len(chains))
+  # those of one call (a resumed call keeps the chunks of the call it
+  # completes).
+  chunks <- if (!is.null(resume)) resume$chunks else if (parallel == "future") chunk_indices(chains, 1) else list(seq_len(chains))
   started <- proc.time()[["elapsed"]]
   parts <- map_chunks(
     chunks, hbglm_chunk, slice = function(idx) NULL, args = settings, parallel = parallel,
     progress = if (parallel == "future") make_progress(chains), what = "chains",
     on_error = function(msg, where) core_error(msg, call, "hbglm", if (parallel == "future") where),
+    on_lost = function(results, lost) lose_chunks(r, chunks, results, lost, call),
+    done = resume$results,
     call = call
   )
   raw <- bind_chain_parts(parts, chunks)

@@ -235,14 +235,17 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #'   the GPU kernels handle up to 2048 states, with every emission family.
 #' @param parallel `"none"`: all sequences in this R session. `"future"`:
 #'   the sequences are split into chunks of consecutive sequences and run on
-#'   the workers of the current [future::plan()] through
-#'   [future.apply::future_lapply()], each chunk sent only its own sequences
+#'   the workers of the current [future::plan()], one future per chunk
+#'   ([future::future()]), each chunk sent only its own sequences
 #'   and each worker choosing its own backend (`use.gpu` is resolved there).
 #'   Every sequence is computed on its own, so the result is identical to
-#'   `"none"` (on the same backend). Needs \pkg{future} and
-#'   \pkg{future.apply}.
+#'   `"none"` (on the same backend). Needs \pkg{future}.
 #' @param chunk.size Sequences per chunk (`NULL`: about 4 chunks per future
 #'   worker, fewer for small jobs; one chunk with `parallel = "none"`).
+#' @param resume `NULL`, or [bulkem_partial()] after the same call with
+#'   `parallel = "future"` lost workers (a cluster job cancelled, out of time
+#'   or memory): only the lost chunks' sequences are computed, and the
+#'   result is identical to an uninterrupted call's.
 #' @return A numeric vector, one log-likelihood per sequence (named as
 #'   `seqs`).
 #' @references Rabiner, L. R. (1989). A tutorial on hidden Markov models and
@@ -257,11 +260,12 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #'   emission = poisson_emission(c(1, 6)))
 #' hmm_loglik(counts, list(c(0, 2, 1, 7, 5)), use.gpu = FALSE)
 #' @export
-hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
+hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL,
+                       resume = NULL) {
   call <- environment()
   model <- hmm_model(model, "model", call)
   s <- model_seqs(model, seqs, "seqs", call)
-  raw <- hmm_run("loglik", model, s, use.gpu, parallel, chunk.size, 1, call)
+  raw <- hmm_run("loglik", model, s, use.gpu, parallel, chunk.size, 1, call, resume = resume)
   stats::setNames(raw$loglik, s$names)
 }
 
@@ -298,11 +302,12 @@ hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future")
 #' v$path[[1]]
 #' exp(v$log_prob)
 #' @export
-hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
+hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL,
+                        resume = NULL) {
   call <- environment()
   model <- hmm_model(model, "model", call)
   s <- model_seqs(model, seqs, "seqs", call)
-  viterbi_result(hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call), s)
+  viterbi_result(hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call, resume = resume), s)
 }
 
 viterbi_result <- function(raw, s) {
@@ -333,11 +338,12 @@ viterbi_result <- function(raw, s) {
 #'   matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
 #' hmm_posterior(model, list(c(1, 2, 3)), use.gpu = FALSE)[[1]]
 #' @export
-hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL) {
+hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL,
+                          resume = NULL) {
   call <- environment()
   model <- hmm_model(model, "model", call)
   s <- model_seqs(model, seqs, "seqs", call)
-  posterior_result(hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call), s, model)
+  posterior_result(hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call, resume = resume), s, model)
 }
 
 posterior_result <- function(raw, s, model) {
@@ -450,9 +456,9 @@ posterior_result <- function(raw, s, model) {
 #' @param parallel `"none"`: all starts in this R session. `"future"`: the
 #'   random starts are split into chunks, each run (over all sequences) by a
 #'   future on the workers of the current [future::plan()] through
-#'   [future.apply::future_lapply()], each worker choosing its own backend
+#'   one future per chunk ([future::future()]), each worker choosing its own backend
 #'   (`use.gpu` is resolved there). The result is identical to `"none"`;
-#'   see Details. Needs \pkg{future} and \pkg{future.apply}, and bulkem
+#'   see Details. Needs \pkg{future}, and bulkem
 #'   installed where the workers can load it.
 #' @param chunk.size Random starts per chunk. With `parallel = "future"`
 #'   each chunk is one future; the default makes about 4 chunks per worker,
@@ -461,6 +467,11 @@ posterior_result <- function(raw, s, model) {
 #'   per call of the core (progress is reported between calls); the default
 #'   is one call, or about 50 with \pkg{progressr} reporting. The chunking
 #'   never changes the result.
+#' @param resume `NULL`, or [bulkem_partial()] after the same call with
+#'   `parallel = "future"` lost workers (a cluster job cancelled, out of time
+#'   or memory): only the lost chunks' starts run, and the fit is identical
+#'   to an uninterrupted call's. With `seed = NULL` the partial's seed is
+#'   used.
 #' @param emission The emission family when `init` is not given:
 #'   `"categorical"` (or `NULL`, the default), `"gaussian"` or `"poisson"`,
 #'   or an emission object from [gaussian_emission()], [poisson_emission()]
@@ -512,7 +523,7 @@ posterior_result <- function(raw, s, model) {
 #' predict(fit, seqs[1:2], use.gpu = FALSE)[[1]]
 #' # The random starts as futures, one per start (plan(multisession) or a
 #' # cluster plan puts them on other R processes): the same fit
-#' if (requireNamespace("future.apply", quietly = TRUE)) {
+#' if (requireNamespace("future", quietly = TRUE)) {
 #'   oplan <- future::plan(future::sequential)
 #'   fit2 <- hmm_fit(seqs, n.states = 2, n.symbols = 3, random.inits = 3,
 #'     seed = 42, use.gpu = FALSE, parallel = "future", chunk.size = 1)
@@ -532,7 +543,7 @@ posterior_result <- function(raw, s, model) {
 hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, epsilon = 1e-6,
                     random.inits = 1, pseudocount = 0, seed = NULL, use.gpu = NA,
                     parallel = c("none", "future"), chunk.size = NULL, emission = NULL,
-                    var.floor = NULL) {
+                    var.floor = NULL, resume = NULL) {
   call <- environment()
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   if (!is.null(init)) init <- hmm_model(init, "init", call)
@@ -590,7 +601,7 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
     ), call = call)
   }
   pseudocount <- check_number(pseudocount, "pseudocount", min = 0, call = call)
-  seed <- check_seed(seed, call)
+  seed <- check_seed(resume_seed(seed, resume), call)
   if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   # Before anything of size N x N or N x V: the core's estimate, with the
@@ -605,6 +616,9 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   settings <- list(N = N, emission = setup$shape, area = fam$area, init = init_rows,
                    max.iters = max.iters, epsilon = epsilon, pseudocount = pseudocount,
                    var.floor = if (is.null(var.floor)) NaN else as.double(var.floor), seed = seed)
+  r <- resumable("hmm_fit", "starts", c(settings, list(starts = starts)),
+                 list(obs = numbers_fingerprint(s$obs), lengths = s$lengths))
+  if (!is.null(resume)) resume <- check_resume(resume, r, call)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
     # The whole fit picks the backend (as one call would); a worker picks by
@@ -626,11 +640,14 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
     # per start or more costs little.
     as.integer(ceiling(starts / 50))
   }
-  chunks <- chunk_indices(starts, size)
+  # A resumed call keeps the chunks of the call it completes.
+  chunks <- if (is.null(resume)) chunk_indices(starts, size) else resume$chunks
   data <- list(obs = s$obs, lengths = s$lengths)
 
   started <- proc.time()[["elapsed"]]
-  run <- function(chunks) {
+  # The main run keeps its finished chunks when workers are lost; a re-fit
+  # of one start (below) does not.
+  run <- function(chunks, done = NULL, on_lost = NULL) {
     map_chunks(
       chunks, hmm_fit_chunk,
       # Baum-Welch needs every sequence at every iteration: each chunk of
@@ -638,10 +655,12 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
       slice = function(idx) data,
       args = settings, parallel = parallel, progress = progress, what = "starts",
       on_error = function(msg, where) core_error(msg, call, "hmm_fit", if (parallel == "future") where),
+      on_lost = on_lost, done = done,
       call = call
     )
   }
-  raw <- merge_fit_chunks(run(chunks), function(start) {
+  keep <- function(results, lost) lose_chunks(r, chunks, results, lost, call)
+  raw <- merge_fit_chunks(run(chunks, resume$results, keep), function(start) {
     # Progress is complete: a re-fit of one start (rare, see
     # merge_fit_chunks()) does not report.
     progress <<- NULL
@@ -703,7 +722,8 @@ warn_variance_floor <- function(fit, var.floor, call) {
 # (from check_seqs()), in this session or split by sequences over future
 # workers (map_chunks(), R/parallel.R). Each sequence is computed on its own,
 # so the chunking never changes a result. Returns the core's fields, bound.
-hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call, fn = paste0("hmm_", pass)) {
+hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call, fn = paste0("hmm_", pass),
+                    resume = NULL) {
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
   # Here, not only where the chunks run (future workers resolve use.gpu).
@@ -718,6 +738,8 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
   hmm_memory(pass, N, fam$shape(em), n, s$lengths, 1L, 3L, call, fn)
   settings <- list(pass = pass, passes = passes, start = model$start, trans = as.double(t(model$trans)),
                    emission = fam$to_core(em), area = fam$area)
+  r <- resumable(fn, "sequences", settings, list(obs = numbers_fingerprint(s$obs), lengths = s$lengths))
+  if (!is.null(resume)) resume <- check_resume(resume, r, call)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
     # The whole job picks the backend; a worker picks by its chunk.
@@ -732,8 +754,10 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
     n
   }
   ends <- cumsum(as.double(s$lengths))
+  # A resumed call keeps the chunks of the call it completes.
+  chunks <- if (is.null(resume)) chunk_indices(n, size) else resume$chunks
   parts <- map_chunks(
-    chunk_indices(n, size), hmm_chunk,
+    chunks, hmm_chunk,
     slice = function(idx) {
       from <- ends[idx[1]] - s$lengths[idx[1]] + 1
       list(obs = s$obs[from:ends[idx[length(idx)]]], lengths = s$lengths[idx])
@@ -741,6 +765,8 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
     args = settings, parallel = parallel,
     progress = if (parallel == "future") make_progress(n), what = "sequences",
     on_error = function(msg, where) core_error(msg, call, fn, if (parallel == "future") where),
+    on_lost = function(results, lost) lose_chunks(r, chunks, results, lost, call),
+    done = resume$results,
     call = call
   )
   bind_chunks(parts)

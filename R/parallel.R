@@ -1,5 +1,5 @@
 # Spreading work over chunks, in this session or on future workers
-# (parallel = "future": the future framework, through future.apply). Generic,
+# (parallel = "future": the future framework, one future per chunk). Generic,
 # so every area uses the same machinery: bulkem() splits datasets, the HMM
 # functions can split sequences, hbglm() can put chains on workers.
 #
@@ -89,35 +89,35 @@ future_chunk_size <- function(n, bytes, work = Inf, min_work = 0,
 #' @param what Plural noun for the items in error messages ("datasets").
 #' @param on_error `function(msg, where)` raising the caller's error for a
 #'   chunk's R error `msg`; `where` names the chunk (a string).
+#' @param on_lost `NULL` or `function(results, lost)` called when future
+#'   workers were lost (a job cancelled or out of time, a dead process):
+#'   `results` holds every finished chunk's result (`NULL` for the others),
+#'   `lost` the future errors by chunk number. It should raise an error; by
+#'   default the first loss is reported and nothing is kept.
+#' @param done `NULL`, or results of an earlier call with the same chunks
+#'   (`NULL` where a chunk is still to run): only the others run.
 #' @return The list of `fun`'s results, one per chunk, in order.
 #' @noRd
 map_chunks <- function(chunks, fun, slice, args = list(), parallel = "none", progress = NULL,
-                       what = "items", on_error, call = parent.frame()) {
-  jobs <- lapply(seq_along(chunks), function(k) {
-    list(k = k, idx = chunks[[k]], part = slice(chunks[[k]]))
-  })
+                       what = "items", on_error, on_lost = NULL, done = NULL, call = parent.frame()) {
+  results <- if (is.null(done)) vector("list", length(chunks)) else done
+  todo <- which(vapply(results, is.null, logical(1)))
+  make_job <- function(k) list(k = k, idx = chunks[[k]], part = slice(chunks[[k]]))
   if (parallel == "none") {
     # Stop at the first failing chunk (an interrupt, or invalid data).
-    results <- vector("list", length(jobs))
-    for (k in seq_along(jobs)) {
-      results[[k]] <- run_chunk(jobs[[k]], fun, args, progress)
+    for (k in todo) {
+      results[[k]] <- run_chunk(make_job(k), fun, args, progress)
       if (!is.null(results[[k]]$error)) break
     }
   } else {
     check_future_installed(call)
-    results <- tryCatch(
-      future.apply::future_lapply(
-        jobs, on_worker, fun = fun_name(fun), args = args, progress = progress,
-        lib = bulkem_library(),
-        # One future per chunk: the chunking above is the chunking.
-        future.chunk.size = 1,
-        # No R random numbers are used on workers: streams are keyed by the
-        # seed drawn on the caller.
-        future.seed = FALSE,
-        future.label = "bulkem-chunk-%d"
-      ),
-      FutureError = function(e) worker_lost(e, chunks, what, call)
-    )
+    ran <- run_futures(todo, make_job, fun, args, progress)
+    results[todo] <- ran$results[todo]
+    if (length(ran$lost) > 0) {
+      lost <- ran$lost[order(as.integer(names(ran$lost)))]
+      if (!is.null(on_lost)) on_lost(results, lost)
+      worker_lost(lost[[1]], chunks, what, call, k = as.integer(names(lost)[1]))
+    }
   }
   for (r in results) {
     if (!is.null(r) && !is.null(r$error)) {
@@ -125,6 +125,40 @@ map_chunks <- function(chunks, fun, slice, args = list(), parallel = "none", pro
     }
   }
   lapply(results, `[[`, "value")
+}
+
+# Chunks `todo` as one future each (`make_job(k)`: what chunk k is sent).
+# A future whose worker is lost (a scheduler's job cancelled or out of
+# time, a dead process) does not stop the others: every other chunk's
+# result is collected. Returns the results (a list by chunk number, NULL
+# for lost ones) and the losses (future errors named by chunk number).
+run_futures <- function(todo, make_job, fun, args, progress) {
+  lib <- bulkem_library()
+  fun <- fun_name(fun)
+  n <- max(c(0L, todo))
+  futures <- results <- vector("list", n)
+  lost <- list()
+  lose <- function(k) function(e) {
+    lost[[as.character(k)]] <<- e
+    NULL
+  }
+  for (k in todo) {
+    # future() waits for a free worker; a worker lost while starting the
+    # future is that chunk's loss.
+    futures[k] <- list(tryCatch(
+      # Everything in one list: future leaves the functions inside it
+      # (the progress callback and its progressor) as they are.
+      future::future(quote(on_worker(x$job, x$fun, x$args, x$progress, x$lib)), substitute = FALSE,
+                     globals = list(on_worker = on_worker,
+                                    x = list(job = make_job(k), fun = fun, args = args, progress = progress, lib = lib)),
+                     packages = character(), seed = FALSE, label = sprintf("bulkem-chunk-%d", k)),
+      FutureError = lose(k)
+    ))
+  }
+  for (k in todo) {
+    if (!is.null(futures[[k]])) results[k] <- list(tryCatch(future::value(futures[[k]]), FutureError = lose(k)))
+  }
+  list(results = results, lost = lost)
 }
 
 # What a future runs. Workers load bulkem from the library this session
@@ -190,12 +224,15 @@ chunk_where <- function(chunks, k, what, parallel) {
 
 # A worker that died, or could not run its future (e.g. bulkem is not
 # installed there). future names the failed future by its label when it
-# knows it; future_lapply() keeps no other chunk's result.
-worker_lost <- function(e, chunks, what, call) {
+# knows it.
+worker_lost <- function(e, chunks, what, call, k = NULL) {
   msg <- conditionMessage(e)
-  k <- regmatches(msg, regexec("bulkem-chunk-([0-9]+)", msg))[[1]]
-  where <- if (length(k) == 2 && as.integer(k[2]) <= length(chunks)) {
-    chunk_where(chunks, as.integer(k[2]), what, "none")
+  if (is.null(k)) {
+    label <- regmatches(msg, regexec("bulkem-chunk-([0-9]+)", msg))[[1]]
+    if (length(label) == 2) k <- as.integer(label[2])
+  }
+  where <- if (!is.null(k) && k <= length(chunks)) {
+    chunk_where(chunks, k, what, "none")
   } else {
     sprintf("one of %d chunks (%s 1-%d)", length(chunks), what, max(unlist(chunks)))
   }
@@ -212,12 +249,10 @@ worker_lost <- function(e, chunks, what, call) {
 }
 
 check_future_installed <- function(call) {
-  missing <- c("future", "future.apply")[!vapply(c("future", "future.apply"), requireNamespace,
-                                                    logical(1), quietly = TRUE)]
-  if (length(missing) > 0) {
+  if (!requireNamespace("future", quietly = TRUE)) {
     bulkem_abort(c(
-      "{.code parallel = \"future\"} needs the {.pkg {missing}} package{?s}.",
-      i = "Install {?it/them} (e.g. {.code install.packages(c(\"future\", \"future.apply\"))}), or use {.code parallel = \"none\"}."
+      "{.code parallel = \"future\"} needs the {.pkg future} package.",
+      i = "Install it (e.g. {.code install.packages(\"future\")}), or use {.code parallel = \"none\"}."
     ), call = call)
   }
 }
@@ -268,7 +303,8 @@ worker_threads_option <- function(call) {
 
 # CPU threads for the core on a future worker. Option bulkem.worker.threads
 # on the caller fixes it; else option bulkem.threads set on the worker; else
-# the worker's cores shared among the workers on its machine (`hosts`: how
+# the cores the worker's job or session was given (a scheduler's
+# allotment: cpu_allotment()) shared among the workers on its machine (`hosts`: how
 # many workers each machine runs, from worker_hosts()). future itself sets
 # mc.cores = 1 on workers to stop nested R-level parallelism; the core's
 # threads are accounted for here instead.
@@ -277,7 +313,7 @@ worker_threads <- function(fixed, hosts) {
   if (!is.null(getOption("bulkem.threads"))) return(cpu_threads())
   share <- hosts[Sys.info()[["nodename"]]]
   if (length(share) != 1 || is.na(share)) share <- 1L
-  as.integer(min(max(1L, backends_()$cpu_threads %/% share), thread_limits()))
+  as.integer(min(max(1L, cpu_allotment(worker = TRUE)$cores %/% share), thread_limits()))
 }
 
 # Workers per machine (named by node name) of the current plan, as far as

@@ -12,16 +12,9 @@
 #   tau: the group-level standard deviation of every coefficient (default
 #   0.8, 0.5, 0.6); a small one is where a centred sampler mixes slowly
 #   (library(bulkem) from .lib when present, as `make install` leaves it)
-suppressPackageStartupMessages({
-  lib <- if (dir.exists(".lib")) ".lib" else NULL
-  library(bulkem, lib.loc = lib)
-  library(bayesm)
-  library(posterior)
-})
-args <- commandArgs(trailingOnly = TRUE)
-iter <- if (length(args) >= 1) as.integer(args[1]) else 2000L
-threads <- if (length(args) >= 2) as.integer(args[2]) else 2L
-options(bulkem.threads = threads)
+# The shared set-up (libraries, iter and threads from the command line)
+# and helpers, next to this script.
+source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE)[1])), "hbglm_compare.R"))
 set.seed(20)
 G <- 20; n <- 100; K <- 3
 mu <- c(-0.5, 1, -1)
@@ -41,10 +34,7 @@ t0 <- proc.time()[["elapsed"]]
 fit <- hbglm(y ~ x1 + x2, data = df, group = "g", family = "binomial",
              iter = iter, warmup = warmup, chains = chains, seed = 1, use.gpu = FALSE)
 t_hb <- proc.time()[["elapsed"]] - t0
-d <- posterior::as_draws_array(fit)
-vars <- posterior::variables(d)
-ess_hb <- vapply(vars, function(v) posterior::ess_bulk(posterior::extract_variable_matrix(d, v)), 0)
-pop <- grepl("^(mu|tau)\\[", vars)
+hb <- hbglm_ess(fit)
 
 # bayesm: 4 chains, one call each; the same number of kept draws.
 lgtdata <- lapply(split(df, df$g), function(s) {
@@ -68,16 +58,4 @@ runs <- lapply(seq_len(chains), function(ch) {
   list(beta = beta, mu = mean_k, tau = sd_k)
 })
 t_bm <- proc.time()[["elapsed"]] - t0
-ess_of <- function(get) posterior::ess_bulk(do.call(cbind, lapply(runs, get)))
-ess_bm_beta <- unlist(lapply(seq_len(G), function(g) vapply(seq_len(K), function(k) ess_of(function(r) r$beta[g, k, ]), 0)))
-ess_bm_pop <- c(vapply(seq_len(K), function(k) ess_of(function(r) r$mu[, k]), 0),
-                vapply(seq_len(K), function(k) ess_of(function(r) r$tau[, k]), 0))
-
-row <- function(name, secs, beta, pop) {
-  cat(sprintf("%-7s %4d iter x %d chains: %6.2f s; min bulk ESS: groups %6.0f, population %6.0f; min ESS/s %7.1f\n",
-              name, iter, chains, secs, min(beta), min(pop), min(c(beta, pop)) / secs))
-}
-row("hbglm", t_hb, ess_hb[!pop], ess_hb[pop])
-row("bayesm", t_bm, ess_bm_beta, ess_bm_pop)
-cat(sprintf("hbglm / bayesm, min ESS per second: %.2f\n",
-            (min(ess_hb) / t_hb) / (min(c(ess_bm_beta, ess_bm_pop)) / t_bm)))
+report(iter, chains, t_hb, hb, t_bm, bayesm_ess(runs, G, K))

@@ -103,6 +103,45 @@ test_that("R CMD check's core limit and OMP_THREAD_LIMIT bound the threads", {
   expect_equal(cpu_threads(), 8L)
 })
 
+# `expr` with options(bulkem.threads = n).
+withr_threads <- function(n, expr) {
+  old <- options(bulkem.threads = n)
+  on.exit(options(old))
+  expr
+}
+
+test_that("the threads are what the session was given: a Slurm job's CPUs, mc.cores", {
+  skip_if_not_installed("parallelly")
+  skip_if(backends_()$cpu_threads < 2, "one core: every allotment is all of it")
+  vars <- c("SLURM_CPUS_PER_TASK", "_R_CHECK_LIMIT_CORES_", "OMP_THREAD_LIMIT")
+  old <- Sys.getenv(vars, unset = NA)
+  on.exit(for (v in names(old)) if (is.na(old[[v]])) Sys.unsetenv(v) else do.call(Sys.setenv, as.list(old[v])))
+  opt <- options(bulkem.threads = NULL, mc.cores = NULL)
+  on.exit(options(opt), add = TRUE)
+  Sys.unsetenv(vars)
+  cores <- backends_()$cpu_threads
+  expect_match(bulkem_backends()$detail[1], sprintf("^%d of %d cores: every core", cores, cores))
+  # sbatch --cpus-per-task=1 sets SLURM_CPUS_PER_TASK.
+  Sys.setenv(SLURM_CPUS_PER_TASK = "1")
+  expect_equal(cpu_threads(), 1L)
+  expect_equal(bulkem_backends()$threads[1], 1L)
+  expect_match(bulkem_backends()$detail[1], sprintf("^1 of %d cores: Slurm allotment", cores))
+  # A future worker in that job: its share of the job's CPUs.
+  expect_equal(worker_threads(NULL, c(elsewhere = 1L)), 1L)
+  x <- c(rnorm(100), rnorm(100, 5))
+  fit <- function() coef(bulkem(x, family = "normal", num.components = 2, random.inits = 2, seed = 1, use.gpu = FALSE))
+  expect_identical(fit(), withr_threads(2L, fit()))
+  Sys.unsetenv("SLURM_CPUS_PER_TASK")
+  options(mc.cores = 1)
+  expect_equal(cpu_threads(), 1L)
+  expect_match(bulkem_backends()$detail[1], "option mc.cores")
+  # future sets mc.cores = 1 on its workers: not an allotment there.
+  expect_equal(worker_threads(NULL, c(elsewhere = 1L)), cores)
+  options(bulkem.threads = 2)
+  expect_equal(cpu_threads(), 2L)
+  expect_match(bulkem_backends()$detail[1], "2 of [0-9]+ cores: option bulkem.threads")
+})
+
 test_that("the workers of a machine share its cores", {
   cores <- bulkem_backends()$threads[1]
   here <- Sys.info()[["nodename"]]
@@ -252,6 +291,95 @@ test_that("a worker process that dies is reported with its chunk", {
                on_error = stop),
     "A future worker failed while running chunk 5 of 8 \\(datasets 21-25\\).*may have died"
   )
+})
+
+# A plan of two PSOCK workers, the second gone before the call (a node
+# lost): the chunks sent to it are lost, the others finish on the first.
+# Undone (plan and workers) on exit of the caller.
+local_half_lost_plan <- function(envir = parent.frame()) {
+  cl <- local_cluster(2, envir = envir)
+  try(parallel::clusterCall(cl[2], function() tools::pskill(Sys.getpid())), silent = TRUE)
+  old_plan <- future::plan(future::cluster, workers = cl)
+  do.call(on.exit, list(bquote(future::plan(.(old_plan))), add = TRUE), envir = envir)
+}
+
+test_that("a lost worker keeps the finished chunks, and resume = completes the call exactly", {
+  skip_if_no_future()
+  d <- future_data()
+  seq_fits <- bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE)
+  local_half_lost_plan()
+  err <- expect_error(
+    bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE, parallel = "future", chunk.size = 5),
+    class = "bulkem_error_worker"
+  )
+  expect_match(conditionMessage(err), "A future worker failed while running chunk [0-9]+ of 8 \\(datasets [0-9]+-[0-9]+\\)")
+  expect_match(conditionMessage(err), "resume = bulkem_partial()", fixed = TRUE)
+  part <- bulkem_partial()
+  expect_s3_class(part, "bulkem_partial")
+  expect_identical(err$partial, part)
+  finished <- !vapply(part$results, is.null, logical(1))
+  expect_lt(sum(finished), 8)
+  expect_output(print(part), sprintf("%d of 8 chunks finished", sum(finished)))
+  # Completed on a healthy plan: only the missing chunks run, and the
+  # result is that of one uninterrupted call.
+  future::plan(future::sequential)
+  fits <- bulkem(d, random.inits = 3, use.gpu = FALSE, parallel = "future", resume = part)
+  expect_identical(coef(fits), coef(seq_fits))
+  expect_identical(logLik(fits), logLik(seq_fits))
+  expect_identical(attr(fits, "seed"), attr(seq_fits, "seed"))
+  # Here too, and only for the same call.
+  expect_identical(coef(bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE, resume = part)), coef(seq_fits))
+  expect_error(bulkem(d, random.inits = 3, seed = 12, use.gpu = FALSE, resume = part), "other settings: .*seed")
+  expect_error(bulkem(d, random.inits = 4, seed = 11, use.gpu = FALSE, resume = part), "other settings: .*random.inits")
+  expect_error(bulkem(d[-1], random.inits = 3, seed = 11, use.gpu = FALSE, resume = part), "other data")
+  expect_error(bulkem(d, random.inits = 3, seed = 11, use.gpu = FALSE, resume = list()), "bulkem_partial")
+})
+
+test_that("HMM passes, HMM fits and hbglm that lose a worker resume to the uninterrupted result", {
+  skip_if_no_future()
+  model <- hmm(c(0.6, 0.4), matrix(c(0.7, 0.3, 0.4, 0.6), 2, byrow = TRUE),
+               matrix(c(0.5, 0.4, 0.1, 0.1, 0.3, 0.6), 2, byrow = TRUE))
+  seqs <- hmm_simulate(model, 24, 5:28, seed = 3)
+  post <- hmm_posterior(model, seqs, use.gpu = FALSE)
+  fit <- hmm_fit(seqs, 2, 3, random.inits = 4, seed = 2, max.iters = 20, use.gpu = FALSE)
+  set.seed(5)
+  d <- data.frame(g = rep(1:6, each = 15), x = rnorm(90))
+  d$y <- 1 + 0.5 * d$x + rep(rnorm(6, sd = 0.5), each = 15) + rnorm(90, sd = 0.3)
+  args <- list(y ~ x, data = d, group = d$g, iter = 60, warmup = 30, chains = 4, seed = 11, use.gpu = FALSE)
+  quiet <- function(expr) suppressWarnings(expr, classes = "bulkem_warning_rhat")
+  draws <- quiet(do.call(hbglm, args))$draws
+
+  local({
+    local_half_lost_plan()
+    err <- expect_error(hmm_posterior(model, seqs, use.gpu = FALSE, parallel = "future", chunk.size = 4),
+                        class = "bulkem_error_worker")
+    expect_match(conditionMessage(err), "of 6 \\(sequences [0-9]+-[0-9]+\\)")
+    expect_output(print(bulkem_partial()), "A partial hmm_posterior\\(\\) result")
+  })
+  part <- bulkem_partial()
+  expect_identical(hmm_posterior(model, seqs, use.gpu = FALSE, resume = part), post)
+  expect_error(hmm_loglik(model, seqs, use.gpu = FALSE, resume = part), "partial result of .*hmm_posterior")
+  expect_error(hmm_posterior(model, seqs[-1], use.gpu = FALSE, resume = part), "other data")
+
+  local({
+    local_half_lost_plan()
+    expect_error(hmm_fit(seqs, 2, 3, random.inits = 4, seed = 2, max.iters = 20, use.gpu = FALSE,
+                         parallel = "future", chunk.size = 1), class = "bulkem_error_worker")
+  })
+  part <- bulkem_partial()
+  expect_identical(part$fn, "hmm_fit")
+  resumed <- hmm_fit(seqs, 2, 3, random.inits = 4, max.iters = 20, use.gpu = FALSE, resume = part)
+  expect_identical(resumed$model, fit$model)
+  expect_identical(resumed$loglik, fit$loglik)
+  expect_error(hmm_fit(seqs, 2, 3, random.inits = 4, max.iters = 21, use.gpu = FALSE, resume = part), "other settings")
+
+  local({
+    local_half_lost_plan()
+    expect_error(quiet(do.call(hbglm, c(args, parallel = "future"))), class = "bulkem_error_worker")
+  })
+  part <- bulkem_partial()
+  expect_identical(part$fn, "hbglm")
+  expect_identical(quiet(do.call(hbglm, c(args, resume = list(part))))$draws, draws)
 })
 
 test_that("hbglm chains on future workers give the draws of one call", {
