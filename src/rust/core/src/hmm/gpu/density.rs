@@ -30,7 +30,7 @@ use super::plan::{batched_path, batches};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
 use super::rows::{ChainSummary, DensityTables, DeviceDensity};
-use super::shares::{cut, e_step_shares, fit_shares, on_shares, share_lens, shares, work, ShareEngine, ShareSeqs, Spread};
+use super::shares::{e_step_shares, fit_shares, shares, work, ShareEngine, ShareSeqs, Spread};
 use super::{device, err};
 
 /// The offsets of `seqs` (no symbols: on the device, position p is symbol
@@ -57,10 +57,7 @@ fn values_of<'v, O: Copy>(values: &'v [f64], seqs: &Sequences<O>, range: &Range<
 /// log P(sequence) of every sequence; `values`: the observations, flat.
 pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
     check_size(model.n_states, seqs.len())?;
-    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, model.n_states) })?;
-    let mut out = vec![0.0; seqs.len()];
-    let (per_seq, _) = share_lens(&shares, seqs, 1);
-    on_shares(&shares, seqs, exec, cut(&mut out, per_seq), |sh, out| loglik_on(sh.dev, model, &sh.seqs, values_of(values, seqs, &sh.range), exec, out))?;
+    let mut out = super::loglik_into(seqs, model.n_states, exec, |sh, out| loglik_on(sh.dev, model, &sh.seqs, values_of(values, seqs, &sh.range), exec, out))?;
     super::settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
@@ -85,11 +82,7 @@ fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E:
 /// Viterbi paths and log-probabilities (log rows: nothing to certify).
 pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, model.n_states) })?;
-    let (mut paths, mut logp) = (crate::hmm::passes::zeroed::<u32>(seqs.total(), "the Viterbi paths")?, vec![0.0; seqs.len()]);
-    let (per_seq, per_obs) = share_lens(&shares, seqs, 1);
-    let work = cut(&mut paths, per_obs).into_iter().zip(cut(&mut logp, per_seq)).collect();
-    on_shares(&shares, seqs, exec, work, |sh, (paths, logp)| {
+    super::rows_into(seqs, model.n_states, 1, "the Viterbi paths", exec, |sh, paths, logp| {
         let t0 = std::time::Instant::now();
         let pos = positions(&sh.seqs)?;
         let density = DeviceDensity::new(sh.dev, &model.emission, values_of(values, seqs, &sh.range))?;
@@ -97,8 +90,7 @@ pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>
         crate::gpu::timing::record("upload", t0);
         let tabs = density.log_tables(sh.dev, model, sh.seqs.total())?;
         viterbi_all(sh.dev, model.n_states, &tabs, &d_seqs, &pos, Some(&density), exec, paths, logp)
-    })?;
-    Ok((paths, logp))
+    })
 }
 
 /// Posteriors (time-major, NaN rows for impossible sequences) and
@@ -106,7 +98,7 @@ pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>
 pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
     let n = model.n_states;
-    let (mut probs, mut loglik) = super::posterior_into(seqs, n, exec, |sh, probs, loglik| {
+    let (mut probs, mut loglik) = super::rows_into(seqs, n, n, "the posterior probabilities", exec, |sh, probs, loglik| {
         let (dev, part) = (sh.dev, &*sh.seqs);
         let pos = positions(part)?;
         let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, &sh.range))?;

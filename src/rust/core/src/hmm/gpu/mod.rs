@@ -123,12 +123,7 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
     if tables::theta_of(small) > 1.0 {
         return cpu::loglik(&Tables::new(model)?, seqs, exec);
     }
-    let t0 = std::time::Instant::now();
-    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, model.n_states) })?;
-    let mut out = vec![0.0; seqs.len()];
-    gpu::timing::record("shares", t0);
-    let (per_seq, _) = share_lens(&shares, seqs, 1);
-    on_shares(&shares, seqs, exec, cut(&mut out, per_seq), |sh, out| passes::loglik_device(sh, model, small, exec, out))?;
+    let mut out = loglik_into(seqs, model.n_states, exec, |sh, out| passes::loglik_device(sh, model, small, exec, out))?;
     settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
@@ -150,12 +145,7 @@ pub(super) fn settle_logliks<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
 /// log-probabilities; one launch per batch.
 pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, model.n_states) })?;
-    let (mut paths, mut logp) = (crate::hmm::passes::zeroed::<u32>(seqs.total(), "the Viterbi paths")?, vec![0.0; seqs.len()]);
-    let (per_seq, per_obs) = share_lens(&shares, seqs, 1);
-    let work = cut(&mut paths, per_obs).into_iter().zip(cut(&mut logp, per_seq)).collect();
-    on_shares(&shares, seqs, exec, work, |sh, (paths, logp)| passes::viterbi_device(sh, model, exec, paths, logp))?;
-    Ok((paths, logp))
+    rows_into(seqs, model.n_states, 1, "the Viterbi paths", exec, |sh, paths, logp| passes::viterbi_device(sh, model, exec, paths, logp))
 }
 
 /// Posterior state probabilities (time-major, NaN rows for impossible
@@ -166,24 +156,42 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
     if tables::theta_of(small) > 1.0 {
         return cpu::posterior(&Tables::new(model)?, seqs, exec);
     }
-    let (mut probs, mut loglik) = posterior_into(seqs, model.n_states, exec, |sh, probs, loglik| passes::posterior_device(sh, model, small, exec, probs, loglik))?;
+    let n = model.n_states;
+    let (mut probs, mut loglik) = rows_into(seqs, n, n, "the posterior probabilities", exec, |sh, probs, loglik| passes::posterior_device(sh, model, small, exec, probs, loglik))?;
     settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
     Ok((probs, loglik))
 }
 
-/// Posteriors (N per observation) and log-likelihoods of `seqs`, each
-/// share's written by `pass` into its parts of them.
-fn posterior_into<O, F>(seqs: &Sequences<O>, n: usize, exec: &Exec, pass: F) -> Result<(Vec<f64>, Vec<f64>)>
+/// One value per sequence of `seqs` (N states), each share's written by
+/// `pass` into its part of them.
+fn loglik_into<O, F>(seqs: &Sequences<O>, n: usize, exec: &Exec, pass: F) -> Result<Vec<f64>>
 where
     O: Copy + Send + Sync,
-    F: Fn(&ShareSeqs<O>, &mut [f64], &mut [f64]) -> Result<()> + Sync,
+    F: Fn(&ShareSeqs<O>, &mut [f64]) -> Result<()> + Sync,
 {
     let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, n) })?;
-    let (mut probs, mut loglik) = (crate::hmm::passes::zeroed::<f64>(seqs.total() * n, "the posterior probabilities")?, vec![0.0; seqs.len()]);
-    let (per_seq, per_obs) = share_lens(&shares, seqs, n);
-    let work = cut(&mut probs, per_obs).into_iter().zip(cut(&mut loglik, per_seq)).collect();
-    on_shares(&shares, seqs, exec, work, |sh, (probs, loglik)| pass(sh, probs, loglik))?;
-    Ok((probs, loglik))
+    let mut out = vec![0.0; seqs.len()];
+    let (per_seq, _) = share_lens(&shares, seqs, 1);
+    on_shares(&shares, seqs, exec, cut(&mut out, per_seq), |sh, out| pass(sh, out))?;
+    Ok(out)
+}
+
+/// `per_obs` values of type T per observation (`what` names them, for a
+/// memory error) and one log-likelihood per sequence of `seqs` (N states),
+/// each share's written by `pass` into its parts of them: Viterbi paths
+/// (1 per observation) or posteriors (N).
+fn rows_into<O, T, F>(seqs: &Sequences<O>, n: usize, per_obs: usize, what: &str, exec: &Exec, pass: F) -> Result<(Vec<T>, Vec<f64>)>
+where
+    O: Copy + Send + Sync,
+    T: crate::hmm::passes::Zero + Send,
+    F: Fn(&ShareSeqs<O>, &mut [T], &mut [f64]) -> Result<()> + Sync,
+{
+    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, n) })?;
+    let (mut rows, mut loglik) = (crate::hmm::passes::zeroed::<T>(seqs.total() * per_obs, what)?, vec![0.0; seqs.len()]);
+    let (per_seq, obs) = share_lens(&shares, seqs, per_obs);
+    let work = cut(&mut rows, obs).into_iter().zip(cut(&mut loglik, per_seq)).collect();
+    on_shares(&shares, seqs, exec, work, |sh, (rows, loglik)| pass(sh, rows, loglik))?;
+    Ok((rows, loglik))
 }
 
 /// Recompute on the CPU (in log space where needed) the posteriors of the
