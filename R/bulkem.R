@@ -173,6 +173,28 @@
 #'   identical to an uninterrupted call (on the same backend). It must have
 #'   the same datasets and settings; `seed = NULL` takes the partial's.
 #'   See `vignette("cluster")`.
+#' @param precision `"double"` (default): float64 throughout. `"mixed"`:
+#'   each E-step computes the observations' weights in float32 (the
+#'   exponentials, their sum and its reciprocal, and their sums over groups
+#'   of 16 observations), from float64 log-densities, and adds the groups'
+#'   sums, runs the M-step and reports the log-likelihood in float64 (a
+#'   final float64 E-step). On a GPU the E-step is the work, and float32 is
+#'   several times faster there (see `BENCHMARKS.md`); on the CPU it is the
+#'   same arithmetic, for reference, and not faster. The weights then carry
+#'   float32 rounding (about 1e-7 relative), which puts noise of about
+#'   `4e-8 * sqrt(n)` into each iteration's log-likelihood; once the change
+#'   between iterations falls below `1e-6 * sqrt(n)`, a start whose
+#'   `epsilon` is smaller (but not 0) goes on in float64, so it stops by the
+#'   float64 rule. The kept log-likelihood then matches `"double"` to about
+#'   1e-7 relative or better (tested on every family); a converged fit's
+#'   parameters to about 1e-4 relative, and where the likelihood is flat
+#'   (overlapping components) less closely, as between any two starts that
+#'   stop short of the optimum. Safe for choosing starts, K and for
+#'   log-likelihoods; use `"double"` for parameters reported to more than 4
+#'   digits of a fit stopped at `max.iters`, or `epsilon = 0` fits whose
+#'   parameters you compare closely. Datasets of more than 6,000
+#'   observations are fitted in float64 either way (the GPU spreads their
+#'   E-step over many blocks, which does not use it).
 #' @param chunk.size Datasets per chunk. With `parallel = "future"` each
 #'   chunk is one future, sent only its own datasets; the default makes about
 #'   4 chunks per worker, fewer when a chunk would do less than 2e8
@@ -211,7 +233,7 @@
 #'     n x M matrix of posterior probabilities.}
 #'   }
 #'   The list has attributes `backend`, `threads`, `seconds`, `seed`,
-#'   `family`, `num.components` (the candidates), `criterion` and `criteria`
+#'   `precision`, `family`, `num.components` (the candidates), `criterion` and `criteria`
 #'   (the table, read it with [criteria()]);
 #'   with `parallel = "future"` also `workers` and `chunks`; `backend` then
 #'   lists the backends the workers used and `threads` is the most threads
@@ -290,13 +312,14 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
                            verbose = FALSE, inits = NULL, seed = NULL, keep.posterior = FALSE,
                            parallel = c("none", "future"), chunk.size = NULL,
                            criterion = c("BIC", "ICL", "AIC"), init.method = c("mixed", "kmeans++", "subsets"),
-                           resume = NULL, ...) {
+                           resume = NULL, precision = c("double", "mixed"), ...) {
   call <- environment()
   check_no_dots(list(...), "bulkem", "bulkem::bulkem", call)
   family <- match_arg(family, em_family_names(), "family", call)
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   criterion <- match_arg(criterion, c("BIC", "ICL", "AIC"), "criterion", call)
   init.method <- match_arg(init.method, c("mixed", "kmeans++", "subsets"), "init.method", call)
+  precision <- match_arg(precision, c("double", "mixed"), "precision", call)
   datasets <- check_datasets(datasets, call)
   Ks <- check_components(num.components, call)
   check_components_fit(datasets, max(Ks), family, call)
@@ -319,7 +342,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   settings <- list(family = family, Ks = Ks, criterion = criterion, max.iters = max.iters,
                    random.inits = random.inits, init.method = init.method,
                    epsilon = epsilon, seed = seed, keep.posterior = keep.posterior,
-                   given_inits = !is.null(inits))
+                   given_inits = !is.null(inits), precision = precision)
   r <- resumable("bulkem", "datasets", settings, list(data = numbers_fingerprint(datasets), inits = inits))
   if (!is.null(resume)) resume <- check_resume(resume, r, call)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
@@ -369,7 +392,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   table[is.nan(table)] <- NA_real_
   fits <- structure(fits, class = "bulkem_fits", backend = backend, threads = threads,
                     seconds = seconds, seed = seed, family = family, num.components = Ks,
-                    criterion = criterion, criteria = table)
+                    criterion = criterion, criteria = table, precision = precision)
   if (parallel == "future") {
     attr(fits, "workers") <- workers
     attr(fits, "chunks") <- length(chunks)
@@ -617,7 +640,7 @@ em_chunk <- function(part, idx, s) {
   ex$backend <- backend_choice_("em", ex$backend, c(em_work(part$datasets, s), max(s$Ks)))
   raw <- em_fit_(part$datasets, s$family, s$Ks, s$criterion, s$max.iters, s$random.inits,
                  s$init.method, s$epsilon, s$seed, part$inits, s$keep.posterior, idx[1] - 1L,
-                 ex$threads, ex$backend)
+                 s$precision, ex$threads, ex$backend)
   raw$threads <- ex$threads
   raw
 }

@@ -488,6 +488,9 @@ print.bulkem_fits <- function(x, n = 5, ...) {
     cat(sprintf("backend: %s (%d threads%s), %s s\n", attr(x, "backend"), attr(x, "threads"), where,
                 format(attr(x, "seconds"), digits = 3)))
   }
+  if (identical(attr(x, "precision"), "mixed")) {
+    cat("precision: mixed (float32 weights in the E-step; log-likelihoods in float64)\n")
+  }
   if (length(x) == 1) {
     print(x[[1]])
   } else if (length(x) > 0) {

@@ -2,7 +2,7 @@
 # Runs on the GPU machine (no Rust, no R): the carried test and benchmark
 # binaries in .device/, then the peers, side by side. Built here by
 # tools/device-build.sh. Usage: bash tools/device-run.sh
-# [tests|bench|peers|reduce|all|select|hmm|multi|multi-tests|multi-bench|multi-hmm]
+# [tests|bench|peers|reduce|all|select|hmm|mixed|multi|multi-tests|multi-bench|multi-hmm]
 # `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
 # select-suite, then the torch peer once per K = 1..5 (20 starts).
 # `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
@@ -46,6 +46,18 @@ if [ "$what" = hmm ]; then
     python3 peers/torch_hmm.py $shape $v 2>&1 | tee -a "$out/peer-hmm.log"
     python3 peers/torch_hmm_gaussian.py $shape 2>&1 | tee -a "$out/peer-hmm.log"
     (cd peers && python3 torch_hmm_host.py categorical $shape $v && python3 torch_hmm_host.py gaussian $shape) 2>&1 | tee -a "$out/peer-hmm.log"
+  done
+fi
+# `mixed` (issue 20, not part of `all`): the EM GPU tests, then the
+# 40,000-dataset EM in float64 and with precision = "mixed" (which also
+# fits in float64, untimed, and compares), epsilon 0 and 1e-6.
+if [ "$what" = mixed ]; then
+  run_tests em_gpu
+  for eps in 0 1e-6; do
+    for p in double mixed; do
+      echo "== bulkem-bench em 40,000 x 2,000 x 100 starts x 100 iterations, epsilon $eps, $p"
+      ./bulkem-bench em --backend cuda --datasets 40000 --n 2000 --starts 100 --iters 100 --epsilon $eps --precision $p --json "$out/bench.jsonl" 2>&1 | tee -a "$out/bench-mixed.log"
+    done
   done
 fi
 # `multi` (issue 21, on a machine of two GPUs): every GPU test with both

@@ -213,3 +213,26 @@ test_that("Ctrl-C stops a fit of one large dataset within a second, as R's inter
   expect_lt(as.numeric(difftime(r$stopped, sent, units = "secs")), 1)
   expect_true(r$after %in% c("converged", "max_iters"))
 })
+
+test_that("precision = 'mixed' keeps the float64 fit's log-likelihood and says so", {
+  set.seed(40)
+  d <- c(sim_ig(6, 2000), list(rnorm(500, 5) ^ 2 + 1))
+  # (Some of these datasets warn that one start alone found the optimum.)
+  dbl <- suppressWarnings(bulkem(d, random.inits = 6, max.iters = 2000, epsilon = 1e-9, use.gpu = FALSE, seed = 4))
+  mix <- suppressWarnings(bulkem(d, random.inits = 6, max.iters = 2000, epsilon = 1e-9, use.gpu = FALSE,
+                                 seed = 4, precision = "mixed"))
+  expect_equal(attr(mix, "precision"), "mixed")
+  expect_equal(attr(dbl, "precision"), "double")
+  for (k in seq_along(d)) {
+    expect_equal(mix[[k]]$status, dbl[[k]]$status)
+    expect_lt(rel_diff(mix[[k]]$loglik, dbl[[k]]$loglik), 1e-7)
+    expect_lt(rel_diff(mix[[k]]$mu, dbl[[k]]$mu), 1e-4)
+  }
+  # The reported log-likelihood is the float64 one of the returned parameters.
+  f <- mix[[1]]
+  dens <- f$alpha[1] * statmod::dinvgauss(d[[1]], f$mu[1], f$lambda[1]) +
+    f$alpha[2] * statmod::dinvgauss(d[[1]], f$mu[2], f$lambda[2])
+  expect_equal(f$loglik, sum(log(dens)), tolerance = 1e-10)
+  expect_output(print(mix), "precision: mixed")
+  expect_error(bulkem(d, precision = "half", use.gpu = FALSE), class = "bulkem_error_input")
+})

@@ -91,6 +91,19 @@ __device__ int m_step_warp(const double* S, int n, double centre, double* p) {
     return ST_RUNNING;
 }
 
+// Observations of a lane per step of the E-step loops (a divisor of 16).
+// Measured on an H200 (BENCHMARKS.md, issue 20): 4 for M = 2 took 3.13 s
+// against 3.40 for the 40,000-dataset EM's kernels (mixed: 1.87 / 1.88,
+// and 4 spills there). Larger M keep 1: their registers limit the blocks
+// per SM.
+#ifndef EM_UNROLL
+#if EM_M <= 2 && !defined(EM_MIXED)
+#define EM_UNROLL 4
+#else
+#define EM_UNROLL 1
+#endif
+#endif
+
 // Observations per lane between two logs of the product of the
 // per-observation sums (each in [1, M]), as on the CPU.
 #define LOG_BLOCK (EM_M <= 2 ? 512 : 128)
@@ -142,6 +155,83 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
 #endif
 }
 
+#ifdef EM_MIXED
+// precision = "mixed" (EM_MIXED defined): the CPU's em::cpu::e_step_mixed.
+// The log-densities and their maximum stay float64 (they cancel large
+// terms); the weights (exp, sum, reciprocal) are float32 on the SFU, and
+// their sums float32 over groups of MIXED_GROUP observations of a lane,
+// added in float64. The features also sit in shared memory as float32
+// (uvf), so the sums take no conversions per observation.
+#define MIXED_GROUP 16
+
+__device__ __forceinline__ float exp_f32(float t) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t * 1.4426950408889634f));
+    return y;
+}
+__device__ __forceinline__ float rcp_f32(float s) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+    return r;
+}
+
+__device__ __forceinline__ void e_obs_mixed(double u, double v, float uf, float vf, const double* A, const double* B,
+                                            const double* C, float* G, double& maxsum, float& prod) {
+#if EM_M == 1
+    const double l0 = A[0] + B[0] * u + C[0] * v;
+    G[0] += 1.0f; G[1] += uf; G[2] += vf;
+    maxsum += l0;
+#elif EM_M == 2
+    // A, B, C hold the coefficients of (l1 - l0) / ln 2 (warp_e_step_mixed),
+    // so the exp is one ex2; maxsum gathers max(l1 - l0, 0) / ln 2, and
+    // sum_i l0 comes from the dataset's sums of u and v.
+    const double d = A[0] + B[0] * u + C[0] * v;
+    const float t = (float)d;
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-fabsf(t)));
+    const float s = 1.0f + e;
+    const float w_top = rcp_f32(s), w_low = e * w_top;
+    const bool hi = t > 0.0f;
+    const float w0 = hi ? w_low : w_top, w1 = hi ? w_top : w_low;
+    G[0] += w0; G[1] = fmaf(w0, uf, G[1]); G[2] = fmaf(w0, vf, G[2]);
+    G[3] += w1; G[4] = fmaf(w1, uf, G[4]); G[5] = fmaf(w1, vf, G[5]);
+    maxsum += hi ? d : 0.0;
+    prod *= s;
+#else
+    double l[EM_M];
+    double top = -__longlong_as_double(0x7ff0000000000000LL);
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        l[j] = A[j] + B[j] * u + C[j] * v;
+        top = l[j] > top ? l[j] : top;
+    }
+    float e[EM_M];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        e[j] = exp_f32((float)(l[j] - top));
+        s += e[j];
+    }
+    const float r = rcp_f32(s);
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        const float w = e[j] * r;
+        G[3 * j] += w; G[3 * j + 1] = fmaf(w, uf, G[3 * j + 1]); G[3 * j + 2] = fmaf(w, vf, G[3 * j + 2]);
+    }
+    maxsum += top;
+    prod *= s;
+#endif
+}
+
+// A lane's float32 group sums and product into its float64 ones.
+__device__ __forceinline__ void flush_group(float* G, double* S, float& prod32, double& prod) {
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) { S[k] += (double)G[k]; G[k] = 0.0f; }
+    prod *= (double)prod32;
+    prod32 = 1.0f;
+}
+#endif
+
 // ---------------------------------------------------------------------------
 // Small datasets: one warp per (dataset, start), the dataset's features in
 // shared memory, shared by the warps of the block (the dataset's starts).
@@ -156,7 +246,23 @@ __device__ double warp_e_step(const double2* uv, int n, const double* A, const d
     for (int k = 0; k < NSTAT; ++k) S[k] = 0.0;
     double maxsum = 0.0, logsum = 0.0, prod = 1.0;
     int in_block = 0;
-    for (int i = lane; i < n; i += 32) {
+    int i = lane;
+    // EM_UNROLL observations of a lane per step: their chains of dependent
+    // instructions interleave, in the same order of summation as one at a
+    // time (LOG_BLOCK is a multiple of EM_UNROLL).
+    for (; i + 32 * (EM_UNROLL - 1) < n; i += 32 * EM_UNROLL) {
+#pragma unroll
+        for (int k = 0; k < EM_UNROLL; ++k) {
+            const double2 f = uv[i + 32 * k];
+            e_obs(f.x, f.y, A, B, C, S, maxsum, prod);
+        }
+        if ((in_block += EM_UNROLL) == LOG_BLOCK) {
+            logsum += log(prod);
+            prod = 1.0;
+            in_block = 0;
+        }
+    }
+    for (; i < n; i += 32) {
         const double2 f = uv[i];
         e_obs(f.x, f.y, A, B, C, S, maxsum, prod);
         if (++in_block == LOG_BLOCK) {
@@ -169,6 +275,60 @@ __device__ double warp_e_step(const double2* uv, int n, const double* A, const d
     for (int k = 0; k < NSTAT; ++k) S[k] = warp_sum(S[k]);
     return warp_sum(maxsum + (logsum + log(prod)));
 }
+
+#ifdef EM_MIXED
+// warp_e_step with the mixed E-step (e_obs_mixed); uvf holds the features
+// as float32.
+__device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n, const double* A_in, const double* B_in,
+                                    const double* C_in, double sum_u, double sum_v, double* S) {
+    const int lane = threadIdx.x & 31;
+#if EM_M == 2
+    const double A[1] = {(A_in[1] - A_in[0]) * EXP_LOG2_E}, B[1] = {(B_in[1] - B_in[0]) * EXP_LOG2_E},
+                 C[1] = {(C_in[1] - C_in[0]) * EXP_LOG2_E};
+#else
+    const double *A = A_in, *B = B_in, *C = C_in;
+#endif
+    float G[NSTAT];
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) { S[k] = 0.0; G[k] = 0.0f; }
+    double maxsum = 0.0, logsum = 0.0, prod = 1.0;
+    float prod32 = 1.0f;
+    int in_group = 0, in_block = 0;
+    int i = lane;
+    // As warp_e_step, EM_UNROLL observations per step (MIXED_GROUP is a
+    // multiple of EM_UNROLL, and LOG_BLOCK of MIXED_GROUP).
+    for (; i < n; i += 32 * EM_UNROLL) {
+        const bool whole = i + 32 * (EM_UNROLL - 1) < n;
+#pragma unroll
+        for (int k = 0; k < EM_UNROLL; ++k) {
+            if (k == 0 || whole || i + 32 * k < n) {
+                const double2 f = uv[i + 32 * k];
+                const float2 g = uvf[i + 32 * k];
+                e_obs_mixed(f.x, f.y, g.x, g.y, A, B, C, G, maxsum, prod32);
+            }
+        }
+        in_block += EM_UNROLL;
+        if ((in_group += EM_UNROLL) == MIXED_GROUP) {
+            flush_group(G, S, prod32, prod);
+            in_group = 0;
+            if (in_block == LOG_BLOCK) {
+                logsum += log(prod);
+                prod = 1.0;
+                in_block = 0;
+            }
+        }
+    }
+    flush_group(G, S, prod32, prod);
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) S[k] = warp_sum(S[k]);
+#if EM_M == 2
+    const double l0_sum = A_in[0] * n + B_in[0] * sum_u + C_in[0] * sum_v;
+    return l0_sum + warp_sum(maxsum * EXP_LN2_HI + (logsum + log(prod)));
+#else
+    return warp_sum(maxsum + (logsum + log(prod)));
+#endif
+}
+#endif
 
 // 256 threads (EM_WARPS = 8 warps). Minimum blocks per SM, by M (it caps registers at
 // 65536 / (256 x blocks)): 3 (80 registers) fits M <= 2 without spills. For
@@ -207,12 +367,18 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     const int n = lengths[d];
     const double* xd = x + offsets[d];
     const double centre = centres[d];
+#ifdef EM_MIXED
+    float2* uvf = reinterpret_cast<float2*>(uv + n);  // after the float64 features
+#endif
 
     if (threadIdx.x == 0) next_pair = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         double u, v;
         fam_features(xd[i], centre, u, v);
         uv[i] = make_double2(u, v);
+#ifdef EM_MIXED
+        uvf[i] = make_float2((float)u, (float)v);
+#endif
     }
     __syncthreads();
 
@@ -224,6 +390,12 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     double k_local = 0.0;
     for (int i = lane; i < n; i += 32) k_local += fam_shared_term(xd[i]);
     const double shared_k = warp_sum(k_local);
+#ifdef EM_MIXED
+    // The dataset's sums of the features (the mixed E-step's sum of l0 for M = 2).
+    double su_local = 0.0, sv_local = 0.0;
+    for (int i = lane; i < n; i += 32) { su_local += uv[i].x; sv_local += uv[i].y; }
+    const double sum_u = warp_sum(su_local), sum_v = warp_sum(sv_local);
+#endif
 
     for (;;) {
         int k = 0;
@@ -243,7 +415,19 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
         double* my_trace = trace ? trace + (long long)pair * max_iters : nullptr;
 
         naturals_warp(p, centre, A, B, C);
-        double ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
+#ifdef EM_MIXED
+        // Mixed E-steps until the change of the log-likelihood is within its
+        // float32 noise; then, if epsilon is below that noise (and not 0),
+        // float64 from a float64 E-step at the same parameters (as
+        // em::cpu::run_iterations).
+        const double noise = MIXED_NOISE * sqrt((double)n);
+        const bool polish = epsilon > 0.0 && epsilon < noise;
+        bool mixed_now = true;
+#define E_STEP_NOW(S) (mixed_now ? warp_e_step_mixed(uv, uvf, n, A, B, C, sum_u, sum_v, S) : warp_e_step(uv, n, A, B, C, S))
+#else
+#define E_STEP_NOW(S) warp_e_step(uv, n, A, B, C, S)
+#endif
+        double ll = E_STEP_NOW(S) + shared_k;
         int status = isfinite(ll) ? ST_RUNNING : ST_BAD_START;
         int iter = 0;
         while (status == ST_RUNNING && iter < max_iters) {
@@ -251,14 +435,31 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
             status = m_step_warp(S, n, centre, p);
             if (status != ST_RUNNING) break;
             naturals_warp(p, centre, A, B, C);
-            const double new_ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
+            double new_ll = E_STEP_NOW(S) + shared_k;
+            double change = fabs(new_ll - ll);
+#ifdef EM_MIXED
+            if (mixed_now && polish && change < noise) {
+                mixed_now = false;
+                new_ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
+                change = __longlong_as_double(0x7ff0000000000000LL);  // +inf: no stop here
+            }
+#endif
             if (!isfinite(new_ll)) { status = ST_NONFINITE; break; }
             if (my_trace && lane == 0) my_trace[iter - 1] = new_ll;
-            const double change = fabs(new_ll - ll);
             ll = new_ll;
             if (change < epsilon) status = ST_CONVERGED;
         }
         if (status == ST_RUNNING) status = ST_MAX_ITERS;
+#ifdef EM_MIXED
+        // The reported log-likelihood is float64's: one more E-step at the
+        // final parameters when the last one was mixed.
+        if (mixed_now && (status == ST_CONVERGED || status == ST_MAX_ITERS)) {
+            ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
+            if (!isfinite(ll)) status = ST_NONFINITE;
+            else if (my_trace && lane == 0 && iter > 0) my_trace[iter - 1] = ll;
+        }
+#endif
+#undef E_STEP_NOW
         if (lane == 0) {
             for (int j = 0; j < NSTAT; ++j) out_params[(long long)pair * NSTAT + j] = p[j];
             out_ll[pair] = ll;

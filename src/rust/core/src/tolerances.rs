@@ -27,6 +27,13 @@ pub const MAX_RANDOM_INITS: usize = 1 << 24;
 pub const GPU_CPU_PARAM_REL: f64 = 1e-8;
 pub const GPU_CPU_LOGLIK_REL: f64 = 1e-10;
 
+/// precision = "mixed": the float32 weights put noise of about
+/// 4e-8 * sqrt(n) into each iteration's log-likelihood; below
+/// MIXED_NOISE * sqrt(n) (a margin of about 20) a change of the
+/// log-likelihood is no longer trusted, and a start whose epsilon is smaller
+/// goes on with float64 E-steps (em::cpu::run_iterations, em_warp).
+pub const MIXED_NOISE: f64 = 1e-6;
+
 /// Starts whose log-likelihoods are within this relative distance of the
 /// best are ties, resolved by the lowest start index.
 pub const START_TIE_REL: f64 = 1e-9;

@@ -1,6 +1,8 @@
 //! EM on the CPU backend against hand computation, invariants and recovery.
 
-use bulkem_core::em::{cpu, fit_many, simulate, EmConfig, Family, FitStatus, MixParams, Prepared};
+mod common;
+
+use bulkem_core::em::{cpu, fit_many, simulate, EmConfig, Family, FitStatus, MixParams, Precision, Prepared};
 use bulkem_core::exec::Exec;
 
 fn ig_data(n: usize, seed: u64) -> Vec<f64> {
@@ -441,4 +443,81 @@ fn family_data_are_checked() {
     assert!(problem(Family::Gamma, 0.0).unwrap().contains("positive"));
     assert!(problem(Family::Exponential, 0.0).is_none() && problem(Family::Exponential, -0.1).is_some());
     assert!(problem(Family::LogNormal, -2.0).is_some());
+}
+
+/// The mixed E-step's sums and log-likelihood are the float64 E-step's to
+/// float32 rounding: weights to about 1e-7 relative (sums of n of them to
+/// 1e-6), the log-likelihood to about sqrt(n) * 1e-7 absolute.
+#[test]
+fn the_mixed_e_step_is_the_double_one_to_float32_rounding() {
+    for family in Family::ALL {
+        for m in 1..=5 {
+            let p = MixParams {
+                alpha: vec![1.0 / m as f64; m],
+                mu: (0..m).map(|j| match family {
+                    Family::Normal | Family::LogNormal => j as f64,
+                    _ => 1.0 + 2.0 * j as f64,
+                }).collect(),
+                scale: (0..m).map(|j| match family {
+                    Family::Poisson | Family::Exponential => f64::NAN,
+                    Family::InvGauss => 20.0 / (1.0 + j as f64),
+                    _ => 0.5 + 0.2 * j as f64,
+                }).collect(),
+            };
+            let x = simulate::mixture(family, &p, 3000, 5 + m as u64);
+            let prep = Prepared::new(family, &x);
+            let nat: Vec<_> = (0..m).map(|j| family.natural(p.alpha[j], p.mu[j], p.scale[j], prep.centre)).collect();
+            let (mut d, mut f) = (vec![[0.0; 3]; m], vec![[0.0; 3]; m]);
+            let (ld, lf) = (cpu::e_step(&prep, &nat, &mut d), cpu::e_step_mixed(&prep, &nat, &mut f));
+            assert!((ld - lf).abs() <= 1e-5 * (x.len() as f64).sqrt() * (1.0 + ld.abs() / x.len() as f64), "{family:?} M={m}: {lf} vs {ld}");
+            for j in 0..m {
+                for k in 0..3 {
+                    let scale: f64 = prep.uv.iter().map(|&[u, v]| [1.0, u.abs(), v.abs()][k]).sum();
+                    assert!((d[j][k] - f[j][k]).abs() <= 2e-6 * scale, "{family:?} M={m} sum {k} of component {j}: {} vs {}", f[j][k], d[j][k]);
+                }
+            }
+        }
+    }
+}
+
+/// precision = "mixed" keeps the start and the log-likelihood of the
+/// float64 fit (to 1e-7 relative) for every family and M = 1..4.
+#[test]
+fn mixed_precision_fits_match_double() {
+    let mut bad = Vec::new();
+    for family in Family::ALL {
+        for m in 1..=4usize {
+            let p = MixParams {
+                alpha: vec![1.0 / m as f64; m],
+                mu: (0..m).map(|j| match family {
+                    Family::Normal | Family::LogNormal => 1.5 * j as f64,
+                    Family::Exponential => 1.0 / (1.0 + 5.0 * j as f64),
+                    _ => 2.0 + 6.0 * j as f64,
+                }).collect(),
+                scale: (0..m).map(|j| match family {
+                    Family::Poisson | Family::Exponential => f64::NAN,
+                    Family::InvGauss => 30.0 / (1.0 + 3.0 * j as f64),
+                    Family::Gamma => 4.0,
+                    _ => 0.4 + 0.1 * j as f64,
+                }).collect(),
+            };
+            let data: Vec<Vec<f64>> = [150usize, 800, 2000, 4000].iter().enumerate().map(|(i, &n)| simulate::mixture(family, &p, n, 31 * m as u64 + i as u64)).collect();
+            let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
+            // Converged below the float32 noise (float64 at the end), and a
+            // fixed 1,500 iterations (float32 weights throughout: the fixed
+            // point moves along flat directions of the likelihood, so only
+            // the log-likelihood is compared).
+            for (iters, eps) in [(3000, 1e-9), (1500, 0.0)] {
+                let config = EmConfig::new(family, m).random_inits(8).seed(2).max_iters(iters).epsilon(eps);
+                let double = fit_many(&refs, &config.clone().check().unwrap(), &Exec::cpu()).unwrap();
+                let mixed = fit_many(&refs, &config.precision(Precision::Mixed).check().unwrap(), &Exec::cpu()).unwrap();
+                for (d, (a, b)) in double.iter().zip(&mixed).enumerate() {
+                    if let Some(why) = common::mixed_disagreement(a, b, eps > 0.0) {
+                        bad.push(format!("{family:?} M={m} epsilon {eps} dataset {d} (n = {}): {why}", data[d].len()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{} disagreements:\n{}", bad.len(), bad.join("\n"));
 }

@@ -5,7 +5,7 @@
 mod common;
 use common::{cuda, gpu_or_skip};
 
-use bulkem_core::em::{fit_many, select_many, simulate, Criterion, EmConfig, Family, FitStatus, MixFit, MixParams};
+use bulkem_core::em::{fit_many, select_many, simulate, Criterion, EmConfig, Family, FitStatus, MixFit, MixParams, Precision};
 use bulkem_core::exec::Exec;
 use bulkem_core::tolerances::{GPU_CPU_LOGLIK_REL, GPU_CPU_PARAM_REL};
 
@@ -328,4 +328,36 @@ fn gpu_stops_within_a_second_of_an_interrupt_inside_one_large_dataset() {
         stopped.duration_since(canceller.join().unwrap())
     });
     assert!(lag < Duration::from_secs(1), "stopped {lag:?} after the interrupt");
+}
+
+/// precision = "mixed" on the GPU keeps the float64 fit's log-likelihood
+/// (to 1e-7 relative) and, converged, its parameters (common::
+/// mixed_disagreement), on both paths (8,000 observations run the grid
+/// kernels in float64), and agrees with the CPU's mixed fit as closely.
+#[test]
+fn gpu_mixed_precision_matches_double() {
+    if !gpu_or_skip() { return; }
+    let sizes = [150usize, 2000, 5999, 8000];
+    let mut bad = Vec::new();
+    for family in Family::ALL {
+        for m in 1..=4 {
+            let data = datasets(family, m, &sizes, 70 + m as u64);
+            let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
+            for (iters, eps) in [(3000, 1e-9), (1500, 0.0)] {
+                let config = EmConfig::new(family, m).random_inits(8).seed(2).max_iters(iters).epsilon(eps);
+                let double = fit_many(&refs, &config.clone().check().unwrap(), &Exec::cpu()).unwrap();
+                let mixed = config.precision(Precision::Mixed).check().unwrap();
+                let (cpu_mixed, gpu_mixed) = (fit_many(&refs, &mixed, &Exec::cpu()).unwrap(), fit_many(&refs, &mixed, &cuda()).unwrap());
+                for d in 0..data.len() {
+                    for (what, a, b) in [("gpu mixed vs cpu double", &double[d], &gpu_mixed[d]), ("gpu mixed vs cpu mixed", &cpu_mixed[d], &gpu_mixed[d])] {
+                        if let Some(why) = common::mixed_disagreement(a, b, eps > 0.0) {
+                            bad.push(format!("{family:?} M={m} epsilon {eps} dataset {d} (n = {}), {what}: {why}", data[d].len()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("mixed precision: {} disagreements", bad.len());
+    assert!(bad.is_empty(), "{} disagreements:\n{}", bad.len(), bad.join("\n"));
 }

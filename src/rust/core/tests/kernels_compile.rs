@@ -83,10 +83,13 @@ fn em_kernels_compile() {
         let src = kernel_source_with("em", &em_prelude(family)).expect("em source");
         for (arch, ms) in [("sm_90", 1..=MAX_GPU_COMPONENTS as i64), ("sm_80", 3..=3)] {
             for m in ms {
-                let ptx = compile(&src, arch, &[("EM_M", m)]).unwrap_or_else(|e| panic!("em.cu, {family:?}, {arch}, M = {m}: {e}"));
-                let text = ptx.to_src();
-                for entry in entries("em") {
-                    assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {family:?}, {arch}, M = {m}");
+                // Float64, and precision = "mixed" (EM_MIXED).
+                for defines in [vec![("EM_M", m)], vec![("EM_M", m), ("EM_MIXED", 1)]] {
+                    let ptx = compile(&src, arch, &defines).unwrap_or_else(|e| panic!("em.cu, {family:?}, {arch}, {defines:?}: {e}"));
+                    let text = ptx.to_src();
+                    for entry in entries("em") {
+                        assert!(text.contains(&format!(".entry {entry}")), "{entry} missing for {family:?}, {arch}, {defines:?}");
+                    }
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! bulkem(): R values -> EmConfig, fits -> flat R vectors (reshaped in R).
 
-use bulkem_core::em::{component_log_densities, mixture_log_density, posterior_at, select_many, Criterion, EmConfig, Family, MixFit, MixParams, StartMethod};
+use bulkem_core::em::{component_log_densities, mixture_log_density, posterior_at, select_many, Criterion, EmConfig, Family, MixFit, MixParams, Precision, StartMethod};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -52,10 +52,12 @@ fn em_fit_(
     inits: Robj,
     keep_posterior: bool,
     dataset_offset: i32,
+    precision: &str,
     threads: i32,
     backend: &str,
 ) -> Result<List> {
     let family = Family::parse(family).ok_or_else(|| input_error(format!("unknown family '{family}'")))?;
+    let precision = Precision::parse(precision).ok_or_else(|| input_error(format!("unknown precision '{precision}'")))?;
     let criterion = Criterion::parse(criterion).ok_or_else(|| input_error(format!("unknown criterion '{criterion}'")))?;
     let method = StartMethod::parse(start_method).ok_or_else(|| input_error(format!("unknown start method '{start_method}'")))?;
     let candidates: Vec<usize> = components.iter().map(|&m| m.max(0) as usize).collect();
@@ -71,7 +73,8 @@ fn em_fit_(
         .seed(seed as u64)
         .dataset_offset(dataset_offset.max(0) as usize)
         .keep_posterior(keep_posterior)
-        .keep_trace(keep_posterior);
+        .keep_trace(keep_posterior)
+        .precision(precision);
     if let Some(given) = inits_from_r(&inits, first)? {
         config = config.inits(given);
     }

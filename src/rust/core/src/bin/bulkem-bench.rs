@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! bulkem-bench em [--family invgauss|gamma] [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E]
-//!                 [--backend cpu|cuda|both] [--cpu-datasets K] [--threads T] [--json FILE]
+//!                 [--precision double|mixed] [--backend cpu|cuda|both] [--cpu-datasets K] [--threads T]
+//!                 [--json FILE]   (mixed: also fits in float64, untimed, and compares the fits)
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
 //! bulkem-bench select [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E1,E2]
 //!                     [--components 1,2,3,4,5] [--criterion BIC|ICL|AIC] [--backend cpu|cuda|both]
@@ -38,7 +39,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use bulkem_core::em::{fit_many, simulate, EmConfig, Family, MixParams};
+use bulkem_core::em::{fit_many, simulate, EmConfig, Family, MixFit, MixParams, Precision};
 use bulkem_core::exec::{available_threads, Backend, Exec};
 use bulkem_core::gpu;
 use rayon::prelude::*;
@@ -60,6 +61,7 @@ struct Case {
     iters: usize,
     epsilon: f64,
     cpu_datasets: usize,
+    precision: Precision,
 }
 
 struct Row {
@@ -87,12 +89,13 @@ fn simulate_all(family: Family, datasets: usize, n: usize) -> Result<Vec<Vec<f64
     Ok((0..datasets).into_par_iter().map(|d| simulate::mixture(family, &p, n, d as u64)).collect())
 }
 
-fn run(case: &Case, data: &[Vec<f64>], backend: Backend, threads: usize) -> Result<Row, String> {
+fn run(case: &Case, data: &[Vec<f64>], backend: Backend, threads: usize) -> Result<(Row, Vec<MixFit>), String> {
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
     let config = EmConfig::new(case.family, 2)
         .random_inits(case.starts)
         .max_iters(case.iters)
         .epsilon(case.epsilon)
+        .precision(case.precision)
         .seed(1)
         .check()
         .map_err(|e| e.to_string())?;
@@ -114,14 +117,43 @@ fn run(case: &Case, data: &[Vec<f64>], backend: Backend, threads: usize) -> Resu
     } else {
         fits.iter().map(|f| f.iterations as f64).sum::<f64>() * case.starts as f64
     };
-    Ok(Row {
+    let row = Row {
         backend: backend.name(),
         seconds,
         obs_iters: iters_done * case.n as f64,
         mean_iters: fits.iter().map(|f| f.iterations as f64).sum::<f64>() / fits.len() as f64,
         failed: fits.iter().filter(|f| !f.success()).count(),
         threads: if threads == 0 { available_threads() } else { threads },
-    })
+    };
+    Ok((row, fits))
+}
+
+/// How the mixed-precision fits relate to float64 fits of the same data on
+/// the same backend (run untimed): the largest relative difference of the
+/// kept log-likelihood, datasets beyond 1e-7, and those that kept another
+/// start.
+fn compare_precision(case: &Case, data: &[Vec<f64>], backend: Backend, threads: usize, mixed: &[MixFit]) -> Result<(), String> {
+    let double_case = Case { precision: Precision::Double, ..case.clone() };
+    let (_, double) = run(&double_case, data, backend, threads)?;
+    let (mut worst, mut beyond, mut other_start) = (0.0f64, 0usize, 0usize);
+    for (a, b) in double.iter().zip(mixed) {
+        if a.success() != b.success() {
+            beyond += 1;
+            continue;
+        }
+        if a.success() {
+            let rel = (a.loglik - b.loglik).abs() / a.loglik.abs();
+            worst = worst.max(rel);
+            beyond += (rel > 1e-7) as usize;
+            other_start += (a.best_start != b.best_start) as usize;
+        }
+    }
+    println!(
+        "    mixed vs double ({}): largest relative loglik difference {worst:.2e}; {beyond} of {} datasets beyond 1e-7 (or another status); {other_start} kept another start",
+        backend.name(),
+        mixed.len()
+    );
+    Ok(())
 }
 
 fn print_header() {
@@ -136,7 +168,10 @@ fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::
     let mut cpu_rate = None;
     for &backend in backends {
         let part = if backend == Backend::Cpu { &data[..case.cpu_datasets.min(data.len())] } else { &data[..] };
-        let row = run(case, part, backend, threads)?;
+        let (row, fits) = run(case, part, backend, threads)?;
+        if case.precision == Precision::Mixed {
+            compare_precision(case, part, backend, threads, &fits)?;
+        }
         let rate = row.obs_iters / row.seconds;
         if backend == Backend::Cpu {
             cpu_rate = Some(rate);
@@ -151,8 +186,8 @@ fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::
         );
         writeln!(
             json,
-            "{{\"area\":\"em\",\"case\":\"{}\",\"backend\":\"{}\",\"datasets\":{},\"n\":{},\"starts\":{},\"max_iters\":{},\"epsilon\":{},\"mean_iters\":{:.2},\"threads\":{},\"seconds\":{:.6},\"obs_iters_per_s\":{:.1},\"failed\":{}}}",
-            case.name, row.backend, part.len(), case.n, case.starts, case.iters, case.epsilon, row.mean_iters, row.threads, row.seconds, rate, row.failed
+            "{{\"area\":\"em\",\"case\":\"{}\",\"backend\":\"{}\",\"datasets\":{},\"n\":{},\"starts\":{},\"max_iters\":{},\"epsilon\":{},\"precision\":\"{}\",\"mean_iters\":{:.2},\"threads\":{},\"seconds\":{:.6},\"obs_iters_per_s\":{:.1},\"failed\":{}}}",
+            case.name, row.backend, part.len(), case.n, case.starts, case.iters, case.epsilon, case.precision.name(), row.mean_iters, row.threads, row.seconds, rate, row.failed
         )
         .map_err(|e| e.to_string())?;
     }
@@ -160,7 +195,7 @@ fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::
 }
 
 fn suite() -> Vec<Case> {
-    let c = |name: &str, datasets, n, starts, iters, epsilon, cpu_datasets| Case { name: name.into(), family: Family::InvGauss, datasets, n, starts, iters, epsilon, cpu_datasets };
+    let c = |name: &str, datasets, n, starts, iters, epsilon, cpu_datasets| Case { name: name.into(), family: Family::InvGauss, datasets, n, starts, iters, epsilon, cpu_datasets, precision: Precision::Double };
     vec![
         c("40k x100 starts x100 it", 40_000, 2000, 100, 100, 0.0, 200),
         Case { family: Family::Gamma, ..c("40k gamma x100 st x100 it", 40_000, 2000, 100, 100, 0.0, 200) },
@@ -188,7 +223,7 @@ fn main() {
         }
         let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
         let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10 };
-        let mut case = Case { name: "custom".into(), family: Family::InvGauss, datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX };
+        let mut case = Case { name: "custom".into(), family: Family::InvGauss, datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX, precision: Precision::Double };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -201,6 +236,7 @@ fn main() {
                 "--iters" => case.iters = num()?,
                 "--cpu-datasets" => case.cpu_datasets = num()?,
                 "--epsilon" => case.epsilon = value.parse().map_err(|_| format!("--epsilon: not a number: {value}"))?,
+                "--precision" => case.precision = Precision::parse(&value).ok_or(format!("--precision: double or mixed, not {value}"))?,
                 "--backend" => backend = value.clone(),
                 "--threads" => threads = num()?,
                 "--json" => json = value.clone(),

@@ -32,6 +32,34 @@ impl StartMethod {
     }
 }
 
+/// The arithmetic of the E-step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// float64 throughout.
+    Double,
+    /// float32 responsibilities (exp, their sum, its reciprocal) and float32
+    /// sums over groups of observations added in float64; log-densities,
+    /// their maximum, the M-step and the reported log-likelihood (a final
+    /// float64 E-step) in float64. See `super::cpu::e_step_mixed`.
+    Mixed,
+}
+
+impl Precision {
+    pub fn parse(name: &str) -> Option<Precision> {
+        match name {
+            "double" => Some(Precision::Double),
+            "mixed" => Some(Precision::Mixed),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Double => "double",
+            Precision::Mixed => "mixed",
+        }
+    }
+}
+
 /// How each dataset's EM is started.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Starts {
@@ -58,6 +86,7 @@ pub struct EmConfig {
     pub keep_posterior: bool,
     /// Keep the log-likelihood after each iteration of the kept start.
     pub keep_trace: bool,
+    pub precision: Precision,
 }
 
 /// An [`EmConfig`] that passed [`EmConfig::check`].
@@ -83,6 +112,7 @@ impl EmConfig {
             dataset_offset: 0,
             keep_posterior: false,
             keep_trace: false,
+            precision: Precision::Double,
         }
     }
     pub fn max_iters(mut self, n: usize) -> Self {
@@ -129,6 +159,10 @@ impl EmConfig {
     }
     pub fn keep_posterior(mut self, keep: bool) -> Self {
         self.keep_posterior = keep;
+        self
+    }
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
         self
     }
     pub fn keep_trace(mut self, keep: bool) -> Self {

@@ -9,9 +9,9 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::exec::Exec;
 use crate::memory;
-use crate::tolerances::START_TIE_REL;
+use crate::tolerances::{MIXED_NOISE, START_TIE_REL};
 
-use super::config::CheckedEmConfig;
+use super::config::{CheckedEmConfig, Precision};
 use super::data::{unfittable_reason, Prepared};
 use super::family::{Family, Natural};
 use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
@@ -133,6 +133,77 @@ fn e_step_two(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
     max_sum + log_sum + prod.ln()
 }
 
+/// Observations per float32 group of `e_step_mixed`: its sums of weights
+/// and of the per-observation totals (each <= M <= 8, so <= 2^48 over a
+/// group) stay well inside float32, and each group adds to the float64 sums
+/// once. The GPU kernel (kernels/em.cu, MIXED_GROUP) uses the same length.
+pub const MIXED_GROUP: usize = 16;
+
+/// The E-step of `precision = "mixed"`, the reference of the GPU's: as
+/// [`e_step`], but each observation's weights are computed in float32 from
+/// its float64 log-densities relative to their maximum (exp, sum and
+/// reciprocal in float32, where most of the work is), and summed in float32
+/// over groups of MIXED_GROUP observations whose sums are added in float64.
+/// The log-densities, their maximum and the M-step stay float64 (they
+/// cancel large terms), so the weights carry float32 rounding (about 1e-7
+/// relative) and the log-likelihood about sqrt(n) * 1e-7.
+pub fn e_step_mixed(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    let m = nat.len();
+    let sums = &mut sums[..m];
+    sums.fill([0.0; 3]);
+    let mut lp = vec![0.0f64; m];
+    let mut e = vec![0.0f32; m];
+    let mut group = vec![[0.0f32; 3]; m];
+    let block = log_block_len(m);
+    let (mut max_sum, mut log_sum, mut prod) = (0.0f64, 0.0f64, 1.0f64);
+    let (mut prod32, mut in_group, mut in_block) = (1.0f32, 0usize, 0usize);
+    let flush = |group: &mut [[f32; 3]], sums: &mut [Sums], prod32: &mut f32, prod: &mut f64| {
+        for (acc, g) in sums.iter_mut().zip(group.iter_mut()) {
+            for k in 0..3 {
+                acc[k] += g[k] as f64;
+            }
+            *g = [0.0; 3];
+        }
+        *prod *= *prod32 as f64;
+        *prod32 = 1.0;
+    };
+    for &[u, v] in &prep.uv {
+        let (uf, vf) = (u as f32, v as f32);
+        let mut top = f64::NEG_INFINITY;
+        for (l, c) in lp.iter_mut().zip(nat) {
+            *l = c.a + c.b * u + c.c * v;
+            top = top.max(*l);
+        }
+        let mut s = 0.0f32;
+        for (ej, l) in e.iter_mut().zip(&lp) {
+            *ej = ((l - top) as f32).exp();
+            s += *ej;
+        }
+        let r = 1.0 / s;
+        for (g, ej) in group.iter_mut().zip(&e) {
+            let w = ej * r;
+            g[0] += w;
+            g[1] = w.mul_add(uf, g[1]);
+            g[2] = w.mul_add(vf, g[2]);
+        }
+        max_sum += top;
+        prod32 *= s;
+        in_group += 1;
+        in_block += 1;
+        if in_group == MIXED_GROUP || in_block == block {
+            flush(&mut group, sums, &mut prod32, &mut prod);
+            in_group = 0;
+        }
+        if in_block == block {
+            log_sum += prod.ln();
+            prod = 1.0;
+            in_block = 0;
+        }
+    }
+    flush(&mut group, sums, &mut prod32, &mut prod);
+    max_sum + log_sum + prod.ln()
+}
+
 /// Observations per block whose product of sums (each <= M) cannot overflow.
 pub(super) fn log_block_len(m: usize) -> usize {
     if m <= 1 {
@@ -149,25 +220,55 @@ fn naturals(family: Family, p: &MixParams, centre: f64, out: &mut Vec<Natural>) 
 
 /// Run EM from `init` until the log-likelihood changes by less than epsilon
 /// or max_iters M-steps have run. The reported log-likelihood is that of the
-/// returned parameters. The trace is recorded only when the configuration
-/// keeps it. `cancelled` is polled before every E-step.
+/// returned parameters (with `precision = "mixed"`, from a final float64
+/// E-step; the iterations and the trace use the mixed E-step's). The trace
+/// is recorded only when the configuration keeps it. `cancelled` is polled
+/// before every E-step.
 pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &CheckedEmConfig, cancelled: &dyn Fn() -> bool) -> StartFit {
+    let mixed = config.precision == Precision::Mixed && prep.n <= super::gpu::SMALL_MAX_N;
+    let (mut fit, ended_mixed) = run_iterations(family, prep, init, config, mixed, cancelled);
+    if ended_mixed && fit.status != FitStatus::Failed {
+        let mut nat = Vec::new();
+        naturals(family, &fit.params, prep.centre, &mut nat);
+        let mut sums = vec![[0.0; 3]; nat.len()];
+        fit.loglik = e_step(prep, &nat, &mut sums) + prep.shared;
+        if !fit.loglik.is_finite() {
+            return StartFit::failed(nat.len(), fit.init, fit.iterations, failure::non_finite(fit.iterations));
+        }
+        if let Some(last) = fit.trace.last_mut() {
+            *last = fit.loglik;
+        }
+    }
+    fit
+}
+
+/// The iterations of [`run_start`], and whether the last E-step was the
+/// mixed one. With `mixed`, E-steps are mixed until the log-likelihood
+/// changes by less than its float32 noise (MIXED_NOISE * sqrt(n)); if
+/// epsilon is below that noise (and not 0, which runs max_iters), the start
+/// then goes on in float64 from a float64 E-step at the same parameters, so
+/// the stopping rule is float64's.
+fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &CheckedEmConfig, mixed: bool, cancelled: &dyn Fn() -> bool) -> (StartFit, bool) {
+    let noise = MIXED_NOISE * (prep.n as f64).sqrt();
+    let polish = config.epsilon > 0.0 && config.epsilon < noise;
+    let mut mixed_now = mixed;
+    let e_step_now = |mixed_now: bool, nat: &[Natural], sums: &mut [Sums]| if mixed_now { e_step_mixed(prep, nat, sums) } else { e_step(prep, nat, sums) };
     let m = init.components();
     let mut params = init.clone();
     let mut nat = Vec::with_capacity(m);
     let mut sums = vec![[0.0; 3]; m];
     let mut trace = if config.keep_trace { Vec::with_capacity(config.max_iters.min(1 << 16)) } else { Vec::new() };
     if cancelled() {
-        return StartFit::failed(m, init, 0, INTERRUPTED.into());
+        return (StartFit::failed(m, init, 0, INTERRUPTED.into()), false);
     }
     naturals(family, &params, prep.centre, &mut nat);
-    let mut ll = e_step(prep, &nat, &mut sums) + prep.shared;
+    let mut ll = e_step_now(mixed_now, &nat, &mut sums) + prep.shared;
     if !ll.is_finite() {
-        return StartFit::failed(m, init, 0, failure::bad_start());
+        return (StartFit::failed(m, init, 0, failure::bad_start()), false);
     }
     for iter in 1..=config.max_iters {
         if cancelled() {
-            return StartFit::failed(m, init, iter - 1, INTERRUPTED.into());
+            return (StartFit::failed(m, init, iter - 1, INTERRUPTED.into()), false);
         }
         for (j, s) in sums.iter().enumerate() {
             match family.m_step(s[0], s[1], s[2], prep.n, prep.centre, (params.mu[j], params.scale[j])) {
@@ -176,24 +277,33 @@ pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &Chec
                     params.mu[j] = mu;
                     params.scale[j] = sc;
                 }
-                Err(why) => return StartFit::failed(m, init, iter, failure::m_step(why, family, iter)),
+                Err(why) => return (StartFit::failed(m, init, iter, failure::m_step(why, family, iter)), false),
             }
         }
         naturals(family, &params, prep.centre, &mut nat);
-        let new_ll = e_step(prep, &nat, &mut sums) + prep.shared;
+        let mut new_ll = e_step_now(mixed_now, &nat, &mut sums) + prep.shared;
+        let mut change = (new_ll - ll).abs();
+        if mixed_now && polish && change < noise {
+            // From here on float64: this iteration's E-step again, and no
+            // stop on a change measured in mixed precision.
+            mixed_now = false;
+            new_ll = e_step(prep, &nat, &mut sums) + prep.shared;
+            change = f64::INFINITY;
+        }
         if !new_ll.is_finite() {
-            return StartFit::failed(m, init, iter, failure::non_finite(iter));
+            return (StartFit::failed(m, init, iter, failure::non_finite(iter)), false);
         }
         if config.keep_trace {
             trace.push(new_ll);
         }
-        let change = (new_ll - ll).abs();
         ll = new_ll;
         if change < config.epsilon {
-            return StartFit { params, init, loglik: ll, iterations: iter, status: FitStatus::Converged, message: None, trace };
+            let fit = StartFit { params, init, loglik: ll, iterations: iter, status: FitStatus::Converged, message: None, trace };
+            return (fit, mixed_now);
         }
     }
-    StartFit { params, init, loglik: ll, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, trace }
+    let fit = StartFit { params, init, loglik: ll, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, trace };
+    (fit, mixed_now)
 }
 
 /// Message of a start stopped by a user interrupt (the call then returns

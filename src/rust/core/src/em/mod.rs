@@ -23,7 +23,7 @@ mod select;
 mod starts;
 
 pub use budget::{check_memory, memory_needed, MemoryEstimate};
-pub use config::{CheckedEmConfig, EmConfig, StartMethod, Starts};
+pub use config::{CheckedEmConfig, EmConfig, Precision, StartMethod, Starts};
 pub use select::{select_many, Criterion, Selection};
 pub use density::{component_log_densities, mixture_log_density, posterior_at};
 pub use data::{check_range, min_observations, unfittable_reason, validate, validate_all, Prepared};

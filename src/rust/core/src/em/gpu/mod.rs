@@ -24,7 +24,7 @@ use crate::exec::{Exec, Monitor};
 use crate::memory;
 use crate::gpu::{self, timing, Device, Kernel};
 
-use super::config::CheckedEmConfig;
+use super::config::{CheckedEmConfig, Precision};
 use super::cpu;
 use super::data::{unfittable_reason, Prepared};
 use super::family::Family;
@@ -36,8 +36,20 @@ use warp::{collect_warp, launch_warp, prepare_warp, upload_resident, Resident, W
 
 /// Largest M with a GPU kernel (use.gpu = NA runs larger M on the CPU).
 pub const MAX_GPU_COMPONENTS: usize = 8;
-/// Datasets up to this size use the shared-memory kernel (16 bytes each).
-const SMALL_MAX_N: usize = 6000;
+/// Datasets up to this size use the shared-memory kernel
+/// ([`shared_bytes_per_observation`]). Larger ones run the grid kernels,
+/// in float64 whatever the precision: `precision = "mixed"` applies to the
+/// shared-memory path only (em::cpu::run_start mirrors this).
+pub const SMALL_MAX_N: usize = 6000;
+
+/// Shared memory of em_warp per observation: its float64 features, and
+/// their float32 copy with `precision = "mixed"`.
+fn shared_bytes_per_observation(config: &CheckedEmConfig) -> usize {
+    match config.precision {
+        Precision::Double => 16,
+        Precision::Mixed => 24,
+    }
+}
 const WARPS_PER_BLOCK: usize = 8;
 /// Upper bound of observation-iterations per launch (about 0.25 s at the
 /// target rate), so interrupts are seen promptly and no launch runs long.
@@ -111,7 +123,7 @@ pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> 
 
 fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[CheckedEmConfig], monitor: &Monitor) -> Result<Vec<Vec<MixFit>>> {
     let n_starts = configs[0].starts_per_dataset();
-    let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / 16);
+    let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / shared_bytes_per_observation(&configs[0]));
     let t0 = Instant::now();
     let (mut small, mut large) = (Pairs::default(), Pairs::default());
     // slots[model][dataset]: where that dataset's starts of that model went.
@@ -332,7 +344,14 @@ pub fn em_prelude(family: Family) -> String {
     )
 }
 
+/// `precision = "mixed"` compiles em_warp with EM_MIXED defined; the grid
+/// kernels always run float64.
 fn em_function(dev: &Device, config: &CheckedEmConfig, kernel: Kernel) -> Result<CudaFunction> {
     let prelude = em_prelude(config.family);
-    dev.function_with(kernel, Some((config.family.name(), &prelude)), &[("EM_M", config.components as i64)])
+    let m = ("EM_M", config.components as i64);
+    let defines: &[(&str, i64)] = match (config.precision, kernel) {
+        (Precision::Mixed, Kernel::EmWarp) => &[m, ("EM_MIXED", 1)],
+        _ => &[m],
+    };
+    dev.function_with(kernel, Some((config.family.name(), &prelude)), defines)
 }

@@ -106,7 +106,7 @@ pub(super) struct WarpInFlight {
 pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, config: &CheckedEmConfig, record_trace: bool, resident: Option<&Resident>) -> Result<WarpInFlight> {
     let nstat = 3 * config.components;
     let n_pairs = job.n_pairs;
-    let smem = (16 * job.max_n) as u32;
+    let smem = (super::shared_bytes_per_observation(config) * job.max_n) as u32;
     let f = em_function(dev, config, Kernel::EmWarp)?;
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(|e| dev.err("raising the shared-memory limit", e))?;
@@ -162,7 +162,7 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
     // every buffer holds the elements the kernel indexes (blocks, pairs x 3M
     // params, pairs x max_iters trace, the datasets' observations at their
     // offsets; resident data outlive every launch), and shared memory holds
-    // max_n pairs of doubles. The inputs live in `out` until the results
+    // max_n pairs of doubles (and of floats with EM_MIXED). The inputs live in `out` until the results
     // are read.
     unsafe { launch.launch(cfg) }.map_err(e("launching em_warp"))?;
     Ok(out)
