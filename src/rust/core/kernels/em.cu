@@ -164,11 +164,12 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
 // (uvf), so the sums take no conversions per observation.
 #define MIXED_GROUP 16
 
-__device__ __forceinline__ float exp_f32(float t) {
+__device__ __forceinline__ float ex2_f32(float t) {
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t));
     return y;
 }
+__device__ __forceinline__ float exp_f32(float t) { return ex2_f32(t * 1.4426950408889634f); }
 __device__ __forceinline__ float rcp_f32(float s) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
@@ -187,8 +188,7 @@ __device__ __forceinline__ void e_obs_mixed(double u, double v, float uf, float 
     // sum_i l0 comes from the dataset's sums of u and v.
     const double d = A[0] + B[0] * u + C[0] * v;
     const float t = (float)d;
-    float e;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-fabsf(t)));
+    const float e = ex2_f32(-fabsf(t));
     const float s = 1.0f + e;
     const float w_top = rcp_f32(s), w_low = e * w_top;
     const bool hi = t > 0.0f;
