@@ -109,6 +109,12 @@ as.mixEM.bulkem_fit <- function(x, data, ...) {
       x = "You supplied {describe_value(data)}."
     ))
   }
+  if (!is.null(x$nobs)) {
+    bulkem_abort(c(
+      "A weighted fit cannot be a {.cls mixEM}: mixtools has no observation weights.",
+      i = "Its log-likelihood and posteriors would not be the weighted fit's."
+    ))
+  }
   if (length(data) != x$n) {
     bulkem_abort(c(
       "{.arg data} must be the {x$n} observation{?s} the model was fitted to.",

@@ -194,7 +194,22 @@
 #'   digits of a fit stopped at `max.iters`, or `epsilon = 0` fits whose
 #'   parameters you compare closely. Datasets of more than 6,000
 #'   observations are fitted in float64 either way (the GPU spreads their
-#'   E-step over many blocks, which does not use it).
+#'   E-step over many blocks, which does not use it). Fits with `weights`
+#'   are float64 too.
+#' @param weights `NULL` (default: every observation counts once), or
+#'   observation weights: a list of non-negative numeric vectors parallel to
+#'   `datasets`, each as long as its dataset (one vector for a single
+#'   dataset). An observation of weight w counts w times in the
+#'   log-likelihood, \eqn{\sum_i w_i \log f(x_i)}{sum_i w_i log f(x_i)}, and
+#'   in the E- and M-steps, so integer weights give the fit of the data with
+#'   each observation repeated that many times (frequency weights; e.g. the
+#'   counts of a table of distinct values), and observations of weight 0 are
+#'   left out. The mixing proportions are shares of the total weight, and
+#'   `nobs()`, `logLik()`'s `nobs`, BIC and ICL use the sum of the weights
+#'   as the number of observations (each fit keeps it as `nobs`). Random
+#'   starts draw from the observations regardless of their weights.
+#'   [as.mixEM()] refuses weighted fits (mixtools has no weights). In the
+#'   formula method, a numeric vector of one weight per row of `data`.
 #' @param chunk.size Datasets per chunk. With `parallel = "future"` each
 #'   chunk is one future, sent only its own datasets; the default makes about
 #'   4 chunks per worker, fewer when a chunk would do less than 2e8
@@ -226,8 +241,17 @@
 #'   \item{`message`}{why the fit failed, or `NA`.}
 #'   \item{`n`, `family`, `ft`}{number of observations, the family, and
 #'     `"bulkem"`.}
+#'   \item{`nobs`}{only with `weights`: the sum of the dataset's weights,
+#'     which `nobs()`, `logLik()`, BIC and ICL count as the number of
+#'     observations.}
 #'   \item{`start_logliks`}{final log-likelihood of every start (`NA` for
 #'     failed starts); `best_start` is the index of the kept one.}
+#'   \item{`start_diagnostics`}{a named vector: `starts`, `at_best` (starts
+#'     whose log-likelihood is within 1e-6 relative of the best), `failed`
+#'     (degenerate starts: a component collapsed or emptied, or the
+#'     likelihood became non-finite) and `spread` (best minus worst
+#'     log-likelihood of the successful starts). `summary()` of the fits
+#'     counts the datasets whose best was found by one start only.}
 #'   \item{`loglik_trace`, `posterior`}{only with `keep.posterior = TRUE`:
 #'     the log-likelihood after each iteration of the kept start, and the
 #'     n x M matrix of posterior probabilities.}
@@ -312,7 +336,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
                            verbose = FALSE, inits = NULL, seed = NULL, keep.posterior = FALSE,
                            parallel = c("none", "future"), chunk.size = NULL,
                            criterion = c("BIC", "ICL", "AIC"), init.method = c("mixed", "kmeans++", "subsets"),
-                           resume = NULL, precision = c("double", "mixed"), ...) {
+                           resume = NULL, precision = c("double", "mixed"), weights = NULL, ...) {
   call <- environment()
   check_no_dots(list(...), "bulkem", "bulkem::bulkem", call)
   family <- match_arg(family, em_family_names(), "family", call)
@@ -321,6 +345,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   init.method <- match_arg(init.method, c("mixed", "kmeans++", "subsets"), "init.method", call)
   precision <- match_arg(precision, c("double", "mixed"), "precision", call)
   datasets <- check_datasets(datasets, call)
+  weights <- check_obs_weights(weights, datasets, call)
   Ks <- check_components(num.components, call)
   check_components_fit(datasets, max(Ks), family, call)
   max.iters <- check_count(max.iters, "max.iters", call = call)
@@ -342,8 +367,9 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   settings <- list(family = family, Ks = Ks, criterion = criterion, max.iters = max.iters,
                    random.inits = random.inits, init.method = init.method,
                    epsilon = epsilon, seed = seed, keep.posterior = keep.posterior,
-                   given_inits = !is.null(inits), precision = precision)
-  r <- resumable("bulkem", "datasets", settings, list(data = numbers_fingerprint(datasets), inits = inits))
+                   given_inits = !is.null(inits), precision = precision, weighted = !is.null(weights))
+  r <- resumable("bulkem", "datasets", settings, list(data = numbers_fingerprint(datasets), inits = inits,
+                                                      weights = if (!is.null(weights)) numbers_fingerprint(weights)))
   if (!is.null(resume)) resume <- check_resume(resume, r, call)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
@@ -371,7 +397,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   started <- proc.time()[["elapsed"]]
   parts <- map_chunks(
     chunks, em_chunk,
-    slice = function(idx) list(datasets = datasets[idx], inits = inits_rows(inits, idx)),
+    slice = function(idx) list(datasets = datasets[idx], inits = inits_rows(inits, idx), weights = weights[idx]),
     args = settings, parallel = parallel, progress = progress, what = "datasets",
     # In this session the core's message names the dataset; the chunking is
     # ours, not the user's, so only a worker's chunk is worth naming.
@@ -384,7 +410,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   )
   raw <- bind_chunks(parts)
   seconds <- proc.time()[["elapsed"]] - started
-  fits <- assemble_fits(raw, names(datasets), family, keep.posterior)
+  fits <- assemble_fits(raw, names(datasets), family, keep.posterior, weighted = !is.null(weights))
   backend <- paste(unique(raw$backend), collapse = ", ")
   threads <- max(raw$threads)
   table <- matrix(raw$criteria, nrow = D, ncol = length(Ks), byrow = TRUE,
@@ -421,7 +447,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
 #'   `data` (factors, characters or numbers), not expressions.
 #' @param data A data frame holding the variables of `formula`.
 #' @export
-bulkem.formula <- function(formula, data, ...) {
+bulkem.formula <- function(formula, data, weights = NULL, ...) {
   call <- environment()
   if (length(formula) != 3) {
     bulkem_abort("{.arg formula} must have a response: {.code y ~ group}.", call = call)
@@ -452,12 +478,18 @@ bulkem.formula <- function(formula, data, ...) {
       i = "Drop such rows first, e.g. {.code data = na.omit(data)}."
     ), call = call)
   }
-  datasets <- if (ncol(frame) == 1) {
-    list(as.vector(y))
-  } else {
-    split(as.vector(y), interaction(frame[-1], drop = TRUE, lex.order = TRUE, sep = ":"))
+  if (!is.null(weights) && (!is.numeric(weights) || !is.null(dim(weights)) || length(weights) != length(y))) {
+    bulkem_abort(c(
+      "In the formula method, {.arg weights} must be a numeric vector with one weight per row of {.arg data} ({length(y)}).",
+      x = "You supplied {describe_value(weights)}."
+    ), call = call)
   }
-  bulkem.default(datasets, ...)
+  by_group <- function(v) {
+    if (ncol(frame) == 1) list(as.vector(v)) else split(as.vector(v), interaction(frame[-1], drop = TRUE, lex.order = TRUE, sep = ":"))
+  }
+  datasets <- by_group(y)
+  if (!is.null(weights)) weights <- by_group(weights)
+  bulkem.default(datasets, weights = weights, ...)
 }
 
 #' @rdname bulkem
@@ -553,6 +585,40 @@ check_datasets <- function(datasets, call) {
   datasets
 }
 
+# NULL, or the observation weights as a list of double vectors parallel to
+# `datasets` (one vector serves a single dataset). The core checks them
+# again against the data; here the messages name R's arguments.
+check_obs_weights <- function(weights, datasets, call) {
+  if (is.null(weights)) return(NULL)
+  if (is.numeric(weights) && is.null(dim(weights))) weights <- list(weights)
+  if (!is.list(weights) || is.data.frame(weights) || length(weights) != length(datasets)) {
+    bulkem_abort(c(
+      "{.arg weights} must be a list of numeric vectors, one per dataset ({length(datasets)}), or one numeric vector for one dataset.",
+      x = "You supplied {describe_value(weights)}."
+    ), call = call)
+  }
+  for (d in seq_along(weights)) {
+    w <- weights[[d]]
+    if (!is.numeric(w) || !is.null(dim(w)) || length(w) != length(datasets[[d]])) {
+      bulkem_abort(c(
+        "Each element of {.arg weights} must be a numeric vector as long as its dataset.",
+        x = "Dataset {d} has {length(datasets[[d]])} observation{?s}; its weights are {describe_value(w)}."
+      ), call = call)
+    }
+    bad <- which(is.na(w) | !is.finite(w) | w < 0)
+    if (length(bad)) {
+      bulkem_abort(c(
+        "{.arg weights} must be finite and non-negative.",
+        x = "Weight {bad[1]} of dataset {d} is {w[bad[1]]}."
+      ), call = call)
+    }
+    if (length(w) && !any(w > 0)) {
+      bulkem_abort("{.arg weights}: every weight of dataset {d} is 0.", call = call)
+    }
+  }
+  lapply(unname(weights), as.double)
+}
+
 # A mixture of M components needs max(3, (1 + p)M - 1) observations (the
 # core's em::min_observations(): a random start draws 3, and (1 + p)M - 1
 # parameters, p per component).
@@ -640,7 +706,7 @@ em_chunk <- function(part, idx, s) {
   ex$backend <- backend_choice_("em", ex$backend, c(em_work(part$datasets, s), max(s$Ks)))
   raw <- em_fit_(part$datasets, s$family, s$Ks, s$criterion, s$max.iters, s$random.inits,
                  s$init.method, s$epsilon, s$seed, part$inits, s$keep.posterior, idx[1] - 1L,
-                 s$precision, ex$threads, ex$backend)
+                 s$precision, part$weights, ex$threads, ex$backend)
   raw$threads <- ex$threads
   raw
 }
@@ -664,7 +730,7 @@ inits_rows <- function(inits, idx) {
 
 # Split the core's flat vectors into one bulkem_fit per dataset; dataset d
 # has raw$components[d] components (its chosen number).
-assemble_fits <- function(raw, names, family, keep.posterior) {
+assemble_fits <- function(raw, names, family, keep.posterior, weighted = FALSE) {
   D <- length(raw$loglik)
   M <- raw$components
   # The core marks "no value" with NaN; R users expect NA. Converted once,
@@ -694,8 +760,9 @@ assemble_fits <- function(raw, names, family, keep.posterior) {
       loglik = loglik[d], num_iterations = raw$iterations[d],
       fit_success = raw$status[d] != "failed", status = raw$status[d],
       message = if (nzchar(raw$message[d])) raw$message[d] else NA_character_,
-      n = raw$n[d], family = family, ft = "bulkem",
+      n = raw$n[d], nobs = if (weighted) raw$nobs[d], family = family, ft = "bulkem",
       start_logliks = start_ll[[d]], best_start = raw$best_start[d],
+      start_diagnostics = start_diagnostics(start_ll[[d]], loglik[d]),
       loglik_trace = if (keep.posterior) raw$trace[[d]]
     ))
     if (keep.posterior) fit$posterior <- posterior_matrix(raw$posterior[[d]], fit$n, M[d])
@@ -704,6 +771,17 @@ assemble_fits <- function(raw, names, family, keep.posterior) {
   })
   names(fits) <- names
   fits
+}
+
+# How a dataset's starts ended: how many, how many reached the best
+# log-likelihood (within 1e-6 relative), how many failed (a component
+# collapsed or emptied, or the likelihood went non-finite: degenerate), and
+# the spread (best minus worst) of the successful starts' log-likelihoods.
+start_diagnostics <- function(ll, best) {
+  ok <- !is.na(ll)
+  at_best <- if (is.na(best)) 0L else sum(ok & ll >= best - 1e-6 * abs(best))
+  c(starts = length(ll), at_best = at_best, failed = sum(!ok),
+    spread = if (any(ok)) max(ll[ok]) - min(ll[ok]) else NA_real_)
 }
 
 posterior_matrix <- function(p, n, M) {

@@ -5,7 +5,7 @@
 #' arguments. Parameters are flattened dataset by dataset, each dataset's
 #' as long as its chosen number of components (`components`).
 #' @noRd
-em_fit_ <- function(datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, precision, threads, backend) .Call(wrap__em_fit_, datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, precision, threads, backend)
+em_fit_ <- function(datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, precision, weights, threads, backend) .Call(wrap__em_fit_, datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, precision, weights, threads, backend)
 
 #' The families the core fits, with their R names and parameter names
 #' (`second` is NA for one-parameter families): R reads its family table

@@ -18,7 +18,8 @@ family_label <- function(fit) fit_family(fit)$label
 #' Print, summarise and extract results from one element of [bulkem()]'s
 #' result. `logLik()` has `df` = \eqn{(1 + p) M - 1} (p parameters per
 #' component: 2, or 1 for the Poisson and exponential families) and `nobs
-#' = n`, so [AIC()] and
+#' = n` (for a fit with `weights`, the sum of the weights; `n` stays the
+#' number of observations and `nobs` is kept in the fit), so [AIC()] and
 #' [BIC()] work.
 #'
 #' @param x,object A `bulkem_fit`.
@@ -43,8 +44,8 @@ NULL
 #' @rdname bulkem_fit
 #' @export
 print.bulkem_fit <- function(x, digits = 4, ...) {
-  cat(sprintf("bulkem fit: %d-component %s mixture, n = %s\n",
-              length(x$alpha), family_label(x), format(x$n)))
+  cat(sprintf("bulkem fit: %d-component %s mixture, n = %s%s\n",
+              length(x$alpha), family_label(x), format(x$n), weights_note(x)))
   if (!x$fit_success) {
     cat("Status: failed -", x$message, "\n")
     return(invisible(x))
@@ -62,7 +63,7 @@ print.bulkem_fit <- function(x, digits = 4, ...) {
 summary.bulkem_fit <- function(object, ...) {
   ll <- logLik(object)
   structure(list(
-    family = object$family, components = length(object$alpha), n = object$n,
+    family = object$family, components = length(object$alpha), n = object$n, nobs = object$nobs,
     status = object$status, message = object$message,
     parameters = fit_params(object), loglik = object$loglik,
     AIC = if (object$fit_success) stats::AIC(ll) else NA_real_,
@@ -70,7 +71,8 @@ summary.bulkem_fit <- function(object, ...) {
     iterations = object$num_iterations,
     starts = length(object$start_logliks),
     starts_failed = sum(is.na(object$start_logliks)),
-    start_logliks = object$start_logliks
+    start_logliks = object$start_logliks,
+    start_diagnostics = object$start_diagnostics
   ), class = "summary.bulkem_fit")
 }
 
@@ -79,7 +81,7 @@ summary.bulkem_fit <- function(object, ...) {
 print.summary.bulkem_fit <- function(x, digits = 4, ...) {
   label <- em_family(x$family %||% "invgauss")$label
   cat(sprintf("%d-component %s mixture fitted by EM (bulkem)\n", x$components, label))
-  cat(sprintf("n = %s; status: %s", format(x$n), x$status))
+  cat(sprintf("n = %s%s; status: %s", format(x$n), weights_note(x), x$status))
   if (!is.na(x$message)) cat(" -", x$message)
   cat("\n\n")
   print(x$parameters, digits = digits)
@@ -87,10 +89,10 @@ print.summary.bulkem_fit <- function(x, digits = 4, ...) {
               format(x$loglik, digits = digits + 3), format(x$AIC, digits = digits + 3),
               format(x$BIC, digits = digits + 3)))
   cat(sprintf("iterations: %d; starts: %d (%d failed)\n", x$iterations, x$starts, x$starts_failed))
-  if (x$starts > 1 && any(!is.na(x$start_logliks))) {
-    best <- max(x$start_logliks, na.rm = TRUE)
-    near <- sum(abs(x$start_logliks - best) < 1e-3 * max(1, abs(best)), na.rm = TRUE)
-    cat(sprintf("starts within 0.1%% of the best log-likelihood: %d\n", near))
+  sd <- x$start_diagnostics
+  if (x$starts > 1 && !is.null(sd) && !is.na(sd[["spread"]])) {
+    cat(sprintf("starts at the best log-likelihood (within 1e-6 relative): %d of %d; spread of the starts' log-likelihoods: %s\n",
+                sd[["at_best"]], sd[["starts"]], format(sd[["spread"]], digits = digits)))
   }
   invisible(x)
 }
@@ -98,13 +100,22 @@ print.summary.bulkem_fit <- function(x, digits = 4, ...) {
 #' @rdname bulkem_fit
 #' @export
 logLik.bulkem_fit <- function(object, ...) {
-  structure(object$loglik, df = family_df(fit_family(object), length(object$alpha)), nobs = object$n,
+  structure(object$loglik, df = family_df(fit_family(object), length(object$alpha)), nobs = fit_nobs(object),
             class = "logLik")
+}
+
+# The number of observations the criteria count: the sum of the weights of
+# a weighted fit, else n.
+fit_nobs <- function(fit) as.double(fit$nobs %||% fit$n)
+
+# ", total weight w" for a weighted fit (print and summary), else "".
+weights_note <- function(x) {
+  if (is.null(x$nobs)) "" else sprintf(" (weighted: total weight %s)", format(x$nobs))
 }
 
 #' @rdname bulkem_fit
 #' @export
-nobs.bulkem_fit <- function(object, ...) object$n
+nobs.bulkem_fit <- function(object, ...) fit_nobs(object)
 
 #' @rdname bulkem_fit
 #' @export
@@ -544,7 +555,7 @@ coef.bulkem_fits <- function(object, ...) fits_param_matrix(object)
 logLik.bulkem_fits <- function(object, ...) {
   structure(vapply(object, function(f) as.double(f$loglik), numeric(1)),
             df = unname(vapply(object, function(f) family_df(fit_family(f), length(f$alpha)), numeric(1))),
-            nobs = unname(vapply(object, function(f) as.double(f$n), numeric(1))),
+            nobs = unname(vapply(object, fit_nobs, numeric(1))),
             class = c("bulkem_logLik", "logLik"))
 }
 
@@ -567,7 +578,7 @@ print.bulkem_logLik <- function(x, n = 5, ...) {
 #' @rdname bulkem_fits
 #' @export
 nobs.bulkem_fits <- function(object, ...) {
-  vapply(object, function(f) as.double(f$n), numeric(1))
+  vapply(object, fit_nobs, numeric(1))
 }
 
 #' @rdname bulkem_fits
@@ -676,6 +687,9 @@ summary.bulkem_fits <- function(object, probs = c(0, 0.25, 0.5, 0.75, 1), ...) {
     stats::setNames(stats::quantile(v, probs, names = FALSE), quantile_names(probs))
   }
   iters <- vapply(object, function(f) as.double(f$num_iterations), numeric(1))
+  at_best <- vapply(object, function(f) as.double(f$start_diagnostics[["at_best"]] %||% NA), numeric(1))
+  starts <- vapply(object, function(f) length(f$start_logliks), integer(1))
+  lonely <- which(success & starts > 1 & at_best == 1)
   structure(list(
     datasets = length(object),
     family = if (length(object)) object[[1]]$family else attr(object, "family"),
@@ -686,6 +700,8 @@ summary.bulkem_fits <- function(object, probs = c(0, 0.25, 0.5, 0.75, 1), ...) {
     parameters = parameters,
     loglik = qs(ll), loglik_per_obs = qs(ll / n),
     iterations = if (any(success)) range(iters[success]) else c(NA_real_, NA_real_),
+    one_start_best = if (is.null(names(object))) lonely else stats::setNames(lonely, names(object)[lonely]),
+    failed_starts = sum(vapply(object, function(f) as.double(f$start_diagnostics[["failed"]] %||% 0), numeric(1))),
     backend = attr(object, "backend"), threads = attr(object, "threads"),
     seconds = attr(object, "seconds")
   ), class = "summary.bulkem_fits")
@@ -728,6 +744,14 @@ print.summary.bulkem_fits <- function(x, digits = 4, ...) {
     print(signif(rbind(total = x$loglik, "per observation" = x$loglik_per_obs), digits))
     cat(sprintf("EM iterations: %s to %s\n", format(x$iterations[1]), format(x$iterations[2])))
   }
+  if (length(x$one_start_best)) {
+    shown <- utils::head(x$one_start_best, 5)
+    who <- if (is.null(names(shown))) as.character(shown) else names(shown)
+    cat(sprintf("best log-likelihood found by only one start in %d dataset%s (%s%s): more random.inits may find better optima\n",
+                length(x$one_start_best), if (length(x$one_start_best) == 1) "" else "s",
+                paste(who, collapse = ", "), if (length(x$one_start_best) > 5) ", ..." else ""))
+  }
+  if (isTRUE(x$failed_starts > 0)) cat(sprintf("degenerate (failed) starts: %s in all\n", format(x$failed_starts)))
   if (!is.null(x$backend)) {
     cat(sprintf("backend: %s (%s threads), %s s\n", x$backend, format(x$threads),
                 format(x$seconds, digits = 3)))

@@ -27,8 +27,9 @@ __device__ void naturals(const double* p, double centre, double* A, double* B, d
     }
 }
 
-// Exact M-step of every component from its sums; returns a status.
-__device__ int m_step(const double* S, int n, double centre, double* p) {
+// Exact M-step of every component from its sums (total: the sum of the
+// observation weights, n when unweighted); returns a status.
+__device__ int m_step(const double* S, double total, double centre, double* p) {
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
         const double sw = S[3 * j], su = S[3 * j + 1], sv = S[3 * j + 2];
@@ -37,7 +38,7 @@ __device__ int m_step(const double* S, int n, double centre, double* p) {
         double first = p[EM_M + j], second = p[2 * EM_M + j];
         const int status = fam_m_step(sw, su, sv, centre, first, second);
         if (status != ST_RUNNING) return status;
-        p[j] = sw / (double)n; p[EM_M + j] = first; p[2 * EM_M + j] = second;
+        p[j] = sw / total; p[EM_M + j] = first; p[2 * EM_M + j] = second;
     }
     return ST_RUNNING;
 }
@@ -63,7 +64,7 @@ __device__ void naturals_warp(const double* p, double centre, double* A, double*
 
 // As m_step: the status of the first component that fails, the parameters
 // updated only when none does. `p` is the warp's row in shared memory.
-__device__ int m_step_warp(const double* S, int n, double centre, double* p) {
+__device__ int m_step_warp(const double* S, double total, double centre, double* p) {
     const int lane = threadIdx.x & 31;
     double sw = 0.0, su = 0.0, sv = 0.0;
 #pragma unroll
@@ -85,7 +86,7 @@ __device__ int m_step_warp(const double* S, int n, double centre, double* p) {
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
         const double wj = __shfl_sync(FULL_MASK, sw, j), fj = __shfl_sync(FULL_MASK, first, j), gj = __shfl_sync(FULL_MASK, second, j);
-        if (lane == 0) { p[j] = wj / (double)n; p[EM_M + j] = fj; p[2 * EM_M + j] = gj; }
+        if (lane == 0) { p[j] = wj / total; p[EM_M + j] = fj; p[2 * EM_M + j] = gj; }
     }
     __syncwarp();
     return ST_RUNNING;
@@ -154,6 +155,74 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
     prod *= s;
 #endif
 }
+
+#ifdef EM_WEIGHTED
+// With observation weights (EM_WEIGHTED defined; em::cpu::e_step_weighted):
+// the observation's sums and log-likelihood term times its weight, one log
+// per observation; weight-0 observations add nothing.
+__device__ __forceinline__ void e_obs_weighted(double u, double v, double wi, const double* A, const double* B,
+                                               const double* C, double* S, double& ll) {
+    if (wi == 0.0) return;
+#if EM_M == 2
+    // One exp, as e_obs; ln(1 + e) by the series (e in [0, 1]).
+    const double l0 = A[0] + B[0] * u + C[0] * v;
+    const double l1 = A[1] + B[1] * u + C[1] * v;
+    const double d = l1 - l0;
+    const double e = exp_nonpos(-fabs(d));
+    const double w_top = wi * rcp_sum(1.0 + e), w_low = e * w_top;
+    const double w0 = d > 0.0 ? w_low : w_top, w1 = d > 0.0 ? w_top : w_low;
+    S[0] += w0; S[1] = fma(w0, u, S[1]); S[2] = fma(w0, v, S[2]);
+    S[3] += w1; S[4] = fma(w1, u, S[4]); S[5] = fma(w1, v, S[5]);
+    ll += wi * (fmax(l0, l1) + log1p_unit(e));
+#else
+    double l[EM_M];
+    double top = -__longlong_as_double(0x7ff0000000000000LL);
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        l[j] = A[j] + B[j] * u + C[j] * v;
+        top = l[j] > top ? l[j] : top;
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        l[j] = exp_nonpos(l[j] - top);
+        s += l[j];
+    }
+    const double r = wi * rcp_sum(s);
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j) {
+        const double w = l[j] * r;
+        S[3 * j] += w; S[3 * j + 1] += w * u; S[3 * j + 2] += w * v;
+    }
+    ll += wi * (top + log(s));
+#endif
+}
+
+// warp_e_step with weights (wt: the dataset's weights in shared memory).
+__device__ double warp_e_step_weighted(const double2* uv, const double* wt, int n, const double* A, const double* B,
+                                       const double* C, double* S) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) S[k] = 0.0;
+    double ll = 0.0;
+    int i = lane;
+    // EM_UNROLL observations of a lane per step, as warp_e_step.
+    for (; i + 32 * (EM_UNROLL - 1) < n; i += 32 * EM_UNROLL) {
+#pragma unroll
+        for (int k = 0; k < EM_UNROLL; ++k) {
+            const double2 f = uv[i + 32 * k];
+            e_obs_weighted(f.x, f.y, wt[i + 32 * k], A, B, C, S, ll);
+        }
+    }
+    for (; i < n; i += 32) {
+        const double2 f = uv[i];
+        e_obs_weighted(f.x, f.y, wt[i], A, B, C, S, ll);
+    }
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) S[k] = warp_sum(S[k]);
+    return warp_sum(ll);
+}
+#endif
 
 #ifdef EM_MIXED
 // precision = "mixed" (EM_MIXED defined): the CPU's em::cpu::e_step_mixed.
@@ -354,7 +423,8 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
 // once for all of them. A pair's result does not depend on which warp ran
 // it (each warp sums in its own fixed lane order).
 extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_warp(
-    const double* __restrict__ x, const long long* __restrict__ offsets, const int* __restrict__ lengths,
+    const double* __restrict__ x, const double* __restrict__ weights, const double* __restrict__ totals,
+    const long long* __restrict__ offsets, const int* __restrict__ lengths,
     const double* __restrict__ centres, const int* __restrict__ block_dataset, const int* __restrict__ block_pair0,
     const int* __restrict__ block_pairs, const double* __restrict__ init, double* __restrict__ out_params,
     double* __restrict__ out_ll, int* __restrict__ out_iters, int* __restrict__ out_status,
@@ -367,8 +437,13 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     const int n = lengths[d];
     const double* xd = x + offsets[d];
     const double centre = centres[d];
+    const double total = totals[d];  // the sum of the weights (n when unweighted)
 #ifdef EM_MIXED
     float2* uvf = reinterpret_cast<float2*>(uv + n);  // after the float64 features
+#endif
+#ifdef EM_WEIGHTED
+    double* wt = reinterpret_cast<double*>(uv + n);  // the weights, after the features
+    const double* wd = weights + offsets[d];
 #endif
 
     if (threadIdx.x == 0) next_pair = 0;
@@ -379,6 +454,9 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
 #ifdef EM_MIXED
         uvf[i] = make_float2((float)u, (float)v);
 #endif
+#ifdef EM_WEIGHTED
+        wt[i] = wd[i];
+#endif
     }
     __syncthreads();
 
@@ -388,7 +466,11 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     // The shared log-density term, summed by each warp in the same order
     // whatever the block's shape, so a rerun of one start repeats it exactly.
     double k_local = 0.0;
+#ifdef EM_WEIGHTED
+    for (int i = lane; i < n; i += 32) k_local += wt[i] == 0.0 ? 0.0 : wt[i] * fam_shared_term(xd[i]);
+#else
     for (int i = lane; i < n; i += 32) k_local += fam_shared_term(xd[i]);
+#endif
     const double shared_k = warp_sum(k_local);
 #ifdef EM_MIXED
     // The dataset's sums of the features (the mixed E-step's sum of l0 for M = 2).
@@ -424,6 +506,8 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
         const bool polish = epsilon > 0.0 && epsilon < noise;
         bool mixed_now = true;
 #define E_STEP_NOW(S) (mixed_now ? warp_e_step_mixed(uv, uvf, n, A, B, C, sum_u, sum_v, S) : warp_e_step(uv, n, A, B, C, S))
+#elif defined(EM_WEIGHTED)
+#define E_STEP_NOW(S) warp_e_step_weighted(uv, wt, n, A, B, C, S)
 #else
 #define E_STEP_NOW(S) warp_e_step(uv, n, A, B, C, S)
 #endif
@@ -432,7 +516,7 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
         int iter = 0;
         while (status == ST_RUNNING && iter < max_iters) {
             ++iter;
-            status = m_step_warp(S, n, centre, p);
+            status = m_step_warp(S, total, centre, p);
             if (status != ST_RUNNING) break;
             naturals_warp(p, centre, A, B, C);
             double new_ll = E_STEP_NOW(S) + shared_k;
@@ -470,84 +554,44 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
 }
 
 // ---------------------------------------------------------------------------
-// Large datasets: many blocks per (dataset, start). Each EM iteration is two
-// launches, em_partial (per-block sums) then em_update (reduce, convergence,
-// M-step), queued back to back with no host synchronisation; finished pairs
-// make both kernels return at once.
+// Large datasets: many blocks per (dataset, start), one launch (em_grid) per
+// EM iteration, queued back to back with no host synchronisation. Each
+// block sums its share of the E-step; the last block of a pair to finish
+// (a counter per pair) adds the blocks' sums in block order and takes the
+// same decisions as the warp kernel's loop (convergence, M-step). Finished
+// pairs make the launch return at once. One launch instead of two saves a
+// launch and the second kernel's start per iteration (about 10 us of 90 on
+// an H200 at 10^7 observations; BENCHMARKS.md, issue 20).
 
 // Pair state, in device memory: params[NSTAT], ll, shared_k, iter, status.
 #define STATE_LEN (NSTAT + 4)
 #define PARTIAL_LEN (NSTAT + 2)
 
-extern "C" __global__ void em_partial(
-    const double* __restrict__ x, const long long* __restrict__ offsets, const int* __restrict__ lengths,
-    const double* __restrict__ centres, const int* __restrict__ pair_dataset, const double* __restrict__ state,
-    double* __restrict__ partial, int first)
-{
-    __shared__ double scratch[32];
-    const int pair = blockIdx.y;
-    const double* st = state + (long long)pair * STATE_LEN;
-    if ((int)st[NSTAT + 3] != ST_RUNNING) return;
-    const int d = pair_dataset[pair];
-    const int n = lengths[d];
-    const double* xd = x + offsets[d];
-    const double centre = centres[d];
-    double A[EM_M], B[EM_M], C[EM_M], S[NSTAT], p[NSTAT];
-#pragma unroll
-    for (int k = 0; k < NSTAT; ++k) { p[k] = st[k]; S[k] = 0.0; }
-    naturals(p, centre, A, B, C);
-    double maxsum = 0.0, logsum = 0.0, prod = 1.0, k_local = 0.0;
-    int in_block = 0;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const double xi = xd[i];
-        double u, v;
-        fam_features(xi, centre, u, v);
-        e_obs(u, v, A, B, C, S, maxsum, prod);
-        if (first) k_local += fam_shared_term(xi);
-        if (++in_block == LOG_BLOCK) {
-            logsum += log(prod);
-            prod = 1.0;
-            in_block = 0;
-        }
-    }
-    double* out = partial + ((long long)pair * gridDim.x + blockIdx.x) * PARTIAL_LEN;
-#pragma unroll
-    for (int k = 0; k < NSTAT; ++k) {
-        const double t = block_sum(S[k], scratch);
-        if (threadIdx.x == 0) out[k] = t;
-    }
-    const double ll = block_sum(maxsum + (logsum + log(prod)), scratch);
-    const double kk = block_sum(k_local, scratch);
-    if (threadIdx.x == 0) { out[NSTAT] = ll; out[NSTAT + 1] = kk; }
-}
+// Observations of a thread per step of em_grid's loop: the loads of a step
+// are issued together, and their chains of arithmetic interleave.
+#ifndef EM_GRID_UNROLL
+#define EM_GRID_UNROLL EM_UNROLL
+#endif
 
-// One block per pair: reduce the partials in a fixed order, then thread 0
-// takes the same decisions as the warp kernel's loop.
-extern "C" __global__ void em_update(
-    const int* __restrict__ lengths, const double* __restrict__ centres, const int* __restrict__ pair_dataset,
-    double* __restrict__ state, const double* __restrict__ partial, int blocks_per_pair,
-    double* __restrict__ trace, const int* __restrict__ pair_global, int max_iters, double epsilon)
+// The iteration's end for one pair, run by the whole last block: the sum of
+// the blocks' partial sums in block order, then thread 0 updates the state.
+// Not inlined: its registers would otherwise count against the E-step loop.
+__device__ __noinline__ void grid_update(int pair, double total, double centre, double* st, const double* partial, int blocks,
+                            double* trace, const int* pair_global, int max_iters, double epsilon, double* scratch)
 {
-    __shared__ double scratch[32];
-    const int pair = blockIdx.x;
-    double* st = state + (long long)pair * STATE_LEN;
-    if ((int)st[NSTAT + 3] != ST_RUNNING) return;  // uniform over the block
     double tot[PARTIAL_LEN];
 #pragma unroll
     for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] = 0.0;
-    for (int b = threadIdx.x; b < blocks_per_pair; b += blockDim.x) {
-        const double* in = partial + ((long long)pair * blocks_per_pair + b) * PARTIAL_LEN;
+    for (int b = threadIdx.x; b < blocks; b += blockDim.x) {
+        const double* in = partial + ((long long)pair * blocks + b) * PARTIAL_LEN;
+        // Through L2 (__ldcg): other blocks wrote these in this launch.
 #pragma unroll
-        for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] += in[k];
+        for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] += __ldcg(in + k);
     }
 #pragma unroll
     for (int k = 0; k < PARTIAL_LEN; ++k) tot[k] = block_sum(tot[k], scratch);
     if (threadIdx.x != 0) return;
 
-    const int d = pair_dataset[pair];
-    const int n = lengths[d];
-    const double centre = centres[d];
     int iter = (int)st[NSTAT + 2];
     int status = ST_RUNNING;
     if (iter == 0) st[NSTAT + 1] = tot[NSTAT + 1];  // shared term, summed on the first pass
@@ -567,11 +611,116 @@ extern "C" __global__ void em_update(
 #pragma unroll
         for (int k = 0; k < NSTAT; ++k) p[k] = st[k];
         ++iter;
-        status = m_step(tot, n, centre, p);
+        status = m_step(tot, total, centre, p);
         if (status == ST_RUNNING) {
             for (int k = 0; k < NSTAT; ++k) st[k] = p[k];
         }
     }
     st[NSTAT + 2] = (double)iter;
     st[NSTAT + 3] = (double)status;
+}
+
+// Minimum resident blocks per SM (caps registers). grid_update is not
+// inlined, so its registers do not count against the E-step loop's.
+#ifndef EM_GRID_MIN_BLOCKS
+#if EM_M <= 2
+#define EM_GRID_MIN_BLOCKS 3
+#else
+#define EM_GRID_MIN_BLOCKS 1
+#endif
+#endif
+
+extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
+    const double* __restrict__ x, const double* __restrict__ weights, const double* __restrict__ totals,
+    const long long* __restrict__ offsets, const int* __restrict__ lengths,
+    const double* __restrict__ centres, const int* __restrict__ pair_dataset, double* __restrict__ state,
+    double* __restrict__ partial, unsigned* __restrict__ arrivals, int first, double* __restrict__ trace,
+    const int* __restrict__ pair_global, int max_iters, double epsilon)
+{
+    __shared__ double scratch[32];
+    __shared__ unsigned arrived;
+    const int pair = blockIdx.y;
+    double* st = state + (long long)pair * STATE_LEN;
+    if ((int)st[NSTAT + 3] != ST_RUNNING) return;  // the same for every block of the pair
+    const int d = pair_dataset[pair];
+    const int n = lengths[d];
+    const double* xd = x + offsets[d];
+    const double centre = centres[d];
+    double A[EM_M], B[EM_M], C[EM_M], S[NSTAT], p[NSTAT];
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) { p[k] = st[k]; S[k] = 0.0; }
+    naturals(p, centre, A, B, C);
+    double maxsum = 0.0, logsum = 0.0, prod = 1.0, k_local = 0.0;
+    int in_block = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+#ifdef EM_WEIGHTED
+    const double* wd = weights + offsets[d];
+    double ll_w = 0.0;
+    for (; i + (EM_GRID_UNROLL - 1) * stride < n; i += EM_GRID_UNROLL * stride) {
+        double xs[EM_GRID_UNROLL], ws[EM_GRID_UNROLL];
+#pragma unroll
+        for (int k = 0; k < EM_GRID_UNROLL; ++k) { xs[k] = xd[i + k * stride]; ws[k] = wd[i + k * stride]; }
+#pragma unroll
+        for (int k = 0; k < EM_GRID_UNROLL; ++k) {
+            double u, v;
+            fam_features(xs[k], centre, u, v);
+            e_obs_weighted(u, v, ws[k], A, B, C, S, ll_w);
+            if (first && ws[k] != 0.0) k_local += ws[k] * fam_shared_term(xs[k]);
+        }
+    }
+    for (; i < n; i += stride) {
+        const double xi = xd[i], wi = wd[i];
+        double u, v;
+        fam_features(xi, centre, u, v);
+        e_obs_weighted(u, v, wi, A, B, C, S, ll_w);
+        if (first && wi != 0.0) k_local += wi * fam_shared_term(xi);
+    }
+    maxsum = ll_w;
+#endif
+    // LOG_BLOCK is a multiple of EM_GRID_UNROLL; the tail never reaches it.
+    for (; i + (EM_GRID_UNROLL - 1) * stride < n; i += EM_GRID_UNROLL * stride) {
+        double xs[EM_GRID_UNROLL];
+#pragma unroll
+        for (int k = 0; k < EM_GRID_UNROLL; ++k) xs[k] = xd[i + k * stride];
+#pragma unroll
+        for (int k = 0; k < EM_GRID_UNROLL; ++k) {
+            double u, v;
+            fam_features(xs[k], centre, u, v);
+            e_obs(u, v, A, B, C, S, maxsum, prod);
+            if (first) k_local += fam_shared_term(xs[k]);
+        }
+        if ((in_block += EM_GRID_UNROLL) == LOG_BLOCK) {
+            logsum += log(prod);
+            prod = 1.0;
+            in_block = 0;
+        }
+    }
+    for (; i < n; i += stride) {
+        const double xi = xd[i];
+        double u, v;
+        fam_features(xi, centre, u, v);
+        e_obs(u, v, A, B, C, S, maxsum, prod);
+        if (first) k_local += fam_shared_term(xi);
+    }
+    double* out = partial + ((long long)pair * gridDim.x + blockIdx.x) * PARTIAL_LEN;
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) {
+        const double t = block_sum(S[k], scratch);
+        if (threadIdx.x == 0) out[k] = t;
+    }
+    const double ll = block_sum(maxsum + (logsum + log(prod)), scratch);
+    const double kk = block_sum(k_local, scratch);
+    if (threadIdx.x == 0) {
+        out[NSTAT] = ll;
+        out[NSTAT + 1] = kk;
+        // The sums visible to every block before the arrival is counted.
+        __threadfence();
+        arrived = atomicAdd(arrivals + pair, 1u);
+    }
+    __syncthreads();
+    if (arrived != gridDim.x - 1) return;
+    __threadfence();
+    grid_update(pair, totals[d], centre, st, partial, gridDim.x, trace, pair_global, max_iters, epsilon, scratch);
+    if (threadIdx.x == 0) arrivals[pair] = 0u;  // ready for the next launch
 }

@@ -408,7 +408,7 @@ fn every_family_recovers_its_parameters() {
         let mut sums = vec![[0.0; 3]; 2];
         cpu::e_step(&prep, &nat, &mut sums);
         for j in 0..2 {
-            let (a, f1, f2) = family.m_step(sums[j][0], sums[j][1], sums[j][2], prep.n, prep.centre, (p.mu[j], p.scale[j])).unwrap();
+            let (a, f1, f2) = family.m_step(sums[j][0], sums[j][1], sums[j][2], prep.total, prep.centre, (p.mu[j], p.scale[j])).unwrap();
             assert!((a - p.alpha[j]).abs() < 1e-6 && (f1 - p.mu[j]).abs() < 1e-6 * p.mu[j].abs().max(1.0), "{family:?}");
             assert!(f2.is_nan() == p.scale[j].is_nan() && (f2.is_nan() || (f2 - p.scale[j]).abs() < 1e-6 * p.scale[j]));
         }

@@ -83,8 +83,14 @@ fn em_kernels_compile() {
         let src = kernel_source_with("em", &em_prelude(family)).expect("em source");
         for (arch, ms) in [("sm_90", 1..=MAX_GPU_COMPONENTS as i64), ("sm_80", 3..=3)] {
             for m in ms {
-                // Float64, and precision = "mixed" (EM_MIXED).
-                for defines in [vec![("EM_M", m)], vec![("EM_M", m), ("EM_MIXED", 1)]] {
+                // Float64, precision = "mixed" (EM_MIXED), and observation
+                // weights (EM_WEIGHTED; its E-step is one loop for every M,
+                // so a few M on sm_90 cover it).
+                let mut variants = vec![vec![("EM_M", m)], vec![("EM_M", m), ("EM_MIXED", 1)]];
+                if arch == "sm_90" && [1, 2, 3, MAX_GPU_COMPONENTS as i64].contains(&m) {
+                    variants.push(vec![("EM_M", m), ("EM_WEIGHTED", 1)]);
+                }
+                for defines in variants {
                     let ptx = compile(&src, arch, &defines).unwrap_or_else(|e| panic!("em.cu, {family:?}, {arch}, {defines:?}: {e}"));
                     let text = ptx.to_src();
                     for entry in entries("em") {

@@ -53,6 +53,7 @@ fn em_fit_(
     keep_posterior: bool,
     dataset_offset: i32,
     precision: &str,
+    weights: Robj,
     threads: i32,
     backend: &str,
 ) -> Result<List> {
@@ -77,6 +78,13 @@ fn em_fit_(
         .precision(precision);
     if let Some(given) = inits_from_r(&inits, first)? {
         config = config.inits(given);
+    }
+    if !weights.is_null() {
+        // A list of double vectors parallel to the datasets (checked in R
+        // and again, against the data, by the core).
+        let list = weights.as_list().ok_or_else(|| Error::Other("internal: weights must be a list".into()))?;
+        let values: Vec<Robj> = list.values().collect();
+        config = config.weights(real_slices(&values)?.into_iter().map(|w| w.to_vec()).collect());
     }
     let config = config.check().map_err(r_error)?;
     let job = bulkem_core::em::job(&data, &config);
@@ -109,6 +117,7 @@ fn em_fit_(
         status = fits.iter().map(|f| f.status.name()).collect::<Vec<_>>(),
         message = fits.iter().map(|f| f.message.clone().unwrap_or_default()).collect::<Vec<_>>(),
         n = fits.iter().map(|f| f.n as f64).collect::<Vec<_>>(),
+        nobs = fits.iter().map(|f| f.nobs()).collect::<Vec<_>>(),
         start_logliks = flat(fits, |f| &f.start_logliks),
         best_start = fits.iter().map(|f| f.best_start as i32 + 1).collect::<Vec<_>>(),
         trace = List::from_values(fits.iter().map(|f| f.trace.clone())),

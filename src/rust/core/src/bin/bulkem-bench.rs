@@ -62,6 +62,8 @@ struct Case {
     epsilon: f64,
     cpu_datasets: usize,
     precision: Precision,
+    /// Fit with observation weights (1, 2, 3, 1, ...: integer weights).
+    weighted: bool,
 }
 
 struct Row {
@@ -91,24 +93,23 @@ fn simulate_all(family: Family, datasets: usize, n: usize) -> Result<Vec<Vec<f64
 
 fn run(case: &Case, data: &[Vec<f64>], backend: Backend, threads: usize) -> Result<(Row, Vec<MixFit>), String> {
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
-    let config = EmConfig::new(case.family, 2)
-        .random_inits(case.starts)
-        .max_iters(case.iters)
-        .epsilon(case.epsilon)
-        .precision(case.precision)
-        .seed(1)
-        .check()
-        .map_err(|e| e.to_string())?;
+    let config_for = |data: &[Vec<f64>]| {
+        let config = EmConfig::new(case.family, 2).random_inits(case.starts).max_iters(case.iters).epsilon(case.epsilon).precision(case.precision).seed(1);
+        let config = if case.weighted { config.weights(data.iter().map(|x| (0..x.len()).map(|i| (1 + i % 3) as f64).collect()).collect()) } else { config };
+        config.check().map_err(|e| e.to_string())
+    };
+    let config = config_for(data)?;
     let exec = Exec { backend, ..Exec::cpu().threads(threads) };
     // Warm-up: thread pool, CUDA context, kernel compilation.
-    fit_many(&refs[..refs.len().min(2)], &config, &exec).map_err(|e| e.to_string())?;
+    let warm = &data[..data.len().min(2)];
+    fit_many(&refs[..warm.len()], &config_for(warm)?, &exec).map_err(|e| e.to_string())?;
     gpu::timing::take();
     let t0 = Instant::now();
     let fits = fit_many(&refs, &config, &exec).map_err(|e| e.to_string())?;
     let seconds = t0.elapsed().as_secs_f64();
     let phases = gpu::timing::take();
     if backend == Backend::Cuda {
-        let parts: Vec<String> = phases.iter().map(|(p, s)| format!("{p} {:.3}", s)).collect();
+        let parts: Vec<String> = phases.iter().map(|(p, s)| format!("{p} {:.4}", s)).collect();
         println!("    phases (s): {}", parts.join(", "));
     }
     // Work actually done: every start's iterations (all max_iters when epsilon = 0).
@@ -186,8 +187,8 @@ fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::
         );
         writeln!(
             json,
-            "{{\"area\":\"em\",\"case\":\"{}\",\"backend\":\"{}\",\"datasets\":{},\"n\":{},\"starts\":{},\"max_iters\":{},\"epsilon\":{},\"precision\":\"{}\",\"mean_iters\":{:.2},\"threads\":{},\"seconds\":{:.6},\"obs_iters_per_s\":{:.1},\"failed\":{}}}",
-            case.name, row.backend, part.len(), case.n, case.starts, case.iters, case.epsilon, case.precision.name(), row.mean_iters, row.threads, row.seconds, rate, row.failed
+            "{{\"area\":\"em\",\"case\":\"{}\",\"backend\":\"{}\",\"datasets\":{},\"n\":{},\"starts\":{},\"max_iters\":{},\"epsilon\":{},\"precision\":\"{}\",\"weighted\":{},\"mean_iters\":{:.2},\"threads\":{},\"seconds\":{:.6},\"obs_iters_per_s\":{:.1},\"failed\":{}}}",
+            case.name, row.backend, part.len(), case.n, case.starts, case.iters, case.epsilon, case.precision.name(), case.weighted, row.mean_iters, row.threads, row.seconds, rate, row.failed
         )
         .map_err(|e| e.to_string())?;
     }
@@ -195,7 +196,7 @@ fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::
 }
 
 fn suite() -> Vec<Case> {
-    let c = |name: &str, datasets, n, starts, iters, epsilon, cpu_datasets| Case { name: name.into(), family: Family::InvGauss, datasets, n, starts, iters, epsilon, cpu_datasets, precision: Precision::Double };
+    let c = |name: &str, datasets, n, starts, iters, epsilon, cpu_datasets| Case { name: name.into(), family: Family::InvGauss, datasets, n, starts, iters, epsilon, cpu_datasets, precision: Precision::Double, weighted: false };
     vec![
         c("40k x100 starts x100 it", 40_000, 2000, 100, 100, 0.0, 200),
         Case { family: Family::Gamma, ..c("40k gamma x100 st x100 it", 40_000, 2000, 100, 100, 0.0, 200) },
@@ -223,7 +224,7 @@ fn main() {
         }
         let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
         let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10 };
-        let mut case = Case { name: "custom".into(), family: Family::InvGauss, datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX, precision: Precision::Double };
+        let mut case = Case { name: "custom".into(), family: Family::InvGauss, datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX, precision: Precision::Double, weighted: false };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -236,6 +237,7 @@ fn main() {
                 "--iters" => case.iters = num()?,
                 "--cpu-datasets" => case.cpu_datasets = num()?,
                 "--epsilon" => case.epsilon = value.parse().map_err(|_| format!("--epsilon: not a number: {value}"))?,
+                "--weighted" => case.weighted = value == "yes",
                 "--precision" => case.precision = Precision::parse(&value).ok_or(format!("--precision: double or mixed, not {value}"))?,
                 "--backend" => backend = value.clone(),
                 "--threads" => threads = num()?,

@@ -83,8 +83,10 @@ pub fn memory_needed(data: &[&[f64]], config: &CheckedEmConfig, backend: Backend
             if config.keep_trace {
                 est.posterior = est.posterior.saturating_add(mul(&[2, threads, f64s(iters)]));
             }
-            // The features (u, v) of the datasets in flight.
-            est.data = mul(&[in_flight, largest, 16]);
+            // The features (u, v) of the datasets in flight, and their
+            // weights' copies.
+            let per_obs = if config.weights.is_some() { 24 } else { 16 };
+            est.data = mul(&[in_flight, largest, per_obs]);
         }
         Backend::Cuda => {
             // Every (dataset, start) pair's starting values, results and
@@ -97,7 +99,9 @@ pub fn memory_needed(data: &[&[f64]], config: &CheckedEmConfig, backend: Backend
             }
             // Two launches' uploads in flight, and the features of the
             // datasets whose posterior is computed on the host.
-            est.data = mul(&[2, n, 8]).saturating_add(mul(&[in_flight, largest, 16]));
+            // With weights, their uploads too.
+            let upload = if config.weights.is_some() { 16 } else { 8 };
+            est.data = mul(&[2, n, upload]).saturating_add(mul(&[in_flight, largest, 16]));
         }
     }
     est

@@ -1,5 +1,7 @@
 //! Validated settings of a many-dataset EM fit (params builder + `check`).
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::tolerances::MAX_RANDOM_INITS;
 
@@ -87,6 +89,12 @@ pub struct EmConfig {
     /// Keep the log-likelihood after each iteration of the kept start.
     pub keep_trace: bool,
     pub precision: Precision,
+    /// Observation weights, one vector per dataset of the call (dataset
+    /// `dataset_offset + i` has `weights[i]`); None: every weight 1. A
+    /// weight multiplies the observation's log-density, so integer weights
+    /// fit as the data with each observation repeated. Checked against the
+    /// data by `super::data::check_weights`.
+    pub weights: Option<Arc<Vec<Vec<f64>>>>,
 }
 
 /// An [`EmConfig`] that passed [`EmConfig::check`].
@@ -113,6 +121,7 @@ impl EmConfig {
             keep_posterior: false,
             keep_trace: false,
             precision: Precision::Double,
+            weights: None,
         }
     }
     pub fn max_iters(mut self, n: usize) -> Self {
@@ -168,6 +177,15 @@ impl EmConfig {
     pub fn keep_trace(mut self, keep: bool) -> Self {
         self.keep_trace = keep;
         self
+    }
+    /// Observation weights, one vector per dataset of the call.
+    pub fn weights(mut self, weights: Vec<Vec<f64>>) -> Self {
+        self.weights = Some(Arc::new(weights));
+        self
+    }
+    /// The weights of dataset `dataset` (its global index), if weighted.
+    pub fn weights_of(&self, dataset: usize) -> Option<&[f64]> {
+        self.weights.as_ref().and_then(|w| w.get(dataset.checked_sub(self.dataset_offset)?)).map(|w| &w[..])
     }
 
     /// Number of starts run per dataset.

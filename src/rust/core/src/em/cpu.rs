@@ -12,7 +12,7 @@ use crate::memory;
 use crate::tolerances::{MIXED_NOISE, START_TIE_REL};
 
 use super::config::{CheckedEmConfig, Precision};
-use super::data::{unfittable_reason, Prepared};
+use super::data::{unfittable_weighted, Prepared};
 use super::family::{Family, Natural};
 use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
 use super::simd::{self, Simd};
@@ -33,6 +33,12 @@ const STACK_COMPONENTS: usize = 8;
 /// Uses the SIMD kernels where the CPU has them (AVX2 + FMA, M <= 8) and
 /// `e_step_scalar` elsewhere; both are deterministic, and agree to rounding.
 pub fn e_step(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    if let Some(w) = &prep.weights {
+        return match Simd::detect() {
+            Some(simd) if (1..=simd::MAX_COMPONENTS).contains(&nat.len()) => simd.e_step_weighted(prep, w, nat, sums),
+            _ => e_step_weighted(prep, w, nat, sums),
+        };
+    }
     match Simd::detect() {
         Some(simd) if (1..=simd::MAX_COMPONENTS).contains(&nat.len()) => simd.e_step(prep, nat, sums),
         _ => e_step_scalar(prep, nat, sums),
@@ -50,6 +56,43 @@ pub fn e_step_scalar(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64
     }
 }
 
+/// One observation's component terms: `lp[j]` = exp(l_j - top), where l_j
+/// = log(alpha_j f_j(x)) and top = max_j l_j; returns (top, sum_j lp[j]).
+#[inline(always)]
+fn exps_at(nat: &[Natural], u: f64, v: f64, lp: &mut [f64]) -> (f64, f64) {
+    let mut top = f64::NEG_INFINITY;
+    for (l, c) in lp.iter_mut().zip(nat) {
+        *l = c.a + c.b * u + c.c * v;
+        top = top.max(*l);
+    }
+    let mut s = 0.0;
+    for l in lp.iter_mut() {
+        *l = (*l - top).exp();
+        s += *l;
+    }
+    (top, s)
+}
+
+/// Room for M per-observation values: on the stack for M <= STACK_COMPONENTS.
+struct Scratch {
+    stack: [f64; STACK_COMPONENTS],
+    heap: Vec<f64>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch { stack: [0.0; STACK_COMPONENTS], heap: Vec::new() }
+    }
+    fn values(&mut self, m: usize) -> &mut [f64] {
+        if m <= STACK_COMPONENTS {
+            &mut self.stack[..m]
+        } else {
+            self.heap.resize(m, 0.0);
+            &mut self.heap[..]
+        }
+    }
+}
+
 /// `FIXED` > 0 fixes M at compile time so the component loops unroll;
 /// `FIXED` = 0 reads M from `nat`.
 #[inline(always)]
@@ -58,27 +101,12 @@ fn e_step_sized<const FIXED: usize>(prep: &Prepared, nat: &[Natural], sums: &mut
     let nat = &nat[..m];
     let sums = &mut sums[..m];
     sums.fill([0.0; 3]);
-    let mut heap = Vec::new();
-    let mut stack = [0.0f64; STACK_COMPONENTS];
-    let lp: &mut [f64] = if m <= STACK_COMPONENTS {
-        &mut stack[..m]
-    } else {
-        heap.resize(m, 0.0);
-        &mut heap[..]
-    };
+    let mut scratch = Scratch::new();
+    let lp = scratch.values(m);
     let block = log_block_len(m);
     let (mut max_sum, mut log_sum, mut prod, mut in_block) = (0.0f64, 0.0f64, 1.0f64, 0usize);
     for &[u, v] in &prep.uv {
-        let mut top = f64::NEG_INFINITY;
-        for (l, c) in lp.iter_mut().zip(nat) {
-            *l = c.a + c.b * u + c.c * v;
-            top = top.max(*l);
-        }
-        let mut s = 0.0;
-        for l in lp.iter_mut() {
-            *l = (*l - top).exp();
-            s += *l;
-        }
+        let (top, s) = exps_at(nat, u, v, lp);
         let r = 1.0 / s;
         for (acc, l) in sums.iter_mut().zip(lp.iter()) {
             let w = l * r;
@@ -96,6 +124,35 @@ fn e_step_sized<const FIXED: usize>(prep: &Prepared, nat: &[Natural], sums: &mut
         }
     }
     max_sum + log_sum + prod.ln()
+}
+
+/// The E-step with observation weights: each observation's share of the
+/// sums and of the log-likelihood times its weight, so an integer weight
+/// counts as that many copies. One log per observation (a weighted sum of
+/// logs is no log of a product); weight-0 observations are skipped. The
+/// portable reference of the SIMD `Simd::e_step_weighted`.
+pub fn e_step_weighted(prep: &Prepared, w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    let m = nat.len();
+    let sums = &mut sums[..m];
+    sums.fill([0.0; 3]);
+    let mut scratch = Scratch::new();
+    let lp = scratch.values(m);
+    let mut ll = 0.0;
+    for (&[u, v], &wi) in prep.uv.iter().zip(w) {
+        if wi == 0.0 {
+            continue;
+        }
+        let (top, s) = exps_at(nat, u, v, lp);
+        let r = wi / s;
+        for (acc, l) in sums.iter_mut().zip(lp.iter()) {
+            let wj = l * r;
+            acc[0] += wj;
+            acc[1] += wj * u;
+            acc[2] += wj * v;
+        }
+        ll += wi * (top + s.ln());
+    }
+    ll
 }
 
 /// M = 2, the common case: one exp per observation instead of two.
@@ -225,7 +282,7 @@ fn naturals(family: Family, p: &MixParams, centre: f64, out: &mut Vec<Natural>) 
 /// is recorded only when the configuration keeps it. `cancelled` is polled
 /// before every E-step.
 pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &CheckedEmConfig, cancelled: &dyn Fn() -> bool) -> StartFit {
-    let mixed = config.precision == Precision::Mixed && prep.n <= super::gpu::SMALL_MAX_N;
+    let mixed = config.precision == Precision::Mixed && prep.n <= super::gpu::SMALL_MAX_N && prep.weights.is_none();
     let (mut fit, ended_mixed) = run_iterations(family, prep, init, config, mixed, cancelled);
     if ended_mixed && fit.status != FitStatus::Failed {
         let mut nat = Vec::new();
@@ -271,7 +328,7 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
             return (StartFit::failed(m, init, iter - 1, INTERRUPTED.into()), false);
         }
         for (j, s) in sums.iter().enumerate() {
-            match family.m_step(s[0], s[1], s[2], prep.n, prep.centre, (params.mu[j], params.scale[j])) {
+            match family.m_step(s[0], s[1], s[2], prep.total, prep.centre, (params.mu[j], params.scale[j])) {
                 Ok((a, mu, sc)) => {
                     params.alpha[j] = a;
                     params.mu[j] = mu;
@@ -319,14 +376,9 @@ pub fn posterior(family: Family, prep: &Prepared, p: &MixParams) -> Result<Vec<f
     let mut out = memory::try_vec(prep.n.saturating_mul(m), 0.0, "the posterior (keep.posterior = TRUE)")?;
     let mut lp = vec![0.0; m];
     for (i, &[u, v]) in prep.uv.iter().enumerate() {
-        let mut top = f64::NEG_INFINITY;
-        for (l, c) in lp.iter_mut().zip(&nat) {
-            *l = c.a + c.b * u + c.c * v;
-            top = top.max(*l);
-        }
-        let s: f64 = lp.iter().map(|l| (l - top).exp()).sum();
+        let (_, s) = exps_at(&nat, u, v, &mut lp);
         for (j, l) in lp.iter().enumerate() {
-            out[j * prep.n + i] = (l - top).exp() / s;
+            out[j * prep.n + i] = l / s;
         }
     }
     Ok(out)
@@ -341,13 +393,14 @@ pub fn classification_loglik(family: Family, prep: &Prepared, p: &MixParams) -> 
     let mut lp = vec![0.0; nat.len()];
     prep.uv
         .iter()
-        .map(|&[u, v]| {
-            let mut top = f64::NEG_INFINITY;
-            for (l, c) in lp.iter_mut().zip(&nat) {
-                *l = c.a + c.b * u + c.c * v;
-                top = top.max(*l);
+        .enumerate()
+        .map(|(i, &[u, v])| {
+            let wi = prep.weights.as_ref().map_or(1.0, |w| w[i]);
+            if wi == 0.0 {
+                return 0.0;
             }
-            -lp.iter().map(|l| (l - top).exp()).sum::<f64>().ln()
+            let (_, s) = exps_at(&nat, u, v, &mut lp);
+            -wi * s.ln()
         })
         .sum()
 }
@@ -394,7 +447,8 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
     let (family, m) = (config.family, config.components);
     let n_starts = config.starts_per_dataset();
     let mut logliks = memory::try_vec(n_starts, f64::NAN, "the log-likelihoods of the starts (random.inits)")?;
-    if let Some(why) = unfittable_reason(family, x, m) {
+    let weights = config.weights_of(dataset);
+    if let Some(why) = unfittable_weighted(family, x, weights, m) {
         let failed = StartFit::failed(m, MixParams::nan(m), 0, why);
         return Ok(MixFit::from_chosen(failed, 0, logliks, x.len()));
     }
@@ -402,7 +456,7 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
         let failed = StartFit::failed(m, MixParams::nan(m), 0, INTERRUPTED.into());
         return Ok(MixFit::from_chosen(failed, 0, logliks, x.len()));
     }
-    let prep = Prepared::try_new(family, x)?;
+    let prep = Prepared::try_weighted(family, x, weights)?;
     let candidates = logliks
         .par_iter_mut()
         .enumerate()
@@ -429,6 +483,7 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
         .map(|(_, f)| f)
         .ok_or_else(|| Error::Internal(format!("start {} of dataset {} was not kept", chosen + 1, dataset + 1)))?;
     let mut fit = MixFit::from_chosen(start, chosen, logliks, x.len());
+    fit.weight_total = weights.map(|_| prep.total);
     if config.keep_posterior && fit.success() && !cancelled() {
         fit.posterior = Some(posterior(family, &prep, &fit.params)?);
     }

@@ -13,9 +13,15 @@ use super::family::Family;
 pub struct Prepared {
     pub n: usize,
     pub centre: f64,
-    /// Sum over observations of k(x), the log-density part no component changes.
+    /// Sum over observations of k(x) (weighted), the log-density part no
+    /// component changes.
     pub shared: f64,
     pub uv: Vec<[f64; 2]>,
+    /// Observation weights (None: all 1).
+    pub weights: Option<Vec<f64>>,
+    /// The sum of the weights (n when unweighted): the M-step's divisor of
+    /// the mixing proportions.
+    pub total: f64,
 }
 
 impl Prepared {
@@ -36,8 +42,52 @@ impl Prepared {
             [u, v]
         }));
         let shared = x.iter().map(|&xi| family.shared_term(xi)).sum();
-        Ok(Prepared { n: x.len(), centre, shared, uv })
+        Ok(Prepared { n: x.len(), centre, shared, uv, weights: None, total: x.len() as f64 })
     }
+
+    /// [`Prepared::try_new`] with observation weights, if any (checked by
+    /// [`check_weights`]).
+    pub fn try_weighted(family: Family, x: &[f64], weights: Option<&[f64]>) -> Result<Self> {
+        let mut prep = Self::try_new(family, x)?;
+        if let Some(w) = weights {
+            let mut own = memory::try_with_capacity(w.len(), "the weights of a dataset")?;
+            own.extend_from_slice(w);
+            prep.shared = x.iter().zip(w).map(|(&xi, &wi)| if wi == 0.0 { 0.0 } else { wi * family.shared_term(xi) }).sum();
+            prep.total = weight_total(w);
+            prep.weights = Some(own);
+        }
+        Ok(prep)
+    }
+}
+
+/// The sum of a dataset's weights, in order.
+pub fn weight_total(w: &[f64]) -> f64 {
+    w.iter().sum()
+}
+
+/// Observation weights against the data: one vector per dataset, each as
+/// long as its dataset, every weight finite and >= 0, and some weight > 0
+/// in every dataset. `first` is the 1-based index of `data[0]`.
+pub fn check_weights(data: &[&[f64]], weights: &[Vec<f64>], first: usize) -> Result<()> {
+    if weights.len() != data.len() {
+        return Err(Error::arg("weights", format!("must hold one weight vector per dataset ({}), not {}", data.len(), weights.len())));
+    }
+    let check = |d: usize, x: &[f64], w: &[f64]| -> Result<()> {
+        let which = first + d;
+        if w.len() != x.len() {
+            return Err(Error::arg("weights", format!("dataset {which} has {} observations but {} weights", x.len(), w.len())));
+        }
+        if let Some(i) = first_where(w, |v| !(v >= 0.0 && v.is_finite())) {
+            return Err(Error::arg("weights", format!("weight {} of dataset {which} is {}; weights must be finite and >= 0", i + 1, num(w[i]))));
+        }
+        if !x.is_empty() && first_where(w, |v| v > 0.0).is_none() {
+            return Err(Error::arg("weights", format!("every weight of dataset {which} is 0")));
+        }
+        Ok(())
+    };
+    // The first bad dataset, checking many datasets in parallel.
+    let bad = data.par_iter().zip(weights.par_iter()).enumerate().map(|(d, (x, w))| check(d, x, w)).find_first(|r| r.is_err());
+    bad.unwrap_or(Ok(()))
 }
 
 /// Datasets longer than this are scanned in parallel chunks of this size.
@@ -132,6 +182,18 @@ pub fn unfittable_reason(family: Family, x: &[f64], components: usize) -> Option
         return Some(format!("all {} observations are equal ({})", x.len(), x[0]));
     }
     None
+}
+
+/// [`unfittable_reason`] of the observations whose weight is not 0.
+pub fn unfittable_weighted(family: Family, x: &[f64], weights: Option<&[f64]>, components: usize) -> Option<String> {
+    match weights {
+        None => unfittable_reason(family, x, components),
+        Some(w) if w.iter().all(|&wi| wi > 0.0) => unfittable_reason(family, x, components),
+        Some(w) => {
+            let kept: Vec<f64> = x.iter().zip(w).filter(|(_, &wi)| wi > 0.0).map(|(&xi, _)| xi).collect();
+            unfittable_reason(family, &kept, components).map(|why| format!("{why} (of weight > 0)"))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -159,6 +159,9 @@ pub struct MixFit {
     /// Why the fit failed (None unless `status` is Failed).
     pub message: Option<String>,
     pub n: usize,
+    /// The sum of the observation weights, for weighted data (None: each
+    /// observation weighs 1).
+    pub weight_total: Option<f64>,
     /// Final log-likelihood of every start (NaN for failed starts).
     pub start_logliks: Vec<f64>,
     /// 0-based index of the start that was kept.
@@ -173,6 +176,12 @@ pub struct MixFit {
 impl MixFit {
     pub fn success(&self) -> bool {
         self.status != FitStatus::Failed
+    }
+
+    /// The number of observations the criteria see: the sum of the weights
+    /// for weighted data, else n.
+    pub fn nobs(&self) -> f64 {
+        self.weight_total.unwrap_or(self.n as f64)
     }
 
     /// The fit of a dataset from its chosen start (the best one, or the
@@ -190,6 +199,7 @@ impl MixFit {
                 status: FitStatus::Failed,
                 message: Some(message),
                 n,
+                weight_total: None,
                 start_logliks,
                 best_start: 0,
                 trace: Vec::new(),
@@ -208,6 +218,7 @@ impl MixFit {
             status: start.status,
             message: None,
             n,
+            weight_total: None,
             start_logliks,
             best_start: index,
             trace: start.trace,

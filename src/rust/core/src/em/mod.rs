@@ -26,7 +26,7 @@ pub use budget::{check_memory, memory_needed, MemoryEstimate};
 pub use config::{CheckedEmConfig, EmConfig, Precision, StartMethod, Starts};
 pub use select::{select_many, Criterion, Selection};
 pub use density::{component_log_densities, mixture_log_density, posterior_at};
-pub use data::{check_range, min_observations, unfittable_reason, validate, validate_all, Prepared};
+pub use data::{check_range, check_weights, min_observations, unfittable_reason, unfittable_weighted, validate, validate_all, weight_total, Prepared};
 pub use family::{Family, FamilyInfo, MStepFailure, Natural, IG_MAX, IG_MIN, NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
 pub use fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
 pub use starts::{initial_values, kmeanspp_start, random_start};
@@ -80,6 +80,9 @@ pub(crate) fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Ex
     check_memory(data, configs, exec.backend, exec.threads)?;
     let t0 = std::time::Instant::now();
     exec.install(|| validate_all(config.family, data, config.dataset_offset + 1))??;
+    if let Some(w) = &config.weights {
+        data::check_weights(data, w, config.dataset_offset + 1)?;
+    }
     crate::gpu::timing::record("validation", t0);
     if let Starts::Given(inits) = &config.starts {
         if configs.len() != 1 {

@@ -41,9 +41,9 @@ impl Criterion {
     /// (`Family::parameters`) and log-likelihood `loglik` on `n`
     /// observations, whose posterior gives `classification` = sum_i log
     /// max_j z_ij (used by ICL only).
-    pub fn value(self, loglik: f64, df: usize, n: usize, classification: f64) -> f64 {
+    /// `n` is the sum of the weights for weighted data.
+    pub fn value(self, loglik: f64, df: usize, n: f64, classification: f64) -> f64 {
         let df = df as f64;
-        let n = n as f64;
         match self {
             Criterion::Aic => -2.0 * loglik + 2.0 * df,
             Criterion::Bic => -2.0 * loglik + df * n.ln(),
@@ -96,7 +96,7 @@ pub fn select_many(data: &[&[f64]], config: &CheckedEmConfig, components: &[usiz
             .enumerate()
             .map(|(d, x)| {
                 // ICL needs each fit's posterior at the data.
-                let prep = if criterion == Criterion::Icl && !exec.monitor.is_cancelled() { Some(Prepared::try_new(family, x)?) } else { None };
+                let prep = if criterion == Criterion::Icl && !exec.monitor.is_cancelled() { Some(Prepared::try_weighted(family, x, config.weights_of(config.dataset_offset + d))?) } else { None };
                 let values: Vec<f64> = per_model
                     .iter()
                     .zip(components)
@@ -106,7 +106,7 @@ pub fn select_many(data: &[&[f64]], config: &CheckedEmConfig, components: &[usiz
                             return f64::NAN;
                         }
                         let classification = prep.as_ref().map_or(0.0, |p| cpu::classification_loglik(family, p, &fit.params));
-                        criterion.value(fit.loglik, family.parameters(m), fit.n, classification)
+                        criterion.value(fit.loglik, family.parameters(m), fit.nobs(), classification)
                     })
                     .collect();
                 Ok((best_candidate(&values).unwrap_or(0), values))
@@ -177,9 +177,9 @@ mod tests {
     #[test]
     fn criteria_follow_their_formulas_and_ties_go_to_fewer_components() {
         // logL = -100, M = 2 (df 5), n = 50.
-        assert_eq!(Criterion::Aic.value(-100.0, 5, 50, 0.0), 210.0);
-        assert!((Criterion::Bic.value(-100.0, 5, 50, 0.0) - (200.0 + 5.0 * 50f64.ln())).abs() < 1e-12);
-        assert!((Criterion::Icl.value(-100.0, 5, 50, -3.0) - (206.0 + 5.0 * 50f64.ln())).abs() < 1e-12);
+        assert_eq!(Criterion::Aic.value(-100.0, 5, 50.0, 0.0), 210.0);
+        assert!((Criterion::Bic.value(-100.0, 5, 50.0, 0.0) - (200.0 + 5.0 * 50f64.ln())).abs() < 1e-12);
+        assert!((Criterion::Icl.value(-100.0, 5, 50.0, -3.0) - (206.0 + 5.0 * 50f64.ln())).abs() < 1e-12);
         assert_eq!(best_candidate(&[3.0, 1.0, 2.0]), Some(1));
         assert_eq!(best_candidate(&[f64::NAN, 5.0, 5.0 * (1.0 + 1e-12)]), Some(1));
         assert_eq!(best_candidate(&[5.0 * (1.0 + 1e-12), 5.0]), Some(0));

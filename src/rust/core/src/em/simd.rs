@@ -114,6 +114,50 @@ pub(crate) fn exp_nonpos(x: f64) -> f64 {
 }
 
 // ---------------------------------------------------------------------------
+// ln for the weighted E-step
+// ---------------------------------------------------------------------------
+
+/// sqrt(2) - 1 (where ln_1p_unit switches to ln 2 + ln1p((t - 1) / 2)).
+const ROOT2_M1: f64 = 0.414_213_562_373_095_05;
+/// 1 / (2k + 1), k = 0..10: ln1p(u) = 2 s sum_k s^(2k) / (2k + 1), s = u / (2 + u).
+const ATANH: [f64; 11] = [1.0, 1.0 / 3.0, 1.0 / 5.0, 1.0 / 7.0, 1.0 / 9.0, 1.0 / 11.0, 1.0 / 13.0, 1.0 / 15.0, 1.0 / 17.0, 1.0 / 19.0, 1.0 / 21.0];
+
+/// ln(1 + t) for t in [0, 1], absolute error below 2e-16: |s| <= 0.1716
+/// after the switch, so the series' first omitted term is below 1e-17 of
+/// the sum.
+/// Branch-free (selects), so it vectorises; uses `mul_add`: fast only
+/// inside a function compiled with FMA. Shared with `gibbs::rows`.
+#[inline(always)]
+pub(crate) fn ln_1p_unit(t: f64) -> f64 {
+    let hi = t > ROOT2_M1;
+    let u = if hi { (t - 1.0) * 0.5 } else { t };
+    let s = u / (2.0 + u);
+    let z = s * s;
+    let mut p = ATANH[10];
+    for &c in ATANH[..10].iter().rev() {
+        p = p.mul_add(z, c);
+    }
+    (2.0 * s).mul_add(p, if hi { std::f64::consts::LN_2 } else { 0.0 })
+}
+
+/// ln(s) for s in [1, 2^1022): s = 2^k (1 + t), t in [0, 1), from the bits
+/// (no branch), then k ln 2 + ln(1 + t). The weighted E-step's per
+/// observation sums lie in [1, M]. NaN stays NaN.
+#[inline(always)]
+fn ln_at_least_one(s: f64) -> f64 {
+    let bits = s.to_bits();
+    let k = ((bits >> 52) as i64 - 1023) as f64;
+    let t = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000) - 1.0;
+    let y = k.mul_add(std::f64::consts::LN_2, ln_1p_unit(t));
+    // A select: NaN's bits would read as a finite number.
+    if s.is_nan() {
+        s
+    } else {
+        y
+    }
+}
+
+// ---------------------------------------------------------------------------
 // E-step kernels
 // ---------------------------------------------------------------------------
 //
@@ -178,11 +222,19 @@ fn pad(tail: &[[f64; 2]]) -> [[f64; 2]; LANES] {
 /// Running sums of M = 2 components: w, w*u, w*v of component 0, then of 1.
 type TwoSums = [Lanes; 6];
 
-/// LANES observations of the M = 2 E-step. With TAIL, only the first
-/// `count` lanes hold observations.
+/// What the M = 2 steps compute first for LANES observations: the
+/// features, d = l1 - l0, top = max(l0, l1), and e = exp(-|d|) (the ratio
+/// of the smaller to the larger weighted density).
+struct TwoTerms {
+    u: Lanes,
+    v: Lanes,
+    d: Lanes,
+    top: Lanes,
+    e: Lanes,
+}
+
 #[inline(always)]
-fn two_step<const TAIL: bool>(c: [Natural; 2], obs: &[[f64; 2]; LANES], count: usize, acc: &mut TwoSums, ll: &mut LogLik) {
-    ll.reserve();
+fn two_terms(c: [Natural; 2], obs: &[[f64; 2]; LANES]) -> TwoTerms {
     let [mut u, mut v, mut d, mut top, mut e] = [Lanes::splat(0.0); 5];
     for i in 0..LANES {
         [u[i], v[i]] = obs[i];
@@ -193,9 +245,17 @@ fn two_step<const TAIL: bool>(c: [Natural; 2], obs: &[[f64; 2]; LANES], count: u
         top[i] = if l1 > l0 { l1 } else { l0 };
     }
     for i in 0..LANES {
-        // Ratio of the smaller to the larger weighted density.
         e[i] = exp_nonpos(-d[i].abs());
     }
+    TwoTerms { u, v, d, top, e }
+}
+
+/// LANES observations of the M = 2 E-step. With TAIL, only the first
+/// `count` lanes hold observations.
+#[inline(always)]
+fn two_step<const TAIL: bool>(c: [Natural; 2], obs: &[[f64; 2]; LANES], count: usize, acc: &mut TwoSums, ll: &mut LogLik) {
+    ll.reserve();
+    let TwoTerms { u, v, d, top, e } = two_terms(c, obs);
     for i in 0..LANES {
         let mut s = 1.0 + e[i];
         let w_top = 1.0 / s;
@@ -241,18 +301,23 @@ fn e_step_two(uv: &[[f64; 2]], nat: &[Natural], sums: &mut [Sums]) -> f64 {
 /// Running sums w, w*u, w*v of up to MAX_COMPONENTS components.
 type SmallSums = [[Lanes; 3]; MAX_COMPONENTS];
 
-/// LANES observations of the E-step for 1 <= M <= MAX_COMPONENTS. With
-/// TAIL, only the first `count` lanes hold observations.
+/// The features of LANES observations as two lanes, u and v.
 #[inline(always)]
-fn small_step<const TAIL: bool>(nat: &[Natural], obs: &[[f64; 2]; LANES], count: usize, acc: &mut SmallSums, ll: &mut LogLik) {
-    ll.reserve();
-    let [mut u, mut v, mut s, mut r] = [Lanes::splat(0.0); 4];
+fn split_features(obs: &[[f64; 2]; LANES]) -> (Lanes, Lanes) {
+    let [mut u, mut v] = [Lanes::splat(0.0); 2];
     for i in 0..LANES {
         [u[i], v[i]] = obs[i];
     }
-    let mut lp = [Lanes::splat(0.0); MAX_COMPONENTS];
-    let lp = &mut lp[..nat.len()];
+    (u, v)
+}
+
+/// The M log-densities l_j of LANES observations into `lp`, then replaced
+/// by exp(l_j - top); returns per lane top = max_j l_j and the sum of the
+/// exps.
+#[inline(always)]
+fn lane_exps(nat: &[Natural], u: &Lanes, v: &Lanes, lp: &mut [Lanes]) -> (Lanes, Lanes) {
     let mut top = Lanes::splat(f64::NEG_INFINITY);
+    let mut s = Lanes::splat(0.0);
     for (l, c) in lp.iter_mut().zip(nat) {
         for i in 0..LANES {
             l[i] = c.a + c.b * u[i] + c.c * v[i];
@@ -267,6 +332,19 @@ fn small_step<const TAIL: bool>(nat: &[Natural], obs: &[[f64; 2]; LANES], count:
             s[i] += l[i];
         }
     }
+    (top, s)
+}
+
+/// LANES observations of the E-step for 1 <= M <= MAX_COMPONENTS. With
+/// TAIL, only the first `count` lanes hold observations.
+#[inline(always)]
+fn small_step<const TAIL: bool>(nat: &[Natural], obs: &[[f64; 2]; LANES], count: usize, acc: &mut SmallSums, ll: &mut LogLik) {
+    ll.reserve();
+    let (u, v) = split_features(obs);
+    let mut r = Lanes::splat(0.0);
+    let mut lp = [Lanes::splat(0.0); MAX_COMPONENTS];
+    let lp = &mut lp[..nat.len()];
+    let (mut top, mut s) = lane_exps(nat, &u, &v, lp);
     for i in 0..LANES {
         r[i] = 1.0 / s[i];
         if TAIL && i >= count {
@@ -275,8 +353,15 @@ fn small_step<const TAIL: bool>(nat: &[Natural], obs: &[[f64; 2]; LANES], count:
         ll.max_sum[i] += top[i];
         ll.prod[i] *= s[i];
     }
-    // Plain multiply and add here: with mul_add, LLVM vectorises this loop
-    // across the three sums (scatter stores) and M = 8 runs 3x slower.
+    add_sums(lp, &r, &u, &v, acc);
+}
+
+/// Each component's sums: w = exp term x r (the reciprocal of the lane's
+/// sum, times its weight when weighted), w, w*u and w*v. Plain multiply and
+/// add here: with mul_add, LLVM vectorises this loop across the three sums
+/// (scatter stores) and M = 8 runs 3x slower.
+#[inline(always)]
+fn add_sums(lp: &[Lanes], r: &Lanes, u: &Lanes, v: &Lanes, acc: &mut SmallSums) {
     for (l, a) in lp.iter().zip(acc.iter_mut()) {
         for i in 0..LANES {
             let w = l[i] * r[i];
@@ -307,6 +392,97 @@ fn e_step_small(uv: &[[f64; 2]], nat: &[Natural], sums: &mut [Sums]) -> f64 {
         *out = [sum_lanes(&a[0]), sum_lanes(&a[1]), sum_lanes(&a[2])];
     }
     ll.total()
+}
+
+/// LANES observations of the weighted E-step (1 <= M <= MAX_COMPONENTS;
+/// `cpu::e_step_weighted`): the sums and the log-likelihood times each
+/// observation's weight, one ln per observation (a weighted sum of logs is
+/// no log of a product); weight-0 lanes (and the padding) add nothing.
+#[inline(always)]
+fn weighted_step(nat: &[Natural], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut SmallSums, ll: &mut Lanes) {
+    let (u, v) = split_features(obs);
+    let mut r = Lanes::splat(0.0);
+    let mut lp = [Lanes::splat(0.0); MAX_COMPONENTS];
+    let lp = &mut lp[..nat.len()];
+    let (top, s) = lane_exps(nat, &u, &v, lp);
+    for i in 0..LANES {
+        let zero = w[i] == 0.0;
+        r[i] = if zero { 0.0 } else { w[i] * (1.0 / s[i]) };  // as the GPU's
+        let term = w[i] * (top[i] + ln_at_least_one(s[i]));
+        ll[i] += if zero { 0.0 } else { term };
+    }
+    add_sums(lp, &r, &u, &v, acc);
+}
+
+/// `weighted_step` for M = 2: one exp per observation (as `two_step`), and
+/// ln(1 + e) with e in [0, 1] by `ln_1p_unit` directly.
+#[inline(always)]
+fn weighted_two_step(c: [Natural; 2], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut TwoSums, ll: &mut Lanes) {
+    let TwoTerms { u, v, d, top, e } = two_terms(c, obs);
+    for i in 0..LANES {
+        let zero = w[i] == 0.0;
+        let s = 1.0 + e[i];
+        // As the GPU's e_obs_weighted, w*u and w*v added with fused
+        // multiply-adds (two_step's reasons); the weight over s is a
+        // division here (w * (1 / s) measured 15% slower) and the fast
+        // reciprocal there, within an ulp.
+        let w_top = if zero { 0.0 } else { w[i] / s };
+        let w_low = e[i] * w_top;
+        let (w0, w1) = if d[i] > 0.0 { (w_low, w_top) } else { (w_top, w_low) };
+        let term = w[i] * (top[i] + ln_1p_unit(e[i]));
+        ll[i] += if zero { 0.0 } else { term };
+        acc[0][i] += w0;
+        acc[1][i] = w0.mul_add(u[i], acc[1][i]);
+        acc[2][i] = w0.mul_add(v[i], acc[2][i]);
+        acc[3][i] += w1;
+        acc[4][i] = w1.mul_add(u[i], acc[4][i]);
+        acc[5][i] = w1.mul_add(v[i], acc[5][i]);
+    }
+}
+
+/// `weighted_two_step` for M = 2, else `weighted_step` (inlined into the
+/// caller's target features: a closure here would not be).
+#[inline(always)]
+fn weighted_any(nat: &[Natural], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut SmallSums, two: &mut TwoSums, ll: &mut Lanes) {
+    if nat.len() == 2 {
+        weighted_two_step([nat[0], nat[1]], obs, w, two, ll)
+    } else {
+        weighted_step(nat, obs, w, acc, ll)
+    }
+}
+
+/// The weighted E-step for 1 <= M <= MAX_COMPONENTS. Call only with FMA
+/// enabled (through `Simd`).
+#[inline(always)]
+fn e_step_weighted(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    let m = nat.len();
+    assert!((1..=MAX_COMPONENTS).contains(&m) && w.len() == uv.len());
+    let mut acc = [[Lanes::splat(0.0); 3]; MAX_COMPONENTS];
+    // M = 2 sums in two_step's layout (six lanes of sums, fused adds).
+    let mut two = [Lanes::splat(0.0); 6];
+    let mut ll = Lanes::splat(0.0);
+    let chunks = uv.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for (obs, wc) in chunks.zip(w.chunks_exact(LANES)) {
+        let mut lanes = Lanes::splat(0.0);
+        lanes.copy_from_slice(wc);
+        weighted_any(nat, obs.try_into().expect("chunks_exact gives full chunks"), &lanes, &mut acc, &mut two, &mut ll);
+    }
+    if !tail.is_empty() {
+        // Padding lanes weigh 0.
+        let mut lanes = Lanes::splat(0.0);
+        lanes[..tail.len()].copy_from_slice(&w[w.len() - tail.len()..]);
+        weighted_any(nat, &pad(tail), &lanes, &mut acc, &mut two, &mut ll);
+    }
+    if m == 2 {
+        for (k, a) in two.iter().enumerate() {
+            acc[k / 3][k % 3] = *a;
+        }
+    }
+    for (out, a) in sums[..m].iter_mut().zip(&acc) {
+        *out = [sum_lanes(&a[0]), sum_lanes(&a[1]), sum_lanes(&a[2])];
+    }
+    sum_lanes(&ll)
 }
 
 // ---------------------------------------------------------------------------
@@ -343,6 +519,25 @@ impl Simd {
     #[cfg(test)]
     fn avx2() -> Option<Simd> {
         Simd::detect().map(|_| Simd(Level::Avx2))
+    }
+
+    /// The weighted E-step (`cpu::e_step_weighted`) of M = nat.len() <=
+    /// MAX_COMPONENTS components.
+    pub(super) fn e_step_weighted(self, prep: &Prepared, w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+        assert!((1..=MAX_COMPONENTS).contains(&nat.len()), "the SIMD E-step takes 1 to {MAX_COMPONENTS} components");
+        assert!(sums.len() >= nat.len());
+        #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+        match self.0 {
+            // SAFETY: as in `e_step`.
+            Level::Avx512 => unsafe { x86::e_step_weighted_avx512(&prep.uv, w, nat, sums) },
+            // SAFETY: as in `e_step`.
+            Level::Avx2 => unsafe { x86::e_step_weighted_avx2(&prep.uv, w, nat, sums) },
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
+        {
+            let _ = (prep, w, sums);
+            unreachable!("Simd::detect never succeeds on this architecture")
+        }
     }
 
     /// One E-step of M = nat.len() <= MAX_COMPONENTS components, as
@@ -393,6 +588,20 @@ mod x86 {
         } else {
             e_step_small(uv, nat, sums)
         }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn e_step_weighted_avx2(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+        e_step_weighted(uv, w, nat, sums)
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn e_step_weighted_avx512(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+        e_step_weighted(uv, w, nat, sums)
     }
 
     /// `exp_nonpos` on a slice, compiled as in the kernels.
@@ -569,6 +778,47 @@ mod tests {
             worst_ll = worst_ll.max(rel);
         }
         println!("largest relative difference from the scalar E-step: sums {worst_sum:.2e}, loglik {worst_ll:.2e}");
+    }
+
+    #[test]
+    fn ln_at_least_one_matches_libm() {
+        let mut worst = 0.0f64;
+        for i in 0..=2_000_000 {
+            let s = 1.0 + 7.0 * i as f64 / 2e6;
+            // ln s >= 0: the error relative to max(ln s, ulp-scale) as
+            // ln_1p_unit's bound is absolute (2e-16) near s = 1.
+            let err = (ln_at_least_one(s) - s.ln()).abs() / s.ln().max(1.0);
+            worst = worst.max(err);
+        }
+        assert!(worst < 4e-16, "largest error {worst:e}");
+        assert_eq!(ln_at_least_one(1.0), 0.0);
+        assert!(ln_at_least_one(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn simd_weighted_e_step_matches_scalar() {
+        let Some(simd) = Simd::detect() else { return };
+        let mut rng = Rng(7);
+        for (family, mut prep, nat) in cases() {
+            let m = nat.len();
+            // Weights in [0, 3), a tenth of them 0.
+            let w: Vec<f64> = (0..prep.n).map(|_| if rng.unif() < 0.1 { 0.0 } else { 3.0 * rng.unif() }).collect();
+            prep.weights = Some(w.clone());
+            let mut want = vec![[0.0; 3]; m];
+            let mut got = vec![[f64::NAN; 3]; m];
+            let want_ll = cpu::e_step_weighted(&prep, &w, &nat, &mut want);
+            let got_ll = simd.e_step_weighted(&prep, &w, &nat, &mut got);
+            let size = term_sizes(&prep, &nat);
+            for j in 0..m {
+                for k in 0..3 {
+                    // Weights below 3: three times the unweighted terms bound them.
+                    let rel = (got[j][k] - want[j][k]).abs() / (3.0 * size[j][k]).max(1e-300);
+                    assert!(rel <= 1e-13, "{family:?} M={m} n={} sums[{j}][{k}]: {} vs {} ({rel:e})", prep.n, got[j][k], want[j][k]);
+                }
+            }
+            let rel = (got_ll - want_ll).abs() / want_ll.abs().max(1e-300);
+            assert!(rel <= 1e-13 || (got_ll - want_ll).abs() < 1e-12, "{family:?} M={m} n={} loglik: {got_ll} vs {want_ll} ({rel:e})", prep.n);
+        }
     }
 
     #[test]

@@ -8,39 +8,18 @@
 //! both, so a group's sum does not depend on the path's lane width.
 
 use super::model::softplus;
+use crate::em::simd::{exp_nonpos, ln_1p_unit};
 
 /// Rows per block: softplus is computed for a block at once (vectorised),
 /// then added in row order.
 const BLOCK: usize = 32;
-
-/// ln 2 and sqrt(2) - 1 (where ln_1p_unit switches to ln 2 + ln1p((t - 1) / 2)).
-const LN2: f64 = std::f64::consts::LN_2;
-const ROOT2_M1: f64 = 0.414_213_562_373_095_05;
-/// 1 / (2k + 1), k = 0..10: ln1p(u) = 2 s sum_k s^(2k) / (2k + 1), s = u / (2 + u).
-const ATANH: [f64; 11] = [1.0, 1.0 / 3.0, 1.0 / 5.0, 1.0 / 7.0, 1.0 / 9.0, 1.0 / 11.0, 1.0 / 13.0, 1.0 / 15.0, 1.0 / 17.0, 1.0 / 19.0, 1.0 / 21.0];
-
-/// ln(1 + t) for t in [0, 1], absolute error below 2e-16: |s| <= 0.1716
-/// after the switch, so the series' first omitted term is below 1e-17 of
-/// the sum.
-#[inline(always)]
-fn ln_1p_unit(t: f64) -> f64 {
-    let hi = t > ROOT2_M1;
-    let u = if hi { (t - 1.0) * 0.5 } else { t };
-    let s = u / (2.0 + u);
-    let z = s * s;
-    let mut p = ATANH[10];
-    for &c in ATANH[..10].iter().rev() {
-        p = p.mul_add(z, c);
-    }
-    (2.0 * s).mul_add(p, if hi { LN2 } else { 0.0 })
-}
 
 /// log(1 + e^x) = max(x, 0) + ln(1 + e^-|x|), branch-free (NaN stays NaN
 /// through the second term).
 /// Uses `mul_add`: only inside a function compiled with FMA.
 #[inline(always)]
 pub(crate) fn softplus_fma(x: f64) -> f64 {
-    x.max(0.0) + ln_1p_unit(crate::em::simd::exp_nonpos(-x.abs()))
+    x.max(0.0) + ln_1p_unit(exp_nonpos(-x.abs()))
 }
 
 /// e^x for any x: e^-|x| or its reciprocal (2 ulp), +inf above about

@@ -49,8 +49,7 @@ pub fn kernel_source_with(name: &str, prelude: &str) -> Option<String> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
     EmWarp,
-    EmPartial,
-    EmUpdate,
+    EmGrid,
     TreePairwise,
     TreeDiv2,
     TreeSmallPairwise,
@@ -85,10 +84,9 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 34] = [
+    pub const ALL: [Kernel; 33] = [
         Kernel::EmWarp,
-        Kernel::EmPartial,
-        Kernel::EmUpdate,
+        Kernel::EmGrid,
         Kernel::TreePairwise,
         Kernel::TreeDiv2,
         Kernel::TreeSmallPairwise,
@@ -127,8 +125,7 @@ impl Kernel {
         use Kernel::*;
         match self {
             EmWarp => ("em", "em_warp"),
-            EmPartial => ("em", "em_partial"),
-            EmUpdate => ("em", "em_update"),
+            EmGrid => ("em", "em_grid"),
             TreePairwise => ("reduce", "tree_pairwise"),
             TreeDiv2 => ("reduce", "tree_div2"),
             TreeSmallPairwise => ("reduce", "tree_small_pairwise"),

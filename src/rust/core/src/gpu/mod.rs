@@ -354,7 +354,11 @@ pub mod timing {
 
     /// Record that `phase` ran from `since` until now.
     pub fn record(phase: &'static str, since: Instant) {
-        let secs = since.elapsed().as_secs_f64();
+        record_secs(phase, since.elapsed().as_secs_f64());
+    }
+
+    /// Record that `phase` took `secs` seconds.
+    pub fn record_secs(phase: &'static str, secs: f64) {
         let mut phases = PHASES.lock().unwrap_or_else(|e| e.into_inner());
         if phases.len() < KEEP {
             phases.push((phase, secs));

@@ -4,6 +4,7 @@ use bulkem_core::exec::{Backend, Exec};
 use bulkem_core::gpu;
 
 /// Whether a CUDA device is usable; prints why not (the test then returns early).
+#[allow(dead_code)]
 pub fn gpu_or_skip() -> bool {
     let probe = gpu::probe();
     if !probe.usable() {
@@ -13,6 +14,7 @@ pub fn gpu_or_skip() -> bool {
 }
 
 /// The CUDA backend with the CPU defaults otherwise.
+#[allow(dead_code)]
 pub fn cuda() -> Exec {
     Exec { backend: Backend::Cuda, ..Exec::cpu() }
 }
@@ -52,4 +54,37 @@ pub fn mixed_disagreement(double: &bulkem_core::em::MixFit, mixed: &bulkem_core:
         }
     }
     None
+}
+
+/// Integer weights for `n` observations (0 to 3, from a fixed stream) and
+/// the data with each observation repeated that many times: a weighted fit
+/// of `x` must equal the unweighted fit of the repeats.
+#[allow(dead_code)]
+pub fn integer_weights(x: &[f64], seed: u64) -> (Vec<f64>, Vec<f64>) {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let w: Vec<f64> = x
+        .iter()
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 33) % 4) as f64
+        })
+        .collect();
+    let repeated = x.iter().zip(&w).flat_map(|(&xi, &wi)| std::iter::repeat_n(xi, wi as usize)).collect();
+    (w, repeated)
+}
+
+/// Mixture parameters with components of every family that are well apart.
+#[allow(dead_code)]
+pub fn spread_params(family: bulkem_core::em::Family, m: usize) -> bulkem_core::em::MixParams {
+    use bulkem_core::em::Family;
+    let j = |f: &dyn Fn(f64) -> f64| (0..m).map(|j| f(j as f64)).collect::<Vec<_>>();
+    let (mu, scale) = match family {
+        Family::InvGauss => (j(&|j| 1.0 + 2.0 * j), j(&|j| 30.0 / (1.0 + 10.0 * j))),
+        Family::Normal => (j(&|j| 4.0 * j), j(&|j| 1.0 + 0.3 * j)),
+        Family::Gamma => (j(&|j| 2.0 + 3.0 * j), j(&|j| (2.0 + 3.0 * j) / (1.0 + 3.0 * j))),
+        Family::LogNormal => (j(&|j| 1.5 * j), j(&|j| 0.4 + 0.1 * j)),
+        Family::Poisson => (j(&|j| 2.0 + 8.0 * j), vec![f64::NAN; m]),
+        Family::Exponential => (j(&|j| 1.0 / (1.0 + 5.0 * j)), vec![f64::NAN; m]),
+    };
+    bulkem_core::em::MixParams { alpha: vec![1.0 / m as f64; m], mu, scale }
 }

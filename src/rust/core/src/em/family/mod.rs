@@ -199,15 +199,16 @@ impl Family {
         Natural { a: alpha.ln() + n.a, ..n }
     }
 
-    /// Exact M-step of one component from its weighted sums over n
-    /// observations: `(alpha, first, second)`, or why it cannot continue.
+    /// Exact M-step of one component from its weighted sums over
+    /// observations of total weight `total` (n when unweighted):
+    /// `(alpha, first, second)`, or why it cannot continue.
     /// `previous`: the component's current (first, second), or NaN.
-    pub fn m_step(self, sw: f64, su: f64, sv: f64, n: usize, centre: f64, previous: (f64, f64)) -> std::result::Result<(f64, f64, f64), MStepFailure> {
+    pub fn m_step(self, sw: f64, su: f64, sv: f64, total: f64, centre: f64, previous: (f64, f64)) -> std::result::Result<(f64, f64, f64), MStepFailure> {
         if !(sw > MIN_COMPONENT_WEIGHT) {
             return Err(MStepFailure::Empty);
         }
         let (first, second) = self.def().m_step(sw, su, sv, centre, previous)?;
-        Ok((sw / n as f64, first, second))
+        Ok((sw / total, first, second))
     }
 
     /// Why a component of this family collapsed in an M-step.
@@ -331,7 +332,7 @@ mod tests {
                 su += u;
                 sv += v;
             }
-            let (alpha, p1, p2) = fam.m_step(sw, su, sv, xs.len(), centre, (f64::NAN, f64::NAN)).unwrap();
+            let (alpha, p1, p2) = fam.m_step(sw, su, sv, xs.len() as f64, centre, (f64::NAN, f64::NAN)).unwrap();
             assert_eq!(alpha, 1.0);
             let (m1, m2) = fam.ml_estimate(&xs).unwrap();
             assert!((m1 - p1).abs() < 1e-12 * p1.abs().max(1.0), "{fam:?}: {m1} vs {p1}");

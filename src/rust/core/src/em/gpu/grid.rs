@@ -1,7 +1,8 @@
-//! The large-dataset path: em_partial + em_update, many blocks per (dataset,
-//! start), two launches per iteration queued without host synchronisation.
+//! The large-dataset path: em_grid, many blocks per (dataset, start), one
+//! launch per iteration queued without host synchronisation.
 
 use std::ops::Range;
+use std::time::Instant;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
@@ -15,17 +16,23 @@ use crate::gpu::Kernel;
 
 use super::{em_function, CHECK_EVERY, LARGE_THREADS, LAUNCH_WORK, ST_MAX_ITERS, ST_RUNNING};
 
-pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, monitor: &Monitor) -> Result<Outputs> {
+/// The weights' argument of an unweighted launch (a null pointer).
+const NULL: u64 = 0;
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, monitor: &Monitor, upload_secs: &mut f64) -> Result<Outputs> {
     let nstat = 3 * config.components;
     let state_len = nstat + 4;
     let partial_len = nstat + 2;
-    let up = gather(config.family, data, &pairs.dataset[range.clone()]);
+    let up = gather(config.family, data, &|d| config.weights_of(first + d), &pairs.dataset[range.clone()]);
     let n_pairs = range.len();
+    let grid_fn = em_function(dev, config, Kernel::EmGrid)?;
+    // Whole waves of resident blocks (their number per SM depends on the
+    // family's registers), about two of them over all the pairs.
+    let resident = grid_fn.occupancy_max_active_blocks_per_multiprocessor(LARGE_THREADS, 0, None).map_err(|err| dev.err("reading em_grid's occupancy", err))?;
     let per_pair_blocks = up.max_n.div_ceil(LARGE_THREADS as usize * 4);
-    let wanted = (8 * dev.multiprocessors as usize).div_ceil(n_pairs).max(1);
+    let wanted = (2 * resident.max(1) as usize * dev.multiprocessors as usize).div_ceil(n_pairs).max(1);
     let blocks_x = per_pair_blocks.min(wanted).max(1);
-    let partial_fn = em_function(dev, config, Kernel::EmPartial)?;
-    let update_fn = em_function(dev, config, Kernel::EmUpdate)?;
 
     let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
     let mut state = vec![0.0f64; n_pairs * state_len];
@@ -35,7 +42,12 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
     let s = &dev.stream;
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
     // Through pinned memory: 80 MB for 10^7 observations, at the bus's rate.
+    let t0 = Instant::now();
     let d_x = dev.upload_new(&up.x[..])?;
+    let d_w = if up.w.is_empty() { None } else { Some(dev.upload_new(&up.w[..])?) };
+    s.synchronize().map_err(e("copying data"))?;
+    *upload_secs += t0.elapsed().as_secs_f64();
+    let d_tot = s.clone_htod(&up.totals).map_err(e("copying data"))?;
     let d_off = s.clone_htod(&up.offsets).map_err(e("copying data"))?;
     let d_len = s.clone_htod(&up.lengths).map_err(e("copying data"))?;
     let d_cen = s.clone_htod(&up.centres).map_err(e("copying data"))?;
@@ -44,10 +56,10 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
     let d_pg = s.clone_htod(&pair_global).map_err(e("copying data"))?;
     let mut d_state = s.clone_htod(&state).map_err(e("copying starts"))?;
     let mut d_partial = s.alloc_zeros::<f64>(n_pairs * blocks_x * partial_len).map_err(e("allocating sums"))?;
+    let mut d_arrivals = s.alloc_zeros::<u32>(n_pairs).map_err(e("allocating counters"))?;
     let mut d_trace = s.alloc_zeros::<f64>(n_pairs * config.max_iters).map_err(e("allocating the trace"))?;
-    let (max_iters, epsilon, bpp) = (config.max_iters as i32, config.epsilon, blocks_x as i32);
-    let partial_cfg = LaunchConfig { grid_dim: (blocks_x as u32, n_pairs as u32, 1), block_dim: (LARGE_THREADS, 1, 1), shared_mem_bytes: 0 };
-    let update_cfg = LaunchConfig { grid_dim: (n_pairs as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let (max_iters, epsilon) = (config.max_iters as i32, config.epsilon);
+    let cfg = LaunchConfig { grid_dim: (blocks_x as u32, n_pairs as u32, 1), block_dim: (LARGE_THREADS, 1, 1), shared_mem_bytes: 0 };
     // Look at the pairs' status (and the user's interrupt) every
     // CHECK_EVERY iterations, or sooner when an iteration is long: at most
     // about LAUNCH_WORK observation-iterations (a quarter second) apart.
@@ -55,16 +67,21 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
     let check_every = ((LAUNCH_WORK / per_iter.max(1.0)) as usize).clamp(1, CHECK_EVERY);
     for iter in 0..=config.max_iters {
         let first = (iter == 0) as i32;
-        let mut launch = s.launch_builder(&partial_fn);
-        launch.arg(&d_x).arg(&d_off).arg(&d_len).arg(&d_cen).arg(&d_pd).arg(&d_state).arg(&mut d_partial).arg(&first);
-        // SAFETY: arguments match em_partial in kernels/em.cu; partial holds
-        // pairs x blocks_x x (3M + 2) doubles, state pairs x (3M + 4).
-        unsafe { launch.launch(partial_cfg) }.map_err(e("launching em_partial"))?;
-        let mut launch = s.launch_builder(&update_fn);
-        launch.arg(&d_len).arg(&d_cen).arg(&d_pd).arg(&mut d_state).arg(&d_partial).arg(&bpp).arg(&mut d_trace).arg(&d_pg).arg(&max_iters).arg(&epsilon);
-        // SAFETY: arguments match em_update in kernels/em.cu; the trace holds
-        // pairs x max_iters doubles and pair_global maps pairs to its rows.
-        unsafe { launch.launch(update_cfg) }.map_err(e("launching em_update"))?;
+        let mut launch = s.launch_builder(&grid_fn);
+        launch.arg(&d_x);
+        match &d_w {
+            Some(w) => launch.arg(w),
+            None => launch.arg(&NULL),
+        };
+        launch.arg(&d_tot).arg(&d_off).arg(&d_len).arg(&d_cen).arg(&d_pd).arg(&mut d_state).arg(&mut d_partial).arg(&mut d_arrivals).arg(&first);
+        launch.arg(&mut d_trace).arg(&d_pg).arg(&max_iters).arg(&epsilon);
+        // SAFETY: arguments match em_grid in kernels/em.cu (the weights a
+        // null pointer when unweighted: only EM_WEIGHTED kernels read them); partial holds
+        // pairs x blocks_x x (3M + 2) doubles, state pairs x (3M + 4),
+        // arrivals one zeroed counter per pair (the last block resets it),
+        // the trace pairs x max_iters doubles and pair_global maps pairs to
+        // its rows.
+        unsafe { launch.launch(cfg) }.map_err(e("launching em_grid"))?;
         if iter % check_every == check_every - 1 {
             let now = s.clone_dtoh(&d_state).map_err(e("reading progress"))?;
             if now.chunks(state_len).all(|st| st[nstat + 3] as i32 != ST_RUNNING) {

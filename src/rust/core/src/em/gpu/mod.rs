@@ -4,8 +4,8 @@
 //!
 //! Datasets of up to SMALL_MAX_N observations run in `em_warp`: one warp
 //! per (dataset, start), the whole EM in one launch. Larger datasets run in
-//! `em_partial` + `em_update`, two launches per iteration queued without
-//! host synchronisation. Work is split into launches of bounded size (device
+//! `em_grid`, one launch of many blocks per iteration, queued without host
+//! synchronisation. Work is split into launches of bounded size (device
 //! memory, and time, so an interrupt is seen within a fraction of a second)
 //! and spread over every usable device.
 
@@ -26,13 +26,13 @@ use crate::gpu::{self, timing, Device, Kernel};
 
 use super::config::{CheckedEmConfig, Precision};
 use super::cpu;
-use super::data::{unfittable_reason, Prepared};
+use super::data::{unfittable_weighted, weight_total, Prepared};
 use super::family::Family;
 use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
 
 use pairs::{Outputs, Pairs, Slot};
 use plan::plan_launches;
-use warp::{collect_warp, launch_warp, prepare_warp, upload_resident, Resident, WarpInFlight};
+use warp::{collect_warp, launch_warp, prepare_warp, upload_resident, DeviceData, WarpInFlight};
 
 /// Largest M with a GPU kernel (use.gpu = NA runs larger M on the CPU).
 pub const MAX_GPU_COMPONENTS: usize = 8;
@@ -45,10 +45,17 @@ pub const SMALL_MAX_N: usize = 6000;
 /// Shared memory of em_warp per observation: its float64 features, and
 /// their float32 copy with `precision = "mixed"`.
 fn shared_bytes_per_observation(config: &CheckedEmConfig) -> usize {
-    match config.precision {
+    match kernel_precision(config) {
+        _ if config.weights.is_some() => 24,
         Precision::Double => 16,
         Precision::Mixed => 24,
     }
+}
+
+/// The precision the kernels run: float64 with weights (as the CPU's
+/// em::cpu::run_start, which has no weighted mixed E-step).
+fn kernel_precision(config: &CheckedEmConfig) -> Precision {
+    if config.weights.is_some() { Precision::Double } else { config.precision }
 }
 const WARPS_PER_BLOCK: usize = 8;
 /// Upper bound of observation-iterations per launch (about 0.25 s at the
@@ -130,7 +137,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(configs.len());
     for (k, config) in configs.iter().enumerate() {
         let m = config.components;
-        let unfittable: Vec<Option<String>> = data.par_iter().map(|x| unfittable_reason(config.family, x, m)).collect();
+        let unfittable: Vec<Option<String>> = data.par_iter().enumerate().map(|(d, x)| unfittable_weighted(config.family, x, config.weights_of(first + d), m)).collect();
         // Every pair is held on the host (estimated by em::memory_needed);
         // reserve them fallibly.
         let fits_small = |i: usize| unfittable[i].is_none() && data[i].len() <= small_max;
@@ -174,13 +181,21 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     // components) when they fit: a launch then sends only its starts.
     let bytes: f64 = data.iter().map(|x| 8.0 * x.len() as f64).sum();
     let resident = if small.len() > 0 && bytes <= RESIDENT_SHARE * dev.free_memory()? as f64 {
-        Some(upload_resident(dev, configs[0].family, data)?)
+        let resident = upload_resident(dev, configs[0].family, data, &|d| configs[0].weights_of(first + d))?;
+        dev.stream.synchronize().map_err(|e| dev.err("copying data", e))?;
+        Some(resident)
     } else {
         None
     };
-    let small_out = run_all(dev, data, &small, first, configs, Path::Warp, inline_trace, resident.as_ref(), monitor)?;
-    let large_out = run_all(dev, data, &large, first, configs, Path::Grid, keep_trace, None, monitor)?;
-    timing::record("kernels", t0);
+    // The copies of the data, timed apart from the kernels (the launches'
+    // own copies of their starts and results stay with the kernels).
+    let mut upload_secs = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let small_out = run_all(dev, data, &small, first, configs, Path::Warp, inline_trace, resident.as_ref(), monitor, &mut upload_secs)?;
+    let large_out = run_all(dev, data, &large, first, configs, Path::Grid, keep_trace, None, monitor, &mut upload_secs)?;
+    let grid_uploads = upload_secs - (t1 - t0).as_secs_f64();
+    timing::record_secs("upload", upload_secs);
+    timing::record_secs("kernels", (t1.elapsed().as_secs_f64() - grid_uploads).max(0.0));
     let t0 = Instant::now();
 
     let mut all = Vec::with_capacity(configs.len());
@@ -198,7 +213,8 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
         let mut fits: Vec<MixFit> = data
             .par_iter()
             .zip(slots[k].par_iter())
-            .map(|(x, slot)| {
+            .enumerate()
+            .map(|(d, (x, slot))| {
                 let (out, p0) = match slot {
                     Slot::Unfittable(why) => {
                         let failed = StartFit::failed(m, MixParams::nan(m), 0, why.clone());
@@ -210,6 +226,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                 let (ll, ok): (Vec<f64>, Vec<bool>) = (p0..p0 + n_starts).map(|p| outcome(out, p)).unzip();
                 let chosen = best_start(&ll, &ok).unwrap_or(0);
                 let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len());
+                fit.weight_total = config.weights_of(first + d).map(weight_total);
                 if config.keep_posterior && fit.success() && !monitor.is_cancelled() {
                     let prep = Prepared::try_new(config.family, x)?;
                     fit.posterior = Some(cpu::posterior(config.family, &prep, &fit.params)?);
@@ -235,7 +252,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                     owner.push(d);
                 }
             }
-            let rerun = run_all(dev, data, &kept, first, std::slice::from_ref(config), Path::Warp, true, resident.as_ref(), monitor)?;
+            let rerun = run_all(dev, data, &kept, first, std::slice::from_ref(config), Path::Warp, true, resident.as_ref(), monitor, &mut 0.0)?;
             let traces = rerun.into_iter().next().unwrap_or_default().trace;
             for (t, d) in traces.into_iter().zip(owner) {
                 fits[d].trace = t;
@@ -287,14 +304,14 @@ fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: 
 /// device runs launch k, and handles k's results while it runs k + 1, also
 /// across models.
 #[allow(clippy::too_many_arguments)]
-fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], path: Path, trace: bool, resident: Option<&Resident>, monitor: &Monitor) -> Result<Vec<Outputs>> {
+fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], path: Path, trace: bool, resident: Option<&DeviceData>, monitor: &Monitor, upload_secs: &mut f64) -> Result<Vec<Outputs>> {
     let mut all: Vec<Outputs> = configs.iter().map(|_| Outputs::default()).collect();
     let chunks = plan_launches(dev, data, pairs, configs, path, trace)?;
     if path == Path::Grid {
         for chunk in chunks {
             monitor.check()?;
             let k = pairs.model[chunk.start];
-            all[k].append(grid::run_grid(dev, data, pairs, chunk, first, &configs[k], monitor)?);
+            all[k].append(grid::run_grid(dev, data, pairs, chunk, first, &configs[k], monitor, upload_secs)?);
         }
         return Ok(all);
     }
@@ -349,7 +366,9 @@ pub fn em_prelude(family: Family) -> String {
 fn em_function(dev: &Device, config: &CheckedEmConfig, kernel: Kernel) -> Result<CudaFunction> {
     let prelude = em_prelude(config.family);
     let m = ("EM_M", config.components as i64);
-    let defines: &[(&str, i64)] = match (config.precision, kernel) {
+    let weighted = config.weights.is_some();
+    let defines: &[(&str, i64)] = match (kernel_precision(config), kernel) {
+        _ if weighted => &[m, ("EM_WEIGHTED", 1)],
         (Precision::Mixed, Kernel::EmWarp) => &[m, ("EM_MIXED", 1)],
         _ => &[m],
     };

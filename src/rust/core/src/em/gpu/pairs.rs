@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use super::super::config::CheckedEmConfig;
 use super::super::family::Family;
 use super::super::fit::MixParams;
+use super::super::data::weight_total;
 use super::super::starts::initial_values;
 
 /// The (model, dataset, start) triples ("pairs": a model is one candidate
@@ -117,6 +118,10 @@ pub(super) fn starting_values(data: &[&[f64]], pairs: &Pairs, range: Range<usize
 /// A single dataset is borrowed, not copied (10^7 observations: no host copy).
 pub(super) struct Uploaded<'a> {
     pub(super) x: Cow<'a, [f64]>,
+    /// The observation weights, laid out as `x` (empty when unweighted).
+    pub(super) w: Cow<'a, [f64]>,
+    /// Per dataset, the sum of its weights (its length when unweighted).
+    pub(super) totals: Vec<f64>,
     pub(super) offsets: Vec<i64>,
     pub(super) lengths: Vec<i32>,
     pub(super) centres: Vec<f64>,
@@ -129,9 +134,10 @@ pub(super) struct Uploaded<'a> {
 /// pairs are consecutive) laid end to end for one upload. The copy and the
 /// centres run on every core: for the resident upload this is the whole
 /// input (640 MB in the model-selection benchmark).
-pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], datasets: &[usize]) -> Uploaded<'a> {
+/// `weights_of(d)`: the weights of `data[d]`, if weighted.
+pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], weights_of: &(dyn Fn(usize) -> Option<&'a [f64]> + Sync), datasets: &[usize]) -> Uploaded<'a> {
     let single = datasets.iter().all(|&d| d == datasets[0]);
-    let mut up = Uploaded { x: Cow::Borrowed(&[]), offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], max_n: 0 };
+    let mut up = Uploaded::empty(0);
     let mut distinct = Vec::new();
     let mut total = 0usize;
     for &d in datasets {
@@ -146,22 +152,44 @@ pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], datasets: &[usize])
         up.pair_dataset.push(up.lengths.len() as i32 - 1);
     }
     up.centres = distinct.par_iter().map(|&d| family.centre(data[d])).collect();
+    up.totals = distinct.par_iter().map(|&d| weights_of(d).map_or(data[d].len() as f64, weight_total)).collect();
+    let weighted = distinct.iter().any(|&d| weights_of(d).is_some());
     if datasets.is_empty() {
     } else if single {
         up.x = Cow::Borrowed(data[datasets[0]]);
-    } else {
-        let mut x = vec![0.0; total];
-        let mut parts = Vec::with_capacity(distinct.len());
-        let mut rest = &mut x[..];
-        for &d in &distinct {
-            let (part, tail) = rest.split_at_mut(data[d].len());
-            parts.push((part, data[d]));
-            rest = tail;
+        if let Some(w) = weights_of(datasets[0]) {
+            up.w = Cow::Borrowed(w);
         }
-        parts.into_par_iter().for_each(|(part, src)| part.copy_from_slice(src));
-        up.x = Cow::Owned(x);
+    } else {
+        up.x = Cow::Owned(concatenate(&distinct, total, &|d| data[d]));
+        if weighted {
+            up.w = Cow::Owned(concatenate(&distinct, total, &|d| weights_of(d).unwrap_or(&[])));
+        }
     }
     up
+}
+
+/// `part(d)` of every dataset of `distinct`, end to end (`total` values),
+/// copied on every core.
+fn concatenate<'a>(distinct: &[usize], total: usize, part: &(dyn Fn(usize) -> &'a [f64] + Sync)) -> Vec<f64> {
+    let mut x = vec![0.0; total];
+    let mut parts = Vec::with_capacity(distinct.len());
+    let mut rest = &mut x[..];
+    for &d in distinct {
+        let src = part(d);
+        let (piece, tail) = rest.split_at_mut(src.len());
+        parts.push((piece, src));
+        rest = tail;
+    }
+    parts.into_par_iter().for_each(|(piece, src)| piece.copy_from_slice(src));
+    x
+}
+
+impl Uploaded<'_> {
+    /// No data (a launch whose datasets are resident), `max_n` the largest.
+    pub(super) fn empty(max_n: usize) -> Self {
+        Uploaded { x: Cow::Borrowed(&[]), w: Cow::Borrowed(&[]), totals: vec![], offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], max_n }
+    }
 }
 
 /// Per-pair traces out of a pairs x max_iters buffer, each as long as its

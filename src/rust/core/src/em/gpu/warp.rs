@@ -21,23 +21,36 @@ use super::{em_function, WARPS_PER_BLOCK};
 /// warps whose start converged early take another.
 const MAX_BLOCK_PAIRS: usize = 32;
 
-/// Every dataset of a device's shared-memory path, uploaded once for all
-/// launches (and all numbers of components) when it fits.
-pub(super) struct Resident {
+/// Datasets on the device: the observations, the weights (None when
+/// unweighted) and each dataset's total weight, and the layout. Every
+/// dataset of a device's shared-memory path, uploaded once for all launches
+/// (and all numbers of components) when it fits ([`upload_resident`]), or
+/// a launch's own copy of its datasets.
+pub(super) struct DeviceData {
     x: CudaSlice<f64>,
+    w: Option<CudaSlice<f64>>,
+    totals: CudaSlice<f64>,
     offsets: CudaSlice<i64>,
     lengths: CudaSlice<i32>,
     centres: CudaSlice<f64>,
 }
 
 /// Upload every dataset of `data` once.
-pub(super) fn upload_resident(dev: &Device, family: Family, data: &[&[f64]]) -> Result<Resident> {
+pub(super) fn upload_resident<'a>(dev: &Device, family: Family, data: &[&'a [f64]], weights_of: &(dyn Fn(usize) -> Option<&'a [f64]> + Sync)) -> Result<DeviceData> {
     let all: Vec<usize> = (0..data.len()).collect();
-    let up = gather(family, data, &all);
-    let s = &dev.stream;
+    let up = gather(family, data, weights_of, &all);
+    upload(dev, &dev.stream, &up, true)
+}
+
+/// `up` on the device through `stream`; the observations through the
+/// device's pinned staging buffer when `staged` (the device's own stream).
+fn upload(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Result<DeviceData> {
     let e = |err| dev.err("copying data", err);
-    Ok(Resident {
-        x: dev.upload_new(&up.x[..])?,
+    let copy = |v: &[f64]| if staged { dev.upload_new(v) } else { s.clone_htod(v).map_err(e) };
+    Ok(DeviceData {
+        x: copy(&up.x[..])?,
+        w: if up.w.is_empty() { None } else { Some(copy(&up.w[..])?) },
+        totals: s.clone_htod(&up.totals).map_err(e)?,
         offsets: s.clone_htod(&up.offsets).map_err(e)?,
         lengths: s.clone_htod(&up.lengths).map_err(e)?,
         centres: s.clone_htod(&up.centres).map_err(e)?,
@@ -60,15 +73,14 @@ pub(super) struct WarpJob<'a> {
 
 /// `target_blocks`: blocks that fill the device; a block then holds between
 /// WARPS_PER_BLOCK and MAX_BLOCK_PAIRS consecutive pairs of one dataset.
-pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, resident: bool, target_blocks: usize) -> WarpJob<'a> {
+pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &'a CheckedEmConfig, resident: bool, target_blocks: usize) -> WarpJob<'a> {
     let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
     let datasets = &pairs.dataset[range.clone()];
     let (up, pair_dataset, max_n) = if resident {
         let max_n = datasets.iter().map(|&d| data[d].len()).max().unwrap_or(0);
-        let empty = Uploaded { x: std::borrow::Cow::Borrowed(&[]), offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], max_n };
-        (empty, datasets.iter().map(|&d| d as i32).collect::<Vec<_>>(), max_n)
+        (Uploaded::empty(max_n), datasets.iter().map(|&d| d as i32).collect::<Vec<_>>(), max_n)
     } else {
-        let up = gather(config.family, data, datasets);
+        let up = gather(config.family, data, &|d| config.weights_of(first + d), datasets);
         let (pd, max_n) = (up.pair_dataset.clone(), up.max_n);
         (up, pd, max_n)
     };
@@ -93,7 +105,7 @@ pub(super) struct WarpInFlight {
     stream: Arc<CudaStream>,
     init: Vec<f64>,
     no_start: Vec<Option<String>>,
-    _inputs: (Option<(CudaSlice<f64>, CudaSlice<i64>, CudaSlice<i32>, CudaSlice<f64>)>, [CudaSlice<i32>; 3], CudaSlice<f64>),
+    _inputs: (Option<DeviceData>, [CudaSlice<i32>; 3], CudaSlice<f64>),
     params: CudaSlice<f64>,
     loglik: CudaSlice<f64>,
     iterations: CudaSlice<i32>,
@@ -103,7 +115,7 @@ pub(super) struct WarpInFlight {
 
 /// Launches on `stream`; the datasets, when resident, were uploaded on the
 /// device's stream (cudarc's event tracking orders the two).
-pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, config: &CheckedEmConfig, record_trace: bool, resident: Option<&Resident>) -> Result<WarpInFlight> {
+pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, config: &CheckedEmConfig, record_trace: bool, resident: Option<&DeviceData>) -> Result<WarpInFlight> {
     let nstat = 3 * config.components;
     let n_pairs = job.n_pairs;
     let smem = (super::shared_bytes_per_observation(config) * job.max_n) as u32;
@@ -114,12 +126,7 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
     let uploaded = match resident {
         Some(_) => None,
-        None => Some((
-            s.clone_htod(&job.up.x[..]).map_err(e("copying data"))?,
-            s.clone_htod(&job.up.offsets).map_err(e("copying data"))?,
-            s.clone_htod(&job.up.lengths).map_err(e("copying data"))?,
-            s.clone_htod(&job.up.centres).map_err(e("copying data"))?,
-        )),
+        None => Some(upload(dev, s, &job.up, false)?),
     };
     let d_bd = s.clone_htod(&job.block_dataset).map_err(e("copying data"))?;
     let d_bp0 = s.clone_htod(&job.block_pair0).map_err(e("copying data"))?;
@@ -143,14 +150,20 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
     let cfg = LaunchConfig { grid_dim: (job.block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
     let null_trace: u64 = 0;
     let inputs = &out._inputs;
-    let (x, offsets, lengths, centres) = match (resident, &inputs.0) {
-        (Some(r), _) => (&r.x, &r.offsets, &r.lengths, &r.centres),
-        (None, Some(u)) => (&u.0, &u.1, &u.2, &u.3),
+    let on_device = match (resident, &inputs.0) {
+        (Some(r), _) => r,
+        (None, Some(u)) => u,
         (None, None) => return Err(Error::Internal("an em_warp launch without its data".into())),
     };
+    let DeviceData { x, w, totals, offsets, lengths, centres } = on_device;
     let mut launch = s.launch_builder(&f);
+    launch.arg(x);
+    match w {
+        Some(w) => launch.arg(w),
+        None => launch.arg(&null_trace),
+    };
     launch
-        .arg(x).arg(offsets).arg(lengths).arg(centres).arg(&inputs.1[0]).arg(&inputs.1[1]).arg(&inputs.1[2]).arg(&inputs.2)
+        .arg(totals).arg(offsets).arg(lengths).arg(centres).arg(&inputs.1[0]).arg(&inputs.1[1]).arg(&inputs.1[2]).arg(&inputs.2)
         .arg(&mut out.params).arg(&mut out.loglik).arg(&mut out.iterations).arg(&mut out.status);
     match out.trace.as_mut() {
         Some(t) => launch.arg(t),
@@ -158,7 +171,8 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
     };
     launch.arg(&max_iters).arg(&epsilon);
     // SAFETY: the arguments match em_warp's parameter list in kernels/em.cu
-    // in order and type (a null pointer for the trace when none is kept);
+    // in order and type (a null pointer for the trace when none is kept, and
+    // for the weights when unweighted: only EM_WEIGHTED kernels read them);
     // every buffer holds the elements the kernel indexes (blocks, pairs x 3M
     // params, pairs x max_iters trace, the datasets' observations at their
     // offsets; resident data outlive every launch), and shared memory holds
