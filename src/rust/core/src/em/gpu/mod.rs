@@ -43,12 +43,11 @@ pub const MAX_GPU_COMPONENTS: usize = 8;
 pub const SMALL_MAX_N: usize = 6000;
 
 /// Shared memory of em_warp per observation: its float64 features, and
-/// their float32 copy with `precision = "mixed"`.
+/// their float32 copy with `precision = "mixed"` or the weight when weighted.
 fn shared_bytes_per_observation(config: &CheckedEmConfig) -> usize {
-    match kernel_precision(config) {
-        _ if config.weights.is_some() => 24,
-        Precision::Double => 16,
-        Precision::Mixed => 24,
+    match (config.weights.is_some(), kernel_precision(config)) {
+        (false, Precision::Double) => 16,
+        _ => 24,
     }
 }
 
