@@ -94,6 +94,10 @@ as.mixEM.bulkem_fit <- function(x, data, ...) {
       i = "Only fits of {.code family = \"normal\"} convert (to mixtools' {.code normalmixEM})."
     ))
   }
+  if (!is.null(x$censored) && x$censored > 0) {
+    bulkem_abort(c("Can't convert a fit of censored data to a {.cls mixEM} object: {.pkg mixtools} has no censored mixtures.",
+                   i = "The fit's parameters are in {.code coef(fit)}."))
+  }
   if (!isTRUE(x$fit_success)) {
     bulkem_abort(c("Can't convert a failed fit to a {.cls mixEM} object.", x = "{x$message}"))
   }

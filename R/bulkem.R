@@ -101,6 +101,22 @@
 #'   (one dataset per column). Integer values are accepted. For a data frame
 #'   with a grouping column use the formula method, `bulkem(y ~ group, data
 #'   = df)`.
+#'
+#'   A dataset may also be a [survival::Surv()] object (alone, or as an
+#'   element of the list): right-censored (`Surv(time, event)`, e.g. a
+#'   reaction time cut off at a time-out), left-censored, or
+#'   interval-censored (`Surv(left, right, type = "interval2")`, `NA` for
+#'   an open end). A censored observation counts by the probability of its
+#'   interval, \eqn{P(l < X \le u)}{P(l < X <= u)}, in the log-likelihood;
+#'   EM treats its value as missing (the E-step uses the component's
+#'   distribution on the interval, the M-step is unchanged), so the
+#'   log-likelihood never decreases. Binned data (a histogram) are
+#'   interval-censored data with the counts as `weights`: one observation
+#'   `Surv(lower, upper, type = "interval2")` per bin. Censored data fit the
+#'   Normal, lognormal, inverse Gaussian and exponential families, on the
+#'   CPU backend; each fit keeps the number of censored observations as
+#'   `censored`. `keep.posterior = TRUE`, `criterion = "ICL"`,
+#'   [as.mixEM()] and the bootstrap functions refuse censored data.
 #' @param num.components Number of mixture components M (at least 1, and at
 #'   most what the largest dataset can fit: see Details), or several to
 #'   choose from by `criterion`, e.g. `1:5`.
@@ -210,6 +226,25 @@
 #'   starts draw from the observations regardless of their weights.
 #'   [as.mixEM()] refuses weighted fits (mixtools has no weights). In the
 #'   formula method, a numeric vector of one weight per row of `data`.
+#' @param equal `NULL` (default), or the name of the family's second
+#'   parameter (`"sigma"` for the Normal, `"lambda"` for the inverse
+#'   Gaussian, `"rate"` for the gamma, `"sdlog"` for the lognormal): one
+#'   value of it shared by every component, as mclust's equal-variance
+#'   ("E") models. Works with several `num.components`.
+#' @param fixed `NULL` (default), or parameters held at given values: a
+#'   named list with elements among `alpha` and the family's parameters,
+#'   each `NULL` or a vector of one value per component, `NA` where the
+#'   parameter is free (e.g. `list(mu = c(1, NA))`: the first component's
+#'   mean is 1). Held weights must leave the free ones a positive share.
+#'   With `fixed`, give one `num.components`; the components keep the order
+#'   of `fixed` instead of the order by the first parameter.
+#'
+#'   With `equal` or `fixed`, each M-step is an ECM step (Meng and Rubin
+#'   1993): conditional maximisations that keep the log-likelihood from
+#'   decreasing. `logLik()`'s `df` (and BIC, ICL, AIC) counts only the free
+#'   parameters (each fit keeps it as `df`). Constrained fits run on the
+#'   CPU backend (`use.gpu = TRUE` is an error); [bootstrap_lrt()] and
+#'   [bootstrap_se()] refuse them.
 #' @param chunk.size Datasets per chunk. With `parallel = "future"` each
 #'   chunk is one future, sent only its own datasets; the default makes about
 #'   4 chunks per worker, fewer when a chunk would do less than 2e8
@@ -252,6 +287,8 @@
 #'     likelihood became non-finite) and `spread` (best minus worst
 #'     log-likelihood of the successful starts). `summary()` of the fits
 #'     counts the datasets whose best was found by one start only.}
+#'   \item{`bootstrap`}{only after [bootstrap_se()]: the bootstrap standard
+#'     errors and percentile intervals of the parameters.}
 #'   \item{`loglik_trace`, `posterior`}{only with `keep.posterior = TRUE`:
 #'     the log-likelihood after each iteration of the kept start, and the
 #'     n x M matrix of posterior probabilities.}
@@ -336,7 +373,8 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
                            verbose = FALSE, inits = NULL, seed = NULL, keep.posterior = FALSE,
                            parallel = c("none", "future"), chunk.size = NULL,
                            criterion = c("BIC", "ICL", "AIC"), init.method = c("mixed", "kmeans++", "subsets"),
-                           resume = NULL, precision = c("double", "mixed"), weights = NULL, ...) {
+                           resume = NULL, precision = c("double", "mixed"), weights = NULL,
+                           equal = NULL, fixed = NULL, ...) {
   call <- environment()
   check_no_dots(list(...), "bulkem", "bulkem::bulkem", call)
   family <- match_arg(family, em_family_names(), "family", call)
@@ -344,6 +382,12 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   criterion <- match_arg(criterion, c("BIC", "ICL", "AIC"), "criterion", call)
   init.method <- match_arg(init.method, c("mixed", "kmeans++", "subsets"), "init.method", call)
   precision <- match_arg(precision, c("double", "mixed"), "precision", call)
+  censoring <- NULL
+  if (has_surv(datasets)) {
+    sv <- surv_datasets(datasets, call)
+    datasets <- sv$datasets
+    censoring <- sv$censoring
+  }
   datasets <- check_datasets(datasets, call)
   weights <- check_obs_weights(weights, datasets, call)
   Ks <- check_components(num.components, call)
@@ -360,6 +404,8 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
     ), call = call)
   }
   inits <- check_inits(inits, Ks[1], family, length(datasets), call)
+  equal <- check_equal(equal, family, call)
+  fixed <- check_fixed(fixed, Ks, family, call)
   seed <- check_seed(resume_seed(seed, resume), call)
   if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
@@ -367,9 +413,12 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   settings <- list(family = family, Ks = Ks, criterion = criterion, max.iters = max.iters,
                    random.inits = random.inits, init.method = init.method,
                    epsilon = epsilon, seed = seed, keep.posterior = keep.posterior,
-                   given_inits = !is.null(inits), precision = precision, weighted = !is.null(weights))
+                   given_inits = !is.null(inits), precision = precision, weighted = !is.null(weights),
+                   equal = equal, fixed = fixed)
+  censored <- !is.null(censoring)
   r <- resumable("bulkem", "datasets", settings, list(data = numbers_fingerprint(datasets), inits = inits,
-                                                      weights = if (!is.null(weights)) numbers_fingerprint(weights)))
+                                                      weights = if (!is.null(weights)) numbers_fingerprint(weights),
+                                                      censoring = if (censored) numbers_fingerprint(lapply(censoring, unlist))))
   if (!is.null(resume)) resume <- check_resume(resume, r, call)
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
@@ -397,7 +446,8 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   started <- proc.time()[["elapsed"]]
   parts <- map_chunks(
     chunks, em_chunk,
-    slice = function(idx) list(datasets = datasets[idx], inits = inits_rows(inits, idx), weights = weights[idx]),
+    slice = function(idx) list(datasets = datasets[idx], inits = inits_rows(inits, idx), weights = weights[idx],
+                               censoring = censoring[idx]),
     args = settings, parallel = parallel, progress = progress, what = "datasets",
     # In this session the core's message names the dataset; the chunking is
     # ours, not the user's, so only a worker's chunk is worth naming.
@@ -410,7 +460,9 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   )
   raw <- bind_chunks(parts)
   seconds <- proc.time()[["elapsed"]] - started
-  fits <- assemble_fits(raw, names(datasets), family, keep.posterior, weighted = !is.null(weights))
+  fits <- assemble_fits(raw, names(datasets), family, keep.posterior, weighted = !is.null(weights),
+                        constraints = constraints_of(equal, fixed, family),
+                        censored = if (censored) lengths(lapply(censoring, `[[`, "index")))
   backend <- paste(unique(raw$backend), collapse = ", ")
   threads <- max(raw$threads)
   table <- matrix(raw$criteria, nrow = D, ncol = length(Ks), byrow = TRUE,
@@ -697,6 +749,63 @@ check_inits <- function(inits, M, family, n_datasets, call) {
        scale = if (is.na(fam$second)) alpha * NaN else field(fam$second))
 }
 
+# equal = NULL or the family's second parameter's name -> TRUE/FALSE.
+check_equal <- function(equal, family, call) {
+  if (is.null(equal)) return(FALSE)
+  fam <- em_family(family)
+  if (is.na(fam$second)) {
+    bulkem_abort(c("{.arg equal} does not apply to the {fam$label} family, which has one parameter per component.",
+                   x = "You supplied {describe_value(equal)}."), call = call)
+  }
+  if (!identical(equal, fam$second)) {
+    bulkem_abort(c("{.arg equal} must be {.code NULL} or {.val {fam$second}} (the {fam$label} family's second parameter).",
+                   x = "You supplied {describe_value(equal)}."), call = call)
+  }
+  TRUE
+}
+
+# fixed = NULL or list(alpha =, <first> =, <second> =) of one value per
+# component (NA: free) -> list(alpha, first, second) for the core, each
+# NULL or a double vector (NA free); one number of components only.
+check_fixed <- function(fixed, Ks, family, call) {
+  if (is.null(fixed)) return(NULL)
+  fam <- em_family(family)
+  fields <- c("alpha", fam$params)
+  if (!is.list(fixed) || is.null(names(fixed)) || any(!nzchar(names(fixed))) || !all(names(fixed) %in% fields)) {
+    bulkem_abort(c(
+      "{.arg fixed} must be a named list with elements among {.val {fields}} (the {fam$label} family's).",
+      x = "You supplied {if (is.list(fixed)) paste0('names ', paste(names(fixed), collapse = ', ')) else describe_value(fixed)}."
+    ), call = call)
+  }
+  if (length(Ks) != 1) {
+    bulkem_abort(c("{.arg fixed} holds values of one number of components, not of {.arg num.components} = {deparse(Ks)}.",
+                   i = "Give one value of {.arg num.components}."), call = call)
+  }
+  one <- function(name) {
+    v <- fixed[[name]]
+    if (is.null(v)) return(NULL)
+    if (!(is.numeric(v) || (is.logical(v) && all(is.na(v)))) || length(v) != Ks) {
+      bulkem_abort(c("{.code fixed${name}} must have one value per component ({Ks}), {.code NA} where free.",
+                     x = "You supplied {describe_value(v)}."), call = call)
+    }
+    as.double(v)
+  }
+  list(alpha = one("alpha"), first = one(fam$first), second = if (!is.na(fam$second)) one(fam$second))
+}
+
+# What a constrained fit records: the shared parameter and the held values
+# (by the user's names), or NULL without constraints.
+constraints_of <- function(equal, fixed, family) {
+  if (!isTRUE(equal) && is.null(fixed)) return(NULL)
+  fam <- em_family(family)
+  held <- if (!is.null(fixed)) {
+    h <- list(alpha = fixed$alpha, first = fixed$first, second = fixed$second)
+    names(h) <- c("alpha", fam$first, if (is.na(fam$second)) "second" else fam$second)
+    Filter(Negate(is.null), h)
+  }
+  list(equal = if (isTRUE(equal)) fam$second, fixed = held)
+}
+
 # One chunk of bulkem(), in this session or on a future worker (map_chunks()).
 # On a worker, chunk_exec() resolves use.gpu and the threads for the
 # worker's own machine. The offset keys the random streams by global dataset
@@ -706,7 +815,7 @@ em_chunk <- function(part, idx, s) {
   ex$backend <- backend_choice_("em", ex$backend, c(em_work(part$datasets, s), max(s$Ks)))
   raw <- em_fit_(part$datasets, s$family, s$Ks, s$criterion, s$max.iters, s$random.inits,
                  s$init.method, s$epsilon, s$seed, part$inits, s$keep.posterior, idx[1] - 1L,
-                 s$precision, part$weights, ex$threads, ex$backend)
+                 s$precision, part$weights, s$equal, s$fixed, part$censoring, ex$threads, ex$backend)
   raw$threads <- ex$threads
   raw
 }
@@ -730,7 +839,7 @@ inits_rows <- function(inits, idx) {
 
 # Split the core's flat vectors into one bulkem_fit per dataset; dataset d
 # has raw$components[d] components (its chosen number).
-assemble_fits <- function(raw, names, family, keep.posterior, weighted = FALSE) {
+assemble_fits <- function(raw, names, family, keep.posterior, weighted = FALSE, constraints = NULL, censored = NULL) {
   D <- length(raw$loglik)
   M <- raw$components
   # The core marks "no value" with NaN; R users expect NA. Converted once,
@@ -761,6 +870,8 @@ assemble_fits <- function(raw, names, family, keep.posterior, weighted = FALSE) 
       fit_success = raw$status[d] != "failed", status = raw$status[d],
       message = if (nzchar(raw$message[d])) raw$message[d] else NA_character_,
       n = raw$n[d], nobs = if (weighted) raw$nobs[d], family = family, ft = "bulkem",
+      df = if (!is.null(constraints)) raw$df[d], constraints = constraints,
+      censored = if (!is.null(censored)) censored[[d]],
       start_logliks = start_ll[[d]], best_start = raw$best_start[d],
       start_diagnostics = start_diagnostics(start_ll[[d]], loglik[d]),
       loglik_trace = if (keep.posterior) raw$trace[[d]]

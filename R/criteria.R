@@ -213,7 +213,7 @@ criteria_from_fits <- function(x, criterion) {
 }
 
 fit_criterion <- function(fit, criterion) {
-  df <- family_df(fit_family(fit), length(fit$alpha))
+  df <- fit_df(fit)
   bic <- -2 * fit$loglik + df * log(fit_nobs(fit))
   switch(criterion,
     AIC = -2 * fit$loglik + 2 * df,

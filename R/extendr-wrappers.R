@@ -5,7 +5,7 @@
 #' arguments. Parameters are flattened dataset by dataset, each dataset's
 #' as long as its chosen number of components (`components`).
 #' @noRd
-em_fit_ <- function(datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, precision, weights, threads, backend) .Call(wrap__em_fit_, datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, precision, weights, threads, backend)
+em_fit_ <- function(datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, precision, weights, equal, fixed, censoring, threads, backend) .Call(wrap__em_fit_, datasets, family, components, criterion, max_iters, random_inits, start_method, epsilon, seed, inits, keep_posterior, dataset_offset, precision, weights, equal, fixed, censoring, threads, backend)
 
 #' The families the core fits, with their R names and parameter names
 #' (`second` is NA for one-parameter families): R reads its family table
@@ -25,6 +25,19 @@ mix_log_density_ <- function(x, family, alpha, first, second) .Call(wrap__mix_lo
 #' outside the support).
 #' @noRd
 mix_posterior_ <- function(x, family, alpha, first, second) .Call(wrap__mix_posterior_, x, family, alpha, first, second)
+
+#' The parametric bootstrap LRT statistics of K0 vs K1 components for
+#' datasets `ids` (1-based, keying their replicates' streams) of `sizes` observations fitted by `null` and `alt`: datasets x
+#' replicates, dataset-major; NaN where a replicate's fit failed.
+#' @noRd
+em_bootstrap_lrt_ <- function(ids, sizes, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, threads, backend) .Call(wrap__em_bootstrap_lrt_, ids, sizes, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, threads, backend)
+
+#' Bootstrap standard errors and percentile intervals of the fits of
+#' `datasets` (K components each): per field, D x K dataset-major; `ok`
+#' counts each dataset's fitted replicates; with `keep`, every replicate's
+#' parameters (D x B x K, dataset-major then replicate).
+#' @noRd
+em_bootstrap_se_ <- function(ids, datasets, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, threads, backend) .Call(wrap__em_bootstrap_se_, ids, datasets, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, threads, backend)
 
 #' The memory check of an HMM call before R builds anything for it:
 #' `n_seqs` sequences of `lengths` (one value: recycled), `copies` of the

@@ -51,6 +51,7 @@ print.bulkem_fit <- function(x, digits = 4, ...) {
     return(invisible(x))
   }
   print(fit_params(x), digits = digits)
+  if (!is.null(x$constraints)) cat(sprintf("constraints: %s\n", constraints_note(x)))
   cat(sprintf("log-likelihood %s after %d iteration%s (%s); start %d of %d\n",
               format(x$loglik, digits = digits + 3), x$num_iterations,
               if (x$num_iterations == 1) "" else "s", x$status,
@@ -64,6 +65,7 @@ summary.bulkem_fit <- function(object, ...) {
   ll <- logLik(object)
   structure(list(
     family = object$family, components = length(object$alpha), n = object$n, nobs = object$nobs,
+    censored = object$censored,
     status = object$status, message = object$message,
     parameters = fit_params(object), loglik = object$loglik,
     AIC = if (object$fit_success) stats::AIC(ll) else NA_real_,
@@ -72,7 +74,9 @@ summary.bulkem_fit <- function(object, ...) {
     starts = length(object$start_logliks),
     starts_failed = sum(is.na(object$start_logliks)),
     start_logliks = object$start_logliks,
-    start_diagnostics = object$start_diagnostics
+    start_diagnostics = object$start_diagnostics,
+    bootstrap = bootstrap_table(object),
+    constraints = constraints_note(object), df = fit_df(object)
   ), class = "summary.bulkem_fit")
 }
 
@@ -94,14 +98,52 @@ print.summary.bulkem_fit <- function(x, digits = 4, ...) {
     cat(sprintf("starts at the best log-likelihood (within 1e-6 relative): %d of %d; spread of the starts' log-likelihoods: %s\n",
                 sd[["at_best"]], sd[["starts"]], format(sd[["spread"]], digits = digits)))
   }
+  if (!is.null(x$constraints)) {
+    cat(sprintf("constraints: %s (df = %d)\n", x$constraints, x$df))
+  }
+  if (!is.null(x$bootstrap)) {
+    b <- attr(x$bootstrap, "settings")
+    cat(sprintf("\nBootstrap (%s, B = %d, %d fitted): standard errors and %s%% percentile intervals\n",
+                b$type, b$B, b$replicates, format(100 * b$level)))
+    print(x$bootstrap, digits = digits)
+  }
   invisible(x)
+}
+
+# A fit's estimates beside their bootstrap standard errors and intervals
+# (from bootstrap_se()), one row per parameter and component; NULL without.
+bootstrap_table <- function(fit) {
+  b <- fit$bootstrap
+  if (is.null(b)) return(NULL)
+  fields <- names(b$se)
+  K <- nrow(b$se)
+  long <- function(df) unlist(lapply(fields, function(f) df[[f]]), use.names = FALSE)
+  lo <- sprintf("%s%%", format(100 * (1 - b$level) / 2))
+  hi <- sprintf("%s%%", format(100 * (1 + b$level) / 2))
+  out <- data.frame(estimate = long(fit_params(fit)), se = long(b$se), lower = long(b$lower), upper = long(b$upper))
+  names(out)[3:4] <- c(lo, hi)
+  rownames(out) <- paste0(rep(fields, each = K), "[", seq_len(K), "]")
+  structure(out, settings = b[c("type", "B", "level", "replicates")])
 }
 
 #' @rdname bulkem_fit
 #' @export
 logLik.bulkem_fit <- function(object, ...) {
-  structure(object$loglik, df = family_df(fit_family(object), length(object$alpha)), nobs = fit_nobs(object),
+  structure(object$loglik, df = fit_df(object), nobs = fit_nobs(object),
             class = "logLik")
+}
+
+# Free parameters of a fit: counted by the core for a constrained fit,
+# else the family's (1 + p) K - 1.
+fit_df <- function(fit) fit$df %||% family_df(fit_family(fit), length(fit$alpha))
+
+# "equal sigma; fixed mu = (1, NA)" for a constrained fit, else NULL.
+constraints_note <- function(fit) {
+  c <- fit$constraints
+  if (is.null(c)) return(NULL)
+  parts <- c(if (!is.null(c$equal)) paste("equal", c$equal),
+             if (length(c$fixed)) paste0("fixed ", names(c$fixed), " = (", vapply(c$fixed, function(v) paste(format(v), collapse = ", "), ""), ")"))
+  paste(parts, collapse = "; ")
 }
 
 # The number of observations the criteria count: the sum of the weights of
@@ -110,7 +152,8 @@ fit_nobs <- function(fit) as.double(fit$nobs %||% fit$n)
 
 # ", total weight w" for a weighted fit (print and summary), else "".
 weights_note <- function(x) {
-  if (is.null(x$nobs)) "" else sprintf(" (weighted: total weight %s)", format(x$nobs))
+  paste0(if (!is.null(x$censored) && x$censored > 0) sprintf(" (%s censored)", format(x$censored)) else "",
+         if (is.null(x$nobs)) "" else sprintf(" (weighted: total weight %s)", format(x$nobs)))
 }
 
 #' @rdname bulkem_fit
@@ -554,7 +597,7 @@ coef.bulkem_fits <- function(object, ...) fits_param_matrix(object)
 #' @export
 logLik.bulkem_fits <- function(object, ...) {
   structure(vapply(object, function(f) as.double(f$loglik), numeric(1)),
-            df = unname(vapply(object, function(f) family_df(fit_family(f), length(f$alpha)), numeric(1))),
+            df = unname(vapply(object, function(f) as.double(fit_df(f)), numeric(1))),
             nobs = unname(vapply(object, fit_nobs, numeric(1))),
             class = c("bulkem_logLik", "logLik"))
 }

@@ -2,7 +2,7 @@
 # Runs on the GPU machine (no Rust, no R): the carried test and benchmark
 # binaries in .device/, then the peers, side by side. Built here by
 # tools/device-build.sh. Usage: bash tools/device-run.sh
-# [tests|bench|peers|reduce|all|select|hmm|mixed|multi|multi-tests|multi-bench|multi-hmm]
+# [tests|bench|peers|reduce|all|select|hmm|mixed|bootstrap|multi|multi-tests|multi-bench|multi-hmm]
 # `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
 # select-suite, then the torch peer once per K = 1..5 (20 starts).
 # `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
@@ -47,6 +47,17 @@ if [ "$what" = hmm ]; then
     python3 peers/torch_hmm_gaussian.py $shape 2>&1 | tee -a "$out/peer-hmm.log"
     (cd peers && python3 torch_hmm_host.py categorical $shape $v && python3 torch_hmm_host.py gaussian $shape) 2>&1 | tee -a "$out/peer-hmm.log"
   done
+fi
+# `bootstrap` (issue 25, not part of `all`): the EM GPU tests and the
+# bootstrap's CPU tests, then bulkem-bench bootstrap: the GPU case of the
+# issue (1,000 x 2,000, K = 1..3, B = 999), the Normal family, and the
+# host's 16 cores on 16 datasets.
+if [ "$what" = bootstrap ]; then
+  run_tests em_gpu em_bootstrap
+  echo "== bulkem-bench bootstrap"
+  ./bulkem-bench bootstrap --family invgauss --datasets 1000 --n 2000 --replicates 999 --components 1,2,3 --backend cuda --json "$out/bench.jsonl" 2>&1 | tee -a "$out/bench-bootstrap.log"
+  ./bulkem-bench bootstrap --family normal --datasets 1000 --n 2000 --replicates 999 --components 1,2,3 --backend cuda --json "$out/bench.jsonl" 2>&1 | tee -a "$out/bench-bootstrap.log"
+  ./bulkem-bench bootstrap --family invgauss --datasets 16 --n 2000 --replicates 999 --components 1,2,3 --backend cpu --json "$out/bench.jsonl" 2>&1 | tee -a "$out/bench-bootstrap.log"
 fi
 # `mixed` (issue 20, not part of `all`): the EM GPU tests, then the
 # 40,000-dataset EM in float64 and with precision = "mixed" (which also

@@ -380,3 +380,35 @@ fn gpu_mixed_precision_matches_double() {
     println!("mixed precision: {} disagreements", bad.len());
     assert!(bad.is_empty(), "{} disagreements:\n{}", bad.len(), bad.join("\n"));
 }
+
+#[test]
+fn gpu_bootstrap_matches_cpu() {
+    use bulkem_core::em::bootstrap::{lrt_replicates, se_replicates, Resample};
+    if !gpu_or_skip() { return; }
+    // Fixed iterations, so that both backends run the same EM steps on the
+    // same replicates (drawn on the host from keyed streams).
+    for family in [Family::InvGauss, Family::Normal, Family::Poisson] {
+        let data = datasets(family, 2, &[300, 2500, 7000], 41);
+        let refs: Vec<&[f64]> = data.iter().map(|x| &x[..]).collect();
+        let fit = |k| fit_many(&refs, &EmConfig::new(family, k).random_inits(5).seed(2).check().unwrap(), &Exec::cpu()).unwrap();
+        let (f1, f2) = (fit(1), fit(2));
+        let p1: Vec<MixParams> = f1.iter().map(|f| f.params.clone()).collect();
+        let p2: Vec<MixParams> = f2.iter().map(|f| f.params.clone()).collect();
+        let template = EmConfig::new(family, 1).max_iters(40).epsilon(0.0).seed(5);
+        let sizes: Vec<usize> = data.iter().map(Vec::len).collect();
+        let on = |exec: &Exec| lrt_replicates(&[0, 1, 2], &sizes, &p1, &p2, &template, 16, exec).unwrap();
+        let (c, g) = (on(&Exec::cpu()), on(&cuda()));
+        for (i, (a, b)) in c.iter().zip(&g).enumerate() {
+            let scale = f1[i / 16].loglik.abs();
+            assert!((a - b).abs() <= 4.0 * GPU_CPU_LOGLIK_REL * scale || (a.is_nan() && b.is_nan()), "{family:?} replicate {i}: {a} vs {b}");
+        }
+        let se = |exec: &Exec| se_replicates(&[0, 1, 2], &refs, &p2, Resample::Nonparametric, 0.95, &template, 12, false, exec).unwrap();
+        let (c, g) = (se(&Exec::cpu()), se(&cuda()));
+        for (d, (a, b)) in c.iter().zip(&g).enumerate() {
+            assert_eq!(a.ok, b.ok, "{family:?} dataset {d}");
+            for (x, y) in a.se.mu.iter().zip(&b.se.mu).chain(a.se.alpha.iter().zip(&b.se.alpha)) {
+                assert!(rel(*x, *y) < 1e-5, "{family:?} dataset {d}: se {x} vs {y}");
+            }
+        }
+    }
+}

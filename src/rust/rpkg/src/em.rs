@@ -1,6 +1,7 @@
 //! bulkem(): R values -> EmConfig, fits -> flat R vectors (reshaped in R).
 
-use bulkem_core::em::{component_log_densities, mixture_log_density, posterior_at, select_many, Criterion, EmConfig, Family, MixFit, MixParams, Precision, StartMethod};
+use bulkem_core::em::censored::Censoring;
+use bulkem_core::em::{component_log_densities, mixture_log_density, posterior_at, select_many, Constraints, Criterion, EmConfig, Family, MixFit, MixParams, Precision, StartMethod};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -11,7 +12,7 @@ fn real_slice<'a>(x: &'a Robj, what: &str) -> Result<&'a [f64]> {
 }
 
 /// Starting values from R: NULL, or list(alpha, mu, scale) of K x M matrices.
-fn inits_from_r(inits: &Robj, components: usize) -> Result<Option<Vec<MixParams>>> {
+pub(crate) fn inits_from_r(inits: &Robj, components: usize) -> Result<Option<Vec<MixParams>>> {
     if inits.is_null() {
         return Ok(None);
     }
@@ -25,6 +26,43 @@ fn inits_from_r(inits: &Robj, components: usize) -> Result<Option<Vec<MixParams>
     // Column-major K x M: element (set, component) at component * K + set.
     let row = |v: &[f64], set: usize| (0..components).map(|j| v[j * k + set]).collect::<Vec<_>>();
     Ok(Some((0..k).map(|s| MixParams { alpha: row(&alpha, s), mu: row(&mu, s), scale: row(&scale, s) }).collect()))
+}
+
+/// Constraints from R: `equal`, and NULL or list(alpha, first, second) of
+/// NULL or double vectors with NA where free (checked in R, and by the core).
+fn constraints_from_r(equal: bool, fixed: &Robj) -> Result<Constraints> {
+    let mut c = Constraints { equal_second: equal, ..Default::default() };
+    if let Some(list) = fixed.as_list() {
+        let held = |name: &str| -> Result<Vec<Option<f64>>> {
+            let v = list.dollar(name)?;
+            if v.is_null() {
+                return Ok(Vec::new());
+            }
+            Ok(real_slice(&v, name)?.iter().map(|&x| (!x.is_nan()).then_some(x)).collect())
+        };
+        c.alpha = held("alpha")?;
+        c.first = held("first")?;
+        c.second = held("second")?;
+    }
+    Ok(c)
+}
+
+/// Censoring from R: per dataset list(index (0-based integers), lower,
+/// upper), empty where nothing is censored (built by surv_datasets()).
+fn censoring_from_r(censoring: &Robj) -> Result<Vec<Censoring>> {
+    let list = censoring.as_list().ok_or_else(|| Error::Other("internal: censoring must be a list".into()))?;
+    list.values()
+        .map(|d| {
+            let d = d.as_list().ok_or_else(|| Error::Other("internal: each censoring must be a list".into()))?;
+            let index = d.dollar("index")?;
+            let index = index.as_integer_slice().ok_or_else(|| Error::Other("internal: censoring index must be integers".into()))?;
+            Ok(Censoring {
+                index: index.iter().map(|&i| i.max(0) as usize).collect(),
+                lower: real_slice(&d.dollar("lower")?, "lower")?.to_vec(),
+                upper: real_slice(&d.dollar("upper")?, "upper")?.to_vec(),
+            })
+        })
+        .collect()
 }
 
 /// Flatten one field of every fit, dataset-major (R: matrix(byrow = TRUE)).
@@ -54,6 +92,9 @@ fn em_fit_(
     dataset_offset: i32,
     precision: &str,
     weights: Robj,
+    equal: bool,
+    fixed: Robj,
+    censoring: Robj,
     threads: i32,
     backend: &str,
 ) -> Result<List> {
@@ -86,9 +127,17 @@ fn em_fit_(
         let values: Vec<Robj> = list.values().collect();
         config = config.weights(real_slices(&values)?.into_iter().map(|w| w.to_vec()).collect());
     }
+    if !censoring.is_null() {
+        config = config.censoring(censoring_from_r(&censoring)?);
+    }
+    if equal || !fixed.is_null() {
+        config = config.constraints(constraints_from_r(equal, &fixed)?);
+    }
     let config = config.check().map_err(r_error)?;
-    let job = bulkem_core::em::job(&data, &config);
-    let job = bulkem_core::em::job_for(job.work * candidates.len() as f64, largest);
+    let one = bulkem_core::em::job(&data, &config);
+    let mut job = bulkem_core::em::job_for(one.work * candidates.len() as f64, largest);
+    // What keeps one model off the GPU (constraints) keeps them all.
+    job.gpu_unsupported = job.gpu_unsupported.or(one.gpu_unsupported);
     let backend = backend_for(backend, &job)?;
     let sel = run_in_session(backend, threads.max(0) as usize, |exec| select_many(&data, &config, &candidates, criterion, exec)).map_err(r_error)?;
     let fits = &sel.fits;
@@ -118,6 +167,7 @@ fn em_fit_(
         message = fits.iter().map(|f| f.message.clone().unwrap_or_default()).collect::<Vec<_>>(),
         n = fits.iter().map(|f| f.n as f64).collect::<Vec<_>>(),
         nobs = fits.iter().map(|f| f.nobs()).collect::<Vec<_>>(),
+        df = fits.iter().map(|f| config.with_components(f.params.components()).free_parameters() as i32).collect::<Vec<_>>(),
         start_logliks = flat(fits, |f| &f.start_logliks),
         best_start = fits.iter().map(|f| f.best_start as i32 + 1).collect::<Vec<_>>(),
         trace = List::from_values(fits.iter().map(|f| f.trace.clone())),

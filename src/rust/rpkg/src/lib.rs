@@ -4,6 +4,7 @@
 
 use extendr_api::prelude::*;
 
+mod bootstrap;
 mod em;
 mod gibbs;
 mod hmm;
@@ -14,6 +15,7 @@ mod session;
 extendr_module! {
     mod bulkem;
     use em;
+    use bootstrap;
     use hmm;
     use backend;
     use reduce;

@@ -19,6 +19,9 @@
 //! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
 //! bulkem-bench hmm-suite [--backend ...] [--threads T]   the cases of the HMM issue
+//! bulkem-bench bootstrap [--family invgauss|normal] [--datasets D] [--n N] [--replicates B]
+//!                        [--components 1,2,3] [--starts S] [--iters I] [--epsilon E]
+//!                        [--backend cpu|cuda|both] [--threads T] [--json FILE]
 //! ```
 //! `gibbs`: hierarchical logistic regression as in
 //! shared/peers/numpyro_hblogit.py (G groups x n obs x K coefficients,
@@ -50,6 +53,8 @@ mod reduce_bench;
 mod hmm_bench;
 #[path = "bench/select.rs"]
 mod select_bench;
+#[path = "bench/bootstrap.rs"]
+mod bootstrap_bench;
 
 #[derive(Clone)]
 struct Case {
@@ -210,13 +215,17 @@ fn suite() -> Vec<Case> {
 fn main() {
     let result = (|| -> Result<(), String> {
         let mut it = std::env::args().skip(1);
-        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|select|select-suite|reduce|reduce-table|gibbs|hmm|hmm-suite [flags]; see the source header")?;
+        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|select|select-suite|bootstrap|reduce|reduce-table|gibbs|hmm|hmm-suite [flags]; see the source header")?;
         if area == "gibbs" {
             let args: Vec<String> = it.collect();
             let json = args.windows(2).find(|w| w[0] == "--json").map(|w| w[1].clone()).unwrap_or_else(|| "bench-results.jsonl".into());
             let threads = args.windows(2).find(|w| w[0] == "--threads").and_then(|w| w[1].parse().ok()).unwrap_or(0);
             let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&json).map_err(|e| e.to_string())?;
             return Exec::cpu().threads(threads).install(|| gibbs_bench::main(&args, threads, &mut file)).map_err(|e| e.to_string())?;
+        }
+        if area == "bootstrap" {
+            let args: Vec<String> = it.collect();
+            return bootstrap_bench::main(&args);
         }
         if area == "select" || area == "select-suite" {
             let args: Vec<String> = it.collect();

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::tolerances::MAX_RANDOM_INITS;
 
+use super::censored::Censoring;
+use super::constraints::Constraints;
 use super::family::Family;
 use super::fit::MixParams;
 
@@ -95,6 +97,13 @@ pub struct EmConfig {
     /// fit as the data with each observation repeated. Checked against the
     /// data by `super::data::check_weights`.
     pub weights: Option<Arc<Vec<Vec<f64>>>>,
+    /// Constraints on the parameters (a shared second parameter, held
+    /// values); None: every parameter free. Checked by [`EmConfig::check`].
+    pub constraints: Option<Arc<Constraints>>,
+    /// Censored observations, one entry per dataset of the call (as
+    /// `weights`); None: every observation exact. Checked against the data
+    /// by `super::censored::check`.
+    pub censoring: Option<Arc<Vec<Censoring>>>,
 }
 
 /// An [`EmConfig`] that passed [`EmConfig::check`].
@@ -122,6 +131,8 @@ impl EmConfig {
             keep_trace: false,
             precision: Precision::Double,
             weights: None,
+            constraints: None,
+            censoring: None,
         }
     }
     pub fn max_iters(mut self, n: usize) -> Self {
@@ -183,6 +194,28 @@ impl EmConfig {
         self.weights = Some(Arc::new(weights));
         self
     }
+    /// Constraints on the parameters (see [`Constraints`]).
+    pub fn constraints(mut self, constraints: Constraints) -> Self {
+        self.constraints = Some(Arc::new(constraints));
+        self
+    }
+    /// Censored observations, one entry per dataset of the call.
+    pub fn censoring(mut self, censoring: Vec<Censoring>) -> Self {
+        self.censoring = Some(Arc::new(censoring));
+        self
+    }
+    /// The censored observations of dataset `dataset` (its global index), if any.
+    pub fn censoring_of(&self, dataset: usize) -> Option<&Censoring> {
+        self.censoring.as_ref().and_then(|c| c.get(dataset.checked_sub(self.dataset_offset)?)).filter(|c| !c.index.is_empty())
+    }
+    /// Free parameters of a fit with these settings (the degrees of
+    /// freedom of its log-likelihood).
+    pub fn free_parameters(&self) -> usize {
+        match &self.constraints {
+            Some(c) => c.free_parameters(self.family, self.components),
+            None => self.family.parameters(self.components),
+        }
+    }
     /// The weights of dataset `dataset` (its global index), if weighted.
     pub fn weights_of(&self, dataset: usize) -> Option<&[f64]> {
         self.weights.as_ref().and_then(|w| w.get(dataset.checked_sub(self.dataset_offset)?)).map(|w| &w[..])
@@ -206,6 +239,15 @@ impl EmConfig {
         }
         if !(self.epsilon >= 0.0 && self.epsilon.is_finite()) {
             return Err(Error::arg("epsilon", format!("must be a finite number >= 0, not {}", self.epsilon)));
+        }
+        if let Some(c) = &self.constraints {
+            c.check(self.family, self.components)?;
+        }
+        if self.censoring.as_ref().is_some_and(|c| c.iter().any(|d| !d.index.is_empty())) {
+            super::censored::check_family(self.family)?;
+            if self.keep_posterior {
+                return Err(Error::arg("keep.posterior", "is not available for censored data yet"));
+            }
         }
         match &self.starts {
             Starts::Random { count, .. } => {

@@ -309,7 +309,15 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
     let noise = MIXED_NOISE * (prep.n as f64).sqrt();
     let polish = config.epsilon > 0.0 && config.epsilon < noise;
     let mut mixed_now = mixed;
-    let e_step_now = |mixed_now: bool, nat: &[Natural], sums: &mut [Sums]| if mixed_now { e_step_mixed(prep, nat, sums) } else { e_step(prep, nat, sums) };
+    // The exact observations' E-step, then the censored ones' share
+    // (`params`: the parameters of `nat`).
+    let e_step_now = |mixed_now: bool, nat: &[Natural], params: &MixParams, sums: &mut [Sums]| {
+        let exact = if mixed_now { e_step_mixed(prep, nat, sums) } else { e_step(prep, nat, sums) };
+        match &prep.censored {
+            Some(c) => exact + super::censored::e_step(family, c, params, prep.centre, sums),
+            None => exact,
+        }
+    };
     let m = init.components();
     let mut params = init.clone();
     let mut nat = Vec::with_capacity(m);
@@ -319,7 +327,7 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
         return (StartFit::failed(m, init, 0, INTERRUPTED.into()), false);
     }
     naturals(family, &params, prep.centre, &mut nat);
-    let mut ll = e_step_now(mixed_now, &nat, &mut sums) + prep.shared;
+    let mut ll = e_step_now(mixed_now, &nat, &params, &mut sums) + prep.shared;
     if !ll.is_finite() {
         return (StartFit::failed(m, init, 0, failure::bad_start()), false);
     }
@@ -327,24 +335,30 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
         if cancelled() {
             return (StartFit::failed(m, init, iter - 1, INTERRUPTED.into()), false);
         }
-        for (j, s) in sums.iter().enumerate() {
-            match family.m_step(s[0], s[1], s[2], prep.total, prep.centre, (params.mu[j], params.scale[j])) {
-                Ok((a, mu, sc)) => {
-                    params.alpha[j] = a;
-                    params.mu[j] = mu;
-                    params.scale[j] = sc;
+        if let Some(c) = &config.constraints {
+            if let Err(why) = c.m_step(family, &sums, prep.centre, &mut params) {
+                return (StartFit::failed(m, init, iter, failure::m_step(why, family, iter)), false);
+            }
+        } else {
+            for (j, s) in sums.iter().enumerate() {
+                match family.m_step(s[0], s[1], s[2], prep.total, prep.centre, (params.mu[j], params.scale[j])) {
+                    Ok((a, mu, sc)) => {
+                        params.alpha[j] = a;
+                        params.mu[j] = mu;
+                        params.scale[j] = sc;
+                    }
+                    Err(why) => return (StartFit::failed(m, init, iter, failure::m_step(why, family, iter)), false),
                 }
-                Err(why) => return (StartFit::failed(m, init, iter, failure::m_step(why, family, iter)), false),
             }
         }
         naturals(family, &params, prep.centre, &mut nat);
-        let mut new_ll = e_step_now(mixed_now, &nat, &mut sums) + prep.shared;
+        let mut new_ll = e_step_now(mixed_now, &nat, &params, &mut sums) + prep.shared;
         let mut change = (new_ll - ll).abs();
         if mixed_now && polish && change < noise {
             // From here on float64: this iteration's E-step again, and no
             // stop on a change measured in mixed precision.
             mixed_now = false;
-            new_ll = e_step(prep, &nat, &mut sums) + prep.shared;
+            new_ll = e_step_now(false, &nat, &params, &mut sums) + prep.shared;
             change = f64::INFINITY;
         }
         if !new_ll.is_finite() {
@@ -450,13 +464,16 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
     let weights = config.weights_of(dataset);
     if let Some(why) = unfittable_weighted(family, x, weights, m) {
         let failed = StartFit::failed(m, MixParams::nan(m), 0, why);
-        return Ok(MixFit::from_chosen(failed, 0, logliks, x.len()));
+        return Ok(MixFit::from_chosen(failed, 0, logliks, x.len(), false));
     }
     if cancelled() {
         let failed = StartFit::failed(m, MixParams::nan(m), 0, INTERRUPTED.into());
-        return Ok(MixFit::from_chosen(failed, 0, logliks, x.len()));
+        return Ok(MixFit::from_chosen(failed, 0, logliks, x.len(), false));
     }
-    let prep = Prepared::try_weighted(family, x, weights)?;
+    let prep = match config.censoring_of(dataset) {
+        Some(c) => Prepared::try_censored(family, x, weights, c)?,
+        None => Prepared::try_weighted(family, x, weights)?,
+    };
     let candidates = logliks
         .par_iter_mut()
         .enumerate()
@@ -482,7 +499,8 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
         .find(|(i, _)| *i == chosen)
         .map(|(_, f)| f)
         .ok_or_else(|| Error::Internal(format!("start {} of dataset {} was not kept", chosen + 1, dataset + 1)))?;
-    let mut fit = MixFit::from_chosen(start, chosen, logliks, x.len());
+    let keep_order = config.constraints.as_ref().is_some_and(|c| c.holds_values());
+    let mut fit = MixFit::from_chosen(start, chosen, logliks, x.len(), keep_order);
     fit.weight_total = weights.map(|_| prep.total);
     if config.keep_posterior && fit.success() && !cancelled() {
         fit.posterior = Some(posterior(family, &prep, &fit.params)?);

@@ -22,6 +22,8 @@ pub struct Prepared {
     /// The sum of the weights (n when unweighted): the M-step's divisor of
     /// the mixing proportions.
     pub total: f64,
+    /// The censored observations (their stand-ins weigh 0 in `weights`).
+    pub censored: Option<super::censored::CensoredObs>,
 }
 
 impl Prepared {
@@ -42,7 +44,7 @@ impl Prepared {
             [u, v]
         }));
         let shared = x.iter().map(|&xi| family.shared_term(xi)).sum();
-        Ok(Prepared { n: x.len(), centre, shared, uv, weights: None, total: x.len() as f64 })
+        Ok(Prepared { n: x.len(), centre, shared, uv, weights: None, total: x.len() as f64, censored: None })
     }
 
     /// [`Prepared::try_new`] with observation weights, if any (checked by
@@ -56,6 +58,44 @@ impl Prepared {
             prep.total = weight_total(w);
             prep.weights = Some(own);
         }
+        Ok(prep)
+    }
+
+    /// [`Prepared::try_weighted`] for a dataset with censored observations
+    /// `c`: the exact E-step leaves their stand-ins out, and the total
+    /// weight (the M-step's divisor) counts them. Unweighted, the exact
+    /// observations are prepared alone (the unweighted E-step is the
+    /// faster); weighted, or when every observation is censored, the
+    /// stand-ins stay with weight 0.
+    pub fn try_censored(family: Family, x: &[f64], weights: Option<&[f64]>, c: &super::censored::Censoring) -> Result<Self> {
+        if weights.is_none() && c.index.len() < x.len() {
+            let mut exact = memory::try_with_capacity(x.len() - c.index.len(), "the exact observations of a dataset")?;
+            let mut skip = c.index.iter().peekable();
+            for (i, &v) in x.iter().enumerate() {
+                if skip.peek() == Some(&&i) {
+                    skip.next();
+                } else {
+                    exact.push(v);
+                }
+            }
+            let mut prep = Self::try_new(family, &exact)?;
+            prep.total = x.len() as f64;
+            prep.censored = Some(super::censored::CensoredObs::new(c, None));
+            return Ok(prep);
+        }
+        let mut w = memory::try_with_capacity(x.len(), "the weights of a dataset")?;
+        match weights {
+            Some(given) => w.extend_from_slice(given),
+            None => w.resize(x.len(), 1.0),
+        }
+        let total = weight_total(&w);
+        let censored = super::censored::CensoredObs::new(c, Some(&w));
+        for &i in &c.index {
+            w[i] = 0.0;
+        }
+        let mut prep = Self::try_weighted(family, x, Some(&w))?;
+        prep.total = total;
+        prep.censored = Some(censored);
         Ok(prep)
     }
 }

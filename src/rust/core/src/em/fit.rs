@@ -186,7 +186,9 @@ impl MixFit {
 
     /// The fit of a dataset from its chosen start (the best one, or the
     /// first when every start failed) and every start's log-likelihood.
-    pub(crate) fn from_chosen(start: StartFit, index: usize, start_logliks: Vec<f64>, n: usize) -> MixFit {
+    /// Components are ordered by increasing first parameter unless `keep_order`
+    /// (held values name their components by position).
+    pub(crate) fn from_chosen(start: StartFit, index: usize, start_logliks: Vec<f64>, n: usize, keep_order: bool) -> MixFit {
         let n_starts = start_logliks.len();
         if start.status == FitStatus::Failed {
             let why = start.message.unwrap_or_default();
@@ -207,9 +209,11 @@ impl MixFit {
             };
         }
         let mut params = start.params;
-        let order = params.sort_by_mu();
         let mut init = start.init;
-        init.permute(&order);
+        if !keep_order {
+            let order = params.sort_by_mu();
+            init.permute(&order);
+        }
         MixFit {
             params,
             init,

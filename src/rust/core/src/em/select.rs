@@ -75,6 +75,9 @@ pub fn select_many(data: &[&[f64]], config: &CheckedEmConfig, components: &[usiz
     if components.is_empty() || components.windows(2).any(|w| w[0] >= w[1]) {
         return Err(Error::arg("num.components", "must be distinct numbers of components in increasing order"));
     }
+    if criterion == Criterion::Icl && config.censoring.is_some() {
+        return Err(Error::arg("criterion", "ICL is not available for censored data yet; use BIC or AIC"));
+    }
     let configs = components
         .iter()
         .map(|&m| config.with_components(m).keep_posterior(false).check())
@@ -99,14 +102,14 @@ pub fn select_many(data: &[&[f64]], config: &CheckedEmConfig, components: &[usiz
                 let prep = if criterion == Criterion::Icl && !exec.monitor.is_cancelled() { Some(Prepared::try_weighted(family, x, config.weights_of(config.dataset_offset + d))?) } else { None };
                 let values: Vec<f64> = per_model
                     .iter()
-                    .zip(components)
-                    .map(|(fits, &m)| {
+                    .zip(&configs)
+                    .map(|(fits, model)| {
                         let fit = &fits[d];
                         if !fit.success() {
                             return f64::NAN;
                         }
                         let classification = prep.as_ref().map_or(0.0, |p| cpu::classification_loglik(family, p, &fit.params));
-                        criterion.value(fit.loglik, family.parameters(m), fit.nobs(), classification)
+                        criterion.value(fit.loglik, model.free_parameters(), fit.nobs(), classification)
                     })
                     .collect();
                 Ok((best_candidate(&values).unwrap_or(0), values))

@@ -10,13 +10,18 @@ use super::fit::MixParams;
 
 /// `n` draws from the mixture `p` of `family`, from the stream `seed`.
 pub fn mixture(family: Family, p: &MixParams, n: usize, seed: u64) -> Vec<f64> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    mixture_from(family, p, n, &mut ChaCha8Rng::seed_from_u64(seed))
+}
+
+/// `n` draws from the mixture `p` of `family`, from `rng`: a component by
+/// one uniform, then a value of it.
+pub fn mixture_from(family: Family, p: &MixParams, n: usize, rng: &mut ChaCha8Rng) -> Vec<f64> {
     let cumulative: Vec<f64> = p.alpha.iter().scan(0.0, |acc, a| { *acc += a; Some(*acc) }).collect();
     (0..n)
         .map(|_| {
             let r: f64 = rng.random::<f64>() * cumulative[cumulative.len() - 1];
             let j = cumulative.iter().position(|&c| r < c).unwrap_or(cumulative.len() - 1);
-            family.sample(p.mu[j], p.scale[j], &mut rng)
+            family.sample(p.mu[j], p.scale[j], rng)
             // Invalid parameters are the caller's bug; NaN makes validation say so.
             .unwrap_or(f64::NAN)
         })

@@ -36,6 +36,15 @@ pub fn random_start(family: Family, x: &[f64], components: usize, rng: &mut Keye
 /// Starting values of start `start` of the dataset with global index
 /// `dataset` (the same on every backend).
 pub fn initial_values(config: &CheckedEmConfig, x: &[f64], dataset: usize, start: usize) -> Result<MixParams, String> {
+    let mut p = drawn_values(config, x, dataset, start)?;
+    if let Some(c) = &config.constraints {
+        c.apply_to_start(&mut p);
+    }
+    Ok(p)
+}
+
+/// [`initial_values`] before the constraints.
+fn drawn_values(config: &CheckedEmConfig, x: &[f64], dataset: usize, start: usize) -> Result<MixParams, String> {
     match &config.starts {
         Starts::Random { method, .. } => {
             let rng = &mut KeyedStream::new(config.seed, dataset as u64, start as u64);

@@ -59,6 +59,13 @@ impl FamilyDef for Exponential {
         }
     }
 
+    /// P = exp(-rate c), E[x; X > c] = P (c + 1/rate) (memoryless).
+    fn upper_tail(&self, c: f64, rate: f64, _second: f64, _centre: f64) -> Option<[f64; 3]> {
+        let c = c.max(0.0);
+        let p = (-rate * c).exp();
+        Some([p, p * (c + 1.0 / rate), 0.0])
+    }
+
     fn log_density(&self, x: f64, rate: f64, _second: f64) -> f64 {
         if x < 0.0 {
             return f64::NEG_INFINITY;

@@ -8,7 +8,7 @@
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Gamma as GammaDist};
 
-use super::special::{lgamma, solve_gamma_shape};
+use super::special::{lgamma, solve_digamma, solve_gamma_shape};
 use super::{mean_log, positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
 use crate::em::data::num;
 use crate::error::{Error, Result};
@@ -83,6 +83,21 @@ impl FamilyDef for Gamma {
         } else {
             Err(MStepFailure::Collapsed)
         }
+    }
+
+    /// The shape with digamma(shape) = log(rate) + the weighted mean of
+    /// log x (v + centre).
+    fn first_given_second(&self, sw: f64, _su: f64, sv: f64, centre: f64, rate: f64, previous: f64) -> std::result::Result<f64, MStepFailure> {
+        let shape = solve_digamma(rate.ln() + sv / sw + centre, previous);
+        if shape.is_finite() && shape > 0.0 { Ok(shape) } else { Err(MStepFailure::Collapsed) }
+    }
+
+    /// rate = sum_j shape_j sw_j / sum_j sum_i w x (x = g u, g = exp(centre)).
+    fn second_given_first(&self, sums: &[[f64; 3]], shapes: &[f64], centre: f64) -> std::result::Result<f64, MStepFailure> {
+        let top: f64 = sums.iter().zip(shapes).map(|(s, a)| a * s[0]).sum();
+        let mass: f64 = sums.iter().map(|s| s[1]).sum::<f64>() * centre.exp();
+        let rate = top / mass;
+        if rate.is_finite() && rate > 0.0 { Ok(rate) } else { Err(MStepFailure::Collapsed) }
     }
 
     fn log_density(&self, x: f64, shape: f64, rate: f64) -> f64 {

@@ -6,6 +6,7 @@ use std::f64::consts::PI;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, InverseGaussian};
 
+use super::special;
 use super::{positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
 use crate::em::data::{first_where, num};
 use crate::error::{Error, Result};
@@ -83,6 +84,45 @@ impl FamilyDef for InvGauss {
         } else {
             Err(MStepFailure::Collapsed)
         }
+    }
+
+    /// lambda = sum w / sum_j sum_i w (x - mu_j)^2 / (mu_j^2 x), the inner
+    /// sum being su / mu^2 - 2 sw / mu + sv; the collapse rule of m_step.
+    fn second_given_first(&self, sums: &[[f64; 3]], mus: &[f64], _centre: f64) -> std::result::Result<f64, MStepFailure> {
+        let (mut sw, mut sv, mut spread) = (0.0, 0.0, 0.0);
+        for (s, &mu) in sums.iter().zip(mus) {
+            sw += s[0];
+            sv += s[2];
+            spread += s[1] / (mu * mu) - 2.0 * s[0] / mu + s[2];
+        }
+        let lambda = sw / spread;
+        if spread > COLLAPSE_REL * sv && lambda.is_finite() {
+            Ok(lambda)
+        } else {
+            Err(MStepFailure::Collapsed)
+        }
+    }
+
+    /// With z1 = sqrt(lambda/c) (c/mu - 1), z2 = -sqrt(lambda/c) (c/mu + 1)
+    /// and E2 = exp(2 lambda/mu) Phi(z2) (in logs: each factor may
+    /// overflow or underflow): P(X > c) = Q(z1) - E2, E[X; X > c] =
+    /// mu (Q(z1) + E2), E[1/X; X > c] = (1/mu + 1/lambda) Q(z1) -
+    /// (1/lambda - 1/mu) E2 - 2 phi(z1) / sqrt(lambda c) (the derivatives
+    /// of these are -f, -x f and -f/x; the last found by matching terms).
+    fn upper_tail(&self, c: f64, mu: f64, lambda: f64, _centre: f64) -> Option<[f64; 3]> {
+        if !(c > 0.0) {
+            return Some([1.0, mu, 1.0 / mu + 1.0 / lambda]);
+        }
+        let root = (lambda / c).sqrt();
+        let z1 = root * (c / mu - 1.0);
+        let z2 = -root * (c / mu + 1.0);
+        let e2 = (2.0 * lambda / mu + special::log_norm_cdf(z2)).exp();
+        let q1 = special::norm_upper(z1);
+        let phi1 = special::norm_pdf(z1);
+        let p = (q1 - e2).max(0.0);
+        let m1 = mu * (q1 + e2);
+        let inv = (1.0 / mu + 1.0 / lambda) * q1 - (1.0 / lambda - 1.0 / mu) * e2 - 2.0 * phi1 / (lambda * c).sqrt();
+        Some([p, m1, inv.max(0.0)])
     }
 
     fn log_density(&self, x: f64, mu: f64, lambda: f64) -> f64 {

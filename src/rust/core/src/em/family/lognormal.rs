@@ -5,7 +5,7 @@
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal as LogNormalDist};
 
-use super::normal::{gauss_log_density, gauss_m_step, gauss_ml, gauss_natural, mean, CUDA_GAUSSIAN};
+use super::normal::{gauss_log_density, gauss_m_step, gauss_ml, gauss_natural, gauss_pooled_sd, gauss_upper_tail, mean, CUDA_GAUSSIAN};
 use super::{positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
 
 pub(super) struct LogNormal;
@@ -53,6 +53,16 @@ impl FamilyDef for LogNormal {
 
     fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64, _previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure> {
         gauss_m_step(sw, su, sv, centre)
+    }
+
+    fn second_given_first(&self, sums: &[[f64; 3]], meanlogs: &[f64], centre: f64) -> std::result::Result<f64, MStepFailure> {
+        gauss_pooled_sd(sums, meanlogs, centre)
+    }
+
+    /// The Normal's on log x (log 0 = -inf: the whole distribution).
+    fn upper_tail(&self, c: f64, meanlog: f64, sdlog: f64, centre: f64) -> Option<[f64; 3]> {
+        let y = if c <= 0.0 { f64::NEG_INFINITY } else { c.ln() };
+        Some(gauss_upper_tail(y, meanlog, sdlog, centre))
     }
 
     fn log_density(&self, x: f64, meanlog: f64, sdlog: f64) -> f64 {

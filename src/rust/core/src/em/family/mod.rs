@@ -103,6 +103,28 @@ pub(crate) trait FamilyDef: Sync {
     /// its current parameters (NaN when there are none), where an iterative
     /// M-step may start.
     fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64, previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure>;
+    /// The first parameter that maximises a component's expected
+    /// log-likelihood (sums sw, su, sv) with its second held at `second`
+    /// (constraints); by default the unconstrained update's, right for the
+    /// families whose first update does not depend on the second.
+    fn first_given_second(&self, sw: f64, su: f64, sv: f64, centre: f64, second: f64, previous_first: f64) -> std::result::Result<f64, MStepFailure> {
+        self.m_step(sw, su, sv, centre, (previous_first, second)).map(|p| p.0)
+    }
+    /// The one second parameter that maximises the expected log-likelihood
+    /// of the components with sums `sums` and first parameters `firsts`:
+    /// one component's with its first held, or the second that all share.
+    /// NaN for one-parameter families.
+    fn second_given_first(&self, _sums: &[[f64; 3]], _firsts: &[f64], _centre: f64) -> std::result::Result<f64, MStepFailure> {
+        Ok(f64::NAN)
+    }
+    /// The upper tail at `c` of a component (censored data): P(X > c),
+    /// E[u; X > c] and E[v; X > c] with (u, v) the features, computed
+    /// without cancellation in the upper tail; c = -inf (or below the
+    /// support) gives (1, E u, E v). None where the family has no closed
+    /// form (censored data are then refused).
+    fn upper_tail(&self, _c: f64, _first: f64, _second: f64, _centre: f64) -> Option<[f64; 3]> {
+        None
+    }
     /// Log-density (log-probability for counts) in its textbook form:
     /// the reference for tests and for predictions on new data.
     fn log_density(&self, x: f64, first: f64, second: f64) -> f64;
@@ -209,6 +231,30 @@ impl Family {
         }
         let (first, second) = self.def().m_step(sw, su, sv, centre, previous)?;
         Ok((sw / total, first, second))
+    }
+
+    /// See [`FamilyDef::upper_tail`] (censored data).
+    pub fn upper_tail(self, c: f64, first: f64, second: f64, centre: f64) -> Option<[f64; 3]> {
+        if c == f64::INFINITY {
+            return Some([0.0; 3]);
+        }
+        self.def().upper_tail(c, first, second, centre)
+    }
+
+    /// Whether censored observations can be fitted (the family has
+    /// [`FamilyDef::upper_tail`]).
+    pub fn censorable(self) -> bool {
+        self.def().upper_tail(f64::NEG_INFINITY, 1.0, 1.0, 0.0).is_some()
+    }
+
+    /// See [`FamilyDef::first_given_second`] (constraints).
+    pub fn first_given_second(self, sw: f64, su: f64, sv: f64, centre: f64, second: f64, previous_first: f64) -> std::result::Result<f64, MStepFailure> {
+        self.def().first_given_second(sw, su, sv, centre, second, previous_first)
+    }
+
+    /// See [`FamilyDef::second_given_first`] (constraints).
+    pub fn second_given_first(self, sums: &[[f64; 3]], firsts: &[f64], centre: f64) -> std::result::Result<f64, MStepFailure> {
+        self.def().second_given_first(sums, firsts, centre)
     }
 
     /// Why a component of this family collapsed in an M-step.

@@ -51,6 +51,36 @@ pub(super) fn gauss_m_step(sw: f64, su: f64, sv: f64, centre: f64) -> std::resul
     }
 }
 
+/// The standard deviation shared by components with sums `sums` (of w,
+/// w u, w u^2, u = y - centre) and means `means`: the pooled variance
+/// sum_j sum_i w (y - m_j)^2 / sum w, with the collapse rule of
+/// [`gauss_m_step`].
+pub(super) fn gauss_pooled_sd(sums: &[[f64; 3]], means: &[f64], centre: f64) -> std::result::Result<f64, MStepFailure> {
+    let (mut sw, mut sv, mut ss) = (0.0, 0.0, 0.0);
+    for (s, &m) in sums.iter().zip(means) {
+        let d = m - centre;
+        sw += s[0];
+        sv += s[2];
+        ss += s[2] - 2.0 * d * s[1] + d * d * s[0];
+    }
+    let var = ss / sw;
+    if var > COLLAPSE_REL * (sv / sw) && var.is_finite() {
+        Ok(var.sqrt())
+    } else {
+        Err(MStepFailure::Collapsed)
+    }
+}
+
+/// The upper tail at y of N(m, s) in the features u = y - centre, v = u^2:
+/// with z = (y - m) / s and d = m - centre, P = Q(z), E[u; .] = d P +
+/// s phi(z), E[v; .] = d^2 P + 2 d s phi(z) + s^2 (z phi(z) + P).
+pub(super) fn gauss_upper_tail(y: f64, m: f64, s: f64, centre: f64) -> [f64; 3] {
+    let d = m - centre;
+    let z = (y - m) / s;
+    let (p, phi, zphi) = if z == f64::NEG_INFINITY { (1.0, 0.0, 0.0) } else { (super::special::norm_upper(z), super::special::norm_pdf(z), z * super::special::norm_pdf(z)) };
+    [p, d * p + s * phi, d * d * p + 2.0 * d * s * phi + s * s * (zphi + p)]
+}
+
 pub(super) fn gauss_log_density(y: f64, m: f64, s: f64) -> f64 {
     let z = (y - m) / s;
     -0.5 * (2.0 * PI).ln() - s.ln() - 0.5 * z * z
@@ -135,6 +165,14 @@ impl FamilyDef for Normal {
 
     fn m_step(&self, sw: f64, su: f64, sv: f64, centre: f64, _previous: (f64, f64)) -> std::result::Result<(f64, f64), MStepFailure> {
         gauss_m_step(sw, su, sv, centre)
+    }
+
+    fn second_given_first(&self, sums: &[[f64; 3]], means: &[f64], centre: f64) -> std::result::Result<f64, MStepFailure> {
+        gauss_pooled_sd(sums, means, centre)
+    }
+
+    fn upper_tail(&self, c: f64, mu: f64, sigma: f64, centre: f64) -> Option<[f64; 3]> {
+        Some(gauss_upper_tail(c, mu, sigma, centre))
     }
 
     fn log_density(&self, x: f64, mu: f64, sigma: f64) -> f64 {

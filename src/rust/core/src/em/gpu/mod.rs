@@ -217,14 +217,14 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                 let (out, p0) = match slot {
                     Slot::Unfittable(why) => {
                         let failed = StartFit::failed(m, MixParams::nan(m), 0, why.clone());
-                        return Ok(MixFit::from_chosen(failed, 0, memory::try_vec(n_starts, f64::NAN, "start log-likelihoods")?, x.len()));
+                        return Ok(MixFit::from_chosen(failed, 0, memory::try_vec(n_starts, f64::NAN, "start log-likelihoods")?, x.len(), false));
                     }
                     Slot::Small(p) => (&small_out[k], *p),
                     Slot::Large(p) => (&large_out[k], *p),
                 };
                 let (ll, ok): (Vec<f64>, Vec<bool>) = (p0..p0 + n_starts).map(|p| outcome(out, p)).unzip();
                 let chosen = best_start(&ll, &ok).unwrap_or(0);
-                let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len());
+                let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len(), false);
                 fit.weight_total = config.weights_of(first + d).map(weight_total);
                 if config.keep_posterior && fit.success() && !monitor.is_cancelled() {
                     let prep = Prepared::try_new(config.family, x)?;

@@ -1,0 +1,143 @@
+//! Censored and binned data on the CPU (the reference; the GPU refuses
+//! them): the log-likelihood is that of the observed data (densities of
+//! the exact values, interval masses of the censored ones, here by
+//! numerical integration) and never decreases, datasets without censoring
+//! fit as before, a histogram fits as interval-censored data with counts
+//! as weights, and what cannot be fitted is refused.
+
+use bulkem_core::em::censored::Censoring;
+use bulkem_core::em::{fit_many, mixture_log_density, simulate, EmConfig, Family, MixFit, MixParams};
+use bulkem_core::error::Error;
+use bulkem_core::exec::{Backend, Exec};
+
+fn config(family: Family) -> EmConfig {
+    EmConfig::new(family, 2).random_inits(6).seed(3).max_iters(2000).epsilon(1e-11).keep_trace(true)
+}
+
+/// Right-censor `x` at `c`: values above c become c, censored in (c, inf).
+fn censor_right(x: &[f64], c: f64) -> (Vec<f64>, Censoring) {
+    let mut cens = Censoring::default();
+    let y = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if v > c {
+                cens.index.push(i);
+                cens.lower.push(c);
+                cens.upper.push(f64::INFINITY);
+                c
+            } else {
+                v
+            }
+        })
+        .collect();
+    (y, cens)
+}
+
+/// log P(a < X <= b) under the mixture by Simpson's rule (b finite).
+fn log_mass(family: Family, p: &MixParams, a: f64, b: f64) -> f64 {
+    let n = 20_000;
+    let h = (b - a) / n as f64;
+    let s: f64 = (0..=n)
+        .map(|k| {
+            let x = a + k as f64 * h;
+            let w = if k == 0 || k == n { 1.0 } else if k % 2 == 1 { 4.0 } else { 2.0 };
+            w * mixture_log_density(family, &[x], p)[0].exp()
+        })
+        .sum();
+    (s * h / 3.0).ln()
+}
+
+fn non_decreasing(f: &MixFit) {
+    for w in f.trace.windows(2) {
+        assert!(w[1] >= w[0] - 1e-9 * w[0].abs(), "log-likelihood decreased: {} -> {}", w[0], w[1]);
+    }
+}
+
+#[test]
+fn right_censored_fits_have_the_observed_data_log_likelihood() {
+    for family in [Family::InvGauss, Family::Normal, Family::LogNormal, Family::Exponential] {
+        let p = match family {
+            Family::InvGauss => MixParams { alpha: vec![0.4, 0.6], mu: vec![1.0, 3.0], scale: vec![10.0, 8.0] },
+            Family::Normal => MixParams { alpha: vec![0.4, 0.6], mu: vec![0.0, 4.0], scale: vec![1.0, 1.5] },
+            Family::LogNormal => MixParams { alpha: vec![0.4, 0.6], mu: vec![0.0, 1.5], scale: vec![0.3, 0.4] },
+            _ => MixParams { alpha: vec![0.4, 0.6], mu: vec![3.0, 0.5], scale: vec![f64::NAN; 2] },
+        };
+        let x = simulate::mixture(family, &p, 800, 7);
+        let mut sorted = x.clone();
+        sorted.sort_by(f64::total_cmp);
+        let c = sorted[680];
+        let (y, cens) = censor_right(&x, c);
+        let censored = cens.index.len();
+        let cfg = config(family).censoring(vec![cens]).check().unwrap();
+        let f = fit_many(&[&y], &cfg, &Exec::cpu()).unwrap().remove(0);
+        assert!(f.success(), "{family:?}: {:?}", f.message);
+        non_decreasing(&f);
+        assert_eq!(f.n, 800);
+        // The observed-data log-likelihood: exact densities plus the
+        // censored values' log P(X > c) (to a far upper bound).
+        let exact: f64 = mixture_log_density(family, &y, &f.params).iter().zip(&x).filter(|(_, &v)| v <= c).map(|(l, _)| l).sum();
+        let upper = c + 60.0 * sorted[799].abs().max(1.0);
+        let tail = log_mass(family, &f.params, c, upper);
+        let want = exact + censored as f64 * tail;
+        assert!((f.loglik - want).abs() < 1e-6 * want.abs(), "{family:?}: {} vs {want}", f.loglik);
+    }
+}
+
+#[test]
+fn a_histogram_fits_as_interval_censored_counts() {
+    let p = MixParams { alpha: vec![0.3, 0.7], mu: vec![1.0, 3.0], scale: vec![30.0, 5.0] };
+    let x = simulate::mixture(Family::InvGauss, &p, 5000, 2);
+    // Bins of 0.25 up to 10, and an open last bin (10, inf).
+    let mut edges: Vec<f64> = (0..=40).map(|k| 0.25 * k as f64).collect();
+    edges.push(f64::INFINITY);
+    let mut counts = vec![0.0; edges.len() - 1];
+    for v in &x {
+        if let Some(k) = edges.windows(2).position(|e| *v > e[0] && *v <= e[1]) {
+            counts[k] += 1.0;
+        }
+    }
+    let bins: Vec<usize> = (0..counts.len()).filter(|&k| counts[k] > 0.0).collect();
+    let mids: Vec<f64> = bins.iter().map(|&k| if edges[k + 1].is_finite() { 0.5 * (edges[k] + edges[k + 1]) } else { edges[k] }).collect();
+    let cens = Censoring { index: (0..bins.len()).collect(), lower: bins.iter().map(|&k| edges[k]).collect(), upper: bins.iter().map(|&k| edges[k + 1]).collect() };
+    let w: Vec<f64> = bins.iter().map(|&k| counts[k]).collect();
+    let cfg = config(Family::InvGauss).censoring(vec![cens]).weights(vec![w.clone()]).check().unwrap();
+    let f = fit_many(&[&mids], &cfg, &Exec::cpu()).unwrap().remove(0);
+    assert!(f.success(), "{:?}", f.message);
+    non_decreasing(&f);
+    assert_eq!(f.nobs(), w.iter().sum::<f64>());
+    let want: f64 = bins.iter().zip(&w).map(|(&k, c)| c * log_mass(Family::InvGauss, &f.params, edges[k], edges[k + 1].min(400.0))).sum();
+    assert!((f.loglik - want).abs() < 1e-6 * want.abs(), "{} vs {want}", f.loglik);
+    // The binned fit is near the fit of the raw data.
+    let raw = fit_many(&[&x], &config(Family::InvGauss).check().unwrap(), &Exec::cpu()).unwrap().remove(0);
+    for j in 0..2 {
+        assert!((f.params.mu[j] / raw.params.mu[j] - 1.0).abs() < 0.05, "{:?} vs {:?}", f.params, raw.params);
+    }
+}
+
+#[test]
+fn without_censored_observations_the_fit_is_unchanged() {
+    let x = simulate::mixture(Family::Normal, &MixParams { alpha: vec![0.5, 0.5], mu: vec![0.0, 3.0], scale: vec![1.0, 1.0] }, 300, 4);
+    let plain = fit_many(&[&x], &config(Family::Normal).check().unwrap(), &Exec::cpu()).unwrap().remove(0);
+    let none = fit_many(&[&x], &config(Family::Normal).censoring(vec![Censoring::default()]).check().unwrap(), &Exec::cpu()).unwrap().remove(0);
+    assert_eq!(plain, none);
+}
+
+#[test]
+fn what_cannot_be_fitted_is_refused() {
+    let x = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
+    let cens = || Censoring { index: vec![6], lower: vec![7.0], upper: vec![f64::INFINITY] };
+    match config(Family::Gamma).censoring(vec![cens()]).check() {
+        Err(Error::InvalidArgument { arg, problem }) => assert!(arg == "datasets" && problem.contains("gamma"), "{problem}"),
+        other => panic!("{other:?}"),
+    }
+    let bad = Censoring { index: vec![6], lower: vec![7.0], upper: vec![7.0] };
+    match fit_many(&[&x], &config(Family::InvGauss).censoring(vec![bad]).check().unwrap(), &Exec::cpu()) {
+        Err(Error::InvalidArgument { problem, .. }) => assert!(problem.contains("lower < upper"), "{problem}"),
+        other => panic!("{other:?}"),
+    }
+    let cfg = config(Family::InvGauss).censoring(vec![cens()]).check().unwrap();
+    let cuda = Exec { backend: Backend::Cuda, ..Exec::cpu() };
+    assert!(matches!(fit_many(&[&x], &cfg, &cuda), Err(Error::BackendUnavailable(_))));
+    assert!(bulkem_core::em::job(&[&x], &cfg).gpu_unsupported.is_some());
+}
