@@ -36,3 +36,10 @@ fits_only <- function(f) {
   attributes(f) <- list(names = names(f))
   f
 }
+
+# How much optim() (BFGS, from `start`) raises `loglik`: a fit that is the
+# maximum of a likelihood it claims to maximise leaves nothing to gain.
+optim_gain <- function(loglik, start) {
+  o <- stats::optim(start, function(v) -loglik(v), method = "BFGS", control = list(reltol = 1e-15, maxit = 5000))
+  -o$value - loglik(start)
+}

@@ -6,11 +6,6 @@
 
 tight <- list(epsilon = 1e-11, max.iters = 5000, use.gpu = FALSE, seed = 1)
 
-optim_gain <- function(loglik, start) {
-  o <- stats::optim(start, function(v) -loglik(v), method = "BFGS", control = list(reltol = 1e-15, maxit = 5000))
-  -o$value - loglik(start)
-}
-
 test_that("right-censored inverse Gaussian and Normal fits are the censored maximum likelihood", {
   skip_if_not_installed("survival")
   set.seed(1)

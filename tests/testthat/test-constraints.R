@@ -5,13 +5,6 @@
 
 tight <- list(epsilon = 1e-12, max.iters = 5000, use.gpu = FALSE)
 
-# optim() from a fit over the free parameters (`free` maps the optimiser's
-# vector to the full parameter list); the gain it finds.
-optim_gain <- function(loglik, start) {
-  o <- stats::optim(start, function(v) -loglik(v), method = "BFGS", control = list(reltol = 1e-14, maxit = 2000))
-  -o$value - loglik(start)
-}
-
 test_that("the equal-variance Normal fit is mclust's E model", {
   skip_if_not_installed("mclust")
   suppressPackageStartupMessages(library(mclust))
