@@ -74,14 +74,32 @@ pub fn log_minus_digamma_deriv(a: f64) -> f64 {
 /// the bracket the signs give (g is convex and decreasing), to a relative
 /// step of 4 ulps.
 pub fn solve_gamma_shape(s: f64, start: f64) -> f64 {
-    let mut a = if start.is_finite() && start > 0.0 {
+    let a = if start.is_finite() && start > 0.0 {
         start
     } else {
         (3.0 - s + ((s - 3.0) * (s - 3.0) + 24.0 * s).sqrt()) / (12.0 * s)
     };
+    bracketed_newton(a, |a| (log_minus_digamma(a) - s, log_minus_digamma_deriv(a)))
+}
+
+/// The a > 0 with digamma(a) = t: Newton on h(a) = log a - g(a) - t
+/// (increasing; g as in [`log_minus_digamma`]) from `start` (or from
+/// exp(t) + 1/2, close for large a), kept inside the bracket the signs
+/// give, to a relative step of 4 ulps.
+pub fn solve_digamma(t: f64, start: f64) -> f64 {
+    let a = if start.is_finite() && start > 0.0 { start } else if t > -2.0 { t.exp() + 0.5 } else { -1.0 / t };
+    // -h, so that a positive value means the root lies above.
+    bracketed_newton(a, |a| (-(a.ln() - log_minus_digamma(a) - t), -(1.0 / a - log_minus_digamma_deriv(a))))
+}
+
+/// The root a > 0 of f from `a`, where `f_df(a)` = (f(a), f'(a)) and f > 0
+/// below the root: Newton steps, halving the bracket (or doubling while it
+/// is open above) when a step leaves it, to a relative step of 4 ulps or
+/// SHAPE_MAX_STEPS steps.
+fn bracketed_newton(mut a: f64, f_df: impl Fn(f64) -> (f64, f64)) -> f64 {
     let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
     for _ in 0..SHAPE_MAX_STEPS {
-        let f = log_minus_digamma(a) - s;
+        let (f, df) = f_df(a);
         if f == 0.0 {
             break;
         }
@@ -90,37 +108,7 @@ pub fn solve_gamma_shape(s: f64, start: f64) -> f64 {
         } else {
             hi = a;
         }
-        let mut next = a - f / log_minus_digamma_deriv(a);
-        if !(next > lo && next < hi) {
-            next = if hi.is_finite() { 0.5 * (lo + hi) } else { 2.0 * a };
-        }
-        let done = (next - a).abs() <= SHAPE_REL_STEP * a;
-        a = next;
-        if done {
-            break;
-        }
-    }
-    a
-}
-
-/// The a > 0 with digamma(a) = t: Newton on h(a) = log a - g(a) - t
-/// (increasing; g as in [`log_minus_digamma`]) from `start` (or from
-/// exp(t) + 1/2, close for large a), kept inside the bracket the signs
-/// give, to a relative step of 4 ulps.
-pub fn solve_digamma(t: f64, start: f64) -> f64 {
-    let mut a = if start.is_finite() && start > 0.0 { start } else if t > -2.0 { t.exp() + 0.5 } else { -1.0 / t };
-    let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
-    for _ in 0..SHAPE_MAX_STEPS {
-        let h = a.ln() - log_minus_digamma(a) - t;
-        if h == 0.0 {
-            break;
-        }
-        if h < 0.0 {
-            lo = a;
-        } else {
-            hi = a;
-        }
-        let mut next = a - h / (1.0 / a - log_minus_digamma_deriv(a));
+        let mut next = a - f / df;
         if !(next > lo && next < hi) {
             next = if hi.is_finite() { 0.5 * (lo + hi) } else { 2.0 * a };
         }
