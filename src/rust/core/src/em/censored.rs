@@ -17,7 +17,7 @@
 
 use crate::error::{Error, Result};
 
-use super::data::{first_where, num};
+use super::data::num;
 use super::family::Family;
 use super::fit::MixParams;
 
@@ -96,7 +96,7 @@ pub fn check(data: &[&[f64]], censoring: &[Censoring], family: Family, first: us
         if c.index.windows(2).any(|w| w[0] >= w[1]) || c.index.last().is_some_and(|&i| i >= x.len()) {
             return Err(Error::Internal(format!("dataset {which}: censored indices out of order or range")));
         }
-        let bad = first_where_pair(&c.lower, &c.upper, |lo, hi| !(lo < hi) || (positive && !(hi > 0.0)) || lo == f64::INFINITY);
+        let bad = c.lower.iter().zip(&c.upper).position(|(&lo, &hi)| !(lo < hi) || (positive && !(hi > 0.0)) || lo == f64::INFINITY);
         if let Some(i) = bad {
             return Err(Error::arg(
                 "datasets",
@@ -111,11 +111,6 @@ pub fn check(data: &[&[f64]], censoring: &[Censoring], family: Family, first: us
         }
     }
     Ok(())
-}
-
-fn first_where_pair(a: &[f64], b: &[f64], bad: impl Fn(f64, f64) -> bool) -> Option<usize> {
-    let flags: Vec<f64> = a.iter().zip(b).map(|(&lo, &hi)| if bad(lo, hi) { 1.0 } else { 0.0 }).collect();
-    first_where(&flags, |f| f > 0.0)
 }
 
 /// P(lower < X <= upper) and the features' partial means on the interval,
