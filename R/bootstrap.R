@@ -20,7 +20,9 @@
 #' fit and may stop at a local optimum below the K-component fit, giving a
 #' negative statistic, as in mclust; such replicates count as not
 #' exceeding \eqn{T}. Weighted data are refused: their replicates would
-#' not mean what the weights mean.
+#' not mean what the weights mean. With `equal` (e.g. `equal = "sigma"`,
+#' mclust's "E" models: `mclustBootstrapLRT(modelName = "E")`) both the
+#' observed and the replicates' fits share the scale; `fixed` is refused.
 #'
 #' @param datasets As in [bulkem()]: a list of numeric vectors, a numeric
 #'   vector or a matrix (one dataset per column).
@@ -31,8 +33,8 @@
 #' @param family The component family, as in [bulkem()].
 #' @param ... Other arguments of [bulkem()] for the observed fits
 #'   (`max.iters`, `random.inits`, `epsilon`, `init.method`, `precision`,
-#'   `criterion` is ignored). `max.iters`, `epsilon` and `precision` also
-#'   govern the replicates' fits.
+#'   `equal`; `criterion` is ignored). `max.iters`, `epsilon`, `precision`
+#'   and `equal` also govern the replicates' fits.
 #' @param keep.replicates Keep every replicate's statistic (for plots and
 #'   your own summaries): a datasets x `B` matrix per test.
 #' @param level Significance level of the sequential choice of K shown by
@@ -75,7 +77,7 @@ bootstrap_lrt <- function(datasets, num.components = 1:2, B = 999, family = "inv
                           keep.replicates = FALSE, level = 0.05, seed = NULL, use.gpu = NA) {
   call <- environment()
   dots <- list(...)
-  refuse_bootstrap_args(dots, c("weights", "inits", "resume", "equal", "fixed"), "bootstrap_lrt", call)
+  refuse_bootstrap_args(dots, c("weights", "inits", "resume", "fixed"), "bootstrap_lrt", call)
   family <- match_arg(family, em_family_names(), "family", call)
   refuse_surv(datasets, "bootstrap_lrt", call)
   datasets <- check_datasets(datasets, call)
@@ -112,7 +114,7 @@ bootstrap_lrt <- function(datasets, num.components = 1:2, B = 999, family = "inv
       raw <- call_core(em_bootstrap_lrt_(
         ok, sizes[ok], family, core_params(fits[[i]][ok], family), core_params(fits[[i + 1]][ok], family),
         Ks[i], Ks[i + 1], B, settings$max.iters, settings$epsilon, settings$precision, seed,
-        cpu_threads(), backend
+        !is.null(dots$equal), cpu_threads(), backend
       ), call, "bootstrap_lrt")
       stats[ok, ] <- matrix(raw$statistics, ncol = B, byrow = TRUE)
       used <- c(used, raw$backend)
@@ -240,8 +242,9 @@ plot.bulkem_lrt <- function(x, main = NULL, ...) {
 #' [bootstrap_lrt()], all replicates of all datasets are fitted as one
 #' batched job.
 #'
-#' @param fits The result of [bulkem()] on `datasets` (unweighted; any
-#'   number of components per dataset).
+#' @param fits The result of [bulkem()] on `datasets` (unweighted, without
+#'   held values; any number of components per dataset). Fits with `equal`
+#'   are bootstrapped with the scale shared in every replicate.
 #' @param datasets The datasets `fits` were fitted to.
 #' @param B Bootstrap replicates per dataset.
 #' @param type `"nonparametric"` (default) or `"parametric"`.
@@ -292,11 +295,12 @@ bootstrap_se <- function(fits, datasets, B = 999, type = c("nonparametric", "par
                    x = "{.arg fits} were fitted with {.arg weights}; bootstrap replicates are unweighted data."),
                  call = call)
   }
-  if (any(vapply(fits, function(f) !is.null(f$constraints), logical(1)))) {
-    bulkem_abort(c("{.fn bootstrap_se} takes unconstrained fits.",
-                   x = "{.arg fits} were fitted with {.arg equal} or {.arg fixed}; the replicates' fits are unconstrained."),
+  if (any(vapply(fits, function(f) !is.null(f$constraints$fixed), logical(1)))) {
+    bulkem_abort(c("{.fn bootstrap_se} does not take fits with held values.",
+                   x = "{.arg fits} were fitted with {.arg fixed}; a held value has no sampling variation to estimate."),
                  call = call)
   }
+  equal <- vapply(fits, function(f) !is.null(f$constraints$equal), logical(1))
   type <- match_arg(type, c("nonparametric", "parametric"), "type", call)
   B <- check_count(B, "B", min = 2, call = call)
   level <- check_level(level, "level", call)
@@ -311,11 +315,12 @@ bootstrap_se <- function(fits, datasets, B = 999, type = c("nonparametric", "par
   K <- lengths(lapply(fits, `[[`, "alpha"))
   ok <- vapply(fits, function(f) isTRUE(f$fit_success), logical(1))
   used <- character(0)
-  for (k in sort(unique(K[ok]))) {
-    idx <- which(ok & K == k)
+  # One core call per (K, shared second parameter or not).
+  for (k in sort(unique(K[ok]))) for (eq in unique(equal[ok & K == k])) {
+    idx <- which(ok & K == k & equal == eq)
     raw <- call_core(em_bootstrap_se_(
       idx, datasets[idx], family, core_params(fits[idx], family), k, type, level, B, keep.replicates,
-      max.iters, epsilon, precision, seed, cpu_threads(), backend
+      max.iters, epsilon, precision, seed, eq, cpu_threads(), backend
     ), call, "bootstrap_se")
     used <- c(used, raw$backend)
     for (j in seq_along(idx)) {
@@ -398,7 +403,7 @@ refuse_bootstrap_args <- function(dots, refused, fn, call) {
       i = switch(bad[1],
         weights = "Bootstrap replicates are unweighted data; fit weighted data with {.fn bulkem}.",
         inits = "The replicates start at the observed fits; those use random starts.",
-        equal = , fixed = "The replicates' fits are unconstrained; constrained bootstraps are not built yet.",
+        fixed = "Held values are the same in every replicate; bootstrap the free fit, or share a scale with {.arg equal}.",
         "Run it again from the start."
       )
     ), call = call)

@@ -114,9 +114,11 @@
 #'   interval-censored data with the counts as `weights`: one observation
 #'   `Surv(lower, upper, type = "interval2")` per bin. Censored data fit the
 #'   Normal, lognormal, inverse Gaussian and exponential families, on the
-#'   CPU backend; each fit keeps the number of censored observations as
-#'   `censored`. `keep.posterior = TRUE`, `criterion = "ICL"`,
-#'   [as.mixEM()] and the bootstrap functions refuse censored data.
+#'   CPU and the GPU; each fit keeps the number of censored observations as
+#'   `censored`. With `keep.posterior = TRUE` a censored observation's
+#'   posterior is each component's share of its interval's probability,
+#'   and ICL counts it so; [as.mixEM()] and the bootstrap functions refuse
+#'   censored data.
 #' @param num.components Number of mixture components M (at least 1, and at
 #'   most what the largest dataset can fit: see Details), or several to
 #'   choose from by `criterion`, e.g. `1:5`.
@@ -243,8 +245,7 @@
 #'   1993): conditional maximisations that keep the log-likelihood from
 #'   decreasing. `logLik()`'s `df` (and BIC, ICL, AIC) counts only the free
 #'   parameters (each fit keeps it as `df`). Constrained fits run on the
-#'   CPU backend (`use.gpu = TRUE` is an error); [bootstrap_lrt()] and
-#'   [bootstrap_se()] refuse them.
+#'   CPU and the GPU; [bootstrap_lrt()] and [bootstrap_se()] refuse them.
 #' @param chunk.size Datasets per chunk. With `parallel = "future"` each
 #'   chunk is one future, sent only its own datasets; the default makes about
 #'   4 chunks per worker, fewer when a chunk would do less than 2e8

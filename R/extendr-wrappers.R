@@ -30,14 +30,14 @@ mix_posterior_ <- function(x, family, alpha, first, second) .Call(wrap__mix_post
 #' datasets `ids` (1-based, keying their replicates' streams) of `sizes` observations fitted by `null` and `alt`: datasets x
 #' replicates, dataset-major; NaN where a replicate's fit failed.
 #' @noRd
-em_bootstrap_lrt_ <- function(ids, sizes, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, threads, backend) .Call(wrap__em_bootstrap_lrt_, ids, sizes, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, threads, backend)
+em_bootstrap_lrt_ <- function(ids, sizes, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, equal, threads, backend) .Call(wrap__em_bootstrap_lrt_, ids, sizes, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, equal, threads, backend)
 
 #' Bootstrap standard errors and percentile intervals of the fits of
 #' `datasets` (K components each): per field, D x K dataset-major; `ok`
 #' counts each dataset's fitted replicates; with `keep`, every replicate's
 #' parameters (D x B x K, dataset-major then replicate).
 #' @noRd
-em_bootstrap_se_ <- function(ids, datasets, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, threads, backend) .Call(wrap__em_bootstrap_se_, ids, datasets, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, threads, backend)
+em_bootstrap_se_ <- function(ids, datasets, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, equal, threads, backend) .Call(wrap__em_bootstrap_se_, ids, datasets, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, equal, threads, backend)
 
 #' The memory check of an HMM call before R builds anything for it:
 #' `n_seqs` sequences of `lengths` (one value: recycled), `copies` of the

@@ -2,7 +2,7 @@
 # Runs on the GPU machine (no Rust, no R): the carried test and benchmark
 # binaries in .device/, then the peers, side by side. Built here by
 # tools/device-build.sh. Usage: bash tools/device-run.sh
-# [tests|bench|peers|reduce|all|select|hmm|mixed|bootstrap|multi|multi-tests|multi-bench|multi-hmm]
+# [tests|bench|peers|reduce|all|select|hmm|mixed|bootstrap|variants|multi|multi-tests|multi-bench|multi-hmm]
 # `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
 # select-suite, then the torch peer once per K = 1..5 (20 starts).
 # `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
@@ -46,6 +46,16 @@ if [ "$what" = hmm ]; then
     python3 peers/torch_hmm.py $shape $v 2>&1 | tee -a "$out/peer-hmm.log"
     python3 peers/torch_hmm_gaussian.py $shape 2>&1 | tee -a "$out/peer-hmm.log"
     (cd peers && python3 torch_hmm_host.py categorical $shape $v && python3 torch_hmm_host.py gaussian $shape) 2>&1 | tee -a "$out/peer-hmm.log"
+  done
+fi
+# `variants` (issue 25, not part of `all`): the EM GPU tests (constraints
+# and censored data among them; kernels_compile runs in CI), then the 40,000-dataset EM as it is, with
+# weights, with a shared shape, and right-censored at 5.
+if [ "$what" = variants ]; then
+  run_tests em_gpu
+  for v in "" "--weighted yes" "--equal yes" "--timeout 5"; do
+    echo "== bulkem-bench em 40,000 x 2,000, 10 starts x 100 iterations $v"
+    ./bulkem-bench em --datasets 40000 --n 2000 --starts 10 --iters 100 --backend cuda --json "$out/bench.jsonl" $v 2>&1 | tee -a "$out/bench-variants.log"
   done
 fi
 # `bootstrap` (issue 25, not part of `all`): the EM GPU tests and the

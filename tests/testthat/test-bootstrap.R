@@ -23,6 +23,26 @@ test_that("the LRT statistic and p-value agree with mclustBootstrapLRT", {
   }
 })
 
+test_that("with equal = \"sigma\" the LRT agrees with mclustBootstrapLRT(modelName = \"E\")", {
+  skip_if_not_installed("mclust")
+  set.seed(5)
+  x <- c(rnorm(90), rnorm(60, 1.5))
+  m <- mclust::mclustBootstrapLRT(x, modelName = "E", maxG = 1, nboot = 199, verbose = FALSE,
+                                  control = mclust::emControl(tol = c(1e-10, 1e-10)))
+  l <- bootstrap_lrt(list(x), 1:2, B = 199, family = "normal", equal = "sigma", use.gpu = FALSE,
+                     max.iters = 5000, epsilon = 1e-10, seed = 1)
+  f2 <- l$fits[["2"]][[1]]
+  expect_equal(f2$sigma[1], f2$sigma[2])
+  expect_equal(l$tests$statistic, m$obs, tolerance = 1e-5)
+  expect_lt(abs(l$tests$p.value - m$p.value), 0.16)
+  expect_gt(l$tests$replicates, 180)
+  # Standard errors of a fit with a shared scale: one value for both sigmas.
+  se <- bootstrap_se(l$fits[["2"]], list(x), B = 50, use.gpu = FALSE, seed = 2)
+  expect_equal(se[[1]]$bootstrap$se$sigma[1], se[[1]]$bootstrap$se$sigma[2])
+  expect_error(bootstrap_lrt(list(x), 1:2, family = "normal", fixed = list(mu = c(0, NA)), use.gpu = FALSE),
+               "fixed", class = "bulkem_error_input")
+})
+
 test_that("separated components are found, one component is kept, and the seed reproduces", {
   set.seed(4)
   one <- replicate(3, rnorm(200, 10, 2), simplify = FALSE)

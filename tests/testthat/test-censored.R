@@ -79,12 +79,33 @@ test_that("Surv data without censoring fit as plain values, mixed with vectors",
   expect_null(a[[1]]$censored)
 })
 
+test_that("keep.posterior and ICL take a censored observation's interval", {
+  skip_if_not_installed("survival")
+  set.seed(4)
+  x <- as.numeric(rinvgaussmix(400, c(0.4, 0.6), c(1, 3), c(20, 8)))
+  s <- survival::Surv(pmin(x, 3.5), as.numeric(x <= 3.5))
+  f <- bulkem(s, 2, keep.posterior = TRUE, max.iters = 2000, use.gpu = FALSE, seed = 1)[[1]]
+  z <- f$posterior
+  expect_equal(dim(z), c(400L, 2L))
+  expect_equal(rowSums(z), rep(1, 400), tolerance = 1e-12)
+  # A censored row: alpha_j P_j(X > 3.5), normalised; an exact row: densities.
+  up <- f$alpha * vapply(1:2, function(j) statmod::pinvgauss(3.5, f$mu[j], f$lambda[j], lower.tail = FALSE), 0)
+  cens <- which(x > 3.5)
+  expect_true(length(cens) > 0)
+  expect_equal(unname(z[cens[1], ]), up / sum(up), tolerance = 1e-8)
+  ex <- which(x <= 3.5)[1]
+  dens <- f$alpha * statmod::dinvgauss(x[ex], f$mu, f$lambda)
+  expect_equal(unname(z[ex, ]), dens / sum(dens), tolerance = 1e-8)
+  # ICL = BIC - 2 sum_i log max_j z_ij.
+  icl <- bulkem(s, 1:2, criterion = "ICL", max.iters = 2000, use.gpu = FALSE, seed = 1)
+  bic <- bulkem(s, 1:2, criterion = "BIC", max.iters = 2000, use.gpu = FALSE, seed = 1)
+  expect_equal(attr(icl, "criteria")[1, 2], attr(bic, "criteria")[1, 2] - 2 * sum(log(apply(z, 1, max))), tolerance = 1e-8)
+})
+
 test_that("censored data that cannot be fitted are refused", {
   skip_if_not_installed("survival")
   s <- survival::Surv(c(1, 2, 3, 4, 5, 6), c(1, 1, 0, 1, 1, 0))
   expect_error(bulkem(s, 2, family = "gamma", use.gpu = FALSE), "gamma", class = "bulkem_error_input")
-  expect_error(bulkem(s, 2, keep.posterior = TRUE, use.gpu = FALSE), "keep.posterior", class = "bulkem_error_input")
-  expect_error(bulkem(s, 1:2, criterion = "ICL", use.gpu = FALSE), "ICL", class = "bulkem_error_input")
   expect_error(bootstrap_lrt(list(s), 1:2, use.gpu = FALSE), "censored", class = "bulkem_error_input")
   expect_error(bulkem(survival::Surv(c(0, 0), c(1, 2), c(1, 1)), 1, use.gpu = FALSE), "counting",
                class = "bulkem_error_input")

@@ -8,6 +8,8 @@
 //   fam_features(x, centre, u, v), fam_shared_term(x),
 //   fam_natural(first, second, centre, a, b, c), fam_m_step(sw, su, sv, centre, first, second)
 // (first, second in-out: the current parameters in, the new ones out)
+// and, where the family has them, fam_first_given_second,
+// fam_second_given_first (constraints) and fam_upper_tail (censored data),
 // next to the family's Rust definition (src/em/family/<family>.rs). Double
 // precision throughout. The arithmetic mirrors the CPU backend (src/em/cpu.rs),
 // which is the reference: log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x).
@@ -91,6 +93,170 @@ __device__ int m_step_warp(const double* S, double total, double centre, double*
     __syncwarp();
     return ST_RUNNING;
 }
+
+#ifndef FAM_FIRST_GIVEN_SECOND
+// The first parameter given the second (Family::first_given_second's
+// default): the unconstrained update's, for families whose first update
+// does not depend on the second.
+__device__ int fam_first_given_second(double sw, double su, double sv, double centre, double second, double& first) {
+    double f = first, s = second;
+    const int status = fam_m_step(sw, su, sv, centre, f, s);
+    if (status == ST_RUNNING) first = f;
+    return status;
+}
+#endif
+
+#ifdef EM_CONSTRAINED
+#if FAM_SECOND && !defined(FAM_SECOND_GIVEN_FIRST)
+#error "constraints need the family's fam_second_given_first"
+#endif
+// The ECM step of src/em/constraints.rs (Constraints::m_step), the same
+// operations in the same order. held: the held alpha, first and second
+// parameters (EM_M each, NaN where free), then 1 when one second parameter
+// is shared by every component.
+__device__ int m_step_constrained(const double* S, double centre, const double* held, double* p) {
+#pragma unroll
+    for (int j = 0; j < EM_M; ++j)
+        if (!(S[3 * j] > MIN_COMPONENT_WEIGHT)) return ST_EMPTY;
+    const bool equal = held[3 * EM_M] != 0.0;
+    double held_sum = 0.0, free_sw = 0.0;
+    for (int j = 0; j < EM_M; ++j) {
+        if (isnan(held[j])) free_sw += S[3 * j]; else held_sum += held[j];
+    }
+    double q[NSTAT];
+    for (int k = 0; k < NSTAT; ++k) q[k] = p[k];
+    for (int j = 0; j < EM_M; ++j) q[j] = isnan(held[j]) ? S[3 * j] / free_sw * (1.0 - held_sum) : held[j];
+    // First parameters given the current seconds (a component with nothing
+    // held and no shared second takes its unconstrained update).
+    for (int j = 0; j < EM_M; ++j) {
+        if (!isnan(held[EM_M + j])) continue;
+        const double sw = S[3 * j], su = S[3 * j + 1], sv = S[3 * j + 2];
+        const bool free = !equal && isnan(held[2 * EM_M + j]);
+        int status;
+        if (free || !FAM_SECOND) {
+            double first = q[EM_M + j], second = q[2 * EM_M + j];
+            status = fam_m_step(sw, su, sv, centre, first, second);
+            q[EM_M + j] = first;
+            if (FAM_SECOND) q[2 * EM_M + j] = second;
+        } else {
+            status = fam_first_given_second(sw, su, sv, centre, q[2 * EM_M + j], q[EM_M + j]);
+        }
+        if (status != ST_RUNNING) return status;
+    }
+#if FAM_SECOND
+    // Second parameters given the new firsts: one shared by all, or a
+    // component's own where its first is held.
+    if (equal) {
+        double shared = 0.0;
+        const int status = fam_second_given_first(S, q + EM_M, (1u << EM_M) - 1u, centre, shared);
+        if (status != ST_RUNNING) return status;
+        for (int j = 0; j < EM_M; ++j) q[2 * EM_M + j] = shared;
+    } else {
+        for (int j = 0; j < EM_M; ++j) {
+            if (isnan(held[EM_M + j]) || !isnan(held[2 * EM_M + j])) continue;
+            const int status = fam_second_given_first(S, q + EM_M, 1u << j, centre, q[2 * EM_M + j]);
+            if (status != ST_RUNNING) return status;
+        }
+    }
+#endif
+    for (int k = 0; k < NSTAT; ++k) p[k] = q[k];
+    return ST_RUNNING;
+}
+
+// m_step_warp's constrained form: every lane runs the (cheap, closed-form
+// or one Newton solve per component) step on the same sums; lane 0 writes.
+__device__ int m_step_warp_constrained(const double* S, double centre, const double* held, double* p) {
+    double q[NSTAT];
+    for (int k = 0; k < NSTAT; ++k) q[k] = p[k];
+    const int status = m_step_constrained(S, centre, held, q);
+    __syncwarp();
+    if (status == ST_RUNNING && (threadIdx.x & 31) == 0)
+        for (int k = 0; k < NSTAT; ++k) p[k] = q[k];
+    __syncwarp();
+    return status;
+}
+#endif
+
+#ifdef EM_CENSORED
+#ifndef FAM_UPPER_TAIL
+#error "censored data need the family's fam_upper_tail and fam_lower_tail"
+#endif
+// Censored observations (src/em/censored.rs): each distinct interval
+// (lower, upper] once, with the total weight of its observations, as
+// (lower, upper, weight) triples; cens_start[d] .. cens_start[d + 1] are
+// dataset d's.
+#define EM_INF __longlong_as_double(0x7ff0000000000000LL)
+__device__ __forceinline__ void upper_tail(double c, double first, double second, double centre, double* t) {
+    if (c == EM_INF) { t[0] = t[1] = t[2] = 0.0; return; }
+    fam_upper_tail(c, first, second, centre, t);
+}
+__device__ __forceinline__ void lower_tail(double c, double first, double second, double centre, double* t) {
+    if (c == EM_INF) { fam_upper_tail(-EM_INF, first, second, centre, t); return; }
+    if (c == -EM_INF) { t[0] = t[1] = t[2] = 0.0; return; }
+    fam_lower_tail(c, first, second, centre, t);
+}
+
+// censored::interval: P(lo < X <= hi) and the features' partial means, as
+// a difference of tails each at most 1/2 (upper tails above the median,
+// lower tails below it, the whole less both outer tails around it).
+__device__ void interval(double lo, double hi, double first, double second, double centre, double* part) {
+    double a[3], b[3], w[3];
+    upper_tail(lo, first, second, centre, a);
+    if (a[0] <= 0.5) {
+        upper_tail(hi, first, second, centre, b);
+        for (int k = 0; k < 3; ++k) part[k] = a[k] - b[k];
+        return;
+    }
+    lower_tail(hi, first, second, centre, b);
+    if (b[0] <= 0.5) {
+        lower_tail(lo, first, second, centre, a);
+        for (int k = 0; k < 3; ++k) part[k] = b[k] - a[k];
+        return;
+    }
+    upper_tail(-EM_INF, first, second, centre, w);
+    lower_tail(lo, first, second, centre, a);
+    upper_tail(hi, first, second, centre, b);
+    for (int k = 0; k < 3; ++k) part[k] = (w[k] - a[k]) - b[k];
+}
+
+// One interval's E-step share at parameters p (censored::e_step): its sums
+// added to S, its weighted log-likelihood returned (-inf when no component
+// gives the interval any probability).
+__device__ double censored_obs(double lo, double hi, double wt, const double* p, double centre, double* S) {
+    if (wt == 0.0) return 0.0;
+    double part[NSTAT], logs[EM_M];
+    double top = -__longlong_as_double(0x7ff0000000000000LL);
+    for (int j = 0; j < EM_M; ++j) {
+        interval(lo, hi, p[EM_M + j], p[2 * EM_M + j], centre, part + 3 * j);
+        logs[j] = log(p[j]) + log(part[3 * j]);
+        top = fmax(top, logs[j]);
+    }
+    if (top == -__longlong_as_double(0x7ff0000000000000LL)) return top;
+    double total = 0.0;
+    for (int j = 0; j < EM_M; ++j) total += exp(logs[j] - top);
+    for (int j = 0; j < EM_M; ++j) {
+        const double w = wt * exp(logs[j] - top) / total;
+        if (w > 0.0) {
+            S[3 * j] += w;
+            S[3 * j + 1] += w * part[3 * j + 1] / part[3 * j];
+            S[3 * j + 2] += w * part[3 * j + 2] / part[3 * j];
+        }
+    }
+    return wt * (top + log(total));
+}
+
+// The censored share of a warp's E-step: lanes take the intervals in turn;
+// the sums, added to S (already the warp's total), and the log-likelihood
+// are the same in every lane.
+__device__ double warp_e_step_censored(const double* cens, int count, const double* p, double centre, double* S) {
+    double C[NSTAT];
+    for (int k = 0; k < NSTAT; ++k) C[k] = 0.0;
+    double ll = 0.0;
+    for (int i = threadIdx.x & 31; i < count; i += 32) ll += censored_obs(cens[3 * i], cens[3 * i + 1], cens[3 * i + 2], p, centre, C);
+    for (int k = 0; k < NSTAT; ++k) S[k] += warp_sum(C[k]);
+    return warp_sum(ll);
+}
+#endif
 
 // Observations of a lane per step of the E-step loops (a divisor of 16).
 // Measured on an H200 (BENCHMARKS.md, issue 20): 4 for M = 2 took 3.13 s
@@ -399,6 +565,22 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
 }
 #endif
 
+#ifdef EM_CENSORED
+// The whole E-step of a dataset with censored observations: the exact ones
+// (unweighted, they are the dataset's values without the censored ones;
+// weighted, the censored ones' stand-ins weigh 0), then the intervals at p.
+__device__ double warp_e_step_censored_data(const double2* uv, const double* wt, int n, const double* A, const double* B,
+                                            const double* C, const double* cens, int count, const double* p, double centre,
+                                            double* S) {
+#ifdef EM_WEIGHTED
+    const double exact = warp_e_step_weighted(uv, wt, n, A, B, C, S);
+#else
+    const double exact = warp_e_step(uv, n, A, B, C, S);
+#endif
+    return exact + warp_e_step_censored(cens, count, p, centre, S);
+}
+#endif
+
 // 256 threads (EM_WARPS = 8 warps). Minimum blocks per SM, by M (it caps registers at
 // 65536 / (256 x blocks)): 3 (80 registers) fits M <= 2 without spills. For
 // M >= 3 the parameters sit in shared memory, and ptxas (NVRTC 13, sm_90)
@@ -428,7 +610,8 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     const double* __restrict__ centres, const int* __restrict__ block_dataset, const int* __restrict__ block_pair0,
     const int* __restrict__ block_pairs, const double* __restrict__ init, double* __restrict__ out_params,
     double* __restrict__ out_ll, int* __restrict__ out_iters, int* __restrict__ out_status,
-    double* __restrict__ trace, int max_iters, double epsilon)
+    double* __restrict__ trace, int max_iters, double epsilon, const double* __restrict__ held,
+    const double* __restrict__ cens, const int* __restrict__ cens_start)
 {
     extern __shared__ double2 uv[];  // the dataset's features (u, v)
     __shared__ int next_pair;
@@ -438,12 +621,18 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     const double* xd = x + offsets[d];
     const double centre = centres[d];
     const double total = totals[d];  // the sum of the weights (n when unweighted)
+#ifdef EM_CENSORED
+    const double* cd = cens + 3 * (long long)cens_start[d];
+    const int n_cens = cens_start[d + 1] - cens_start[d];
+#endif
 #ifdef EM_MIXED
     float2* uvf = reinterpret_cast<float2*>(uv + n);  // after the float64 features
 #endif
 #ifdef EM_WEIGHTED
     double* wt = reinterpret_cast<double*>(uv + n);  // the weights, after the features
     const double* wd = weights + offsets[d];
+#elif defined(EM_CENSORED)
+    const double* wt = nullptr;  // unweighted: the exact observations alone
 #endif
 
     if (threadIdx.x == 0) next_pair = 0;
@@ -506,6 +695,8 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
         const bool polish = epsilon > 0.0 && epsilon < noise;
         bool mixed_now = true;
 #define E_STEP_NOW(S) (mixed_now ? warp_e_step_mixed(uv, uvf, n, A, B, C, sum_u, sum_v, S) : warp_e_step(uv, n, A, B, C, S))
+#elif defined(EM_CENSORED)
+#define E_STEP_NOW(S) warp_e_step_censored_data(uv, wt, n, A, B, C, cd, n_cens, p, centre, S)
 #elif defined(EM_WEIGHTED)
 #define E_STEP_NOW(S) warp_e_step_weighted(uv, wt, n, A, B, C, S)
 #else
@@ -516,7 +707,11 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
         int iter = 0;
         while (status == ST_RUNNING && iter < max_iters) {
             ++iter;
+#ifdef EM_CONSTRAINED
+            status = m_step_warp_constrained(S, centre, held, p);
+#else
             status = m_step_warp(S, total, centre, p);
+#endif
             if (status != ST_RUNNING) break;
             naturals_warp(p, centre, A, B, C);
             double new_ll = E_STEP_NOW(S) + shared_k;
@@ -577,7 +772,8 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
 // the blocks' partial sums in block order, then thread 0 updates the state.
 // Not inlined: its registers would otherwise count against the E-step loop.
 __device__ __noinline__ void grid_update(int pair, double total, double centre, double* st, const double* partial, int blocks,
-                            double* trace, const int* pair_global, int max_iters, double epsilon, double* scratch)
+                            double* trace, const int* pair_global, int max_iters, double epsilon, const double* held,
+                            double* scratch)
 {
     double tot[PARTIAL_LEN];
 #pragma unroll
@@ -611,7 +807,11 @@ __device__ __noinline__ void grid_update(int pair, double total, double centre, 
 #pragma unroll
         for (int k = 0; k < NSTAT; ++k) p[k] = st[k];
         ++iter;
+#ifdef EM_CONSTRAINED
+        status = m_step_constrained(tot, centre, held, p);
+#else
         status = m_step(tot, total, centre, p);
+#endif
         if (status == ST_RUNNING) {
             for (int k = 0; k < NSTAT; ++k) st[k] = p[k];
         }
@@ -635,7 +835,8 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
     const long long* __restrict__ offsets, const int* __restrict__ lengths,
     const double* __restrict__ centres, const int* __restrict__ pair_dataset, double* __restrict__ state,
     double* __restrict__ partial, unsigned* __restrict__ arrivals, int first, double* __restrict__ trace,
-    const int* __restrict__ pair_global, int max_iters, double epsilon)
+    const int* __restrict__ pair_global, int max_iters, double epsilon, const double* __restrict__ held,
+    const double* __restrict__ cens, const int* __restrict__ cens_start)
 {
     __shared__ double scratch[32];
     __shared__ unsigned arrived;
@@ -703,6 +904,14 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
         e_obs(u, v, A, B, C, S, maxsum, prod);
         if (first) k_local += fam_shared_term(xi);
     }
+#ifdef EM_CENSORED
+    // The censored intervals, by the first block's threads.
+    if (blockIdx.x == 0) {
+        const double* cd = cens + 3 * (long long)cens_start[d];
+        const int n_cens = cens_start[d + 1] - cens_start[d];
+        for (int c = threadIdx.x; c < n_cens; c += blockDim.x) maxsum += censored_obs(cd[3 * c], cd[3 * c + 1], cd[3 * c + 2], p, centre, S);
+    }
+#endif
     double* out = partial + ((long long)pair * gridDim.x + blockIdx.x) * PARTIAL_LEN;
 #pragma unroll
     for (int k = 0; k < NSTAT; ++k) {
@@ -721,6 +930,6 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
     __syncthreads();
     if (arrived != gridDim.x - 1) return;
     __threadfence();
-    grid_update(pair, totals[d], centre, st, partial, gridDim.x, trace, pair_global, max_iters, epsilon, scratch);
+    grid_update(pair, totals[d], centre, st, partial, gridDim.x, trace, pair_global, max_iters, epsilon, held, scratch);
     if (threadIdx.x == 0) arrivals[pair] = 0u;  // ready for the next launch
 }

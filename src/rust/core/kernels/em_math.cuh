@@ -50,3 +50,13 @@ __device__ __forceinline__ double log1p_unit(double t) {
     p = fma(p, z, 1.0);
     return fma(2.0 * s, p, hi ? 0.6931471805599453 : 0.0);
 }
+
+// The standard normal's density, upper tail and log CDF (censored data),
+// as src/em/family/special.rs: norm_pdf, norm_upper, log_norm_cdf.
+__device__ __forceinline__ double norm_pdf(double z) { return exp(-0.5 * z * z) * 0.3989422804014327; }
+__device__ __forceinline__ double norm_upper(double z) { return 0.5 * erfc(z / 1.4142135623730951); }
+__device__ double log_norm_cdf(double z) {
+    if (z > -30.0) return log(norm_upper(-z));
+    const double t = 1.0 / (z * z);
+    return -0.5 * z * z - log(-z) - 0.5 * log(TWO_PI) + log(1.0 - t + 3.0 * t * t - 15.0 * t * t * t);
+}

@@ -1,14 +1,16 @@
-//! Censored and binned data on the CPU (the reference; the GPU refuses
-//! them): the log-likelihood is that of the observed data (densities of
+//! Censored and binned data on the CPU (the reference; em_gpu checks the
+//! GPU against it): the log-likelihood is that of the observed data (densities of
 //! the exact values, interval masses of the censored ones, here by
 //! numerical integration) and never decreases, datasets without censoring
 //! fit as before, a histogram fits as interval-censored data with counts
 //! as weights, and what cannot be fitted is refused.
 
+mod common;
+
 use bulkem_core::em::censored::Censoring;
 use bulkem_core::em::{fit_many, mixture_log_density, simulate, EmConfig, Family, MixFit, MixParams};
 use bulkem_core::error::Error;
-use bulkem_core::exec::{Backend, Exec};
+use bulkem_core::exec::Exec;
 
 fn config(family: Family) -> EmConfig {
     EmConfig::new(family, 2).random_inits(6).seed(3).max_iters(2000).epsilon(1e-11).keep_trace(true)
@@ -16,22 +18,7 @@ fn config(family: Family) -> EmConfig {
 
 /// Right-censor `x` at `c`: values above c become c, censored in (c, inf).
 fn censor_right(x: &[f64], c: f64) -> (Vec<f64>, Censoring) {
-    let mut cens = Censoring::default();
-    let y = x
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            if v > c {
-                cens.index.push(i);
-                cens.lower.push(c);
-                cens.upper.push(f64::INFINITY);
-                c
-            } else {
-                v
-            }
-        })
-        .collect();
-    (y, cens)
+    common::censor(x, c, None)
 }
 
 /// log P(a < X <= b) under the mixture by Simpson's rule (b finite).
@@ -115,6 +102,39 @@ fn a_histogram_fits_as_interval_censored_counts() {
     }
 }
 
+/// keep.posterior and ICL with censored observations: a censored row is
+/// alpha_j P_j(interval) normalised, an exact row the density's; ICL is
+/// BIC less twice the sum of log max_j z_ij over every observation.
+#[test]
+fn posterior_and_icl_cover_the_censored_observations() {
+    use bulkem_core::em::{select_many, Criterion};
+    let family = Family::InvGauss;
+    let truth = MixParams { alpha: vec![0.4, 0.6], mu: vec![1.0, 3.0], scale: vec![20.0, 8.0] };
+    let (x, cens) = censor_right(&simulate::mixture(family, &truth, 400, 7), 3.5);
+    assert!(!cens.index.is_empty());
+    let cfg = config(family).censoring(vec![cens.clone()]);
+    let fit = fit_many(&[&x], &cfg.clone().keep_posterior(true).check().unwrap(), &Exec::cpu()).unwrap().remove(0);
+    let z = fit.posterior.as_ref().expect("a posterior");
+    let (n, p) = (x.len(), &fit.params);
+    let mut classification = 0.0;
+    for i in 0..n {
+        let row: Vec<f64> = (0..2).map(|j| z[j * n + i]).collect();
+        assert!((row[0] + row[1] - 1.0).abs() < 1e-12, "row {i}: {row:?}");
+        let want: Vec<f64> = match cens.index.iter().position(|&k| k == i) {
+            Some(k) => (0..2).map(|j| p.alpha[j] * family.upper_tail(cens.lower[k], p.mu[j], p.scale[j], 0.0).unwrap()[0]).collect(),
+            None => (0..2).map(|j| p.alpha[j] * family.log_density(x[i], p.mu[j], p.scale[j]).exp()).collect(),
+        };
+        let total = want[0] + want[1];
+        for j in 0..2 {
+            assert!((row[j] - want[j] / total).abs() < 1e-10, "row {i}, component {j}: {} vs {}", row[j], want[j] / total);
+        }
+        classification += row[0].max(row[1]).ln();
+    }
+    let bic = select_many(&[&x], &cfg.clone().check().unwrap(), &[2], Criterion::Bic, &Exec::cpu()).unwrap().criteria[0];
+    let icl = select_many(&[&x], &cfg.check().unwrap(), &[2], Criterion::Icl, &Exec::cpu()).unwrap().criteria[0];
+    assert!((icl - (bic - 2.0 * classification)).abs() < 1e-8 * bic.abs(), "ICL {icl} vs BIC {bic} - 2 x {classification}");
+}
+
 #[test]
 fn without_censored_observations_the_fit_is_unchanged() {
     let x = simulate::mixture(Family::Normal, &MixParams { alpha: vec![0.5, 0.5], mu: vec![0.0, 3.0], scale: vec![1.0, 1.0] }, 300, 4);
@@ -136,8 +156,4 @@ fn what_cannot_be_fitted_is_refused() {
         Err(Error::InvalidArgument { problem, .. }) => assert!(problem.contains("lower < upper"), "{problem}"),
         other => panic!("{other:?}"),
     }
-    let cfg = config(Family::InvGauss).censoring(vec![cens()]).check().unwrap();
-    let cuda = Exec { backend: Backend::Cuda, ..Exec::cpu() };
-    assert!(matches!(fit_many(&[&x], &cfg, &cuda), Err(Error::BackendUnavailable(_))));
-    assert!(bulkem_core::em::job(&[&x], &cfg).gpu_unsupported.is_some());
 }

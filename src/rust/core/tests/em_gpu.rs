@@ -412,3 +412,67 @@ fn gpu_bootstrap_matches_cpu() {
         }
     }
 }
+
+#[test]
+fn gpu_constrained_fits_match_cpu() {
+    use bulkem_core::em::Constraints;
+    if !gpu_or_skip() { return; }
+    // Both kernel paths; one second parameter shared by every component,
+    // and a held weight with a held first parameter (at its true value).
+    let sizes = [200usize, 2000, 8000];
+    let mut problems = Vec::new();
+    for family in Family::ALL {
+        for m in 2..=3 {
+            let data = datasets(family, m, &sizes, 70 + m as u64);
+            let truth = common::spread_params(family, m);
+            let mut held = vec![None; m];
+            held[m - 1] = Some(truth.mu[m - 1]);
+            let mut alpha = vec![None; m];
+            alpha[0] = Some(0.3);
+            let mut cases = vec![("held", Constraints { alpha, first: held, ..Default::default() })];
+            if family.info().second.is_some() {
+                cases.push(("equal", Constraints { equal_second: true, ..Default::default() }));
+            }
+            for (what, c) in cases {
+                for (iters, eps) in [(25, 0.0), (500, 1e-8)] {
+                    let config = EmConfig::new(family, m).random_inits(4).seed(6).max_iters(iters).epsilon(eps).constraints(c.clone());
+                    problems.extend(check_all(&format!("{family:?} M={m} {what}, epsilon {eps}"), &data, config));
+                }
+            }
+        }
+    }
+    assert_agree(problems);
+}
+
+#[test]
+fn gpu_censored_fits_match_cpu() {
+    if !gpu_or_skip() { return; }
+    // Both kernel paths: values above the 80th percentile right-censored
+    // there, every 7th value interval-censored around itself; unweighted,
+    // weighted, and with a shared second parameter.
+    let sizes = [300usize, 2000, 8000];
+    let mut problems = Vec::new();
+    for family in [Family::InvGauss, Family::Normal, Family::LogNormal, Family::Exponential] {
+        let m = 2;
+        let raw = datasets(family, m, &sizes, 90);
+        let (mut data, mut censoring) = (Vec::new(), Vec::new());
+        for x in &raw {
+            let mut sorted = x.clone();
+            sorted.sort_by(f64::total_cmp);
+            let (y, cens) = common::censor(x, sorted[sorted.len() * 4 / 5], Some(0.25));
+            data.push(y);
+            censoring.push(cens);
+        }
+        let weights: Vec<Vec<f64>> = data.iter().map(|x| (0..x.len()).map(|i| 0.5 + (i % 3) as f64).collect()).collect();
+        for (iters, eps) in [(25, 0.0), (500, 1e-8)] {
+            let base = || EmConfig::new(family, m).random_inits(4).seed(8).max_iters(iters).epsilon(eps).censoring(censoring.clone());
+            problems.extend(check_all(&format!("{family:?} censored, epsilon {eps}"), &data, base()));
+            problems.extend(check_all(&format!("{family:?} censored weighted, epsilon {eps}"), &data, base().weights(weights.clone())));
+            if family.info().second.is_some() {
+                let c = bulkem_core::em::Constraints { equal_second: true, ..Default::default() };
+                problems.extend(check_all(&format!("{family:?} censored equal, epsilon {eps}"), &data, base().constraints(c)));
+            }
+        }
+    }
+    assert_agree(problems);
+}

@@ -89,6 +89,13 @@ fn em_kernels_compile() {
                 let mut variants = vec![vec![("EM_M", m)], vec![("EM_M", m), ("EM_MIXED", 1)]];
                 if arch == "sm_90" && [1, 2, 3, MAX_GPU_COMPONENTS as i64].contains(&m) {
                     variants.push(vec![("EM_M", m), ("EM_WEIGHTED", 1)]);
+                    // Constraints (the ECM step), and censored data
+                    // (intervals after the exact E-step), alone and with both.
+                    variants.push(vec![("EM_M", m), ("EM_CONSTRAINED", 1)]);
+                    if family.censorable() {
+                        variants.push(vec![("EM_M", m), ("EM_CENSORED", 1)]);
+                        variants.push(vec![("EM_M", m), ("EM_WEIGHTED", 1), ("EM_CENSORED", 1), ("EM_CONSTRAINED", 1)]);
+                    }
                 }
                 for defines in variants {
                     let ptx = compile(&src, arch, &defines).unwrap_or_else(|e| panic!("em.cu, {family:?}, {arch}, {defines:?}: {e}"));

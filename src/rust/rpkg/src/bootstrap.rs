@@ -2,7 +2,7 @@
 //! replicates, results -> flat R vectors (reshaped in R).
 
 use bulkem_core::em::bootstrap::{lrt_replicates, se_replicates, Resample, SeSummary};
-use bulkem_core::em::{job_for, EmConfig, Family, MixParams, Precision};
+use bulkem_core::em::{job_for, Constraints, EmConfig, Family, MixParams, Precision};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -10,15 +10,16 @@ use crate::em::inits_from_r;
 use crate::session::{backend_for, input_error, r_error, real_slices, run_in_session};
 
 /// The replicates' fit settings (family, iterations, tolerance, precision,
-/// seed).
-fn template(family: &str, max_iters: i32, epsilon: f64, precision: &str, seed: f64) -> Result<EmConfig> {
+/// seed, and `equal`: one second parameter shared by the components).
+fn template(family: &str, max_iters: i32, epsilon: f64, precision: &str, seed: f64, equal: bool) -> Result<EmConfig> {
     let family = Family::parse(family).ok_or_else(|| input_error(format!("unknown family '{family}'")))?;
     let precision = Precision::parse(precision).ok_or_else(|| input_error(format!("unknown precision '{precision}'")))?;
-    Ok(EmConfig::new(family, 1)
+    let config = EmConfig::new(family, 1)
         .max_iters(max_iters.max(1) as usize)
         .epsilon(epsilon)
         .precision(precision)
-        .seed(seed as u64))
+        .seed(seed as u64);
+    Ok(if equal { config.constraints(Constraints { equal_second: true, ..Default::default() }) } else { config })
 }
 
 /// One fit per dataset: list(alpha, mu, scale) of D x K matrices.
@@ -45,10 +46,11 @@ fn em_bootstrap_lrt_(
     epsilon: f64,
     precision: &str,
     seed: f64,
+    equal: bool,
     threads: i32,
     backend: &str,
 ) -> Result<List> {
-    let template = template(family, max_iters, epsilon, precision, seed)?;
+    let template = template(family, max_iters, epsilon, precision, seed, equal)?;
     // R's 1-based dataset numbers in the whole call.
     let ids: Vec<usize> = ids.iter().map(|&i| (i.max(1) - 1) as usize).collect();
     let sizes: Vec<usize> = sizes.iter().map(|&n| n as usize).collect();
@@ -82,10 +84,11 @@ fn em_bootstrap_se_(
     epsilon: f64,
     precision: &str,
     seed: f64,
+    equal: bool,
     threads: i32,
     backend: &str,
 ) -> Result<List> {
-    let template = template(family, max_iters, epsilon, precision, seed)?;
+    let template = template(family, max_iters, epsilon, precision, seed, equal)?;
     // R's 1-based dataset numbers in the whole call.
     let ids: Vec<usize> = ids.iter().map(|&i| (i.max(1) - 1) as usize).collect();
     let kind = Resample::parse(kind).ok_or_else(|| input_error(format!("unknown bootstrap type '{kind}'")))?;

@@ -135,9 +135,7 @@ fn em_fit_(
     }
     let config = config.check().map_err(r_error)?;
     let one = bulkem_core::em::job(&data, &config);
-    let mut job = bulkem_core::em::job_for(one.work * candidates.len() as f64, largest);
-    // What keeps one model off the GPU (constraints) keeps them all.
-    job.gpu_unsupported = job.gpu_unsupported.or(one.gpu_unsupported);
+    let job = bulkem_core::em::job_for(one.work * candidates.len() as f64, largest);
     let backend = backend_for(backend, &job)?;
     let sel = run_in_session(backend, threads.max(0) as usize, |exec| select_many(&data, &config, &candidates, criterion, exec)).map_err(r_error)?;
     let fits = &sel.fits;

@@ -99,9 +99,11 @@ pub fn memory_needed(data: &[&[f64]], config: &CheckedEmConfig, backend: Backend
             }
             // Two launches' uploads in flight, and the features of the
             // datasets whose posterior is computed on the host.
-            // With weights, their uploads too.
+            // With weights, their uploads too; censored data also keep a
+            // copy of their exact values, or of their weights.
             let upload = if config.weights.is_some() { 16 } else { 8 };
-            est.data = mul(&[2, n, upload]).saturating_add(mul(&[in_flight, largest, 16]));
+            let extras = if config.censoring.is_some() { mul(&[n, 8]) } else { 0 };
+            est.data = mul(&[2, n, upload]).saturating_add(mul(&[in_flight, largest, 16])).saturating_add(extras);
         }
     }
     est

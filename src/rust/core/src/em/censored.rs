@@ -17,7 +17,8 @@
 
 use crate::error::{Error, Result};
 
-use super::data::num;
+use super::cpu;
+use super::data::{num, Prepared};
 use super::family::Family;
 use super::fit::MixParams;
 
@@ -114,12 +115,39 @@ pub fn check(data: &[&[f64]], censoring: &[Censoring], family: Family, first: us
 }
 
 /// P(lower < X <= upper) and the features' partial means on the interval,
-/// for one component (upper tail at lower minus upper tail at upper).
-fn interval(family: Family, lower: f64, upper: f64, first: f64, second: f64, centre: f64) -> [f64; 3] {
-    let (Some(a), Some(b)) = (family.upper_tail(lower, first, second, centre), family.upper_tail(upper, first, second, centre)) else {
+/// for one component, as the difference of two tails each at most 1/2, so
+/// that an interval far in either tail keeps its digits: upper tails when
+/// the interval lies above the median, lower tails when below, and the
+/// whole less both outer tails when it holds the median.
+pub(crate) fn interval(family: Family, lower: f64, upper: f64, first: f64, second: f64, centre: f64) -> [f64; 3] {
+    let above = |c: f64| family.upper_tail(c, first, second, centre);
+    let below = |c: f64| family.lower_tail(c, first, second, centre);
+    let minus = |a: [f64; 3], b: [f64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
+    let (Some(up_lower), Some(low_upper)) = (above(lower), below(upper)) else {
         return [0.0; 3];
     };
-    [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
+    let parts = if up_lower[0] <= 0.5 {
+        above(upper).map(|b| minus(up_lower, b))
+    } else if low_upper[0] <= 0.5 {
+        below(lower).map(|a| minus(low_upper, a))
+    } else {
+        match (above(f64::NEG_INFINITY), below(lower), above(upper)) {
+            (Some(whole), Some(a), Some(b)) => Some(minus(minus(whole, a), b)),
+            _ => None,
+        }
+    };
+    parts.unwrap_or([0.0; 3])
+}
+
+/// Each component's interval parts (mass and partial means) and log of
+/// alpha times the mass, for the interval (lower, upper]; returns the
+/// largest log (-inf when no component gives the interval any mass).
+fn interval_logs(family: Family, lower: f64, upper: f64, p: &MixParams, centre: f64, parts: &mut [[f64; 3]], logs: &mut [f64]) -> f64 {
+    for j in 0..p.components() {
+        parts[j] = interval(family, lower, upper, p.mu[j], p.scale[j], centre);
+        logs[j] = p.alpha[j].ln() + parts[j][0].ln();
+    }
+    logs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
 }
 
 /// Adds the censored observations' share of an E-step at parameters `p`
@@ -135,11 +163,7 @@ pub fn e_step(family: Family, obs: &CensoredObs, p: &MixParams, centre: f64, sum
         if wt == 0.0 {
             continue;
         }
-        for j in 0..m {
-            parts[j] = interval(family, obs.lower[i], obs.upper[i], p.mu[j], p.scale[j], centre);
-            logs[j] = p.alpha[j].ln() + parts[j][0].ln();
-        }
-        let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let top = interval_logs(family, obs.lower[i], obs.upper[i], p, centre, &mut parts, &mut logs);
         if top == f64::NEG_INFINITY {
             return f64::NEG_INFINITY;
         }
@@ -155,6 +179,52 @@ pub fn e_step(family: Family, obs: &CensoredObs, p: &MixParams, centre: f64, sum
         }
     }
     ll
+}
+
+/// Posterior probabilities (n x M, column-major) of every observation of
+/// `x` at `p`: the exact ones from their densities, the censored ones
+/// (`c`) from their intervals' masses.
+pub fn posterior(family: Family, x: &[f64], c: &Censoring, p: &MixParams) -> Result<Vec<f64>> {
+    let prep = Prepared::try_new(family, x)?;
+    let mut out = cpu::posterior(family, &prep, p)?;
+    let (n, m) = (x.len(), p.components());
+    let (mut parts, mut logs) = (vec![[0.0; 3]; m], vec![0.0; m]);
+    for (k, &i) in c.index.iter().enumerate() {
+        let top = interval_logs(family, c.lower[k], c.upper[k], p, prep.centre, &mut parts, &mut logs);
+        let total: f64 = logs.iter().map(|l| (l - top).exp()).sum();
+        for j in 0..m {
+            out[j * n + i] = (logs[j] - top).exp() / total;
+        }
+    }
+    Ok(out)
+}
+
+/// The entropy term of ICL (sum_i w_i log max_j z_ij, as
+/// `cpu::classification_loglik`) for a dataset with censored
+/// observations `c` (weights `weights`, if any).
+pub fn classification_loglik(family: Family, x: &[f64], weights: Option<&[f64]>, c: &Censoring, p: &MixParams) -> Result<f64> {
+    let prep = Prepared::try_censored(family, x, weights, c)?;
+    let exact = cpu::classification_loglik(family, &prep, p);
+    let Some(obs) = &prep.censored else { return Ok(exact) };
+    let m = p.components();
+    let (mut parts, mut logs) = (vec![[0.0; 3]; m], vec![0.0; m]);
+    let mut censored = 0.0;
+    for i in 0..obs.lower.len() {
+        if obs.weight[i] == 0.0 {
+            continue;
+        }
+        let top = interval_logs(family, obs.lower[i], obs.upper[i], p, prep.centre, &mut parts, &mut logs);
+        censored -= obs.weight[i] * logs.iter().map(|l| (l - top).exp()).sum::<f64>().ln();
+    }
+    Ok(exact + censored)
+}
+
+/// The posterior of one dataset (keep.posterior): with its censoring, if any.
+pub fn posterior_of(family: Family, x: &[f64], c: Option<&Censoring>, p: &MixParams) -> Result<Vec<f64>> {
+    match c {
+        Some(c) => posterior(family, x, c, p),
+        None => cpu::posterior(family, &Prepared::try_new(family, x)?, p),
+    }
 }
 
 #[cfg(test)]
@@ -188,12 +258,34 @@ mod tests {
             (Family::InvGauss, 1e-6, 0.5, 3.0, 30.0, 0.0),
             (Family::LogNormal, 0.5, 4.0, 0.3, 0.7, 0.1),
             (Family::Exponential, 0.0, 3.0, 0.8, f64::NAN, 0.0),
+            // Far in the lower tail, where 1 - P(X > c) keeps no digits, and
+            // around the median.
+            (Family::InvGauss, 0.1, 0.25, 0.7564827987121433, 31.150256116137687, 0.0),
+            (Family::InvGauss, 0.9, 1.1, 1.0, 3.0, 0.0),
+            (Family::Normal, -9.0, -8.0, 0.5, 1.0, 0.2),
+            (Family::LogNormal, 0.01, 0.05, 1.0, 0.4, 0.1),
+            (Family::Exponential, 1e-4, 2e-3, 0.8, f64::NAN, 0.0),
         ];
         for (family, a, b, first, second, centre) in cases {
             let got = interval(family, a, b, first, second, centre);
             let want = numeric(family, a, b, first, second, centre);
             for k in 0..3 {
-                assert!((got[k] - want[k]).abs() <= 1e-7 * want[k].abs().max(1e-3), "{family:?} ({a}, {b}] part {k}: {} vs {}", got[k], want[k]);
+                assert!((got[k] - want[k]).abs() <= 1e-7 * want[k].abs(), "{family:?} ({a}, {b}] part {k}: {} vs {}", got[k], want[k]);
+            }
+        }
+    }
+
+    #[test]
+    fn lower_and_upper_tails_add_to_the_whole() {
+        let cases = [(Family::Normal, 0.5, 1.3, 0.2), (Family::LogNormal, 0.3, 0.7, 0.1), (Family::InvGauss, 1.5, 4.0, 0.0), (Family::Exponential, 0.8, f64::NAN, 0.0)];
+        for (family, first, second, centre) in cases {
+            let whole = family.upper_tail(f64::NEG_INFINITY, first, second, centre).unwrap();
+            assert_eq!(family.lower_tail(f64::INFINITY, first, second, centre).unwrap(), whole);
+            for c in [0.05, 0.4, 1.0, 1.7, 3.0, 8.0] {
+                let (lo, up) = (family.lower_tail(c, first, second, centre).unwrap(), family.upper_tail(c, first, second, centre).unwrap());
+                for k in 0..3 {
+                    assert!((lo[k] + up[k] - whole[k]).abs() <= 1e-12 * whole[k].abs().max(1.0), "{family:?} at {c}, part {k}: {} + {} vs {}", lo[k], up[k], whole[k]);
+                }
             }
         }
     }

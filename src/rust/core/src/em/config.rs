@@ -245,9 +245,6 @@ impl EmConfig {
         }
         if self.censoring.as_ref().is_some_and(|c| c.iter().any(|d| !d.index.is_empty())) {
             super::censored::check_family(self.family)?;
-            if self.keep_posterior {
-                return Err(Error::arg("keep.posterior", "is not available for censored data yet"));
-            }
         }
         match &self.starts {
             Starts::Random { count, .. } => {

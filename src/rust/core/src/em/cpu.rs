@@ -282,7 +282,8 @@ fn naturals(family: Family, p: &MixParams, centre: f64, out: &mut Vec<Natural>) 
 /// is recorded only when the configuration keeps it. `cancelled` is polled
 /// before every E-step.
 pub fn run_start(family: Family, prep: &Prepared, init: MixParams, config: &CheckedEmConfig, cancelled: &dyn Fn() -> bool) -> StartFit {
-    let mixed = config.precision == Precision::Mixed && prep.n <= super::gpu::SMALL_MAX_N && prep.weights.is_none();
+    // Weighted and censored fits run float64 (as the GPU's kernels).
+    let mixed = config.precision == Precision::Mixed && prep.n <= super::gpu::SMALL_MAX_N && prep.weights.is_none() && prep.censored.is_none();
     let (mut fit, ended_mixed) = run_iterations(family, prep, init, config, mixed, cancelled);
     if ended_mixed && fit.status != FitStatus::Failed {
         let mut nat = Vec::new();
@@ -503,7 +504,10 @@ pub(crate) fn fit_dataset(x: &[f64], dataset: usize, config: &CheckedEmConfig, c
     let mut fit = MixFit::from_chosen(start, chosen, logliks, x.len(), keep_order);
     fit.weight_total = weights.map(|_| prep.total);
     if config.keep_posterior && fit.success() && !cancelled() {
-        fit.posterior = Some(posterior(family, &prep, &fit.params)?);
+        fit.posterior = Some(match config.censoring_of(dataset) {
+            Some(c) => super::censored::posterior(family, x, c, &fit.params)?,
+            None => posterior(family, &prep, &fit.params)?,
+        });
     }
     Ok(fit)
 }

@@ -48,23 +48,7 @@ pub const GPU_MIN_WORK: f64 = 2e7;
 /// The job as the one backend choice (`exec::choose_backend`) sees it.
 pub fn job(data: &[&[f64]], config: &CheckedEmConfig) -> Job {
     let observations: f64 = data.iter().map(|x| x.len() as f64).sum();
-    let job = job_for(observations * config.starts_per_dataset() as f64 * config.max_iters as f64, config.components);
-    match cpu_only(config) {
-        Some(why) => Job { gpu_unsupported: Some(why.into()), ..job },
-        None => job,
-    }
-}
-
-/// Why a fit with these settings does not run on a GPU, if it does not:
-/// the ECM step and the censored E-step are the CPU's.
-fn cpu_only(config: &EmConfig) -> Option<&'static str> {
-    if config.constraints.is_some() {
-        Some("constrained fits (`equal`, `fixed`) run on the CPU backend only")
-    } else if config.censoring.is_some() {
-        Some("censored data run on the CPU backend only")
-    } else {
-        None
-    }
+    job_for(observations * config.starts_per_dataset() as f64 * config.max_iters as f64, config.components)
 }
 
 /// [`job`] of `work` observation-iterations (at most) with `components`
@@ -97,11 +81,6 @@ pub(crate) fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Ex
     let Some(config) = configs.first() else {
         return Err(Error::arg("num.components", "must hold at least one number of components"));
     };
-    if exec.backend == Backend::Cuda {
-        if let Some(why) = configs.iter().find_map(|c| cpu_only(c)) {
-            return Err(Error::BackendUnavailable(why.into()));
-        }
-    }
     check_memory(data, configs, exec.backend, exec.threads)?;
     let t0 = std::time::Instant::now();
     exec.install(|| validate_all(config.family, data, config.dataset_offset + 1))??;

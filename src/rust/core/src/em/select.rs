@@ -10,6 +10,7 @@ use crate::memory;
 use crate::tolerances::START_TIE_REL;
 
 use super::config::CheckedEmConfig;
+use super::censored;
 use super::cpu;
 use super::data::Prepared;
 use super::fit::MixFit;
@@ -75,9 +76,6 @@ pub fn select_many(data: &[&[f64]], config: &CheckedEmConfig, components: &[usiz
     if components.is_empty() || components.windows(2).any(|w| w[0] >= w[1]) {
         return Err(Error::arg("num.components", "must be distinct numbers of components in increasing order"));
     }
-    if criterion == Criterion::Icl && config.censoring.is_some() {
-        return Err(Error::arg("criterion", "ICL is not available for censored data yet; use BIC or AIC"));
-    }
     let configs = components
         .iter()
         .map(|&m| config.with_components(m).keep_posterior(false).check())
@@ -99,19 +97,26 @@ pub fn select_many(data: &[&[f64]], config: &CheckedEmConfig, components: &[usiz
             .enumerate()
             .map(|(d, x)| {
                 // ICL needs each fit's posterior at the data.
-                let prep = if criterion == Criterion::Icl && !exec.monitor.is_cancelled() { Some(Prepared::try_weighted(family, x, config.weights_of(config.dataset_offset + d))?) } else { None };
+                let global = config.dataset_offset + d;
+                let icl = criterion == Criterion::Icl && !exec.monitor.is_cancelled();
+                let censoring = config.censoring_of(global);
+                let prep = if icl && censoring.is_none() { Some(Prepared::try_weighted(family, x, config.weights_of(global))?) } else { None };
                 let values: Vec<f64> = per_model
                     .iter()
                     .zip(&configs)
                     .map(|(fits, model)| {
                         let fit = &fits[d];
                         if !fit.success() {
-                            return f64::NAN;
+                            return Ok(f64::NAN);
                         }
-                        let classification = prep.as_ref().map_or(0.0, |p| cpu::classification_loglik(family, p, &fit.params));
-                        criterion.value(fit.loglik, model.free_parameters(), fit.nobs(), classification)
+                        let classification = match (&prep, censoring) {
+                            (Some(p), _) => cpu::classification_loglik(family, p, &fit.params),
+                            (None, Some(c)) if icl => censored::classification_loglik(family, x, config.weights_of(global), c, &fit.params)?,
+                            _ => 0.0,
+                        };
+                        Ok(criterion.value(fit.loglik, model.free_parameters(), fit.nobs(), classification))
                     })
-                    .collect();
+                    .collect::<Result<_>>()?;
                 Ok((best_candidate(&values).unwrap_or(0), values))
             })
             .collect()
@@ -145,12 +150,12 @@ pub fn select_many(data: &[&[f64]], config: &CheckedEmConfig, components: &[usiz
         let posteriors: Vec<Result<Option<Vec<f64>>>> = exec.install(|| {
             fits.par_iter()
                 .zip(data.par_iter())
-                .map(|(fit, x)| {
+                .enumerate()
+                .map(|(d, (fit, x))| {
                     if !fit.success() || exec.monitor.is_cancelled() {
                         return Ok(None);
                     }
-                    let prep = Prepared::try_new(family, x)?;
-                    Ok(Some(cpu::posterior(family, &prep, &fit.params)?))
+                    Ok(Some(censored::posterior_of(family, x, config.censoring_of(config.dataset_offset + d), &fit.params)?))
                 })
                 .collect()
         })?;

@@ -88,3 +88,34 @@ pub fn spread_params(family: bulkem_core::em::Family, m: usize) -> bulkem_core::
     };
     bulkem_core::em::MixParams { alpha: vec![1.0 / m as f64; m], mu, scale }
 }
+
+/// `x` with the values above `c` right-censored there (their stand-in is
+/// c) and, with `bins = Some(w)`, every 7th other value interval-censored
+/// into its bin of width w (many observations share an interval).
+#[allow(dead_code)]
+pub fn censor(x: &[f64], c: f64, bins: Option<f64>) -> (Vec<f64>, bulkem_core::em::censored::Censoring) {
+    let mut cens = bulkem_core::em::censored::Censoring::default();
+    let mut mark = |i: usize, lo: f64, hi: f64| {
+        cens.index.push(i);
+        cens.lower.push(lo);
+        cens.upper.push(hi);
+    };
+    let y = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| match bins {
+            _ if v > c => {
+                mark(i, c, f64::INFINITY);
+                c
+            }
+            Some(w) if i % 7 == 0 => {
+                let lo = (v / w).floor() * w;
+                mark(i, lo, lo + w);
+                v
+            }
+            _ => v,
+        })
+        .collect();
+    (y, cens)
+}
+

@@ -66,6 +66,14 @@ impl FamilyDef for Exponential {
         Some([p, p * (c + 1.0 / rate), 0.0])
     }
 
+    /// P = -expm1(-t), t = rate c, and E[x; X <= c] = (1 - e^-t (1 + t)) /
+    /// rate, by its alternating series sum_k>=2 (-1)^k (k - 1) t^k / k!
+    /// for t < 1 (where the closed form cancels).
+    fn lower_tail(&self, c: f64, rate: f64, _second: f64, _centre: f64) -> Option<[f64; 3]> {
+        let t = rate * c.max(0.0);
+        Some([-(-t).exp_m1(), exp_partial_mean(t) / rate, 0.0])
+    }
+
     fn log_density(&self, x: f64, rate: f64, _second: f64) -> f64 {
         if x < 0.0 {
             return f64::NEG_INFINITY;
@@ -96,6 +104,22 @@ impl FamilyDef for Exponential {
     }
 }
 
+/// 1 - e^-t (1 + t) (the exponential's lower partial mean times the rate).
+fn exp_partial_mean(t: f64) -> f64 {
+    if t >= 1.0 {
+        return 1.0 - (-t).exp() * (1.0 + t);
+    }
+    let (mut term, mut sum) = (t, 0.0);
+    for k in 2..=EXP_SERIES_TERMS {
+        term *= -t / k as f64;
+        sum += (k - 1) as f64 * term;
+    }
+    -sum
+}
+
+/// Terms of the series above: t^25 / 25! < 1e-25 for t < 1.
+const EXP_SERIES_TERMS: usize = 25;
+
 const CUDA: &str = r#"
 // Exponential (src/em/family/exponential.rs): u = x, v = 0, k = 0.
 __device__ __forceinline__ void fam_features(double x, double centre, double& u, double& v) { u = x; v = 0.0; }
@@ -108,5 +132,23 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
     if (!(rate > 0.0 && isfinite(rate))) return ST_COLLAPSED;
     first = rate; second = __longlong_as_double(0x7ff8000000000000LL);
     return ST_RUNNING;
+}
+#define FAM_UPPER_TAIL
+__device__ void fam_upper_tail(double c, double rate, double second, double centre, double* t) {
+    const double x = fmax(c, 0.0);
+    const double p = exp(-rate * x);
+    t[0] = p; t[1] = p * (x + 1.0 / rate); t[2] = 0.0;
+}
+__device__ void fam_lower_tail(double c, double rate, double second, double centre, double* t) {
+    const double s = rate * fmax(c, 0.0);
+    double g;
+    if (s >= 1.0) {
+        g = 1.0 - exp(-s) * (1.0 + s);
+    } else {
+        double term = s, sum = 0.0;
+        for (int k = 2; k <= 25; ++k) { term *= -s / k; sum += (k - 1) * term; }
+        g = -sum;
+    }
+    t[0] = -expm1(-s); t[1] = g / rate; t[2] = 0.0;
 }
 "#;

@@ -163,4 +163,26 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
     first = shape; second = rate;
     return ST_RUNNING;
 }
+// Constraints: the shape given the rate, and the rate shared by the
+// components in `mask` (first_given_second, second_given_first above).
+#define FAM_FIRST_GIVEN_SECOND
+__device__ int fam_first_given_second(double sw, double su, double sv, double centre, double rate, double& shape) {
+    const double a = sp_solve_digamma(log(rate) + sv / sw + centre, shape);
+    if (!(isfinite(a) && a > 0.0)) return ST_COLLAPSED;
+    shape = a;
+    return ST_RUNNING;
+}
+#define FAM_SECOND_GIVEN_FIRST
+__device__ int fam_second_given_first(const double* S, const double* shapes, unsigned mask, double centre, double& second) {
+    double top = 0.0, mass = 0.0;
+    for (int j = 0; j < EM_M; ++j) {
+        if (!((mask >> j) & 1u)) continue;
+        top += shapes[j] * S[3 * j];
+        mass += S[3 * j + 1];
+    }
+    const double rate = top / (mass * exp(centre));
+    if (!(isfinite(rate) && rate > 0.0)) return ST_COLLAPSED;
+    second = rate;
+    return ST_RUNNING;
+}
 "#;

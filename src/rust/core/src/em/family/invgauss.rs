@@ -125,6 +125,24 @@ impl FamilyDef for InvGauss {
         Some([p, m1, inv.max(0.0)])
     }
 
+    /// P(X <= c) = Phi(z1) + E2, E[X; X <= c] = mu (Phi(z1) - E2) and
+    /// E[1/X; X <= c] = (Phi(z1) - E2) / mu + (Phi(z1) + E2) / lambda +
+    /// 2 phi(z1) / sqrt(lambda c) (the whole less the upper tail's; every
+    /// term non-negative).
+    fn lower_tail(&self, c: f64, mu: f64, lambda: f64, _centre: f64) -> Option<[f64; 3]> {
+        if !(c > 0.0) {
+            return Some([0.0; 3]);
+        }
+        let root = (lambda / c).sqrt();
+        let z1 = root * (c / mu - 1.0);
+        let z2 = -root * (c / mu + 1.0);
+        let e2 = (2.0 * lambda / mu + special::log_norm_cdf(z2)).exp();
+        let p1 = special::norm_upper(-z1);
+        let phi1 = special::norm_pdf(z1);
+        let diff = (p1 - e2).max(0.0);
+        Some([p1 + e2, mu * diff, diff / mu + (p1 + e2) / lambda + 2.0 * phi1 / (lambda * c).sqrt()])
+    }
+
     fn log_density(&self, x: f64, mu: f64, lambda: f64) -> f64 {
         if x <= 0.0 {
             return f64::NEG_INFINITY;
@@ -196,5 +214,48 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
     if (!(mu > 0.0 && isfinite(mu) && spread > COLLAPSE_REL * sv && isfinite(lambda))) return ST_COLLAPSED;
     first = mu; second = lambda;
     return ST_RUNNING;
+}
+// The shape shared by the components in `mask` (constraints).
+#define FAM_SECOND_GIVEN_FIRST
+__device__ int fam_second_given_first(const double* S, const double* mus, unsigned mask, double centre, double& second) {
+    double sw = 0.0, sv = 0.0, spread = 0.0;
+    for (int j = 0; j < EM_M; ++j) {
+        if (!((mask >> j) & 1u)) continue;
+        const double mu = mus[j];
+        sw += S[3 * j];
+        sv += S[3 * j + 2];
+        spread += S[3 * j + 1] / (mu * mu) - 2.0 * S[3 * j] / mu + S[3 * j + 2];
+    }
+    const double lambda = sw / spread;
+    if (!(spread > COLLAPSE_REL * sv && isfinite(lambda))) return ST_COLLAPSED;
+    second = lambda;
+    return ST_RUNNING;
+}
+// The upper tail at c (censored data; see upper_tail above).
+#define FAM_UPPER_TAIL
+__device__ void fam_upper_tail(double c, double mu, double lambda, double centre, double* t) {
+    if (!(c > 0.0)) { t[0] = 1.0; t[1] = mu; t[2] = 1.0 / mu + 1.0 / lambda; return; }
+    const double root = sqrt(lambda / c);
+    const double z1 = root * (c / mu - 1.0);
+    const double z2 = -root * (c / mu + 1.0);
+    const double e2 = exp(2.0 * lambda / mu + log_norm_cdf(z2));
+    const double q1 = norm_upper(z1);
+    const double phi1 = norm_pdf(z1);
+    t[0] = fmax(q1 - e2, 0.0);
+    t[1] = mu * (q1 + e2);
+    t[2] = fmax((1.0 / mu + 1.0 / lambda) * q1 - (1.0 / lambda - 1.0 / mu) * e2 - 2.0 * phi1 / sqrt(lambda * c), 0.0);
+}
+__device__ void fam_lower_tail(double c, double mu, double lambda, double centre, double* t) {
+    if (!(c > 0.0)) { t[0] = t[1] = t[2] = 0.0; return; }
+    const double root = sqrt(lambda / c);
+    const double z1 = root * (c / mu - 1.0);
+    const double z2 = -root * (c / mu + 1.0);
+    const double e2 = exp(2.0 * lambda / mu + log_norm_cdf(z2));
+    const double p1 = norm_upper(-z1);
+    const double phi1 = norm_pdf(z1);
+    const double diff = fmax(p1 - e2, 0.0);
+    t[0] = p1 + e2;
+    t[1] = mu * diff;
+    t[2] = diff / mu + (p1 + e2) / lambda + 2.0 * phi1 / sqrt(lambda * c);
 }
 "#;

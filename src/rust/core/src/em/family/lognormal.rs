@@ -5,7 +5,7 @@
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal as LogNormalDist};
 
-use super::normal::{gauss_log_density, gauss_m_step, gauss_ml, gauss_natural, gauss_pooled_sd, gauss_upper_tail, mean, CUDA_GAUSSIAN};
+use super::normal::{gauss_log_density, gauss_lower_tail, gauss_m_step, gauss_ml, gauss_natural, gauss_pooled_sd, gauss_upper_tail, mean, CUDA_GAUSSIAN};
 use super::{positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
 
 pub(super) struct LogNormal;
@@ -65,6 +65,11 @@ impl FamilyDef for LogNormal {
         Some(gauss_upper_tail(y, meanlog, sdlog, centre))
     }
 
+    fn lower_tail(&self, c: f64, meanlog: f64, sdlog: f64, centre: f64) -> Option<[f64; 3]> {
+        let y = if c <= 0.0 { f64::NEG_INFINITY } else { c.ln() };
+        Some(gauss_lower_tail(y, meanlog, sdlog, centre))
+    }
+
     fn log_density(&self, x: f64, meanlog: f64, sdlog: f64) -> f64 {
         if x <= 0.0 {
             return f64::NEG_INFINITY;
@@ -107,4 +112,12 @@ __device__ __forceinline__ void fam_features(double x, double centre, double& u,
     v = u * u;
 }
 __device__ __forceinline__ double fam_shared_term(double x) { return -log(x); }
+// The Normal's on log x (log 0 = -inf: the whole distribution).
+#define FAM_UPPER_TAIL
+__device__ void fam_upper_tail(double c, double meanlog, double sdlog, double centre, double* t) {
+    gauss_upper_tail(c <= 0.0 ? -__longlong_as_double(0x7ff0000000000000LL) : log(c), meanlog, sdlog, centre, t);
+}
+__device__ void fam_lower_tail(double c, double meanlog, double sdlog, double centre, double* t) {
+    gauss_lower_tail(c <= 0.0 ? -__longlong_as_double(0x7ff0000000000000LL) : log(c), meanlog, sdlog, centre, t);
+}
 "#;

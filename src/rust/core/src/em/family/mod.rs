@@ -125,6 +125,12 @@ pub(crate) trait FamilyDef: Sync {
     fn upper_tail(&self, _c: f64, _first: f64, _second: f64, _centre: f64) -> Option<[f64; 3]> {
         None
     }
+    /// The lower tail at `c`: P(X <= c), E[u; X <= c] and E[v; X <= c],
+    /// without cancellation in the lower tail (where 1 - P(X > c) keeps no
+    /// digits); 0 below the support. Families with `upper_tail` have it.
+    fn lower_tail(&self, _c: f64, _first: f64, _second: f64, _centre: f64) -> Option<[f64; 3]> {
+        None
+    }
     /// Log-density (log-probability for counts) in its textbook form:
     /// the reference for tests and for predictions on new data.
     fn log_density(&self, x: f64, first: f64, second: f64) -> f64;
@@ -239,6 +245,16 @@ impl Family {
             return Some([0.0; 3]);
         }
         self.def().upper_tail(c, first, second, centre)
+    }
+
+    /// See [`FamilyDef::lower_tail`] (censored data); c = inf gives the
+    /// whole distribution.
+    pub fn lower_tail(self, c: f64, first: f64, second: f64, centre: f64) -> Option<[f64; 3]> {
+        match c {
+            f64::INFINITY => self.def().upper_tail(f64::NEG_INFINITY, first, second, centre),
+            f64::NEG_INFINITY => Some([0.0; 3]),
+            _ => self.def().lower_tail(c, first, second, centre),
+        }
     }
 
     /// Whether censored observations can be fitted (the family has

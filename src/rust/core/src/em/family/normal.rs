@@ -81,6 +81,15 @@ pub(super) fn gauss_upper_tail(y: f64, m: f64, s: f64, centre: f64) -> [f64; 3] 
     [p, d * p + s * phi, d * d * p + 2.0 * d * s * phi + s * s * (zphi + p)]
 }
 
+/// The lower tail at y of N(m, s): P = Phi(z), E[u; .] = d P - s phi(z),
+/// E[v; .] = d^2 P - 2 d s phi(z) + s^2 (P - z phi(z)).
+pub(super) fn gauss_lower_tail(y: f64, m: f64, s: f64, centre: f64) -> [f64; 3] {
+    let d = m - centre;
+    let z = (y - m) / s;
+    let (p, phi, zphi) = if z == f64::NEG_INFINITY { (0.0, 0.0, 0.0) } else { (super::special::norm_upper(-z), super::special::norm_pdf(z), z * super::special::norm_pdf(z)) };
+    [p, d * p - s * phi, d * d * p - 2.0 * d * s * phi + s * s * (p - zphi)]
+}
+
 pub(super) fn gauss_log_density(y: f64, m: f64, s: f64) -> f64 {
     let z = (y - m) / s;
     -0.5 * (2.0 * PI).ln() - s.ln() - 0.5 * z * z
@@ -175,6 +184,10 @@ impl FamilyDef for Normal {
         Some(gauss_upper_tail(c, mu, sigma, centre))
     }
 
+    fn lower_tail(&self, c: f64, mu: f64, sigma: f64, centre: f64) -> Option<[f64; 3]> {
+        Some(gauss_lower_tail(c, mu, sigma, centre))
+    }
+
     fn log_density(&self, x: f64, mu: f64, sigma: f64) -> f64 {
         gauss_log_density(x, mu, sigma)
     }
@@ -220,6 +233,41 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
     first = m + centre; second = sqrt(var);
     return ST_RUNNING;
 }
+// gauss_pooled_sd over the components in `mask` (constraints).
+#define FAM_SECOND_GIVEN_FIRST
+__device__ int fam_second_given_first(const double* S, const double* means, unsigned mask, double centre, double& second) {
+    double sw = 0.0, sv = 0.0, ss = 0.0;
+    for (int j = 0; j < EM_M; ++j) {
+        if (!((mask >> j) & 1u)) continue;
+        const double d = means[j] - centre;
+        sw += S[3 * j];
+        sv += S[3 * j + 2];
+        ss += S[3 * j + 2] - 2.0 * d * S[3 * j + 1] + d * d * S[3 * j];
+    }
+    const double var = ss / sw;
+    if (!(var > COLLAPSE_REL * (sv / sw) && isfinite(var))) return ST_COLLAPSED;
+    second = sqrt(var);
+    return ST_RUNNING;
+}
+// gauss_upper_tail: the upper tail at y of N(m, s) in the centred features.
+__device__ void gauss_upper_tail(double y, double m, double s, double centre, double* t) {
+    const double d = m - centre;
+    const double z = (y - m) / s;
+    double p = 1.0, phi = 0.0, zphi = 0.0;
+    if (z != -__longlong_as_double(0x7ff0000000000000LL)) { p = norm_upper(z); phi = norm_pdf(z); zphi = z * norm_pdf(z); }
+    t[0] = p;
+    t[1] = d * p + s * phi;
+    t[2] = d * d * p + 2.0 * d * s * phi + s * s * (zphi + p);
+}
+__device__ void gauss_lower_tail(double y, double m, double s, double centre, double* t) {
+    const double d = m - centre;
+    const double z = (y - m) / s;
+    double p = 0.0, phi = 0.0, zphi = 0.0;
+    if (z != -__longlong_as_double(0x7ff0000000000000LL)) { p = norm_upper(-z); phi = norm_pdf(z); zphi = z * norm_pdf(z); }
+    t[0] = p;
+    t[1] = d * p - s * phi;
+    t[2] = d * d * p - 2.0 * d * s * phi + s * s * (p - zphi);
+}
 "#;
 
 const CUDA: &str = r#"
@@ -229,4 +277,7 @@ __device__ __forceinline__ void fam_features(double x, double centre, double& u,
     v = u * u;
 }
 __device__ __forceinline__ double fam_shared_term(double x) { return 0.0; }
+#define FAM_UPPER_TAIL
+__device__ void fam_upper_tail(double c, double mu, double sigma, double centre, double* t) { gauss_upper_tail(c, mu, sigma, centre, t); }
+__device__ void fam_lower_tail(double c, double mu, double sigma, double centre, double* t) { gauss_lower_tail(c, mu, sigma, centre, t); }
 "#;

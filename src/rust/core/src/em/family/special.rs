@@ -191,20 +191,36 @@ __device__ double sp_log_minus_digamma_deriv(double a) {
     const double trigamma = 1.0 / y + 0.5 * t + t / y * sp_poly(TRIGAMMA_SERIES, 8, t) + recur;
     return 1.0 / a - trigamma;
 }
-__device__ double sp_solve_gamma_shape(double s, double start) {
-    double a = (isfinite(start) && start > 0.0) ? start : (3.0 - s + sqrt((s - 3.0) * (s - 3.0) + 24.0 * s)) / (12.0 * s);
+// bracketed_newton: f_df(a, f, df) gives f and f', f > 0 below the root.
+template <class F>
+__device__ double sp_bracketed_newton(double a, F f_df) {
     double lo = 0.0, hi = __longlong_as_double(0x7ff0000000000000LL);
     for (int k = 0; k < SHAPE_MAX_STEPS; ++k) {
-        const double f = sp_log_minus_digamma(a) - s;
+        double f, df;
+        f_df(a, f, df);
         if (f == 0.0) break;
         if (f > 0.0) lo = a; else hi = a;
-        double next = a - f / sp_log_minus_digamma_deriv(a);
+        double next = a - f / df;
         if (!(next > lo && next < hi)) next = isfinite(hi) ? 0.5 * (lo + hi) : 2.0 * a;
         const bool done = fabs(next - a) <= SHAPE_REL_STEP * a;
         a = next;
         if (done) break;
     }
     return a;
+}
+__device__ double sp_solve_gamma_shape(double s, double start) {
+    const double a = (isfinite(start) && start > 0.0) ? start : (3.0 - s + sqrt((s - 3.0) * (s - 3.0) + 24.0 * s)) / (12.0 * s);
+    return sp_bracketed_newton(a, [s](double a, double& f, double& df) {
+        f = sp_log_minus_digamma(a) - s;
+        df = sp_log_minus_digamma_deriv(a);
+    });
+}
+__device__ double sp_solve_digamma(double t, double start) {
+    const double a = (isfinite(start) && start > 0.0) ? start : (t > -2.0 ? exp(t) + 0.5 : -1.0 / t);
+    return sp_bracketed_newton(a, [t](double a, double& f, double& df) {
+        f = -(log(a) - sp_log_minus_digamma(a) - t);
+        df = -(1.0 / a - sp_log_minus_digamma_deriv(a));
+    });
 }
 "#;
 

@@ -11,20 +11,18 @@ use crate::exec::Monitor;
 use crate::gpu::Device;
 
 use super::super::config::CheckedEmConfig;
-use super::pairs::{gather, split_trace, starting_values, Outputs, Pairs};
+use super::pairs::{gather, split_trace, starting_values, DatasetExtras, Outputs, Pairs};
+use super::warp::upload_censored;
 use crate::gpu::Kernel;
 
-use super::{em_function, CHECK_EVERY, LARGE_THREADS, LAUNCH_WORK, ST_MAX_ITERS, ST_RUNNING};
-
-/// The weights' argument of an unweighted launch (a null pointer).
-const NULL: u64 = 0;
+use super::{em_function, held_values, CHECK_EVERY, LARGE_THREADS, LAUNCH_WORK, NULL, ST_MAX_ITERS, ST_RUNNING};
 
 #[allow(clippy::too_many_arguments)]
-pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, monitor: &Monitor, upload_secs: &mut f64) -> Result<Outputs> {
+pub(super) fn run_grid(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pairs: &Pairs, range: Range<usize>, first: usize, config: &CheckedEmConfig, monitor: &Monitor, upload_secs: &mut f64) -> Result<Outputs> {
     let nstat = 3 * config.components;
     let state_len = nstat + 4;
     let partial_len = nstat + 2;
-    let up = gather(config.family, data, &|d| config.weights_of(first + d), &pairs.dataset[range.clone()]);
+    let up = gather(config.family, data, extras, &pairs.dataset[range.clone()]);
     let n_pairs = range.len();
     let grid_fn = em_function(dev, config, Kernel::EmGrid)?;
     // Whole waves of resident blocks (their number per SM depends on the
@@ -52,6 +50,8 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
     let d_len = s.clone_htod(&up.lengths).map_err(e("copying data"))?;
     let d_cen = s.clone_htod(&up.centres).map_err(e("copying data"))?;
     let d_pd = s.clone_htod(&up.pair_dataset).map_err(e("copying data"))?;
+    let d_cens = upload_censored(s, &up).map_err(e("copying data"))?;
+    let d_held = held_values(config).map(|h| s.clone_htod(&h)).transpose().map_err(e("copying constraints"))?;
     let pair_global: Vec<i32> = (0..n_pairs as i32).collect();
     let d_pg = s.clone_htod(&pair_global).map_err(e("copying data"))?;
     let mut d_state = s.clone_htod(&state).map_err(e("copying starts"))?;
@@ -75,8 +75,17 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], pairs: &Pairs, range: Rang
         };
         launch.arg(&d_tot).arg(&d_off).arg(&d_len).arg(&d_cen).arg(&d_pd).arg(&mut d_state).arg(&mut d_partial).arg(&mut d_arrivals).arg(&first);
         launch.arg(&mut d_trace).arg(&d_pg).arg(&max_iters).arg(&epsilon);
+        match &d_held {
+            Some(h) => launch.arg(h),
+            None => launch.arg(&NULL),
+        };
+        match &d_cens {
+            Some((c, starts)) => launch.arg(c).arg(starts),
+            None => launch.arg(&NULL).arg(&NULL),
+        };
         // SAFETY: arguments match em_grid in kernels/em.cu (the weights a
-        // null pointer when unweighted: only EM_WEIGHTED kernels read them); partial holds
+        // null pointer when unweighted: only EM_WEIGHTED kernels read them,
+        // and so for the held values and censored intervals); partial holds
         // pairs x blocks_x x (3M + 2) doubles, state pairs x (3M + 4),
         // arrivals one zeroed counter per pair (the last block resets it),
         // the trace pairs x max_iters doubles and pair_global maps pairs to

@@ -25,12 +25,13 @@ use crate::memory;
 use crate::gpu::{self, timing, Device, Kernel};
 
 use super::config::{CheckedEmConfig, Precision};
-use super::cpu;
-use super::data::{unfittable_weighted, weight_total, Prepared};
+use super::censored;
+use super::data::{unfittable_weighted, weight_total};
 use super::family::Family;
 use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
+use super::starts::initial_values;
 
-use pairs::{Outputs, Pairs, Slot};
+use pairs::{DatasetExtras, Outputs, Pairs, Slot};
 use plan::plan_launches;
 use warp::{collect_warp, launch_warp, prepare_warp, upload_resident, DeviceData, WarpInFlight};
 
@@ -45,17 +46,40 @@ pub const SMALL_MAX_N: usize = 6000;
 /// Shared memory of em_warp per observation: its float64 features, and
 /// their float32 copy with `precision = "mixed"` or the weight when weighted.
 fn shared_bytes_per_observation(config: &CheckedEmConfig) -> usize {
-    match (config.weights.is_some(), kernel_precision(config)) {
+    match (weighted_kernels(config), kernel_precision(config)) {
         (false, Precision::Double) => 16,
         _ => 24,
     }
 }
 
-/// The precision the kernels run: float64 with weights (as the CPU's
-/// em::cpu::run_start, which has no weighted mixed E-step).
-fn kernel_precision(config: &CheckedEmConfig) -> Precision {
-    if config.weights.is_some() { Precision::Double } else { config.precision }
+/// Whether the kernels read observation weights.
+fn weighted_kernels(config: &CheckedEmConfig) -> bool {
+    config.weights.is_some()
 }
+
+/// The precision the kernels run: float64 with weights or censored data
+/// (as the CPU's em::cpu::run_start, which has no weighted or censored
+/// mixed E-step).
+fn kernel_precision(config: &CheckedEmConfig) -> Precision {
+    if weighted_kernels(config) || config.censoring.is_some() { Precision::Double } else { config.precision }
+}
+
+/// The held values the constrained kernels read (EM_CONSTRAINED): alpha,
+/// first and second parameters, M each, NaN where free, then 1 when the
+/// second parameter is shared; None for an unconstrained fit.
+fn held_values(config: &CheckedEmConfig) -> Option<Vec<f64>> {
+    let c = config.constraints.as_ref()?;
+    let m = config.components;
+    let mut held = Vec::with_capacity(3 * m + 1);
+    for v in [&c.alpha, &c.first, &c.second] {
+        held.extend((0..m).map(|j| v.get(j).copied().flatten().unwrap_or(f64::NAN)));
+    }
+    held.push(if c.equal_second { 1.0 } else { 0.0 });
+    Some(held)
+}
+
+/// The argument of a pointer a kernel variant does not read (null).
+const NULL: u64 = 0;
 const WARPS_PER_BLOCK: usize = 8;
 /// Upper bound of observation-iterations per launch (about 0.25 s at the
 /// target rate), so interrupts are seen promptly and no launch runs long.
@@ -129,6 +153,7 @@ pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> 
 
 fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[CheckedEmConfig], monitor: &Monitor) -> Result<Vec<Vec<MixFit>>> {
     let n_starts = configs[0].starts_per_dataset();
+    let extras = DatasetExtras::new(data, first, &configs[0]);
     let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / shared_bytes_per_observation(&configs[0]));
     let t0 = Instant::now();
     let (mut small, mut large) = (Pairs::default(), Pairs::default());
@@ -162,11 +187,12 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                 .collect(),
         );
     }
-    if let super::config::Starts::Given(given) = &configs[0].starts {
-        // Explicit starting values (one model): one set for all datasets, or one each.
+    if let super::config::Starts::Given(_) = &configs[0].starts {
+        // Explicit starting values (one model): one set for all datasets, or
+        // one each, with the constraints applied as on the CPU.
         for pairs in [&mut small, &mut large] {
             let flat = pairs.dataset.iter().flat_map(|&d| {
-                let p = &given[if given.len() == 1 { 0 } else { first - configs[0].dataset_offset + d }];
+                let p = initial_values(&configs[0], data[d], first + d, 0).unwrap_or_else(|_| MixParams::nan(configs[0].components));
                 p.alpha.iter().chain(&p.mu).chain(&p.scale).copied().collect::<Vec<_>>()
             });
             pairs.given = Some(flat.collect());
@@ -180,7 +206,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     // components) when they fit: a launch then sends only its starts.
     let bytes: f64 = data.iter().map(|x| 8.0 * x.len() as f64).sum();
     let resident = if small.len() > 0 && bytes <= RESIDENT_SHARE * dev.free_memory()? as f64 {
-        let resident = upload_resident(dev, configs[0].family, data, &|d| configs[0].weights_of(first + d))?;
+        let resident = upload_resident(dev, configs[0].family, data, &extras)?;
         dev.stream.synchronize().map_err(|e| dev.err("copying data", e))?;
         Some(resident)
     } else {
@@ -190,8 +216,8 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     // own copies of their starts and results stay with the kernels).
     let mut upload_secs = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let small_out = run_all(dev, data, &small, first, configs, Path::Warp, inline_trace, resident.as_ref(), monitor, &mut upload_secs)?;
-    let large_out = run_all(dev, data, &large, first, configs, Path::Grid, keep_trace, None, monitor, &mut upload_secs)?;
+    let small_out = run_all(dev, data, &extras, &small, first, configs, Path::Warp, inline_trace, resident.as_ref(), monitor, &mut upload_secs)?;
+    let large_out = run_all(dev, data, &extras, &large, first, configs, Path::Grid, keep_trace, None, monitor, &mut upload_secs)?;
     let grid_uploads = upload_secs - (t1 - t0).as_secs_f64();
     timing::record_secs("upload", upload_secs);
     timing::record_secs("kernels", (t1.elapsed().as_secs_f64() - grid_uploads).max(0.0));
@@ -224,11 +250,12 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                 };
                 let (ll, ok): (Vec<f64>, Vec<bool>) = (p0..p0 + n_starts).map(|p| outcome(out, p)).unzip();
                 let chosen = best_start(&ll, &ok).unwrap_or(0);
-                let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len(), false);
+                // Held values keep the components in the caller's order (as em::cpu).
+                let keep_order = config.constraints.as_ref().is_some_and(|c| c.holds_values());
+                let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len(), keep_order);
                 fit.weight_total = config.weights_of(first + d).map(weight_total);
                 if config.keep_posterior && fit.success() && !monitor.is_cancelled() {
-                    let prep = Prepared::try_new(config.family, x)?;
-                    fit.posterior = Some(cpu::posterior(config.family, &prep, &fit.params)?);
+                    fit.posterior = Some(censored::posterior_of(config.family, x, config.censoring_of(first + d), &fit.params)?);
                 }
                 if k + 1 == configs.len() {
                     monitor.add_done(1);
@@ -251,7 +278,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                     owner.push(d);
                 }
             }
-            let rerun = run_all(dev, data, &kept, first, std::slice::from_ref(config), Path::Warp, true, resident.as_ref(), monitor, &mut 0.0)?;
+            let rerun = run_all(dev, data, &extras, &kept, first, std::slice::from_ref(config), Path::Warp, true, resident.as_ref(), monitor, &mut 0.0)?;
             let traces = rerun.into_iter().next().unwrap_or_default().trace;
             for (t, d) in traces.into_iter().zip(owner) {
                 fits[d].trace = t;
@@ -303,14 +330,14 @@ fn start_fit(family: Family, m: usize, init: MixParams, params: &[f64], loglik: 
 /// device runs launch k, and handles k's results while it runs k + 1, also
 /// across models.
 #[allow(clippy::too_many_arguments)]
-fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], path: Path, trace: bool, resident: Option<&DeviceData>, monitor: &Monitor, upload_secs: &mut f64) -> Result<Vec<Outputs>> {
+fn run_all(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], path: Path, trace: bool, resident: Option<&DeviceData>, monitor: &Monitor, upload_secs: &mut f64) -> Result<Vec<Outputs>> {
     let mut all: Vec<Outputs> = configs.iter().map(|_| Outputs::default()).collect();
     let chunks = plan_launches(dev, data, pairs, configs, path, trace)?;
     if path == Path::Grid {
         for chunk in chunks {
             monitor.check()?;
             let k = pairs.model[chunk.start];
-            all[k].append(grid::run_grid(dev, data, pairs, chunk, first, &configs[k], monitor, upload_secs)?);
+            all[k].append(grid::run_grid(dev, data, extras, pairs, chunk, first, &configs[k], monitor, upload_secs)?);
         }
         return Ok(all);
     }
@@ -325,7 +352,7 @@ fn run_all(dev: &Device, data: &[&[f64]], pairs: &Pairs, first: usize, configs: 
     let mut in_flight: Option<(usize, WarpInFlight)> = None;
     for (c, chunk) in chunks.into_iter().enumerate() {
         let k = pairs.model[chunk.start];
-        let job = prepare_warp(data, pairs, chunk, first, &configs[k], resident.is_some(), BLOCKS_PER_SM * dev.multiprocessors as usize);
+        let job = prepare_warp(data, extras, pairs, chunk, first, &configs[k], resident.is_some(), BLOCKS_PER_SM * dev.multiprocessors as usize);
         monitor.check()?;
         let launched = (k, launch_warp(dev, &streams[c % streams.len()], job, &configs[k], trace, resident)?);
         if let Some((j, f)) = in_flight.replace(launched) {
@@ -353,23 +380,35 @@ pub fn em_prelude(family: Family) -> String {
     format!(
         "#define ST_RUNNING {ST_RUNNING}\n#define ST_CONVERGED {ST_CONVERGED}\n#define ST_MAX_ITERS {ST_MAX_ITERS}\n\
          #define ST_BAD_START {ST_BAD_START}\n#define ST_EMPTY {ST_EMPTY}\n#define ST_COLLAPSED {ST_COLLAPSED}\n\
-         #define ST_NONFINITE {ST_NONFINITE}\n#define EM_WARPS {WARPS_PER_BLOCK}\n#define TWO_PI {:e}\n{}\n{}",
+         #define ST_NONFINITE {ST_NONFINITE}\n#define EM_WARPS {WARPS_PER_BLOCK}\n#define TWO_PI {:e}\n#define FAM_SECOND {}\n{}\n{}",
         std::f64::consts::TAU,
+        family.info().second.is_some() as i32,
         include_str!("../../../kernels/em_math.cuh"),
         family.cuda_source()
     )
 }
 
-/// `precision = "mixed"` compiles em_warp with EM_MIXED defined; the grid
-/// kernels always run float64.
+/// The kernel variant of a configuration: `precision = "mixed"` compiles
+/// em_warp with EM_MIXED (the grid kernels always run float64), weights
+/// EM_WEIGHTED, censored data EM_CENSORED, constraints
+/// EM_CONSTRAINED.
 fn em_function(dev: &Device, config: &CheckedEmConfig, kernel: Kernel) -> Result<CudaFunction> {
     let prelude = em_prelude(config.family);
-    let m = ("EM_M", config.components as i64);
-    let weighted = config.weights.is_some();
-    let defines: &[(&str, i64)] = match (kernel_precision(config), kernel) {
-        _ if weighted => &[m, ("EM_WEIGHTED", 1)],
-        (Precision::Mixed, Kernel::EmWarp) => &[m, ("EM_MIXED", 1)],
-        _ => &[m],
-    };
-    dev.function_with(kernel, Some((config.family.name(), &prelude)), defines)
+    dev.function_with(kernel, Some((config.family.name(), &prelude)), &em_defines(config, kernel))
+}
+
+fn em_defines(config: &CheckedEmConfig, kernel: Kernel) -> Vec<(&'static str, i64)> {
+    let mut defines = vec![("EM_M", config.components as i64)];
+    if weighted_kernels(config) {
+        defines.push(("EM_WEIGHTED", 1));
+    } else if kernel_precision(config) == Precision::Mixed && kernel == Kernel::EmWarp {
+        defines.push(("EM_MIXED", 1));
+    }
+    if config.censoring.is_some() {
+        defines.push(("EM_CENSORED", 1));
+    }
+    if config.constraints.is_some() {
+        defines.push(("EM_CONSTRAINED", 1));
+    }
+    defines
 }

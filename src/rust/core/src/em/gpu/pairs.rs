@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use super::super::censored::CensoredObs;
 use super::super::config::CheckedEmConfig;
 use super::super::family::Family;
 use super::super::fit::MixParams;
@@ -114,6 +115,71 @@ pub(super) fn starting_values(data: &[&[f64]], pairs: &Pairs, range: Range<usize
 }
 
 
+/// What the kernels read of each dataset of a device besides its values:
+/// its weights, the sum of its weights (the M-step's divisor) and its
+/// censored intervals. A dataset with censored observations is fitted as
+/// on the CPU (em::data::Prepared::try_censored): unweighted, its exact
+/// observations alone are uploaded; weighted, its censored observations'
+/// stand-ins weigh 0. Its total counts every observation, and the kernels
+/// add the intervals' share to the E-step.
+pub(super) struct DatasetExtras<'a> {
+    /// The values uploaded instead of the dataset's (its exact ones).
+    values: Vec<Option<Vec<f64>>>,
+    weights: Vec<Option<Cow<'a, [f64]>>>,
+    totals: Vec<f64>,
+    censored: Vec<Option<CensoredObs>>,
+    /// Whether the fit has censored data (its kernels read the intervals).
+    pub(super) censored_fit: bool,
+}
+
+/// One dataset's entries of [`DatasetExtras`].
+type Extra<'a> = (Option<Vec<f64>>, Option<Cow<'a, [f64]>>, f64, Option<CensoredObs>);
+
+impl<'a> DatasetExtras<'a> {
+    /// The extras of `data`, whose first dataset has global index `first`.
+    pub(super) fn new(data: &[&'a [f64]], first: usize, config: &'a CheckedEmConfig) -> Self {
+        let per_dataset: Vec<Extra<'a>> = data
+            .par_iter()
+            .enumerate()
+            .map(|(d, x)| {
+                let given = config.weights_of(first + d);
+                let Some(c) = config.censoring_of(first + d) else {
+                    return (None, given.map(Cow::Borrowed), given.map_or(x.len() as f64, weight_total), None);
+                };
+                match given {
+                    // As Prepared::try_censored: the exact observations alone,
+                    // unless every observation is censored.
+                    None if c.index.len() < x.len() => {
+                        let mut skip = c.index.iter().peekable();
+                        let exact = x.iter().enumerate().filter(|(i, _)| if skip.peek() == Some(&i) { skip.next(); false } else { true }).map(|(_, &v)| v).collect();
+                        (Some(exact), None, x.len() as f64, Some(CensoredObs::new(c, None)))
+                    }
+                    _ => {
+                        let mut w = given.map_or_else(|| vec![1.0; x.len()], <[f64]>::to_vec);
+                        let total = weight_total(&w);
+                        let obs = CensoredObs::new(c, Some(&w));
+                        c.index.iter().for_each(|&i| w[i] = 0.0);
+                        (None, Some(Cow::Owned(w)), total, Some(obs))
+                    }
+                }
+            })
+            .collect();
+        let n = data.len();
+        let mut extras = DatasetExtras { values: Vec::with_capacity(n), weights: Vec::with_capacity(n), totals: Vec::with_capacity(n), censored: Vec::with_capacity(n), censored_fit: config.censoring.is_some() };
+        for (v, w, total, c) in per_dataset {
+            extras.values.push(v);
+            extras.weights.push(w);
+            extras.totals.push(total);
+            extras.censored.push(c);
+        }
+        extras
+    }
+
+    fn weights_of(&self, d: usize) -> Option<&[f64]> {
+        self.weights[d].as_deref()
+    }
+}
+
 /// The datasets used by a range of pairs, concatenated, with their layout.
 /// A single dataset is borrowed, not copied (10^7 observations: no host copy).
 pub(super) struct Uploaded<'a> {
@@ -127,6 +193,11 @@ pub(super) struct Uploaded<'a> {
     pub(super) centres: Vec<f64>,
     /// Index into the lists above of each pair's dataset.
     pub(super) pair_dataset: Vec<i32>,
+    /// Censored intervals (lower, upper, weight), dataset after dataset;
+    /// dataset k's are cens_start[k] .. cens_start[k + 1]. Empty unless the
+    /// fit has censored data.
+    pub(super) cens: Vec<f64>,
+    pub(super) cens_start: Vec<i32>,
     pub(super) max_n: usize,
 }
 
@@ -134,15 +205,17 @@ pub(super) struct Uploaded<'a> {
 /// pairs are consecutive) laid end to end for one upload. The copy and the
 /// centres run on every core: for the resident upload this is the whole
 /// input (640 MB in the model-selection benchmark).
-/// `weights_of(d)`: the weights of `data[d]`, if weighted.
-pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], weights_of: &(dyn Fn(usize) -> Option<&'a [f64]> + Sync), datasets: &[usize]) -> Uploaded<'a> {
+/// `extras`: the weights, totals and censored intervals of `data`.
+pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], extras: &'a DatasetExtras<'a>, datasets: &[usize]) -> Uploaded<'a> {
+    let weights_of = |d: usize| extras.weights_of(d);
+    let values = |d: usize| -> &'a [f64] { extras.values[d].as_deref().unwrap_or(data[d]) };
     let single = datasets.iter().all(|&d| d == datasets[0]);
     let mut up = Uploaded::empty(0);
     let mut distinct = Vec::new();
     let mut total = 0usize;
     for &d in datasets {
         if distinct.last() != Some(&d) {
-            let n = data[d].len();
+            let n = values(d).len();
             up.offsets.push(total as i64);
             up.lengths.push(n as i32);
             up.max_n = up.max_n.max(n);
@@ -151,17 +224,28 @@ pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], weights_of: &(dyn F
         }
         up.pair_dataset.push(up.lengths.len() as i32 - 1);
     }
-    up.centres = distinct.par_iter().map(|&d| family.centre(data[d])).collect();
-    up.totals = distinct.par_iter().map(|&d| weights_of(d).map_or(data[d].len() as f64, weight_total)).collect();
+    up.centres = distinct.par_iter().map(|&d| family.centre(values(d))).collect();
+    up.totals = distinct.iter().map(|&d| extras.totals[d]).collect();
+    if extras.censored_fit {
+        up.cens_start.push(0);
+        for &d in &distinct {
+            if let Some(c) = &extras.censored[d] {
+                for i in 0..c.lower.len() {
+                    up.cens.extend([c.lower[i], c.upper[i], c.weight[i]]);
+                }
+            }
+            up.cens_start.push((up.cens.len() / 3) as i32);
+        }
+    }
     let weighted = distinct.iter().any(|&d| weights_of(d).is_some());
     if datasets.is_empty() {
     } else if single {
-        up.x = Cow::Borrowed(data[datasets[0]]);
+        up.x = Cow::Borrowed(values(datasets[0]));
         if let Some(w) = weights_of(datasets[0]) {
             up.w = Cow::Borrowed(w);
         }
     } else {
-        up.x = Cow::Owned(concatenate(&distinct, total, &|d| data[d]));
+        up.x = Cow::Owned(concatenate(&distinct, total, &values));
         if weighted {
             up.w = Cow::Owned(concatenate(&distinct, total, &|d| weights_of(d).unwrap_or(&[])));
         }
@@ -188,7 +272,7 @@ fn concatenate<'a>(distinct: &[usize], total: usize, part: &(dyn Fn(usize) -> &'
 impl Uploaded<'_> {
     /// No data (a launch whose datasets are resident), `max_n` the largest.
     pub(super) fn empty(max_n: usize) -> Self {
-        Uploaded { x: Cow::Borrowed(&[]), w: Cow::Borrowed(&[]), totals: vec![], offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], max_n }
+        Uploaded { x: Cow::Borrowed(&[]), w: Cow::Borrowed(&[]), totals: vec![], offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], cens: vec![], cens_start: vec![], max_n }
     }
 }
 

@@ -13,8 +13,8 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::config::CheckedEmConfig;
 use super::super::family::Family;
-use super::pairs::{gather, split_trace, starting_values, Outputs, Pairs, Uploaded};
-use super::{em_function, WARPS_PER_BLOCK};
+use super::pairs::{gather, split_trace, starting_values, DatasetExtras, Outputs, Pairs, Uploaded};
+use super::{em_function, held_values, NULL, WARPS_PER_BLOCK};
 
 /// Most pairs (starts of one dataset) in one block: its warps take them in
 /// turn, so more pairs per block stage the dataset fewer times and let
@@ -33,12 +33,15 @@ pub(super) struct DeviceData {
     offsets: CudaSlice<i64>,
     lengths: CudaSlice<i32>,
     centres: CudaSlice<f64>,
+    /// The censored intervals and where each dataset's start (None unless
+    /// the fit has censored data).
+    cens: Option<(CudaSlice<f64>, CudaSlice<i32>)>,
 }
 
 /// Upload every dataset of `data` once.
-pub(super) fn upload_resident<'a>(dev: &Device, family: Family, data: &[&'a [f64]], weights_of: &(dyn Fn(usize) -> Option<&'a [f64]> + Sync)) -> Result<DeviceData> {
+pub(super) fn upload_resident<'a>(dev: &Device, family: Family, data: &[&'a [f64]], extras: &'a DatasetExtras<'a>) -> Result<DeviceData> {
     let all: Vec<usize> = (0..data.len()).collect();
-    let up = gather(family, data, weights_of, &all);
+    let up = gather(family, data, extras, &all);
     upload(dev, &dev.stream, &up, true)
 }
 
@@ -54,7 +57,18 @@ fn upload(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Res
         offsets: s.clone_htod(&up.offsets).map_err(e)?,
         lengths: s.clone_htod(&up.lengths).map_err(e)?,
         centres: s.clone_htod(&up.centres).map_err(e)?,
+        cens: upload_censored(s, up).map_err(e)?,
     })
+}
+
+/// The censored intervals of `up` (one placeholder value when there are
+/// none: no buffer is empty), or None when the fit has no censored data.
+pub(super) fn upload_censored(s: &Arc<CudaStream>, up: &Uploaded) -> std::result::Result<Option<(CudaSlice<f64>, CudaSlice<i32>)>, cudarc::driver::DriverError> {
+    if up.cens_start.is_empty() {
+        return Ok(None);
+    }
+    let cens = if up.cens.is_empty() { s.clone_htod(&[0.0f64])? } else { s.clone_htod(&up.cens)? };
+    Ok(Some((cens, s.clone_htod(&up.cens_start)?)))
 }
 
 /// A launch of em_warp prepared on the host (no device work yet). Its
@@ -73,14 +87,15 @@ pub(super) struct WarpJob<'a> {
 
 /// `target_blocks`: blocks that fill the device; a block then holds between
 /// WARPS_PER_BLOCK and MAX_BLOCK_PAIRS consecutive pairs of one dataset.
-pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], pairs: &Pairs, range: Range<usize>, first: usize, config: &'a CheckedEmConfig, resident: bool, target_blocks: usize) -> WarpJob<'a> {
+#[allow(clippy::too_many_arguments)]
+pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], extras: &'a DatasetExtras<'a>, pairs: &Pairs, range: Range<usize>, first: usize, config: &'a CheckedEmConfig, resident: bool, target_blocks: usize) -> WarpJob<'a> {
     let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
     let datasets = &pairs.dataset[range.clone()];
     let (up, pair_dataset, max_n) = if resident {
         let max_n = datasets.iter().map(|&d| data[d].len()).max().unwrap_or(0);
         (Uploaded::empty(max_n), datasets.iter().map(|&d| d as i32).collect::<Vec<_>>(), max_n)
     } else {
-        let up = gather(config.family, data, &|d| config.weights_of(first + d), datasets);
+        let up = gather(config.family, data, extras, datasets);
         let (pd, max_n) = (up.pair_dataset.clone(), up.max_n);
         (up, pd, max_n)
     };
@@ -105,7 +120,7 @@ pub(super) struct WarpInFlight {
     stream: Arc<CudaStream>,
     init: Vec<f64>,
     no_start: Vec<Option<String>>,
-    _inputs: (Option<DeviceData>, [CudaSlice<i32>; 3], CudaSlice<f64>),
+    _inputs: (Option<DeviceData>, [CudaSlice<i32>; 3], CudaSlice<f64>, Option<CudaSlice<f64>>),
     params: CudaSlice<f64>,
     loglik: CudaSlice<f64>,
     iterations: CudaSlice<i32>,
@@ -132,11 +147,12 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
     let d_bp0 = s.clone_htod(&job.block_pair0).map_err(e("copying data"))?;
     let d_bp = s.clone_htod(&job.block_pairs).map_err(e("copying data"))?;
     let d_init = s.clone_htod(&job.init).map_err(e("copying starts"))?;
+    let d_held = held_values(config).map(|h| s.clone_htod(&h)).transpose().map_err(e("copying constraints"))?;
     let mut out = WarpInFlight {
         stream: stream.clone(),
         init: job.init,
         no_start: job.no_start,
-        _inputs: (uploaded, [d_bd, d_bp0, d_bp], d_init),
+        _inputs: (uploaded, [d_bd, d_bp0, d_bp], d_init, d_held),
         params: s.alloc_zeros::<f64>(n_pairs * nstat).map_err(e("allocating results"))?,
         loglik: s.alloc_zeros::<f64>(n_pairs).map_err(e("allocating results"))?,
         iterations: s.alloc_zeros::<i32>(n_pairs).map_err(e("allocating results"))?,
@@ -148,31 +164,40 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
     }
     let (max_iters, epsilon) = (config.max_iters as i32, config.epsilon);
     let cfg = LaunchConfig { grid_dim: (job.block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
-    let null_trace: u64 = 0;
     let inputs = &out._inputs;
     let on_device = match (resident, &inputs.0) {
         (Some(r), _) => r,
         (None, Some(u)) => u,
         (None, None) => return Err(Error::Internal("an em_warp launch without its data".into())),
     };
-    let DeviceData { x, w, totals, offsets, lengths, centres } = on_device;
+    let DeviceData { x, w, totals, offsets, lengths, centres, cens } = on_device;
     let mut launch = s.launch_builder(&f);
     launch.arg(x);
     match w {
         Some(w) => launch.arg(w),
-        None => launch.arg(&null_trace),
+        None => launch.arg(&NULL),
     };
     launch
         .arg(totals).arg(offsets).arg(lengths).arg(centres).arg(&inputs.1[0]).arg(&inputs.1[1]).arg(&inputs.1[2]).arg(&inputs.2)
         .arg(&mut out.params).arg(&mut out.loglik).arg(&mut out.iterations).arg(&mut out.status);
     match out.trace.as_mut() {
         Some(t) => launch.arg(t),
-        None => launch.arg(&null_trace),
+        None => launch.arg(&NULL),
     };
     launch.arg(&max_iters).arg(&epsilon);
+    match &inputs.3 {
+        Some(h) => launch.arg(h),
+        None => launch.arg(&NULL),
+    };
+    match cens {
+        Some((c, starts)) => launch.arg(c).arg(starts),
+        None => launch.arg(&NULL).arg(&NULL),
+    };
     // SAFETY: the arguments match em_warp's parameter list in kernels/em.cu
     // in order and type (a null pointer for the trace when none is kept, and
-    // for the weights when unweighted: only EM_WEIGHTED kernels read them);
+    // for the weights when unweighted: only EM_WEIGHTED kernels read them;
+    // for the held values and the censored intervals when there are none:
+    // only EM_CONSTRAINED and EM_CENSORED kernels read them);
     // every buffer holds the elements the kernel indexes (blocks, pairs x 3M
     // params, pairs x max_iters trace, the datasets' observations at their
     // offsets; resident data outlive every launch), and shared memory holds
