@@ -105,8 +105,8 @@ test_that("constraints that cannot be honoured are errors", {
                class = "bulkem_error_input")
   expect_error(bulkem(x, 2, family = "normal", equal = "sigma", fixed = list(sigma = c(1, NA)), use.gpu = FALSE),
                "equal", class = "bulkem_error_input")
-  expect_error(bootstrap_lrt(list(x), 1:2, family = "normal", equal = "sigma", use.gpu = FALSE), "equal",
+  expect_error(bootstrap_lrt(list(x), 1:2, family = "normal", fixed = list(mu = c(0, NA)), use.gpu = FALSE), "fixed",
                class = "bulkem_error_input")
-  f <- bulkem(x, 2, family = "normal", equal = "sigma", use.gpu = FALSE)
-  expect_error(bootstrap_se(f, list(x), B = 5, use.gpu = FALSE), "unconstrained", class = "bulkem_error_input")
+  f <- bulkem(x, 2, family = "normal", fixed = list(mu = c(0, NA)), use.gpu = FALSE)
+  expect_error(bootstrap_se(f, list(x), B = 5, use.gpu = FALSE), "held values", class = "bulkem_error_input")
 })
