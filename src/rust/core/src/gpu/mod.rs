@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
@@ -325,7 +325,22 @@ impl Device {
                 }
             }
         };
-        module.load_function(name).map_err(|e| self.err(&format!("finding kernel {name}"), e))
+        let f = module.load_function(name).map_err(|e| self.err(&format!("finding kernel {name}"), e))?;
+        self.allow_all_shared(&f)?;
+        Ok(f)
+    }
+
+    /// Raise `f`'s dynamic shared-memory limit to all the device allows
+    /// beside its static shared memory. Always the same value: launches of
+    /// one function from several threads with different sizes never lower
+    /// the limit under one another (a per-launch limit did, and a
+    /// concurrent launch then failed with CUDA_ERROR_INVALID_VALUE). The
+    /// limit does not change occupancy, which follows what a launch asks for.
+    fn allow_all_shared(&self, f: &CudaFunction) -> Result<()> {
+        let fixed = f.shared_size_bytes().map_err(|e| self.err("reading a kernel's shared memory", e))?;
+        let limit = (self.max_shared_per_block as i32 - fixed).max(0);
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit)
+            .map_err(|e| self.err("raising the shared-memory limit", e))
     }
 
     /// A driver error as a core error naming this device.

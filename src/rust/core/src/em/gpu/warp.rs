@@ -3,7 +3,6 @@
 
 use std::ops::Range;
 
-use cudarc::driver::sys::CUfunction_attribute;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
@@ -135,8 +134,6 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
     let n_pairs = job.n_pairs;
     let smem = (super::shared_bytes_per_observation(config) * job.max_n) as u32;
     let f = em_function(dev, config, Kernel::EmWarp)?;
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-        .map_err(|e| dev.err("raising the shared-memory limit", e))?;
     let s = stream;
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
     let uploaded = match resident {

@@ -14,7 +14,6 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::sequences::Sequences;
 use super::err;
-use super::launch::function;
 use super::memory::{DeviceSeqs, DeviceTables};
 
 /// Tile of hmm_batched.cu: rows (sequences) and columns (states); threads
@@ -114,8 +113,8 @@ impl Batched {
         let t0 = std::time::Instant::now();
         let rows = ranges.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
         let col_tiles = n.div_ceil(COLS);
-        let fwd = function(dev, Kernel::HmmForwardBatched, STAGE_SMEM)?;
-        let bwd = function(dev, Kernel::HmmBackwardBatched, STAGE_SMEM)?;
+        let fwd = dev.function(Kernel::HmmForwardBatched, &[])?;
+        let bwd = dev.function(Kernel::HmmBackwardBatched, &[])?;
         let resident = |f: &cudarc::driver::CudaFunction| f.occupancy_max_active_blocks_per_multiprocessor(THREADS, STAGE_SMEM, None).map_err(&e);
         let per_sm = resident(&fwd)?.min(resident(&bwd)?).max(1);
         let tiles = rows.div_ceil(ROWS) * col_tiles;
@@ -149,7 +148,7 @@ impl Batched {
         store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
         loglik: &mut CudaSlice<f64>,
     ) -> Result<()> {
-        let f = function(dev, Kernel::HmmForwardBatched, STAGE_SMEM)?;
+        let f = dev.function(Kernel::HmmForwardBatched, &[])?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
         let null: u64 = 0;
@@ -193,7 +192,7 @@ impl Batched {
         gamma: &mut CudaSlice<f64>,
         tmp: Option<&mut CudaSlice<f64>>,
     ) -> Result<()> {
-        let f = function(dev, Kernel::HmmBackwardBatched, STAGE_SMEM)?;
+        let f = dev.function(Kernel::HmmBackwardBatched, &[])?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
         let null: u64 = 0;
@@ -221,7 +220,7 @@ impl Batched {
         let Some(by) = &batch.by_symbol else {
             return Err(crate::error::Error::BackendUnavailable("internal: the batched plan has no symbol index".into()));
         };
-        let f = function(dev, Kernel::HmmCountEmissions, 0)?;
+        let f = dev.function(Kernel::HmmCountEmissions, &[])?;
         // HMB_COUNT_THREADS: the kernel stages that many positions at a time.
         let threads = 256u32;
         let cfg = LaunchConfig { grid_dim: (self.v as u32 + 1, self.n.div_ceil(threads as usize) as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };

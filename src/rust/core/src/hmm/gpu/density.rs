@@ -23,7 +23,7 @@ use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::super::tables::{Tables, DENSE_MIN};
 use super::batched::{row_batches, Batched};
-use super::launch::{function, launch_forward, launch_viterbi};
+use super::launch::{launch_forward, launch_viterbi};
 use super::memory::viterbi_buffers;
 use super::passes::{forward_all, viterbi_all, CountSlots, Passes};
 use super::plan::{batched_path, batches};
@@ -252,7 +252,7 @@ impl<E: Emission> DensityEngine<'_, E> {
         let s = &dev.stream;
         s.memset_zeros(&mut self.keys).map_err(err(dev, "clearing the smallest probabilities"))?;
         s.memset_zeros(&mut self.low_trans).map_err(err(dev, "clearing the smallest probabilities"))?;
-        let f = function(dev, Kernel::HmmMStep, 0)?;
+        let f = dev.function(Kernel::HmmMStep, &[])?;
         let cfg = LaunchConfig { grid_dim: (n as u32 + 1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (n_i, v_i, null) = (n as i32, 0i32, 0u64);
         let t = &dt.tables;

@@ -17,7 +17,6 @@ use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::super::tables::Tables;
 use super::err;
-use super::launch::function;
 use super::memory::{download_model, upload_tables, DeviceTables};
 use super::passes::{CountSlots, Passes};
 use super::shares::ShareEngine;
@@ -105,7 +104,7 @@ impl Engine for DeviceEngine<'_> {
         let (n, v) = (self.passes.n, self.passes.v);
         let (first, second) = self.tables.split_at_mut(1);
         let (from, to) = if self.cur == 0 { (&first[0], &mut second[0]) } else { (&second[0], &mut first[0]) };
-        let f = function(dev, Kernel::HmmMStep, 0)?;
+        let f = dev.function(Kernel::HmmMStep, &[])?;
         let cfg = LaunchConfig { grid_dim: (n as u32 + 1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (n_i, v_i) = (n as i32, v as i32);
         dev.stream.memset_zeros(&mut to.mins).map_err(err(dev, "clearing the smallest probabilities"))?;

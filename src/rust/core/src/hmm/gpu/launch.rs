@@ -6,8 +6,7 @@
 
 use std::ops::Range;
 
-use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::gpu::{Device, Kernel};
@@ -16,17 +15,7 @@ use super::super::backward::Counts;
 use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
 use super::rows::DeviceDensity;
 use super::plan::{grid, smem_limit, threads_for, tiled_threads, warp_grid, xi_splits};
-use super::{err, DEFAULT_SMEM, TILE, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
-
-/// `kernel`, its dynamic shared memory limit raised to `smem` if needed.
-pub(super) fn function(dev: &Device, kernel: Kernel, smem: usize) -> Result<CudaFunction> {
-    let f = dev.function(kernel, &[])?;
-    if smem > DEFAULT_SMEM {
-        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-            .map_err(err(dev, "raising the shared-memory limit"))?;
-    }
-    Ok(f)
-}
+use super::{err, TILE, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
 /// Launch hmm_forward (or hmm_forward_warp; large N goes to the batched
 /// kernels instead) over sequences `range`; with `store`, alphas and
@@ -43,16 +32,16 @@ pub(super) fn launch_forward(
     let base = (2 * n + 32) * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
     let warp = n <= WARP_MAX_STATES;
-    let (name, smem, cfg) = if warp {
+    let (name, cfg) = if warp {
         let smem = WARPS * 32 * 8;
         let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
-        (Kernel::HmmForwardWarp, smem, cfg)
+        (Kernel::HmmForwardWarp, cfg)
     } else {
         let smem = base + if trans_smem { n * n * 8 } else { 0 };
         let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
-        (Kernel::HmmForward, smem, cfg)
+        (Kernel::HmmForward, cfg)
     };
-    let f = function(dev, name, smem)?;
+    let f = dev.function(name, &[])?;
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let null: u64 = 0;
     let s = &dev.stream;
@@ -88,20 +77,20 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
     let warp = n <= WARP_MAX_STATES;
     let tiled = !warp && !trans_smem && TILE * base <= smem_limit(dev);
-    let (name, smem, cfg) = if warp {
+    let (name, cfg) = if warp {
         let smem = WARPS * 32 * 8;
-        (Kernel::HmmViterbiWarp, smem, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
+        (Kernel::HmmViterbiWarp, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
     } else if tiled {
         let smem = TILE * base;
-        (Kernel::HmmViterbiTiled, smem, LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 })
+        (Kernel::HmmViterbiTiled, LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 })
     } else {
         let smem = base + if trans_smem { n * n * 8 } else { 0 };
-        (Kernel::HmmViterbi, smem, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
+        (Kernel::HmmViterbi, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
     };
     // A density's warp kernel computes its log rows (tabs.emis unused).
     let f = match density {
-        Some(d) if warp => d.function(dev, name, smem)?,
-        _ => function(dev, name, smem)?,
+        Some(d) if warp => d.function(dev, name)?,
+        _ => dev.function(name, &[])?,
     };
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let null: u64 = 0;
@@ -143,7 +132,7 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
 pub(super) fn launch_xi_gemm(dev: &Device, n: usize, v: usize, alpha: &CudaSlice<f64>, tmp: &CudaSlice<f64>, partial: &mut CudaSlice<f64>, slots: u32, rows: usize) -> Result<()> {
     let tiles = n.div_ceil(XI_TILE) as u32;
     let splits = xi_splits(dev, n, rows)?.min(slots);
-    let f = function(dev, Kernel::HmmXiGemm, XI_SMEM)?;
+    let f = dev.function(Kernel::HmmXiGemm, &[])?;
     let cfg = LaunchConfig { grid_dim: (tiles, tiles, splits), block_dim: (XI_THREADS, 1, 1), shared_mem_bytes: XI_SMEM as u32 };
     let (n_i, rows_i, size_i) = (n as i32, rows as i64, Counts::size(n, v) as i64);
     let mut launch = dev.stream.launch_builder(&f);

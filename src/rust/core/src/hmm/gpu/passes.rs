@@ -16,7 +16,7 @@ use super::super::backward::Counts;
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::batched::{row_batches, Batched};
-use super::launch::{function, launch_forward, launch_viterbi, launch_xi_gemm};
+use super::launch::{launch_forward, launch_viterbi, launch_xi_gemm};
 use super::memory::{upload, upload_log_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
 use super::rows::DeviceDensity;
 use super::shares::ShareSeqs;
@@ -166,8 +166,8 @@ impl<'a> Passes<'a> {
         }
         let (smem, trans_smem, acc_smem) = backward_smem(dev, n, self.v, counts.is_some());
         let f = match self.density {
-            Some(d) => d.function(dev, Kernel::HmmBackward, smem)?,
-            None => function(dev, Kernel::HmmBackward, smem)?,
+            Some(d) => d.function(dev, Kernel::HmmBackward)?,
+            None => dev.function(Kernel::HmmBackward, &[])?,
         };
         let blocks = match &counts {
             Some(c) => c.slots.min(grid(dev, range.len())),
@@ -230,8 +230,8 @@ impl<'a> Passes<'a> {
         let dev = self.dev;
         let smem = (WARPS * 32 + if partial.is_some() { WARPS * self.v * 32 } else { 0 }) * 8;
         let f = match self.density {
-            Some(d) => d.function(dev, Kernel::HmmBackwardWarp, smem)?,
-            None => function(dev, Kernel::HmmBackwardWarp, smem)?,
+            Some(d) => d.function(dev, Kernel::HmmBackwardWarp)?,
+            None => dev.function(Kernel::HmmBackwardWarp, &[])?,
         };
         let mut blocks = warp_grid(dev, range.len());
         if let Some((_, slots)) = &partial {
@@ -280,7 +280,7 @@ impl<'a> Passes<'a> {
             ll_all.extend(self.run_batch(tables, b, None, Some(counts))?);
         }
         let size = Counts::size(self.n, self.v);
-        let f = function(dev, Kernel::HmmReduce, 0)?;
+        let f = dev.function(Kernel::HmmReduce, &[])?;
         // 32 counts per block, a warp per accumulator stride (up to 32).
         let cfg = LaunchConfig { grid_dim: (size.div_ceil(32) as u32, 1, 1), block_dim: (32 * counts.slots.clamp(1, 32), 1, 1), shared_mem_bytes: 0 };
         let (b_i, size_i) = (counts.slots as i32, size as i64);

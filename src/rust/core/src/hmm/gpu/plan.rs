@@ -11,7 +11,6 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
 use super::super::sequences::Sequences;
-use super::launch::function;
 use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, TILED_MAX_THREADS, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
 
 pub(super) fn check_size(n_states: usize, count: usize) -> Result<()> {
@@ -110,7 +109,7 @@ pub(super) fn tiled_threads(n: usize) -> u32 {
 /// XI_ROWS rows each.
 pub(super) fn xi_splits(dev: &Device, n: usize, rows: usize) -> Result<u32> {
     let tiles = n.div_ceil(XI_TILE) as u32;
-    let f = function(dev, Kernel::HmmXiGemm, XI_SMEM)?;
+    let f = dev.function(Kernel::HmmXiGemm, &[])?;
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(XI_THREADS, XI_SMEM, None).map_err(err(dev, "sizing hmm_xi_gemm"))?;
     let wave = dev.multiprocessors * per_sm.max(1);
     Ok((wave / (tiles * tiles)).min(rows.div_ceil(XI_ROWS) as u32).max(1))

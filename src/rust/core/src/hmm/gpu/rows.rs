@@ -10,7 +10,6 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
-use cudarc::driver::sys::CUfunction_attribute;
 
 use crate::error::{Error, Result};
 use crate::gpu::{Device, Kernel};
@@ -20,7 +19,7 @@ use super::super::model::HmmModel;
 use super::super::tables::{min_positive, DENSE_MIN};
 use super::super::sequences::Sequences;
 use super::memory::{min_key, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
-use super::{err, DEFAULT_SMEM, WARP_MAX_STATES};
+use super::{err, WARP_MAX_STATES};
 
 /// A density emission's observations, parameters and kernels.
 pub(crate) struct DeviceDensity {
@@ -105,7 +104,7 @@ impl DeviceDensity {
         let total = seqs.total();
         let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
         let mut sym = s.alloc_zeros::<u32>(total + SYM_PAD).map_err(&e)?;
-        let f = self.function(dev, Kernel::HmmPositions, 0)?;
+        let f = self.function(dev, Kernel::HmmPositions)?;
         let cfg = LaunchConfig { grid_dim: (total.div_ceil(256).clamp(1, dev.multiprocessors as usize * 32) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let total_i = total as i64;
         let mut launch = s.launch_builder(&f);
@@ -122,15 +121,10 @@ impl DeviceDensity {
     }
 
     /// `kernel` compiled with this emission's block (and HMM_DENSITY for
-    /// hmm.cu's), its shared-memory limit raised to `smem` if needed.
-    pub(super) fn function(&self, dev: &Device, kernel: Kernel, smem: usize) -> Result<CudaFunction> {
+    /// hmm.cu's).
+    pub(super) fn function(&self, dev: &Device, kernel: Kernel) -> Result<CudaFunction> {
         let defines: &[(&str, i64)] = if kernel.location().0 == "hmm" { &[("HMM_DENSITY", 1)] } else { &[] };
-        let f = dev.function_with(kernel, Some((self.name, &self.prelude)), defines)?;
-        if smem > DEFAULT_SMEM {
-            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-                .map_err(err(dev, "raising the shared-memory limit"))?;
-        }
-        Ok(f)
+        dev.function_with(kernel, Some((self.name, &self.prelude)), defines)
     }
 
     /// Fill `rows` (N values per position) with the rows of all `total`
@@ -139,7 +133,7 @@ impl DeviceDensity {
     fn fill_rows(&self, dev: &Device, n: usize, total: usize, rows: &mut CudaSlice<f64>, extra: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>) -> Result<()> {
         let s = &dev.stream;
         let null: u64 = 0;
-        let f = self.function(dev, Kernel::HmmEmissionRows, 0)?;
+        let f = self.function(dev, Kernel::HmmEmissionRows)?;
         let warps_needed = total.div_ceil((ROW_THREADS / 32) as usize).max(1);
         let cfg = LaunchConfig { grid_dim: (warps_needed.min(dev.multiprocessors as usize * 64) as u32, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (n_i, total_i, log_i) = (n as i32, total as i64, extra.is_none() as i32);
@@ -170,7 +164,7 @@ impl DeviceDensity {
     /// Per sequence, into `dt.sums`: the sum of its shifts, its smallest row
     /// minimum and its first step's scale.
     fn fill_shifts(&self, dev: &Device, n: usize, off: &CudaSlice<i64>, count: usize, dt: &mut DensityTables) -> Result<()> {
-        let f = self.function(dev, Kernel::HmmSequenceShifts, 0)?;
+        let f = self.function(dev, Kernel::HmmSequenceShifts)?;
         let blocks = count.div_ceil((ROW_THREADS / 32) as usize).clamp(1, dev.multiprocessors as usize * 64) as u32;
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (n_i, s0, s1) = (n as i32, 0i32, count as i32);
@@ -277,7 +271,7 @@ impl DeviceDensity {
     /// N, from its posteriors `gamma`) to `counts` (N + N*N + S*N).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn count_stats(&self, dev: &Device, n: usize, seqs: &DeviceSeqs, range: &Range<usize>, loglik: &CudaSlice<f64>, gamma: &CudaSlice<f64>, counts: &mut CudaSlice<f64>) -> Result<()> {
-        let f = self.function(dev, Kernel::HmmCountStats, 0)?;
+        let f = self.function(dev, Kernel::HmmCountStats)?;
         // HMM_STATS_THREADS threads per block.
         let threads = 256u32;
         let cfg = LaunchConfig { grid_dim: (self.stats as u32 + 1, n.div_ceil(threads as usize) as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
