@@ -61,6 +61,12 @@ impl CensoredObs {
     }
 }
 
+/// The values of `x` that are not censored in `c` (its indices increase).
+pub(crate) fn exact_values<'a>(x: &'a [f64], c: &'a Censoring) -> impl Iterator<Item = f64> + 'a {
+    let mut skip = c.index.iter().peekable();
+    x.iter().enumerate().filter_map(move |(i, &v)| if skip.next_if_eq(&&i).is_some() { None } else { Some(v) })
+}
+
 /// Why censoring does not fit `family`, if it does not.
 pub fn check_family(family: Family) -> Result<()> {
     if family.censorable() {

@@ -150,8 +150,7 @@ impl<'a> DatasetExtras<'a> {
                     // As Prepared::try_censored: the exact observations alone,
                     // unless every observation is censored.
                     None if c.index.len() < x.len() => {
-                        let mut skip = c.index.iter().peekable();
-                        let exact = x.iter().enumerate().filter(|(i, _)| if skip.peek() == Some(&i) { skip.next(); false } else { true }).map(|(_, &v)| v).collect();
+                        let exact = super::super::censored::exact_values(x, c).collect();
                         (Some(exact), None, x.len() as f64, Some(CensoredObs::new(c, None)))
                     }
                     _ => {
