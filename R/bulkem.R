@@ -112,9 +112,10 @@
 #'   distribution on the interval, the M-step is unchanged), so the
 #'   log-likelihood never decreases. Binned data (a histogram) are
 #'   interval-censored data with the counts as `weights`: one observation
-#'   `Surv(lower, upper, type = "interval2")` per bin. Censored data fit the
-#'   Normal, lognormal, inverse Gaussian and exponential families, on the
-#'   CPU and the GPU; each fit keeps the number of censored observations as
+#'   `Surv(lower, upper, type = "interval2")` per bin. Censored data fit
+#'   every family, on the CPU and the GPU (a censored count in
+#'   \eqn{(l, u]}{(l, u]} is one of the whole numbers there: right-censored
+#'   at \eqn{c}{c} means more than \eqn{c}{c}); each fit keeps the number of censored observations as
 #'   `censored`. With `keep.posterior = TRUE` a censored observation's
 #'   posterior is each component's share of its interval's probability,
 #'   and ICL counts it so; [as.mixEM()] and the bootstrap functions refuse
@@ -385,7 +386,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
   precision <- match_arg(precision, c("double", "mixed"), "precision", call)
   censoring <- NULL
   if (has_surv(datasets)) {
-    sv <- surv_datasets(datasets, call)
+    sv <- surv_datasets(datasets, call, counts = em_family(family)$discrete)
     datasets <- sv$datasets
     censoring <- sv$censoring
   }

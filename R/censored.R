@@ -8,12 +8,13 @@ has_surv <- function(datasets) {
 }
 
 # list(datasets = stand-in vectors, censoring = per dataset list(index
-# (0-based), lower, upper), or NULL when nothing is censored).
-surv_datasets <- function(datasets, call) {
+# (0-based), lower, upper), or NULL when nothing is censored). `counts`:
+# the family's values are whole numbers, and so are the stand-ins.
+surv_datasets <- function(datasets, call, counts = FALSE) {
   if (inherits(datasets, "Surv")) datasets <- list(datasets)
   parts <- lapply(seq_along(datasets), function(d) {
     x <- datasets[[d]]
-    if (inherits(x, "Surv")) surv_intervals(x, d, call) else list(x = x, lower = NULL, upper = NULL, index = integer(0))
+    if (inherits(x, "Surv")) surv_intervals(x, d, call, counts) else list(x = x, lower = NULL, upper = NULL, index = integer(0))
   })
   out <- lapply(parts, `[[`, "x")
   names(out) <- names(datasets)
@@ -22,8 +23,10 @@ surv_datasets <- function(datasets, call) {
 }
 
 # One Surv object: its exact values, and the censored observations'
-# intervals (lower, upper] with a stand-in value inside each.
-surv_intervals <- function(s, d, call) {
+# intervals (lower, upper] with a stand-in value inside each (for counts,
+# the count inside nearest the midpoint; an interval without one is left
+# to the core, which names it).
+surv_intervals <- function(s, d, call, counts = FALSE) {
   type <- attr(s, "type")
   m <- unclass(s)
   if (type == "right") {
@@ -52,6 +55,10 @@ surv_intervals <- function(s, d, call) {
   if (any(!is.finite(x))) {
     bulkem_abort(c("Dataset {d} has an observation censored on both sides ({.code (-Inf, Inf)}), which carries no information.",
                    i = "Drop it first."), call = call)
+  }
+  if (counts) {
+    inside <- pmin(pmax(round(x), floor(lower) + 1, 0), floor(upper))
+    x <- ifelse(exact | !is.finite(inside), x, inside)
   }
   idx <- which(!exact)
   list(x = as.double(x), lower = lower[idx], upper = upper[idx], index = idx)

@@ -140,7 +140,7 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
   cat("  ", length(x$groups), " groups, ", x$nobs, " observations, ", d[2], " chains x ", d[1],
       " kept draws (", x$warmup, " warmup", if (x$thin > 1) paste0(", thin ", x$thin), ")\n", sep = "")
   cat("  backend: ", x$backend, ", ", format(signif(x$seconds, 3)), " s\n", sep = "")
-  s <- summary(x, pars = intersect(c("mu", "tau", "gamma", "sigma"), sub("\\[.*$", "", dimnames(x$draws)[[3]])))
+  s <- summary(x, pars = intersect(c("mu", "tau", "cor", "gamma", "sigma"), sub("\\[.*$", "", dimnames(x$draws)[[3]])))
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
   all <- hbglm_diagnostics(x$draws, tail = TRUE)
@@ -204,6 +204,51 @@ coef.bulkem_hbglm <- function(object, ...) {
   means <- colMeans(matrix(object$draws[, , seq_len(length(object$groups) * k)],
                            ncol = length(object$groups) * k))
   matrix(means, ncol = k, byrow = TRUE, dimnames = list(object$groups, object$coef_names))
+}
+
+#' Variance components of a hierarchical GLM
+#'
+#' The group coefficients' standard deviations and correlations (and the
+#' residual sd of the gaussian family), as posterior means, in the layout
+#' of `as.data.frame(lme4::VarCorr(fit))`: one row per standard deviation
+#' (`var2` `NA`) and per correlation. A fit with independent coefficients
+#' (`||`, or `group =`) has no correlation rows.
+#'
+#' @param x A `bulkem_hbglm` fit.
+#' @param sigma,... Not used (lme4's generic has them).
+#' @return A data frame with columns `grp`, `var1`, `var2`, `vcov` (the
+#'   posterior mean of the variance or covariance) and `sdcor` (of the
+#'   standard deviation or correlation), plus `sd` of `sdcor`'s draws.
+#' @examples
+#' if (requireNamespace("lme4", quietly = TRUE)) {
+#'   set.seed(4)
+#'   d <- data.frame(g = rep(1:10, each = 20), x = rnorm(200))
+#'   d$y <- rnorm(10)[d$g] + (1 + rnorm(10, 0, 0.5))[d$g] * d$x + rnorm(200)
+#'   fit <- hbglm(y ~ x + (1 + x | g), d, iter = 1000, warmup = 500,
+#'                chains = 2, use.gpu = FALSE, seed = 1)
+#'   lme4::VarCorr(fit)
+#' }
+#' @exportS3Method nlme::VarCorr
+VarCorr.bulkem_hbglm <- function(x, sigma = 1, ...) {
+  dr <- matrix(x$draws, ncol = dim(x$draws)[3], dimnames = list(NULL, dimnames(x$draws)[[3]]))
+  grp <- if (inherits(x$model$group_spec, "formula")) all.vars(x$model$group_spec) else if (is.character(x$model$group_spec)) x$model$group_spec else "group"
+  coefs <- x$coef_names
+  tau <- dr[, paste0("tau[", coefs, "]"), drop = FALSE]
+  rows <- data.frame(grp = grp, var1 = coefs, var2 = NA_character_, vcov = colMeans(tau^2),
+                     sdcor = colMeans(tau), sd = apply(tau, 2, stats::sd), stringsAsFactors = FALSE)
+  if (isTRUE(x$correlated) && length(coefs) > 1) {
+    pairs <- utils::combn(length(coefs), 2)
+    cor <- dr[, paste0("cor[", coefs[pairs[1, ]], ",", coefs[pairs[2, ]], "]"), drop = FALSE]
+    cov <- cor * tau[, pairs[1, ], drop = FALSE] * tau[, pairs[2, ], drop = FALSE]
+    rows <- rbind(rows, data.frame(grp = grp, var1 = coefs[pairs[1, ]], var2 = coefs[pairs[2, ]], vcov = colMeans(cov),
+                                   sdcor = colMeans(cor), sd = apply(cor, 2, stats::sd), stringsAsFactors = FALSE))
+  }
+  if (x$family == "gaussian") {
+    rows <- rbind(rows, data.frame(grp = "Residual", var1 = NA_character_, var2 = NA_character_, vcov = mean(dr[, "sigma"]^2),
+                                   sdcor = mean(dr[, "sigma"]), sd = stats::sd(dr[, "sigma"]), stringsAsFactors = FALSE))
+  }
+  rownames(rows) <- NULL
+  rows
 }
 
 #' @rdname summary.bulkem_hbglm

@@ -32,15 +32,38 @@
 #' terms of the three regimes of GPU Gibbs sampling: *block-parallel*,
 #' *log-posterior-parallel*, or *both* (see `vignette("gibbs")`).
 #'
-#' @param formula A two-sided formula: the response and the coefficients that
-#'   vary by group (with an intercept unless removed with `- 1`). Terms are
-#'   expanded by [model.matrix()] (factors, interactions, `poly()`, ...);
-#'   `offset()` terms add a known term to the linear predictor, as in
-#'   [glm()]. A term hbglm cannot honour (a random-effect bar such as
-#'   `(1 | g)`: the grouping is `group`) is an error, never dropped.
+#' @param formula A two-sided formula, in one of two forms.
+#'
+#'   **As lme4 writes it** (read with \pkg{lme4}'s `findbars()` and
+#'   `nobars()`): `y ~ x1 + x2 + (1 + x1 | g)`. The terms inside the bar
+#'   vary by the grouping factor `g` (a column of `data`), each with its
+#'   population mean among the population-level terms; the other
+#'   population-level terms (`x2`) are shared by all groups (`global`).
+#'   `(1 | g)` gives a varying intercept. With `|` a group's coefficients
+#'   are correlated: \eqn{\beta_g \sim N(\mu, \Sigma)} with an
+#'   inverse-Wishart prior on \eqn{\Sigma} (see [hbglm_prior()]), drawn
+#'   with \eqn{\mu} conjugately each sweep, and the draws hold the
+#'   standard deviations `tau[coef]` and correlations `cor[coef,coef]` (as
+#'   `lme4::VarCorr()` reports them); correlated fits run on the CPU. With
+#'   `||` (such as `(1 + x1 || g)`) they are independent, each with its
+#'   scale \eqn{\tau_k}. Several grouping factors (crossed or nested), a
+#'   varying term without a population mean, a shared intercept, and
+#'   blocks of correlated and independent terms of one group are errors.
+#'   `group` and `global` are then not given.
+#'
+#'   **With `group`:** the response and the coefficients that vary by group
+#'   (with an intercept unless removed with `- 1`); `global` holds the
+#'   shared ones. `hbglm(y ~ x1, d, group = "g", global = ~ x2)` is the
+#'   same model, with the same draws, as `hbglm(y ~ x1 + x2 + (1 + x1 || g), d)`.
+#'
+#'   Terms are expanded by [model.matrix()] (factors, interactions,
+#'   `poly()`, ...); `offset()` terms add a known term to the linear
+#'   predictor, as in [glm()]. A term hbglm cannot honour is an error, never
+#'   dropped.
 #' @param data A data frame holding the variables.
-#' @param group The grouping: the name of a column of `data`, a one-sided
-#'   formula such as `~ store`, or a vector with one value per row.
+#' @param group The grouping (when `formula` has no random-effect bar): the
+#'   name of a column of `data`, a one-sided formula such as `~ store`, or a
+#'   vector with one value per row.
 #' @param family `"gaussian"` (identity link, residual sd `sigma`),
 #'   `"binomial"` (logit link; the response 0/1, logical, a two-level factor,
 #'   or `cbind(successes, failures)` for several trials per row, as in
@@ -149,6 +172,12 @@
 #'              use.gpu = FALSE)
 #' fit
 #' summary(fit, pars = c("mu", "tau"))
+#' # The same model written as lme4 does (needs lme4):
+#' if (requireNamespace("lme4", quietly = TRUE)) {
+#'   fit2 <- hbglm(y ~ x + (1 + x || g), d, iter = 2000, warmup = 1000,
+#'                 chains = 2, use.gpu = FALSE, seed = fit$seed)
+#'   all.equal(as.array(fit), as.array(fit2))
+#' }
 #' @export
 hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson"),
                   global = NULL, iter = 2000, warmup = 1000, chains = 4, thin = 1,
@@ -196,6 +225,20 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
                                                 x = conditionMessage(e)), call = call))
   }
 
+  user_formula <- formula
+  correlated <- FALSE
+  if (has_bars(formula)) {
+    if (!missing(group) || !is.null(global)) {
+      bulkem_abort(c("Give the grouping either in {.arg formula} (such as {.code (1 + x || g)}) or as {.arg group} and {.arg global}, not both.",
+                     x = "{.arg formula} has random-effect terms and {.arg {if (!missing(group)) 'group' else 'global'}} is given too."),
+                   call = call)
+    }
+    parts <- hbglm_bars(formula, data, call)
+    formula <- parts$formula
+    group <- parts$group
+    global <- parts$global
+    correlated <- parts$correlated
+  }
   model <- hbglm_data(formula, data, group, family, global, offset, call)
   if (length(model$groups) == 1 && prior$tau_kind != "fixed") {
     bulkem_abort(c(
@@ -204,11 +247,18 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
       i = "Use {.fn glm} for one group, or hold {.field tau} fixed with {.code hbglm_prior(tau_fixed = )}."
     ), call = call)
   }
+  # The covariance prior is used only for correlated coefficients.
+  core_prior <- unclass(prior)
+  core_prior$cov_df <- if (!correlated) NaN else if (is.na(prior$cov_df)) ncol(model$x) + 3 else prior$cov_df
+  if (correlated && !(core_prior$cov_df > ncol(model$x) - 1)) {
+    bulkem_abort(c("{.arg prior}'s {.field cov_df} must be above K - 1 = {ncol(model$x) - 1} for {ncol(model$x)} correlated coefficients.",
+                   x = "It is {core_prior$cov_df}."), call = call)
+  }
   settings <- list(
     y = model$y, x = as.double(t(model$x)), z = as.double(t(model$z)),
     offset = if (is.null(model$offset)) double() else model$offset,
     trials = if (is.null(model$trials)) double() else model$trials, sizes = model$sizes,
-    k = ncol(model$x), p = ncol(model$z), family = family, prior = unclass(prior), iter = iter,
+    k = ncol(model$x), p = ncol(model$z), family = family, prior = core_prior, iter = iter,
     warmup = warmup, thin = thin, slice = slice, seed = seed
   )
   # The data are among the settings: they are the fingerprint.
@@ -232,13 +282,14 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   raw <- bind_chain_parts(parts, chunks)
   if (parallel == "future") raw$seconds <- proc.time()[["elapsed"]] - started
 
-  pars <- hbglm_par_names(model$groups, colnames(model$x), colnames(model$z), family)
+  pars <- hbglm_par_names(model$groups, colnames(model$x), colnames(model$z), family, correlated)
   draws <- array(raw$draws, dim = c(raw$kept, raw$chains, raw$n_params),
                  dimnames = list(iteration = NULL, chain = NULL, variable = pars))
   raw$draws <- NULL
   updates <- raw$sweeps * c(beta = length(model$groups) * ncol(model$x), gamma = ncol(model$z))
   fit <- list(
-    draws = draws, family = family, formula = formula, global = global,
+    draws = draws, family = family, formula = user_formula, global = if (identical(user_formula, formula)) global,
+    correlated = correlated,
     call = match.call(), groups = model$groups, coef_names = colnames(model$x),
     global_names = colnames(model$z), group_sizes = stats::setNames(model$sizes, model$groups),
     nobs = length(model$y), iter = iter, warmup = warmup, chains = chains, thin = thin,
@@ -400,6 +451,14 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #'   (gaussian family).
 #' @param tau_fixed,sigma_fixed `NULL`, or a positive number at which the
 #'   scale is held.
+#' @param cov_df,cov_scale The prior of the covariance \eqn{\Sigma} of
+#'   correlated group coefficients (lme4's `(1 + x | g)`), which takes the
+#'   place of the \eqn{\tau_k}: \eqn{\Sigma \sim} inverse-Wishart(`cov_df`,
+#'   `cov_df * cov_scale^2 * I`), with `cov_df` = K + 3 for K coefficients
+#'   when `NULL`: bayesm's `rhierLinearModel` default. It is the default
+#'   because it is conjugate: \eqn{\Sigma} and \eqn{\mu} are drawn exactly
+#'   in each sweep, where an LKJ prior (brms's) would need slice or
+#'   Metropolis updates of the correlations.
 #' @return An object of class `bulkem_hbglm_prior`.
 #' @examples
 #' hbglm_prior()
@@ -407,7 +466,8 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #' @export
 hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
                         tau_family = c("half-cauchy", "half-normal"), gamma_sd = 10,
-                        sigma_scale = 2.5, tau_fixed = NULL, sigma_fixed = NULL) {
+                        sigma_scale = 2.5, tau_fixed = NULL, sigma_fixed = NULL,
+                        cov_df = NULL, cov_scale = 1) {
   call <- environment()
   mu_mean <- check_number(mu_mean, "mu_mean", call = call)
   if (abs(mu_mean) > PRIOR_MAX) {
@@ -421,13 +481,22 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
   sigma_scale <- check_prior_scale(sigma_scale, "sigma_scale", call)
   if (!is.null(tau_fixed)) tau_fixed <- check_prior_scale(tau_fixed, "tau_fixed", call)
   if (!is.null(sigma_fixed)) sigma_fixed <- check_prior_scale(sigma_fixed, "sigma_fixed", call)
+  if (!is.null(cov_df)) {
+    cov_df <- check_number(cov_df, "cov_df", call = call)
+    if (!(cov_df > 0 && cov_df <= PRIOR_MAX)) {
+      bulkem_abort(c("{.arg cov_df} must be a positive number (above K - 1 for K correlated coefficients).",
+                     x = "You supplied {describe_value(cov_df)}."), call = call)
+    }
+  }
+  cov_scale <- check_prior_scale(cov_scale, "cov_scale", call)
   structure(list(
     mu_mean = mu_mean, mu_sd = mu_sd,
     tau_kind = if (is.null(tau_fixed)) tau_family else "fixed",
     tau_value = if (is.null(tau_fixed)) tau_scale else tau_fixed,
     gamma_sd = gamma_sd,
     sigma_kind = if (is.null(sigma_fixed)) "half-cauchy" else "fixed",
-    sigma_value = if (is.null(sigma_fixed)) sigma_scale else sigma_fixed
+    sigma_value = if (is.null(sigma_fixed)) sigma_scale else sigma_fixed,
+    cov_df = if (is.null(cov_df)) NA_real_ else cov_df, cov_scale = cov_scale
   ), class = "bulkem_hbglm_prior")
 }
 
@@ -442,6 +511,8 @@ print.bulkem_hbglm_prior <- function(x, ...) {
   cat("  tau_k   ~ ", scale(x$tau_kind, x$tau_value), "\n", sep = "")
   cat("  gamma_j ~ N(0, ", format(x$gamma_sd), "^2)\n", sep = "")
   cat("  sigma   ~ ", scale(x$sigma_kind, x$sigma_value), " (gaussian family)\n", sep = "")
+  cat("  Sigma   ~ inverse-Wishart(", if (is.na(x$cov_df)) "K + 3" else format(x$cov_df), ", df * ",
+      format(x$cov_scale), "^2 I) (correlated coefficients, in place of tau_k)\n", sep = "")
   invisible(x)
 }
 
@@ -868,11 +939,13 @@ hbglm_response <- function(y, family, call) {
   list(y = as.double(y), trials = NULL)
 }
 
-hbglm_par_names <- function(groups, coefs, globals, family) {
+hbglm_par_names <- function(groups, coefs, globals, family, correlated = FALSE) {
   beta <- paste0("beta[", rep(groups, each = length(coefs)), ",", rep(coefs, length(groups)), "]")
+  pairs <- if (correlated && length(coefs) > 1) utils::combn(length(coefs), 2)
   c(beta, paste0("mu[", coefs, "]"), paste0("tau[", coefs, "]"),
     if (length(globals)) paste0("gamma[", globals, "]"),
-    if (family == "gaussian") "sigma")
+    if (family == "gaussian") "sigma",
+    if (!is.null(pairs)) paste0("cor[", coefs[pairs[1, ]], ",", coefs[pairs[2, ]], "]"))
 }
 
 # One chunk of chains of hbglm(), here or on a future worker.

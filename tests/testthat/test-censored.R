@@ -45,6 +45,46 @@ test_that("right-censored inverse Gaussian and Normal fits are the censored maxi
   expect_output(print(g), "censored")
 })
 
+test_that("censored gamma and Poisson fits are the censored maximum likelihood", {
+  skip_if_not_installed("survival")
+  set.seed(2)
+  # Gamma: right-censored at a time-out and interval-censored in bins.
+  x <- c(rgamma(400, 2, 2), rgamma(600, 9, 1.5))
+  cut <- 8
+  lo <- ifelse(x > cut, cut, ifelse(x < 1, floor(x * 4) / 4, x))
+  hi <- ifelse(x > cut, Inf, ifelse(x < 1, floor(x * 4) / 4 + 0.25, x))
+  s <- survival::Surv(lo, ifelse(is.finite(hi), hi, NA), type = "interval2")
+  f <- do.call(bulkem, c(list(s, 2, family = "gamma"), tight))[[1]]
+  expect_identical(f$censored, sum(lo != hi))
+  llg <- function(v) {
+    a <- plogis(v[1]); sh <- exp(v[2:3]); r <- exp(v[4:5])
+    cdf <- function(q) a * pgamma(q, sh[1], r[1]) + (1 - a) * pgamma(q, sh[2], r[2])
+    ex <- lo == hi
+    sum(log(a * dgamma(x[ex], sh[1], r[1]) + (1 - a) * dgamma(x[ex], sh[2], r[2]))) +
+      sum(log(cdf(hi[!ex]) - cdf(lo[!ex])))
+  }
+  start <- c(qlogis(f$alpha[1]), log(f$shape), log(f$rate))
+  expect_equal(f$loglik, llg(start), tolerance = 1e-10)
+  expect_lt(optim_gain(llg, start), 1e-6)
+
+  # Poisson counts: right-censored (more than 12) and binned (0-2, 3-5).
+  k <- c(rpois(300, 1.5), rpois(500, 9))
+  lo <- ifelse(k > 12, 12, ifelse(k <= 2, -1, ifelse(k <= 5, 2, k)))
+  hi <- ifelse(k > 12, Inf, ifelse(k <= 2, 2, ifelse(k <= 5, 5, k)))
+  sp <- survival::Surv(lo, ifelse(is.finite(hi), hi, NA), type = "interval2")
+  p <- do.call(bulkem, c(list(sp, 2, family = "poisson"), tight))[[1]]
+  expect_identical(p$censored, sum(lo != hi))
+  llp <- function(v) {
+    a <- plogis(v[1]); la <- exp(v[2:3])
+    cdf <- function(q) a * ppois(q, la[1]) + (1 - a) * ppois(q, la[2])
+    ex <- lo == hi
+    sum(log(a * dpois(k[ex], la[1]) + (1 - a) * dpois(k[ex], la[2]))) + sum(log(cdf(hi[!ex]) - cdf(lo[!ex])))
+  }
+  start <- c(qlogis(p$alpha[1]), log(p$lambda))
+  expect_equal(p$loglik, llp(start), tolerance = 1e-10)
+  expect_lt(optim_gain(llp, start), 1e-6)
+})
+
 test_that("a histogram fits as interval-censored counts", {
   skip_if_not_installed("survival")
   set.seed(2)
@@ -105,7 +145,9 @@ test_that("keep.posterior and ICL take a censored observation's interval", {
 test_that("censored data that cannot be fitted are refused", {
   skip_if_not_installed("survival")
   s <- survival::Surv(c(1, 2, 3, 4, 5, 6), c(1, 1, 0, 1, 1, 0))
-  expect_error(bulkem(s, 2, family = "gamma", use.gpu = FALSE), "gamma", class = "bulkem_error_input")
+  # A count censored in (2.2, 2.8], which holds none.
+  expect_error(bulkem(survival::Surv(c(1, 2, 2.2, 4), c(1, 2, 2.8, 4), type = "interval2"), 1, family = "poisson",
+                      use.gpu = FALSE), "hold a count", class = "bulkem_error_input")
   expect_error(bootstrap_lrt(list(s), 1:2, use.gpu = FALSE), "censored", class = "bulkem_error_input")
   expect_error(bulkem(survival::Surv(c(0, 0), c(1, 2), c(1, 1)), 1, use.gpu = FALSE), "counting",
                class = "bulkem_error_input")

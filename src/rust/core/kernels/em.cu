@@ -199,7 +199,8 @@ __device__ __forceinline__ void lower_tail(double c, double first, double second
 // censored::interval: P(lo < X <= hi) and the features' partial means, as
 // a difference of tails each at most 1/2 (upper tails above the median,
 // lower tails below it, the whole less both outer tails around it).
-__device__ void interval(double lo, double hi, double first, double second, double centre, double* part) {
+// Not inlined: six tails in its branches, rarely called (compile time).
+__device__ __noinline__ void interval(double lo, double hi, double first, double second, double centre, double* part) {
     double a[3], b[3], w[3];
     upper_tail(lo, first, second, centre, a);
     if (a[0] <= 0.5) {
@@ -245,15 +246,50 @@ __device__ double censored_obs(double lo, double hi, double wt, const double* p,
     return wt * (top + log(total));
 }
 
-// The censored share of a warp's E-step: lanes take the intervals in turn;
-// the sums, added to S (already the warp's total), and the log-likelihood
-// are the same in every lane.
+// The censored share of a warp's E-step (censored_obs spread over lanes):
+// an interval's M components are computed side by side by M lanes, 32 / M
+// intervals a round, which share their logs by shuffles, so a dataset with
+// one time-out waits for its slowest component's tail, not for all of
+// them in turn (the gamma's and Poisson's tails iterate). The sums, added
+// to S (already the warp's total), and the log-likelihood are the same in
+// every lane.
 __device__ double warp_e_step_censored(const double* cens, int count, const double* p, double centre, double* S) {
-    double C[NSTAT];
-    for (int k = 0; k < NSTAT; ++k) C[k] = 0.0;
-    double ll = 0.0;
-    for (int i = threadIdx.x & 31; i < count; i += 32) ll += censored_obs(cens[3 * i], cens[3 * i + 1], cens[3 * i + 2], p, centre, C);
-    for (int k = 0; k < NSTAT; ++k) S[k] += warp_sum(C[k]);
+    const double inf = __longlong_as_double(0x7ff0000000000000LL);
+    const int lane = threadIdx.x & 31;
+    const int per = 32 / EM_M, j = lane % EM_M, slot = lane / EM_M;
+    double c0 = 0.0, c1 = 0.0, c2 = 0.0, ll = 0.0;
+    for (int base = 0; base < count; base += per) {
+        const int i = base + slot;
+        const double wt = slot < per && i < count ? cens[3 * i + 2] : 0.0;
+        double part[3] = {0.0, 0.0, 0.0};
+        double lg = -inf;
+        if (wt != 0.0) {
+            interval(cens[3 * i], cens[3 * i + 1], p[EM_M + j], p[2 * EM_M + j], centre, part);
+            lg = log(p[j]) + log(part[0]);
+        }
+        // (Lanes past the last whole interval read some lane's log; theirs is unused.)
+        double top = -inf;
+        for (int m = 0; m < EM_M; ++m) top = fmax(top, __shfl_sync(FULL_MASK, lg, (slot * EM_M + m) & 31));
+        double total = 0.0;
+        for (int m = 0; m < EM_M; ++m) total += exp(__shfl_sync(FULL_MASK, lg, (slot * EM_M + m) & 31) - top);
+        if (wt == 0.0) continue;
+        if (top == -inf) {
+            if (j == 0) ll += top;  // no component gives the interval any probability
+            continue;
+        }
+        const double w = wt * exp(lg - top) / total;
+        if (w > 0.0) {
+            c0 += w;
+            c1 += w * part[1] / part[0];
+            c2 += w * part[2] / part[0];
+        }
+        if (j == 0) ll += wt * (top + log(total));
+    }
+#pragma unroll
+    for (int k = 0; k < NSTAT; ++k) {
+        const double mine = k / 3 == j ? (k % 3 == 0 ? c0 : k % 3 == 1 ? c1 : c2) : 0.0;
+        S[k] += warp_sum(mine);
+    }
     return warp_sum(ll);
 }
 #endif

@@ -43,12 +43,14 @@ fn non_decreasing(f: &MixFit) {
 
 #[test]
 fn right_censored_fits_have_the_observed_data_log_likelihood() {
-    for family in [Family::InvGauss, Family::Normal, Family::LogNormal, Family::Exponential] {
+    for family in Family::ALL {
         let p = match family {
             Family::InvGauss => MixParams { alpha: vec![0.4, 0.6], mu: vec![1.0, 3.0], scale: vec![10.0, 8.0] },
             Family::Normal => MixParams { alpha: vec![0.4, 0.6], mu: vec![0.0, 4.0], scale: vec![1.0, 1.5] },
             Family::LogNormal => MixParams { alpha: vec![0.4, 0.6], mu: vec![0.0, 1.5], scale: vec![0.3, 0.4] },
-            _ => MixParams { alpha: vec![0.4, 0.6], mu: vec![3.0, 0.5], scale: vec![f64::NAN; 2] },
+            Family::Gamma => MixParams { alpha: vec![0.4, 0.6], mu: vec![2.0, 9.0], scale: vec![2.0, 1.5] },
+            Family::Poisson => MixParams { alpha: vec![0.4, 0.6], mu: vec![2.0, 9.0], scale: vec![f64::NAN; 2] },
+            Family::Exponential => MixParams { alpha: vec![0.4, 0.6], mu: vec![3.0, 0.5], scale: vec![f64::NAN; 2] },
         };
         let x = simulate::mixture(family, &p, 800, 7);
         let mut sorted = x.clone();
@@ -65,7 +67,13 @@ fn right_censored_fits_have_the_observed_data_log_likelihood() {
         // censored values' log P(X > c) (to a far upper bound).
         let exact: f64 = mixture_log_density(family, &y, &f.params).iter().zip(&x).filter(|(_, &v)| v <= c).map(|(l, _)| l).sum();
         let upper = c + 60.0 * sorted[799].abs().max(1.0);
-        let tail = log_mass(family, &f.params, c, upper);
+        let tail = if family == Family::Poisson {
+            // Counts: P(X > c) as a sum of probabilities.
+            let ks: Vec<f64> = (c as usize + 1..c as usize + 400).map(|k| k as f64).collect();
+            mixture_log_density(family, &ks, &f.params).iter().map(|l| l.exp()).sum::<f64>().ln()
+        } else {
+            log_mass(family, &f.params, c, upper)
+        };
         let want = exact + censored as f64 * tail;
         assert!((f.loglik - want).abs() < 1e-6 * want.abs(), "{family:?}: {} vs {want}", f.loglik);
     }
@@ -147,10 +155,13 @@ fn without_censored_observations_the_fit_is_unchanged() {
 fn what_cannot_be_fitted_is_refused() {
     let x = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0];
     let cens = || Censoring { index: vec![6], lower: vec![7.0], upper: vec![f64::INFINITY] };
-    match config(Family::Gamma).censoring(vec![cens()]).check() {
-        Err(Error::InvalidArgument { arg, problem }) => assert!(arg == "datasets" && problem.contains("gamma"), "{problem}"),
+    // A count censored in (7.2, 7.8], which holds no whole number.
+    let no_count = Censoring { index: vec![6], lower: vec![7.2], upper: vec![7.8] };
+    match fit_many(&[&x], &config(Family::Poisson).censoring(vec![no_count]).check().unwrap(), &Exec::cpu()) {
+        Err(Error::InvalidArgument { arg, problem }) => assert!(arg == "datasets" && problem.contains("hold a count"), "{problem}"),
         other => panic!("{other:?}"),
     }
+    assert!(fit_many(&[&x], &config(Family::Poisson).censoring(vec![cens()]).check().unwrap(), &Exec::cpu()).is_ok());
     let bad = Censoring { index: vec![6], lower: vec![7.0], upper: vec![7.0] };
     match fit_many(&[&x], &config(Family::InvGauss).censoring(vec![bad]).check().unwrap(), &Exec::cpu()) {
         Err(Error::InvalidArgument { problem, .. }) => assert!(problem.contains("lower < upper"), "{problem}"),

@@ -448,18 +448,20 @@ fn gpu_constrained_fits_match_cpu() {
 fn gpu_censored_fits_match_cpu() {
     if !gpu_or_skip() { return; }
     // Both kernel paths: values above the 80th percentile right-censored
-    // there, every 7th value interval-censored around itself; unweighted,
+    // there, every 7th value interval-censored in a bin around itself; unweighted,
     // weighted, and with a shared second parameter.
     let sizes = [300usize, 2000, 8000];
     let mut problems = Vec::new();
-    for family in [Family::InvGauss, Family::Normal, Family::LogNormal, Family::Exponential] {
+    for family in Family::ALL {
         let m = 2;
         let raw = datasets(family, m, &sizes, 90);
         let (mut data, mut censoring) = (Vec::new(), Vec::new());
         for x in &raw {
             let mut sorted = x.clone();
             sorted.sort_by(f64::total_cmp);
-            let (y, cens) = common::censor(x, sorted[sorted.len() * 4 / 5], Some(0.25));
+            // Counts in bins of 3 (each holds three counts).
+            let bin = if family.info().discrete { 3.0 } else { 0.25 };
+            let (y, cens) = common::censor(x, sorted[sorted.len() * 4 / 5], Some(bin));
             data.push(y);
             censoring.push(cens);
         }

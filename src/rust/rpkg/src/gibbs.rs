@@ -3,6 +3,7 @@
 
 use bulkem_core::exec::{choose_backend, Backend, BackendRequest};
 use bulkem_core::gibbs::diagnostics::rhat_ess_all_watched;
+use bulkem_core::gibbs::covariance::InverseWishart;
 use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior, ScalePrior};
 use extendr_api::prelude::*;
 use extendr_api::Result;
@@ -61,6 +62,11 @@ fn hbglm_fit_(
         tau: scale_prior(&text("tau_kind")?, num("tau_value")?)?,
         gamma_sd: num("gamma_sd")?,
         sigma: scale_prior(&text("sigma_kind")?, num("sigma_value")?)?,
+        // Correlated group coefficients: cov_df is NA otherwise.
+        cov: match num("cov_df")? {
+            df if df.is_nan() => None,
+            df => Some(InverseWishart { df, scale: num("cov_scale")? }),
+        },
     };
     let sizes: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
     let data = HbData::new(y.to_vec(), x.to_vec(), z.to_vec(), &sizes, k.max(0) as usize, p.max(0) as usize)

@@ -75,7 +75,7 @@ pub fn check_family(family: Family) -> Result<()> {
         Err(Error::arg(
             "datasets",
             format!(
-                "holds censored observations, which the {} family cannot fit yet (censored data fit the Normal, lognormal, inverse Gaussian and exponential families)",
+                "holds censored observations, which the {} family cannot fit yet (it has no tail probabilities)",
                 family.info().label
             ),
         ))
@@ -90,7 +90,17 @@ pub fn check(data: &[&[f64]], censoring: &[Censoring], family: Family, first: us
     if censoring.len() != data.len() {
         return Err(Error::Internal(format!("censoring for {} datasets, not {}", censoring.len(), data.len())));
     }
+    let discrete = family.info().discrete;
     let positive = family.observation_problem(0.0).is_some() || family.observation_problem(-1.0).is_some();
+    // Where the family's values lie: above 0, or (counts) a whole number
+    // >= 0 in (lo, hi].
+    let reaches = |lo: f64, hi: f64| {
+        if discrete {
+            hi.floor() >= (lo.floor() + 1.0).max(0.0)
+        } else {
+            !positive || hi > 0.0
+        }
+    };
     for (d, (x, c)) in data.iter().zip(censoring).enumerate() {
         if c.index.is_empty() {
             continue;
@@ -103,7 +113,7 @@ pub fn check(data: &[&[f64]], censoring: &[Censoring], family: Family, first: us
         if c.index.windows(2).any(|w| w[0] >= w[1]) || c.index.last().is_some_and(|&i| i >= x.len()) {
             return Err(Error::Internal(format!("dataset {which}: censored indices out of order or range")));
         }
-        let bad = c.lower.iter().zip(&c.upper).position(|(&lo, &hi)| !(lo < hi) || (positive && !(hi > 0.0)) || lo == f64::INFINITY);
+        let bad = c.lower.iter().zip(&c.upper).position(|(&lo, &hi)| !(lo < hi) || !reaches(lo, hi) || lo == f64::INFINITY);
         if let Some(i) = bad {
             return Err(Error::arg(
                 "datasets",
@@ -112,7 +122,13 @@ pub fn check(data: &[&[f64]], censoring: &[Censoring], family: Family, first: us
                     c.index[i] + 1,
                     num(c.lower[i]),
                     num(c.upper[i]),
-                    if positive { " and upper > 0 (the family's values are positive)" } else { "" }
+                    if discrete {
+                        " and hold a count (a whole number >= 0)"
+                    } else if positive {
+                        " and upper > 0 (the family's values are positive)"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }
@@ -271,6 +287,11 @@ mod tests {
             (Family::Normal, -9.0, -8.0, 0.5, 1.0, 0.2),
             (Family::LogNormal, 0.01, 0.05, 1.0, 0.4, 0.1),
             (Family::Exponential, 1e-4, 2e-3, 0.8, f64::NAN, 0.0),
+            (Family::Gamma, 0.5, 4.0, 2.5, 1.5, 0.3),
+            (Family::Gamma, 3.0, 30.0, 2.5, 1.5, 0.3),
+            (Family::Gamma, 0.01, 0.05, 2.5, 1.5, 0.3),
+            (Family::Gamma, 1e-4, 0.02, 0.4, 2.0, -1.0),
+            (Family::Gamma, 1.2, 1.3, 60.0, 50.0, 0.1),
         ];
         for (family, a, b, first, second, centre) in cases {
             let got = interval(family, a, b, first, second, centre);
@@ -283,7 +304,15 @@ mod tests {
 
     #[test]
     fn lower_and_upper_tails_add_to_the_whole() {
-        let cases = [(Family::Normal, 0.5, 1.3, 0.2), (Family::LogNormal, 0.3, 0.7, 0.1), (Family::InvGauss, 1.5, 4.0, 0.0), (Family::Exponential, 0.8, f64::NAN, 0.0)];
+        let cases = [
+            (Family::Normal, 0.5, 1.3, 0.2),
+            (Family::LogNormal, 0.3, 0.7, 0.1),
+            (Family::InvGauss, 1.5, 4.0, 0.0),
+            (Family::Exponential, 0.8, f64::NAN, 0.0),
+            (Family::Gamma, 2.5, 1.5, 0.3),
+            (Family::Gamma, 0.3, 0.2, -0.5),
+            (Family::Poisson, 2.7, f64::NAN, 0.0),
+        ];
         for (family, first, second, centre) in cases {
             let whole = family.upper_tail(f64::NEG_INFINITY, first, second, centre).unwrap();
             assert_eq!(family.lower_tail(f64::INFINITY, first, second, centre).unwrap(), whole);
@@ -303,6 +332,24 @@ mod tests {
         let n = Family::Normal.upper_tail(f64::NEG_INFINITY, 1.0, 2.0, 0.5).unwrap();
         assert!((n[0] - 1.0).abs() < 1e-15 && (n[1] - 0.5).abs() < 1e-15 && (n[2] - (4.0 + 0.25)).abs() < 1e-12);
         assert_eq!(Family::InvGauss.upper_tail(f64::INFINITY, 2.0, 5.0, 0.0).unwrap(), [0.0; 3]);
-        assert!(!Family::Gamma.censorable() && !Family::Poisson.censorable());
+        assert!(Family::ALL.iter().all(|f| f.censorable()));
+    }
+
+    /// Poisson intervals against sums of the probabilities.
+    #[test]
+    fn count_intervals_match_sums() {
+        let lambda = 6.5;
+        let pmf = |k: u32| Family::Poisson.log_density(k as f64, lambda, f64::NAN).exp();
+        for (lo, hi) in [(f64::NEG_INFINITY, 0.0), (-0.5, 2.0), (2.0, 5.0), (2.5, 3.7), (9.0, f64::INFINITY), (30.0, f64::INFINITY), (f64::NEG_INFINITY, 1.5)] {
+            let (mut p, mut m) = (0.0, 0.0);
+            for k in 0..200u32 {
+                if (k as f64) > lo && (k as f64) <= hi {
+                    p += pmf(k);
+                    m += k as f64 * pmf(k);
+                }
+            }
+            let got = interval(Family::Poisson, lo, hi, lambda, f64::NAN, 0.0);
+            assert!((got[0] - p).abs() <= 1e-13 * p && (got[1] - m).abs() <= 1e-13 * m.max(1e-300), "({lo}, {hi}]: {got:?} vs {p}, {m}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::covariance;
 use super::sweep::{State, SweepStats, Sweeper};
 use super::{HbData, HbglmConfig, HbglmFit, Layout};
 use crate::error::Result;
@@ -11,10 +12,11 @@ use crate::memory;
 
 /// Write the state as draw `i` into `out` (one slice of `kept` per
 /// parameter, in draw order: beta (group-major), mu, tau, gamma, sigma
-/// (gaussian only)).
-fn write_draw(out: &mut [&mut [f64]], i: usize, s: &State, gaussian: bool) {
-    let sigma = if gaussian { Some(s.sigma) } else { None };
-    let values = s.beta.iter().chain(&s.mu).chain(&s.tau).chain(&s.gamma).chain(sigma.iter());
+/// (gaussian only), the correlations (correlated only)).
+fn write_draw(out: &mut [&mut [f64]], i: usize, s: &State, layout: &Layout) {
+    let sigma = if layout.sigma { Some(s.sigma) } else { None };
+    let cor: Vec<f64> = if layout.correlated { covariance::correlations(&s.cov, layout.k).collect() } else { Vec::new() };
+    let values = s.beta.iter().chain(&s.mu).chain(&s.tau).chain(&s.gamma).chain(sigma.iter()).chain(&cor);
     for (slot, &v) in out.iter_mut().zip(values) {
         slot[i] = v;
     }
@@ -25,7 +27,7 @@ fn write_draw(out: &mut [&mut [f64]], i: usize, s: &State, gaussian: bool) {
 /// coordinate.
 fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec, out: &mut [&mut [f64]]) -> Result<(SweepStats, Vec<u64>)> {
     let sweeper = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain, balance: true };
-    let gaussian = Layout::of(data, config.family).sigma;
+    let layout = Layout::of(data, config);
     let mut state = sweeper.init(config.w);
     let mut stats = SweepStats::default();
     for t in 0..config.iter {
@@ -33,7 +35,7 @@ fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec, out
         let warm = t < config.warmup;
         stats.add(&sweeper.sweep_watched(&mut state, t, warm && config.adapt, &exec.monitor)?);
         if !warm && (t - config.warmup + 1) % config.thin == 0 {
-            write_draw(out, (t - config.warmup + 1) / config.thin - 1, &state, gaussian);
+            write_draw(out, (t - config.warmup + 1) / config.thin - 1, &state, &layout);
         }
         // Shed the rounding of many incremental updates of eta.
         if (t + 1) % 100 == 0 {
@@ -48,7 +50,7 @@ fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec, out
 /// The draws array is allocated once, fallibly; each chain writes its own
 /// (strided) part of it.
 pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmFit> {
-    let layout = Layout::of(data, config.family);
+    let layout = Layout::of(data, config);
     let kept = config.kept();
     let (chains, np) = (config.chains, layout.n_params());
     let mut draws = memory::try_vec(kept.saturating_mul(chains).saturating_mul(np), 0.0, "the draws of hbglm()")?;

@@ -196,7 +196,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     if n > i32::MAX as usize || g * k > i32::MAX as usize {
         return Err(Error::BackendUnavailable("the GPU sampler handles at most 2^31 rows and group coefficients".into()));
     }
-    let layout = Layout::of(data, config.family);
+    let layout = Layout::of(data, config);
     let (chains, kept, np) = (config.chains, config.kept(), layout.n_params());
     let ncoord = g * k + p + k + 1;
     let defines = [("HB_FAMILY", family_code(config.family))];

@@ -18,6 +18,7 @@
 
 mod adapt;
 mod chains;
+pub mod covariance;
 pub mod gpu;
 pub mod diagnostics;
 mod model;
@@ -88,6 +89,12 @@ impl HbglmConfig {
         self.prior.check()
     }
 
+    /// `check` and what depends on the data's shape.
+    pub fn check_for(&self, data: &HbData) -> Result<()> {
+        self.check()?;
+        self.prior.check_for(data.k)
+    }
+
     /// Draws kept per chain.
     pub fn kept(&self) -> usize {
         (self.iter - self.warmup) / self.thin
@@ -106,14 +113,22 @@ pub struct Layout {
     pub p: usize,
     /// A residual sd is sampled (gaussian family).
     pub sigma: bool,
+    /// The group coefficients are correlated: their K (K - 1) / 2
+    /// correlations follow sigma (tau_k are then the sqrt of Sigma's
+    /// diagonal).
+    pub correlated: bool,
 }
 
 impl Layout {
-    pub fn of(data: &HbData, family: Family) -> Self {
-        Layout { groups: data.groups(), k: data.k, p: data.p, sigma: family == Family::Gaussian }
+    pub fn of(data: &HbData, config: &HbglmConfig) -> Self {
+        Layout { groups: data.groups(), k: data.k, p: data.p, sigma: config.family == Family::Gaussian, correlated: config.prior.cov.is_some() }
+    }
+    /// Correlations drawn: K (K - 1) / 2 when correlated.
+    pub fn n_cor(&self) -> usize {
+        if self.correlated { self.k * (self.k - 1) / 2 } else { 0 }
     }
     pub fn n_params(&self) -> usize {
-        self.groups * self.k + 2 * self.k + self.p + self.sigma as usize
+        self.groups * self.k + 2 * self.k + self.p + self.sigma as usize + self.n_cor()
     }
     pub fn beta(&self, g: usize, k: usize) -> usize {
         g * self.k + k
@@ -128,7 +143,11 @@ impl Layout {
         self.groups * self.k + 2 * self.k + j
     }
     pub fn sigma(&self) -> Option<usize> {
-        self.sigma.then(|| self.n_params() - 1)
+        self.sigma.then(|| self.n_params() - self.n_cor() - 1)
+    }
+    /// Correlation number `c` (pairs (0,1), (0,2), ..., (1,2), ...).
+    pub fn cor(&self, c: usize) -> usize {
+        self.n_params() - self.n_cor() + c
     }
     /// Slice-updated coordinates (as the sweep's widths): beta, gamma, tau,
     /// sigma; mu is drawn exactly.
@@ -260,18 +279,21 @@ pub const GPU_MIN_WORK: f64 = 5e8;
 /// coefficients with 32-bit integers.
 pub fn job(data: &HbData, config: &HbglmConfig) -> crate::exec::Job {
     let too_big = data.n() > i32::MAX as usize || data.groups().saturating_mul(data.k) > i32::MAX as usize;
-    crate::exec::Job {
-        work: data.n() as f64 * config.iter as f64 * config.chains as f64,
-        gpu_min_work: GPU_MIN_WORK,
-        gpu_unsupported: too_big.then(|| "the GPU sampler handles at most 2^31 rows and group coefficients".to_string()),
-    }
+    let unsupported = if too_big {
+        Some("the GPU sampler handles at most 2^31 rows and group coefficients".to_string())
+    } else if config.prior.cov.is_some() {
+        Some("correlated group coefficients are sampled on the CPU only, for now".to_string())
+    } else {
+        None
+    };
+    crate::exec::Job { work: data.n() as f64 * config.iter as f64 * config.chains as f64, gpu_min_work: GPU_MIN_WORK, gpu_unsupported: unsupported }
 }
 
 /// Bytes a run needs besides the data: the draws (the core's array, R's
 /// copy of it and the array R builds from that; on the GPU also the host
 /// copy in the device's order) and each chain's state.
 pub fn memory_needed(data: &HbData, config: &HbglmConfig, backend: Backend) -> u128 {
-    let layout = Layout::of(data, config.family);
+    let layout = Layout::of(data, config);
     let np = layout.n_params();
     let copies: u128 = if backend == Backend::Cuda { 4 } else { 3 };
     let draws = memory::bytes::<f64>(&[config.kept(), config.chains, np]).saturating_mul(copies);
@@ -285,7 +307,7 @@ pub fn memory_needed(data: &HbData, config: &HbglmConfig, backend: Backend) -> u
 
 /// Refuse a run whose draws would not fit in memory, naming its sizes.
 pub fn check_memory(data: &HbData, config: &HbglmConfig, backend: Backend) -> Result<()> {
-    let np = Layout::of(data, config.family).n_params();
+    let np = Layout::of(data, config).n_params();
     memory::ensure(
         || {
             format!(
@@ -308,13 +330,18 @@ pub fn check_memory(data: &HbData, config: &HbglmConfig, backend: Backend) -> Re
 /// first; for the binomial and poisson families the pooled data are
 /// checked for separation (recorded in [`HbglmFit::separation`]).
 pub fn sample(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmFit> {
-    config.check()?;
+    config.check_for(data)?;
     data.check_family(config.family)?;
     check_memory(data, config, exec.backend)?;
     let separated = exec.install(|| separation::separated_columns(data, config.family, &exec.monitor))??;
     let mut fit = match exec.backend {
         Backend::Cpu => chains::sample_cpu(data, config, exec)?,
-        Backend::Cuda => gpu::sample_gpu(data, config, exec, true)?,
+        Backend::Cuda => {
+            if let Some(why) = job(data, config).gpu_unsupported {
+                return Err(Error::BackendUnavailable(why));
+            }
+            gpu::sample_gpu(data, config, exec, true)?
+        }
     };
     fit.separation = separated;
     // No draw may be NaN or infinite: the scales are bounded and the

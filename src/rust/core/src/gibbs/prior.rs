@@ -8,7 +8,10 @@
 //! ```
 //! `tau_fixed` / `sigma_fixed` hold a scale at a known value instead (the
 //! conjugate model with known variances, whose posterior is closed-form).
+//! With `cov` the group coefficients are correlated: their covariance
+//! Sigma ~ inverse-Wishart (covariance.rs) replaces the tau_k.
 
+use super::covariance::InverseWishart;
 use crate::error::{Error, Result};
 
 /// Prior of a positive scale parameter.
@@ -65,12 +68,15 @@ pub struct Prior {
     pub tau: ScalePrior,
     pub gamma_sd: f64,
     pub sigma: ScalePrior,
+    /// Correlated group coefficients: the prior of their covariance
+    /// (`tau` is then unused); None: independent, with scales tau_k.
+    pub cov: Option<InverseWishart>,
 }
 
 impl Default for Prior {
     /// The documented defaults: N(0, 10^2), half-Cauchy(0, 2.5).
     fn default() -> Self {
-        Prior { mu_mean: 0.0, mu_sd: 10.0, tau: ScalePrior::HalfCauchy(2.5), gamma_sd: 10.0, sigma: ScalePrior::HalfCauchy(2.5) }
+        Prior { mu_mean: 0.0, mu_sd: 10.0, tau: ScalePrior::HalfCauchy(2.5), gamma_sd: 10.0, sigma: ScalePrior::HalfCauchy(2.5), cov: None }
     }
 }
 
@@ -83,6 +89,22 @@ impl Prior {
             check_scale(v, arg)?;
         }
         self.tau.check("prior$tau")?;
+        if let Some(iw) = self.cov {
+            check_scale(iw.scale, "prior$cov_scale")?;
+        }
         self.sigma.check("prior$sigma")
+    }
+
+    /// The inverse-Wishart's degrees of freedom must exceed K - 1 for K
+    /// correlated coefficients (a proper prior).
+    pub fn check_for(&self, k: usize) -> Result<()> {
+        self.check()?;
+        match self.cov {
+            Some(iw) if !(iw.df.is_finite() && iw.df > k as f64 - 1.0 && iw.df <= PRIOR_MAX) => Err(Error::arg(
+                "prior$cov_df",
+                format!("must be a number above K - 1 = {} for {k} correlated coefficients, not {}", k as f64 - 1.0, iw.df),
+            )),
+            _ => Ok(()),
+        }
     }
 }

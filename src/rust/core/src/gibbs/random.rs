@@ -1,4 +1,4 @@
-//! Uniform, exponential and normal variates from a keyed stream, spelled out
+//! Uniform, exponential, normal and gamma variates from a keyed stream, spelled out
 //! so that draws never change with a crate version.
 //!
 //! Streams are keyed by (seed, chain, sweep, block): the block is a group's
@@ -63,5 +63,26 @@ impl Rng {
         let u1 = self.uniform();
         let u2 = self.uniform();
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+    /// Gamma(shape, 1), shape > 0 (Marsaglia and Tsang 2000; below 1 by
+    /// Gamma(shape + 1) U^(1/shape)).
+    pub fn gamma(&mut self, shape: f64) -> f64 {
+        if shape < 1.0 {
+            let boost = self.uniform().powf(1.0 / shape);
+            return self.gamma(shape + 1.0) * boost;
+        }
+        let d = shape - 1.0 / 3.0;
+        let c = 1.0 / (9.0 * d).sqrt();
+        loop {
+            let z = self.normal();
+            let v = (1.0 + c * z).powi(3);
+            if v <= 0.0 {
+                continue;
+            }
+            let u = self.uniform();
+            if u.ln() < 0.5 * z * z + d - d * v + d * v.ln() {
+                return d * v;
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@
 use rayon::prelude::*;
 
 use super::adapt::Widths;
+use super::covariance::{self, InverseWishart};
 use super::model::{rows_loglik, rows_loglik_trials, Family, HbData, SCALE_MAX};
 use super::prior::Prior;
 use super::random::{stream, Block, Rng};
@@ -34,6 +35,10 @@ pub struct State {
     pub gamma: Vec<f64>,
     pub mu: Vec<f64>,
     pub tau: Vec<f64>,
+    /// Correlated coefficients: their covariance Sigma and its inverse
+    /// (K x K; tau_k = sqrt(Sigma_kk)); empty otherwise.
+    pub cov: Vec<f64>,
+    pub prec: Vec<f64>,
     /// Residual sd (gaussian); 1 otherwise.
     pub sigma: f64,
     pub eta: Vec<f64>,
@@ -134,11 +139,26 @@ impl Sweeper<'_> {
             }
         });
         let ncoord = g * k + p + k + 1;
+        // Correlated: Sigma starts diagonal, at the scales drawn above.
+        let (cov, prec) = match self.prior.cov {
+            Some(_) => {
+                let mut cov = vec![0.0; k * k];
+                let mut prec = vec![0.0; k * k];
+                for j in 0..k {
+                    cov[j * k + j] = tau[j] * tau[j];
+                    prec[j * k + j] = 1.0 / (tau[j] * tau[j]);
+                }
+                (cov, prec)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
         let mut state = State {
             beta,
             gamma,
             mu,
             tau,
+            cov,
+            prec,
             sigma,
             eta: vec![0.0; d.n()],
             widths: Widths::new(ncoord, w0),
@@ -214,6 +234,8 @@ impl Sweeper<'_> {
         let (g_count, k) = (d.groups(), d.k);
         let inv_var = self.inv_var(state);
         let (mu, tau) = (&state.mu, &state.tau);
+        // Correlated: each coefficient's prior given the group's others.
+        let prec = (!state.prec.is_empty()).then_some(&state.prec[..]);
         // Split eta into each group's rows.
         let mut parts: Vec<&mut [f64]> = Vec::with_capacity(g_count);
         let mut rest: &mut [f64] = &mut state.eta;
@@ -270,7 +292,11 @@ impl Sweeper<'_> {
                 let mut lik = loglik(eta, 0, 0.0);
                 for j in 0..k {
                     let b0 = beta[j];
-                    let prior = |b: f64| -0.5 * ((b - mu[j]) / tau[j]).powi(2);
+                    let given = prec.map(|q| covariance::conditional_prior(beta, mu, q, j));
+                    let prior = |b: f64| match given {
+                        Some((centre, q)) => -0.5 * q * (b - centre) * (b - centre),
+                        None => -0.5 * ((b - mu[j]) / tau[j]).powi(2),
+                    };
                     let settings = SliceSettings { w: w[j], ..self.slice };
                     let step = slice_step(b0, lik + prior(b0), |b| loglik(eta, j, b - b0) + prior(b), &settings, &mut rng);
                     evals += step.evals as u64;
@@ -341,11 +367,21 @@ impl Sweeper<'_> {
         Ok(())
     }
 
-    /// Conjugate: mu_k | beta, tau ~ N with precision 1/s0^2 + G/tau_k^2.
+    /// Conjugate: mu_k | beta, tau ~ N with precision 1/s0^2 + G/tau_k^2;
+    /// correlated, mu | beta, Sigma is multivariate normal
+    /// (covariance::draw_mean).
     fn update_mu(&self, state: &mut State, sweep: usize) {
         let (g, k) = (self.data.groups(), self.data.k);
         let mut rng = self.rng(sweep, Block::Mu);
         let (m0, s0) = (self.prior.mu_mean, self.prior.mu_sd);
+        if self.prior.cov.is_some() {
+            let sums: Vec<f64> = (0..k).map(|j| column_sum(&state.beta, k, j, |b| b)).collect();
+            // Q is positive definite unless Sigma^-1 overflowed: then mu keeps its value.
+            if let Some(mu) = covariance::draw_mean(m0, s0, &state.prec, &sums, g, k, &mut rng) {
+                state.mu = mu;
+            }
+            return;
+        }
         for j in 0..k {
             let sum = column_sum(&state.beta, k, j, |b| b);
             let t2 = state.tau[j] * state.tau[j];
@@ -358,6 +394,9 @@ impl Sweeper<'_> {
     /// tau_k on the log scale: log p(u) = log prior(e^u) + u - G u - SS/(2 e^{2u}),
     /// u within [log floor_k, log SCALE_MAX].
     fn update_tau(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+        if let Some(iw) = self.prior.cov {
+            return self.update_cov(state, sweep, iw, stats);
+        }
         if self.prior.tau.fixed().is_some() {
             return;
         }
@@ -378,6 +417,40 @@ impl Sweeper<'_> {
             state.tau[j] = step.x.exp();
             if adapting {
                 state.widths.parts_mut().1[base + j] += (step.x - u0).abs();
+            }
+        }
+    }
+
+    /// Conjugate: Sigma | beta, mu ~ inverse-Wishart(df + G, df scale^2 I +
+    /// sum_g (beta_g - mu)(beta_g - mu)'); tau_k = sqrt(Sigma_kk). A scale
+    /// matrix that is not positive definite in floating point (values
+    /// near overflow) keeps Sigma and counts as a stuck update of each tau.
+    fn update_cov(&self, state: &mut State, sweep: usize, iw: InverseWishart, stats: &mut SweepStats) {
+        let (g, k) = (self.data.groups(), self.data.k);
+        let mut rng = self.rng(sweep, Block::Tau);
+        let mut s = vec![0.0; k * k];
+        for i in 0..k {
+            for j in 0..=i {
+                let (mi, mj) = (state.mu[i], state.mu[j]);
+                let v = par_sum(g, |r| r.map(|gi| (state.beta[gi * k + i] - mi) * (state.beta[gi * k + j] - mj)).sum::<f64>());
+                s[i * k + j] = v;
+                s[j * k + i] = v;
+            }
+            s[i * k + i] += iw.df * iw.scale * iw.scale;
+        }
+        match covariance::draw_inverse_wishart(iw.df + g as f64, &s, k, &mut rng) {
+            Some((cov, prec)) if cov.iter().chain(&prec).all(|v| v.is_finite()) => {
+                for j in 0..k {
+                    state.tau[j] = cov[j * k + j].sqrt();
+                }
+                (state.cov, state.prec) = (cov, prec);
+            }
+            _ => {
+                let base = g * k + self.data.p;
+                for j in 0..k {
+                    state.stuck[base + j] += 1;
+                }
+                stats.stuck += k as u64;
             }
         }
     }
@@ -454,7 +527,8 @@ impl Sweeper<'_> {
                     state.nc_widths.parts_mut().1[j] += delta.abs();
                 }
             }
-            if self.prior.tau.fixed().is_some() {
+            // (Correlated: Sigma is drawn whole, conjugately, above.)
+            if self.prior.tau.fixed().is_some() || self.prior.cov.is_some() {
                 continue;
             }
             // tau_k on the log scale: eta moves by x_ik alpha_g per unit of

@@ -8,7 +8,8 @@
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Gamma as GammaDist};
 
-use super::special::{lgamma, solve_digamma, solve_gamma_shape};
+use super::incgamma::inc_gamma;
+use super::special::{lgamma, log_minus_digamma, solve_digamma, solve_gamma_shape};
 use super::{mean_log, positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
 use crate::em::data::num;
 use crate::error::{Error, Result};
@@ -100,6 +101,30 @@ impl FamilyDef for Gamma {
         if rate.is_finite() && rate > 0.0 { Ok(rate) } else { Err(MStepFailure::Collapsed) }
     }
 
+    /// With y = rate c and Y = rate X ~ Gamma(shape, 1) (incgamma):
+    /// P(X > c) = Q(shape, y), E[x; X > c] = shape Q(shape + 1, y) / rate
+    /// and E[log x; X > c] = Q log c + E[log(Y / y); Y > y]; c <= 0 gives
+    /// the whole distribution, with E[log x] = digamma(shape) - log rate.
+    fn upper_tail(&self, c: f64, shape: f64, rate: f64, centre: f64) -> Option<[f64; 3]> {
+        let scale = rate * centre.exp();
+        if !(c > 0.0) {
+            let digamma = shape.ln() - log_minus_digamma(shape);
+            return Some([1.0, shape / scale, digamma - rate.ln() - centre]);
+        }
+        let t = inc_gamma(shape, rate * c, true);
+        Some([t.upper, shape * t.upper_next / scale, t.upper * (c.ln() - centre) + t.log_upper])
+    }
+
+    /// P(X <= c) = P(shape, y), E[x; X <= c] = shape P(shape + 1, y) / rate
+    /// and E[log x; X <= c] = P log c - E[log(y / Y); Y <= y].
+    fn lower_tail(&self, c: f64, shape: f64, rate: f64, centre: f64) -> Option<[f64; 3]> {
+        if !(c > 0.0) {
+            return Some([0.0; 3]);
+        }
+        let t = inc_gamma(shape, rate * c, true);
+        Some([t.lower, shape * t.lower_next / (rate * centre.exp()), t.lower * (c.ln() - centre) - t.log_lower])
+    }
+
     fn log_density(&self, x: f64, shape: f64, rate: f64) -> f64 {
         if x <= 0.0 {
             return f64::NEG_INFINITY;
@@ -137,7 +162,7 @@ impl FamilyDef for Gamma {
     }
 
     fn cuda(&self) -> &'static [&'static str] {
-        &[super::special::CUDA, CUDA]
+        &[super::special::CUDA, super::incgamma::CUDA, CUDA]
     }
 }
 
@@ -171,6 +196,24 @@ __device__ int fam_first_given_second(double sw, double su, double sv, double ce
     if (!(isfinite(a) && a > 0.0)) return ST_COLLAPSED;
     shape = a;
     return ST_RUNNING;
+}
+// Censored data (upper_tail, lower_tail above).
+#define FAM_UPPER_TAIL
+__device__ void fam_upper_tail(double c, double shape, double rate, double centre, double* t) {
+    const double scale = rate * exp(centre);
+    if (!(c > 0.0)) {
+        t[0] = 1.0; t[1] = shape / scale; t[2] = log(shape) - sp_log_minus_digamma(shape) - log(rate) - centre;
+        return;
+    }
+    double g[6];
+    sp_inc_gamma(shape, rate * c, true, g);
+    t[0] = g[1]; t[1] = shape * g[3] / scale; t[2] = g[1] * (log(c) - centre) + g[5];
+}
+__device__ void fam_lower_tail(double c, double shape, double rate, double centre, double* t) {
+    if (!(c > 0.0)) { t[0] = t[1] = t[2] = 0.0; return; }
+    double g[6];
+    sp_inc_gamma(shape, rate * c, true, g);
+    t[0] = g[0]; t[1] = shape * g[2] / (rate * exp(centre)); t[2] = g[0] * (log(c) - centre) - g[4];
 }
 #define FAM_SECOND_GIVEN_FIRST
 __device__ int fam_second_given_first(const double* S, const double* shapes, unsigned mask, double centre, double& second) {

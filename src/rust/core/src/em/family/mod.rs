@@ -10,6 +10,7 @@
 
 mod exponential;
 mod gamma;
+mod incgamma;
 mod invgauss;
 mod lognormal;
 mod normal;
@@ -307,7 +308,7 @@ impl Family {
     /// The CUDA block of this family, prepended to kernels/em.cu (after
     /// the special functions' constants, which some blocks use).
     pub fn cuda_source(self) -> String {
-        special::cuda_constants() + &self.def().cuda().concat()
+        special::cuda_constants() + &incgamma::cuda_constants() + &self.def().cuda().concat()
     }
 }
 

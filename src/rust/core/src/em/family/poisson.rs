@@ -4,6 +4,7 @@
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Poisson as PoissonDist};
 
+use super::incgamma::inc_gamma;
 use super::special::lgamma;
 use super::{positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
 
@@ -59,6 +60,35 @@ impl FamilyDef for Poisson {
         }
     }
 
+    /// Counts: X > c is X >= k = floor(c) + 1, with P(X >= k) = P(k,
+    /// lambda) and E[x; X >= k] = lambda P(X >= k - 1), both from the
+    /// incomplete gamma functions at a = k - 1 (incgamma).
+    fn upper_tail(&self, c: f64, lambda: f64, _second: f64, _centre: f64) -> Option<[f64; 3]> {
+        let k = c.floor() + 1.0;
+        Some(if k <= 0.0 {
+            [1.0, lambda, 0.0]
+        } else if k == 1.0 {
+            [-(-lambda).exp_m1(), lambda, 0.0]
+        } else {
+            let t = inc_gamma(k - 1.0, lambda, false);
+            [t.lower_next, lambda * t.lower, 0.0]
+        })
+    }
+
+    /// X <= c is X <= m = floor(c): P(X <= m) = Q(m + 1, lambda) and
+    /// E[x; X <= m] = lambda P(X <= m - 1) = lambda Q(m, lambda).
+    fn lower_tail(&self, c: f64, lambda: f64, _second: f64, _centre: f64) -> Option<[f64; 3]> {
+        let m = c.floor();
+        Some(if m < 0.0 {
+            [0.0; 3]
+        } else if m == 0.0 {
+            [(-lambda).exp(), 0.0, 0.0]
+        } else {
+            let t = inc_gamma(m, lambda, false);
+            [t.upper_next, lambda * t.upper, 0.0]
+        })
+    }
+
     fn log_density(&self, x: f64, lambda: f64, _second: f64) -> f64 {
         if x < 0.0 || x.fract() != 0.0 {
             return f64::NEG_INFINITY;
@@ -91,7 +121,7 @@ impl FamilyDef for Poisson {
     }
 
     fn cuda(&self) -> &'static [&'static str] {
-        &[super::special::CUDA, CUDA]
+        &[super::special::CUDA, super::incgamma::CUDA, CUDA]
     }
 }
 
@@ -107,5 +137,25 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
     if (!(lambda > 0.0 && isfinite(lambda))) return ST_COLLAPSED;
     first = lambda; second = __longlong_as_double(0x7ff8000000000000LL);
     return ST_RUNNING;
+}
+// Censored counts (upper_tail, lower_tail above).
+#define FAM_UPPER_TAIL
+__device__ void fam_upper_tail(double c, double lambda, double second, double centre, double* t) {
+    const double k = floor(c) + 1.0;
+    t[1] = lambda; t[2] = 0.0;
+    if (k <= 0.0) { t[0] = 1.0; return; }
+    if (k == 1.0) { t[0] = -expm1(-lambda); return; }
+    double g[6];
+    sp_inc_gamma(k - 1.0, lambda, false, g);
+    t[0] = g[2]; t[1] = lambda * g[0];
+}
+__device__ void fam_lower_tail(double c, double lambda, double second, double centre, double* t) {
+    const double m = floor(c);
+    t[0] = t[1] = t[2] = 0.0;
+    if (m < 0.0) return;
+    if (m == 0.0) { t[0] = exp(-lambda); return; }
+    double g[6];
+    sp_inc_gamma(m, lambda, false, g);
+    t[0] = g[3]; t[1] = lambda * g[1];
 }
 "#;

@@ -5,11 +5,11 @@
 
 /// Arguments from which the asymptotic series are used (smaller ones are
 /// shifted up by the recurrences).
-const LGAMMA_SHIFT: f64 = 15.0;
+pub(super) const LGAMMA_SHIFT: f64 = 15.0;
 const DIGAMMA_SHIFT: f64 = 10.0;
 
 /// Stirling series of log-gamma: sum_k B_2k / (2k (2k - 1) y^(2k - 1)).
-const LGAMMA_SERIES: [f64; 7] =
+pub(super) const LGAMMA_SERIES: [f64; 7] =
     [1.0 / 12.0, -1.0 / 360.0, 1.0 / 1260.0, -1.0 / 1680.0, 1.0 / 1188.0, -691.0 / 360360.0, 1.0 / 156.0];
 /// log a - digamma(a) = 1/(2a) + sum_k B_2k / (2k a^2k).
 const LOG_DIGAMMA_SERIES: [f64; 8] =
@@ -18,13 +18,13 @@ const LOG_DIGAMMA_SERIES: [f64; 8] =
 const TRIGAMMA_SERIES: [f64; 8] =
     [1.0 / 6.0, -1.0 / 30.0, 1.0 / 42.0, -1.0 / 30.0, 5.0 / 66.0, -691.0 / 2730.0, 7.0 / 6.0, -3617.0 / 510.0];
 /// 0.5 log(2 pi).
-const HALF_LOG_TWO_PI: f64 = 0.918_938_533_204_672_8;
+pub(super) const HALF_LOG_TWO_PI: f64 = 0.918_938_533_204_672_8;
 /// Newton steps at most, and the relative step that ends them.
 const SHAPE_MAX_STEPS: usize = 100;
 const SHAPE_REL_STEP: f64 = 4.0 * f64::EPSILON;
 
 /// sum_k c[k] t^k by Horner.
-fn poly(c: &[f64], t: f64) -> f64 {
+pub(super) fn poly(c: &[f64], t: f64) -> f64 {
     c.iter().rev().fold(0.0, |acc, &ck| acc.mul_add(t, ck))
 }
 

@@ -1,0 +1,129 @@
+# hbglm() with lme4 formulas: the same model, with the same draws, as the
+# group = / global = shorthand, and a classed error naming what the model
+# cannot honour (correlated, crossed or nested terms, a varying term
+# without a population mean, a shared intercept).
+
+formula_data <- function(seed = 3) {
+  set.seed(seed)
+  d <- data.frame(g = rep(sprintf("g%d", 1:6), each = 15), x = rnorm(90), z = rnorm(90),
+                  f = factor(sample(c("a", "b", "c"), 90, TRUE)), e = runif(90, 1, 3),
+                  h = rep(1:3, 30))
+  b <- rnorm(6, 0.5, 0.4)[as.integer(factor(d$g))]
+  d$y <- 1 + b * d$x + 0.3 * d$z + rnorm(90, 0, 0.5)
+  d$k <- rpois(90, d$e * exp(0.2 + 0.3 * d$x))
+  d
+}
+
+short <- function(expr) suppressWarnings(expr, classes = "bulkem_warning_rhat")
+
+test_that("an lme4 formula samples the model of group = and global =, draw for draw", {
+  skip_if_not_installed("lme4")
+  d <- formula_data()
+  run <- function(...) short(hbglm(..., iter = 60, warmup = 30, chains = 2, seed = 9, use.gpu = FALSE))
+  same <- function(a, b) {
+    expect_identical(dimnames(a$draws), dimnames(b$draws))
+    expect_identical(a$draws, b$draws)
+  }
+  same(run(y ~ x + (1 + x || g), d), run(y ~ x, d, group = "g"))
+  same(run(y ~ x + z + (1 | g), d), run(y ~ 1, d, group = "g", global = ~ x + z))
+  # A factor keeps its contrasts among the shared terms.
+  same(run(y ~ x + f + (1 + x || g), d), run(y ~ x, d, group = ~ g, global = ~ f))
+  # (x || g) is (1 | g) + (0 + x | g): the same as two bars.
+  same(run(y ~ x + (1 | g) + (0 + x | g), d), run(y ~ x, d, group = "g"))
+  # offset() among the population-level terms, for counts.
+  same(run(k ~ x + offset(log(e)) + (1 | g), d, family = "poisson"),
+       run(k ~ 1, d, group = "g", global = ~ x + offset(log(e)), family = "poisson"))
+  fit <- run(y ~ x + (1 + x || g), d)
+  expect_identical(fit$formula, y ~ x + (1 + x || g))
+  expect_output(print(fit), "(1 + x || g)", fixed = TRUE)
+  # predict() finds new data's groups through the formula's grouping factor.
+  expect_equal(predict(fit, newdata = d[1:5, ]), predict(run(y ~ x, d, group = "g"), newdata = d[1:5, ]))
+})
+
+test_that("what the model cannot honour in an lme4 formula is a classed error saying what to write", {
+  skip_if_not_installed("lme4")
+  d <- formula_data()
+  expect_snapshot(error = TRUE, {
+    hbglm(y ~ x + z + (1 + x | g) + (0 + z | g), d)
+    hbglm(y ~ x + (1 | g) + (1 | h), d)
+    hbglm(y ~ x + (1 | g/h), d)
+    hbglm(y ~ 1 + (1 + x || g), d)
+    hbglm(y ~ x + (0 + x | g), d)
+    hbglm(y ~ x + (1 | factor(h)), d)
+    hbglm(y ~ x + (1 | g), d, global = ~ z)
+  })
+  for (f in list(y ~ x + z + (1 + x | g) + (0 + z | g), y ~ x + (1 | g) + (1 | h), y ~ x + (1 | g/h),
+                 y ~ 1 + (1 + x || g), y ~ x + (0 + x | g), y ~ x + (1 | factor(h)))) {
+    expect_error(hbglm(f, d, use.gpu = FALSE), class = "bulkem_error_input", info = deparse(f))
+  }
+  expect_error(hbglm(y ~ x + (1 + x | g), d, prior = hbglm_prior(cov_df = 0.5), use.gpu = FALSE),
+               "cov_df", class = "bulkem_error_input")
+})
+
+test_that("correlated coefficients (1 + x | g) agree with bayesm::rhierLinearModel", {
+  skip_if_not_installed("lme4")
+  skip_if_not_installed("bayesm")
+  skip_if_not_installed("posterior")
+  # The same model in both: sigma held (bayesm: huge prior degrees of
+  # freedom around it), Sigma ~ inverse-Wishart, mu nearly flat. bayesm's
+  # prior of its mean, N(0, Sigma / A), contributes |Sigma|^(-1/2) as A ->
+  # 0, one more degree of freedom than hbglm's N(0, mu_sd^2): hbglm takes
+  # df nu + 1 (and the same scale matrix V).
+  set.seed(11)
+  G <- 15; n <- 12
+  d <- data.frame(g = rep(seq_len(G), each = n), x = rnorm(G * n))
+  L <- t(chol(matrix(c(1, 0.35, 0.35, 0.25), 2)))
+  b <- t(c(1, -0.5) + L %*% matrix(rnorm(2 * G), 2))
+  d$y <- b[d$g, 1] + b[d$g, 2] * d$x + rnorm(G * n, 0, 0.5)
+  nu <- 5; V <- nu * diag(2)
+  fit <- hbglm(y ~ x + (1 + x | g), d, iter = 6000, warmup = 1000, chains = 4, seed = 2, use.gpu = FALSE,
+               prior = hbglm_prior(mu_sd = 1000, sigma_fixed = 0.5, cov_df = nu + 1, cov_scale = sqrt(nu / (nu + 1))))
+  expect_true(fit$correlated)
+  expect_true("cor[(Intercept),x]" %in% dimnames(fit$draws)$variable)
+  regdata <- lapply(seq_len(G), function(i) list(y = d$y[d$g == i], X = cbind(1, d$x[d$g == i])))
+  big <- 1e6
+  utils::capture.output(out <- bayesm::rhierLinearModel(
+    Data = list(regdata = regdata),
+    Prior = list(Deltabar = matrix(0, 1, 2), A = matrix(1e-6), nu.e = big, ssq = rep(0.25, G), nu = nu, V = V),
+    Mcmc = list(R = 20000, keep = 1, nprint = 0)
+  ))
+  keep <- 2001:20000
+  s <- summary(fit, pars = "beta")
+  bm <- as.vector(t(apply(out$betadraw[, , keep], c(1, 2), mean)))
+  bsd <- as.vector(t(apply(out$betadraw[, , keep], c(1, 2), sd)))
+  bess <- as.vector(t(apply(out$betadraw[, , keep], c(1, 2), posterior::ess_basic)))
+  expect_true(all(abs(s$mean - bm) < 5 * sqrt(s$sd^2 / s$ess_bulk + bsd^2 / bess)))
+  # Sigma's entries: hbglm's from tau and cor draw by draw.
+  dr <- matrix(fit$draws, ncol = dim(fit$draws)[3], dimnames = list(NULL, dimnames(fit$draws)$variable))
+  ours <- cbind(dr[, "tau[(Intercept)]"]^2, dr[, "cor[(Intercept),x]"] * dr[, "tau[(Intercept)]"] * dr[, "tau[x]"],
+                dr[, "tau[x]"]^2)
+  theirs <- out$Vbetadraw[keep, c(1, 2, 4)]
+  for (j in 1:3) {
+    se <- sqrt(var(ours[, j]) / posterior::ess_basic(ours[, j]) + var(theirs[, j]) / posterior::ess_basic(theirs[, j]))
+    expect_lt(abs(mean(ours[, j]) - mean(theirs[, j])), 5 * se)
+  }
+})
+
+test_that("VarCorr() of a correlated fit gives lme4's layout, near lmer's estimates at large data", {
+  skip_if_not_installed("lme4")
+  set.seed(21)
+  G <- 80; n <- 40
+  d <- data.frame(g = rep(seq_len(G), each = n), x = rnorm(G * n))
+  L <- t(chol(matrix(c(1, 0.3, 0.3, 0.25), 2)))  # sds 1 and 0.5, correlation 0.6
+  b <- t(c(1, -0.5) + L %*% matrix(rnorm(2 * G), 2))
+  d$y <- b[d$g, 1] + b[d$g, 2] * d$x + rnorm(G * n, 0, 0.7)
+  fit <- hbglm(y ~ x + (1 + x | g), d, iter = 1500, warmup = 500, chains = 2, seed = 3, use.gpu = FALSE)
+  vc <- lme4::VarCorr(fit)
+  expect_identical(names(vc), c("grp", "var1", "var2", "vcov", "sdcor", "sd"))
+  expect_identical(vc$grp, c("g", "g", "g", "Residual"))
+  expect_identical(vc$var1, c("(Intercept)", "x", "(Intercept)", NA))
+  expect_equal(vc$sdcor[3], mean(fit$draws[, , "cor[(Intercept),x]"]))
+  ref <- as.data.frame(lme4::VarCorr(lme4::lmer(y ~ x + (1 + x | g), d)))
+  # Different priors, the same data: within a tenth of the estimates
+  # (sds) and 0.1 (the correlation).
+  expect_lt(max(abs(vc$sdcor[c(1, 2, 4)] / ref$sdcor[c(1, 2, 4)] - 1)), 0.1)
+  expect_lt(abs(vc$sdcor[3] - ref$sdcor[3]), 0.1)
+  # Independent coefficients: no correlation rows.
+  ind <- short(hbglm(y ~ x + (1 + x || g), d, iter = 300, warmup = 150, chains = 1, seed = 3, use.gpu = FALSE))
+  expect_identical(nrow(lme4::VarCorr(ind)), 3L)
+})
