@@ -378,18 +378,53 @@ hbglm_check_fit <- function(object, call) {
 # draws_matrix (iterations within chains): one draws x groups matrix of
 # beta per coefficient, gamma (draws x globals) and sigma. `which`: the
 # draws to keep (indices into all of them), NULL for all.
-hbglm_draw_parts <- function(object, which = NULL) {
+hbglm_draw_parts <- function(object, which = NULL, new = character()) {
   vars <- dimnames(object$draws)[[3]]
   take <- function(names) {
     m <- matrix(object$draws[, , match(names, vars), drop = FALSE], ncol = length(names))
     if (is.null(which)) m else m[which, , drop = FALSE]
   }
+  beta <- lapply(object$coef_names, function(cf) take(paste0("beta[", object$groups, ",", cf, "]")))
+  if (length(new) > 0) {
+    drawn <- hbglm_new_group_coefs(object, take, length(new))
+    beta <- lapply(seq_along(beta), function(k) cbind(beta[[k]], drawn[[k]]))
+  }
   list(
-    beta = lapply(object$coef_names, function(cf) take(paste0("beta[", object$groups, ",", cf, "]"))),
+    beta = beta,
     gamma = if (length(object$global_names) > 0) take(paste0("gamma[", object$global_names, "]")),
     sigma = if (object$family == "gaussian") as.vector(take("sigma")),
     n = if (is.null(which)) prod(dim(object$draws)[1:2]) else length(which)
   )
+}
+
+# Coefficients of `m` groups the fit has not seen, one set per posterior
+# draw from the population distribution at that draw: N(mu, Sigma) with
+# Sigma from the draw's tau and correlations (independent coefficients:
+# N(mu_k, tau_k^2)), by R's random numbers. A list of draws x m matrices,
+# one per coefficient.
+hbglm_new_group_coefs <- function(object, take, m) {
+  coefs <- object$coef_names
+  K <- length(coefs)
+  mu <- take(paste0("mu[", coefs, "]"))
+  tau <- take(paste0("tau[", coefs, "]"))
+  S <- nrow(mu)
+  z <- array(stats::rnorm(S * K * m), c(S, K, m))
+  out <- lapply(seq_len(K), function(k) matrix(0, S, m))
+  if (isTRUE(object$correlated) && K > 1) {
+    pairs <- utils::combn(K, 2)
+    cor <- take(paste0("cor[", coefs[pairs[1, ]], ",", coefs[pairs[2, ]], "]"))
+    R <- diag(K)
+    for (s in seq_len(S)) {
+      R[t(pairs)] <- cor[s, ]
+      R[t(pairs[2:1, , drop = FALSE])] <- cor[s, ]
+      L <- t(chol(R * outer(tau[s, ], tau[s, ])))
+      b <- mu[s, ] + L %*% z[s, , , drop = TRUE]
+      for (k in seq_len(K)) out[[k]][s, ] <- matrix(b, K)[k, ]
+    }
+  } else {
+    for (k in seq_len(K)) out[[k]] <- mu[, k] + tau[, k] * matrix(z[, k, ], S)
+  }
+  out
 }
 
 # The chain of every draw, in the order of hbglm_draw_parts() and log_lik().
@@ -437,7 +472,7 @@ hbglm_ensure_memory <- function(fn, draws, obs, call) {
 # only with `response`. Rebuilds the design as predict.lm() does: the fit's
 # terms, factor levels and contrasts, offset() terms and the `offset`
 # argument evaluated in newdata.
-hbglm_rows <- function(object, newdata, group, response, call, need = NULL) {
+hbglm_rows <- function(object, newdata, group, response, call, need = NULL, new_groups = FALSE) {
   hbglm_check_fit(object, call)
   m <- object$model
   if (is.null(newdata)) {
@@ -540,15 +575,20 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL) {
   if (!is.null(off)) hbglm_check_values(matrix(off, dimnames = list(NULL, "offset")), "The offset in {.arg newdata}", call)
   idx <- match(as.character(g), object$groups)
   new <- unique(as.character(g)[is.na(idx)])
-  if (length(new) > 0) {
+  if (length(new) > 0 && new_groups) {
+    # New groups follow the fit's: their coefficients are drawn
+    # (hbglm_draw_parts) as columns after the fit's groups.
+    idx[is.na(idx)] <- length(object$groups) + match(as.character(g)[is.na(idx)], new)
+  } else if (length(new) > 0) {
     bulkem_abort(c(
       "{.arg newdata} must hold only groups of the fit.",
       x = "{cli::qty(length(new))}Group{?s} {.val {utils::head(new, 5)}}{if (length(new) > 5) ', ...'} {cli::qty(length(new))}{?is/are} not in the fit.",
       i = paste("The draws hold the coefficients of the fit's own groups only; a new group's coefficients",
-                "are not estimated (they would have to be drawn from the population distribution N(mu, tau^2)).")
+                "are not estimated. {.code new.groups = \"population\"} draws them from the population distribution.")
     ), call = call)
   }
-  out <- list(x = x, z = z, offset = if (!is.null(off)) as.double(off), group = idx, names = rownames(newdata))
+  out <- list(x = x, z = z, offset = if (!is.null(off)) as.double(off), group = idx, names = rownames(newdata),
+              new = if (new_groups) new else character())
   if (response) {
     y <- stats::model.response(f$mf)
     r <- hbglm_response(y, object$family, call)
@@ -584,7 +624,8 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL) {
 #' must hold the variables of the fit's `formula`, `global` and offsets, and
 #' its groups (the `group` column, or `group =`); factor levels and
 #' contrasts are those of the fit. A group the fit has not seen is an
-#' error: the fit has no draws of its coefficients.
+#' error (the fit has no draws of its coefficients) unless `new.groups =
+#' "population"`.
 #'
 #' `fitted()` is `predict(type = "response")` for the fit's own rows.
 #' `residuals()` are the observed response minus the fitted value
@@ -610,6 +651,12 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL) {
 #'   `posterior::as_draws_matrix()`: iterations within chains).
 #' @param group `NULL`, or the groups of `newdata`'s rows (needed when the
 #'   fit's `group` was a vector rather than a column name or formula).
+#' @param new.groups What to do with groups of `newdata` the fit has not
+#'   seen: `"error"` (the default), or `"population"`: at each posterior
+#'   draw, a new group's coefficients are drawn from the population
+#'   distribution at that draw, \eqn{N(\mu, \Sigma)} (independent
+#'   coefficients: \eqn{N(\mu_k, \tau_k^2)}), with R's random numbers
+#'   (`set.seed()` reproduces them), as brms's `allow_new_levels = TRUE`.
 #' @param ... Not used: an argument these methods do not have is an error.
 #' @return `predict()`: with `interval = "none"` a named vector, one value
 #'   per row; with `"credible"` a matrix with columns `fit`, `lwr` and
@@ -630,7 +677,7 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL) {
 #' @export
 predict.bulkem_hbglm <- function(object, newdata = NULL, type = c("link", "response"),
                                  interval = c("none", "credible"), level = 0.95, summary = TRUE,
-                                 group = NULL, ...) {
+                                 group = NULL, new.groups = c("error", "population"), ...) {
   call <- environment()
   check_no_dots(list(...), "predict", "bulkem::predict.bulkem_hbglm", call)
   type <- match_arg(type, c("link", "response"), "type", call)
@@ -641,8 +688,9 @@ predict.bulkem_hbglm <- function(object, newdata = NULL, type = c("link", "respo
                    x = "You supplied {describe_value(level)}."), call = call)
   }
   check_flag(summary, "summary", call = call)
-  rows <- hbglm_rows(object, newdata, group, FALSE, call)
-  parts <- hbglm_draw_parts(object)
+  new.groups <- match_arg(new.groups, c("error", "population"), "new.groups", call)
+  rows <- hbglm_rows(object, newdata, group, FALSE, call, new_groups = new.groups == "population")
+  parts <- hbglm_draw_parts(object, new = rows$new)
   h <- if (type == "link") identity else hbglm_inverse_link(object$family)
   n <- length(rows$group)
   if (!summary) {
@@ -713,6 +761,9 @@ residuals.bulkem_hbglm <- function(object, type = c("response", "pearson"), ...)
 #'   [predict.bulkem_hbglm()]; a binomial fit with a `cbind(successes,
 #'   failures)` response needs the response's variables in `newdata` for
 #'   the trials.
+#' @param new.groups As in [predict.bulkem_hbglm()]: `"population"` draws
+#'   the coefficients of groups the fit has not seen from the population
+#'   distribution at each posterior draw.
 #' @param ... Not used: an argument this method does not have is an error.
 #' @return A draws x observations matrix of simulated responses (numbers
 #'   of successes for the binomial family), with attributes `seed` (the
@@ -732,7 +783,8 @@ residuals.bulkem_hbglm <- function(object, type = c("response", "pearson"), ...)
 #' # Posterior predictive check: observed and replicated mean counts.
 #' c(observed = mean(d$y), replicated = mean(yrep))
 #' @export
-simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NULL, group = NULL, ...) {
+simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NULL, group = NULL,
+                                  new.groups = c("error", "population"), ...) {
   call <- environment()
   check_no_dots(list(...), "simulate", "bulkem::simulate.bulkem_hbglm", call)
   total <- prod(dim(object$draws)[1:2])
@@ -744,8 +796,10 @@ simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NU
                      i = "Use {.code nsim = NULL} for every draw once."), call = call)
     }
   }
+  new.groups <- match_arg(new.groups, c("error", "population"), "new.groups", call)
   rows <- hbglm_rows(object, newdata, group, FALSE, call,
-                     need = "A binomial fit with a {.code cbind(successes, failures)} response needs them for the trials.")
+                     need = "A binomial fit with a {.code cbind(successes, failures)} response needs them for the trials.",
+                     new_groups = new.groups == "population")
   # As stats::simulate(): a given seed is used and R's state restored.
   if (!exists(".Random.seed", envir = globalenv(), inherits = FALSE)) stats::runif(1)
   if (is.null(seed)) {
@@ -759,7 +813,7 @@ simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NU
   which <- if (is.null(nsim)) seq_len(total) else sort(sample.int(total, nsim))
   n <- length(rows$group)
   hbglm_ensure_memory("simulate", length(which), n, call)
-  parts <- hbglm_draw_parts(object, which)
+  parts <- hbglm_draw_parts(object, which, new = rows$new)
   eta <- hbglm_eta(parts, rows, seq_len(n))
   S <- length(which)
   out <- switch(object$family,

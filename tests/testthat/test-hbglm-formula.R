@@ -127,3 +127,33 @@ test_that("VarCorr() of a correlated fit gives lme4's layout, near lmer's estima
   ind <- short(hbglm(y ~ x + (1 + x || g), d, iter = 300, warmup = 150, chains = 1, seed = 3, use.gpu = FALSE))
   expect_identical(nrow(lme4::VarCorr(ind)), 3L)
 })
+
+test_that("new groups' coefficients are drawn from the population distribution when asked", {
+  skip_if_not_installed("lme4")
+  d <- formula_data()
+  fit <- short(hbglm(y ~ x + (1 + x | g), d, iter = 600, warmup = 200, chains = 2, seed = 4, use.gpu = FALSE))
+  new <- data.frame(g = c("new1", "new1", "g1", "new2"), x = c(0, 1, 0.5, 0))
+  expect_error(predict(fit, new), "new.groups", class = "bulkem_error_input")
+  set.seed(1)
+  p <- predict(fit, new, new.groups = "population", summary = FALSE)
+  # A group of the fit keeps its own draws.
+  expect_equal(p[, 3], predict(fit, new[3, ], summary = FALSE)[, 1])
+  # A new group at x = 0 is mu[(Intercept)] + N(0, tau^2) at each draw, its
+  # slope mu[x] + N(0, tau_x^2), correlated as the draw's cor says; two
+  # new groups are independent.
+  draw <- function(name) as.vector(fit$draws[, , name])
+  z0 <- (p[, 1] - draw("mu[(Intercept)]")) / draw("tau[(Intercept)]")
+  z1 <- (p[, 2] - p[, 1] - draw("mu[x]")) / draw("tau[x]")
+  S <- length(z0)
+  for (z in list(z0, z1)) {
+    expect_lt(abs(mean(z)), 4 / sqrt(S))
+    expect_lt(abs(var(z) - 1), 5 * sqrt(2 / S))
+  }
+  expect_lt(abs(mean(z0 * z1) - mean(draw("cor[(Intercept),x]"))), 5 / sqrt(S))
+  expect_lt(abs(cor(z0, (p[, 4] - draw("mu[(Intercept)]")) / draw("tau[(Intercept)]"))), 5 / sqrt(S))
+  # R's random numbers: set.seed() reproduces them; simulate() takes them too.
+  set.seed(1)
+  expect_identical(predict(fit, new, new.groups = "population", summary = FALSE), p)
+  y <- simulate(fit, nsim = 50, seed = 2, newdata = new, new.groups = "population")
+  expect_identical(dim(y), c(50L, 4L))
+})
