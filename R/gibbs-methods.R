@@ -418,8 +418,8 @@ hbglm_new_group_coefs <- function(object, take, m) {
       R[t(pairs)] <- cor[s, ]
       R[t(pairs[2:1, , drop = FALSE])] <- cor[s, ]
       L <- t(chol(R * outer(tau[s, ], tau[s, ])))
-      b <- mu[s, ] + L %*% z[s, , , drop = TRUE]
-      for (k in seq_len(K)) out[[k]][s, ] <- matrix(b, K)[k, ]
+      b <- mu[s, ] + L %*% matrix(z[s, , ], K)
+      for (k in seq_len(K)) out[[k]][s, ] <- b[k, ]
     }
   } else {
     for (k in seq_len(K)) out[[k]] <- mu[, k] + tau[, k] * matrix(z[, k, ], S)

@@ -41,6 +41,11 @@ pub struct IncGamma {
     pub log_upper: f64,
 }
 
+impl IncGamma {
+    /// The result where the series or continued fraction ran out of terms.
+    const RAN_OUT: IncGamma = IncGamma { lower: f64::NAN, upper: f64::NAN, lower_next: f64::NAN, upper_next: f64::NAN, log_lower: f64::NAN, log_upper: f64::NAN };
+}
+
 /// ln(y^a e^-y / Gamma(a + 1)) for a > 0, y >= 0: with t = y/a - 1 and
 /// Stirling's series, a (ln(1 + t) - t) - ln sqrt(2 pi a) - its remainder
 /// for large a (each term small where the factor matters).
@@ -86,7 +91,7 @@ pub fn inc_gamma(a: f64, y: f64, logs: bool) -> IncGamma {
             }
         }
         if !done {
-            return IncGamma { lower: f64::NAN, upper: f64::NAN, lower_next: f64::NAN, upper_next: f64::NAN, log_lower: f64::NAN, log_upper: f64::NAN };
+            return IncGamma::RAN_OUT;
         }
         let lower = factor * (1.0 + s1);
         let lower_next = factor * s1;
@@ -143,7 +148,7 @@ pub fn inc_gamma(a: f64, y: f64, logs: bool) -> IncGamma {
         }
     }
     if !done {
-        return IncGamma { lower: f64::NAN, upper: f64::NAN, lower_next: f64::NAN, upper_next: f64::NAN, log_lower: f64::NAN, log_upper: f64::NAN };
+        return IncGamma::RAN_OUT;
     }
     let upper = a * factor * f;
     let upper_next = upper + factor;
