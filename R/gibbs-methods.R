@@ -21,41 +21,13 @@ select_pars <- function(object, pars, call = parent.frame()) {
   all[keep]
 }
 
-# R-hat and bulk ESS of every parameter (the core's implementation of
-# Vehtari et al. 2021, as in the posterior package), and with `tail = TRUE`
-# the tail ESS.
-hbglm_diagnostics <- function(draws, tail = FALSE) {
+# R-hat, bulk and tail ESS of every parameter (the core's implementation of
+# Vehtari et al. 2021, as in the posterior package).
+hbglm_diagnostics <- function(draws) {
   d <- dim(draws)
   out <- gibbs_diagnostics_(as.double(draws), d[1], d[2], cpu_threads())
-  res <- data.frame(rhat = out$rhat, ess_bulk = out$ess_bulk, row.names = dimnames(draws)[[3]])
-  if (tail) res$ess_tail <- hbglm_ess_tail(draws)
-  res
-}
-
-# Tail ESS (Vehtari et al. 2021, posterior::ess_tail): the smaller of the
-# ESS of the indicators I(x <= q05) and I(x <= q95), q the pooled quantiles
-# (type 7, as posterior's), each the ESS of the split chains. The core's
-# bulk ESS rank-normalises first, but rank-normalising a 0/1 indicator (ties
-# averaged) maps it to two values, an affine map, and the ESS does not
-# change under affine maps: so the core's bulk ESS of the indicators is
-# posterior's .ess(split_chains(I)), to rounding.
-# Parameters are taken in blocks of about 2^22 draws, so that the indicator
-# copies stay small however large the fit.
-hbglm_ess_tail <- function(draws) {
-  d <- dim(draws)
-  per <- d[1] * d[2]
-  threads <- cpu_threads()
-  size <- max(1, floor(HBGLM_BLOCK_VALUES / per))
-  blocks <- split(seq_len(d[3]), ceiling(seq_len(d[3]) / size))
-  unlist(lapply(blocks, function(idx) {
-    flat <- matrix(draws[, , idx, drop = FALSE], ncol = length(idx))
-    q <- matrix(apply(flat, 2, stats::quantile, probs = c(0.05, 0.95), names = FALSE, type = 7), nrow = 2)
-    ess_below <- function(cut) {
-      ind <- as.double(flat <= rep(cut, each = per))
-      gibbs_diagnostics_(ind, d[1], d[2], threads)$ess_bulk
-    }
-    pmin(ess_below(q[1, ]), ess_below(q[2, ]))
-  }), use.names = FALSE)
+  data.frame(rhat = out$rhat, ess_bulk = out$ess_bulk, ess_tail = out$ess_tail,
+             row.names = dimnames(draws)[[3]])
 }
 
 #' Summaries of a hierarchical GLM's posterior
@@ -104,7 +76,7 @@ summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.97
   q <- t(apply(flat, 2, stats::quantile, probs = probs, names = FALSE))
   if (length(probs) == 1) q <- t(q)
   colnames(q) <- paste0(format(100 * probs, trim = TRUE, drop0trailing = TRUE), "%")
-  diag <- hbglm_diagnostics(draws, tail = TRUE)
+  diag <- hbglm_diagnostics(draws)
   out <- data.frame(mean = colMeans(flat), sd = apply(flat, 2, stats::sd), q,
                     rhat = diag$rhat, ess_bulk = diag$ess_bulk, ess_tail = diag$ess_tail,
                     row.names = pars, check.names = FALSE)
@@ -140,10 +112,15 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
   cat("  ", length(x$groups), " groups, ", x$nobs, " observations, ", d[2], " chains x ", d[1],
       " kept draws (", x$warmup, " warmup", if (x$thin > 1) paste0(", thin ", x$thin), ")\n", sep = "")
   cat("  backend: ", x$backend, ", ", format(signif(x$seconds, 3)), " s\n", sep = "")
+  if (!is.null(x$target)) {
+    cat("  target (bulk and tail ESS >= ", format(x$target$ess), ", R-hat <= ", format(x$target$rhat), "): ",
+        if (x$target$met) "met" else "not met", " after ", x$target$iter, " sweeps per chain (",
+        x$target$checks, if (x$target$checks == 1) " check" else " checks", "; max.iter ", x$target$max.iter, ")\n", sep = "")
+  }
   s <- summary(x, pars = intersect(c("mu", "tau", "cor", "gamma", "sigma"), sub("\\[.*$", "", dimnames(x$draws)[[3]])))
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
-  all <- hbglm_diagnostics(x$draws, tail = TRUE)
+  all <- hbglm_diagnostics(x$draws)
   # R-hat and ESS are NA for a parameter held fixed (or constant).
   extreme <- function(v, f) if (all(is.na(v))) NA else f(v, na.rm = TRUE)
   cat("\nAll ", nrow(all), " parameters: max R-hat ", sprintf("%.3f", extreme(all$rhat, max)),

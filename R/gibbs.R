@@ -102,6 +102,20 @@
 #'   (one finite value per row, such as `log(exposure)`), evaluated in
 #'   `data` as [glm()]'s `offset` is; added to any `offset()` terms of the
 #'   formulas.
+#' @param target `NULL` (run `iter` sweeps), or a list with `ess` (default
+#'   400) and `rhat` (default 1.01): sample until every parameter's bulk and
+#'   tail ESS is at least `ess` and its rank-normalised split R-hat at most
+#'   `rhat` (Vehtari et al. 2021, as [summary()] reports them). The first
+#'   check comes after `iter` sweeps, later ones each time the kept draws
+#'   have grown by a quarter, at most `max.iter` sweeps per chain. The draws
+#'   are those of a run without a target of as many sweeps (`$iter`), and
+#'   `$target` records whether it was met. When it is not, the fit is
+#'   returned with a warning (class `bulkem_warning_target`) naming the
+#'   parameters farthest from it. Not with `parallel = "future"`: the
+#'   checks need every chain.
+#' @param max.iter With `target`: the most sweeps per chain, warmup
+#'   included (default `10 * iter`); the memory for that many draws is
+#'   checked up front.
 #' @param ... Not used: an argument hbglm does not have (such as `weights`)
 #'   is an error rather than ignored.
 #' @section Checks and warnings:
@@ -134,7 +148,11 @@
 #'   \item{family, formula, global, call}{the model.}
 #'   \item{groups, coef_names, global_names, group_sizes, nobs}{the data's
 #'     shape.}
-#'   \item{iter, warmup, chains, thin, prior, slice, seed}{the settings.}
+#'   \item{iter, warmup, chains, thin, prior, slice, seed}{the settings
+#'     (`iter`: the sweeps per chain run).}
+#'   \item{target}{with `target`: `ess`, `rhat`, `max.iter`, whether the
+#'     target was `met`, the number of `checks` and the sweeps per chain run
+#'     (`iter`).}
 #'   \item{backend, seconds}{where it ran and how long the sampling took.}
 #'   \item{parallel}{data frame: `block`, `regime`, `detail`.}
 #'   \item{evaluations}{list: log-density evaluations per slice update of
@@ -172,6 +190,10 @@
 #'              use.gpu = FALSE)
 #' fit
 #' summary(fit, pars = c("mu", "tau"))
+#' # Sample until every parameter has bulk and tail ESS >= 400 and R-hat <= 1.01:
+#' fit3 <- hbglm(y ~ x, d, group = "g", iter = 600, warmup = 300, chains = 2,
+#'               target = list(ess = 400, rhat = 1.01), use.gpu = FALSE)
+#' fit3$target
 #' # The same model written as lme4 does (needs lme4):
 #' if (requireNamespace("lme4", quietly = TRUE)) {
 #'   fit2 <- hbglm(y ~ x + (1 + x || g), d, iter = 2000, warmup = 1000,
@@ -182,7 +204,8 @@
 hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson"),
                   global = NULL, iter = 2000, warmup = 1000, chains = 4, thin = 1,
                   prior = hbglm_prior(), slice = list(w = 1, m = Inf), use.gpu = NA,
-                  seed = NULL, parallel = c("none", "future"), offset = NULL, resume = NULL, ...) {
+                  seed = NULL, parallel = c("none", "future"), offset = NULL, target = NULL,
+                  max.iter = NULL, resume = NULL, ...) {
   call <- environment()
   hbglm_check_dots(match.call(expand.dots = FALSE)$..., call)
   family <- hbglm_family(family, call)
@@ -209,6 +232,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
       x = "You supplied {describe_value(prior)}."
     ), call = call)
   }
+  target <- check_target(target, max.iter, iter, warmup, thin, parallel, call)
   slice <- check_slice(slice, call)
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   seed <- check_seed(resume_seed(seed, resume), call = call)
@@ -258,8 +282,9 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     y = model$y, x = as.double(t(model$x)), z = as.double(t(model$z)),
     offset = if (is.null(model$offset)) double() else model$offset,
     trials = if (is.null(model$trials)) double() else model$trials, sizes = model$sizes,
-    k = ncol(model$x), p = ncol(model$z), family = family, prior = core_prior, iter = iter,
-    warmup = warmup, thin = thin, slice = slice, seed = seed
+    k = ncol(model$x), p = ncol(model$z), family = family, prior = core_prior,
+    iter = if (is.null(target)) iter else target$max.iter, warmup = warmup, thin = thin, slice = slice, seed = seed,
+    target = if (is.null(target)) double() else c(target$ess, target$rhat, iter)
   )
   # The data are among the settings: they are the fingerprint.
   r <- resumable("hbglm", "chains", c(settings, list(chains = chains)), NULL)
@@ -292,7 +317,8 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     correlated = correlated,
     call = match.call(), groups = model$groups, coef_names = colnames(model$x),
     global_names = colnames(model$z), group_sizes = stats::setNames(model$sizes, model$groups),
-    nobs = length(model$y), iter = iter, warmup = warmup, chains = chains, thin = thin,
+    nobs = length(model$y), iter = if (is.null(raw$target)) iter else raw$target$sweeps,
+    warmup = warmup, chains = chains, thin = thin,
     prior = prior, slice = slice, seed = seed, backend = raw$backend, seconds = raw$seconds,
     parallel = data.frame(block = raw$plan$block, regime = raw$plan$regime,
                           detail = raw$plan$detail, stringsAsFactors = FALSE),
@@ -312,6 +338,10 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
                                   offset_arg = list(expr = offset_expr, env = parent.frame(),
                                                     vars = intersect(all.vars(offset_expr), names(data)))))
   fit$warnings <- hbglm_problems(fit, raw$separation, colnames(model$x), colnames(model$z))
+  if (!is.null(raw$target)) {
+    fit$target <- c(target, raw$target[c("met", "checks")], list(iter = raw$target$sweeps))
+    if (!raw$target$met) fit$warnings <- c(fit$warnings, list(target = target_problem(target, raw$target, pars)))
+  }
   fit <- structure(fit, class = "bulkem_hbglm")
   for (w in fit$warnings) {
     cli::cli_warn(c("{w$head}", x = "{w$detail}", i = "{w$hint}"),
@@ -948,12 +978,72 @@ hbglm_par_names <- function(groups, coefs, globals, family, correlated = FALSE) 
     if (!is.null(pairs)) paste0("cor[", coefs[pairs[1, ]], ",", coefs[pairs[2, ]], "]"))
 }
 
+# `target` as the core takes it: NULL, or list(ess, rhat, max.iter).
+check_target <- function(target, max.iter, iter, warmup, thin, parallel, call) {
+  if (is.null(target)) {
+    if (!is.null(max.iter)) {
+      bulkem_abort(c("{.arg max.iter} applies only with {.arg target}.",
+                     i = "Give {.code target = list(ess = 400, rhat = 1.01)} to sample until the draws meet it, or set {.arg iter}."),
+                   call = call)
+    }
+    return(NULL)
+  }
+  if (!is.list(target) || length(target) == 0 || is.null(names(target))) {
+    bulkem_abort(c("{.arg target} must be a list with {.field ess} and/or {.field rhat}.",
+                   x = "You supplied {describe_value(target)}."), call = call)
+  }
+  unknown <- setdiff(names(target), c("ess", "rhat"))
+  if (length(unknown) > 0) {
+    bulkem_abort(c("{.arg target} must be a list with {.field ess} and/or {.field rhat}.",
+                   x = "Unknown field{?s}: {.field {unknown}}."), call = call)
+  }
+  out <- utils::modifyList(list(ess = 400, rhat = 1.01), target)
+  if (!(is.numeric(out$ess) && length(out$ess) == 1 && is.finite(out$ess) && out$ess > 0)) {
+    bulkem_abort(c("{.arg target}'s {.field ess} must be a positive number.",
+                   x = "You supplied {describe_value(out$ess)}."), call = call)
+  }
+  if (!(is.numeric(out$rhat) && length(out$rhat) == 1 && is.finite(out$rhat) && out$rhat > 1)) {
+    bulkem_abort(c("{.arg target}'s {.field rhat} must be a number above 1.",
+                   x = "You supplied {describe_value(out$rhat)}."), call = call)
+  }
+  if (parallel == "future") {
+    bulkem_abort(c("{.arg target} needs {.code parallel = \"none\"}.",
+                   x = "Its checks look at every chain between blocks of sweeps; future workers run their chains apart."),
+                 call = call)
+  }
+  if ((iter - warmup) %/% thin < 4) {
+    bulkem_abort(c("With {.arg target}, {.arg iter} must leave at least 4 kept draws per chain before the first check.",
+                   x = "{.code iter = {iter}}, {.code warmup = {warmup}}, {.code thin = {thin}} keep {(iter - warmup) %/% thin}."),
+                 call = call)
+  }
+  max.iter <- if (is.null(max.iter)) 10 * iter else check_count(max.iter, "max.iter", call = call)
+  if (max.iter < iter) {
+    bulkem_abort(c("{.arg max.iter} must be at least {.arg iter} ({iter}).",
+                   x = "You supplied {.code max.iter = {max.iter}}."), call = call)
+  }
+  c(out, list(max.iter = max.iter))
+}
+
+# The warning of a run that stopped at max.iter short of its target.
+target_problem <- function(target, outcome, pars) {
+  worst <- pars[outcome$worst]
+  list(
+    kind = "target",
+    head = sprintf("The draws did not reach the target (bulk and tail ESS >= %s, R-hat <= %s) in max.iter = %s sweeps per chain.",
+                   format(target$ess), format(target$rhat), format(target$max.iter)),
+    detail = paste0("Farthest from it: ", paste0(worst, " (R-hat ", sprintf("%.3f", outcome$rhat), ", bulk ESS ",
+                                                 round(outcome$ess_bulk), ", tail ESS ", round(outcome$ess_tail), ")",
+                                                 collapse = ", "), "."),
+    hint = "Raise max.iter, or look at these parameters' traces with plot(fit, pars = ...)."
+  )
+}
+
 # One chunk of chains of hbglm(), here or on a future worker.
 hbglm_chunk <- function(part, idx, s) {
   ex <- chunk_exec(s)
   hbglm_fit_(s$y, s$x, s$z, s$offset, s$trials, s$sizes, s$k, s$p, s$family, s$prior, s$iter, s$warmup,
              length(idx), s$thin, s$slice$w, s$slice$m, s$slice$adapt, s$seed,
-             idx[1] - 1L, ex$threads, ex$backend)
+             idx[1] - 1L, s$target, ex$threads, ex$backend)
 }
 
 # The core's results of chunks of chains, as one result over all chains.

@@ -113,7 +113,7 @@ test_that("R-hat, bulk and tail ESS agree with the posterior package", {
   expect_gt(max(abs(s$ess_tail / s$ess_bulk - 1)), 0.05)
   expect_equal(s["sigma", "ess_tail"], posterior::ess_tail(fit$draws[, , "sigma"]), tolerance = 1e-7)
   # Skewed draws (exp of a parameter's), through the same code path.
-  expect_equal(bulkem:::hbglm_ess_tail(exp(fit$draws[, , "mu[price]", drop = FALSE])),
+  expect_equal(bulkem:::hbglm_diagnostics(exp(fit$draws[, , "mu[price]", drop = FALSE]))$ess_tail,
                posterior::ess_tail(exp(fit$draws[, , "mu[price]"])), tolerance = 1e-7)
   # A scale held fixed has constant draws: NA, as in posterior.
   held <- unmixed_ok(hbglm(y ~ price, d, group = "store", iter = 200, warmup = 100, chains = 2, seed = 2,

@@ -6,10 +6,10 @@
 
 use bulkem_core::error::ErrorKind;
 use bulkem_core::exec::{Exec, Monitor};
-use bulkem_core::gibbs::diagnostics::{ess, ess_bulk, qnorm, rhat, rhat_ess_all, rhat_ess_all_watched};
+use bulkem_core::gibbs::diagnostics::{diagnose, diagnose_array, ess, ess_bulk, ess_tail, qnorm, rhat};
 use bulkem_core::gibbs::separation::separated_columns;
 use bulkem_core::gibbs::{
-    sample, slice_step, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, State, Sweeper, SCALE_FLOOR_REL,
+    sample, slice_step, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, State, Sweeper, Target, SCALE_FLOOR_REL,
 };
 
 /// Z-score bound of every Monte Carlo comparison.
@@ -454,6 +454,55 @@ fn correlated_coefficients_stay_off_the_gpu() {
 }
 
 #[test]
+fn a_target_run_stops_when_met_with_the_draws_of_a_run_that_long() {
+    let sizes: Vec<usize> = (0..12).map(|g| 20 + g % 5).collect();
+    let (x, z) = design(&sizes, 2, 1, 5);
+    let n = x.len() / 2;
+    let y: Vec<f64> = (0..n).map(|i| ((i * 7) % 3 == 0) as u8 as f64).collect();
+    let data = HbData::new(y, x, z, &sizes, 2, 1).unwrap();
+    let base = HbglmConfig { iter: 3000, warmup: 100, chains: 3, thin: 2, seed: 4, ..HbglmConfig::new(Family::Binomial) };
+    let target = Target { ess: 150.0, rhat: 1.05, first: 200 };
+    let fit = sample(&data, &HbglmConfig { target: Some(target), ..base.clone() }, &Exec::cpu().threads(2)).unwrap();
+    let outcome = fit.target.clone().unwrap();
+    assert!(outcome.met && outcome.worst.is_empty(), "{outcome:?}");
+    assert!(outcome.sweeps < base.iter && outcome.checks > 1, "{outcome:?}");
+    assert_eq!(fit.kept, (outcome.sweeps - 100) / 2);
+    assert_eq!(fit.sweeps, outcome.sweeps * 3);
+    // Every parameter meets it, by the diagnostics of the draws returned.
+    let d = diagnose_array(&fit.draws, fit.kept, 3, &Monitor::new()).unwrap();
+    for p in 0..fit.layout.n_params() {
+        assert!(d.rhat[p] <= 1.05 && d.ess_bulk[p] >= 150.0 && d.ess_tail[p] >= 150.0, "parameter {p}: {} {} {}", d.rhat[p], d.ess_bulk[p], d.ess_tail[p]);
+    }
+    // The draws are those of a run of that many sweeps without a target;
+    // one check earlier the target was not met.
+    let fixed = sample(&data, &HbglmConfig { iter: outcome.sweeps, ..base.clone() }, &Exec::cpu()).unwrap();
+    assert_eq!(fit.draws, fixed.draws);
+    assert_eq!((fit.stats, &fit.stuck), (fixed.stats, &fixed.stuck));
+    let mut earlier = target.next_check(0, base.iter, 100, 2);
+    while target.next_check(earlier, base.iter, 100, 2) < outcome.sweeps {
+        earlier = target.next_check(earlier, base.iter, 100, 2);
+    }
+    let before = sample(&data, &HbglmConfig { iter: earlier, ..base.clone() }, &Exec::cpu()).unwrap();
+    let d = diagnose_array(&before.draws, before.kept, 3, &Monitor::new()).unwrap();
+    assert!(!target.assess(&d, earlier, 1).met);
+    // A target out of reach runs to iter and says which parameters fall short.
+    let far = sample(&data, &HbglmConfig { iter: 400, target: Some(Target { ess: 1e6, ..target }), ..base.clone() }, &Exec::cpu()).unwrap();
+    let o = far.target.unwrap();
+    assert!(!o.met && o.sweeps == 400 && far.kept == 150 && o.worst.len() == 5, "{o:?}");
+    assert!(o.worst.iter().all(|s| s.ess_bulk.min(s.ess_tail) < 1e6));
+    // Settings it cannot honour are refused.
+    for (t, arg) in [
+        (Target { ess: 0.0, ..target }, "target$ess"),
+        (Target { rhat: 1.0, ..target }, "target$rhat"),
+        (Target { first: 105, ..target }, "iter"),
+        (Target { first: 4000, ..target }, "iter"),
+    ] {
+        let err = sample(&data, &HbglmConfig { target: Some(t), ..base.clone() }, &Exec::cpu()).unwrap_err();
+        assert!(err.to_string().contains(arg), "{err}");
+    }
+}
+
+#[test]
 fn draws_do_not_depend_on_thread_count() {
     let mut sizes: Vec<usize> = (0..150).map(|g| 1 + g % 9).collect();
     sizes[7] = bulkem_core::gibbs::sweep::SPLIT_GROUP_ROWS + 5;
@@ -750,9 +799,11 @@ fn separation_is_found_in_the_pooled_data_and_only_there() {
 fn diagnostics_stop_when_cancelled_and_agree_otherwise() {
     let draws: Vec<f64> = (0..4 * 100 * 30).map(|i| stream(1, 0, i, Block::Mu, 1).normal()).collect();
     let never = Monitor::new();
-    let (r, e) = rhat_ess_all_watched(&draws, 100, 4, &never).unwrap();
-    assert_eq!((r, e), rhat_ess_all(&draws, 100, 4));
+    let d = diagnose_array(&draws, 100, 4, &never).unwrap();
+    assert_eq!(d, diagnose(0..30, 4, |p, c| &draws[400 * p + 100 * c..400 * p + 100 * (c + 1)]));
+    let refs: Vec<&[f64]> = draws[400 * 7..400 * 8].chunks(100).collect();
+    assert_eq!((d.rhat[7], d.ess_bulk[7], d.ess_tail[7]), (rhat(&refs), ess_bulk(&refs), ess_tail(&refs)));
     let cancelled = Monitor::new();
     cancelled.cancel();
-    assert_eq!(rhat_ess_all_watched(&draws, 100, 4, &cancelled).unwrap_err().kind(), ErrorKind::Interrupt);
+    assert_eq!(diagnose_array(&draws, 100, 4, &cancelled).unwrap_err().kind(), ErrorKind::Interrupt);
 }

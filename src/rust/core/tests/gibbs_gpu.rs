@@ -2,11 +2,11 @@
 //! posterior means agree within Monte Carlo error (the devices draw
 //! different random numbers). Skipped without a usable device.
 
-use bulkem_core::exec::{Backend, Exec};
-use bulkem_core::gibbs::diagnostics::ess_bulk;
+use bulkem_core::exec::{Backend, Exec, Monitor};
+use bulkem_core::gibbs::diagnostics::{diagnose_array, ess_bulk};
 use bulkem_core::gibbs::gpu::{sample_gpu, TILE8_MAX_ROWS};
 use bulkem_core::gibbs::sweep::SPLIT_GROUP_ROWS;
-use bulkem_core::gibbs::{sample, stream, Block, Family, HbData, HbglmConfig, HbglmFit, Prior, ScalePrior};
+use bulkem_core::gibbs::{sample, stream, Block, Family, HbData, HbglmConfig, HbglmFit, Prior, ScalePrior, Target};
 use bulkem_core::gpu;
 
 fn device() -> bool {
@@ -211,4 +211,23 @@ fn gpu_noise_free_response_gives_finite_draws_at_the_floors() {
         assert!((fit.mean(fit.layout.mu(1)) - 2.0).abs() < 1e-6);
         assert_eq!(fit.stuck.iter().sum::<u64>(), fit.stats.stuck);
     }
+}
+
+#[test]
+fn gpu_target_run_has_the_draws_of_a_run_that_long() {
+    if !device() {
+        return;
+    }
+    let data = data(Family::Binomial);
+    let base = HbglmConfig { iter: 4000, warmup: 100, chains: 2, seed: 8, ..HbglmConfig::new(Family::Binomial) };
+    let target = Target { ess: 100.0, rhat: 1.05, first: 200 };
+    let exec = Exec { backend: Backend::Cuda, ..Exec::cpu() };
+    let fit = sample(&data, &HbglmConfig { target: Some(target), ..base.clone() }, &exec).unwrap();
+    let outcome = fit.target.clone().unwrap();
+    assert!(outcome.met && outcome.sweeps < base.iter, "{outcome:?}");
+    assert_eq!(fit.kept, outcome.sweeps - 100);
+    let fixed = sample(&data, &HbglmConfig { iter: outcome.sweeps, ..base }, &exec).unwrap();
+    assert_eq!(fit.draws, fixed.draws);
+    let d = diagnose_array(&fit.draws, fit.kept, 2, &Monitor::new()).unwrap();
+    assert!(target.assess(&d, outcome.sweeps, 1).met);
 }

@@ -2,9 +2,9 @@
 //! parallelisation record -> R. Also the diagnostics of a draws array.
 
 use bulkem_core::exec::{choose_backend, Backend, BackendRequest};
-use bulkem_core::gibbs::diagnostics::rhat_ess_all_watched;
+use bulkem_core::gibbs::diagnostics::diagnose_array;
 use bulkem_core::gibbs::covariance::InverseWishart;
-use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior, ScalePrior};
+use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior, ScalePrior, Target};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -22,7 +22,9 @@ fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
 /// Sample a hierarchical GLM. `x` (n x k) and `z` (n x p) are row-major,
 /// rows sorted by group; `sizes` are the groups' row counts. `offset`
 /// (one per row) and `trials` (binomial trials per row) are empty when
-/// absent. `m` is Inf for unlimited stepping out.
+/// absent. `m` is Inf for unlimited stepping out. `target` is empty, or
+/// (ess, rhat, sweeps before the first check): sample to that target, at
+/// most `iter` sweeps.
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
@@ -46,6 +48,7 @@ fn hbglm_fit_(
     adapt: bool,
     seed: f64,
     first_chain: i32,
+    target: &[f64],
     threads: i32,
     backend: &str,
 ) -> Result<List> {
@@ -85,6 +88,11 @@ fn hbglm_fit_(
         adapt,
         seed: seed as u64,
         first_chain: first_chain.max(0) as usize,
+        target: match target {
+            [] => None,
+            &[ess, rhat, first] => Some(Target { ess, rhat, first: first.max(0.0) as usize }),
+            _ => return Err(Error::Other("internal: target must be (ess, rhat, first check)".into())),
+        },
     };
     let request = BackendRequest::parse(backend).ok_or_else(|| input_error(format!("unknown backend '{backend}'")))?;
     let backend = choose_backend(request, &bulkem_core::gibbs::job(&data, &config)).map_err(r_error)?;
@@ -92,7 +100,20 @@ fn hbglm_fit_(
     let fit = run_in_session(backend, threads.max(0) as usize, |exec| sample(&data, &config, exec)).map_err(r_error)?;
     let seconds = t0.elapsed().as_secs_f64();
     let plan = &fit.plan;
+    let target: Robj = fit.target.as_ref().map_or_else(|| ().into(), |o| {
+        list!(
+            met = o.met,
+            sweeps = o.sweeps as f64,
+            checks = o.checks as i32,
+            worst = o.worst.iter().map(|w| w.param as i32 + 1).collect::<Vec<_>>(),
+            rhat = o.worst.iter().map(|w| w.rhat).collect::<Vec<_>>(),
+            ess_bulk = o.worst.iter().map(|w| w.ess_bulk).collect::<Vec<_>>(),
+            ess_tail = o.worst.iter().map(|w| w.ess_tail).collect::<Vec<_>>()
+        )
+        .into()
+    });
     Ok(list!(
+        target = target,
         draws = fit.draws,
         kept = fit.kept as i32,
         chains = fit.chains as i32,
@@ -116,7 +137,7 @@ fn hbglm_fit_(
     ))
 }
 
-/// Rank-normalised split R-hat and bulk ESS of every parameter of a
+/// Rank-normalised split R-hat, bulk and tail ESS of every parameter of a
 /// kept x chains x parameters array (R order).
 /// @noRd
 #[extendr]
@@ -126,9 +147,9 @@ fn gibbs_diagnostics_(draws: &[f64], kept: i32, chains: i32, threads: i32) -> Re
     if per == 0 || draws.len() % per != 0 {
         return Err(Error::Other("internal: draws do not match kept x chains".into()));
     }
-    let (r, e) = run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| exec.install(|| rhat_ess_all_watched(draws, kept, chains, &exec.monitor)).and_then(|x| x))
+    let d = run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| exec.install(|| diagnose_array(draws, kept, chains, &exec.monitor)).and_then(|x| x))
         .map_err(r_error)?;
-    Ok(list!(rhat = r, ess_bulk = e))
+    Ok(list!(rhat = d.rhat, ess_bulk = d.ess_bulk, ess_tail = d.ess_tail))
 }
 
 extendr_module! {

@@ -4,7 +4,9 @@
 use rayon::prelude::*;
 
 use super::covariance;
+use super::diagnostics::diagnose_watched;
 use super::sweep::{State, SweepStats, Sweeper};
+use super::target;
 use super::{HbData, HbglmConfig, HbglmFit, Layout};
 use crate::error::Result;
 use crate::exec::Exec;
@@ -22,71 +24,92 @@ fn write_draw(out: &mut [&mut [f64]], i: usize, s: &State, layout: &Layout) {
     }
 }
 
-/// Run one chain, writing its kept draws into `out` (its slices of the
-/// draws array); returns its evaluation counts and stuck updates per
-/// coordinate.
-fn run_chain(data: &HbData, config: &HbglmConfig, chain: usize, exec: &Exec, out: &mut [&mut [f64]]) -> Result<(SweepStats, Vec<u64>)> {
-    let sweeper = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain, balance: true };
-    let layout = Layout::of(data, config);
-    let mut state = sweeper.init(config.w);
+/// Run sweeps `from..to` of one chain from `state`, writing its kept draws
+/// into `out` (its slices of the draws array).
+fn run_sweeps(sweeper: &Sweeper, config: &HbglmConfig, layout: &Layout, state: &mut State, sweeps: std::ops::Range<usize>, exec: &Exec, out: &mut [&mut [f64]]) -> Result<SweepStats> {
     let mut stats = SweepStats::default();
-    for t in 0..config.iter {
+    for t in sweeps {
         exec.monitor.check()?;
         let warm = t < config.warmup;
-        stats.add(&sweeper.sweep_watched(&mut state, t, warm && config.adapt, &exec.monitor)?);
+        stats.add(&sweeper.sweep_watched(state, t, warm && config.adapt, &exec.monitor)?);
         if !warm && (t - config.warmup + 1) % config.thin == 0 {
-            write_draw(out, (t - config.warmup + 1) / config.thin - 1, &state, &layout);
+            write_draw(out, (t - config.warmup + 1) / config.thin - 1, state, layout);
         }
         // Shed the rounding of many incremental updates of eta.
         if (t + 1) % 100 == 0 {
-            sweeper.recompute_eta(&mut state);
+            sweeper.recompute_eta(state);
         }
         exec.monitor.add_done(1);
     }
-    Ok((stats, state.stuck))
+    Ok(stats)
 }
 
-/// All chains on the CPU, in parallel (and each sweep parallel inside).
-/// The draws array is allocated once, fallibly; each chain writes its own
-/// (strided) part of it.
+/// All chains on the CPU, in parallel (and each sweep parallel inside),
+/// block by block when sampling to a target (the chains' states carry over).
+/// The draws array is allocated once, fallibly, for the most draws; each
+/// chain writes its own (strided) part of it.
 pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmFit> {
     let layout = Layout::of(data, config);
-    let kept = config.kept();
+    let cap = config.kept();
     let (chains, np) = (config.chains, layout.n_params());
-    let mut draws = memory::try_vec(kept.saturating_mul(chains).saturating_mul(np), 0.0, "the draws of hbglm()")?;
-    // R array order: iteration fastest, then chain, then parameter, so
-    // slice number c + chains * p holds chain c's draws of parameter p.
-    let mut per_chain: Vec<Vec<&mut [f64]>> = (0..chains).map(|_| Vec::with_capacity(np)).collect();
-    for (i, slice) in draws.chunks_mut(kept.max(1)).enumerate() {
-        per_chain[i % chains].push(slice);
+    let draws = memory::try_vec(cap.saturating_mul(chains).saturating_mul(np), 0.0, "the draws of hbglm()")?;
+    let sweepers: Vec<Sweeper> = (0..chains)
+        .map(|c| Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance: true })
+        .collect();
+    let states: Vec<State> = exec.install(|| sweepers.par_iter().map(|sw| sw.init(config.w)).collect())?;
+    let mut run = (draws, states, vec![SweepStats::default(); chains]);
+    let sweep = |(draws, states, stats): &mut (Vec<f64>, Vec<State>, Vec<SweepStats>), from: usize, to: usize| -> Result<()> {
+        // R array order: iteration fastest, then chain, then parameter, so
+        // slice number c + chains * p holds chain c's draws of parameter p.
+        let mut per_chain: Vec<Vec<&mut [f64]>> = (0..chains).map(|_| Vec::with_capacity(np)).collect();
+        for (i, slice) in draws.chunks_mut(cap.max(1)).enumerate() {
+            per_chain[i % chains].push(slice);
+        }
+        let results = exec.install(|| {
+            per_chain
+                .par_iter_mut()
+                .zip(states.par_iter_mut())
+                .zip(&sweepers)
+                .map(|((out, state), sw)| run_sweeps(sw, config, &layout, state, from..to, exec, out))
+                .collect::<Vec<_>>()
+        })?;
+        for (total, res) in stats.iter_mut().zip(results) {
+            total.add(&res?);
+        }
+        Ok(())
+    };
+    let (sweeps, outcome) = target::run_blocks(
+        config.target,
+        config.iter,
+        config.warmup,
+        config.thin,
+        &mut run,
+        sweep,
+        |(draws, _, _), kept| {
+            let start = |p: usize, c: usize| cap * (c + chains * p);
+            exec.install(|| diagnose_watched(np, chains, kept * chains, |p, c| &draws[start(p, c)..start(p, c) + kept], &exec.monitor))?
+        },
+    )?;
+    let (mut draws, states, stats) = run;
+    let kept = (sweeps - config.warmup) / config.thin;
+    target::compact(&mut draws, cap, kept);
+    let mut total = SweepStats::default();
+    for s in &stats {
+        total.add(s);
     }
-    let results = exec.install(|| {
-        per_chain
-            .par_iter_mut()
-            .enumerate()
-            .map(|(c, out)| run_chain(data, config, config.first_chain + c, exec, out))
-            .collect::<Vec<_>>()
-    })?;
-    drop(per_chain);
-    let mut stats = SweepStats::default();
-    let mut stuck_by_coord = Vec::new();
-    for res in results {
-        let (s, by_coord) = res?;
-        stats.add(&s);
-        stuck_by_coord.extend(by_coord.into_iter().enumerate());
-    }
-    let stuck = layout.per_param(stuck_by_coord);
+    let stuck = layout.per_param(states.iter().flat_map(|s| s.stuck.iter().copied().enumerate()));
     Ok(HbglmFit {
         draws,
         kept,
         chains,
         layout,
-        stats,
+        stats: total,
         stuck,
-        sweeps: config.iter * chains,
+        sweeps: sweeps * chains,
         plan: super::cpu_plan(data, config.family),
         backend: exec.backend,
         bounds: data.scale_bounds(config.family),
         separation: Vec::new(),
+        target: outcome,
     })
 }

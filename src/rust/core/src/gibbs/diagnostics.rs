@@ -194,39 +194,95 @@ pub fn ess(chains: &[Vec<f64>]) -> f64 {
     total / tau_hat
 }
 
-/// R-hat and bulk ESS of every parameter of a kept x chains x parameters
-/// array (iteration fastest), parameters in parallel.
-pub fn rhat_ess_all(draws: &[f64], kept: usize, chains: usize) -> (Vec<f64>, Vec<f64>) {
-    use rayon::prelude::*;
-    let per = kept * chains;
-    if per == 0 {
-        return (Vec::new(), Vec::new());
+/// Tail effective sample size (posterior's `ess_tail`): the smaller ESS of
+/// the indicators I(x <= q05) and I(x <= q95), q the pooled quantiles
+/// (type 7), each the ESS of the split chains. NaN when undefined.
+pub fn ess_tail(chains: &[&[f64]]) -> f64 {
+    if degenerate(chains) || chains[0].len() < 4 {
+        return f64::NAN;
     }
-    draws
-        .par_chunks(per)
-        .map(|d| {
-            let refs: Vec<&[f64]> = d.chunks(kept).collect();
-            (rhat(&refs), ess_bulk(&refs))
-        })
-        .unzip()
+    let mut all: Vec<f64> = chains.iter().flat_map(|c| c.iter().copied()).collect();
+    all.sort_by(f64::total_cmp);
+    let quantile = |p: f64| {
+        let h = (all.len() - 1) as f64 * p;
+        let lo = h.floor() as usize;
+        let hi = (lo + 1).min(all.len() - 1);
+        all[lo] + (h - lo as f64) * (all[hi] - all[lo])
+    };
+    let below = |cut: f64| -> f64 {
+        let ind: Vec<Vec<f64>> = chains.iter().map(|c| c.iter().map(|&v| (v <= cut) as u8 as f64).collect()).collect();
+        let refs: Vec<&[f64]> = ind.iter().map(|c| &c[..]).collect();
+        if degenerate(&refs) {
+            return f64::NAN;
+        }
+        ess(&split(&refs))
+    };
+    below(quantile(0.05)).min(below(quantile(0.95)))
 }
 
-/// As [`rhat_ess_all`], in blocks of parameters with a look at `monitor`
+/// Convergence diagnostics of every parameter, in parameter order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Diagnostics {
+    pub rhat: Vec<f64>,
+    pub ess_bulk: Vec<f64>,
+    pub ess_tail: Vec<f64>,
+}
+
+impl Diagnostics {
+    fn extend(&mut self, o: Diagnostics) {
+        self.rhat.extend(o.rhat);
+        self.ess_bulk.extend(o.ess_bulk);
+        self.ess_tail.extend(o.ess_tail);
+    }
+}
+
+/// R-hat, bulk and tail ESS of parameters `params`, parameter `p`'s chain
+/// `c` being `draws_of(p, c)`; parameters in parallel.
+pub fn diagnose<'a>(params: std::ops::Range<usize>, chains: usize, draws_of: impl Fn(usize, usize) -> &'a [f64] + Sync) -> Diagnostics {
+    use rayon::prelude::*;
+    let per: Vec<(f64, f64, f64)> = params
+        .into_par_iter()
+        .map(|p| {
+            let refs: Vec<&[f64]> = (0..chains).map(|c| draws_of(p, c)).collect();
+            (rhat(&refs), ess_bulk(&refs), ess_tail(&refs))
+        })
+        .collect();
+    let mut out = Diagnostics::default();
+    for (r, b, t) in per {
+        out.rhat.push(r);
+        out.ess_bulk.push(b);
+        out.ess_tail.push(t);
+    }
+    out
+}
+
+/// As [`diagnose`], in blocks of parameters with a look at `monitor`
 /// between blocks, so that the diagnostics of millions of parameters stop
 /// soon after a Ctrl-C.
-pub fn rhat_ess_all_watched(draws: &[f64], kept: usize, chains: usize, monitor: &crate::exec::Monitor) -> crate::error::Result<(Vec<f64>, Vec<f64>)> {
+pub fn diagnose_watched<'a>(
+    n_params: usize,
+    chains: usize,
+    draws_per_param: usize,
+    draws_of: impl Fn(usize, usize) -> &'a [f64] + Sync,
+    monitor: &crate::exec::Monitor,
+) -> crate::error::Result<Diagnostics> {
+    // About a million draws per block.
+    let block = (1_000_000 / draws_per_param.max(1)).max(1);
+    let mut out = Diagnostics::default();
+    for start in (0..n_params).step_by(block) {
+        monitor.check()?;
+        out.extend(diagnose(start..(start + block).min(n_params), chains, &draws_of));
+    }
+    Ok(out)
+}
+
+/// The diagnostics of every parameter of a kept x chains x parameters
+/// array (iteration fastest), watched as [`diagnose_watched`].
+pub fn diagnose_array(draws: &[f64], kept: usize, chains: usize, monitor: &crate::exec::Monitor) -> crate::error::Result<Diagnostics> {
     let per = kept * chains;
     if per == 0 {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(Diagnostics::default());
     }
-    // About a million draws per block.
-    let block = per * (1_000_000 / per).max(1);
-    let (mut r, mut e) = (Vec::with_capacity(draws.len() / per), Vec::with_capacity(draws.len() / per));
-    for part in draws.chunks(block) {
-        monitor.check()?;
-        let (rb, eb) = rhat_ess_all(part, kept, chains);
-        r.extend(rb);
-        e.extend(eb);
-    }
-    Ok((r, e))
+    let start = |p: usize, c: usize| per * p + kept * c;
+    diagnose_watched(draws.len() / per, chains, per, |p, c| &draws[start(p, c)..start(p, c) + kept], monitor)
 }

@@ -242,7 +242,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     let d_medium = s.clone_htod(&medium[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
     let d_large = s.clone_htod(&large[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
 
-    let mut args = HbArgs {
+    let args = HbArgs {
         y: ptr(&d_y, dev),
         x: ptr(&d_x, dev),
         offsets: ptr(&d_off, dev),
@@ -269,7 +269,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     };
     let (tau_kind, tau_scale) = scale_code(config.prior.tau);
     let (sigma_kind, sigma_scale) = scale_code(config.prior.sigma);
-    let mut global = HbGlobal {
+    let global = HbGlobal {
         z: ptr(&d_z, dev),
         p: p as i32,
         gamma: ptr(&d_gamma, dev),
@@ -298,64 +298,88 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     };
     // Start with one sweep per batch, then queue as many as fit in
     // CHECK_SECONDS of device time.
-    let mut batch = 1usize;
-    let (mut queued, mut since) = (0usize, std::time::Instant::now());
-    for t in 0..config.iter {
-        let adapting = config.adapt && t < config.warmup;
-        args.sweep = t as i32;
-        args.adapting = adapting as i32;
-        args.adapt_now = (adapting && (t + 1) % SLICE_ADAPT_WINDOW == 0) as i32;
-        global.draw_index = if t >= config.warmup && (t - config.warmup + 1) % config.thin == 0 { ((t - config.warmup + 1) / config.thin - 1) as i32 } else { -1 };
-        for (list, d_list, tile) in [(&small, &d_small, 8i32), (&medium, &d_medium, 32i32)] {
-            if list.is_empty() {
-                continue;
+    let mut run = (args, global, 1usize);
+    let sweep = |(args, global, batch): &mut (HbArgs, HbGlobal, usize), from: usize, to: usize| -> Result<()> {
+        let (mut queued, mut since) = (0usize, std::time::Instant::now());
+        for t in from..to {
+            let adapting = config.adapt && t < config.warmup;
+            args.sweep = t as i32;
+            args.adapting = adapting as i32;
+            args.adapt_now = (adapting && (t + 1) % SLICE_ADAPT_WINDOW == 0) as i32;
+            global.draw_index = if t >= config.warmup && (t - config.warmup + 1) % config.thin == 0 { ((t - config.warmup + 1) / config.thin - 1) as i32 } else { -1 };
+            for (list, d_list, tile) in [(&small, &d_small, 8i32), (&medium, &d_medium, 32i32)] {
+                if list.is_empty() {
+                    continue;
+                }
+                let items = list.len() as i32;
+                let chains_i = chains as i32;
+                let mut launch = s.launch_builder(&f_tiles);
+                launch.arg(&*args).arg(d_list).arg(&items).arg(&chains_i).arg(&tile);
+                // SAFETY: the arguments match hb_beta_tiles(HbArgs, const int*,
+                // int, int, int); every pointer in `args` addresses a live
+                // buffer of the size the kernel indexes (rows, chains x groups x
+                // K, chains x rows, chains x ncoord); the group list holds
+                // `items` entries; THREADS is a multiple of the tile width.
+                unsafe { launch.launch(tiles(list.len(), tile as u32)) }.map_err(e("launching hb_beta_tiles"))?;
             }
-            let items = list.len() as i32;
-            let chains_i = chains as i32;
-            let mut launch = s.launch_builder(&f_tiles);
-            launch.arg(&args).arg(d_list).arg(&items).arg(&chains_i).arg(&tile);
-            // SAFETY: the arguments match hb_beta_tiles(HbArgs, const int*,
-            // int, int, int); every pointer in `args` addresses a live
-            // buffer of the size the kernel indexes (rows, chains x groups x
-            // K, chains x rows, chains x ncoord); the group list holds
-            // `items` entries; THREADS is a multiple of the tile width.
-            unsafe { launch.launch(tiles(list.len(), tile as u32)) }.map_err(e("launching hb_beta_tiles"))?;
+            if !large.is_empty() {
+                let items = large.len() as i32;
+                let mut launch = s.launch_builder(&f_block);
+                launch.arg(&*args).arg(&d_large).arg(&items);
+                let cfg = LaunchConfig { grid_dim: ((large.len() * chains) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+                // SAFETY: as above, for hb_beta_block(HbArgs, const int*, int),
+                // one block per (chain, large group).
+                unsafe { launch.launch(cfg) }.map_err(e("launching hb_beta_block"))?;
+            }
+            let mut launch = s.launch_builder(&f_global);
+            launch.arg(&*args).arg(&*global);
+            let cfg = LaunchConfig { grid_dim: (chains as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: hb_global(HbArgs, HbGlobal): one block per chain; `global`
+            // points at live buffers (chains x P gamma, chains x K mu and tau,
+            // chains sigma, chains x kept x params draws with draw_index < kept).
+            unsafe { launch.launch(cfg) }.map_err(e("launching hb_global"))?;
+            queued += 1;
+            if queued == *batch || t + 1 == to {
+                wait_watched(dev, exec)?;
+                exec.monitor.add_done(chains * queued);
+                *batch = next_batch(since.elapsed().as_secs_f64(), queued);
+                (queued, since) = (0, std::time::Instant::now());
+            }
         }
-        if !large.is_empty() {
-            let items = large.len() as i32;
-            let mut launch = s.launch_builder(&f_block);
-            launch.arg(&args).arg(&d_large).arg(&items);
-            let cfg = LaunchConfig { grid_dim: ((large.len() * chains) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-            // SAFETY: as above, for hb_beta_block(HbArgs, const int*, int),
-            // one block per (chain, large group).
-            unsafe { launch.launch(cfg) }.map_err(e("launching hb_beta_block"))?;
+        Ok(())
+    };
+    // A check reads the kept draws so far back (chain c's draw i at (c x
+    // kept + i) x np) in the host's order, parameter by parameter.
+    let diagnose = |_: &(HbArgs, HbGlobal, usize), now: usize| -> Result<super::diagnostics::Diagnostics> {
+        let mut host = memory::try_vec(chains * now * np, 0.0, "the draws of hbglm()")?;
+        for c in 0..chains {
+            let part = d_draws.slice(c * kept * np..(c * kept + now) * np);
+            s.memcpy_dtoh(&part, &mut host[c * now * np..(c + 1) * now * np]).map_err(e("reading the draws"))?;
         }
-        let mut launch = s.launch_builder(&f_global);
-        launch.arg(&args).arg(&global);
-        let cfg = LaunchConfig { grid_dim: (chains as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: hb_global(HbArgs, HbGlobal): one block per chain; `global`
-        // points at live buffers (chains x P gamma, chains x K mu and tau,
-        // chains sigma, chains x kept x params draws with draw_index < kept).
-        unsafe { launch.launch(cfg) }.map_err(e("launching hb_global"))?;
-        queued += 1;
-        if queued == batch || t + 1 == config.iter {
-            wait_watched(dev, exec)?;
-            exec.monitor.add_done(chains * queued);
-            batch = next_batch(since.elapsed().as_secs_f64(), queued);
-            (queued, since) = (0, std::time::Instant::now());
+        let mut ordered = memory::try_vec(chains * now * np, 0.0, "the draws of hbglm()")?;
+        for c in 0..chains {
+            for i in 0..now {
+                for q in 0..np {
+                    ordered[i + now * (c + chains * q)] = host[(c * now + i) * np + q];
+                }
+            }
         }
-    }
+        drop(host);
+        exec.install(|| super::diagnostics::diagnose_array(&ordered, now, chains, &exec.monitor))?
+    };
+    let (sweeps, outcome) = super::target::run_blocks(config.target, config.iter, config.warmup, config.thin, &mut run, sweep, diagnose)?;
+    let done = (sweeps - config.warmup) / config.thin;
     // Host buffers allocated fallibly (their size was checked up front).
     let mut raw = memory::try_vec((chains * kept * np).max(1), 0.0, "the draws of hbglm()")?;
     s.memcpy_dtoh(&d_draws, &mut raw[..]).map_err(e("reading the draws"))?;
     let counters = s.clone_dtoh(&d_counters).map_err(e("reading the counters"))?;
     let stuck_by = s.clone_dtoh(&d_stuck).map_err(e("reading the counters"))?;
     let stuck = layout.per_param(stuck_by.iter().enumerate().map(|(i, &n)| (i % ncoord, n)));
-    let mut draws = memory::try_vec(kept * chains * np, 0.0, "the draws of hbglm()")?;
+    let mut draws = memory::try_vec(done * chains * np, 0.0, "the draws of hbglm()")?;
     for c in 0..chains {
-        for i in 0..kept {
+        for i in 0..done {
             for q in 0..np {
-                draws[i + kept * (c + chains * q)] = raw[(c * kept + i) * np + q];
+                draws[i + done * (c + chains * q)] = raw[(c * kept + i) * np + q];
             }
         }
     }
@@ -363,15 +387,16 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     drop(raw);
     Ok(HbglmFit {
         draws,
-        kept,
+        kept: done,
         chains,
         layout,
         stats,
         stuck,
-        sweeps: config.iter * chains,
+        sweeps: sweeps * chains,
         plan: gpu_plan(data, config.family, balance),
         backend: Backend::Cuda,
         bounds,
         separation: Vec::new(),
+        target: outcome,
     })
 }

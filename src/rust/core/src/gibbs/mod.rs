@@ -28,12 +28,14 @@ mod rows;
 pub mod separation;
 pub mod slice;
 pub mod sweep;
+pub mod target;
 
 pub use model::{Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN};
 pub use prior::{Prior, ScalePrior};
 pub use random::{stream, Block, Rng};
 pub use slice::{slice_step, SliceSettings, SliceStep};
 pub use sweep::{State, SweepStats, Sweeper};
+pub use target::{Outcome, Shortfall, Target};
 
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec};
@@ -44,7 +46,7 @@ use crate::memory;
 pub struct HbglmConfig {
     pub family: Family,
     pub prior: Prior,
-    /// Sweeps per chain, warmup included.
+    /// Sweeps per chain, warmup included; with a target, the most.
     pub iter: usize,
     pub warmup: usize,
     pub chains: usize,
@@ -60,11 +62,14 @@ pub struct HbglmConfig {
     /// of chain first_chain + c, so chains split over several calls (future
     /// workers) give the draws of one call.
     pub first_chain: usize,
+    /// Sample until the draws meet this target (checked between blocks of
+    /// sweeps), at most `iter` sweeps.
+    pub target: Option<Target>,
 }
 
 impl HbglmConfig {
     pub fn new(family: Family) -> Self {
-        HbglmConfig { family, prior: Prior::default(), iter: 2000, warmup: 1000, chains: 4, thin: 1, w: 1.0, m: None, adapt: true, seed: 1, first_chain: 0 }
+        HbglmConfig { family, prior: Prior::default(), iter: 2000, warmup: 1000, chains: 4, thin: 1, w: 1.0, m: None, adapt: true, seed: 1, first_chain: 0, target: None }
     }
 
     pub fn check(&self) -> Result<()> {
@@ -86,6 +91,9 @@ impl HbglmConfig {
         if self.m == Some(0) {
             return Err(Error::arg("slice$m", "must be at least 1"));
         }
+        if let Some(t) = self.target {
+            t.check(self.iter, self.warmup, self.thin)?;
+        }
         self.prior.check()
     }
 
@@ -95,7 +103,7 @@ impl HbglmConfig {
         self.prior.check_for(data.k)
     }
 
-    /// Draws kept per chain.
+    /// Draws kept per chain (with a target, at most).
     pub fn kept(&self) -> usize {
         (self.iter - self.warmup) / self.thin
     }
@@ -215,6 +223,9 @@ pub struct HbglmFit {
     pub sweeps: usize,
     pub plan: Vec<BlockPlan>,
     pub backend: Backend,
+    /// With a target: whether it was met, after how many sweeps, and the
+    /// parameters farthest from it.
+    pub target: Option<Outcome>,
 }
 
 impl HbglmFit {
