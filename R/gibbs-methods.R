@@ -117,7 +117,7 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
         if (x$target$met) "met" else "not met", " after ", x$target$iter, " sweeps per chain (",
         x$target$checks, if (x$target$checks == 1) " check" else " checks", "; max.iter ", x$target$max.iter, ")\n", sep = "")
   }
-  s <- summary(x, pars = intersect(c("mu", "tau", "cor", "gamma", "sigma"), sub("\\[.*$", "", dimnames(x$draws)[[3]])))
+  s <- summary(x, pars = intersect(c("mu", "tau", "cor", "gamma", "sigma", "shape"), sub("\\[.*$", "", dimnames(x$draws)[[3]])))
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
   all <- hbglm_diagnostics(x$draws)
@@ -158,7 +158,7 @@ plain_df <- function(x) {
 plot.bulkem_hbglm <- function(x, pars = NULL, ...) {
   if (is.null(pars)) {
     blocks <- sub("\\[.*$", "", dimnames(x$draws)[[3]])
-    pars <- intersect(c("mu", "tau", "gamma", "sigma"), blocks)
+    pars <- intersect(c("mu", "tau", "gamma", "sigma", "shape"), blocks)
   }
   pars <- utils::head(select_pars(x, pars), 9)
   n <- length(pars)
@@ -370,6 +370,7 @@ hbglm_draw_parts <- function(object, which = NULL, new = character()) {
     beta = beta,
     gamma = if (length(object$global_names) > 0) take(paste0("gamma[", object$global_names, "]")),
     sigma = if (object$family == "gaussian") as.vector(take("sigma")),
+    shape = if (object$family == "negbinomial") as.vector(take("shape")),
     n = if (is.null(which)) prod(dim(object$draws)[1:2]) else length(which)
   )
 }
@@ -425,7 +426,7 @@ hbglm_eta <- function(parts, rows, idx) {
 }
 
 hbglm_inverse_link <- function(family) {
-  switch(family, gaussian = identity, binomial = stats::plogis, poisson = exp)
+  switch(family, gaussian = identity, binomial = stats::plogis, poisson = exp, negbinomial = exp)
 }
 
 # f(eta block, idx) for blocks of observations, results (one row per
@@ -594,8 +595,8 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL, new_
 #'
 #' `predict()` gives the posterior mean of \eqn{\eta_i} (`type = "link"`) or
 #' of \eqn{h(\eta_i)} (`type = "response"`: the mean for the gaussian
-#' family, the probability of success for the binomial, the rate for the
-#' poisson), and with `interval = "credible"` the equal-tailed credible
+#' family, the probability of success for the binomial, the mean count for
+#' the poisson and negative binomial), and with `interval = "credible"` the equal-tailed credible
 #' interval of probability `level` (quantiles of the draws). For intervals
 #' of new observations (posterior predictive), use [simulate()]. `newdata`
 #' must hold the variables of the fit's `formula`, `global` and offsets, and
@@ -711,7 +712,8 @@ residuals.bulkem_hbglm <- function(object, type = c("response", "pearson"), ...)
     v <- switch(object$family,
                 gaussian = rep(mean(parts$sigma^2), length(idx)),
                 binomial = colMeans(mu * (1 - mu)) / trials[idx],
-                poisson = colMeans(mu))
+                poisson = colMeans(mu),
+                negbinomial = colMeans(mu + mu^2 / parts$shape))
     cbind(colMeans(mu), v)
   })
   observed <- if (object$family == "binomial") rows$y / trials else rows$y
@@ -726,7 +728,8 @@ residuals.bulkem_hbglm <- function(object, type = c("response", "pearson"), ...)
 #' `posterior_predict()` does for \pkg{rstanarm} and \pkg{brms} fits: for
 #' each chosen posterior draw of the parameters, one response per
 #' observation from the family (gaussian with that draw's `sigma`, binomial
-#' with the observation's trials, poisson).
+#' with the observation's trials, poisson, negative binomial with that
+#' draw's `shape`).
 #'
 #' @param object A `bulkem_hbglm` fit from [hbglm()].
 #' @param nsim `NULL` (every kept draw once, in order) or the number of
@@ -796,7 +799,8 @@ simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NU
   out <- switch(object$family,
     gaussian = stats::rnorm(S * n, eta, parts$sigma),
     binomial = stats::rbinom(S * n, rep(if (is.null(rows$trials)) 1 else rows$trials, each = S), stats::plogis(eta)),
-    poisson = stats::rpois(S * n, exp(eta))
+    poisson = stats::rpois(S * n, exp(eta)),
+    negbinomial = stats::rnbinom(S * n, size = parts$shape, mu = exp(eta))
   )
   out <- matrix(as.double(out), S, n, dimnames = list(NULL, rows$names))
   attr(out, "seed") <- rng_state
@@ -810,7 +814,8 @@ simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NU
 #' input of \pkg{loo}'s approximate leave-one-out cross-validation
 #' (`loo::loo()`) and of WAIC (`loo::waic()`). Densities are complete
 #' (normal with the draw's `sigma`; binomial with its binomial coefficient;
-#' poisson with \eqn{-\log y!}), so `loo::loo()`'s `elpd_loo` is on the
+#' poisson with \eqn{-\log y!}; negative binomial by [dnbinom()]), so
+#' `loo::loo()`'s `elpd_loo` is on the
 #' scale of the data's log density.
 #'
 #' `log_lik()` is a generic of bulkem; the method is registered for
@@ -872,7 +877,8 @@ log_lik.bulkem_hbglm <- function(object, newdata = NULL, group = NULL, ...) {
       rep(lchoose(trials, rows$y), each = S) + y * stats::plogis(eta, log.p = TRUE) +
         rep(trials - rows$y, each = S) * stats::plogis(-eta, log.p = TRUE)
     },
-    poisson = y * eta - exp(eta) - rep(lgamma(rows$y + 1), each = S)
+    poisson = y * eta - exp(eta) - rep(lgamma(rows$y + 1), each = S),
+    negbinomial = stats::dnbinom(y, size = parts$shape, mu = exp(eta), log = TRUE)
   )
   matrix(out, S, n, dimnames = list(NULL, rows$names))
 }

@@ -67,7 +67,10 @@
 #' @param family `"gaussian"` (identity link, residual sd `sigma`),
 #'   `"binomial"` (logit link; the response 0/1, logical, a two-level factor,
 #'   or `cbind(successes, failures)` for several trials per row, as in
-#'   [glm()]) or `"poisson"` (log link, counts). The family objects
+#'   [glm()]), `"poisson"` (log link, counts) or `"negbinomial"` (log link,
+#'   overdispersed counts: mean \eqn{m}, variance \eqn{m + m^2/\phi}, the
+#'   shape \eqn{\phi} sampled as `shape`; MASS's `theta`, brms's
+#'   `shape`). The family objects
 #'   [gaussian()], [binomial()] and [poisson()] with their canonical links
 #'   are accepted too.
 #' @param global `NULL`, or a one-sided formula of coefficients shared by all
@@ -201,7 +204,7 @@
 #'   all.equal(as.array(fit), as.array(fit2))
 #' }
 #' @export
-hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson"),
+hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson", "negbinomial"),
                   global = NULL, iter = 2000, warmup = 1000, chains = 4, thin = 1,
                   prior = hbglm_prior(), slice = list(w = 1, m = Inf), use.gpu = NA,
                   seed = NULL, parallel = c("none", "future"), offset = NULL, target = NULL,
@@ -374,8 +377,10 @@ hbglm_family <- function(family, call) {
   if (inherits(family, "family")) {
     canonical <- c(gaussian = "identity", binomial = "logit", poisson = "log")
     if (!family$family %in% names(canonical)) {
-      bulkem_abort(c("{.arg family} must be gaussian, binomial or poisson.",
-                     x = "You supplied the {.val {family$family}} family."), call = call)
+      bulkem_abort(c("{.arg family} must be gaussian, binomial, poisson or negbinomial.",
+                     x = "You supplied the {.val {family$family}} family.",
+                     i = if (grepl("^Negative Binomial", family$family)) "For a negative binomial with its shape sampled, give {.code family = \"negbinomial\"}; hold the shape with {.code hbglm_prior(shape_fixed = )}."),
+                   call = call)
     }
     if (!identical(family$link, canonical[[family$family]])) {
       bulkem_abort(c("{.fn hbglm} fits the {family$family} family with its canonical link only ({.val {canonical[[family$family]]}}).",
@@ -383,7 +388,7 @@ hbglm_family <- function(family, call) {
     }
     return(family$family)
   }
-  match_arg(family, c("gaussian", "binomial", "poisson"), "family", call)
+  match_arg(family, c("gaussian", "binomial", "poisson", "negbinomial"), "family", call)
 }
 
 # The warnings a fit raises: stuck slice updates, scales at their floor,
@@ -461,7 +466,8 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #' \deqn{\mu_k \sim N(\mathrm{mu\_mean}, \mathrm{mu\_sd}^2), \quad
 #'   \tau_k \sim \text{half-Cauchy}(0, \mathrm{tau\_scale}),}
 #' \deqn{\gamma_j \sim N(0, \mathrm{gamma\_sd}^2), \quad
-#'   \sigma \sim \text{half-Cauchy}(0, \mathrm{sigma\_scale}).}
+#'   \sigma \sim \text{half-Cauchy}(0, \mathrm{sigma\_scale}), \quad
+#'   \phi \sim \text{gamma}(0.01, 0.01).}
 #' The defaults (\eqn{N(0, 10^2)}, half-Cauchy(0, 2.5)) are weakly
 #' informative on the scale of standardised predictors. `tau_family =
 #' "half-normal"` gives \eqn{\tau_k \sim} half-normal(0, `tau_scale`).
@@ -481,6 +487,11 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #'   (gaussian family).
 #' @param tau_fixed,sigma_fixed `NULL`, or a positive number at which the
 #'   scale is held.
+#' @param shape The shape and rate of the gamma prior of the negative
+#'   binomial's shape \eqn{\phi} (variance \eqn{m + m^2/\phi} at mean
+#'   \eqn{m}); the default gamma(0.01, 0.01) is brms's.
+#' @param shape_fixed `NULL`, or a positive number at which the negative
+#'   binomial's shape is held (as `MASS::negative.binomial(theta)`).
 #' @param cov_df,cov_scale The prior of the covariance \eqn{\Sigma} of
 #'   correlated group coefficients (lme4's `(1 + x | g)`), which takes the
 #'   place of the \eqn{\tau_k}: \eqn{\Sigma \sim} inverse-Wishart(`cov_df`,
@@ -497,7 +508,7 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
                         tau_family = c("half-cauchy", "half-normal"), gamma_sd = 10,
                         sigma_scale = 2.5, tau_fixed = NULL, sigma_fixed = NULL,
-                        cov_df = NULL, cov_scale = 1) {
+                        cov_df = NULL, cov_scale = 1, shape = c(0.01, 0.01), shape_fixed = NULL) {
   call <- environment()
   mu_mean <- check_number(mu_mean, "mu_mean", call = call)
   if (abs(mu_mean) > PRIOR_MAX) {
@@ -519,6 +530,11 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
     }
   }
   cov_scale <- check_prior_scale(cov_scale, "cov_scale", call)
+  if (!(is.numeric(shape) && length(shape) == 2 && all(is.finite(shape)) && all(shape >= PRIOR_MIN & shape <= PRIOR_MAX))) {
+    bulkem_abort(c("{.arg shape} must be two positive numbers: the gamma prior's shape and rate.",
+                   x = "You supplied {describe_value(shape)}."), call = call)
+  }
+  if (!is.null(shape_fixed)) shape_fixed <- check_prior_scale(shape_fixed, "shape_fixed", call)
   structure(list(
     mu_mean = mu_mean, mu_sd = mu_sd,
     tau_kind = if (is.null(tau_fixed)) tau_family else "fixed",
@@ -526,7 +542,10 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
     gamma_sd = gamma_sd,
     sigma_kind = if (is.null(sigma_fixed)) "half-cauchy" else "fixed",
     sigma_value = if (is.null(sigma_fixed)) sigma_scale else sigma_fixed,
-    cov_df = if (is.null(cov_df)) NA_real_ else cov_df, cov_scale = cov_scale
+    cov_df = if (is.null(cov_df)) NA_real_ else cov_df, cov_scale = cov_scale,
+    shape_kind = if (is.null(shape_fixed)) "gamma" else "fixed",
+    shape_a = if (is.null(shape_fixed)) as.double(shape[1]) else shape_fixed,
+    shape_b = if (is.null(shape_fixed)) as.double(shape[2]) else NA_real_
   ), class = "bulkem_hbglm_prior")
 }
 
@@ -541,6 +560,9 @@ print.bulkem_hbglm_prior <- function(x, ...) {
   cat("  tau_k   ~ ", scale(x$tau_kind, x$tau_value), "\n", sep = "")
   cat("  gamma_j ~ N(0, ", format(x$gamma_sd), "^2)\n", sep = "")
   cat("  sigma   ~ ", scale(x$sigma_kind, x$sigma_value), " (gaussian family)\n", sep = "")
+  shape <- x$shape_kind %||% "gamma"
+  cat("  shape   ~ ", if (shape == "fixed") paste0("fixed at ", format(x$shape_a)) else
+    paste0("gamma(", format(x$shape_a %||% 0.01), ", ", format(x$shape_b %||% 0.01), ")"), " (negbinomial family)\n", sep = "")
   cat("  Sigma   ~ inverse-Wishart(", if (is.na(x$cov_df)) "K + 3" else format(x$cov_df), ", df * ",
       format(x$cov_scale), "^2 I) (correlated coefficients, in place of tau_k)\n", sep = "")
   invisible(x)
@@ -939,14 +961,14 @@ hbglm_response <- function(y, family, call) {
                        x = where(bad, y),
                        i = "For counts of successes out of several trials, give {.code cbind(successes, failures)}."), call = call)
     }
-  } else if (family == "poisson") {
+  } else if (family %in% c("poisson", "negbinomial")) {
     if (!is.numeric(y)) {
-      bulkem_abort(c("The response must be counts (numbers) for {.code family = \"poisson\"}.",
+      bulkem_abort(c("The response must be counts (numbers) for {.code family = \"{family}\"}.",
                      x = "It is {describe_value(y)}."), call = call)
     }
     bad <- which(!is.finite(y) | y < 0 | y != round(y) | y > HBGLM_MAX_ABS)
     if (length(bad) > 0) {
-      bulkem_abort(c("The response must be a non-negative whole number for {.code family = \"poisson\"}.",
+      bulkem_abort(c("The response must be a non-negative whole number for {.code family = \"{family}\"}.",
                        x = where(bad[1], y)), call = call)
     }
   } else {
@@ -974,7 +996,7 @@ hbglm_par_names <- function(groups, coefs, globals, family, correlated = FALSE) 
   pairs <- if (correlated && length(coefs) > 1) utils::combn(length(coefs), 2)
   c(beta, paste0("mu[", coefs, "]"), paste0("tau[", coefs, "]"),
     if (length(globals)) paste0("gamma[", globals, "]"),
-    if (family == "gaussian") "sigma",
+    if (family == "gaussian") "sigma", if (family == "negbinomial") "shape",
     if (!is.null(pairs)) paste0("cor[", coefs[pairs[1, ]], ",", coefs[pairs[2, ]], "]"))
 }
 

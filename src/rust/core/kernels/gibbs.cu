@@ -17,7 +17,8 @@
 // sweep, chain): the same (seed, chain, sweep, block) addressing as the CPU
 // streams, but not the same numbers (GPU draws agree in distribution).
 //
-// HB_FAMILY: 0 gaussian, 1 binomial (logit), 2 poisson (log).
+// HB_FAMILY: 0 gaussian, 1 binomial (logit), 2 poisson (log), 3 negative
+// binomial (log; the chain's `sigma` holds its shape phi).
 //
 // An offset (glm's) needs nothing here: it is part of eta from the start
 // (the host's starting state) and eta is only ever updated incrementally.
@@ -32,16 +33,30 @@
 
 #define HB_INF __longlong_as_double(0x7ff0000000000000LL)
 
-// `n`: binomial trials (ignored by the other families).
-__device__ __forceinline__ double hb_loglik(double y, double n, double eta, double inv_var) {
+__device__ __forceinline__ double hb_softplus(double x) {
+    return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+// `n`: binomial trials (ignored by the other families). `aux`: 1 / sigma^2
+// (gaussian), the shape phi (negative binomial), else unused.
+__device__ __forceinline__ double hb_loglik(double y, double n, double eta, double aux) {
 #if HB_FAMILY == 0
     const double r = y - eta;
-    return -0.5 * r * r * inv_var;
+    return -0.5 * r * r * aux;
 #elif HB_FAMILY == 1
-    return y * eta - n * (eta > 0.0 ? eta + log1p(exp(-eta)) : log1p(exp(eta)));
-#else
+    return y * eta - n * hb_softplus(eta);
+#elif HB_FAMILY == 2
     return y * eta - exp(eta);
+#else
+    // y eta - (y + phi) log(phi + e^eta), less terms free of eta.
+    const double e = eta - log(aux);
+    return y * e - (y + aux) * hb_softplus(e);
 #endif
+}
+
+// What the chain's auxiliary parameter gives hb_loglik.
+__device__ __forceinline__ double hb_aux(double sigma) {
+    return HB_FAMILY == 0 ? 1.0 / (sigma * sigma) : HB_FAMILY == 3 ? sigma : 1.0;
 }
 
 __device__ __forceinline__ double hb_trials(const double* trials, long long i) {
@@ -170,7 +185,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     const int K = a.K;
     double* eta = a.eta + (size_t)c * a.n;
     double* b = a.beta + ((size_t)c * a.G + g) * K;
-    const double inv_var = HB_FAMILY == 0 ? 1.0 / (a.sigma[c] * a.sigma[c]) : 1.0;
+    const double inv_var = hb_aux(a.sigma[c]);
     HbRng rng(a.seed, a.chain0 + c, a.sweep, g);
     int j_coord = 0;
     double d0 = 0.0, b0 = 0.0, mu = 0.0, inv_tau = 1.0;
@@ -250,7 +265,10 @@ extern "C" __global__ void hb_beta_block(HbArgs a, const int* groups, int n_item
 }
 
 // Scale prior log densities (prior.rs): kind 0 half-Cauchy, 1 half-normal.
-__device__ __forceinline__ double hb_scale_prior(int kind, double a, double s) {
+// Log prior density of a positive parameter s: 0 half-Cauchy(0, a), 1
+// half-normal(0, a), 3 gamma with shape a and rate b.
+__device__ __forceinline__ double hb_scale_prior(int kind, double a, double b, double s) {
+    if (kind == 3) return (a - 1.0) * log(s) - b * s;
     const double r = s / a;
     return kind == 0 ? -log1p(r * r) : -0.5 * r * r;
 }
@@ -263,12 +281,13 @@ struct HbGlobal {
     double* tau;       // chains x K
     double* sigma;     // chains
     double mu_mean, mu_sd, gamma_sd;
-    int tau_kind, sigma_kind;  // 0 half-Cauchy, 1 half-normal, 2 fixed
-    double tau_scale, sigma_scale;
+    int tau_kind, sigma_kind;  // 0 half-Cauchy, 1 half-normal, 2 fixed, 3 gamma
+    double tau_scale, sigma_scale, sigma_rate;
     // Draws: chains x kept x params; -1: not kept this sweep.
     double* draws;
     int kept, params, draw_index;
     double sigma_floor, scale_max;  // sampled range of sigma (and tau's ceiling)
+    double aux_max;                 // ceiling of the auxiliary parameter
     const double* tau_floor;        // K floors of tau
 };
 
@@ -283,7 +302,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
     double* w = a.widths + (size_t)c * a.ncoord;
     double* moved = a.moved + (size_t)c * a.ncoord;
     HbRng rng(a.seed, a.chain0 + c, a.sweep, G);
-    const double inv_var = HB_FAMILY == 0 ? 1.0 / (a.sigma[c] * a.sigma[c]) : 1.0;
+    const double inv_var = hb_aux(a.sigma[c]);
     long long gamma_evals = 0, scale_evals = 0, stuck = 0;
 
     // gamma: log-posterior-parallel over all rows.
@@ -335,7 +354,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             }
             const double ss = block_sum(s, scratch);
             auto logf = [&](double u) -> double {
-                return hb_scale_prior(h.tau_kind, h.tau_scale, exp(u)) + (1.0 - G) * u - 0.5 * ss * exp(-2.0 * u);
+                return hb_scale_prior(h.tau_kind, h.tau_scale, 0.0, exp(u)) + (1.0 - G) * u - 0.5 * ss * exp(-2.0 * u);
             };
             const int idx = G * K + P + k;
             const double u0 = log(h.tau[c * K + k]);
@@ -350,20 +369,37 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             }
         }
     }
-    // sigma: slice on log sigma from the residual sum of squares.
-    if (HB_FAMILY == 0 && h.sigma_kind != 2) {
-        double s = 0.0;
-        for (int i = tid; i < n; i += nt) {
-            const double r = a.y[i] - eta[i];
-            s += r * r;
+    // The auxiliary parameter on the log scale: sigma from the residual sum
+    // of squares; the negative binomial's shape phi = e^u from every row.
+    if ((HB_FAMILY == 0 || HB_FAMILY == 3) && h.sigma_kind != 2) {
+        double rss = 0.0;
+        if (HB_FAMILY == 0) {
+            double s = 0.0;
+            for (int i = tid; i < n; i += nt) {
+                const double r = a.y[i] - eta[i];
+                s += r * r;
+            }
+            rss = block_sum(s, scratch);
         }
-        const double rss = block_sum(s, scratch);
         auto logf = [&](double u) -> double {
-            return hb_scale_prior(h.sigma_kind, h.sigma_scale, exp(u)) + (1.0 - n) * u - 0.5 * rss * exp(-2.0 * u);
+            const double v = exp(u);
+            double lik;
+            if (HB_FAMILY == 0) {
+                lik = -n * u - 0.5 * rss * exp(-2.0 * u);
+            } else {
+                double s = 0.0;
+                const double lg = lgamma(v);
+                for (int i = tid; i < n; i += nt) {
+                    const double y = a.y[i];
+                    s += lgamma(y + v) - lg - y * u - (y + v) * hb_softplus(eta[i] - u);
+                }
+                lik = block_sum(s, scratch);
+            }
+            return hb_scale_prior(h.sigma_kind, h.sigma_scale, h.sigma_rate, v) + u + lik;
         };
         const int idx = G * K + P + K;
         const double u0 = log(h.sigma[c]);
-        const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, log(h.sigma_floor), log(h.scale_max), rng);
+        const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, log(h.sigma_floor), log(h.aux_max), rng);
         scale_evals += st.evals + 1;
         stuck += st.stuck;
         if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
@@ -386,7 +422,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
         atomicAdd(&a.counters[2], (unsigned long long)scale_evals);
         if (stuck) atomicAdd(&a.counters[3], (unsigned long long)stuck);
     }
-    // The draw, in the CPU order: beta, mu, tau, gamma, sigma (gaussian).
+    // The draw, in the CPU order: beta, mu, tau, gamma, the auxiliary parameter.
     if (h.draw_index >= 0) {
         double* out = h.draws + ((size_t)c * h.kept + h.draw_index) * h.params;
         for (int i = tid; i < G * K; i += nt) out[i] = beta[i];
@@ -394,7 +430,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             for (int k = 0; k < K; ++k) out[G * K + k] = h.mu[c * K + k];
             for (int k = 0; k < K; ++k) out[G * K + K + k] = h.tau[c * K + k];
             for (int j = 0; j < P; ++j) out[G * K + 2 * K + j] = h.gamma[c * P + j];
-            if (HB_FAMILY == 0) out[G * K + 2 * K + P] = h.sigma[c];
+            if (HB_FAMILY == 0 || HB_FAMILY == 3) out[G * K + 2 * K + P] = h.sigma[c];
         }
     }
 }

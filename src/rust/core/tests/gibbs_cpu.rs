@@ -159,7 +159,7 @@ fn gaussian_model_with_known_variances_matches_closed_form_posterior() {
     }
     let data = HbData::new(y.clone(), x.clone(), z.clone(), &sizes, k, p).unwrap();
     // Known variances: tau and sigma held at their true values.
-    let prior = Prior { mu_mean: 0.5, mu_sd: 2.0, tau: ScalePrior::Fixed(tau_v), gamma_sd: 3.0, sigma: ScalePrior::Fixed(sigma), cov: None };
+    let prior = Prior { mu_mean: 0.5, mu_sd: 2.0, tau: ScalePrior::Fixed(tau_v), gamma_sd: 3.0, sigma: ScalePrior::Fixed(sigma), ..Prior::default() };
     let config = HbglmConfig { prior: prior.clone(), iter: 3000, warmup: 500, chains: 4, seed: 77, ..HbglmConfig::new(Family::Gaussian) };
     let fit = sample(&data, &config, &Exec::cpu()).unwrap();
 
@@ -300,11 +300,38 @@ fn geweke_joint_distribution_check_binomial() {
     geweke(Family::Binomial, |eta, _, rng| (rng.uniform() < 1.0 / (1.0 + (-eta).exp())) as u8 as f64);
 }
 
+/// The same for the negative binomial (shape ~ gamma(3, 1) here), whose
+/// shape is a slice update over every row's log-likelihood.
+#[test]
+fn geweke_joint_distribution_check_negbinomial() {
+    geweke(Family::NegBinomial, |eta, phi, rng| {
+        // A gamma-mixed Poisson: lambda ~ gamma(phi, mean e^eta).
+        let lambda = rng.gamma(phi) * eta.exp() / phi;
+        poisson_draw(lambda, rng)
+    });
+}
+
+/// A Poisson draw by inversion, halving large means (Poisson(a) =
+/// Poisson(a / 2) + Poisson(a / 2)) so that e^-lambda never underflows.
+fn poisson_draw(lambda: f64, rng: &mut bulkem_core::gibbs::Rng) -> f64 {
+    if lambda > 500.0 {
+        return poisson_draw(lambda / 2.0, rng) + poisson_draw(lambda / 2.0, rng);
+    }
+    let (u, mut k, mut p) = (rng.uniform(), 0.0, (-lambda).exp());
+    let mut cdf = p;
+    while u > cdf && k < 1e4 {
+        k += 1.0;
+        p *= lambda / k;
+        cdf += p;
+    }
+    k
+}
+
 fn geweke(family: Family, draw_y: impl Fn(f64, f64, &mut bulkem_core::gibbs::Rng) -> f64) {
     let sizes = [2usize, 3, 2];
     let (k, p) = (1, 1);
     let (x, z) = design(&sizes, k, p, 8);
-    let prior = Prior { mu_mean: 0.5, mu_sd: 1.0, tau: ScalePrior::HalfNormal(1.0), gamma_sd: 1.0, sigma: ScalePrior::HalfNormal(1.0), cov: None };
+    let prior = Prior { mu_mean: 0.5, mu_sd: 1.0, tau: ScalePrior::HalfNormal(1.0), gamma_sd: 1.0, sigma: ScalePrior::HalfNormal(1.0), shape: ScalePrior::Gamma(3.0, 1.0), cov: None };
     let mut data = HbData::new(vec![0.0; 7], x, z, &sizes, k, p).unwrap();
     let n_iter = 40_000;
     let config = HbglmConfig { prior: prior.clone(), w: 1.0, ..HbglmConfig::new(family) };
@@ -330,13 +357,18 @@ fn geweke(family: Family, draw_y: impl Fn(f64, f64, &mut bulkem_core::gibbs::Rng
         simulate_y(&mut data, &state, t + 1);
         chain.push(stat(&state));
     }
-    // Prior draws: half-normals as |N|; sigma is 1 outside the gaussian family.
+    // Prior draws: half-normals as |N|; sigma is the negative binomial's
+    // shape, 1 for the binomial.
     let mut rng = stream(123, 0, 0, Block::Init, 1);
     let direct: Vec<[f64; 6]> = (0..n_iter)
         .map(|_| {
             let mu = 0.5 + rng.normal();
             let tau = rng.normal().abs();
-            let sigma = if family == Family::Gaussian { rng.normal().abs() } else { 1.0 };
+            let sigma = match family {
+                Family::Gaussian => rng.normal().abs(),
+                Family::NegBinomial => rng.gamma(3.0),
+                _ => 1.0,
+            };
             let gamma = rng.normal();
             let beta = mu + tau * rng.normal();
             [mu, tau, sigma, gamma, beta, tau * tau]
@@ -345,7 +377,7 @@ fn geweke(family: Family, draw_y: impl Fn(f64, f64, &mut bulkem_core::gibbs::Rng
     for s in 0..6 {
         let a: Vec<f64> = chain.iter().map(|r| r[s]).collect();
         let b: Vec<f64> = direct.iter().map(|r| r[s]).collect();
-        if family != Family::Gaussian && s == 2 {
+        if !family.has_aux() && s == 2 {
             assert!(a.iter().all(|&v| v == 1.0));
             continue;
         }

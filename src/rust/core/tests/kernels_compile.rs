@@ -123,7 +123,7 @@ fn gibbs_kernels_compile() {
     if !nvrtc_or_skip() {
         return;
     }
-    let variants: Vec<Vec<(&str, i64)>> = (0..3).map(|family| vec![("HB_FAMILY", family)]).collect();
+    let variants: Vec<Vec<(&str, i64)>> = (0..4).map(|family| vec![("HB_FAMILY", family)]).collect();
     check("gibbs", &variants);
 }
 

@@ -65,6 +65,10 @@ fn hbglm_fit_(
         tau: scale_prior(&text("tau_kind")?, num("tau_value")?)?,
         gamma_sd: num("gamma_sd")?,
         sigma: scale_prior(&text("sigma_kind")?, num("sigma_value")?)?,
+        shape: match text("shape_kind")?.as_str() {
+            "gamma" => ScalePrior::Gamma(num("shape_a")?, num("shape_b")?),
+            _ => ScalePrior::Fixed(num("shape_a")?),
+        },
         // Correlated group coefficients: cov_df is NA otherwise.
         cov: match num("cov_df")? {
             df if df.is_nan() => None,

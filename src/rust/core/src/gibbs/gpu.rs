@@ -111,12 +111,14 @@ struct HbGlobal {
     sigma_kind: i32,
     tau_scale: f64,
     sigma_scale: f64,
+    sigma_rate: f64,
     draws: u64,
     kept: i32,
     params: i32,
     draw_index: i32,
     sigma_floor: f64,
     scale_max: f64,
+    aux_max: f64,
     tau_floor: u64,
 }
 
@@ -125,11 +127,13 @@ struct HbGlobal {
 unsafe impl DeviceRepr for HbArgs {}
 unsafe impl DeviceRepr for HbGlobal {}
 
-fn scale_code(p: ScalePrior) -> (i32, f64) {
+/// hb_scale_prior's (kind, a, b).
+fn scale_code(p: ScalePrior) -> (i32, f64, f64) {
     match p {
-        ScalePrior::HalfCauchy(a) => (0, a),
-        ScalePrior::HalfNormal(a) => (1, a),
-        ScalePrior::Fixed(v) => (2, v),
+        ScalePrior::HalfCauchy(a) => (0, a, 0.0),
+        ScalePrior::HalfNormal(a) => (1, a, 0.0),
+        ScalePrior::Fixed(v) => (2, v, 0.0),
+        ScalePrior::Gamma(a, b) => (3, a, b),
     }
 }
 
@@ -138,6 +142,7 @@ fn family_code(f: Family) -> i64 {
         Family::Gaussian => 0,
         Family::Binomial => 1,
         Family::Poisson => 2,
+        Family::NegBinomial => 3,
     }
 }
 
@@ -177,8 +182,10 @@ pub fn gpu_plan(data: &HbData, family: Family, balance: bool) -> Vec<BlockPlan> 
     if data.p > 0 {
         plan.insert(1, BlockPlan { block: "gamma", regime: "log-posterior-parallel", detail: format!("a block per chain sums the log posterior over {} rows", data.n()) });
     }
-    if family == Family::Gaussian {
-        plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares by a block per chain, then a slice on log sigma".into() });
+    match family {
+        Family::Gaussian => plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares by a block per chain, then a slice on log sigma".into() }),
+        Family::NegBinomial => plan.push(BlockPlan { block: "shape", regime: "log-posterior-parallel", detail: "slice on log shape; its log posterior summed over every row by a block per chain".into() }),
+        _ => {}
     }
     plan
 }
@@ -267,8 +274,10 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         stuck_by: ptr(&d_stuck, dev),
         ..Default::default()
     };
-    let (tau_kind, tau_scale) = scale_code(config.prior.tau);
-    let (sigma_kind, sigma_scale) = scale_code(config.prior.sigma);
+    let (tau_kind, tau_scale, _) = scale_code(config.prior.tau);
+    // The auxiliary parameter: sigma (gaussian) or the shape (negative binomial).
+    let (aux_prior, aux_max) = if config.family == Family::NegBinomial { (config.prior.shape, super::model::SHAPE_MAX) } else { (config.prior.sigma, super::SCALE_MAX) };
+    let (sigma_kind, sigma_scale, sigma_rate) = scale_code(aux_prior);
     let global = HbGlobal {
         z: ptr(&d_z, dev),
         p: p as i32,
@@ -283,12 +292,14 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         sigma_kind,
         tau_scale,
         sigma_scale,
+        sigma_rate,
         draws: ptr(&d_draws, dev),
         kept: kept as i32,
         params: np as i32,
         draw_index: -1,
         sigma_floor: bounds.sigma_floor,
         scale_max: super::SCALE_MAX,
+        aux_max,
         tau_floor: ptr(&d_tau_floor, dev),
     };
 

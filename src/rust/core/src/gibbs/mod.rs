@@ -30,7 +30,7 @@ pub mod slice;
 pub mod sweep;
 pub mod target;
 
-pub use model::{Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN};
+pub use model::{Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN, SHAPE_MAX, SHAPE_MIN};
 pub use prior::{Prior, ScalePrior};
 pub use random::{stream, Block, Rng};
 pub use slice::{slice_step, SliceSettings, SliceStep};
@@ -119,7 +119,8 @@ pub struct Layout {
     pub groups: usize,
     pub k: usize,
     pub p: usize,
-    /// A residual sd is sampled (gaussian family).
+    /// The family's auxiliary parameter is sampled: the residual sd
+    /// (gaussian), the shape (negative binomial).
     pub sigma: bool,
     /// The group coefficients are correlated: their K (K - 1) / 2
     /// correlations follow sigma (tau_k are then the sqrt of Sigma's
@@ -129,7 +130,7 @@ pub struct Layout {
 
 impl Layout {
     pub fn of(data: &HbData, config: &HbglmConfig) -> Self {
-        Layout { groups: data.groups(), k: data.k, p: data.p, sigma: config.family == Family::Gaussian, correlated: config.prior.cov.is_some() }
+        Layout { groups: data.groups(), k: data.k, p: data.p, sigma: config.family.has_aux(), correlated: config.prior.cov.is_some() }
     }
     /// Correlations drawn: K (K - 1) / 2 when correlated.
     pub fn n_cor(&self) -> usize {
@@ -274,8 +275,10 @@ pub fn cpu_plan(data: &HbData, family: Family) -> Vec<BlockPlan> {
     if data.p > 0 {
         plan.insert(1, BlockPlan { block: "gamma", regime: "log-posterior-parallel", detail: format!("log posterior summed over {} rows in parallel chunks", data.n()) });
     }
-    if family == Family::Gaussian {
-        plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares in parallel chunks, then a slice on log sigma".into() });
+    match family {
+        Family::Gaussian => plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares in parallel chunks, then a slice on log sigma".into() }),
+        Family::NegBinomial => plan.push(BlockPlan { block: "shape", regime: "log-posterior-parallel", detail: "slice on log shape, its log posterior summed over every row in parallel chunks".into() }),
+        _ => {}
     }
     plan
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! y_gj ~ family(eta_gj),  eta_gj = x_gj' beta_g + z_gj' gamma
+//! (negative binomial: mean e^eta, shape phi, variance m + m^2 / phi)
 //! beta_g ~ N(mu, diag(tau^2)),  g = 1..G
 //! ```
 //! Observations are stored sorted by group (group g owns rows
@@ -19,6 +20,9 @@ pub enum Family {
     Binomial,
     /// Log link; y a count.
     Poisson,
+    /// Log link, y a count with mean m = e^eta and variance m + m^2 / phi;
+    /// the shape phi is sampled (as MASS's theta, brms's shape).
+    NegBinomial,
 }
 
 impl Family {
@@ -27,6 +31,7 @@ impl Family {
             "gaussian" => Some(Family::Gaussian),
             "binomial" => Some(Family::Binomial),
             "poisson" => Some(Family::Poisson),
+            "negbinomial" => Some(Family::NegBinomial),
             _ => None,
         }
     }
@@ -35,23 +40,37 @@ impl Family {
             Family::Gaussian => "gaussian",
             Family::Binomial => "binomial",
             Family::Poisson => "poisson",
+            Family::NegBinomial => "negbinomial",
         }
     }
 
+    /// Whether the family has an auxiliary parameter besides the
+    /// coefficients (sampled as the chain's `sigma`): the gaussian's
+    /// residual sd, the negative binomial's shape.
+    pub fn has_aux(self) -> bool {
+        matches!(self, Family::Gaussian | Family::NegBinomial)
+    }
+
     /// Log-likelihood of one observation given its linear predictor, up to
-    /// terms free of eta. Gaussian: -(y - eta)^2 / 2 scaled by `inv_var`
-    /// (1 / sigma^2); the log sigma terms belong to the sigma update.
-    /// Binomial: one trial (y 0 or 1).
+    /// terms free of eta. `aux` is what the family's auxiliary parameter
+    /// gives the rows (`Sweeper::aux`). Gaussian: -(y - eta)^2 / 2 scaled
+    /// by `aux` = 1 / sigma^2; the log sigma terms belong to the sigma
+    /// update. Binomial: one trial (y 0 or 1). Negative binomial: `aux` =
+    /// phi; y eta - (y + phi) log(phi + e^eta), written with softplus.
     #[inline(always)]
-    pub fn loglik(self, y: f64, eta: f64, inv_var: f64) -> f64 {
+    pub fn loglik(self, y: f64, eta: f64, aux: f64) -> f64 {
         match self {
             Family::Gaussian => {
                 let r = y - eta;
-                -0.5 * r * r * inv_var
+                -0.5 * r * r * aux
             }
             // y eta - log(1 + e^eta), without overflow.
             Family::Binomial => y * eta - softplus(eta),
             Family::Poisson => y * eta - eta.exp(),
+            Family::NegBinomial => {
+                let e = eta - aux.ln();
+                y * e - (y + aux) * softplus(e)
+            }
         }
     }
 
@@ -79,7 +98,9 @@ impl Family {
             (Family::Binomial, Some(n)) if !(y >= 0.0 && y <= n && y == y.round()) => {
                 Some(format!("must be a whole number of successes between 0 and the trials ({n}) for the binomial family"))
             }
-            (Family::Poisson, _) if y < 0.0 || y != y.round() => Some("must be a non-negative whole number for the poisson family".into()),
+            (Family::Poisson | Family::NegBinomial, _) if y < 0.0 || y != y.round() => {
+                Some(format!("must be a non-negative whole number for the {} family", self.name()))
+            }
             _ => None,
         }
     }
@@ -102,25 +123,39 @@ pub fn softplus(x: f64) -> f64 {
 /// sum_i loglik(y_i, eta_i + xc_i * delta) over rows of one group, `xc`
 /// being the updated coefficient's column for these rows.
 #[inline]
-pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f64, inv_var: f64) -> f64 {
+pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f64, aux: f64) -> f64 {
     match family {
         Family::Binomial => return super::rows::binomial(y, None, eta, xc, delta),
         Family::Poisson => return super::rows::poisson(y, eta, xc, delta),
+        Family::NegBinomial => return super::rows::negbin(y, aux, eta, xc, delta),
         Family::Gaussian => {}
     }
-    y.iter().zip(eta).zip(xc).map(|((&y, &e), &x)| family.loglik(y, e + x * delta, inv_var)).sum()
+    y.iter().zip(eta).zip(xc).map(|((&y, &e), &x)| family.loglik(y, e + x * delta, aux)).sum()
 }
 
 /// As [`rows_loglik`], binomial with `trials` per row.
 #[inline]
-pub fn rows_loglik_trials(family: Family, y: &[f64], trials: &[f64], eta: &[f64], xc: &[f64], delta: f64, inv_var: f64) -> f64 {
+pub fn rows_loglik_trials(family: Family, y: &[f64], trials: &[f64], eta: &[f64], xc: &[f64], delta: f64, aux: f64) -> f64 {
     match family {
-        Family::Binomial => return super::rows::binomial(y, Some(trials), eta, xc, delta),
-        Family::Poisson => return super::rows::poisson(y, eta, xc, delta),
-        Family::Gaussian => {}
+        Family::Binomial => super::rows::binomial(y, Some(trials), eta, xc, delta),
+        _ => rows_loglik(family, y, eta, xc, delta, aux),
     }
-    y.iter().zip(trials).zip(eta).zip(xc).map(|(((&y, &n), &e), &x)| family.loglik_trials(y, n, e + x * delta, inv_var)).sum()
 }
+
+/// The negative binomial's log-likelihood of the shape `phi` at one row
+/// (terms free of phi dropped): lgamma(y + phi) - lgamma(phi) - y ln phi
+/// - (y + phi) softplus(eta - ln phi), ln phi given as `ln_phi`.
+#[inline]
+pub fn negbin_shape_loglik(y: f64, eta: f64, phi: f64, ln_phi: f64) -> f64 {
+    use crate::em::family::special::lgamma;
+    lgamma(y + phi) - lgamma(phi) - y * ln_phi - (y + phi) * softplus(eta - ln_phi)
+}
+
+/// The negative binomial's shape is sampled within [SHAPE_MIN, SHAPE_MAX]:
+/// above, the distribution is the Poisson to far below rounding for any
+/// mean a double holds, and lgamma(y + phi) - lgamma(phi) loses digits.
+pub const SHAPE_MIN: f64 = 1e-8;
+pub const SHAPE_MAX: f64 = 1e10;
 
 /// Data of a hierarchical GLM, grouped and validated.
 #[derive(Debug, Clone)]
@@ -163,7 +198,8 @@ pub const SCALE_MAX: f64 = 1e100;
 pub struct ScaleBounds {
     /// Floor of each tau_k.
     pub tau_floor: Vec<f64>,
-    /// Floor of sigma (gaussian family; 0 otherwise).
+    /// Floor of sigma (gaussian family), of the shape (negative binomial:
+    /// SHAPE_MIN); 0 otherwise.
     pub sigma_floor: f64,
 }
 
@@ -304,7 +340,11 @@ impl HbData {
                 floor(coef_scale)
             })
             .collect();
-        let sigma_floor = if family == Family::Gaussian { floor(response_scale) } else { 0.0 };
+        let sigma_floor = match family {
+            Family::Gaussian => floor(response_scale),
+            Family::NegBinomial => SHAPE_MIN,
+            _ => 0.0,
+        };
         ScaleBounds { tau_floor, sigma_floor }
     }
 }

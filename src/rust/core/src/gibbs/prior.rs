@@ -5,6 +5,7 @@
 //! tau_k   ~ half-Cauchy(0, tau_scale)  or half-normal(0, tau_scale)
 //! gamma_j ~ N(0, gamma_sd^2)
 //! sigma   ~ half-Cauchy(0, sigma_scale)     (gaussian family only)
+//! phi     ~ gamma(0.01, 0.01)               (negative binomial shape; brms's default)
 //! ```
 //! `tau_fixed` / `sigma_fixed` hold a scale at a known value instead (the
 //! conjugate model with known variances, whose posterior is closed-form).
@@ -19,6 +20,8 @@ use crate::error::{Error, Result};
 pub enum ScalePrior {
     HalfCauchy(f64),
     HalfNormal(f64),
+    /// Gamma with shape and rate (density proportional to s^(a-1) e^(-b s)).
+    Gamma(f64, f64),
     /// Not sampled: held at this value.
     Fixed(f64),
 }
@@ -30,6 +33,7 @@ impl ScalePrior {
         match self {
             ScalePrior::HalfCauchy(a) => -((s / a) * (s / a)).ln_1p(),
             ScalePrior::HalfNormal(a) => -0.5 * (s / a) * (s / a),
+            ScalePrior::Gamma(a, b) => (a - 1.0) * s.ln() - b * s,
             ScalePrior::Fixed(_) => 0.0,
         }
     }
@@ -40,10 +44,10 @@ impl ScalePrior {
         }
     }
     fn check(self, arg: &'static str) -> Result<()> {
-        let v = match self {
-            ScalePrior::HalfCauchy(v) | ScalePrior::HalfNormal(v) | ScalePrior::Fixed(v) => v,
-        };
-        check_scale(v, arg)
+        match self {
+            ScalePrior::HalfCauchy(v) | ScalePrior::HalfNormal(v) | ScalePrior::Fixed(v) => check_scale(v, arg),
+            ScalePrior::Gamma(a, b) => check_scale(a, arg).and_then(|_| check_scale(b, arg)),
+        }
     }
 }
 
@@ -68,15 +72,26 @@ pub struct Prior {
     pub tau: ScalePrior,
     pub gamma_sd: f64,
     pub sigma: ScalePrior,
+    /// The negative binomial's shape phi.
+    pub shape: ScalePrior,
     /// Correlated group coefficients: the prior of their covariance
     /// (`tau` is then unused); None: independent, with scales tau_k.
     pub cov: Option<InverseWishart>,
 }
 
 impl Default for Prior {
-    /// The documented defaults: N(0, 10^2), half-Cauchy(0, 2.5).
+    /// The documented defaults: N(0, 10^2), half-Cauchy(0, 2.5), the shape
+    /// gamma(0.01, 0.01).
     fn default() -> Self {
-        Prior { mu_mean: 0.0, mu_sd: 10.0, tau: ScalePrior::HalfCauchy(2.5), gamma_sd: 10.0, sigma: ScalePrior::HalfCauchy(2.5), cov: None }
+        Prior {
+            mu_mean: 0.0,
+            mu_sd: 10.0,
+            tau: ScalePrior::HalfCauchy(2.5),
+            gamma_sd: 10.0,
+            sigma: ScalePrior::HalfCauchy(2.5),
+            shape: ScalePrior::Gamma(0.01, 0.01),
+            cov: None,
+        }
     }
 }
 
@@ -92,6 +107,7 @@ impl Prior {
         if let Some(iw) = self.cov {
             check_scale(iw.scale, "prior$cov_scale")?;
         }
+        self.shape.check("prior$shape")?;
         self.sigma.check("prior$sigma")
     }
 

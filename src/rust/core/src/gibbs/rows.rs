@@ -59,6 +59,45 @@ pub(crate) fn poisson(y: &[f64], eta: &[f64], xc: &[f64], delta: f64) -> f64 {
     binomial_with(y, None, eta, xc, delta, f64::exp)
 }
 
+/// sum over rows of y e - (y + phi) softplus(e), e = eta0 + xc delta -
+/// ln phi: the negative binomial's y eta - (y + phi) ln(phi + e^eta) less
+/// terms free of eta.
+pub(crate) fn negbin(y: &[f64], phi: f64, eta: &[f64], xc: &[f64], delta: f64) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if fma_available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { negbin_fma(y, phi, eta, xc, delta) };
+        }
+    }
+    negbin_with(y, phi, eta, xc, delta, softplus)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn negbin_fma(y: &[f64], phi: f64, eta: &[f64], xc: &[f64], delta: f64) -> f64 {
+    negbin_with(y, phi, eta, xc, delta, softplus_fma)
+}
+
+#[inline(always)]
+fn negbin_with(y: &[f64], phi: f64, eta: &[f64], xc: &[f64], delta: f64, sp: impl Fn(f64) -> f64) -> f64 {
+    let ln_phi = phi.ln();
+    let (mut sum, mut e, mut s) = (0.0, [0.0; BLOCK], [0.0; BLOCK]);
+    for start in (0..y.len()).step_by(BLOCK) {
+        let m = BLOCK.min(y.len() - start);
+        for r in 0..m {
+            e[r] = eta[start + r] + xc[start + r] * delta - ln_phi;
+        }
+        for r in 0..BLOCK {
+            s[r] = sp(e[r]);
+        }
+        for r in 0..m {
+            sum += y[start + r] * e[r] - (y[start + r] + phi) * s[r];
+        }
+    }
+    sum
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn poisson_fma(y: &[f64], eta: &[f64], xc: &[f64], delta: f64) -> f64 {
@@ -184,5 +223,18 @@ mod tests {
         let got = super::poisson(&t, &eta, &xc, 0.3);
         let want: f64 = (0..n).map(|r| t[r] * (eta[r] + xc[r] * 0.3) - (eta[r] + xc[r] * 0.3).exp()).sum();
         assert!((got - want).abs() <= 1e-13 * want.abs(), "poisson: {got} vs {want}");
+        // The negative binomial against its log pmf, y eta - (y + phi) ln(phi + e^eta).
+        for phi in [0.05, 2.5, 1e6] {
+            let got = super::negbin(&t, phi, &eta, &xc, 0.3);
+            let want: f64 = (0..n)
+                .map(|r| {
+                    let e = eta[r] + xc[r] * 0.3;
+                    t[r] * (e - phi.ln()) - (t[r] + phi) * (phi + e.exp()).ln() + (t[r] + phi) * phi.ln()
+                })
+                .sum();
+            // want cancels terms of size (y + phi) |ln(phi + e^eta)|.
+            let size: f64 = (0..n).map(|r| (t[r] + phi) * (phi + (eta[r] + xc[r] * 0.3).exp()).ln().abs()).sum();
+            assert!((got - want).abs() <= 1e-14 * size.max(1.0), "negbin phi {phi}: {got} vs {want}");
+        }
     }
 }

@@ -49,7 +49,7 @@ fn side(family: Family, y: f64, trials: f64) -> Side {
         Family::Binomial if trials == 0.0 => Side::Free,
         Family::Binomial if y == 0.0 => Side::Minus,
         Family::Binomial if y == trials => Side::Plus,
-        Family::Poisson if y == 0.0 => Side::Minus,
+        Family::Poisson | Family::NegBinomial if y == 0.0 => Side::Minus,
         _ => Side::Both,
     }
 }

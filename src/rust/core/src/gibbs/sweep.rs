@@ -9,8 +9,8 @@ use rayon::prelude::*;
 
 use super::adapt::Widths;
 use super::covariance::{self, InverseWishart};
-use super::model::{rows_loglik, rows_loglik_trials, Family, HbData, SCALE_MAX};
-use super::prior::Prior;
+use super::model::{negbin_shape_loglik, rows_loglik, rows_loglik_trials, Family, HbData, SCALE_MAX, SHAPE_MAX};
+use super::prior::{Prior, ScalePrior};
 use super::random::{stream, Block, Rng};
 use super::slice::{slice_step, SliceSettings};
 use crate::error::Result;
@@ -39,7 +39,8 @@ pub struct State {
     /// (K x K; tau_k = sqrt(Sigma_kk)); empty otherwise.
     pub cov: Vec<f64>,
     pub prec: Vec<f64>,
-    /// Residual sd (gaussian); 1 otherwise.
+    /// The family's auxiliary parameter: residual sd (gaussian), shape
+    /// (negative binomial); 1 otherwise.
     pub sigma: f64,
     pub eta: Vec<f64>,
     pub widths: Widths,
@@ -107,10 +108,23 @@ impl Sweeper<'_> {
         stream(self.seed, self.chain, sweep, block, self.data.groups())
     }
 
-    fn inv_var(&self, state: &State) -> f64 {
+    /// What the family's auxiliary parameter gives the rows'
+    /// log-likelihoods (`Family::loglik`): 1 / sigma^2 (gaussian), the
+    /// shape (negative binomial).
+    fn aux(&self, state: &State) -> f64 {
         match self.family {
             Family::Gaussian => 1.0 / (state.sigma * state.sigma),
+            Family::NegBinomial => state.sigma,
             _ => 1.0,
+        }
+    }
+
+    /// The auxiliary parameter's prior and ceiling (its floor is the data's
+    /// `ScaleBounds::sigma_floor`).
+    fn aux_prior(&self) -> (ScalePrior, f64) {
+        match self.family {
+            Family::NegBinomial => (self.prior.shape, SHAPE_MAX),
+            _ => (self.prior.sigma, SCALE_MAX),
         }
     }
 
@@ -127,9 +141,11 @@ impl Sweeper<'_> {
             .map(|j| self.prior.tau.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp().clamp(bounds.tau_floor[j], SCALE_MAX)))
             .collect();
         let gamma: Vec<f64> = (0..p).map(|_| 2.0 * rng.uniform() - 1.0).collect();
-        let sigma = match self.family {
-            Family::Gaussian => self.prior.sigma.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp().clamp(bounds.sigma_floor, SCALE_MAX)),
-            _ => 1.0,
+        let sigma = if self.family.has_aux() {
+            let (prior, ceiling) = self.aux_prior();
+            prior.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp().clamp(bounds.sigma_floor, ceiling))
+        } else {
+            1.0
         };
         let mut beta = vec![0.0; g * k];
         beta.par_chunks_mut(k).enumerate().with_min_len(MIN_GROUPS_PER_TASK).for_each(|(gi, b)| {
@@ -232,7 +248,7 @@ impl Sweeper<'_> {
     fn update_beta(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) {
         let d = self.data;
         let (g_count, k) = (d.groups(), d.k);
-        let inv_var = self.inv_var(state);
+        let aux = self.aux(state);
         let (mu, tau) = (&state.mu, &state.tau);
         // Correlated: each coefficient's prior given the group's others.
         let prec = (!state.prec.is_empty()).then_some(&state.prec[..]);
@@ -277,8 +293,8 @@ impl Sweeper<'_> {
                     }
                     let xc = &xg[j * ng..(j + 1) * ng];
                     let part = |r: std::ops::Range<usize>| match trials {
-                        Some(t) => rows_loglik_trials(family, &y[r.clone()], &t[r.clone()], &eta[r.clone()], &xc[r], delta, inv_var),
-                        None => rows_loglik(family, &y[r.clone()], &eta[r.clone()], &xc[r], delta, inv_var),
+                        Some(t) => rows_loglik_trials(family, &y[r.clone()], &t[r.clone()], &eta[r.clone()], &xc[r], delta, aux),
+                        None => rows_loglik(family, &y[r.clone()], &eta[r.clone()], &xc[r], delta, aux),
                     };
                     if split {
                         par_sum(ng, part)
@@ -329,7 +345,7 @@ impl Sweeper<'_> {
         if p == 0 {
             return Ok(());
         }
-        let inv_var = self.inv_var(state);
+        let aux = self.aux(state);
         let base = d.groups() * d.k;
         let mut rng = self.rng(sweep, Block::Gamma);
         let sd = self.prior.gamma_sd;
@@ -343,9 +359,9 @@ impl Sweeper<'_> {
                 }
                 let delta = c - c0;
                 let lik = if d.trials.is_empty() {
-                    par_sum(d.n(), |r| r.map(|i| self.family.loglik(d.y[i], eta[i] + d.z[i * p + j] * delta, inv_var)).sum::<f64>())
+                    par_sum(d.n(), |r| r.map(|i| self.family.loglik(d.y[i], eta[i] + d.z[i * p + j] * delta, aux)).sum::<f64>())
                 } else {
-                    par_sum(d.n(), |r| r.map(|i| self.family.loglik_trials(d.y[i], d.trials[i], eta[i] + d.z[i * p + j] * delta, inv_var)).sum::<f64>())
+                    par_sum(d.n(), |r| r.map(|i| self.family.loglik_trials(d.y[i], d.trials[i], eta[i] + d.z[i * p + j] * delta, aux)).sum::<f64>())
                 };
                 lik - 0.5 * (c / sd).powi(2)
             };
@@ -455,23 +471,32 @@ impl Sweeper<'_> {
         }
     }
 
-    /// sigma on the log scale, from the residual sum of squares (summed in
-    /// parallel): log p(u) = log prior(e^u) + u - n u - RSS/(2 e^{2u}), u
-    /// within [log floor, log SCALE_MAX].
+    /// The auxiliary parameter on the log scale, u within [log floor, log
+    /// ceiling]. Gaussian sigma, from the residual sum of squares (summed in
+    /// parallel): log p(u) = log prior(e^u) + u - n u - RSS/(2 e^{2u}).
+    /// Negative binomial shape phi = e^u: log prior(phi) + u + sum over rows
+    /// of `negbin_shape_loglik` (in parallel chunks).
     fn update_sigma(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
-        if self.family != Family::Gaussian || self.prior.sigma.fixed().is_some() {
+        let (prior, ceiling) = self.aux_prior();
+        if !self.family.has_aux() || prior.fixed().is_some() {
             return;
         }
         let d = self.data;
         let eta = &state.eta;
-        let rss = par_sum(d.n(), |r| r.map(|i| (d.y[i] - eta[i]).powi(2)).sum::<f64>());
         let n = d.n() as f64;
-        let prior = self.prior.sigma;
-        let logf = |u: f64| prior.log_density(u.exp()) + (1.0 - n) * u - 0.5 * rss * (-2.0 * u).exp();
+        let rss = if self.family == Family::Gaussian { par_sum(d.n(), |r| r.map(|i| (d.y[i] - eta[i]).powi(2)).sum::<f64>()) } else { 0.0 };
+        let logf = |u: f64| -> f64 {
+            let s = u.exp();
+            let lik = match self.family {
+                Family::Gaussian => -n * u - 0.5 * rss * (-2.0 * u).exp(),
+                _ => par_sum(d.n(), |r| r.map(|i| negbin_shape_loglik(d.y[i], eta[i], s, u)).sum::<f64>()),
+            };
+            prior.log_density(s) + u + lik
+        };
         let idx = d.groups() * d.k + d.p + d.k;
         let mut rng = self.rng(sweep, Block::Sigma);
         let u0 = state.sigma.ln();
-        let settings = SliceSettings { w: state.widths.w[idx], lower: state.sigma_floor.ln(), upper: SCALE_MAX.ln(), ..self.slice };
+        let settings = SliceSettings { w: state.widths.w[idx], lower: state.sigma_floor.ln(), upper: ceiling.ln(), ..self.slice };
         let step = slice_step(u0, logf(u0), logf, &settings, &mut rng);
         stats.scale_evals += step.evals as u64 + 1;
         stats.stuck += step.stuck as u64;
@@ -510,14 +535,14 @@ impl Sweeper<'_> {
     fn interweave_with(&self, state: &mut State, slope: &mut [f64], alpha: &mut [f64], adapting: bool, rng: &mut Rng, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
         let d = self.data;
         let (g_count, k) = (d.groups(), d.k);
-        let inv_var = self.inv_var(state);
+        let aux = self.aux(state);
         let (m0, s0) = (self.prior.mu_mean, self.prior.mu_sd);
         for j in 0..k {
             monitor.check()?;
             // mu_k: eta moves by x_ik per unit; the prior is mu's own.
             fill_slope(d, slope, j, |_| 1.0);
             let mu0 = state.mu[j];
-            let logf = |m: f64| self.moved_loglik(state, slope, m - mu0, inv_var, monitor) - 0.5 * ((m - m0) / s0).powi(2);
+            let logf = |m: f64| self.moved_loglik(state, slope, m - mu0, aux, monitor) - 0.5 * ((m - m0) / s0).powi(2);
             let settings = SliceSettings { w: state.nc_widths.w[j], ..self.slice };
             if let Some(delta) = self.non_centred_step(mu0, logf(mu0), logf, &settings, rng, stats, monitor)? {
                 state.mu[j] += delta;
@@ -538,7 +563,7 @@ impl Sweeper<'_> {
             let alpha = &*alpha;
             fill_slope(d, slope, j, |g| alpha[g]);
             let prior = self.prior.tau;
-            let logf = |u: f64| self.moved_loglik(state, slope, u.exp() - t0, inv_var, monitor) + prior.log_density(u.exp()) + u;
+            let logf = |u: f64| self.moved_loglik(state, slope, u.exp() - t0, aux, monitor) + prior.log_density(u.exp()) + u;
             let u0 = t0.ln();
             let settings = SliceSettings { w: state.nc_widths.w[k + j], lower: state.tau_floor[j].ln(), upper: SCALE_MAX.ln(), ..self.slice };
             if let Some(du) = self.non_centred_step(u0, logf(u0), logf, &settings, rng, stats, monitor)? {
@@ -571,7 +596,7 @@ impl Sweeper<'_> {
 
     /// sum_i loglik(y_i, eta_i + slope_i delta), in parallel chunks; NaN
     /// once cancelled (outside every slice).
-    fn moved_loglik(&self, state: &State, slope: &[f64], delta: f64, inv_var: f64, monitor: &Monitor) -> f64 {
+    fn moved_loglik(&self, state: &State, slope: &[f64], delta: f64, aux: f64, monitor: &Monitor) -> f64 {
         if monitor.is_cancelled() {
             return f64::NAN;
         }
@@ -582,9 +607,9 @@ impl Sweeper<'_> {
             if monitor.is_cancelled() {
                 f64::NAN
             } else if d.trials.is_empty() {
-                rows_loglik(self.family, &d.y[r.clone()], &eta[r.clone()], &slope[r], delta, inv_var)
+                rows_loglik(self.family, &d.y[r.clone()], &eta[r.clone()], &slope[r], delta, aux)
             } else {
-                rows_loglik_trials(self.family, &d.y[r.clone()], &d.trials[r.clone()], &eta[r.clone()], &slope[r], delta, inv_var)
+                rows_loglik_trials(self.family, &d.y[r.clone()], &d.trials[r.clone()], &eta[r.clone()], &slope[r], delta, aux)
             }
         })
     }
