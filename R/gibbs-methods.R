@@ -425,6 +425,18 @@ hbglm_eta <- function(parts, rows, idx) {
   eta
 }
 
+# h(eta) at posterior draws `which` (NULL: all) for every observation, a
+# draws x observations matrix, its memory checked first.
+hbglm_draws_matrix <- function(object, newdata, group, new.groups, which, h, fn, call) {
+  rows <- hbglm_rows(object, newdata, group, FALSE, call, new_groups = new.groups == "population")
+  parts <- hbglm_draw_parts(object, which, new = rows$new)
+  n <- length(rows$group)
+  hbglm_ensure_memory(fn, parts$n, n, call)
+  out <- h(hbglm_eta(parts, rows, seq_len(n)))
+  dimnames(out) <- list(NULL, rows$names)
+  out
+}
+
 hbglm_inverse_link <- function(family) {
   switch(family, gaussian = identity, binomial = stats::plogis, poisson = exp, negbinomial = exp)
 }
@@ -667,16 +679,10 @@ predict.bulkem_hbglm <- function(object, newdata = NULL, type = c("link", "respo
   }
   check_flag(summary, "summary", call = call)
   new.groups <- match_arg(new.groups, c("error", "population"), "new.groups", call)
+  h <- if (type == "link") identity else hbglm_inverse_link(object$family)
+  if (!summary) return(hbglm_draws_matrix(object, newdata, group, new.groups, NULL, h, "predict", call))
   rows <- hbglm_rows(object, newdata, group, FALSE, call, new_groups = new.groups == "population")
   parts <- hbglm_draw_parts(object, new = rows$new)
-  h <- if (type == "link") identity else hbglm_inverse_link(object$family)
-  n <- length(rows$group)
-  if (!summary) {
-    hbglm_ensure_memory("predict", parts$n, n, call)
-    out <- h(hbglm_eta(parts, rows, seq_len(n)))
-    dimnames(out) <- list(NULL, rows$names)
-    return(out)
-  }
   probs <- c((1 - level) / 2, (1 + level) / 2)
   res <- hbglm_by_rows(parts, rows, function(eta, idx) {
     v <- h(eta)

@@ -324,3 +324,27 @@ test_that("draws x observations matrices that cannot fit in memory are a memory 
   # The summaries work in blocks: still available.
   expect_equal(predict(fit), small)
 })
+
+test_that("posterior_linpred, posterior_epred and posterior_predict are predict's and simulate's draws", {
+  set.seed(6)
+  d <- data.frame(g = rep(1:4, each = 15), x = rnorm(60))
+  d$y <- rpois(60, exp(0.5 + 0.3 * d$x))
+  fit <- unmixed_ok(hbglm(y ~ x, d, group = "g", family = "poisson", iter = 400, warmup = 200, chains = 2,
+                          seed = 3, use.gpu = FALSE))
+  expect_identical(posterior_linpred(fit), predict(fit, summary = FALSE))
+  expect_identical(posterior_linpred(fit, transform = TRUE), predict(fit, type = "response", summary = FALSE))
+  expect_identical(posterior_epred(fit), predict(fit, type = "response", summary = FALSE))
+  new <- data.frame(g = c(2, 9), x = c(0, 1))
+  expect_identical(dim(posterior_epred(fit, new, new.groups = "population")), c(400L, 2L))
+  expect_error(posterior_epred(fit, new), class = "bulkem_error_input")
+  # A subset of the draws: those rows of the whole matrix.
+  set.seed(1)
+  sub <- posterior_epred(fit, draws = 50)
+  set.seed(1)
+  which <- sort(sample.int(400, 50))
+  expect_identical(sub, posterior_epred(fit)[which, ])
+  expect_identical(posterior_predict(fit, draws = 30, seed = 2), simulate(fit, nsim = 30, seed = 2))
+  expect_error(posterior_predict(fit, draws = 401), "at most the number of kept draws")
+  expect_error(posterior_epred(fit, draws = 0), class = "bulkem_error_input")
+  expect_error(posterior_epred(fit, ndraws = 10), class = "bulkem_error_input")
+})
