@@ -44,7 +44,7 @@
 #'   inverse-Wishart prior on \eqn{\Sigma} (see [hbglm_prior()]), drawn
 #'   with \eqn{\mu} conjugately each sweep, and the draws hold the
 #'   standard deviations `tau[coef]` and correlations `cor[coef,coef]` (as
-#'   `lme4::VarCorr()` reports them); correlated fits run on the CPU. With
+#'   `lme4::VarCorr()` reports them); correlated fits run on the CPU and the GPU (there at most 8 correlated coefficients per group). With
 #'   `||` (such as `(1 + x1 || g)`) they are independent, each with its
 #'   scale \eqn{\tau_k}. Several grouping factors (crossed or nested), a
 #'   varying term without a population mean, a shared intercept, and

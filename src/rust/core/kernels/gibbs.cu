@@ -20,6 +20,13 @@
 // HB_FAMILY: 0 gaussian, 1 binomial (logit), 2 poisson (log), 3 negative
 // binomial (log; the chain's `sigma` holds its shape phi).
 //
+// Correlated coefficients (lme4's `(1 + x | g)`): `prec` (chains x K x K,
+// Sigma^-1) is non-NULL; a coefficient's prior given its group's others is
+// N(mu_j - sum_{l != j} P_jl (b_l - mu_l) / P_jj, 1 / P_jj), and hb_global
+// draws mu | beta, Sigma and Sigma | beta, mu ~ inverse-Wishart exactly (as
+// core/src/gibbs/covariance.rs), every thread of the block computing the
+// same small matrices with the same random numbers. K <= HB_KMAX.
+//
 // An offset (glm's) needs nothing here: it is part of eta from the start
 // (the host's starting state) and eta is only ever updated incrementally.
 // Binomial trials per row come in `trials` (NULL: one trial per row).
@@ -32,6 +39,8 @@
 #endif
 
 #define HB_INF __longlong_as_double(0x7ff0000000000000LL)
+// Most correlated coefficients per group (gpu.rs: CORRELATED_MAX_K).
+#define HB_KMAX 8
 
 __device__ __forceinline__ double hb_softplus(double x) {
     return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x));
@@ -109,7 +118,69 @@ struct HbRng {
         const double u1 = uniform(), u2 = uniform();
         return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
     }
+    // Gamma(shape, 1) (Marsaglia and Tsang 2000; below 1 by Gamma(shape + 1)
+    // U^(1/shape)), as the CPU's Rng::gamma.
+    __device__ double gamma(double shape) {
+        double boost = 1.0;
+        if (shape < 1.0) {
+            boost = pow(uniform(), 1.0 / shape);
+            shape += 1.0;
+        }
+        const double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+        for (;;) {
+            const double z = normal();
+            const double t = 1.0 + c * z;
+            const double v = t * t * t;
+            if (v <= 0.0) continue;
+            if (log(uniform()) < 0.5 * z * z + d - d * v + d * log(v)) return d * v * boost;
+        }
+    }
 };
+
+// ---------------------------------------------------------------------------
+// Small dense matrices (K x K, row-major, K <= HB_KMAX) for the correlated
+// model's conjugate draws.
+// ---------------------------------------------------------------------------
+
+// Lower Cholesky factor of `a` into `l`; false when not positive definite.
+__device__ bool hb_cholesky(const double* a, double* l, int k) {
+    for (int i = 0; i < k; ++i) {
+        for (int j = 0; j <= i; ++j) {
+            double s = a[i * k + j];
+            for (int m = 0; m < j; ++m) s -= l[i * k + m] * l[j * k + m];
+            if (i == j) {
+                if (!(s > 0.0)) return false;
+                l[i * k + i] = sqrt(s);
+            } else {
+                l[i * k + j] = s / l[j * k + j];
+            }
+        }
+        for (int j = i + 1; j < k; ++j) l[i * k + j] = 0.0;
+    }
+    return true;
+}
+
+// Inverse of lower-triangular `l` into `inv`.
+__device__ void hb_lower_inverse(const double* l, double* inv, int k) {
+    for (int c = 0; c < k; ++c) {
+        for (int i = 0; i < k; ++i) {
+            if (i < c) { inv[i * k + c] = 0.0; continue; }
+            double s = i == c ? 1.0 : 0.0;
+            for (int m = c; m < i; ++m) s -= l[i * k + m] * inv[m * k + c];
+            inv[i * k + c] = s / l[i * k + i];
+        }
+    }
+}
+
+// out = x x' (x lower triangular or full).
+__device__ void hb_outer(const double* x, double* out, int k) {
+    for (int i = 0; i < k; ++i)
+        for (int j = 0; j < k; ++j) {
+            double s = 0.0;
+            for (int m = 0; m < k; ++m) s += x[i * k + m] * x[j * k + m];
+            out[i * k + j] = s;
+        }
+}
 
 // ---------------------------------------------------------------------------
 // Neal's slice sampler (as core/src/gibbs/slice.rs)
@@ -174,6 +245,7 @@ struct HbArgs {
     int chain0;                    // global index of chain 0 (random streams only)
     const double* trials;          // binomial trials per row, or NULL (one each)
     unsigned long long* stuck_by;  // chains x ncoord: stuck updates per coordinate
+    const double* prec;            // chains x K x K (Sigma^-1), or NULL (independent)
 };
 
 // The coordinate-wise slice updates of group g of chain c, by `nthreads`
@@ -189,6 +261,11 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     HbRng rng(a.seed, a.chain0 + c, a.sweep, g);
     int j_coord = 0;
     double d0 = 0.0, b0 = 0.0, mu = 0.0, inv_tau = 1.0;
+    // Correlated: this group's coefficients, as every lane of the tile has
+    // them (the slice's decisions are uniform over the tile).
+    const double* P = a.prec ? a.prec + (size_t)c * K * K : nullptr;
+    double bl[HB_KMAX];
+    if (P) for (int j = 0; j < K; ++j) bl[j] = b[j];
     auto lik = [&](double d) -> double {
         double s = 0.0;
         for (long long i = r0 + lane; i < r1; i += nthreads) s += hb_loglik(a.y[i], hb_trials(a.trials, i), eta[i] + a.x[i * K + j_coord] * d, inv_var);
@@ -206,8 +283,17 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     for (int j = 0; j < K; ++j) {
         j_coord = j;
         b0 = b[j];
-        mu = a.mu[c * K + j];
-        inv_tau = 1.0 / a.tau[c * K + j];
+        if (P) {
+            const double pjj = P[j * K + j];
+            double pull = 0.0;
+            for (int l = 0; l < K; ++l)
+                if (l != j) pull += P[j * K + l] * (bl[l] - a.mu[c * K + l]);
+            mu = a.mu[c * K + j] - pull / pjj;
+            inv_tau = sqrt(pjj);
+        } else {
+            mu = a.mu[c * K + j];
+            inv_tau = 1.0 / a.tau[c * K + j];
+        }
         const double z0 = (b0 - mu) * inv_tau;
         const HbStep st = hb_slice(b0, L - 0.5 * z0 * z0, post, w[j], a.m, -HB_INF, HB_INF, rng);
         evals += st.evals;
@@ -219,6 +305,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
             const double z1 = (st.x - mu) * inv_tau;
             L = st.logf + 0.5 * z1 * z1;
             if (lane == 0) b[j] = st.x;
+            if (P) bl[j] = st.x;
         }
         if (lane == 0 && a.adapting) moved[j] += fabs(delta);
     }
@@ -288,6 +375,9 @@ struct HbGlobal {
     int kept, params, draw_index;
     double sigma_floor, scale_max;  // sampled range of sigma (and tau's ceiling)
     double aux_max;                 // ceiling of the auxiliary parameter
+    double* cov;                    // correlated: chains x K x K Sigma, or NULL
+    double* prec;                   //   and its inverse
+    double cov_df, cov_s0;          //   inverse-Wishart(df, s0 I), s0 = df scale^2
     const double* tau_floor;        // K floors of tau
 };
 
@@ -330,42 +420,130 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             if (a.adapting) moved[idx] += fabs(delta);
         }
     }
-    // mu: conjugate normal.
-    for (int k = 0; k < K; ++k) {
-        double s = 0.0;
-        for (int g = tid; g < G; g += nt) s += beta[(size_t)g * K + k];
-        s = block_sum(s, scratch);
-        const double t2 = h.tau[c * K + k] * h.tau[c * K + k];
-        const double s02 = h.mu_sd * h.mu_sd;
-        const double prec = 1.0 / s02 + G / t2;
-        const double mean = (h.mu_mean / s02 + s / t2) / prec;
-        const double v = mean + rng.normal() / sqrt(prec);
-        if (tid == 0) h.mu[c * K + k] = v;
-        __syncthreads();
-    }
-    // tau: slice on log tau.
-    if (h.tau_kind != 2) {
+    if (h.cov) {
+        // Correlated: mu | beta, Sigma ~ N(Q^-1 r, Q^-1), Q = I / s0^2 + G
+        // Sigma^-1, r = m0 / s0^2 + Sigma^-1 sum_g beta_g; then Sigma | beta,
+        // mu ~ inverse-Wishart(df + G, s0 I + sum_g (beta_g - mu)(beta_g -
+        // mu)') by Bartlett's decomposition. Every thread computes both.
+        double* prec = h.prec + (size_t)c * K * K;
+        double* S = h.cov + (size_t)c * K * K;
+        double sum[HB_KMAX], m[HB_KMAX], q[HB_KMAX * HB_KMAX], l[HB_KMAX * HB_KMAX], rhs[HB_KMAX];
         for (int k = 0; k < K; ++k) {
-            const double m = h.mu[c * K + k];
             double s = 0.0;
-            for (int g = tid; g < G; g += nt) {
-                const double r = beta[(size_t)g * K + k] - m;
-                s += r * r;
+            for (int g = tid; g < G; g += nt) s += beta[(size_t)g * K + k];
+            sum[k] = block_sum(s, scratch);
+        }
+        const double s02 = h.mu_sd * h.mu_sd;
+        for (int i = 0; i < K; ++i) {
+            double r = h.mu_mean / s02;
+            for (int j = 0; j < K; ++j) {
+                q[i * K + j] = G * prec[i * K + j] + (i == j ? 1.0 / s02 : 0.0);
+                r += prec[i * K + j] * sum[j];
             }
-            const double ss = block_sum(s, scratch);
-            auto logf = [&](double u) -> double {
-                return hb_scale_prior(h.tau_kind, h.tau_scale, 0.0, exp(u)) + (1.0 - G) * u - 0.5 * ss * exp(-2.0 * u);
-            };
-            const int idx = G * K + P + k;
-            const double u0 = log(h.tau[c * K + k]);
-            const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, log(h.tau_floor[k]), log(h.scale_max), rng);
-            scale_evals += st.evals + 1;
-            stuck += st.stuck;
-            if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
-            __syncthreads();
+            rhs[i] = r;
+        }
+        for (int k = 0; k < K; ++k) m[k] = h.mu[c * K + k];
+        if (hb_cholesky(q, l, K)) {
+            for (int i = 0; i < K; ++i) {
+                double v = rhs[i];
+                for (int j = 0; j < i; ++j) v -= l[i * K + j] * rhs[j];
+                rhs[i] = v / l[i * K + i];
+            }
+            for (int i = 0; i < K; ++i) rhs[i] += rng.normal();
+            for (int i = K - 1; i >= 0; --i) {
+                double v = rhs[i];
+                for (int j = i + 1; j < K; ++j) v -= l[j * K + i] * m[j];
+                m[i] = v / l[i * K + i];
+            }
+        }
+        __syncthreads();
+        if (tid == 0) for (int k = 0; k < K; ++k) h.mu[c * K + k] = m[k];
+        double sm[HB_KMAX * HB_KMAX], ca[HB_KMAX * HB_KMAX], bb[HB_KMAX * HB_KMAX];
+        double ai[HB_KMAX * HB_KMAX], bi[HB_KMAX * HB_KMAX];
+        for (int i = 0; i < K; ++i) {
+            for (int j = 0; j <= i; ++j) {
+                double s = 0.0;
+                for (int g = tid; g < G; g += nt) s += (beta[(size_t)g * K + i] - m[i]) * (beta[(size_t)g * K + j] - m[j]);
+                const double v = block_sum(s, scratch) + (i == j ? h.cov_s0 : 0.0);
+                sm[i * K + j] = v;
+                sm[j * K + i] = v;
+            }
+        }
+        const double df = h.cov_df + G;
+        for (int i = 0; i < K; ++i)
+            for (int j = 0; j < K; ++j) bb[i * K + j] = j > i ? 0.0 : j == i ? sqrt(2.0 * rng.gamma(0.5 * (df - i))) : rng.normal();
+        bool ok = hb_cholesky(sm, ca, K);
+        if (ok) {
+            // C = A (B^-1)', Sigma = C C'; D = (A^-1)' B, Sigma^-1 = D D'.
+            hb_lower_inverse(ca, ai, K);
+            hb_lower_inverse(bb, bi, K);
+            for (int i = 0; i < K; ++i)
+                for (int j = 0; j < K; ++j) {
+                    double cij = 0.0, dij = 0.0;
+                    for (int t = 0; t < K; ++t) {
+                        cij += ca[i * K + t] * bi[j * K + t];
+                        dij += ai[t * K + i] * bb[t * K + j];
+                    }
+                    q[i * K + j] = cij;
+                    l[i * K + j] = dij;
+                }
+            hb_outer(q, sm, K);
+            hb_outer(l, ca, K);
+            for (int i = 0; i < K * K; ++i) ok = ok && isfinite(sm[i]) && isfinite(ca[i]);
+        }
+        __syncthreads();
+        if (ok) {
             if (tid == 0) {
-                h.tau[c * K + k] = exp(st.x);
-                if (a.adapting) moved[idx] += fabs(st.x - u0);
+                for (int i = 0; i < K * K; ++i) {
+                    S[i] = sm[i];
+                    prec[i] = ca[i];
+                }
+                for (int k = 0; k < K; ++k) h.tau[c * K + k] = sqrt(sm[k * K + k]);
+            }
+        } else {
+            stuck += K;
+            if (tid == 0)
+                for (int k = 0; k < K; ++k) a.stuck_by[(size_t)c * a.ncoord + G * K + P + k] += 1;
+        }
+        __syncthreads();
+    } else {
+    // mu: conjugate normal.
+        for (int k = 0; k < K; ++k) {
+            double s = 0.0;
+            for (int g = tid; g < G; g += nt) s += beta[(size_t)g * K + k];
+            s = block_sum(s, scratch);
+            const double t2 = h.tau[c * K + k] * h.tau[c * K + k];
+            const double s02 = h.mu_sd * h.mu_sd;
+            const double prec = 1.0 / s02 + G / t2;
+            const double mean = (h.mu_mean / s02 + s / t2) / prec;
+            const double v = mean + rng.normal() / sqrt(prec);
+            if (tid == 0) h.mu[c * K + k] = v;
+            __syncthreads();
+        }
+        // tau: slice on log tau.
+        if (h.tau_kind != 2) {
+            for (int k = 0; k < K; ++k) {
+                const double m = h.mu[c * K + k];
+                double s = 0.0;
+                for (int g = tid; g < G; g += nt) {
+                    const double r = beta[(size_t)g * K + k] - m;
+                    s += r * r;
+                }
+                const double ss = block_sum(s, scratch);
+                auto logf = [&](double u) -> double {
+                    return hb_scale_prior(h.tau_kind, h.tau_scale, 0.0, exp(u)) + (1.0 - G) * u - 0.5 * ss * exp(-2.0 * u);
+                };
+                const int idx = G * K + P + k;
+                const double u0 = log(h.tau[c * K + k]);
+                const HbStep st = hb_slice(u0, logf(u0), logf, w[idx], a.m, log(h.tau_floor[k]), log(h.scale_max), rng);
+                scale_evals += st.evals + 1;
+                stuck += st.stuck;
+                if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
+                __syncthreads();
+                if (tid == 0) {
+                    h.tau[c * K + k] = exp(st.x);
+                    if (a.adapting) moved[idx] += fabs(st.x - u0);
+                }
             }
         }
     }
@@ -430,7 +608,15 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             for (int k = 0; k < K; ++k) out[G * K + k] = h.mu[c * K + k];
             for (int k = 0; k < K; ++k) out[G * K + K + k] = h.tau[c * K + k];
             for (int j = 0; j < P; ++j) out[G * K + 2 * K + j] = h.gamma[c * P + j];
-            if (HB_FAMILY == 0 || HB_FAMILY == 3) out[G * K + 2 * K + P] = h.sigma[c];
+            const int aux = HB_FAMILY == 0 || HB_FAMILY == 3;
+            if (aux) out[G * K + 2 * K + P] = h.sigma[c];
+            if (h.cov) {
+                // The correlations, pairs (0,1), (0,2), ..., (1,2), ...
+                const double* S = h.cov + (size_t)c * K * K;
+                int at = G * K + 2 * K + P + aux;
+                for (int i = 0; i < K; ++i)
+                    for (int j = i + 1; j < K; ++j) out[at++] = S[i * K + j] / sqrt(S[i * K + i] * S[j * K + j]);
+            }
         }
     }
 }

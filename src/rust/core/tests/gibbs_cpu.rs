@@ -468,17 +468,23 @@ fn same_mean(a: &[f64], b: &[f64], what: &str) {
     assert!((mean(a) - mean(b)).abs() < Z * se, "{what}: successive-conditional {} vs prior {} (se {se})", mean(a), mean(b));
 }
 
-/// Correlated coefficients run on the CPU only (the GPU sampler has no
-/// covariance yet: refused, never sampled as independent ones), and an
+/// Correlated coefficients run on the GPU up to CORRELATED_MAX_K per group
+/// (more are refused there, never sampled as independent ones), and an
 /// improper inverse-Wishart is refused by name.
 #[test]
-fn correlated_coefficients_stay_off_the_gpu() {
+fn correlated_coefficients_beyond_the_gpus_limit_stay_off_it() {
     use bulkem_core::gibbs::covariance::InverseWishart;
+    use bulkem_core::gibbs::gpu::CORRELATED_MAX_K;
     let (x, _) = design(&[3, 3], 2, 0, 1);
     let data = HbData::new(vec![0.0, 1.0, 0.5, 2.0, 1.0, 0.0], x, vec![], &[3, 3], 2, 0).unwrap();
     let cov = |df| Prior { cov: Some(InverseWishart { df, scale: 1.0 }), ..Prior::default() };
     let config = HbglmConfig { prior: cov(5.0), iter: 20, warmup: 10, ..HbglmConfig::new(Family::Gaussian) };
-    assert!(bulkem_core::gibbs::job(&data, &config).gpu_unsupported.unwrap().contains("correlated"));
+    assert!(bulkem_core::gibbs::job(&data, &config).gpu_unsupported.is_none());
+    let k = CORRELATED_MAX_K + 1;
+    let (wide_x, _) = design(&[3, 3], k, 0, 1);
+    let wide = HbData::new(vec![0.0; 6], wide_x, vec![], &[3, 3], k, 0).unwrap();
+    let wide_config = HbglmConfig { prior: Prior { cov: Some(InverseWishart { df: k as f64 + 3.0, scale: 1.0 }), ..Prior::default() }, ..config.clone() };
+    assert!(bulkem_core::gibbs::job(&wide, &wide_config).gpu_unsupported.unwrap().contains("correlated"));
     let fit = sample(&data, &config, &Exec::cpu()).unwrap();
     assert_eq!(fit.layout.n_params(), 2 * 2 + 2 + 2 + 1 + 1);
     let err = sample(&data, &HbglmConfig { prior: cov(1.0), ..config }, &Exec::cpu()).unwrap_err();

@@ -140,12 +140,28 @@ fn gpu_negbinomial_agrees_with_cpu() {
     }
 }
 
+/// Correlated coefficients (lme4's `(1 + x | g)`): mu and Sigma drawn
+/// conjugately on the device; the posterior (correlations included) agrees
+/// with the CPU's.
+#[test]
+fn gpu_correlated_agrees_with_cpu() {
+    use bulkem_core::gibbs::covariance::InverseWishart;
+    if device() {
+        let prior = Prior { cov: Some(InverseWishart { df: 5.0, scale: 1.0 }), ..Prior::default() };
+        run(Family::Gaussian, prior.clone());
+        run(Family::Binomial, Prior { mu_sd: 5.0, ..prior });
+    }
+}
+
 /// The comparison itself, between two CPU runs with different seeds: it
 /// must pass where the GPU is right (run by hand: `--ignored`).
 #[test]
 #[ignore]
 fn cpu_runs_with_different_seeds_agree() {
+    let iw = Some(bulkem_core::gibbs::covariance::InverseWishart { df: 5.0, scale: 1.0 });
     for (family, prior) in [
+        (Family::Gaussian, Prior { cov: iw, ..Prior::default() }),
+        (Family::Binomial, Prior { mu_sd: 5.0, cov: iw, ..Prior::default() }),
         (Family::Poisson, Prior { tau: ScalePrior::Fixed(0.4), ..Prior::default() }),
         (Family::NegBinomial, Prior { tau: ScalePrior::Fixed(0.4), ..Prior::default() }),
         (Family::Binomial, Prior { mu_sd: 5.0, tau: ScalePrior::HalfNormal(2.0), ..Prior::default() }),

@@ -18,7 +18,8 @@
 //! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
-//!                    [--big-groups B] [--sweeps N] [--backend cpu|cuda|both] [--json FILE]
+//!                    [--big-groups B] [--sweeps N] [--correlated yes] [--target-ess E]
+//!                    [--backend cpu|cuda|both] [--json FILE]
 //! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
 //! bulkem-bench hmm-suite [--backend ...] [--threads T]   the cases of the HMM issue
@@ -357,10 +358,15 @@ mod gibbs_bench {
         sweeps: usize,
         threads: usize,
         backends: Vec<Backend>,
+        /// The group coefficients correlated (inverse-Wishart(K + 3, (K + 3) I)).
+        correlated: bool,
+        /// Sample to bulk and tail ESS >= this and R-hat <= 1.01 (first check
+        /// after warmup + draws, at most 3 times that: the draws are allocated for the most).
+        target_ess: Option<f64>,
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu] };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -375,6 +381,8 @@ mod gibbs_bench {
                 "--chains" => o.chains = num()?,
                 "--big-groups" => o.big_groups = num()?,
                 "--sweeps" => o.sweeps = num()?,
+                "--correlated" => o.correlated = value == "yes",
+                "--target-ess" => o.target_ess = Some(value.parse::<f64>().map_err(|_| format!("{flag}: not a number: {value}"))?),
                 "--backend" => {
                     o.backends = match value.as_str() {
                         "cpu" => vec![Backend::Cpu],
@@ -457,12 +465,15 @@ mod gibbs_bench {
         if backend == Backend::Cuda {
             println!("  cuda warm-up (kernel compilation): {:.2} s", warm_gpu(Family::Binomial)?);
         }
+        let cov = o.correlated.then(|| bulkem_core::gibbs::covariance::InverseWishart { df: o.k as f64 + 3.0, scale: 1.0 });
+        let first = o.warmup + o.draws;
         let config = HbglmConfig {
-            prior: peer_prior(),
-            iter: o.warmup + o.draws,
+            prior: Prior { cov, ..peer_prior() },
+            iter: if o.target_ess.is_some() { 3 * first } else { first },
             warmup: o.warmup,
             chains: o.chains,
             seed: 1,
+            target: o.target_ess.map(|ess| bulkem_core::gibbs::Target { ess, rhat: 1.01, first }),
             ..HbglmConfig::new(Family::Binomial)
         };
         let exec = Exec { backend, ..Exec::cpu().threads(o.threads) };
@@ -471,19 +482,32 @@ mod gibbs_bench {
         let seconds = t0.elapsed().as_secs_f64();
         let ess: Vec<f64> = (0..o.groups * o.k).into_par_iter().map(|p| ess_bulk(&fit.chains_of(p))).collect();
         let min_ess = ess.iter().cloned().fold(f64::INFINITY, f64::min);
+        // Every parameter: mu, tau (the sds), and the correlations too.
+        let min_all = (0..fit.layout.n_params()).into_par_iter().map(|p| ess_bulk(&fit.chains_of(p))).filter(|e| !e.is_nan()).reduce(|| f64::INFINITY, f64::min);
         let mut sorted = ess.clone();
         sorted.sort_by(f64::total_cmp);
         let median = sorted[sorted.len() / 2];
-        let sweeps = (o.chains * config.iter) as f64;
+        let sweeps = fit.sweeps as f64;
+        if let Some(t) = &fit.target {
+            let d = bulkem_core::gibbs::diagnostics::diagnose_array(&fit.draws, fit.kept, fit.chains, &bulkem_core::exec::Monitor::new()).map_err(|e| e.to_string())?;
+            let fold = |v: &[f64], f: fn(f64, f64) -> f64, init: f64| v.iter().copied().filter(|x| !x.is_nan()).fold(init, f);
+            println!(
+                "  target bulk and tail ESS >= {}, R-hat <= 1.01: met {} after {} sweeps per chain ({} checks), {:.2} s; max R-hat {:.4}, min bulk ESS {:.0}, min tail ESS {:.0}; draws {:.2} GB",
+                o.target_ess.unwrap_or(0.0), t.met, t.sweeps, t.checks, seconds,
+                fold(&d.rhat, f64::max, 0.0), fold(&d.ess_bulk, f64::min, f64::INFINITY), fold(&d.ess_tail, f64::min, f64::INFINITY),
+                (fit.draws.len() * 8) as f64 / 1e9
+            );
+        }
         let evals = fit.stats.beta_evals as f64 / (sweeps * (o.groups * o.k) as f64);
         println!(
-            "hblogit G={} n={} K={} warmup={} draws={} chains={} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update",
-            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals
+            "hblogit G={} n={} K={} warmup={} draws={} chains={} correlated={} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update; all {} parameters: min bulk ESS {:.0}, min ESS/s {:.1}",
+            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, o.correlated, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals,
+            fit.layout.n_params(), min_all, min_all / seconds
         );
         writeln!(
             json,
-            "{{\"area\":\"gibbs\",\"case\":\"hblogit\",\"backend\":\"{}\",\"groups\":{},\"n\":{},\"k\":{},\"warmup\":{},\"draws\":{},\"chains\":{},\"threads\":{},\"seconds\":{:.4},\"sweeps_per_s\":{:.3},\"min_ess_bulk\":{:.1},\"median_ess_bulk\":{:.1},\"min_ess_per_s\":{:.3},\"evals_per_beta_update\":{:.3}}}",
-            backend.name(), o.groups, o.n, o.k, o.warmup, o.draws, o.chains, threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, evals
+            "{{\"area\":\"gibbs\",\"case\":\"hblogit\",\"backend\":\"{}\",\"groups\":{},\"n\":{},\"k\":{},\"warmup\":{},\"draws\":{},\"chains\":{},\"threads\":{},\"seconds\":{:.4},\"sweeps_per_s\":{:.3},\"min_ess_bulk\":{:.1},\"median_ess_bulk\":{:.1},\"min_ess_per_s\":{:.3},\"evals_per_beta_update\":{:.3},\"correlated\":{},\"min_ess_bulk_all\":{:.1}}}",
+            backend.name(), o.groups, o.n, o.k, o.warmup, o.draws, o.chains, threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, evals, o.correlated, min_all
         )
         .map_err(|e| e.to_string())?;
         Ok(min_ess / seconds)

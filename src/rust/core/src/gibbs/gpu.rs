@@ -21,6 +21,10 @@ use crate::tolerances::{SLICE_ADAPT_FACTOR, SLICE_ADAPT_WINDOW, SLICE_MAX_STEPS}
 
 /// Groups of up to this many rows share a warp, 8 lanes each.
 pub const TILE8_MAX_ROWS: usize = 64;
+/// Most correlated coefficients per group on the GPU (HB_KMAX of
+/// kernels/gibbs.cu: the kernels keep a group's K x K matrices in registers
+/// and local memory).
+pub const CORRELATED_MAX_K: usize = 8;
 const THREADS: u32 = 256;
 /// Sweeps queued at once (then the host waits for them), at most.
 const CHECK_EVERY: usize = 64;
@@ -92,6 +96,7 @@ struct HbArgs {
     trials: u64,
     /// chains x ncoord stuck counts.
     stuck_by: u64,
+    prec: u64,
 }
 
 /// Mirrors `struct HbGlobal` of kernels/gibbs.cu.
@@ -119,6 +124,10 @@ struct HbGlobal {
     sigma_floor: f64,
     scale_max: f64,
     aux_max: f64,
+    cov: u64,
+    prec: u64,
+    cov_df: f64,
+    cov_s0: f64,
     tau_floor: u64,
 }
 
@@ -215,6 +224,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
 
     // Starting values: the CPU backend's, chain by chain.
     let (mut beta, mut gamma, mut mu, mut tau, mut sigma, mut eta) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut cov, mut prec) = (vec![], vec![]);
     for c in 0..chains {
         let sw = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance };
         let st = sw.init(config.w);
@@ -224,7 +234,15 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         tau.extend(st.tau);
         sigma.push(st.sigma);
         eta.extend(st.eta);
+        cov.extend(st.cov);
+        prec.extend(st.prec);
     }
+    let correlated = config.prior.cov.is_some();
+    if correlated && k > CORRELATED_MAX_K {
+        return Err(Error::BackendUnavailable(format!("the GPU sampler takes at most {CORRELATED_MAX_K} correlated coefficients per group, not {k}")));
+    }
+    let d_cov = if correlated { Some(s.clone_htod(&cov).map_err(e("copying the state"))?) } else { None };
+    let d_prec = if correlated { Some(s.clone_htod(&prec).map_err(e("copying the state"))?) } else { None };
     let offsets: Vec<i64> = data.offsets.iter().map(|&o| o as i64).collect();
     let d_y = s.clone_htod(&data.y).map_err(e("copying data"))?;
     let d_x = s.clone_htod(&data.x).map_err(e("copying data"))?;
@@ -272,6 +290,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         chain0: config.first_chain as i32,
         trials: d_trials.as_ref().map_or(0, |t| ptr(t, dev)),
         stuck_by: ptr(&d_stuck, dev),
+        prec: d_prec.as_ref().map_or(0, |b| ptr(b, dev)),
         ..Default::default()
     };
     let (tau_kind, tau_scale, _) = scale_code(config.prior.tau);
@@ -301,6 +320,10 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         scale_max: super::SCALE_MAX,
         aux_max,
         tau_floor: ptr(&d_tau_floor, dev),
+        cov: d_cov.as_ref().map_or(0, |b| ptr(b, dev)),
+        prec: d_prec.as_ref().map_or(0, |b| ptr(b, dev)),
+        cov_df: config.prior.cov.map_or(0.0, |iw| iw.df),
+        cov_s0: config.prior.cov.map_or(0.0, |iw| iw.df * iw.scale * iw.scale),
     };
 
     let tiles = |count: usize, tile: u32| -> LaunchConfig {

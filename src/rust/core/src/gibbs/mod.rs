@@ -295,8 +295,8 @@ pub fn job(data: &HbData, config: &HbglmConfig) -> crate::exec::Job {
     let too_big = data.n() > i32::MAX as usize || data.groups().saturating_mul(data.k) > i32::MAX as usize;
     let unsupported = if too_big {
         Some("the GPU sampler handles at most 2^31 rows and group coefficients".to_string())
-    } else if config.prior.cov.is_some() {
-        Some("correlated group coefficients are sampled on the CPU only, for now".to_string())
+    } else if config.prior.cov.is_some() && data.k > gpu::CORRELATED_MAX_K {
+        Some(format!("the GPU sampler takes at most {} correlated coefficients per group", gpu::CORRELATED_MAX_K))
     } else {
         None
     };
