@@ -123,6 +123,6 @@ hbglm_fit_ <- function(y, x, z, offset, trials, sizes, k, p, family, prior, iter
 #' Rank-normalised split R-hat, bulk and tail ESS of every parameter of a
 #' kept x chains x parameters array (R order).
 #' @noRd
-gibbs_diagnostics_ <- function(draws, kept, chains, threads) .Call(wrap__gibbs_diagnostics_, draws, kept, chains, threads)
+gibbs_diagnostics_ <- function(draws, kept, chains, tail, threads) .Call(wrap__gibbs_diagnostics_, draws, kept, chains, tail, threads)
 
 

@@ -21,11 +21,12 @@ select_pars <- function(object, pars, call = parent.frame()) {
   all[keep]
 }
 
-# R-hat, bulk and tail ESS of every parameter (the core's implementation of
-# Vehtari et al. 2021, as in the posterior package).
-hbglm_diagnostics <- function(draws) {
+# R-hat, bulk and (with `tail`; NA otherwise) tail ESS of every parameter
+# (the core's implementation of Vehtari et al. 2021, as in the posterior
+# package).
+hbglm_diagnostics <- function(draws, tail = TRUE) {
   d <- dim(draws)
-  out <- gibbs_diagnostics_(as.double(draws), d[1], d[2], cpu_threads())
+  out <- gibbs_diagnostics_(as.double(draws), d[1], d[2], tail, cpu_threads())
   data.frame(rhat = out$rhat, ess_bulk = out$ess_bulk, ess_tail = out$ess_tail,
              row.names = dimnames(draws)[[3]])
 }
@@ -824,9 +825,10 @@ simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NU
 #' `loo::loo()`'s `elpd_loo` is on the
 #' scale of the data's log density.
 #'
-#' `log_lik()` is a generic of bulkem; the method is registered for
-#' \pkg{rstantools}' generic `log_lik()` too (the one \pkg{brms} and
-#' \pkg{rstanarm} use), when that package is installed.
+#' `log_lik()` is a generic of bulkem; when \pkg{rstantools} is installed
+#' it calls that package's generic `log_lik()` (the one \pkg{brms} and
+#' \pkg{rstanarm} use, where bulkem's method is registered too), so that it
+#' works on their fits whichever package was attached last.
 #'
 #' `loo::loo(fit)` does it in one call: it computes the matrix, the relative
 #' efficiencies of its draws with `loo::relative_eff()` and the chains of
@@ -860,7 +862,10 @@ simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NU
 #' loo::loo(ll, r_eff = loo::relative_eff(exp(ll), chain_id = chain))
 #' loo::loo(fit)
 #' @export
-log_lik <- function(object, ...) UseMethod("log_lik")
+log_lik <- function(object, ...) {
+  if (has_rstantools()) return(rstantools::log_lik(object, ...))
+  UseMethod("log_lik")
+}
 
 #' @rdname log_lik
 #' @export

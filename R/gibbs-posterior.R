@@ -22,9 +22,11 @@
 #' observations in blocks of bounded size, or take a subset of the draws
 #' with `draws`.
 #'
-#' These are generics of bulkem; the methods are registered for
-#' \pkg{rstantools}' generics of the same names too, when that package is
-#' installed.
+#' These are generics of bulkem. When \pkg{rstantools} is installed they
+#' call its generics of the same names (where the methods of \pkg{rstanarm}
+#' and \pkg{brms} are registered, and bulkem's too), so that
+#' `posterior_predict()` works on every package's fits whichever package
+#' was attached last.
 #'
 #' @param object A `bulkem_hbglm` fit from [hbglm()].
 #' @param transform For `posterior_linpred()`: `TRUE` for \eqn{h(\eta)}
@@ -49,15 +51,28 @@
 #' dim(yrep)
 #' @name posterior_epred
 #' @export
-posterior_epred <- function(object, ...) UseMethod("posterior_epred")
+posterior_epred <- function(object, ...) {
+  if (has_rstantools()) return(rstantools::posterior_epred(object, ...))
+  UseMethod("posterior_epred")
+}
 
 #' @rdname posterior_epred
 #' @export
-posterior_linpred <- function(object, ...) UseMethod("posterior_linpred")
+posterior_linpred <- function(object, ...) {
+  if (has_rstantools()) return(rstantools::posterior_linpred(object, ...))
+  UseMethod("posterior_linpred")
+}
 
 #' @rdname posterior_epred
 #' @export
-posterior_predict <- function(object, ...) UseMethod("posterior_predict")
+posterior_predict <- function(object, ...) {
+  if (has_rstantools()) return(rstantools::posterior_predict(object, ...))
+  UseMethod("posterior_predict")
+}
+
+# rstantools' generics, where rstanarm's and brms's methods are registered,
+# take over bulkem's when that package is installed.
+has_rstantools <- function() requireNamespace("rstantools", quietly = TRUE)
 
 #' @rdname posterior_epred
 #' @export

@@ -274,8 +274,9 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
       i = "Use {.fn glm} for one group, or hold {.field tau} fixed with {.code hbglm_prior(tau_fixed = )}."
     ), call = call)
   }
-  # The covariance prior is used only for correlated coefficients.
-  core_prior <- unclass(prior)
+  # The covariance prior is used only for correlated coefficients; priors
+  # made before the negative binomial had no shape prior (its default).
+  core_prior <- utils::modifyList(list(shape_kind = "gamma", shape_a = 0.01, shape_b = 0.01), unclass(prior))
   core_prior$cov_df <- if (!correlated) NaN else if (is.na(prior$cov_df)) ncol(model$x) + 3 else prior$cov_df
   if (correlated && !(core_prior$cov_df > ncol(model$x) - 1)) {
     bulkem_abort(c("{.arg prior}'s {.field cov_df} must be above K - 1 = {ncol(model$x) - 1} for {ncol(model$x)} correlated coefficients.",
@@ -332,7 +333,8 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
       stuck_by = stats::setNames(raw$stuck_by, pars)
     ),
     scale_floor = c(stats::setNames(raw$tau_floor, paste0("tau[", colnames(model$x), "]")),
-                    if (family == "gaussian") c(sigma = raw$sigma_floor))
+                    if (family == "gaussian") c(sigma = raw$sigma_floor),
+                    if (family == "negbinomial") c(shape = raw$sigma_floor))
   )
   # The group as given (a column name or a formula) finds the groups of new
   # data; a vector of groups cannot.
@@ -425,11 +427,14 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
       detail = paste0("Draws within 10x of the floor, of ", total, ": ",
                       listing(names(hit), hit, "%.0f"), "; floors ",
                       paste0(names(hit), " = ", signif(floors[names(hit)], 3), collapse = ", "), "."),
-      hint = paste("The response is fitted exactly (no noise) or the groups' coefficients are identical;",
-                   "scales are sampled above 1e-10 times their scale in the data, so these draws are truncated there.")
+      hint = if (identical(names(hit), "shape"))
+        paste("The counts are far more dispersed than a negative binomial with a shape of 1e-8 allows;",
+              "the shape is sampled above that, so these draws are truncated there.") else
+        paste("The response is fitted exactly (no noise) or the groups' coefficients are identical;",
+              "scales are sampled above 1e-10 times their scale in the data, so these draws are truncated there.")
     )
   }
-  diag <- hbglm_diagnostics(draws)
+  diag <- hbglm_diagnostics(draws, tail = FALSE)
   rhat <- stats::setNames(diag$rhat, rownames(diag))
   bad <- rhat[!is.na(rhat) & rhat > 1.05]
   if (length(bad) > 0) {

@@ -507,7 +507,7 @@ fn a_target_run_stops_when_met_with_the_draws_of_a_run_that_long() {
     assert_eq!(fit.kept, (outcome.sweeps - 100) / 2);
     assert_eq!(fit.sweeps, outcome.sweeps * 3);
     // Every parameter meets it, by the diagnostics of the draws returned.
-    let d = diagnose_array(&fit.draws, fit.kept, 3, &Monitor::new()).unwrap();
+    let d = diagnose_array(&fit.draws, fit.kept, 3, true, &Monitor::new()).unwrap();
     for p in 0..fit.layout.n_params() {
         assert!(d.rhat[p] <= 1.05 && d.ess_bulk[p] >= 150.0 && d.ess_tail[p] >= 150.0, "parameter {p}: {} {} {}", d.rhat[p], d.ess_bulk[p], d.ess_tail[p]);
     }
@@ -521,7 +521,7 @@ fn a_target_run_stops_when_met_with_the_draws_of_a_run_that_long() {
         earlier = target.next_check(earlier, base.iter, 100, 2);
     }
     let before = sample(&data, &HbglmConfig { iter: earlier, ..base.clone() }, &Exec::cpu()).unwrap();
-    let d = diagnose_array(&before.draws, before.kept, 3, &Monitor::new()).unwrap();
+    let d = diagnose_array(&before.draws, before.kept, 3, true, &Monitor::new()).unwrap();
     assert!(!target.assess(&d, earlier, 1).met);
     // A target out of reach runs to iter and says which parameters fall short.
     let far = sample(&data, &HbglmConfig { iter: 400, target: Some(Target { ess: 1e6, ..target }), ..base.clone() }, &Exec::cpu()).unwrap();
@@ -837,13 +837,17 @@ fn separation_is_found_in_the_pooled_data_and_only_there() {
 fn diagnostics_stop_when_cancelled_and_agree_otherwise() {
     let draws: Vec<f64> = (0..4 * 100 * 30).map(|i| stream(1, 0, i, Block::Mu, 1).normal()).collect();
     let never = Monitor::new();
-    let d = diagnose_array(&draws, 100, 4, &never).unwrap();
-    assert_eq!(d, diagnose(0..30, 4, |p, c| &draws[400 * p + 100 * c..400 * p + 100 * (c + 1)]));
+    let d = diagnose_array(&draws, 100, 4, true, &never).unwrap();
+    assert_eq!(d, diagnose(0..30, 4, true, |p, c| &draws[400 * p + 100 * c..400 * p + 100 * (c + 1)]));
     let refs: Vec<&[f64]> = draws[400 * 7..400 * 8].chunks(100).collect();
     assert_eq!((d.rhat[7], d.ess_bulk[7], d.ess_tail[7]), (rhat(&refs), ess_bulk(&refs), ess_tail(&refs)));
     let cancelled = Monitor::new();
     cancelled.cancel();
-    assert_eq!(diagnose_array(&draws, 100, 4, &cancelled).unwrap_err().kind(), ErrorKind::Interrupt);
+    assert_eq!(diagnose_array(&draws, 100, 4, true, &cancelled).unwrap_err().kind(), ErrorKind::Interrupt);
+    // Without the tail ESS: the same R-hat and bulk ESS, the tail's NaN.
+    let quick = diagnose_array(&draws, 100, 4, false, &never).unwrap();
+    assert_eq!((&quick.rhat, &quick.ess_bulk), (&d.rhat, &d.ess_bulk));
+    assert!(quick.ess_tail.iter().all(|v| v.is_nan()));
 }
 
 /// Simulation-based calibration (Talts et al. 2018): parameters drawn from

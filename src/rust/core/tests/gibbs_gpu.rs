@@ -260,7 +260,7 @@ fn gpu_target_run_has_the_draws_of_a_run_that_long() {
     assert_eq!(fit.kept, outcome.sweeps - 100);
     let fixed = sample(&data, &HbglmConfig { iter: outcome.sweeps, ..base.clone() }, &exec).unwrap();
     assert_eq!(fit.draws, fixed.draws);
-    let d = diagnose_array(&fit.draws, fit.kept, 2, &Monitor::new()).unwrap();
+    let d = diagnose_array(&fit.draws, fit.kept, 2, true, &Monitor::new()).unwrap();
     assert!(target.assess(&d, outcome.sweeps, 1).met);
     // Out of reach: runs to iter and names the parameters short of it.
     let far = sample(&data, &HbglmConfig { iter: 300, target: Some(Target { ess: 1e6, ..target }), ..base }, &exec).unwrap();

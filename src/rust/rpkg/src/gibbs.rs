@@ -145,13 +145,13 @@ fn hbglm_fit_(
 /// kept x chains x parameters array (R order).
 /// @noRd
 #[extendr]
-fn gibbs_diagnostics_(draws: &[f64], kept: i32, chains: i32, threads: i32) -> Result<List> {
+fn gibbs_diagnostics_(draws: &[f64], kept: i32, chains: i32, tail: bool, threads: i32) -> Result<List> {
     let (kept, chains) = (kept.max(0) as usize, chains.max(0) as usize);
     let per = kept * chains;
     if per == 0 || draws.len() % per != 0 {
         return Err(Error::Other("internal: draws do not match kept x chains".into()));
     }
-    let d = run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| exec.install(|| diagnose_array(draws, kept, chains, &exec.monitor)).and_then(|x| x))
+    let d = run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| exec.install(|| diagnose_array(draws, kept, chains, tail, &exec.monitor)).and_then(|x| x))
         .map_err(r_error)?;
     Ok(list!(rhat = d.rhat, ess_bulk = d.ess_bulk, ess_tail = d.ess_tail))
 }

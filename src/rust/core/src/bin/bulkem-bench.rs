@@ -489,7 +489,7 @@ mod gibbs_bench {
         let median = sorted[sorted.len() / 2];
         let sweeps = fit.sweeps as f64;
         if let Some(t) = &fit.target {
-            let d = bulkem_core::gibbs::diagnostics::diagnose_array(&fit.draws, fit.kept, fit.chains, &bulkem_core::exec::Monitor::new()).map_err(|e| e.to_string())?;
+            let d = bulkem_core::gibbs::diagnostics::diagnose_array(&fit.draws, fit.kept, fit.chains, true, &bulkem_core::exec::Monitor::new()).map_err(|e| e.to_string())?;
             let fold = |v: &[f64], f: fn(f64, f64) -> f64, init: f64| v.iter().copied().filter(|x| !x.is_nan()).fold(init, f);
             println!(
                 "  target bulk and tail ESS >= {}, R-hat <= 1.01: met {} after {} sweeps per chain ({} checks), {:.2} s; max R-hat {:.4}, min bulk ESS {:.0}, min tail ESS {:.0}; draws {:.2} GB",

@@ -87,7 +87,7 @@ pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<Hb
         sweep,
         |(draws, _, _), kept| {
             let start = |p: usize, c: usize| cap * (c + chains * p);
-            exec.install(|| diagnose_watched(np, chains, kept * chains, |p, c| &draws[start(p, c)..start(p, c) + kept], &exec.monitor))?
+            exec.install(|| diagnose_watched(np, chains, kept * chains, true, |p, c| &draws[start(p, c)..start(p, c) + kept], &exec.monitor))?
         },
     )?;
     let (mut draws, states, stats) = run;

@@ -236,15 +236,16 @@ impl Diagnostics {
     }
 }
 
-/// R-hat, bulk and tail ESS of parameters `params`, parameter `p`'s chain
-/// `c` being `draws_of(p, c)`; parameters in parallel.
-pub fn diagnose<'a>(params: std::ops::Range<usize>, chains: usize, draws_of: impl Fn(usize, usize) -> &'a [f64] + Sync) -> Diagnostics {
+/// R-hat, bulk and (with `tail`; NaN otherwise) tail ESS of parameters
+/// `params`, parameter `p`'s chain `c` being `draws_of(p, c)`; parameters
+/// in parallel.
+pub fn diagnose<'a>(params: std::ops::Range<usize>, chains: usize, tail: bool, draws_of: impl Fn(usize, usize) -> &'a [f64] + Sync) -> Diagnostics {
     use rayon::prelude::*;
     let per: Vec<(f64, f64, f64)> = params
         .into_par_iter()
         .map(|p| {
             let refs: Vec<&[f64]> = (0..chains).map(|c| draws_of(p, c)).collect();
-            (rhat(&refs), ess_bulk(&refs), ess_tail(&refs))
+            (rhat(&refs), ess_bulk(&refs), if tail { ess_tail(&refs) } else { f64::NAN })
         })
         .collect();
     let mut out = Diagnostics::default();
@@ -263,6 +264,7 @@ pub fn diagnose_watched<'a>(
     n_params: usize,
     chains: usize,
     draws_per_param: usize,
+    tail: bool,
     draws_of: impl Fn(usize, usize) -> &'a [f64] + Sync,
     monitor: &crate::exec::Monitor,
 ) -> crate::error::Result<Diagnostics> {
@@ -271,18 +273,18 @@ pub fn diagnose_watched<'a>(
     let mut out = Diagnostics::default();
     for start in (0..n_params).step_by(block) {
         monitor.check()?;
-        out.extend(diagnose(start..(start + block).min(n_params), chains, &draws_of));
+        out.extend(diagnose(start..(start + block).min(n_params), chains, tail, &draws_of));
     }
     Ok(out)
 }
 
 /// The diagnostics of every parameter of a kept x chains x parameters
 /// array (iteration fastest), watched as [`diagnose_watched`].
-pub fn diagnose_array(draws: &[f64], kept: usize, chains: usize, monitor: &crate::exec::Monitor) -> crate::error::Result<Diagnostics> {
+pub fn diagnose_array(draws: &[f64], kept: usize, chains: usize, tail: bool, monitor: &crate::exec::Monitor) -> crate::error::Result<Diagnostics> {
     let per = kept * chains;
     if per == 0 {
         return Ok(Diagnostics::default());
     }
     let start = |p: usize, c: usize| per * p + kept * c;
-    diagnose_watched(draws.len() / per, chains, per, |p, c| &draws[start(p, c)..start(p, c) + kept], monitor)
+    diagnose_watched(draws.len() / per, chains, per, tail, |p, c| &draws[start(p, c)..start(p, c) + kept], monitor)
 }

@@ -261,6 +261,17 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     let d_trials = if data.trials.is_empty() { None } else { Some(s.clone_htod(&data.trials).map_err(e("copying data"))?) };
     let bounds = data.scale_bounds(config.family);
     let d_tau_floor = s.clone_htod(&bounds.tau_floor).map_err(e("copying data"))?;
+    // The draws' buffer holds the most draws (with a target, those of
+    // `iter` sweeps): refused by its size rather than by a CUDA error.
+    let draws_bytes = (chains * kept * np).max(1) as u128 * 8;
+    let free = dev.free_memory()?;
+    if draws_bytes > free as u128 {
+        return Err(Error::OutOfMemory {
+            what: format!("hbglm() on the GPU: a draws buffer of {} kept draws x {chains} chains x {np} parameters (with a target, for iter = max.iter = {} sweeps)", kept, config.iter),
+            needed: draws_bytes,
+            available: Some(free as u64),
+        });
+    }
     let d_draws = s.alloc_zeros::<f64>((chains * kept * np).max(1)).map_err(e("allocating the draws"))?;
     let (small, medium, large) = classify(data, balance);
     let d_small = s.clone_htod(&small[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
@@ -399,7 +410,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
             }
         }
         drop(host);
-        exec.install(|| super::diagnostics::diagnose_array(&ordered, now, chains, &exec.monitor))?
+        exec.install(|| super::diagnostics::diagnose_array(&ordered, now, chains, true, &exec.monitor))?
     };
     let (sweeps, outcome) = super::target::run_blocks(config.target, config.iter, config.warmup, config.thin, &mut run, sweep, diagnose)?;
     let done = (sweeps - config.warmup) / config.thin;
