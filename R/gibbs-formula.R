@@ -13,7 +13,12 @@ has_bars <- function(f) {
 }
 
 # list(formula = y ~ varying terms, group = ~ g, global = ~ shared terms
-# (NULL when none)) from a formula with bars.
+# (NULL when none), correlated, factors = the other grouping factors) from
+# a formula with bars. The grouping factor whose bars hold the most
+# columns (then the most levels) is the groups: its coefficients have
+# population means (mu) and may be correlated. Each other factor's terms
+# are deviations with mean zero and independent sds (a list of
+# list(name, expr, terms = ~ its terms)).
 hbglm_bars <- function(formula, data, call) {
   if (!requireNamespace("lme4", quietly = TRUE)) {
     bulkem_abort(c("A formula with random-effect terms such as {.code (1 | g)} is read with {.pkg lme4}, which is not installed.",
@@ -24,32 +29,45 @@ hbglm_bars <- function(formula, data, call) {
     bulkem_abort("{.arg formula} must be a two-sided formula such as {.code y ~ x + (1 | g)}.", call = call)
   }
   env <- environment(formula)
-  bars <- lme4::findbars(formula)
-  groups <- unique(vapply(bars, function(b) paste(deparse(b[[3]]), collapse = ""), character(1)))
-  shown <- paste0("(", vapply(bars, function(b) paste(deparse(b), collapse = ""), character(1)), ")")
-  if (length(groups) > 1) {
-    bulkem_abort(c(
-      "{.fn hbglm} samples coefficients that vary by one grouping factor; {.arg formula} has {length(groups)}: {.val {groups}}.",
-      x = "Crossed and nested grouping factors (such as {.code (1 | a) + (1 | b)} or {.code (1 | a/b)}) are not supported yet.",
-      i = "Keep the terms of one grouping factor."
-    ), call = call)
-  }
-  gexpr <- bars[[1]][[3]]
-  if (!is.name(gexpr)) {
-    bulkem_abort(c("The grouping factor of a random-effect term must be a column of {.arg data}.",
-                   x = "{.arg formula} groups by {.code {groups}}.",
-                   i = "Make it a column first (such as {.code data$ab <- interaction(data$a, data$b)})."), call = call)
-  }
+  all_bars <- lme4::findbars(formula)
+  keys <- vapply(all_bars, function(b) paste(deparse(b[[3]]), collapse = ""), character(1))
+  one_sided <- function(rhs) stats::as.formula(call("~", rhs), env = env)
+  shown_of <- function(bars) paste0("(", vapply(bars, function(b) paste(deparse(b), collapse = ""), character(1)), ")")
   # Each bar's terms; a bar with several coefficients (after `||` is split,
   # which findbars does) asks for their correlation.
-  one_sided <- function(rhs) stats::as.formula(call("~", rhs), env = env)
-  parts <- lapply(bars, function(b) {
+  bar_terms <- function(b) {
     tt <- stats::terms(one_sided(b[[2]]), data = data)
     list(labels = attr(tt, "term.labels"), intercept = attr(tt, "intercept") == 1,
          columns = ncol(tryCatch(stats::model.matrix(tt, stats::model.frame(tt, data, na.action = stats::na.pass)),
-                                 error = function(e) bulkem_abort(c("{.code {shown[1]}} can't be evaluated in {.arg data}.",
+                                 error = function(e) bulkem_abort(c("{.code {shown_of(list(b))}} can't be evaluated in {.arg data}.",
                                                                     x = conditionMessage(e)), call = call))))
+  }
+  groups <- unique(keys)
+  for (key in groups) hbglm_grouping(all_bars[[match(key, keys)]][[3]], data, env, call)
+  parts_of <- lapply(groups, function(key) lapply(all_bars[keys == key], bar_terms))
+  columns <- vapply(parts_of, function(ps) sum(vapply(ps, `[[`, numeric(1), "columns")), numeric(1))
+  levels_of <- vapply(groups, function(key) nlevels(hbglm_grouping(all_bars[[match(key, keys)]][[3]], data, env, call)), numeric(1))
+  primary <- order(-columns, -levels_of)[1]
+  others <- lapply(setdiff(seq_along(groups), primary), function(i) {
+    bars <- all_bars[keys == groups[i]]
+    ps <- parts_of[[i]]
+    correlated <- vapply(ps, function(p) p$columns > 1, logical(1))
+    if (any(correlated)) {
+      bulkem_abort(c(
+        "{.fn hbglm} samples correlated coefficients for one grouping factor only, {.val {groups[primary]}}.",
+        x = "{.code {shown_of(bars[correlated])}} asks for correlated terms of {.val {groups[i]}} too.",
+        i = "Write that factor's terms with {.code ||} (independent), such as {.code (1 + x || {groups[i]})}."
+      ), call = call)
+    }
+    labels <- unique(unlist(lapply(ps, `[[`, "labels")))
+    intercept <- any(vapply(ps, `[[`, logical(1), "intercept"))
+    list(name = groups[i], expr = bars[[1]][[3]],
+         terms = stats::reformulate(if (length(labels)) labels else "1", intercept = intercept, env = env))
   })
+  bars <- all_bars[keys == groups[primary]]
+  parts <- parts_of[[primary]]
+  shown <- shown_of(bars)
+  gexpr <- bars[[1]][[3]]
   correlated <- vapply(parts, function(p) p$columns > 1, logical(1))
   if (any(correlated) && length(bars) > 1) {
     bulkem_abort(c(
@@ -83,8 +101,110 @@ hbglm_bars <- function(formula, data, call) {
   shared <- c(setdiff(fixed_labels, varying), offset_terms)
   lhs <- formula[[2]]
   f <- stats::reformulate(if (length(varying)) varying else "1", response = lhs, intercept = varying_intercept, env = env)
-  list(formula = f, group = stats::as.formula(call("~", gexpr), env = env), correlated = any(correlated),
+  list(formula = f, group = stats::as.formula(call("~", gexpr), env = env), correlated = any(correlated), factors = others,
        # (its intercept is dropped by hbglm_data, keeping the contrasts of
        # factors as `global =` has them)
        global = if (length(shared)) stats::reformulate(shared, env = env))
+}
+
+# The levels of a grouping factor `expr` (a column, or `a:b` for the
+# levels of a within b, as `(1 | b/a)` expands to) in `data`, as a factor;
+# `drop`: without unused levels (always for `a:b`).
+hbglm_grouping <- function(expr, data, env, call, drop = TRUE) {
+  shown <- paste(deparse(expr), collapse = "")
+  names_of <- function(e) {
+    if (is.name(e)) list(e) else if (is.call(e) && identical(e[[1]], as.name(":"))) c(names_of(e[[2]]), names_of(e[[3]])) else list(NULL)
+  }
+  vars <- names_of(expr)
+  if (any(vapply(vars, is.null, logical(1)))) {
+    bulkem_abort(c("The grouping factor of a random-effect term must be a column of {.arg data} (or {.code a:b} of columns).",
+                   x = "{.arg formula} groups by {.code {shown}}.",
+                   i = "Make it a column first (such as {.code data$ab <- interaction(data$a, data$b)})."), call = call)
+  }
+  values <- lapply(vars, function(v) {
+    x <- tryCatch(eval(v, data, env), error = function(e) bulkem_abort(c("The grouping factor {.code {shown}} can't be evaluated in {.arg data}.",
+                                                                          x = conditionMessage(e)), call = call))
+    if (!is.atomic(x) || length(x) != nrow(data)) {
+      bulkem_abort(c("The grouping factor {.code {shown}} must give one level per row of {.arg data} ({nrow(data)}).",
+                     x = "{.code {deparse(v)}} is {describe_value(x)}."), call = call)
+    }
+    x
+  })
+  if (length(values) == 1) {
+    g <- as.factor(values[[1]])
+    return(if (drop) droplevels(g) else g)
+  }
+  g <- interaction(lapply(values, as.factor), drop = TRUE, sep = ":", lex.order = TRUE)
+  g[Reduce(`|`, lapply(values, is.na))] <- NA
+  droplevels(g)
+}
+
+# The other grouping factors of a formula (from hbglm_bars) in `data`:
+# each one's levels, every row's level (in the user's order), its terms'
+# design matrix and what rebuilds both from new data.
+hbglm_factors <- function(factors, data, call) {
+  lapply(factors, function(f) {
+    env <- environment(f$terms)
+    g <- hbglm_grouping(f$expr, data, env, call)
+    tt <- stats::terms(f$terms, data = data)
+    mf <- tryCatch(stats::model.frame(tt, data, na.action = stats::na.pass),
+                   error = function(e) bulkem_abort(c("The terms of {.val {f$name}} can't be evaluated in {.arg data}.",
+                                                      x = conditionMessage(e)), call = call))
+    w <- stats::model.matrix(tt, mf)
+    for (part in list(list(g, "The grouping factor"), list(w, "A term"))) {
+      bad <- if (is.matrix(part[[1]])) which(rowSums(is.na(part[[1]])) > 0) else which(is.na(part[[1]]))
+      if (length(bad) > 0) {
+        bulkem_abort(c("{.arg data} must not have missing values in the variables of the model.",
+                       x = "{part[[2]]} of {.val {f$name}} is missing in row{?s} {utils::head(bad, 5)}{if (length(bad) > 5) ', ...'}."),
+                     call = call)
+      }
+    }
+    hbglm_check_values(w, paste0("A term of {.val ", f$name, "}"), call)
+    list(name = f$name, expr = f$expr, env = env, levels = levels(g), coef_names = colnames(w),
+         level = as.integer(g), w = w,
+         design = list(terms = tt, xlevels = stats::.getXlevels(tt, mf), contrasts = attr(w, "contrasts"),
+                       vars = intersect(c(all.vars(tt), all.vars(f$expr)), names(data))))
+  })
+}
+
+# Draw names of another grouping factor: its effects r_<name>[level,coef]
+# (level-major, as the core writes them) and sds sd_<name>[coef].
+hbglm_factor_par_names <- function(f) {
+  k <- length(f$coef_names)
+  c(paste0("r_", f$name, "[", rep(f$levels, each = k), ",", rep(f$coef_names, length(f$levels)), "]"),
+    paste0("sd_", f$name, "[", f$coef_names, "]"))
+}
+
+# The other grouping factors of new data: each one's level index (levels
+# the fit has not seen follow its own when `new_groups`, else an error)
+# and design matrix. list(rows = list(level, w) per factor, new = the new
+# levels per factor).
+hbglm_factor_newdata <- function(object, newdata, new_groups, call) {
+  out <- lapply(object$model$factors, function(f) {
+    g <- tryCatch(hbglm_grouping(f$expr, newdata, f$env, call, drop = FALSE),
+                  error = function(e) bulkem_abort(c("The fit's grouping factor {.val {f$name}} can't be evaluated in {.arg newdata}.",
+                                                     x = conditionMessage(e)), call = call))
+    d <- f$design
+    mf <- stats::model.frame(d$terms, newdata, xlev = d$xlevels, na.action = stats::na.pass)
+    w <- stats::model.matrix(d$terms, mf, contrasts.arg = d$contrasts)
+    bad <- which(is.na(g) | rowSums(is.na(w)) > 0)
+    if (length(bad) > 0) {
+      bulkem_abort(c("{.arg newdata} must not have missing values in the variables of the model.",
+                     x = "The grouping factor {.val {f$name}} or its terms are missing in row{?s} {utils::head(bad, 5)}."), call = call)
+    }
+    hbglm_check_values(w, paste0("A term of {.val ", f$name, "} in {.arg newdata}"), call)
+    g <- as.character(g)
+    idx <- match(g, f$levels)
+    new <- unique(g[is.na(idx)])
+    if (length(new) > 0 && !new_groups) {
+      bulkem_abort(c(
+        "{.arg newdata} must hold only levels of the fit's grouping factors.",
+        x = "{cli::qty(length(new))}Level{?s} {.val {utils::head(new, 5)}} of {.val {f$name}} {cli::qty(length(new))}{?is/are} not in the fit.",
+        i = "{.code new.groups = \"population\"} draws their effects from the population distribution."
+      ), call = call)
+    }
+    idx[is.na(idx)] <- length(f$levels) + match(g[is.na(idx)], new)
+    list(rows = list(level = idx, w = w), new = new)
+  })
+  list(rows = lapply(out, `[[`, "rows"), new = lapply(out, `[[`, "new"))
 }

@@ -110,6 +110,7 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
   d <- dim(x$draws)
   cat("Hierarchical ", x$family, " GLM (bulkem), Gibbs sampling with slice updates\n", sep = "")
   cat("  ", deparse(x$formula), if (!is.null(x$global)) paste0(", global ", deparse(x$global)), "\n", sep = "")
+  for (f in x$model$factors) cat("  grouping factor ", f$name, ": ", length(f$levels), " levels (", paste(f$coef_names, collapse = ", "), ")\n", sep = "")
   cat("  ", length(x$groups), " groups, ", x$nobs, " observations, ", d[2], " chains x ", d[1],
       " kept draws (", x$warmup, " warmup", if (x$thin > 1) paste0(", thin ", x$thin), ")\n", sep = "")
   cat("  backend: ", x$backend, ", ", format(signif(x$seconds, 3)), " s\n", sep = "")
@@ -118,7 +119,8 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
         if (x$target$met) "met" else "not met", " after ", x$target$iter, " sweeps per chain (",
         x$target$checks, if (x$target$checks == 1) " check" else " checks", "; max.iter ", x$target$max.iter, ")\n", sep = "")
   }
-  s <- summary(x, pars = intersect(c("mu", "tau", "cor", "gamma", "sigma", "shape"), sub("\\[.*$", "", dimnames(x$draws)[[3]])))
+  blocks <- unique(sub("\\[.*$", "", dimnames(x$draws)[[3]]))
+  s <- summary(x, pars = c(intersect(c("mu", "tau", "cor", "gamma", "sigma", "shape"), blocks), grep("^sd_", blocks, value = TRUE)))
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
   all <- hbglm_diagnostics(x$draws)
@@ -209,7 +211,7 @@ coef.bulkem_hbglm <- function(object, ...) {
 #' @exportS3Method nlme::VarCorr
 VarCorr.bulkem_hbglm <- function(x, sigma = 1, ...) {
   dr <- matrix(x$draws, ncol = dim(x$draws)[3], dimnames = list(NULL, dimnames(x$draws)[[3]]))
-  grp <- if (inherits(x$model$group_spec, "formula")) all.vars(x$model$group_spec) else if (is.character(x$model$group_spec)) x$model$group_spec else "group"
+  grp <- if (inherits(x$model$group_spec, "formula")) paste(deparse(x$model$group_spec[[2]]), collapse = "") else if (is.character(x$model$group_spec)) x$model$group_spec else "group"
   coefs <- x$coef_names
   tau <- dr[, paste0("tau[", coefs, "]"), drop = FALSE]
   rows <- data.frame(grp = grp, var1 = coefs, var2 = NA_character_, vcov = colMeans(tau^2),
@@ -220,6 +222,11 @@ VarCorr.bulkem_hbglm <- function(x, sigma = 1, ...) {
     cov <- cor * tau[, pairs[1, ], drop = FALSE] * tau[, pairs[2, ], drop = FALSE]
     rows <- rbind(rows, data.frame(grp = grp, var1 = coefs[pairs[1, ]], var2 = coefs[pairs[2, ]], vcov = colMeans(cov),
                                    sdcor = colMeans(cor), sd = apply(cor, 2, stats::sd), stringsAsFactors = FALSE))
+  }
+  for (f in x$model$factors) {
+    sd <- dr[, paste0("sd_", f$name, "[", f$coef_names, "]"), drop = FALSE]
+    rows <- rbind(rows, data.frame(grp = f$name, var1 = f$coef_names, var2 = NA_character_, vcov = colMeans(sd^2),
+                                   sdcor = colMeans(sd), sd = apply(sd, 2, stats::sd), stringsAsFactors = FALSE))
   }
   if (x$family == "gaussian") {
     rows <- rbind(rows, data.frame(grp = "Residual", var1 = NA_character_, var2 = NA_character_, vcov = mean(dr[, "sigma"]^2),
@@ -356,7 +363,7 @@ hbglm_check_fit <- function(object, call) {
 # draws_matrix (iterations within chains): one draws x groups matrix of
 # beta per coefficient, gamma (draws x globals) and sigma. `which`: the
 # draws to keep (indices into all of them), NULL for all.
-hbglm_draw_parts <- function(object, which = NULL, new = character()) {
+hbglm_draw_parts <- function(object, which = NULL, new = character(), new_levels = list()) {
   vars <- dimnames(object$draws)[[3]]
   take <- function(names) {
     m <- matrix(object$draws[, , match(names, vars), drop = FALSE], ncol = length(names))
@@ -367,8 +374,21 @@ hbglm_draw_parts <- function(object, which = NULL, new = character()) {
     drawn <- hbglm_new_group_coefs(object, take, length(new))
     beta <- lapply(seq_along(beta), function(k) cbind(beta[[k]], drawn[[k]]))
   }
+  # The other grouping factors' effects (draws x levels per term), new
+  # levels' drawn from N(0, sd^2) at each draw.
+  factors <- lapply(seq_along(object$model$factors), function(i) {
+    f <- object$model$factors[[i]]
+    r <- lapply(f$coef_names, function(cf) take(paste0("r_", f$name, "[", f$levels, ",", cf, "]")))
+    m <- if (i <= length(new_levels)) length(new_levels[[i]]) else 0
+    if (m > 0) {
+      sd <- take(paste0("sd_", f$name, "[", f$coef_names, "]"))
+      r <- lapply(seq_along(r), function(k) cbind(r[[k]], sd[, k] * matrix(stats::rnorm(nrow(sd) * m), nrow(sd))))
+    }
+    r
+  })
   list(
     beta = beta,
+    factors = factors,
     gamma = if (length(object$global_names) > 0) take(paste0("gamma[", object$global_names, "]")),
     sigma = if (object$family == "gaussian") as.vector(take("sigma")),
     shape = if (object$family == "negbinomial") as.vector(take("shape")),
@@ -413,13 +433,21 @@ hbglm_chain_ids <- function(object) {
 }
 
 # Linear predictors (draws x observations idx): group coefficients of each
-# row's group, global coefficients, offset.
+# row's group, the other grouping factors' effects, global coefficients,
+# offset.
 hbglm_eta <- function(parts, rows, idx) {
   S <- parts$n
   eta <- matrix(0, S, length(idx))
   g <- rows$group[idx]
   for (k in seq_along(parts$beta)) {
     eta <- eta + parts$beta[[k]][, g, drop = FALSE] * rep(rows$x[idx, k], each = S)
+  }
+  for (i in seq_along(parts$factors)) {
+    fr <- rows$factors[[i]]
+    lev <- fr$level[idx]
+    for (k in seq_along(parts$factors[[i]])) {
+      eta <- eta + parts$factors[[i]][[k]][, lev, drop = FALSE] * rep(fr$w[idx, k], each = S)
+    }
   }
   if (!is.null(parts$gamma)) eta <- eta + parts$gamma %*% t(rows$z[idx, , drop = FALSE])
   if (!is.null(rows$offset)) eta <- eta + rep(rows$offset[idx], each = S)
@@ -430,7 +458,7 @@ hbglm_eta <- function(parts, rows, idx) {
 # draws x observations matrix, its memory checked first.
 hbglm_draws_matrix <- function(object, newdata, group, new.groups, which, h, fn, call) {
   rows <- hbglm_rows(object, newdata, group, FALSE, call, new_groups = new.groups == "population")
-  parts <- hbglm_draw_parts(object, which, new = rows$new)
+  parts <- hbglm_draw_parts(object, which, new = rows$new, new_levels = rows$new_levels)
   n <- length(rows$group)
   hbglm_ensure_memory(fn, parts$n, n, call)
   out <- h(hbglm_eta(parts, rows, seq_len(n)))
@@ -471,7 +499,7 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL, new_
       bulkem_abort("{.arg group} is for {.arg newdata} only: the fit knows the groups of its own rows.", call = call)
     }
     return(list(x = m$x, z = m$z, offset = m$offset, group = m$group, y = m$y, trials = m$trials,
-                names = rownames(m$x)))
+                factors = m$factor_rows, names = rownames(m$x)))
   }
   if (!is.data.frame(newdata)) {
     bulkem_abort(c("{.arg newdata} must be a data frame.", x = "You supplied {describe_value(newdata)}."), call = call)
@@ -498,7 +526,8 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL, new_
   }
   des <- m$design
   oa <- m$offset_arg
-  needed <- unique(c(des$formula$vars, if (response) des$formula$response_vars, des$global$vars, oa$vars))
+  needed <- unique(c(des$formula$vars, if (response) des$formula$response_vars, des$global$vars, oa$vars,
+                     unlist(lapply(m$factors, function(f) f$design$vars))))
   missing_vars <- setdiff(needed, names(newdata))
   if (length(missing_vars) > 0) {
     bulkem_abort(c("{.arg newdata} must hold the variables the fit took from its data.",
@@ -543,6 +572,9 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL, new_
                        i = "Or give {.arg group}, one group per row of {.arg newdata}."), call = call)
       }
       newdata[[spec]]
+    } else if (is.call(spec[[2]]) && identical(spec[[2]][[1]], as.name(":"))) {
+      # A nested grouping factor (a formula's `(1 | a/b)`).
+      as.character(hbglm_grouping(spec[[2]], newdata, environment(spec), call))
     } else {
       tryCatch(eval(spec[[2]], newdata, environment(spec)),
                error = function(e) bulkem_abort(c("The fit's {.arg group} can't be evaluated in {.arg newdata}.",
@@ -578,8 +610,9 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL, new_
                 "are not estimated. {.code new.groups = \"population\"} draws them from the population distribution.")
     ), call = call)
   }
+  other <- hbglm_factor_newdata(object, newdata, new_groups, call)
   out <- list(x = x, z = z, offset = if (!is.null(off)) as.double(off), group = idx, names = rownames(newdata),
-              new = if (new_groups) new else character())
+              new = if (new_groups) new else character(), factors = other$rows, new_levels = other$new)
   if (response) {
     y <- stats::model.response(f$mf)
     r <- hbglm_response(y, object$family, call)
@@ -683,7 +716,7 @@ predict.bulkem_hbglm <- function(object, newdata = NULL, type = c("link", "respo
   h <- if (type == "link") identity else hbglm_inverse_link(object$family)
   if (!summary) return(hbglm_draws_matrix(object, newdata, group, new.groups, NULL, h, "predict", call))
   rows <- hbglm_rows(object, newdata, group, FALSE, call, new_groups = new.groups == "population")
-  parts <- hbglm_draw_parts(object, new = rows$new)
+  parts <- hbglm_draw_parts(object, new = rows$new, new_levels = rows$new_levels)
   probs <- c((1 - level) / 2, (1 + level) / 2)
   res <- hbglm_by_rows(parts, rows, function(eta, idx) {
     v <- h(eta)
@@ -800,7 +833,7 @@ simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NU
   which <- if (is.null(nsim)) seq_len(total) else sort(sample.int(total, nsim))
   n <- length(rows$group)
   hbglm_ensure_memory("simulate", length(which), n, call)
-  parts <- hbglm_draw_parts(object, which, new = rows$new)
+  parts <- hbglm_draw_parts(object, which, new = rows$new, new_levels = rows$new_levels)
   eta <- hbglm_eta(parts, rows, seq_len(n))
   S <- length(which)
   out <- switch(object$family,

@@ -46,9 +46,21 @@
 #'   standard deviations `tau[coef]` and correlations `cor[coef,coef]` (as
 #'   `lme4::VarCorr()` reports them); correlated fits run on the CPU and the GPU (there at most 8 correlated coefficients per group). With
 #'   `||` (such as `(1 + x1 || g)`) they are independent, each with its
-#'   scale \eqn{\tau_k}. Several grouping factors (crossed or nested), a
-#'   varying term without a population mean, a shared intercept, and
-#'   blocks of correlated and independent terms of one group are errors.
+#'   scale \eqn{\tau_k}.
+#'
+#'   **Several grouping factors**, crossed (`(1 + x | store) + (1 | week)`)
+#'   or nested (`(1 | school/class)`, which lme4 expands to `(1 | school) +
+#'   (1 | class:school)`): the factor whose bars hold the most terms (then
+#'   the most levels) is the groups above; each other factor's terms add
+#'   effects with mean zero and independent sds,
+#'   \eqn{u_{fl} \sim N(0, \mathrm{diag}(sd_f^2))}, drawn as
+#'   `r_<factor>[level,term]` and `sd_<factor>[term]` (the sds have the
+#'   prior of \eqn{\tau}; see [hbglm_prior()]). Its levels are updated
+#'   in parallel as the groups are. Fits with several grouping factors run
+#'   on the CPU (`use.gpu = TRUE` is an error saying so). Correlated terms
+#'   (`|` with several terms) of a factor other than the groups, a term of
+#'   the groups without a population mean, a shared intercept, and blocks
+#'   of correlated and independent terms of the groups are errors.
 #'   `group` and `global` are then not given.
 #'
 #'   **With `group`:** the response and the coefficients that vary by group
@@ -147,7 +159,9 @@
 #'   \describe{
 #'   \item{draws}{array of kept draws, iterations x chains x parameters;
 #'     parameters named `beta[group,coef]`, `mu[coef]`, `tau[coef]`,
-#'     `gamma[coef]` and `sigma` (gaussian).}
+#'     `gamma[coef]`, `sigma` (gaussian) or `shape` (negative binomial),
+#'     `cor[coef,coef]` (correlated), and for each other grouping factor
+#'     `r_<factor>[level,term]` and `sd_<factor>[term]`.}
 #'   \item{family, formula, global, call}{the model.}
 #'   \item{groups, coef_names, global_names, group_sizes, nobs}{the data's
 #'     shape.}
@@ -254,6 +268,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
 
   user_formula <- formula
   correlated <- FALSE
+  factors <- list()
   if (has_bars(formula)) {
     if (!missing(group) || !is.null(global)) {
       bulkem_abort(c("Give the grouping either in {.arg formula} (such as {.code (1 + x || g)}) or as {.arg group} and {.arg global}, not both.",
@@ -265,8 +280,10 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     group <- parts$group
     global <- parts$global
     correlated <- parts$correlated
+    factors <- parts$factors
   }
   model <- hbglm_data(formula, data, group, family, global, offset, call)
+  factors <- hbglm_factors(factors, data, call)
   if (length(model$groups) == 1 && prior$tau_kind != "fixed") {
     bulkem_abort(c(
       "{.arg group} must have at least two groups.",
@@ -286,6 +303,8 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     y = model$y, x = as.double(t(model$x)), z = as.double(t(model$z)),
     offset = if (is.null(model$offset)) double() else model$offset,
     trials = if (is.null(model$trials)) double() else model$trials, sizes = model$sizes,
+    factors = lapply(factors, function(f) list(level = f$level[model$ord], levels = length(f$levels), k = ncol(f$w),
+                                               w = as.double(t(f$w[model$ord, , drop = FALSE])))),
     k = ncol(model$x), p = ncol(model$z), family = family, prior = core_prior,
     iter = if (is.null(target)) iter else target$max.iter, warmup = warmup, thin = thin, slice = slice, seed = seed,
     target = if (is.null(target)) double() else c(target$ess, target$rhat, iter)
@@ -311,7 +330,8 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   raw <- bind_chain_parts(parts, chunks)
   if (parallel == "future") raw$seconds <- proc.time()[["elapsed"]] - started
 
-  pars <- hbglm_par_names(model$groups, colnames(model$x), colnames(model$z), family, correlated)
+  pars <- c(hbglm_par_names(model$groups, colnames(model$x), colnames(model$z), family, correlated),
+            unlist(lapply(factors, hbglm_factor_par_names)))
   draws <- array(raw$draws, dim = c(raw$kept, raw$chains, raw$n_params),
                  dimnames = list(iteration = NULL, chain = NULL, variable = pars))
   raw$draws <- NULL
@@ -334,12 +354,15 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     ),
     scale_floor = c(stats::setNames(raw$tau_floor, paste0("tau[", colnames(model$x), "]")),
                     if (family == "gaussian") c(sigma = raw$sigma_floor),
-                    if (family == "negbinomial") c(shape = raw$sigma_floor))
+                    if (family == "negbinomial") c(shape = raw$sigma_floor),
+                    stats::setNames(raw$factor_floor, unlist(lapply(factors, function(f) paste0("sd_", f$name, "[", f$coef_names, "]")))))
   )
   # The group as given (a column name or a formula) finds the groups of new
   # data; a vector of groups cannot.
   group_spec <- if (inherits(group, "formula") || (is.character(group) && length(group) == 1 && nrow(data) != 1)) group
   fit$model <- c(model$rows, list(design = model$design, group_spec = group_spec,
+                                  factors = lapply(factors, function(f) f[c("name", "expr", "env", "levels", "coef_names", "design")]),
+                                  factor_rows = lapply(factors, function(f) list(level = f$level, w = f$w)),
                                   offset_arg = list(expr = offset_expr, env = parent.frame(),
                                                     vars = intersect(all.vars(offset_expr), names(data)))))
   fit$warnings <- hbglm_problems(fit, raw$separation, colnames(model$x), colnames(model$z))
@@ -475,7 +498,10 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #'   \phi \sim \text{gamma}(0.01, 0.01).}
 #' The defaults (\eqn{N(0, 10^2)}, half-Cauchy(0, 2.5)) are weakly
 #' informative on the scale of standardised predictors. `tau_family =
-#' "half-normal"` gives \eqn{\tau_k \sim} half-normal(0, `tau_scale`).
+#' "half-normal"` gives \eqn{\tau_k \sim} half-normal(0, `tau_scale`),
+#' `"exponential"` the exponential with mean `tau_scale` (rstanarm's
+#' `exponential(rate = 1 / tau_scale)`, its prior of a single group-level
+#' sd); `sigma_family` does the same for \eqn{\sigma}.
 #' `tau_fixed` and `sigma_fixed` hold a scale at a known value instead of
 #' sampling it (the conjugate model with known variances).
 #'
@@ -484,12 +510,14 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #' the range of double precision.
 #'
 #' @param mu_mean,mu_sd Mean and sd of the normal prior of each \eqn{\mu_k}.
-#' @param tau_scale Scale of the prior of each \eqn{\tau_k}.
-#' @param tau_family `"half-cauchy"` or `"half-normal"`.
+#' @param tau_scale Scale of the prior of each \eqn{\tau_k} (and of the sds of
+#'   grouping factors besides the groups).
+#' @param tau_family,sigma_family `"half-cauchy"`, `"half-normal"` or
+#'   `"exponential"`.
 #' @param gamma_sd Sd of the normal prior (mean 0) of each global
 #'   coefficient.
-#' @param sigma_scale Scale of the half-Cauchy prior of the residual sd
-#'   (gaussian family).
+#' @param sigma_scale Scale of the prior of the residual sd (gaussian
+#'   family).
 #' @param tau_fixed,sigma_fixed `NULL`, or a positive number at which the
 #'   scale is held.
 #' @param shape The shape and rate of the gamma prior of the negative
@@ -511,9 +539,10 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #' hbglm_prior(mu_sd = 5, tau_family = "half-normal", tau_scale = 2)
 #' @export
 hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
-                        tau_family = c("half-cauchy", "half-normal"), gamma_sd = 10,
+                        tau_family = c("half-cauchy", "half-normal", "exponential"), gamma_sd = 10,
                         sigma_scale = 2.5, tau_fixed = NULL, sigma_fixed = NULL,
-                        cov_df = NULL, cov_scale = 1, shape = c(0.01, 0.01), shape_fixed = NULL) {
+                        cov_df = NULL, cov_scale = 1, shape = c(0.01, 0.01), shape_fixed = NULL,
+                        sigma_family = c("half-cauchy", "half-normal", "exponential")) {
   call <- environment()
   mu_mean <- check_number(mu_mean, "mu_mean", call = call)
   if (abs(mu_mean) > PRIOR_MAX) {
@@ -522,7 +551,8 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
   }
   mu_sd <- check_prior_scale(mu_sd, "mu_sd", call)
   tau_scale <- check_prior_scale(tau_scale, "tau_scale", call)
-  tau_family <- match_arg(tau_family, c("half-cauchy", "half-normal"), "tau_family", call)
+  tau_family <- match_arg(tau_family, c("half-cauchy", "half-normal", "exponential"), "tau_family", call)
+  sigma_family <- match_arg(sigma_family, c("half-cauchy", "half-normal", "exponential"), "sigma_family", call)
   gamma_sd <- check_prior_scale(gamma_sd, "gamma_sd", call)
   sigma_scale <- check_prior_scale(sigma_scale, "sigma_scale", call)
   if (!is.null(tau_fixed)) tau_fixed <- check_prior_scale(tau_fixed, "tau_fixed", call)
@@ -545,7 +575,7 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
     tau_kind = if (is.null(tau_fixed)) tau_family else "fixed",
     tau_value = if (is.null(tau_fixed)) tau_scale else tau_fixed,
     gamma_sd = gamma_sd,
-    sigma_kind = if (is.null(sigma_fixed)) "half-cauchy" else "fixed",
+    sigma_kind = if (is.null(sigma_fixed)) sigma_family else "fixed",
     sigma_value = if (is.null(sigma_fixed)) sigma_scale else sigma_fixed,
     cov_df = if (is.null(cov_df)) NA_real_ else cov_df, cov_scale = cov_scale,
     shape_kind = if (is.null(shape_fixed)) "gamma" else "fixed",
@@ -558,6 +588,7 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
 print.bulkem_hbglm_prior <- function(x, ...) {
   scale <- function(kind, value) {
     switch(kind, fixed = paste0("fixed at ", format(value)),
+           exponential = paste0("exponential(mean ", format(value), ")"),
            paste0(kind, "(0, ", format(value), ")"))
   }
   cat("Priors of a hierarchical GLM\n")
@@ -833,7 +864,7 @@ hbglm_data <- function(formula, data, group, family, global, offset, call) {
   )
   list(y = response$y[ord], trials = response$trials[ord], offset = if (!is.null(off)) as.double(off)[ord],
        x = x[ord, , drop = FALSE], z = z[ord, , drop = FALSE],
-       sizes = tabulate(g, nlevels(g)), groups = levels(g), rows = rows, design = design)
+       sizes = tabulate(g, nlevels(g)), groups = levels(g), rows = rows, design = design, ord = ord)
 }
 
 # Terms hbglm() cannot honour are errors naming them: random-effect bars
@@ -913,10 +944,12 @@ hbglm_group <- function(group, data, call) {
     }
     data[[group]]
   } else if (inherits(group, "formula")) {
-    if (length(group) != 2 || length(all.vars(group)) != 1) {
+    nested <- length(group) == 2 && is.call(group[[2]]) && identical(group[[2]][[1]], as.name(":"))
+    if (length(group) != 2 || (length(all.vars(group)) != 1 && !nested)) {
       bulkem_abort("{.arg group} must be a one-sided formula of one variable, such as {.code ~ store}.", call = call)
     }
-    eval(group[[2]], data, environment(group))
+    # `~ a:b`: the levels of a within b (a formula's nested factor).
+    if (nested) hbglm_grouping(group[[2]], data, environment(group), call) else eval(group[[2]], data, environment(group))
   } else {
     group
   }
@@ -1068,7 +1101,7 @@ target_problem <- function(target, outcome, pars) {
 # One chunk of chains of hbglm(), here or on a future worker.
 hbglm_chunk <- function(part, idx, s) {
   ex <- chunk_exec(s)
-  hbglm_fit_(s$y, s$x, s$z, s$offset, s$trials, s$sizes, s$k, s$p, s$family, s$prior, s$iter, s$warmup,
+  hbglm_fit_(s$y, s$x, s$z, s$offset, s$trials, s$sizes, s$factors, s$k, s$p, s$family, s$prior, s$iter, s$warmup,
              length(idx), s$thin, s$slice$w, s$slice$m, s$slice$adapt, s$seed,
              idx[1] - 1L, s$target, ex$threads, ex$backend)
 }

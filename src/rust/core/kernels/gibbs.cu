@@ -369,7 +369,7 @@ struct HbGlobal {
     double* sigma;     // chains
     double mu_mean, mu_sd, gamma_sd;
     int tau_kind, sigma_kind;  // 0 half-Cauchy, 1 half-normal, 2 fixed, 3 gamma
-    double tau_scale, sigma_scale, sigma_rate;
+    double tau_scale, sigma_scale, sigma_rate, tau_rate;
     // Draws: chains x kept x params; -1: not kept this sweep.
     double* draws;
     int kept, params, draw_index;
@@ -531,7 +531,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
                 }
                 const double ss = block_sum(s, scratch);
                 auto logf = [&](double u) -> double {
-                    return hb_scale_prior(h.tau_kind, h.tau_scale, 0.0, exp(u)) + (1.0 - G) * u - 0.5 * ss * exp(-2.0 * u);
+                    return hb_scale_prior(h.tau_kind, h.tau_scale, h.tau_rate, exp(u)) + (1.0 - G) * u - 0.5 * ss * exp(-2.0 * u);
                 };
                 const int idx = G * K + P + k;
                 const double u0 = log(h.tau[c * K + k]);

@@ -863,6 +863,7 @@ fn sbc(
     k: usize,
     reps: usize,
     what: &[&str],
+    crossed: Option<usize>,
     draw_truth: impl Fn(&HbData, &mut bulkem_core::gibbs::Rng) -> (Vec<f64>, Vec<f64>) + Sync,
     stats: impl Fn(&HbglmFit, usize) -> Vec<f64> + Sync,
 ) {
@@ -870,14 +871,22 @@ fn sbc(
     let sizes = [6usize, 8, 5, 7, 6, 8];
     let (x, _) = design(&sizes, k, 0, 31);
     let n: usize = sizes.iter().sum();
-    let template = HbData::new(vec![0.0; n], x.clone(), vec![], &sizes, k, 0).unwrap();
+    // A crossed random intercept: row i at level i mod L.
+    let build = |y: Vec<f64>| {
+        let d = HbData::new(y, x.clone(), vec![], &sizes, k, 0).unwrap();
+        match crossed {
+            Some(levels) => d.with_factor(&(0..n).map(|i| i % levels).collect::<Vec<_>>(), levels, vec![1.0; n], 1).unwrap(),
+            None => d,
+        }
+    };
+    let template = build(vec![0.0; n]);
     let (warmup, thin, draws) = (300, 8, 99);
     let ranks: Vec<Vec<usize>> = (0..reps)
         .into_par_iter()
         .map(|r| {
             let mut rng = stream(2024, r, 0, Block::Init, 1);
             let (y, truth) = draw_truth(&template, &mut rng);
-            let data = HbData::new(y, x.clone(), vec![], &sizes, k, 0).unwrap();
+            let data = build(y);
             let config = HbglmConfig { prior: prior.clone(), iter: warmup + thin * draws, warmup, thin, chains: 1, seed: 7 + r as u64, ..HbglmConfig::new(family) };
             let fit = sample(&data, &config, &Exec::cpu().threads(1)).unwrap();
             truth.iter().enumerate().map(|(s, &t)| (0..draws).filter(|&i| stats(&fit, i)[s] < t).count()).collect()
@@ -908,6 +917,7 @@ fn sbc_correlated_binomial() {
         k,
         240,
         &["mu[0]", "mu[1]", "tau[0]", "tau[1]", "cor", "beta[0,1]"],
+        None,
         |d, rng| {
             let mu: Vec<f64> = (0..k).map(|_| 0.7 * rng.normal()).collect();
             let s: Vec<f64> = (0..k * k).map(|i| if i % (k + 1) == 0 { 5.0 * 0.36 } else { 0.0 }).collect();
@@ -950,6 +960,7 @@ fn sbc_negbinomial() {
         k,
         240,
         &["mu[0]", "mu[1]", "tau[0]", "shape", "beta[2,0]"],
+        None,
         |d, rng| {
             let mu: Vec<f64> = (0..k).map(|_| 1.0 + 0.5 * rng.normal()).collect();
             let tau: Vec<f64> = (0..k).map(|_| 0.5 * rng.normal().abs()).collect();
@@ -970,4 +981,83 @@ fn sbc_negbinomial() {
             vec![at(l.mu(0)), at(l.mu(1)), at(l.tau(0)), at(l.sigma().unwrap()), at(l.beta(2, 0))]
         },
     );
+}
+
+/// Calibration of a crossed gaussian model, lme4's `y ~ x + (1 + x || g) +
+/// (1 | h)` with h crossed with g: mu ~ N(0, 1), tau and the sd of h's
+/// effects ~ half-normal(0.5), sigma ~ half-normal(1).
+#[test]
+fn sbc_crossed_gaussian() {
+    let prior = Prior { mu_mean: 0.0, mu_sd: 1.0, tau: ScalePrior::HalfNormal(0.5), sigma: ScalePrior::HalfNormal(1.0), ..Prior::default() };
+    let (k, levels) = (2, 5);
+    sbc(
+        Family::Gaussian,
+        prior,
+        k,
+        240,
+        &["mu[0]", "mu[1]", "tau[1]", "sd_h", "u[0]", "sigma", "beta[1,0]"],
+        Some(levels),
+        |d, rng| {
+            let mu: Vec<f64> = (0..k).map(|_| rng.normal()).collect();
+            let tau: Vec<f64> = (0..k).map(|_| 0.5 * rng.normal().abs()).collect();
+            let sd = 0.5 * rng.normal().abs();
+            let sigma = rng.normal().abs();
+            let beta: Vec<f64> = (0..d.groups() * k).map(|q| mu[q % k] + tau[q % k] * rng.normal()).collect();
+            let u: Vec<f64> = (0..levels).map(|_| sd * rng.normal()).collect();
+            let y = (0..d.groups())
+                .flat_map(|g| d.rows(g).map(move |i| (g, i)))
+                .map(|(g, i)| {
+                    let eta: f64 = (0..k).map(|j| d.x[i * k + j] * beta[g * k + j]).sum::<f64>() + u[i % levels];
+                    eta + sigma * rng.normal()
+                })
+                .collect();
+            (y, vec![mu[0], mu[1], tau[1], sd, u[0], sigma, beta[k]])
+        },
+        |fit, i| {
+            let l = fit.layout;
+            let at = |q: usize| fit.chain(q, 0)[i];
+            // The factor's effects, then its sd, end the draw.
+            let first = l.n_params() - l.factors;
+            vec![at(l.mu(0)), at(l.mu(1)), at(l.tau(1)), at(first + levels), at(first), at(l.sigma().unwrap()), at(l.beta(1, 0))]
+        },
+    );
+}
+
+/// Crossed factors: the sampler recovers the effects of a factor crossed
+/// with the groups, every draw is finite, the chains agree, and the draws
+/// do not depend on the thread count.
+#[test]
+fn crossed_factor_recovers_its_effects() {
+    let sizes = vec![60usize; 12];
+    let n: usize = sizes.iter().sum();
+    let (x, _) = design(&sizes, 1, 0, 5);
+    let levels = 8;
+    let level: Vec<usize> = (0..n).map(|i| (i * 7 + i / 13) % levels).collect();
+    let truth: Vec<f64> = (0..levels).map(|l| -1.4 + 0.4 * l as f64).collect();
+    let mut rng = stream(11, 0, 0, Block::Init, 1);
+    let group_mean: Vec<f64> = (0..sizes.len()).map(|_| 0.5 + 0.3 * rng.normal()).collect();
+    let mut y = Vec::with_capacity(n);
+    for g in 0..sizes.len() {
+        for i in g * 60..(g + 1) * 60 {
+            y.push(group_mean[g] + truth[level[i]] + 0.3 * rng.normal());
+        }
+    }
+    let data = HbData::new(y, x, vec![], &sizes, 1, 0).unwrap().with_factor(&level, levels, vec![1.0; n], 1).unwrap();
+    let config = HbglmConfig { iter: 1500, warmup: 500, chains: 2, seed: 3, ..HbglmConfig::new(Family::Gaussian) };
+    let fit = sample(&data, &config, &Exec::cpu().threads(2)).unwrap();
+    let first = fit.layout.n_params() - fit.layout.factors;
+    // The effects are identified up to a shift shared with mu: compare
+    // differences from the first level.
+    for l in 1..levels {
+        let d = fit.mean(first + l) - fit.mean(first);
+        assert!((d - (truth[l] - truth[0])).abs() < 0.15, "level {l}: {d} vs {}", truth[l] - truth[0]);
+    }
+    let sd = fit.mean(first + levels);
+    assert!(sd > 0.4 && sd < 2.0, "sd of the crossed effects {sd}");
+    assert!(fit.draws.iter().all(|v| v.is_finite()));
+    let again = sample(&data, &config, &Exec::cpu().threads(1)).unwrap();
+    assert_eq!(fit.draws, again.draws, "draws depend on the thread count");
+    assert!(fit.plan.iter().any(|b| b.block == "factor"));
+    let job = bulkem_core::gibbs::job(&data, &config);
+    assert!(job.gpu_unsupported.is_some_and(|w| w.contains("crossed")));
 }

@@ -14,6 +14,8 @@ fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
     match kind {
         "half-cauchy" => Ok(ScalePrior::HalfCauchy(value)),
         "half-normal" => Ok(ScalePrior::HalfNormal(value)),
+        // Mean `value` (rstanarm's exponential(rate = 1 / value)).
+        "exponential" => Ok(ScalePrior::Gamma(1.0, 1.0 / value)),
         "fixed" => Ok(ScalePrior::Fixed(value)),
         other => Err(Error::Other(format!("internal: unknown scale prior '{other}'"))),
     }
@@ -22,7 +24,9 @@ fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
 /// Sample a hierarchical GLM. `x` (n x k) and `z` (n x p) are row-major,
 /// rows sorted by group; `sizes` are the groups' row counts. `offset`
 /// (one per row) and `trials` (binomial trials per row) are empty when
-/// absent. `m` is Inf for unlimited stepping out. `target` is empty, or
+/// absent. `factors` lists the other grouping factors, each
+/// `list(level, levels, k, w)`: every row's level (1-based), the number of
+/// levels, the terms varying by level and their values (n x k, row-major). `m` is Inf for unlimited stepping out. `target` is empty, or
 /// (ess, rhat, sweeps before the first check): sample to that target, at
 /// most `iter` sweeps.
 /// @noRd
@@ -35,6 +39,7 @@ fn hbglm_fit_(
     offset: &[f64],
     trials: &[f64],
     sizes: &[i32],
+    factors: List,
     k: i32,
     p: i32,
     family: &str,
@@ -80,6 +85,20 @@ fn hbglm_fit_(
         .and_then(|d| d.with_offset(offset.to_vec()))
         .and_then(|d| d.with_trials(trials.to_vec()))
         .map_err(r_error)?;
+    let mut data = data;
+    for (_, f) in factors.iter() {
+        let f = List::try_from(f).map_err(|_| Error::Other("internal: each factor must be a list".into()))?;
+        let int = |name: &str| -> Result<i32> { f.dollar(name)?.as_integer().ok_or_else(|| Error::Other(format!("internal: factor${name} must be an integer"))) };
+        let level: Vec<usize> = f
+            .dollar("level")?
+            .as_integer_slice()
+            .ok_or_else(|| Error::Other("internal: factor$level must be integers".into()))?
+            .iter()
+            .map(|&l| (l.max(1) - 1) as usize)
+            .collect();
+        let w = f.dollar("w")?.as_real_vector().ok_or_else(|| Error::Other("internal: factor$w must be doubles".into()))?;
+        data = data.with_factor(&level, int("levels")?.max(0) as usize, w, int("k")?.max(0) as usize).map_err(r_error)?;
+    }
     let config = HbglmConfig {
         family,
         prior,
@@ -131,6 +150,7 @@ fn hbglm_fit_(
         stuck = fit.stats.stuck as f64,
         stuck_by = fit.stuck.iter().map(|&n| n as f64).collect::<Vec<_>>(),
         tau_floor = fit.bounds.tau_floor.clone(),
+        factor_floor = fit.bounds.factor_floor.concat(),
         sigma_floor = fit.bounds.sigma_floor,
         separation = fit.separation.iter().map(|&j| j as i32 + 1).collect::<Vec<_>>(),
         plan = list!(

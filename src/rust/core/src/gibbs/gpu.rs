@@ -117,6 +117,7 @@ struct HbGlobal {
     tau_scale: f64,
     sigma_scale: f64,
     sigma_rate: f64,
+    tau_rate: f64,
     draws: u64,
     kept: i32,
     params: i32,
@@ -321,7 +322,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         prec: d_prec.as_ref().map_or(0, |b| ptr(b, dev)),
         ..Default::default()
     };
-    let (tau_kind, tau_scale, _) = scale_code(config.prior.tau);
+    let (tau_kind, tau_scale, tau_rate) = scale_code(config.prior.tau);
     // The auxiliary parameter: sigma (gaussian) or the shape (negative binomial).
     let (aux_prior, aux_max) = if config.family == Family::NegBinomial { (config.prior.shape, super::model::SHAPE_MAX) } else { (config.prior.sigma, super::SCALE_MAX) };
     let (sigma_kind, sigma_scale, sigma_rate) = scale_code(aux_prior);
@@ -340,6 +341,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         tau_scale,
         sigma_scale,
         sigma_rate,
+        tau_rate,
         draws: ptr(&d_draws, dev),
         kept: kept as i32,
         params: np as i32,

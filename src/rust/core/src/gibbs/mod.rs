@@ -21,6 +21,7 @@ mod chains;
 pub mod covariance;
 pub mod gpu;
 pub mod diagnostics;
+mod factor;
 mod model;
 mod prior;
 mod random;
@@ -30,6 +31,7 @@ pub mod slice;
 pub mod sweep;
 pub mod target;
 
+pub use factor::Factor;
 pub use model::{Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN, SHAPE_MAX, SHAPE_MIN};
 pub use prior::{Prior, ScalePrior};
 pub use random::{stream, Block, Rng};
@@ -126,18 +128,29 @@ pub struct Layout {
     /// correlations follow sigma (tau_k are then the sqrt of Sigma's
     /// diagonal).
     pub correlated: bool,
+    /// The other grouping factors' effects and sds, after everything else
+    /// (factor by factor: L_f x k_f effects, level-major, then k_f sds);
+    /// they are sweep coordinates too, in the same order, after sigma.
+    pub factors: usize,
 }
 
 impl Layout {
     pub fn of(data: &HbData, config: &HbglmConfig) -> Self {
-        Layout { groups: data.groups(), k: data.k, p: data.p, sigma: config.family.has_aux(), correlated: config.prior.cov.is_some() }
+        Layout {
+            groups: data.groups(),
+            k: data.k,
+            p: data.p,
+            sigma: config.family.has_aux(),
+            correlated: config.prior.cov.is_some(),
+            factors: data.factors.iter().map(Factor::n_params).sum(),
+        }
     }
     /// Correlations drawn: K (K - 1) / 2 when correlated.
     pub fn n_cor(&self) -> usize {
         if self.correlated { self.k * (self.k - 1) / 2 } else { 0 }
     }
     pub fn n_params(&self) -> usize {
-        self.groups * self.k + 2 * self.k + self.p + self.sigma as usize + self.n_cor()
+        self.groups * self.k + 2 * self.k + self.p + self.sigma as usize + self.n_cor() + self.factors
     }
     pub fn beta(&self, g: usize, k: usize) -> usize {
         g * self.k + k
@@ -152,16 +165,16 @@ impl Layout {
         self.groups * self.k + 2 * self.k + j
     }
     pub fn sigma(&self) -> Option<usize> {
-        self.sigma.then(|| self.n_params() - self.n_cor() - 1)
+        self.sigma.then(|| self.n_params() - self.factors - self.n_cor() - 1)
     }
     /// Correlation number `c` (pairs (0,1), (0,2), ..., (1,2), ...).
     pub fn cor(&self, c: usize) -> usize {
-        self.n_params() - self.n_cor() + c
+        self.n_params() - self.factors - self.n_cor() + c
     }
     /// Slice-updated coordinates (as the sweep's widths): beta, gamma, tau,
-    /// sigma; mu is drawn exactly.
+    /// sigma, the other factors' parameters; mu is drawn exactly.
     pub fn n_coords(&self) -> usize {
-        self.groups * self.k + self.p + self.k + 1
+        self.groups * self.k + self.p + self.k + 1 + self.factors
     }
     /// The parameter (draw index) of sweep coordinate `c`; `None` for
     /// sigma without the gaussian family.
@@ -173,8 +186,11 @@ impl Layout {
             Some(self.gamma(c - gk))
         } else if c < gk + self.p + self.k {
             Some(self.tau(c - gk - self.p))
-        } else {
+        } else if c == gk + self.p + self.k {
             self.sigma()
+        } else {
+            let first = gk + self.p + self.k + 1;
+            (c - first < self.factors).then(|| self.n_params() - self.factors + (c - first))
         }
     }
     /// Per-parameter totals of counts given per sweep coordinate (`coord`
@@ -275,6 +291,13 @@ pub fn cpu_plan(data: &HbData, family: Family) -> Vec<BlockPlan> {
     if data.p > 0 {
         plan.insert(1, BlockPlan { block: "gamma", regime: "log-posterior-parallel", detail: format!("log posterior summed over {} rows in parallel chunks", data.n()) });
     }
+    for (f, fac) in data.factors.iter().enumerate() {
+        plan.push(BlockPlan {
+            block: "factor",
+            regime: "block-parallel",
+            detail: format!("grouping factor {}: {} levels across CPU threads, each level's rows gathered; then slice on each log sd", f + 2, fac.levels),
+        });
+    }
     match family {
         Family::Gaussian => plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares in parallel chunks, then a slice on log sigma".into() }),
         Family::NegBinomial => plan.push(BlockPlan { block: "shape", regime: "log-posterior-parallel", detail: "slice on log shape, its log posterior summed over every row in parallel chunks".into() }),
@@ -295,6 +318,8 @@ pub fn job(data: &HbData, config: &HbglmConfig) -> crate::exec::Job {
     let too_big = data.n() > i32::MAX as usize || data.groups().saturating_mul(data.k) > i32::MAX as usize;
     let unsupported = if too_big {
         Some("the GPU sampler handles at most 2^31 rows and group coefficients".to_string())
+    } else if !data.factors.is_empty() {
+        Some("the GPU sampler takes one grouping factor; crossed and nested factors run on the CPU".to_string())
     } else if config.prior.cov.is_some() && data.k > gpu::CORRELATED_MAX_K {
         Some(format!("the GPU sampler takes at most {} correlated coefficients per group", gpu::CORRELATED_MAX_K))
     } else {

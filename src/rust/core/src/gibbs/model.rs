@@ -178,6 +178,9 @@ pub struct HbData {
     pub trials: Vec<f64>,
     /// G + 1 row offsets; group g owns rows offsets[g]..offsets[g + 1].
     pub offsets: Vec<usize>,
+    /// Grouping factors besides the groups, crossed or nested (their
+    /// effects have mean zero; `factor.rs`).
+    pub factors: Vec<super::factor::Factor>,
     pub k: usize,
     pub p: usize,
 }
@@ -198,6 +201,8 @@ pub const SCALE_MAX: f64 = 1e100;
 pub struct ScaleBounds {
     /// Floor of each tau_k.
     pub tau_floor: Vec<f64>,
+    /// Floor of each sd of each other grouping factor.
+    pub factor_floor: Vec<Vec<f64>>,
     /// Floor of sigma (gaussian family), of the shape (negative binomial:
     /// SHAPE_MIN); 0 otherwise.
     pub sigma_floor: f64,
@@ -251,7 +256,7 @@ impl HbData {
                 }
             }
         }
-        Ok(HbData { y, x, xcol, z, offset: Vec::new(), trials: Vec::new(), offsets, k, p })
+        Ok(HbData { y, x, xcol, z, offset: Vec::new(), trials: Vec::new(), offsets, factors: Vec::new(), k, p })
     }
 
     /// Add an offset (one finite value per row, rows in the same order).
@@ -333,18 +338,18 @@ impl HbData {
         };
         let eta_scale = if family == Family::Gaussian { response_scale } else { 1.0 };
         let floor = |scale: f64| (SCALE_FLOOR_REL * scale).clamp(SCALE_MIN, SCALE_MAX * 1e-20);
-        let tau_floor = (0..self.k)
-            .map(|j| {
-                let rms = (self.x.iter().skip(j).step_by(self.k).map(|v| v * v).sum::<f64>() / n).sqrt();
-                let coef_scale = if rms.is_finite() && rms > 0.0 { eta_scale / rms } else { eta_scale };
-                floor(coef_scale)
-            })
-            .collect();
+        let column_floor = |values: &[f64], k: usize, j: usize| {
+            let rms = (values.iter().skip(j).step_by(k).map(|v| v * v).sum::<f64>() / n).sqrt();
+            let coef_scale = if rms.is_finite() && rms > 0.0 { eta_scale / rms } else { eta_scale };
+            floor(coef_scale)
+        };
+        let tau_floor = (0..self.k).map(|j| column_floor(&self.x, self.k, j)).collect();
+        let factor_floor = self.factors.iter().map(|f| (0..f.k).map(|j| column_floor(&f.w, f.k, j)).collect()).collect();
         let sigma_floor = match family {
             Family::Gaussian => floor(response_scale),
             Family::NegBinomial => SHAPE_MIN,
             _ => 0.0,
         };
-        ScaleBounds { tau_floor, sigma_floor }
+        ScaleBounds { tau_floor, factor_floor, sigma_floor }
     }
 }

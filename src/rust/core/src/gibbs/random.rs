@@ -19,6 +19,12 @@ pub enum Block {
     Init,
     /// The non-centred updates of mu and tau (`Sweeper::interweave`).
     Interweave,
+    /// Level l of grouping factor f besides the groups (`factor.rs`).
+    Level(usize, usize),
+    /// The sds of grouping factor f.
+    FactorScale(usize),
+    /// The shifts of grouping factor f's effects against their partners.
+    FactorShift(usize),
 }
 
 impl Block {
@@ -32,6 +38,21 @@ impl Block {
             Block::Sigma => g + 3,
             Block::Init => g + 4,
             Block::Interweave => g + 5,
+            // Streams of their own (`Block::salt`), numbered from 0.
+            Block::Level(_, l) => l as u64,
+            Block::FactorScale(_) | Block::FactorShift(_) => 0,
+        }
+    }
+
+    /// Folded into the seed: the blocks of another grouping factor (whose
+    /// levels would otherwise share the numbers of the groups' blocks)
+    /// draw from other keys. 0 for the groups' and the global blocks.
+    fn salt(self) -> u64 {
+        match self {
+            Block::Level(f, _) => (3 * f as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03),
+            Block::FactorScale(f) => (3 * f as u64 + 2).wrapping_mul(0xD1B5_4A32_D192_ED03),
+            Block::FactorShift(f) => (3 * f as u64 + 3).wrapping_mul(0xD1B5_4A32_D192_ED03),
+            _ => 0,
         }
     }
 }
@@ -40,7 +61,7 @@ impl Block {
 pub fn stream(seed: u64, chain: usize, sweep: usize, block: Block, groups: usize) -> Rng {
     // Fold the sweep into the key (splitmix-style), so that (chain, block)
     // addresses the ChaCha stream and position.
-    let mut s = seed ^ (sweep as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+    let mut s = seed ^ block.salt() ^ (sweep as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
     s = s.wrapping_add((sweep as u64) << 1 | 1);
     Rng(KeyedStream::new(s, chain as u64, block.index(groups)))
 }

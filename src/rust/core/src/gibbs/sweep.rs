@@ -20,7 +20,7 @@ use crate::exec::Monitor;
 /// additions (and the result) does not depend on the thread count.
 const SUM_CHUNK: usize = 4096;
 /// Groups per rayon task at least: tiny groups cost less than a task.
-const MIN_GROUPS_PER_TASK: usize = 64;
+pub(super) const MIN_GROUPS_PER_TASK: usize = 64;
 /// A group with at least this many rows sums its log-likelihood in parallel
 /// chunks too (with load balancing on), so one huge group cannot keep a
 /// single thread busy while the others idle. Depends on the data only, so
@@ -51,11 +51,18 @@ pub struct State {
     /// eta per unit of the parameter (n); per group, alpha_g (G).
     nc_slope: Vec<f64>,
     nc_alpha: Vec<f64>,
-    /// Floors of each tau_k and of sigma (see `model::SCALE_FLOOR_REL`).
+    /// The other grouping factors' effects (L_f x k_f, level-major) and
+    /// sds, one vector per factor (`factor.rs`).
+    pub u: Vec<Vec<f64>>,
+    pub sd: Vec<Vec<f64>>,
+    /// Floors of each tau_k and of sigma (see `model::SCALE_FLOOR_REL`),
+    /// and of the factors' sds.
     pub tau_floor: Vec<f64>,
+    pub factor_floor: Vec<Vec<f64>>,
     pub sigma_floor: f64,
     /// Stuck slice updates per coordinate, indexed as `widths` (beta
-    /// group-major, gamma, tau, sigma).
+    /// group-major, gamma, tau, sigma, then each factor's effects and
+    /// sds).
     pub stuck: Vec<u64>,
 }
 
@@ -77,6 +84,36 @@ impl SweepStats {
     }
 }
 
+/// The rows of one block of coefficients (a group, a level): responses,
+/// trials (binomial, when given), the coefficients' columns (each
+/// contiguous: column j at j * n..) and whether to sum its log-likelihood
+/// in parallel chunks (a big block).
+pub(super) struct BlockRows<'r> {
+    pub y: &'r [f64],
+    pub trials: Option<&'r [f64]>,
+    pub xcol: &'r [f64],
+    pub split: bool,
+}
+
+/// A coefficient's normal prior given the others of its block.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum CoefPrior {
+    /// Mean and sd.
+    Normal(f64, f64),
+    /// Mean and precision (a correlated coefficient given the others).
+    Precision(f64, f64),
+}
+
+impl CoefPrior {
+    #[inline]
+    fn log(self, b: f64) -> f64 {
+        match self {
+            CoefPrior::Normal(mean, sd) => -0.5 * ((b - mean) / sd).powi(2),
+            CoefPrior::Precision(centre, q) => -0.5 * q * (b - centre) * (b - centre),
+        }
+    }
+}
+
 /// Everything a sweep needs besides the state.
 #[derive(Debug, Clone)]
 pub struct Sweeper<'a> {
@@ -95,7 +132,7 @@ pub struct Sweeper<'a> {
 }
 
 /// Sum of `f(range)` over fixed chunks of 0..n, in a fixed order.
-fn par_sum(n: usize, f: impl Fn(std::ops::Range<usize>) -> f64 + Sync) -> f64 {
+pub(super) fn par_sum(n: usize, f: impl Fn(std::ops::Range<usize>) -> f64 + Sync) -> f64 {
     if n <= SUM_CHUNK {
         return f(0..n);
     }
@@ -104,14 +141,14 @@ fn par_sum(n: usize, f: impl Fn(std::ops::Range<usize>) -> f64 + Sync) -> f64 {
 }
 
 impl Sweeper<'_> {
-    fn rng(&self, sweep: usize, block: Block) -> Rng {
+    pub(super) fn rng(&self, sweep: usize, block: Block) -> Rng {
         stream(self.seed, self.chain, sweep, block, self.data.groups())
     }
 
     /// What the family's auxiliary parameter gives the rows'
     /// log-likelihoods (`Family::loglik`): 1 / sigma^2 (gaussian), the
     /// shape (negative binomial).
-    fn aux(&self, state: &State) -> f64 {
+    pub(super) fn aux(&self, state: &State) -> f64 {
         match self.family {
             Family::Gaussian => 1.0 / (state.sigma * state.sigma),
             Family::NegBinomial => state.sigma,
@@ -154,7 +191,17 @@ impl Sweeper<'_> {
                 *v = mu[j] + tau[j] * (2.0 * rng.uniform() - 1.0);
             }
         });
-        let ncoord = g * k + p + k + 1;
+        // The other factors' sds as tau, effects sd * U(-1, 1), from the
+        // same stream after the others (so fits without factors start as
+        // before).
+        let sd: Vec<Vec<f64>> = d
+            .factors
+            .iter()
+            .zip(&bounds.factor_floor)
+            .map(|(f, floor)| (0..f.k).map(|j| self.prior.tau.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp().clamp(floor[j], SCALE_MAX))).collect())
+            .collect();
+        let u: Vec<Vec<f64>> = d.factors.iter().zip(&sd).map(|(f, s)| (0..f.levels * f.k).map(|i| s[i % f.k] * (2.0 * rng.uniform() - 1.0)).collect()).collect();
+        let ncoord = g * k + p + k + 1 + d.factors.iter().map(|f| f.n_params()).sum::<usize>();
         // Correlated: Sigma starts diagonal, at the scales drawn above.
         let (cov, prec) = match self.prior.cov {
             Some(_) => {
@@ -181,7 +228,10 @@ impl Sweeper<'_> {
             nc_widths: Widths::new(2 * k, w0),
             nc_slope: vec![0.0; d.n()],
             nc_alpha: vec![0.0; g],
+            u,
+            sd,
             tau_floor: bounds.tau_floor,
+            factor_floor: bounds.factor_floor,
             sigma_floor: bounds.sigma_floor,
             stuck: vec![0; ncoord],
         };
@@ -194,7 +244,7 @@ impl Sweeper<'_> {
     pub fn recompute_eta(&self, state: &mut State) {
         let d = self.data;
         let (k, p) = (d.k, d.p);
-        let (beta, gamma) = (&state.beta, &state.gamma);
+        let (beta, gamma, u) = (&state.beta, &state.gamma, &state.u);
         let offsets = &d.offsets;
         state.eta.par_chunks_mut(SUM_CHUNK).enumerate().for_each(|(c, eta)| {
             let start = c * SUM_CHUNK;
@@ -209,7 +259,8 @@ impl Sweeper<'_> {
                 let zr = &d.z[row * p..(row + 1) * p];
                 *e = xr.iter().zip(&beta[g * k..(g + 1) * k]).map(|(a, b)| a * b).sum::<f64>()
                     + zr.iter().zip(gamma).map(|(a, b)| a * b).sum::<f64>()
-                    + d.offset_of(row);
+                    + d.offset_of(row)
+                    + d.factors.iter().zip(u).map(|(f, u)| f.eta_of(row, u)).sum::<f64>();
             }
         });
     }
@@ -230,6 +281,7 @@ impl Sweeper<'_> {
         let mut stats = SweepStats::default();
         self.update_beta(state, sweep, adapting, &mut stats, monitor);
         monitor.check()?;
+        self.update_factors(state, sweep, adapting, &mut stats, monitor)?;
         self.update_gamma(state, sweep, adapting, &mut stats, monitor)?;
         self.update_mu(state, sweep);
         self.update_tau(state, sweep, adapting, &mut stats);
@@ -276,65 +328,91 @@ impl Sweeper<'_> {
                     return (0, 0);
                 }
                 let rows = d.rows(g);
-                let ng = rows.len();
-                let y = &d.y[rows.clone()];
-                let trials = (!d.trials.is_empty()).then(|| &d.trials[rows.clone()]);
-                let xg = &d.xcol[rows.start * k..rows.end * k];
-                let mut rng = self.rng(sweep, Block::Group(g));
-                let split = self.balance && ng >= SPLIT_GROUP_ROWS;
-                // A big group looks at the monitor in every evaluation: a
-                // cancelled one returns NaN (outside every slice), so its
-                // updates end at once and the sweep is abandoned.
-                let watch = ng >= SUM_CHUNK;
-                let family = self.family;
-                let loglik = |eta: &[f64], j: usize, delta: f64| -> f64 {
-                    if watch && monitor.is_cancelled() {
-                        return f64::NAN;
-                    }
-                    let xc = &xg[j * ng..(j + 1) * ng];
-                    let part = |r: std::ops::Range<usize>| match trials {
-                        Some(t) => rows_loglik_trials(family, &y[r.clone()], &t[r.clone()], &eta[r.clone()], &xc[r], delta, aux),
-                        None => rows_loglik(family, &y[r.clone()], &eta[r.clone()], &xc[r], delta, aux),
-                    };
-                    if split {
-                        par_sum(ng, part)
-                    } else {
-                        part(0..ng)
-                    }
+                let block = BlockRows {
+                    y: &d.y[rows.clone()],
+                    trials: (!d.trials.is_empty()).then(|| &d.trials[rows.clone()]),
+                    xcol: &d.xcol[rows.start * k..rows.end * k],
+                    split: self.balance && rows.len() >= SPLIT_GROUP_ROWS,
                 };
-                let (mut evals, mut stuck) = (1u64, 0u64);
-                // The group's log-likelihood at the current point, carried
-                // from one coordinate to the next.
-                let mut lik = loglik(eta, 0, 0.0);
-                for j in 0..k {
-                    let b0 = beta[j];
-                    let given = prec.map(|q| covariance::conditional_prior(beta, mu, q, j));
-                    let prior = |b: f64| match given {
-                        Some((centre, q)) => -0.5 * q * (b - centre) * (b - centre),
-                        None => -0.5 * ((b - mu[j]) / tau[j]).powi(2),
-                    };
-                    let settings = SliceSettings { w: w[j], ..self.slice };
-                    let step = slice_step(b0, lik + prior(b0), |b| loglik(eta, j, b - b0) + prior(b), &settings, &mut rng);
-                    evals += step.evals as u64;
-                    stuck += step.stuck as u64;
-                    stuck_by[j] += step.stuck as u64;
-                    let delta = step.x - b0;
-                    if delta != 0.0 {
-                        for (e, xv) in eta.iter_mut().zip(&xg[j * ng..(j + 1) * ng]) {
-                            *e += xv * delta;
-                        }
-                        beta[j] = step.x;
-                        lik = step.logf - prior(step.x);
+                let mut rng = self.rng(sweep, Block::Group(g));
+                let prior = |j: usize, beta: &[f64]| match prec {
+                    Some(q) => {
+                        let (centre, q) = covariance::conditional_prior(beta, mu, q, j);
+                        CoefPrior::Precision(centre, q)
                     }
-                    if adapting {
-                        moved[j] += delta.abs();
-                    }
-                }
-                (evals, stuck)
+                    None => CoefPrior::Normal(mu[j], tau[j]),
+                };
+                self.slice_block(&block, eta, beta, prior, w, moved, stuck_by, adapting, aux, &mut rng, monitor)
             })
             .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         stats.beta_evals += evals;
         stats.stuck += stuck;
+    }
+
+    /// Coordinate-wise slice updates of one block's coefficients (a group's
+    /// beta_g, a level's effects): `eta` (the block's rows) moves with each
+    /// change; `prior(j, coefs)` is coefficient j's prior given the
+    /// block's others. Returns (evaluations, stuck updates).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn slice_block(
+        &self,
+        rows: &BlockRows,
+        eta: &mut [f64],
+        coefs: &mut [f64],
+        prior: impl Fn(usize, &[f64]) -> CoefPrior,
+        w: &[f64],
+        moved: &mut [f64],
+        stuck_by: &mut [u64],
+        adapting: bool,
+        aux: f64,
+        rng: &mut Rng,
+        monitor: &Monitor,
+    ) -> (u64, u64) {
+        let (family, n) = (self.family, rows.y.len());
+        // A big block looks at the monitor in every evaluation: a cancelled
+        // one returns NaN (outside every slice), so its updates end at once
+        // and the sweep is abandoned.
+        let watch = n >= SUM_CHUNK;
+        let loglik = |eta: &[f64], j: usize, delta: f64| -> f64 {
+            if watch && monitor.is_cancelled() {
+                return f64::NAN;
+            }
+            let xc = &rows.xcol[j * n..(j + 1) * n];
+            let part = |r: std::ops::Range<usize>| match rows.trials {
+                Some(t) => rows_loglik_trials(family, &rows.y[r.clone()], &t[r.clone()], &eta[r.clone()], &xc[r], delta, aux),
+                None => rows_loglik(family, &rows.y[r.clone()], &eta[r.clone()], &xc[r], delta, aux),
+            };
+            if rows.split {
+                par_sum(n, part)
+            } else {
+                part(0..n)
+            }
+        };
+        let (mut evals, mut stuck) = (1u64, 0u64);
+        // The block's log-likelihood at the current point, carried from one
+        // coordinate to the next.
+        let mut lik = loglik(eta, 0, 0.0);
+        for j in 0..coefs.len() {
+            let b0 = coefs[j];
+            let given = prior(j, coefs);
+            let settings = SliceSettings { w: w[j], ..self.slice };
+            let step = slice_step(b0, lik + given.log(b0), |b| loglik(eta, j, b - b0) + given.log(b), &settings, rng);
+            evals += step.evals as u64;
+            stuck += step.stuck as u64;
+            stuck_by[j] += step.stuck as u64;
+            let delta = step.x - b0;
+            if delta != 0.0 {
+                for (e, xv) in eta.iter_mut().zip(&rows.xcol[j * n..(j + 1) * n]) {
+                    *e += xv * delta;
+                }
+                coefs[j] = step.x;
+                lik = step.logf - given.log(step.x);
+            }
+            if adapting {
+                moved[j] += delta.abs();
+            }
+        }
+        (evals, stuck)
     }
 
     /// Log-posterior-parallel: each gamma_j's log density sums over every

@@ -1,0 +1,293 @@
+//! Grouping factors besides the first, crossed with it or nested in it:
+//! the `(1 | week)` of `y ~ x + (1 + x | store) + (1 | week)`.
+//!
+//! ```text
+//! eta_i = x_i' beta_g(i) + z_i' gamma + sum_f w_fi' u_f,l(i)
+//! u_fl ~ N(0, diag(sd_f^2)),  l = 1..L_f
+//! ```
+//! The first factor's groups carry the population means (mu) and own
+//! contiguous rows (the data are sorted by them); another factor's effects
+//! are deviations with mean zero, and its levels own rows scattered through
+//! the data. Each level is updated as a group is (coordinate-wise slice
+//! updates with the linear predictor cached), its rows gathered first; the
+//! levels are conditionally independent given the rest, so they run in
+//! parallel, and eta is moved afterwards, row by row.
+//!
+//! A term of the factor whose column is also a column of the groups' (the
+//! shared intercept of `(1 | g) + (1 | h)`) or of the global coefficients
+//! leaves the likelihood unchanged when every level's effect falls by c
+//! and that coefficient rises by c: the data cannot tell them apart, only
+//! the priors can, and coordinate-wise updates crawl along that direction
+//! (R-hat 1.12 after 1,000 sweeps on 40 x 25 crossed levels). Each sweep
+//! therefore also draws c exactly from its conditional, a Gaussian (a
+//! translation move, Liu and Sabatti 2000).
+
+use rayon::prelude::*;
+
+use super::model::{HbData, MAX_ABS_VALUE, SCALE_MAX};
+use super::random::Block;
+use super::slice::SliceSettings;
+use super::sweep::{par_sum, BlockRows, CoefPrior, State, SweepStats, Sweeper, MIN_GROUPS_PER_TASK, SPLIT_GROUP_ROWS};
+use crate::error::{Error, Result};
+use crate::exec::Monitor;
+
+/// One more grouping factor: its levels and the columns (terms) whose
+/// coefficients vary by level.
+#[derive(Debug, Clone)]
+pub struct Factor {
+    pub levels: usize,
+    /// Terms that vary by level.
+    pub k: usize,
+    /// The level of each row (rows in the data's order).
+    pub level: Vec<u32>,
+    /// n x k, row-major, rows in the data's order.
+    pub w: Vec<f64>,
+    /// L + 1 offsets into `by_level`: level l owns rows
+    /// by_level[start[l]..start[l + 1]].
+    pub start: Vec<usize>,
+    /// Row indices sorted by level (in data order within a level).
+    pub by_level: Vec<usize>,
+    /// The columns gathered by level, each level's block column-major (as
+    /// `HbData::xcol`): coefficient j of level l reads a contiguous run.
+    pub wcol: Vec<f64>,
+    /// Per term: the coefficient with the same column, if any.
+    pub partner: Vec<Option<Partner>>,
+}
+
+/// A coefficient whose column equals one of a factor's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Partner {
+    /// Column k of the groups' coefficients (beta_gk and mu_k move).
+    Groups(usize),
+    /// Global coefficient j.
+    Global(usize),
+}
+
+impl Factor {
+    /// A factor from each row's level (0-based, below `levels`) and its
+    /// columns (n x k, row-major). Every level must own a row.
+    pub fn new(level: &[usize], levels: usize, w: Vec<f64>, k: usize) -> Result<Factor> {
+        let n = level.len();
+        if k == 0 {
+            return Err(Error::arg("formula", "a grouping factor must have at least one varying term"));
+        }
+        if w.len() != n * k {
+            return Err(Error::arg("formula", format!("a grouping factor's terms must have {n} x {k} values, not {}", w.len())));
+        }
+        if levels > u32::MAX as usize {
+            return Err(Error::arg("formula", format!("a grouping factor may have at most {} levels", u32::MAX)));
+        }
+        if let Some(i) = level.iter().position(|&l| l >= levels) {
+            return Err(Error::arg("formula", format!("row {} has level {} of a grouping factor with {levels} levels", i + 1, level[i] + 1)));
+        }
+        if let Some(i) = w.iter().position(|v| !v.is_finite() || v.abs() > MAX_ABS_VALUE) {
+            return Err(Error::arg("formula", format!("a grouping factor's term has value {} (element {}): values must be finite and at most {MAX_ABS_VALUE:e} in magnitude", w[i], i + 1)));
+        }
+        let mut start = vec![0usize; levels + 1];
+        for &l in level {
+            start[l + 1] += 1;
+        }
+        if let Some(l) = (0..levels).find(|&l| start[l + 1] == 0) {
+            return Err(Error::arg("formula", format!("level {} of a grouping factor has no observations", l + 1)));
+        }
+        for l in 0..levels {
+            start[l + 1] += start[l];
+        }
+        let mut fill = start.clone();
+        let mut by_level = vec![0usize; n];
+        for (i, &l) in level.iter().enumerate() {
+            by_level[fill[l]] = i;
+            fill[l] += 1;
+        }
+        let mut wcol = vec![0.0; n * k];
+        for l in 0..levels {
+            let (r0, nl) = (start[l], start[l + 1] - start[l]);
+            for (r, &i) in by_level[r0..r0 + nl].iter().enumerate() {
+                for j in 0..k {
+                    wcol[k * r0 + j * nl + r] = w[i * k + j];
+                }
+            }
+        }
+        Ok(Factor { levels, k, level: level.iter().map(|&l| l as u32).collect(), w, start, by_level, wcol, partner: vec![None; k] })
+    }
+
+    /// Effects drawn: L x k, level-major, then the k sds.
+    pub fn n_params(&self) -> usize {
+        self.levels * self.k + self.k
+    }
+
+    /// sum_j w_ij u_l(i)j: this factor's term of row i's linear predictor.
+    #[inline]
+    pub fn eta_of(&self, i: usize, u: &[f64]) -> f64 {
+        let (k, l) = (self.k, self.level[i] as usize);
+        self.w[i * k..(i + 1) * k].iter().zip(&u[l * k..(l + 1) * k]).map(|(a, b)| a * b).sum()
+    }
+}
+
+impl Sweeper<'_> {
+    /// First sweep coordinate (as the state's widths) of factor f's
+    /// effects; its sds follow them.
+    pub(super) fn factor_coord(&self, f: usize) -> usize {
+        let d = self.data;
+        d.groups() * d.k + d.p + d.k + 1 + d.factors[..f].iter().map(Factor::n_params).sum::<usize>()
+    }
+
+    /// Every factor's effects, then its sds.
+    pub(super) fn update_factors(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
+        for f in 0..self.data.factors.len() {
+            self.update_levels(f, state, sweep, adapting, stats, monitor);
+            monitor.check()?;
+            self.update_factor_sd(f, state, sweep, adapting, stats);
+            self.shift_factor(f, state, sweep);
+        }
+        Ok(())
+    }
+
+    /// Block-parallel over levels: each gathers its rows' responses and
+    /// linear predictors and updates its effects as a group's coefficients
+    /// are updated; then every row's eta moves by its level's change.
+    fn update_levels(&self, f: usize, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) {
+        let d = self.data;
+        let fac = &d.factors[f];
+        let k = fac.k;
+        let aux = self.aux(state);
+        let c0 = self.factor_coord(f);
+        let before = state.u[f].clone();
+        let sd = &state.sd[f];
+        let eta = &state.eta;
+        let (w_all, moved_all) = state.widths.parts_mut();
+        let coords = c0..c0 + fac.levels * k;
+        let (evals, stuck) = state.u[f]
+            .par_chunks_mut(k)
+            .zip(w_all[coords.clone()].par_chunks(k))
+            .zip(moved_all[coords.clone()].par_chunks_mut(k))
+            .zip(state.stuck[coords].par_chunks_mut(k))
+            .enumerate()
+            .with_min_len(MIN_GROUPS_PER_TASK)
+            .map(|(l, (((u, w), moved), stuck_by))| {
+                if monitor.is_cancelled() {
+                    return (0, 0);
+                }
+                let rows = &fac.by_level[fac.start[l]..fac.start[l + 1]];
+                let y: Vec<f64> = rows.iter().map(|&i| d.y[i]).collect();
+                let trials: Option<Vec<f64>> = (!d.trials.is_empty()).then(|| rows.iter().map(|&i| d.trials[i]).collect());
+                let mut e: Vec<f64> = rows.iter().map(|&i| eta[i]).collect();
+                let block = BlockRows { y: &y, trials: trials.as_deref(), xcol: &fac.wcol[k * fac.start[l]..k * fac.start[l + 1]], split: self.balance && rows.len() >= SPLIT_GROUP_ROWS };
+                let mut rng = self.rng(sweep, Block::Level(f, l));
+                self.slice_block(&block, &mut e, u, |j, _| CoefPrior::Normal(0.0, sd[j]), w, moved, stuck_by, adapting, aux, &mut rng, monitor)
+            })
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        stats.beta_evals += evals;
+        stats.stuck += stuck;
+        let (u, eta) = (&state.u[f], &mut state.eta);
+        eta.par_iter_mut().enumerate().with_min_len(4096).for_each(|(i, e)| {
+            let l = fac.level[i] as usize;
+            let wr = &fac.w[i * k..(i + 1) * k];
+            *e += (0..k).map(|j| wr[j] * (u[l * k + j] - before[l * k + j])).sum::<f64>();
+        });
+    }
+
+    /// sd_fj on the log scale, as tau_k with mean zero: log p(s) = log
+    /// prior(e^s) + s - L s - SS / (2 e^{2s}). Held fixed with the tau
+    /// prior's `Fixed`.
+    fn update_factor_sd(&self, f: usize, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+        let prior = self.prior.tau;
+        if prior.fixed().is_some() {
+            return;
+        }
+        let fac = &self.data.factors[f];
+        let (k, levels) = (fac.k, fac.levels);
+        let base = self.factor_coord(f) + levels * k;
+        let mut rng = self.rng(sweep, Block::FactorScale(f));
+        for j in 0..k {
+            let u = &state.u[f];
+            let ss = par_sum(levels, |r| r.map(|l| u[l * k + j] * u[l * k + j]).sum::<f64>());
+            let logf = |s: f64| prior.log_density(s.exp()) + (1.0 - levels as f64) * s - 0.5 * ss * (-2.0 * s).exp();
+            let s0 = state.sd[f][j].ln();
+            let floor = state.factor_floor[f][j];
+            let settings = SliceSettings { w: state.widths.w[base + j], lower: floor.ln(), upper: SCALE_MAX.ln(), ..self.slice };
+            let step = super::slice::slice_step(s0, logf(s0), logf, &settings, &mut rng);
+            stats.scale_evals += step.evals as u64 + 1;
+            stats.stuck += step.stuck as u64;
+            state.stuck[base + j] += step.stuck as u64;
+            state.sd[f][j] = step.x.exp();
+            if adapting {
+                state.widths.parts_mut().1[base + j] += (step.x - s0).abs();
+            }
+        }
+    }
+}
+
+impl Sweeper<'_> {
+    /// For each term with a partner: u_lj -= c for every level, the
+    /// partner += c (mu_k with beta_gk), c drawn from its conditional,
+    /// N(mean, 1 / P) with P = L / sd^2 + 1 / s^2 and mean = (sum_l u_lj /
+    /// sd^2 - (a - m) / s^2) / P, where the partner a has the prior N(m,
+    /// s^2). The linear predictor does not change.
+    fn shift_factor(&self, f: usize, state: &mut State, sweep: usize) {
+        let fac = &self.data.factors[f];
+        let (k, kg, levels) = (fac.k, self.data.k, fac.levels);
+        let mut rng = self.rng(sweep, Block::FactorShift(f));
+        for j in 0..k {
+            let Some(partner) = fac.partner[j] else { continue };
+            let (a, m, s) = match partner {
+                Partner::Groups(q) => (state.mu[q], self.prior.mu_mean, self.prior.mu_sd),
+                Partner::Global(q) => (state.gamma[q], 0.0, self.prior.gamma_sd),
+            };
+            let sd = state.sd[f][j];
+            let u = &state.u[f];
+            let sum = par_sum(levels, |r| r.map(|l| u[l * k + j]).sum::<f64>());
+            let prec = levels as f64 / (sd * sd) + 1.0 / (s * s);
+            let mean = (sum / (sd * sd) - (a - m) / (s * s)) / prec;
+            let c = mean + rng.normal() / prec.sqrt();
+            if !c.is_finite() {
+                continue;
+            }
+            state.u[f].par_iter_mut().skip(j).step_by(k).for_each(|v| *v -= c);
+            match partner {
+                Partner::Groups(q) => {
+                    state.mu[q] += c;
+                    state.beta.par_iter_mut().skip(q).step_by(kg).for_each(|v| *v += c);
+                }
+                Partner::Global(q) => state.gamma[q] += c,
+            }
+        }
+    }
+}
+
+impl HbData {
+    /// Add a grouping factor besides the groups (see [`Factor::new`]).
+    pub fn with_factor(mut self, level: &[usize], levels: usize, w: Vec<f64>, k: usize) -> Result<Self> {
+        if level.len() != self.n() {
+            return Err(Error::arg("formula", format!("a grouping factor must give one level per row ({}), not {}", self.n(), level.len())));
+        }
+        let mut factor = Factor::new(level, levels, w, k)?;
+        let same = |values: &[f64], width: usize, q: usize, j: usize| (0..self.n()).all(|i| values[i * width + q] == factor.w[i * k + j]);
+        for j in 0..k {
+            factor.partner[j] = (0..self.k).find(|&q| same(&self.x, self.k, q, j)).map(Partner::Groups).or_else(|| (0..self.p).find(|&q| same(&self.z, self.p, q, j)).map(Partner::Global));
+        }
+        self.factors.push(factor);
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_own_their_rows_and_columns() {
+        // Rows 0..5 at levels 1, 0, 1, 2, 0; two terms (1, i).
+        let level = [1, 0, 1, 2, 0];
+        let w: Vec<f64> = (0..5).flat_map(|i| [1.0, i as f64]).collect();
+        let f = Factor::new(&level, 3, w, 2).unwrap();
+        assert_eq!(f.start, vec![0, 2, 4, 5]);
+        assert_eq!(f.by_level, vec![1, 4, 0, 2, 3]);
+        // Level 1 (rows 0 and 2): ones, then i = 0, 2.
+        assert_eq!(&f.wcol[2 * 2..2 * 4], &[1.0, 1.0, 0.0, 2.0]);
+        assert_eq!(f.eta_of(2, &[0.0, 0.0, 0.5, 0.25, 0.0, 0.0]), 0.5 + 0.5);
+        assert!(Factor::new(&[0, 2], 3, vec![1.0, 1.0], 1).is_err(), "level 2 of 3 has no rows");
+        assert!(Factor::new(&[0, 3], 3, vec![1.0, 1.0], 1).is_err(), "level out of range");
+        assert!(Factor::new(&[0, 1], 2, vec![1.0, f64::NAN], 1).is_err());
+    }
+}
