@@ -12,7 +12,7 @@ APT_PACKAGES = r-base-dev pandoc r-cran-cli r-cran-testthat r-cran-knitr \
   r-cran-rmarkdown r-cran-roxygen2 r-cran-mixtools r-cran-statmod r-cran-progressr \
   r-cran-coda r-cran-posterior r-cran-bayesm r-cran-future r-cran-future.apply \
   r-cran-parallelly r-cran-callr r-cran-mass r-cran-loo r-cran-batchtools \
-  r-cran-future.batchtools r-cran-mclust r-cran-survival r-cran-lme4 r-cran-rstantools slurmctld slurmd munge xz-utils qpdf devscripts
+  r-cran-future.batchtools r-cran-mclust r-cran-survival r-cran-lme4 r-cran-ordinal r-cran-rstantools slurmctld slurmd munge xz-utils qpdf devscripts
 RUST_DIR = src/rust
 # NVRTC from PyPI, so every CUDA kernel is compile-checked without a GPU.
 NVRTC_DIR = $(CURDIR)/.nvrtc

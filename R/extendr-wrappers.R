@@ -116,11 +116,12 @@ stream_value_ <- function(stream, kind) .Call(wrap__stream_value_, stream, kind)
 #' (one per row) and `trials` (binomial trials per row) are empty when
 #' absent. `factors` lists the other grouping factors, each
 #' `list(level, levels, k, w)`: every row's level (1-based), the number of
-#' levels, the terms varying by level and their values (n x k, row-major). `m` is Inf for unlimited stepping out. `target` is empty, or
+#' levels, the terms varying by level and their values (n x k, row-major).
+#' `categories` is the ordinal family's number of categories (0 otherwise). `m` is Inf for unlimited stepping out. `target` is empty, or
 #' (ess, rhat, sweeps before the first check): sample to that target, at
 #' most `iter` sweeps.
 #' @noRd
-hbglm_fit_ <- function(y, x, z, offset, trials, sizes, factors, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, target, threads, backend) .Call(wrap__hbglm_fit_, y, x, z, offset, trials, sizes, factors, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, target, threads, backend)
+hbglm_fit_ <- function(y, x, z, offset, trials, sizes, factors, categories, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, target, threads, backend) .Call(wrap__hbglm_fit_, y, x, z, offset, trials, sizes, factors, categories, k, p, family, prior, iter, warmup, chains, thin, w, m, adapt, seed, first_chain, target, threads, backend)
 
 #' Rank-normalised split R-hat, bulk and tail ESS of every parameter of a
 #' kept x chains x parameters array (R order).

@@ -120,7 +120,7 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
         x$target$checks, if (x$target$checks == 1) " check" else " checks", "; max.iter ", x$target$max.iter, ")\n", sep = "")
   }
   blocks <- unique(sub("\\[.*$", "", dimnames(x$draws)[[3]]))
-  s <- summary(x, pars = c(intersect(c("mu", "tau", "cor", "gamma", "sigma", "shape"), blocks), grep("^sd_", blocks, value = TRUE)))
+  s <- summary(x, pars = c(intersect(c("mu", "tau", "cor", "gamma", "sigma", "shape", "cut"), blocks), grep("^sd_", blocks, value = TRUE)))
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
   all <- hbglm_diagnostics(x$draws)
@@ -392,6 +392,10 @@ hbglm_draw_parts <- function(object, which = NULL, new = character(), new_levels
     gamma = if (length(object$global_names) > 0) take(paste0("gamma[", object$global_names, "]")),
     sigma = if (object$family == "gaussian") as.vector(take("sigma")),
     shape = if (object$family == "negbinomial") as.vector(take("shape")),
+    # Ordinal: the cut-points (draws x (C - 1)) and the intercept's
+    # population mean, which hbglm_eta() takes out of the linear predictor.
+    cuts = if (object$family == "ordinal") take(paste0("cut[", seq_len(length(object$categories) - 1), "]")),
+    shift = if (object$family == "ordinal") as.vector(take("mu[(Intercept)]")),
     n = if (is.null(which)) prod(dim(object$draws)[1:2]) else length(which)
   )
 }
@@ -451,6 +455,7 @@ hbglm_eta <- function(parts, rows, idx) {
   }
   if (!is.null(parts$gamma)) eta <- eta + parts$gamma %*% t(rows$z[idx, , drop = FALSE])
   if (!is.null(rows$offset)) eta <- eta + rep(rows$offset[idx], each = S)
+  if (!is.null(parts$shift)) eta <- eta - parts$shift
   eta
 }
 
@@ -461,13 +466,36 @@ hbglm_draws_matrix <- function(object, newdata, group, new.groups, which, h, fn,
   parts <- hbglm_draw_parts(object, which, new = rows$new, new_levels = rows$new_levels)
   n <- length(rows$group)
   hbglm_ensure_memory(fn, parts$n, n, call)
-  out <- h(hbglm_eta(parts, rows, seq_len(n)))
+  out <- h(hbglm_eta(parts, rows, seq_len(n)), parts)
   dimnames(out) <- list(NULL, rows$names)
   out
 }
 
+# The mean response of draws x observations linear predictors, as
+# function(eta, parts): the inverse link, and for the ordinal family the
+# expected category sum_c c P(y = c).
 hbglm_inverse_link <- function(family) {
-  switch(family, gaussian = identity, binomial = stats::plogis, poisson = exp, negbinomial = exp)
+  switch(family,
+         gaussian = hbglm_identity, binomial = function(eta, parts) stats::plogis(eta),
+         poisson = , negbinomial = function(eta, parts) exp(eta),
+         ordinal = function(eta, parts) hbglm_ordinal_moment(eta, parts$cuts, 1))
+}
+
+hbglm_identity <- function(eta, parts) eta
+
+# The ordinal family's category probabilities at draws x observations
+# linear predictors (without the intercept's population mean), the
+# draws' cut-points a draws x (C - 1) matrix: a list of C matrices, P(y =
+# c) = F(cut_c - eta) - F(cut_{c-1} - eta).
+hbglm_ordinal_probs <- function(eta, cuts) {
+  below <- c(list(0 * eta), lapply(seq_len(ncol(cuts)), function(c) stats::plogis(cuts[, c] - eta)), list(0 * eta + 1))
+  lapply(seq_len(ncol(cuts) + 1), function(c) below[[c + 1]] - below[[c]])
+}
+
+# E[y^power] over the categories 1..C.
+hbglm_ordinal_moment <- function(eta, cuts, power) {
+  p <- hbglm_ordinal_probs(eta, cuts)
+  Reduce(`+`, lapply(seq_along(p), function(c) c^power * p[[c]]))
 }
 
 # f(eta block, idx) for blocks of observations, results (one row per
@@ -615,7 +643,7 @@ hbglm_rows <- function(object, newdata, group, response, call, need = NULL, new_
               new = if (new_groups) new else character(), factors = other$rows, new_levels = other$new)
   if (response) {
     y <- stats::model.response(f$mf)
-    r <- hbglm_response(y, object$family, call)
+    r <- hbglm_response(y, object$family, call, categories = object$categories)
     bad <- which(!is.finite(r$y))
     if (length(bad) > 0) {
       bulkem_abort(c("{.arg newdata} must not have missing values in the variables of the model.",
@@ -713,13 +741,13 @@ predict.bulkem_hbglm <- function(object, newdata = NULL, type = c("link", "respo
   }
   check_flag(summary, "summary", call = call)
   new.groups <- match_arg(new.groups, c("error", "population"), "new.groups", call)
-  h <- if (type == "link") identity else hbglm_inverse_link(object$family)
+  h <- if (type == "link") hbglm_identity else hbglm_inverse_link(object$family)
   if (!summary) return(hbglm_draws_matrix(object, newdata, group, new.groups, NULL, h, "predict", call))
   rows <- hbglm_rows(object, newdata, group, FALSE, call, new_groups = new.groups == "population")
   parts <- hbglm_draw_parts(object, new = rows$new, new_levels = rows$new_levels)
   probs <- c((1 - level) / 2, (1 + level) / 2)
   res <- hbglm_by_rows(parts, rows, function(eta, idx) {
-    v <- h(eta)
+    v <- h(eta, parts)
     if (interval == "none") return(matrix(colMeans(v), ncol = 1))
     cbind(colMeans(v), t(apply(v, 2, stats::quantile, probs = probs, names = FALSE)))
   })
@@ -748,8 +776,9 @@ residuals.bulkem_hbglm <- function(object, type = c("response", "pearson"), ...)
   h <- hbglm_inverse_link(object$family)
   trials <- if (is.null(rows$trials)) rep(1, length(rows$y)) else rows$trials
   res <- hbglm_by_rows(parts, rows, function(eta, idx) {
-    mu <- h(eta)
+    mu <- h(eta, parts)
     v <- switch(object$family,
+                ordinal = colMeans(hbglm_ordinal_moment(eta, parts$cuts, 2) - mu^2),
                 gaussian = rep(mean(parts$sigma^2), length(idx)),
                 binomial = colMeans(mu * (1 - mu)) / trials[idx],
                 poisson = colMeans(mu),
@@ -840,7 +869,12 @@ simulate.bulkem_hbglm <- function(object, nsim = NULL, seed = NULL, newdata = NU
     gaussian = stats::rnorm(S * n, eta, parts$sigma),
     binomial = stats::rbinom(S * n, rep(if (is.null(rows$trials)) 1 else rows$trials, each = S), stats::plogis(eta)),
     poisson = stats::rpois(S * n, exp(eta)),
-    negbinomial = stats::rnbinom(S * n, size = parts$shape, mu = exp(eta))
+    negbinomial = stats::rnbinom(S * n, size = parts$shape, mu = exp(eta)),
+    # The category below the first cut-point above a uniform draw.
+    ordinal = {
+      u <- stats::runif(S * n)
+      1 + Reduce(`+`, lapply(seq_len(ncol(parts$cuts)), function(c) u > stats::plogis(parts$cuts[, c] - eta)))
+    }
   )
   out <- matrix(as.double(out), S, n, dimnames = list(NULL, rows$names))
   attr(out, "seed") <- rng_state
@@ -922,7 +956,14 @@ log_lik.bulkem_hbglm <- function(object, newdata = NULL, group = NULL, ...) {
         rep(trials - rows$y, each = S) * stats::plogis(-eta, log.p = TRUE)
     },
     poisson = y * eta - exp(eta) - rep(lgamma(rows$y + 1), each = S),
-    negbinomial = stats::dnbinom(y, size = parts$shape, mu = exp(eta), log = TRUE)
+    negbinomial = stats::dnbinom(y, size = parts$shape, mu = exp(eta), log = TRUE),
+    ordinal = {
+      p <- hbglm_ordinal_probs(eta, parts$cuts)
+      cat <- matrix(y, S)
+      out <- matrix(0, S, n)
+      for (c in seq_along(p)) out[cat == c] <- log(p[[c]][cat == c])
+      out
+    }
   )
   matrix(out, S, n, dimnames = list(NULL, rows$names))
 }

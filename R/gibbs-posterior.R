@@ -93,7 +93,7 @@ posterior_linpred.bulkem_hbglm <- function(object, transform = FALSE, newdata = 
   call <- environment()
   check_no_dots(list(...), "posterior_linpred", "bulkem::posterior_epred", call)
   check_flag(transform, "transform", call = call)
-  h <- if (transform) hbglm_inverse_link(object$family) else identity
+  h <- if (transform) hbglm_inverse_link(object$family) else hbglm_identity
   hbglm_posterior_matrix(object, newdata, group, draws, new.groups, h, "posterior_linpred", call)
 }
 

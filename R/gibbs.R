@@ -82,7 +82,19 @@
 #'   [glm()]), `"poisson"` (log link, counts) or `"negbinomial"` (log link,
 #'   overdispersed counts: mean \eqn{m}, variance \eqn{m + m^2/\phi}, the
 #'   shape \eqn{\phi} sampled as `shape`; MASS's `theta`, brms's
-#'   `shape`). The family objects
+#'   `shape`), or `"ordinal"` (ordered categories, cumulative logit as
+#'   brms's `cumulative("logit")`: \eqn{P(y \le c) =
+#'   \mathrm{logit}^{-1}(\mathrm{cut}_c - \eta)}; the response an ordered
+#'   factor, a factor in its levels' order, or category numbers 1, 2, ...).
+#'   For the ordinal family the formula keeps its intercept, varying by
+#'   group: the cut-points are sampled from it (the first fixed at 0, the
+#'   others between their neighbours, under the `gamma_sd` normal prior)
+#'   and reported as brms reports them, `cut[c]`, measured from the
+#'   intercept's population mean (so `cut[1]` is minus
+#'   `mu[(Intercept)]`); `predict(type = "link")` and `posterior_linpred()`
+#'   give \eqn{\eta} without that mean, and the mean response is the
+#'   expected category \eqn{\sum_c c P(y = c)}. Ordinal fits run on the
+#'   CPU. The family objects
 #'   [gaussian()], [binomial()] and [poisson()] with their canonical links
 #'   are accepted too.
 #' @param global `NULL`, or a one-sided formula of coefficients shared by all
@@ -160,7 +172,8 @@
 #'   \item{draws}{array of kept draws, iterations x chains x parameters;
 #'     parameters named `beta[group,coef]`, `mu[coef]`, `tau[coef]`,
 #'     `gamma[coef]`, `sigma` (gaussian) or `shape` (negative binomial),
-#'     `cor[coef,coef]` (correlated), and for each other grouping factor
+#'     `cor[coef,coef]` (correlated), `cut[c]` (ordinal), and for each
+#'     other grouping factor
 #'     `r_<factor>[level,term]` and `sd_<factor>[term]`.}
 #'   \item{family, formula, global, call}{the model.}
 #'   \item{groups, coef_names, global_names, group_sizes, nobs}{the data's
@@ -218,7 +231,7 @@
 #'   all.equal(as.array(fit), as.array(fit2))
 #' }
 #' @export
-hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson", "negbinomial"),
+hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "poisson", "negbinomial", "ordinal"),
                   global = NULL, iter = 2000, warmup = 1000, chains = 4, thin = 1,
                   prior = hbglm_prior(), slice = list(w = 1, m = Inf), use.gpu = NA,
                   seed = NULL, parallel = c("none", "future"), offset = NULL, target = NULL,
@@ -303,6 +316,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
     y = model$y, x = as.double(t(model$x)), z = as.double(t(model$z)),
     offset = if (is.null(model$offset)) double() else model$offset,
     trials = if (is.null(model$trials)) double() else model$trials, sizes = model$sizes,
+    categories = length(model$categories),
     factors = lapply(factors, function(f) list(level = f$level[model$ord], levels = length(f$levels), k = ncol(f$w),
                                                w = as.double(t(f$w[model$ord, , drop = FALSE])))),
     k = ncol(model$x), p = ncol(model$z), family = family, prior = core_prior,
@@ -331,6 +345,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   if (parallel == "future") raw$seconds <- proc.time()[["elapsed"]] - started
 
   pars <- c(hbglm_par_names(model$groups, colnames(model$x), colnames(model$z), family, correlated),
+            if (family == "ordinal") paste0("cut[", seq_len(length(model$categories) - 1), "]"),
             unlist(lapply(factors, hbglm_factor_par_names)))
   draws <- array(raw$draws, dim = c(raw$kept, raw$chains, raw$n_params),
                  dimnames = list(iteration = NULL, chain = NULL, variable = pars))
@@ -338,7 +353,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   updates <- raw$sweeps * c(beta = length(model$groups) * ncol(model$x), gamma = ncol(model$z))
   fit <- list(
     draws = draws, family = family, formula = user_formula, global = if (identical(user_formula, formula)) global,
-    correlated = correlated,
+    correlated = correlated, categories = model$categories,
     call = match.call(), groups = model$groups, coef_names = colnames(model$x),
     global_names = colnames(model$z), group_sizes = stats::setNames(model$sizes, model$groups),
     nobs = length(model$y), iter = if (is.null(raw$target)) iter else raw$target$sweeps,
@@ -413,7 +428,7 @@ hbglm_family <- function(family, call) {
     }
     return(family$family)
   }
-  match_arg(family, c("gaussian", "binomial", "poisson", "negbinomial"), "family", call)
+  match_arg(family, c("gaussian", "binomial", "poisson", "negbinomial", "ordinal"), "family", call)
 }
 
 # The warnings a fit raises: stuck slice updates, scales at their floor,
@@ -840,6 +855,12 @@ hbglm_data <- function(formula, data, group, family, global, offset, call) {
   if (!is.null(off)) hbglm_check_values(matrix(off, dimnames = list(NULL, "offset")), "The offset", call)
   hbglm_check_rank(cbind(x, z), call)
   response <- hbglm_response(y, family, call)
+  if (family == "ordinal" && colnames(x)[1] != "(Intercept)") {
+    bulkem_abort(c("The ordinal family needs an intercept that varies by group: its cut-points are measured from it.",
+                   x = "{.arg formula} has no intercept.",
+                   i = "Keep the intercept, such as {.code y ~ x + (1 | g)}; the cut-points take the place of its population mean."),
+                 call = call)
+  }
   if (!is.factor(g)) g <- factor(g)
   empty <- levels(g)[tabulate(g, nlevels(g)) == 0]
   if (length(empty) > 0) {
@@ -862,7 +883,7 @@ hbglm_data <- function(formula, data, group, family, global, offset, call) {
     global = if (!is.null(global)) list(terms = attr(gf, "terms"), xlevels = stats::.getXlevels(attr(gf, "terms"), gf),
                                         contrasts = attr(zz, "contrasts"), vars = from_data(attr(gf, "terms")))
   )
-  list(y = response$y[ord], trials = response$trials[ord], offset = if (!is.null(off)) as.double(off)[ord],
+  list(y = response$y[ord], trials = response$trials[ord], categories = response$categories, offset = if (!is.null(off)) as.double(off)[ord],
        x = x[ord, , drop = FALSE], z = z[ord, , drop = FALSE],
        sizes = tabulate(g, nlevels(g)), groups = levels(g), rows = rows, design = design, ord = ord)
 }
@@ -961,9 +982,12 @@ hbglm_group <- function(group, data, call) {
 }
 
 # The response as the core takes it: list(y, trials), trials NULL unless
-# the binomial response is cbind(successes, failures).
-hbglm_response <- function(y, family, call) {
+# the binomial response is cbind(successes, failures); for the ordinal
+# family also `categories` (the labels of 1..C), or y matched to the
+# fit's `categories` when given.
+hbglm_response <- function(y, family, call, categories = NULL) {
   if (is.null(y)) bulkem_abort("The response of {.arg formula} is missing.", call = call)
+  if (family == "ordinal") return(hbglm_ordinal_response(y, call, categories))
   where <- function(bad, v) paste0("Row ", bad, " is ", describe_value(v[bad]), ".")
   if (is.matrix(y)) {
     if (family != "binomial" || ncol(y) != 2) {
@@ -1101,7 +1125,7 @@ target_problem <- function(target, outcome, pars) {
 # One chunk of chains of hbglm(), here or on a future worker.
 hbglm_chunk <- function(part, idx, s) {
   ex <- chunk_exec(s)
-  hbglm_fit_(s$y, s$x, s$z, s$offset, s$trials, s$sizes, s$factors, s$k, s$p, s$family, s$prior, s$iter, s$warmup,
+  hbglm_fit_(s$y, s$x, s$z, s$offset, s$trials, s$sizes, s$factors, s$categories, s$k, s$p, s$family, s$prior, s$iter, s$warmup,
              length(idx), s$thin, s$slice$w, s$slice$m, s$slice$adapt, s$seed,
              idx[1] - 1L, s$target, ex$threads, ex$backend)
 }
@@ -1124,4 +1148,38 @@ bind_chain_parts <- function(parts, chunks) {
     scale_evals = total("scale_evals"), stuck = total("stuck"),
     stuck_by = Reduce(`+`, lapply(parts, `[[`, "stuck_by"))
   ))
+}
+
+# An ordinal response: an ordered factor (or a factor, in its levels'
+# order) or whole numbers 1, 2, ... (categories 1..max), as categories
+# 1..C with their labels; with `categories` (new data for a fit), matched
+# to the fit's labels.
+hbglm_ordinal_response <- function(y, call, categories = NULL) {
+  if (is.matrix(y) || !(is.factor(y) || is.numeric(y))) {
+    bulkem_abort(c("The response must be an ordered factor or category numbers 1, 2, ... for {.code family = \"ordinal\"}.",
+                   x = "It is {describe_value(y)}."), call = call)
+  }
+  if (!is.null(categories)) {
+    code <- match(as.character(y), categories)
+    bad <- which(is.na(code) & !is.na(y))
+    if (length(bad) > 0) {
+      bulkem_abort(c("The response must be one of the fit's categories.",
+                     x = "Row {bad[1]} is {.val {as.character(y[bad[1]])}}; the categories are {.val {categories}}."), call = call)
+    }
+    return(list(y = as.double(code), trials = NULL, categories = categories))
+  }
+  if (is.factor(y)) {
+    if (nlevels(y) < 2) {
+      bulkem_abort(c("The response must have at least two categories for {.code family = \"ordinal\"}.",
+                     x = "The factor has {nlevels(y)} level{?s}."), call = call)
+    }
+    return(list(y = as.double(as.integer(y)), trials = NULL, categories = levels(y)))
+  }
+  bad <- which(!is.na(y) & (!is.finite(y) | y < 1 | y != round(y) | y > 1e6))
+  if (length(bad) > 0) {
+    bulkem_abort(c("The response must be an ordered factor or category numbers 1, 2, ... for {.code family = \"ordinal\"}.",
+                   x = "Row {bad[1]} is {describe_value(y[bad[1]])}."), call = call)
+  }
+  C <- max(c(2, y), na.rm = TRUE)
+  list(y = as.double(y), trials = NULL, categories = as.character(seq_len(C)))
 }

@@ -9,6 +9,7 @@ use bulkem_core::exec::{Exec, Monitor};
 use bulkem_core::gibbs::diagnostics::{diagnose, diagnose_array, ess, ess_bulk, ess_tail, qnorm, rhat};
 use bulkem_core::gibbs::separation::separated_columns;
 use bulkem_core::gibbs::{
+    Aux,
     sample, slice_step, stream, Block, Family, HbData, HbglmConfig, HbglmFit, Prior, ScalePrior, SliceSettings, State, Sweeper, Target, SCALE_FLOOR_REL,
 };
 
@@ -236,7 +237,7 @@ fn quadrature_with(family: Family, y: &[f64], x: &[f64], offset: &[f64], trials:
         .iter()
         .map(|&b| {
             -0.5 * (b - m0) * (b - m0) / v0
-                + (0..y.len()).map(|i| family.loglik_trials(y[i], trials[i], x[i] * b + offset[i], 1.0)).sum::<f64>()
+                + (0..y.len()).map(|i| family.loglik_trials(y[i], trials[i], x[i] * b + offset[i], Aux::NONE)).sum::<f64>()
         })
         .collect();
     let top = logp.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -857,6 +858,7 @@ fn diagnostics_stop_when_cancelled_and_agree_otherwise() {
 /// the auxiliary parameter, and any statistics to rank) and the response;
 /// ranks are binned into 10 bins and tested by chi-square at 1 % (9 df:
 /// 21.67). Fixed seeds: the test is deterministic.
+#[allow(clippy::too_many_arguments)]
 fn sbc(
     family: Family,
     prior: Prior,
@@ -867,13 +869,29 @@ fn sbc(
     draw_truth: impl Fn(&HbData, &mut bulkem_core::gibbs::Rng) -> (Vec<f64>, Vec<f64>) + Sync,
     stats: impl Fn(&HbglmFit, usize) -> Vec<f64> + Sync,
 ) {
+    sbc_with(family, prior, k, reps, what, crossed, 0, draw_truth, stats)
+}
+
+/// As [`sbc`], with the ordinal family's number of categories.
+#[allow(clippy::too_many_arguments)]
+fn sbc_with(
+    family: Family,
+    prior: Prior,
+    k: usize,
+    reps: usize,
+    what: &[&str],
+    crossed: Option<usize>,
+    categories: usize,
+    draw_truth: impl Fn(&HbData, &mut bulkem_core::gibbs::Rng) -> (Vec<f64>, Vec<f64>) + Sync,
+    stats: impl Fn(&HbglmFit, usize) -> Vec<f64> + Sync,
+) {
     use rayon::prelude::*;
     let sizes = [6usize, 8, 5, 7, 6, 8];
     let (x, _) = design(&sizes, k, 0, 31);
     let n: usize = sizes.iter().sum();
     // A crossed random intercept: row i at level i mod L.
     let build = |y: Vec<f64>| {
-        let d = HbData::new(y, x.clone(), vec![], &sizes, k, 0).unwrap();
+        let d = HbData::new(y, x.clone(), vec![], &sizes, k, 0).unwrap().with_categories(categories);
         match crossed {
             Some(levels) => d.with_factor(&(0..n).map(|i| i % levels).collect::<Vec<_>>(), levels, vec![1.0; n], 1).unwrap(),
             None => d,
@@ -1060,4 +1078,73 @@ fn crossed_factor_recovers_its_effects() {
     assert!(fit.plan.iter().any(|b| b.block == "factor"));
     let job = bulkem_core::gibbs::job(&data, &config);
     assert!(job.gpu_unsupported.is_some_and(|w| w.contains("crossed")));
+}
+
+/// The cumulative logit's category probabilities, brute force: F(theta_c -
+/// eta) - F(theta_{c-1} - eta) with F logistic, summing to 1 over the
+/// categories; and far in the tails, where the differences cancel.
+#[test]
+fn ordinal_loglik_is_the_cumulative_logit() {
+    let logistic = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let cuts = [0.0, 0.7, 2.5];
+    for eta in [-3.0, -0.2, 0.0, 1.1, 4.0] {
+        let mut total = 0.0;
+        for c in 1..=4usize {
+            let upper = if c == 4 { 1.0 } else { logistic(cuts[c - 1] - eta) };
+            let lower = if c == 1 { 0.0 } else { logistic(cuts[c - 2] - eta) };
+            let ll = Family::Ordinal.loglik(c as f64, eta, Aux { value: 1.0, cuts: &cuts });
+            assert!((ll - (upper - lower).ln()).abs() < 1e-12, "eta {eta} category {c}: {ll} vs {}", (upper - lower).ln());
+            total += ll.exp();
+        }
+        assert!((total - 1.0).abs() < 1e-12);
+    }
+    // eta = 60: P(y = 2) = F(0.7 - 60) - F(-60) ~ e^-60 (e^0.7 - 1), finite.
+    let ll = Family::Ordinal.loglik(2.0, 60.0, Aux { value: 1.0, cuts: &cuts });
+    assert!((ll - (-60.0 + (0.7f64.exp() - 1.0).ln())).abs() < 1e-9, "{ll}");
+    assert!(Family::Ordinal.loglik(4.0, -800.0, Aux { value: 1.0, cuts: &cuts }).is_finite());
+}
+
+/// Calibration of the ordinal family (4 categories, brms's cumulative
+/// logit) with a varying intercept and slope: mu ~ N(0, 1), tau ~
+/// half-normal(0.5), the free cut-points N(0, 1.5^2) in order above
+/// theta_1 = 0. The reported cut-points are theta_c - mu_1.
+#[test]
+fn sbc_ordinal() {
+    let prior = Prior { mu_mean: 0.0, mu_sd: 1.0, tau: ScalePrior::HalfNormal(0.5), gamma_sd: 1.5, ..Prior::default() };
+    let k = 2;
+    sbc_with(
+        Family::Ordinal,
+        prior,
+        k,
+        240,
+        &["mu[0]", "mu[1]", "tau[0]", "cut[1]", "cut[2]", "beta[3,1]"],
+        None,
+        4,
+        |d, rng| {
+            let mu: Vec<f64> = (0..k).map(|_| rng.normal()).collect();
+            let tau: Vec<f64> = (0..k).map(|_| 0.5 * rng.normal().abs()).collect();
+            // theta_2 < theta_3 above 0 from N(0, 1.5^2): by rejection.
+            let cuts = loop {
+                let (a, b) = (1.5 * rng.normal(), 1.5 * rng.normal());
+                if 0.0 < a && a < b {
+                    break [0.0, a, b];
+                }
+            };
+            let beta: Vec<f64> = (0..d.groups() * k).map(|q| mu[q % k] + tau[q % k] * rng.normal()).collect();
+            let y = (0..d.groups())
+                .flat_map(|g| d.rows(g).map(move |i| (g, i)))
+                .map(|(g, i)| {
+                    let eta: f64 = (0..k).map(|j| d.x[i * k + j] * beta[g * k + j]).sum();
+                    let u = rng.uniform();
+                    (1 + cuts.iter().filter(|&&t| u > 1.0 / (1.0 + (-(t - eta)).exp())).count()) as f64
+                })
+                .collect();
+            (y, vec![mu[0], mu[1], tau[0], cuts[1] - mu[0], cuts[2] - mu[0], beta[3 * k + 1]])
+        },
+        |fit, i| {
+            let l = fit.layout;
+            let at = |q: usize| fit.chain(q, 0)[i];
+            vec![at(l.mu(0)), at(l.mu(1)), at(l.tau(0)), at(l.cut(1)), at(l.cut(2)), at(l.beta(3, 1))]
+        },
+    );
 }

@@ -45,6 +45,7 @@ fn data(family: Family) -> HbData {
                     let lambda = rng.gamma(2.0) * eta.exp() / 2.0;
                     poisson_draw(lambda, &mut rng)
                 }
+                Family::Ordinal => unreachable!("the GPU sampler has no ordinal family"),
             });
         }
     }

@@ -26,7 +26,8 @@ fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
 /// (one per row) and `trials` (binomial trials per row) are empty when
 /// absent. `factors` lists the other grouping factors, each
 /// `list(level, levels, k, w)`: every row's level (1-based), the number of
-/// levels, the terms varying by level and their values (n x k, row-major). `m` is Inf for unlimited stepping out. `target` is empty, or
+/// levels, the terms varying by level and their values (n x k, row-major).
+/// `categories` is the ordinal family's number of categories (0 otherwise). `m` is Inf for unlimited stepping out. `target` is empty, or
 /// (ess, rhat, sweeps before the first check): sample to that target, at
 /// most `iter` sweeps.
 /// @noRd
@@ -40,6 +41,7 @@ fn hbglm_fit_(
     trials: &[f64],
     sizes: &[i32],
     factors: List,
+    categories: i32,
     k: i32,
     p: i32,
     family: &str,
@@ -85,7 +87,7 @@ fn hbglm_fit_(
         .and_then(|d| d.with_offset(offset.to_vec()))
         .and_then(|d| d.with_trials(trials.to_vec()))
         .map_err(r_error)?;
-    let mut data = data;
+    let mut data = data.with_categories(categories.max(0) as usize);
     for (_, f) in factors.iter() {
         let f = List::try_from(f).map_err(|_| Error::Other("internal: each factor must be a list".into()))?;
         let int = |name: &str| -> Result<i32> { f.dollar(name)?.as_integer().ok_or_else(|| Error::Other(format!("internal: factor${name} must be an integer"))) };

@@ -129,7 +129,7 @@ impl Sweeper<'_> {
     /// effects; its sds follow them.
     pub(super) fn factor_coord(&self, f: usize) -> usize {
         let d = self.data;
-        d.groups() * d.k + d.p + d.k + 1 + d.factors[..f].iter().map(Factor::n_params).sum::<usize>()
+        d.groups() * d.k + d.p + d.k + 1 + d.free_cuts() + d.factors[..f].iter().map(Factor::n_params).sum::<usize>()
     }
 
     /// Every factor's effects, then its sds.
@@ -150,7 +150,8 @@ impl Sweeper<'_> {
         let d = self.data;
         let fac = &d.factors[f];
         let k = fac.k;
-        let aux = self.aux(state);
+        let cuts = state.cuts.clone();
+        let aux = self.aux(state.sigma, &cuts);
         let c0 = self.factor_coord(f);
         let before = state.u[f].clone();
         let sd = &state.sd[f];

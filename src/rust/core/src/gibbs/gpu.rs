@@ -153,6 +153,8 @@ fn family_code(f: Family) -> i64 {
         Family::Binomial => 1,
         Family::Poisson => 2,
         Family::NegBinomial => 3,
+        // Refused before the GPU is reached (`job`).
+        Family::Ordinal => -1,
     }
 }
 

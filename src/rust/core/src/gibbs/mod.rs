@@ -23,6 +23,7 @@ pub mod gpu;
 pub mod diagnostics;
 mod factor;
 mod model;
+mod ordinal;
 mod prior;
 mod random;
 mod rows;
@@ -32,7 +33,7 @@ pub mod sweep;
 pub mod target;
 
 pub use factor::Factor;
-pub use model::{Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN, SHAPE_MAX, SHAPE_MIN};
+pub use model::{Aux, Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN, SHAPE_MAX, SHAPE_MIN};
 pub use prior::{Prior, ScalePrior};
 pub use random::{stream, Block, Rng};
 pub use slice::{slice_step, SliceSettings, SliceStep};
@@ -130,8 +131,13 @@ pub struct Layout {
     pub correlated: bool,
     /// The other grouping factors' effects and sds, after everything else
     /// (factor by factor: L_f x k_f effects, level-major, then k_f sds);
-    /// they are sweep coordinates too, in the same order, after sigma.
+    /// they are sweep coordinates too, in the same order, after the free
+    /// cut-points.
     pub factors: usize,
+    /// Ordinal family: the C - 1 cut-points reported (theta_c - mu_1, after
+    /// the correlations); the last C - 2 are sweep coordinates after
+    /// sigma's (theta_1 is fixed). 0 otherwise.
+    pub cuts: usize,
 }
 
 impl Layout {
@@ -143,6 +149,7 @@ impl Layout {
             sigma: config.family.has_aux(),
             correlated: config.prior.cov.is_some(),
             factors: data.factors.iter().map(Factor::n_params).sum(),
+            cuts: if config.family == Family::Ordinal { data.categories.saturating_sub(1) } else { 0 },
         }
     }
     /// Correlations drawn: K (K - 1) / 2 when correlated.
@@ -150,7 +157,7 @@ impl Layout {
         if self.correlated { self.k * (self.k - 1) / 2 } else { 0 }
     }
     pub fn n_params(&self) -> usize {
-        self.groups * self.k + 2 * self.k + self.p + self.sigma as usize + self.n_cor() + self.factors
+        self.groups * self.k + 2 * self.k + self.p + self.sigma as usize + self.n_cor() + self.cuts + self.factors
     }
     pub fn beta(&self, g: usize, k: usize) -> usize {
         g * self.k + k
@@ -165,16 +172,25 @@ impl Layout {
         self.groups * self.k + 2 * self.k + j
     }
     pub fn sigma(&self) -> Option<usize> {
-        self.sigma.then(|| self.n_params() - self.factors - self.n_cor() - 1)
+        self.sigma.then(|| self.n_params() - self.factors - self.cuts - self.n_cor() - 1)
     }
     /// Correlation number `c` (pairs (0,1), (0,2), ..., (1,2), ...).
     pub fn cor(&self, c: usize) -> usize {
-        self.n_params() - self.factors - self.n_cor() + c
+        self.n_params() - self.factors - self.cuts - self.n_cor() + c
+    }
+    /// Reported cut-point `c` (0-based: theta_{c+1} - mu_1).
+    pub fn cut(&self, c: usize) -> usize {
+        self.n_params() - self.factors - self.cuts + c
+    }
+    /// Sampled cut-points (theta_1 is fixed).
+    fn free_cuts(&self) -> usize {
+        self.cuts.saturating_sub(1)
     }
     /// Slice-updated coordinates (as the sweep's widths): beta, gamma, tau,
-    /// sigma, the other factors' parameters; mu is drawn exactly.
+    /// sigma, the free cut-points, the other factors' parameters; mu is
+    /// drawn exactly.
     pub fn n_coords(&self) -> usize {
-        self.groups * self.k + self.p + self.k + 1 + self.factors
+        self.groups * self.k + self.p + self.k + 1 + self.free_cuts() + self.factors
     }
     /// The parameter (draw index) of sweep coordinate `c`; `None` for
     /// sigma without the gaussian family.
@@ -190,6 +206,10 @@ impl Layout {
             self.sigma()
         } else {
             let first = gk + self.p + self.k + 1;
+            if c - first < self.free_cuts() {
+                return Some(self.cut(1 + c - first));
+            }
+            let first = first + self.free_cuts();
             (c - first < self.factors).then(|| self.n_params() - self.factors + (c - first))
         }
     }
@@ -301,6 +321,7 @@ pub fn cpu_plan(data: &HbData, family: Family) -> Vec<BlockPlan> {
     match family {
         Family::Gaussian => plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares in parallel chunks, then a slice on log sigma".into() }),
         Family::NegBinomial => plan.push(BlockPlan { block: "shape", regime: "log-posterior-parallel", detail: "slice on log shape, its log posterior summed over every row in parallel chunks".into() }),
+        Family::Ordinal => plan.push(BlockPlan { block: "cuts", regime: "log-posterior-parallel", detail: "slice on each cut-point between its neighbours, its log posterior summed over every row in parallel chunks".into() }),
         _ => {}
     }
     plan
@@ -318,6 +339,8 @@ pub fn job(data: &HbData, config: &HbglmConfig) -> crate::exec::Job {
     let too_big = data.n() > i32::MAX as usize || data.groups().saturating_mul(data.k) > i32::MAX as usize;
     let unsupported = if too_big {
         Some("the GPU sampler handles at most 2^31 rows and group coefficients".to_string())
+    } else if config.family == Family::Ordinal {
+        Some("the GPU sampler has no ordinal family; it runs on the CPU".to_string())
     } else if !data.factors.is_empty() {
         Some("the GPU sampler takes one grouping factor; crossed and nested factors run on the CPU".to_string())
     } else if config.prior.cov.is_some() && data.k > gpu::CORRELATED_MAX_K {

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! y_gj ~ family(eta_gj),  eta_gj = x_gj' beta_g + z_gj' gamma
-//! (negative binomial: mean e^eta, shape phi, variance m + m^2 / phi)
+//! (negative binomial: mean e^eta, shape phi, variance m + m^2 / phi;
+//!  ordinal: P(y <= c) = logistic(theta_c - eta), theta_1 = 0 < theta_2 < ...)
 //! beta_g ~ N(mu, diag(tau^2)),  g = 1..G
 //! ```
 //! Observations are stored sorted by group (group g owns rows
@@ -23,6 +24,26 @@ pub enum Family {
     /// Log link, y a count with mean m = e^eta and variance m + m^2 / phi;
     /// the shape phi is sampled (as MASS's theta, brms's shape).
     NegBinomial,
+    /// Ordered categories y in 1..C, cumulative logit: P(y <= c) =
+    /// logistic(theta_c - eta) with cut-points theta_1 = 0 < theta_2 <
+    /// ... < theta_{C-1} (the first is fixed: eta has the groups'
+    /// intercept, which would otherwise trade with all of them).
+    Ordinal,
+}
+
+/// What a family's parameters besides the coefficients give each row's
+/// log-likelihood: `value` (1 / sigma^2 for the gaussian, the negative
+/// binomial's shape, 1 otherwise) and the ordinal family's cut-points
+/// theta_1 = 0, ..., theta_{C-1} (empty otherwise).
+#[derive(Debug, Clone, Copy)]
+pub struct Aux<'a> {
+    pub value: f64,
+    pub cuts: &'a [f64],
+}
+
+impl Aux<'_> {
+    /// No auxiliary parameter.
+    pub const NONE: Aux<'static> = Aux { value: 1.0, cuts: &[] };
 }
 
 impl Family {
@@ -32,6 +53,7 @@ impl Family {
             "binomial" => Some(Family::Binomial),
             "poisson" => Some(Family::Poisson),
             "negbinomial" => Some(Family::NegBinomial),
+            "ordinal" => Some(Family::Ordinal),
             _ => None,
         }
     }
@@ -41,6 +63,7 @@ impl Family {
             Family::Binomial => "binomial",
             Family::Poisson => "poisson",
             Family::NegBinomial => "negbinomial",
+            Family::Ordinal => "ordinal",
         }
     }
 
@@ -57,19 +80,22 @@ impl Family {
     /// by `aux` = 1 / sigma^2; the log sigma terms belong to the sigma
     /// update. Binomial: one trial (y 0 or 1). Negative binomial: `aux` =
     /// phi; y eta - (y + phi) log(phi + e^eta), written with softplus.
+    /// Ordinal: log P(y = c), `ordinal_loglik`.
     #[inline(always)]
-    pub fn loglik(self, y: f64, eta: f64, aux: f64) -> f64 {
+    pub fn loglik(self, y: f64, eta: f64, aux: Aux) -> f64 {
+        let aux_value = aux.value;
         match self {
+            Family::Ordinal => ordinal_loglik(y, eta, aux.cuts),
             Family::Gaussian => {
                 let r = y - eta;
-                -0.5 * r * r * aux
+                -0.5 * r * r * aux_value
             }
             // y eta - log(1 + e^eta), without overflow.
             Family::Binomial => y * eta - softplus(eta),
             Family::Poisson => y * eta - eta.exp(),
             Family::NegBinomial => {
-                let e = eta - aux.ln();
-                y * e - (y + aux) * softplus(e)
+                let e = eta - aux_value.ln();
+                y * e - (y + aux_value) * softplus(e)
             }
         }
     }
@@ -77,10 +103,10 @@ impl Family {
     /// As [`Family::loglik`], with `trials` binomial trials (y successes);
     /// the other families ignore `trials`.
     #[inline(always)]
-    pub fn loglik_trials(self, y: f64, trials: f64, eta: f64, inv_var: f64) -> f64 {
+    pub fn loglik_trials(self, y: f64, trials: f64, eta: f64, aux: Aux) -> f64 {
         match self {
             Family::Binomial => y * eta - trials * softplus(eta),
-            _ => self.loglik(y, eta, inv_var),
+            _ => self.loglik(y, eta, aux),
         }
     }
 
@@ -101,6 +127,7 @@ impl Family {
             (Family::Poisson | Family::NegBinomial, _) if y < 0.0 || y != y.round() => {
                 Some(format!("must be a non-negative whole number for the {} family", self.name()))
             }
+            (Family::Ordinal, _) if y < 1.0 || y != y.round() => Some("must be a category number (1, 2, ...) for the ordinal family".into()),
             _ => None,
         }
     }
@@ -110,6 +137,24 @@ impl Family {
 /// sampler squares and sums these (and x times a coefficient), so larger
 /// values overflow the likelihood; such data are refused up front.
 pub const MAX_ABS_VALUE: f64 = 1e100;
+
+/// log P(y = c) under the cumulative logit: with a = theta_{c-1} - eta and
+/// b = theta_c - eta (a = -inf for c = 1, b = +inf for c = C), log(F(b) -
+/// F(a)) = b + ln(1 - e^(a - b)) - softplus(a) - softplus(b), each end
+/// written without cancellation. `cuts` are theta_1..theta_{C-1}.
+#[inline]
+pub fn ordinal_loglik(y: f64, eta: f64, cuts: &[f64]) -> f64 {
+    let c = y as usize;
+    let last = cuts.len() + 1;
+    if c == 1 {
+        -softplus(eta - cuts[0])
+    } else if c == last {
+        -softplus(cuts[last - 2] - eta)
+    } else {
+        let (a, b) = (cuts[c - 2] - eta, cuts[c - 1] - eta);
+        b + (-(a - b).exp_m1()).ln() - softplus(a) - softplus(b)
+    }
+}
 
 #[inline(always)]
 pub fn softplus(x: f64) -> f64 {
@@ -123,19 +168,19 @@ pub fn softplus(x: f64) -> f64 {
 /// sum_i loglik(y_i, eta_i + xc_i * delta) over rows of one group, `xc`
 /// being the updated coefficient's column for these rows.
 #[inline]
-pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f64, aux: f64) -> f64 {
+pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f64, aux: Aux) -> f64 {
     match family {
         Family::Binomial => return super::rows::binomial(y, None, eta, xc, delta),
         Family::Poisson => return super::rows::poisson(y, eta, xc, delta),
-        Family::NegBinomial => return super::rows::negbin(y, aux, eta, xc, delta),
-        Family::Gaussian => {}
+        Family::NegBinomial => return super::rows::negbin(y, aux.value, eta, xc, delta),
+        Family::Gaussian | Family::Ordinal => {}
     }
     y.iter().zip(eta).zip(xc).map(|((&y, &e), &x)| family.loglik(y, e + x * delta, aux)).sum()
 }
 
 /// As [`rows_loglik`], binomial with `trials` per row.
 #[inline]
-pub fn rows_loglik_trials(family: Family, y: &[f64], trials: &[f64], eta: &[f64], xc: &[f64], delta: f64, aux: f64) -> f64 {
+pub fn rows_loglik_trials(family: Family, y: &[f64], trials: &[f64], eta: &[f64], xc: &[f64], delta: f64, aux: Aux) -> f64 {
     match family {
         Family::Binomial => super::rows::binomial(y, Some(trials), eta, xc, delta),
         _ => rows_loglik(family, y, eta, xc, delta, aux),
@@ -181,6 +226,8 @@ pub struct HbData {
     /// Grouping factors besides the groups, crossed or nested (their
     /// effects have mean zero; `factor.rs`).
     pub factors: Vec<super::factor::Factor>,
+    /// Ordinal family: the number of categories C (0 otherwise).
+    pub categories: usize,
     pub k: usize,
     pub p: usize,
 }
@@ -256,7 +303,7 @@ impl HbData {
                 }
             }
         }
-        Ok(HbData { y, x, xcol, z, offset: Vec::new(), trials: Vec::new(), offsets, factors: Vec::new(), k, p })
+        Ok(HbData { y, x, xcol, z, offset: Vec::new(), trials: Vec::new(), offsets, factors: Vec::new(), categories: 0, k, p })
     }
 
     /// Add an offset (one finite value per row, rows in the same order).
@@ -309,8 +356,27 @@ impl HbData {
         }
     }
 
+    /// The ordinal family's number of categories (at least 2; the
+    /// responses are 1..=C).
+    pub fn with_categories(mut self, categories: usize) -> Self {
+        self.categories = categories;
+        self
+    }
+
     /// Validate the responses for `family`: the first bad one, 1-based.
     pub fn check_family(&self, family: Family) -> Result<()> {
+        if family == Family::Ordinal {
+            if self.categories < 2 {
+                return Err(Error::arg("formula", format!("the ordinal family needs at least 2 categories, not {}", self.categories)));
+            }
+            if let Some(i) = self.y.iter().position(|&y| y > self.categories as f64) {
+                return Err(Error::arg("formula", format!("gives category {} (row {}) above the {} categories", self.y[i], i + 1, self.categories)));
+            }
+            // The cut-points are measured from the groups' intercept.
+            if !(0..self.n()).all(|i| self.x[i * self.k] == 1.0) {
+                return Err(Error::arg("formula", "the ordinal family needs an intercept that varies by group (the first coefficient), from which its cut-points are measured"));
+            }
+        }
         if !self.trials.is_empty() && family != Family::Binomial {
             return Err(Error::arg("trials", format!("apply to the binomial family only, not to {}", family.name())));
         }

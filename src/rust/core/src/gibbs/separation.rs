@@ -162,7 +162,7 @@ fn invert(mut a: Vec<f64>, n: usize) -> Option<Vec<f64>> {
 pub fn separated_columns(data: &HbData, family: Family, monitor: &Monitor) -> Result<Vec<usize>> {
     let d = data.k + data.p;
     let n = data.n();
-    if family == Family::Gaussian || d > MAX_COLUMNS || n == 0 {
+    if matches!(family, Family::Gaussian | Family::Ordinal) || d > MAX_COLUMNS || n == 0 {
         return Ok(Vec::new());
     }
     let trials = |i: usize| if data.trials.is_empty() { 1.0 } else { data.trials[i] };

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::adapt::Widths;
 use super::covariance::{self, InverseWishart};
-use super::model::{negbin_shape_loglik, rows_loglik, rows_loglik_trials, Family, HbData, SCALE_MAX, SHAPE_MAX};
+use super::model::{negbin_shape_loglik, rows_loglik, rows_loglik_trials, Aux, Family, HbData, SCALE_MAX, SHAPE_MAX};
 use super::prior::{Prior, ScalePrior};
 use super::random::{stream, Block, Rng};
 use super::slice::{slice_step, SliceSettings};
@@ -55,14 +55,17 @@ pub struct State {
     /// sds, one vector per factor (`factor.rs`).
     pub u: Vec<Vec<f64>>,
     pub sd: Vec<Vec<f64>>,
+    /// Ordinal family: the cut-points theta_1 = 0, theta_2, ...,
+    /// theta_{C-1} (`ordinal.rs`); empty otherwise.
+    pub cuts: Vec<f64>,
     /// Floors of each tau_k and of sigma (see `model::SCALE_FLOOR_REL`),
     /// and of the factors' sds.
     pub tau_floor: Vec<f64>,
     pub factor_floor: Vec<Vec<f64>>,
     pub sigma_floor: f64,
     /// Stuck slice updates per coordinate, indexed as `widths` (beta
-    /// group-major, gamma, tau, sigma, then each factor's effects and
-    /// sds).
+    /// group-major, gamma, tau, sigma, the free cut-points, then each
+    /// factor's effects and sds).
     pub stuck: Vec<u64>,
 }
 
@@ -145,15 +148,16 @@ impl Sweeper<'_> {
         stream(self.seed, self.chain, sweep, block, self.data.groups())
     }
 
-    /// What the family's auxiliary parameter gives the rows'
+    /// What the family's auxiliary parameters give the rows'
     /// log-likelihoods (`Family::loglik`): 1 / sigma^2 (gaussian), the
-    /// shape (negative binomial).
-    pub(super) fn aux(&self, state: &State) -> f64 {
-        match self.family {
-            Family::Gaussian => 1.0 / (state.sigma * state.sigma),
-            Family::NegBinomial => state.sigma,
+    /// shape (negative binomial), the cut-points (ordinal).
+    pub(super) fn aux<'c>(&self, sigma: f64, cuts: &'c [f64]) -> Aux<'c> {
+        let value = match self.family {
+            Family::Gaussian => 1.0 / (sigma * sigma),
+            Family::NegBinomial => sigma,
             _ => 1.0,
-        }
+        };
+        Aux { value, cuts }
     }
 
     /// The auxiliary parameter's prior and ceiling (its floor is the data's
@@ -201,7 +205,8 @@ impl Sweeper<'_> {
             .map(|(f, floor)| (0..f.k).map(|j| self.prior.tau.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp().clamp(floor[j], SCALE_MAX))).collect())
             .collect();
         let u: Vec<Vec<f64>> = d.factors.iter().zip(&sd).map(|(f, s)| (0..f.levels * f.k).map(|i| s[i % f.k] * (2.0 * rng.uniform() - 1.0)).collect()).collect();
-        let ncoord = g * k + p + k + 1 + d.factors.iter().map(|f| f.n_params()).sum::<usize>();
+        let cuts = self.init_cuts(&mut rng);
+        let ncoord = g * k + p + k + 1 + d.free_cuts() + d.factors.iter().map(|f| f.n_params()).sum::<usize>();
         // Correlated: Sigma starts diagonal, at the scales drawn above.
         let (cov, prec) = match self.prior.cov {
             Some(_) => {
@@ -230,6 +235,7 @@ impl Sweeper<'_> {
             nc_alpha: vec![0.0; g],
             u,
             sd,
+            cuts,
             tau_floor: bounds.tau_floor,
             factor_floor: bounds.factor_floor,
             sigma_floor: bounds.sigma_floor,
@@ -287,6 +293,7 @@ impl Sweeper<'_> {
         self.update_tau(state, sweep, adapting, &mut stats);
         self.interweave(state, sweep, adapting, &mut stats, monitor)?;
         self.update_sigma(state, sweep, adapting, &mut stats);
+        self.update_cuts(state, sweep, adapting, &mut stats);
         if adapting {
             state.widths.end_sweep();
             state.nc_widths.end_sweep();
@@ -300,7 +307,8 @@ impl Sweeper<'_> {
     fn update_beta(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) {
         let d = self.data;
         let (g_count, k) = (d.groups(), d.k);
-        let aux = self.aux(state);
+        let cuts = state.cuts.clone();
+        let aux = self.aux(state.sigma, &cuts);
         let (mu, tau) = (&state.mu, &state.tau);
         // Correlated: each coefficient's prior given the group's others.
         let prec = (!state.prec.is_empty()).then_some(&state.prec[..]);
@@ -364,7 +372,7 @@ impl Sweeper<'_> {
         moved: &mut [f64],
         stuck_by: &mut [u64],
         adapting: bool,
-        aux: f64,
+        aux: Aux,
         rng: &mut Rng,
         monitor: &Monitor,
     ) -> (u64, u64) {
@@ -423,7 +431,8 @@ impl Sweeper<'_> {
         if p == 0 {
             return Ok(());
         }
-        let aux = self.aux(state);
+        let cuts = state.cuts.clone();
+        let aux = self.aux(state.sigma, &cuts);
         let base = d.groups() * d.k;
         let mut rng = self.rng(sweep, Block::Gamma);
         let sd = self.prior.gamma_sd;
@@ -613,7 +622,8 @@ impl Sweeper<'_> {
     fn interweave_with(&self, state: &mut State, slope: &mut [f64], alpha: &mut [f64], adapting: bool, rng: &mut Rng, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
         let d = self.data;
         let (g_count, k) = (d.groups(), d.k);
-        let aux = self.aux(state);
+        let cuts = state.cuts.clone();
+        let aux = self.aux(state.sigma, &cuts);
         let (m0, s0) = (self.prior.mu_mean, self.prior.mu_sd);
         for j in 0..k {
             monitor.check()?;
@@ -674,7 +684,7 @@ impl Sweeper<'_> {
 
     /// sum_i loglik(y_i, eta_i + slope_i delta), in parallel chunks; NaN
     /// once cancelled (outside every slice).
-    fn moved_loglik(&self, state: &State, slope: &[f64], delta: f64, aux: f64, monitor: &Monitor) -> f64 {
+    fn moved_loglik(&self, state: &State, slope: &[f64], delta: f64, aux: Aux, monitor: &Monitor) -> f64 {
         if monitor.is_cancelled() {
             return f64::NAN;
         }
