@@ -56,8 +56,9 @@
 #'   \eqn{u_{fl} \sim N(0, \mathrm{diag}(sd_f^2))}, drawn as
 #'   `r_<factor>[level,term]` and `sd_<factor>[term]` (the sds have the
 #'   prior of \eqn{\tau}; see [hbglm_prior()]). Its levels are updated
-#'   in parallel as the groups are. Fits with several grouping factors run
-#'   on the CPU (`use.gpu = TRUE` is an error saying so). Correlated terms
+#'   in parallel as the groups are (on the CPU and the GPU), and each sweep
+#'   also draws exactly the constant that a shared intercept (or slope) and
+#'   the factor's effects can trade without changing the fit. Correlated terms
 #'   (`|` with several terms) of a factor other than the groups, a term of
 #'   the groups without a population mean, a shared intercept, and blocks
 #'   of correlated and independent terms of the groups are errors.
@@ -94,7 +95,7 @@
 #'   `mu[(Intercept)]`); `predict(type = "link")` and `posterior_linpred()`
 #'   give \eqn{\eta} without that mean, and the mean response is the
 #'   expected category \eqn{\sum_c c P(y = c)}. Ordinal fits run on the
-#'   CPU. The family objects
+#'   CPU (`use.gpu = TRUE` is an error saying so). The family objects
 #'   [gaussian()], [binomial()] and [poisson()] with their canonical links
 #'   are accepted too.
 #' @param global `NULL`, or a one-sided formula of coefficients shared by all

@@ -620,3 +620,176 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Grouping factors besides the groups (core/src/gibbs/factor.rs): the
+// `(1 | week)` of `(1 + x | store) + (1 | week)`. A factor's effects have
+// mean zero and independent sds; its levels own rows scattered through the
+// data (listed level by level in `rows`), so each (chain, level) gathers
+// them. Launched after the groups' kernels, before hb_global.
+// ---------------------------------------------------------------------------
+
+struct HbFactor {
+    const int* start;     // L + 1 offsets into rows
+    const int* rows;      // row indices, level by level
+    const double* w;      // n x KF, row-major: the terms' columns
+    double* u;            // chains x L x KF effects
+    double* sd;           // chains x KF
+    const double* floor;  // KF floors of the sds
+    const int* partner;   // KF (kind, index): 0 none, 1 the groups' column, 2 a global column
+    int L, KF;
+    int coord;            // sweep coordinate of level 0's first effect; the sds follow the effects
+    int rng_base;         // random stream of level 0; rng_base + L: the sds and the shift
+    int draw_at;          // the factor's first parameter in a draw
+};
+
+// The coordinate-wise slice updates of level l of chain c, as
+// hb_update_group with rows gathered through f.rows and prior N(0, sd^2).
+template <class R>
+__device__ void hb_update_level(const HbArgs& a, const HbFactor& f, int c, int l, int lane, int nthreads, R& reduce) {
+    const int r0 = f.start[l], r1 = f.start[l + 1];
+    const int K = f.KF;
+    double* eta = a.eta + (size_t)c * a.n;
+    double* u = f.u + ((size_t)c * f.L + l) * K;
+    const double aux = hb_aux(a.sigma[c]);
+    HbRng rng(a.seed, a.chain0 + c, a.sweep, f.rng_base + l);
+    int jc = 0;
+    double b0 = 0.0, inv_sd = 1.0;
+    auto lik = [&](double d) -> double {
+        double s = 0.0;
+        for (int r = r0 + lane; r < r1; r += nthreads) {
+            const int i = f.rows[r];
+            s += hb_loglik(a.y[i], hb_trials(a.trials, i), eta[i] + f.w[(size_t)i * K + jc] * d, aux);
+        }
+        return reduce(s);
+    };
+    auto post = [&](double v) -> double {
+        const double z = v * inv_sd;
+        return lik(v - b0) - 0.5 * z * z;
+    };
+    double L = lik(0.0);
+    long long evals = 1, stuck = 0;
+    const size_t base = (size_t)c * a.ncoord + f.coord + (size_t)l * K;
+    for (int j = 0; j < K; ++j) {
+        jc = j;
+        b0 = u[j];
+        inv_sd = 1.0 / f.sd[c * K + j];
+        const double z0 = b0 * inv_sd;
+        const HbStep st = hb_slice(b0, L - 0.5 * z0 * z0, post, a.widths[base + j], a.m, -HB_INF, HB_INF, rng);
+        evals += st.evals;
+        stuck += st.stuck;
+        if (lane == 0 && st.stuck) a.stuck_by[base + j] += 1;
+        const double delta = st.x - b0;
+        if (delta != 0.0) {
+            for (int r = r0 + lane; r < r1; r += nthreads) {
+                const int i = f.rows[r];
+                eta[i] += f.w[(size_t)i * K + j] * delta;
+            }
+            const double z1 = st.x * inv_sd;
+            L = st.logf + 0.5 * z1 * z1;
+            if (lane == 0) u[j] = st.x;
+        }
+        if (lane == 0 && a.adapting) a.moved[base + j] += fabs(delta);
+    }
+    if (lane == 0) {
+        if (a.adapt_now) {
+            for (int j = 0; j < K; ++j) {
+                const double target = a.adapt_factor * a.moved[base + j] / a.adapt_window;
+                if (isfinite(target) && target > 0.0) a.widths[base + j] = sqrt(a.widths[base + j] * target);
+                a.moved[base + j] = 0.0;
+            }
+        }
+        atomicAdd(&a.counters[0], (unsigned long long)evals);
+        if (stuck) atomicAdd(&a.counters[3], (unsigned long long)stuck);
+    }
+}
+
+// (chain, level) pairs, a warp each.
+extern "C" __global__ void hb_levels_warp(HbArgs a, HbFactor f, int chains) {
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long item = t / 32;
+    if (item >= (long long)f.L * chains) return;  // whole warps leave together
+    const int c = (int)(item / f.L), l = (int)(item % f.L);
+    auto reduce = [&](double v) { return tile_sum(v, FULL_MASK, 32); };
+    hb_update_level(a, f, c, l, (int)(t % 32), 32, reduce);
+}
+
+// One block per (chain, level): levels with many rows.
+extern "C" __global__ void hb_levels_block(HbArgs a, HbFactor f) {
+    __shared__ double scratch[32];
+    const int c = blockIdx.x / f.L, l = blockIdx.x % f.L;
+    auto reduce = [&](double v) { return block_sum(v, scratch); };
+    hb_update_level(a, f, c, l, threadIdx.x, blockDim.x, reduce);
+}
+
+// One block per chain: each sd (slice on log sd under the prior of tau),
+// then the exact shift of each term with a partner column against it (as
+// factor.rs: every effect falls by c, the partner rises by c, with mu's or
+// a global coefficient's prior), then the factor's part of the draw.
+extern "C" __global__ void hb_factor_global(HbArgs a, HbGlobal h, HbFactor f) {
+    __shared__ double scratch[32];
+    const int c = blockIdx.x;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int K = f.KF, L = f.L;
+    double* u = f.u + (size_t)c * L * K;
+    double* sd = f.sd + (size_t)c * K;
+    double* w = a.widths + (size_t)c * a.ncoord;
+    double* moved = a.moved + (size_t)c * a.ncoord;
+    HbRng rng(a.seed, a.chain0 + c, a.sweep, f.rng_base + L);
+    long long scale_evals = 0, stuck = 0;
+    if (h.tau_kind != 2) {
+        for (int j = 0; j < K; ++j) {
+            double s = 0.0;
+            for (int l = tid; l < L; l += nt) s += u[(size_t)l * K + j] * u[(size_t)l * K + j];
+            const double ss = block_sum(s, scratch);
+            auto logf = [&](double v) -> double {
+                return hb_scale_prior(h.tau_kind, h.tau_scale, h.tau_rate, exp(v)) + (1.0 - L) * v - 0.5 * ss * exp(-2.0 * v);
+            };
+            const int idx = f.coord + L * K + j;
+            const double v0 = log(sd[j]);
+            const HbStep st = hb_slice(v0, logf(v0), logf, w[idx], a.m, log(f.floor[j]), log(h.scale_max), rng);
+            scale_evals += st.evals + 1;
+            stuck += st.stuck;
+            if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
+            __syncthreads();
+            if (tid == 0) {
+                sd[j] = exp(st.x);
+                if (a.adapting) moved[idx] += fabs(st.x - v0);
+            }
+            __syncthreads();
+        }
+    }
+    for (int j = 0; j < K; ++j) {
+        const int kind = f.partner[2 * j], q = f.partner[2 * j + 1];
+        if (kind == 0) continue;
+        double s = 0.0;
+        for (int l = tid; l < L; l += nt) s += u[(size_t)l * K + j];
+        const double sum = block_sum(s, scratch);
+        const double av = kind == 1 ? h.mu[c * a.K + q] : h.gamma[c * h.P + q];
+        const double m = kind == 1 ? h.mu_mean : 0.0, sp = kind == 1 ? h.mu_sd : h.gamma_sd;
+        const double v = sd[j] * sd[j];
+        const double prec = L / v + 1.0 / (sp * sp);
+        const double mean = (sum / v - (av - m) / (sp * sp)) / prec;
+        const double shift = mean + rng.normal() / sqrt(prec);
+        __syncthreads();
+        if (isfinite(shift)) {
+            for (int l = tid; l < L; l += nt) u[(size_t)l * K + j] -= shift;
+            if (kind == 1) {
+                for (int g = tid; g < a.G; g += nt) a.beta[((size_t)c * a.G + g) * a.K + q] += shift;
+                if (tid == 0) h.mu[c * a.K + q] += shift;
+            } else if (tid == 0) {
+                h.gamma[c * h.P + q] += shift;
+            }
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        atomicAdd(&a.counters[2], (unsigned long long)scale_evals);
+        if (stuck) atomicAdd(&a.counters[3], (unsigned long long)stuck);
+    }
+    if (h.draw_index >= 0) {
+        double* out = h.draws + ((size_t)c * h.kept + h.draw_index) * h.params + f.draw_at;
+        for (int i = tid; i < L * K; i += nt) out[i] = u[i];
+        if (tid == 0) for (int j = 0; j < K; ++j) out[L * K + j] = sd[j];
+    }
+}

@@ -1076,8 +1076,11 @@ fn crossed_factor_recovers_its_effects() {
     let again = sample(&data, &config, &Exec::cpu().threads(1)).unwrap();
     assert_eq!(fit.draws, again.draws, "draws depend on the thread count");
     assert!(fit.plan.iter().any(|b| b.block == "factor"));
-    let job = bulkem_core::gibbs::job(&data, &config);
-    assert!(job.gpu_unsupported.is_some_and(|w| w.contains("crossed")));
+    // The GPU samples crossed factors too (gibbs_gpu.rs checks it against
+    // these draws' sampler); the ordinal family only on the CPU.
+    assert!(bulkem_core::gibbs::job(&data, &config).gpu_unsupported.is_none());
+    let ordinal = HbglmConfig { family: Family::Ordinal, ..config.clone() };
+    assert!(bulkem_core::gibbs::job(&data, &ordinal).gpu_unsupported.is_some_and(|w| w.contains("ordinal")));
 }
 
 /// The cumulative logit's category probabilities, brute force: F(theta_c -

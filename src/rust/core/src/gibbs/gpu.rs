@@ -132,10 +132,42 @@ struct HbGlobal {
     tau_floor: u64,
 }
 
+/// Mirrors `struct HbFactor` of kernels/gibbs.cu: one grouping factor
+/// besides the groups.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct HbFactor {
+    start: u64,
+    rows: u64,
+    w: u64,
+    u: u64,
+    sd: u64,
+    floor: u64,
+    partner: u64,
+    l: i32,
+    kf: i32,
+    coord: i32,
+    rng_base: i32,
+    draw_at: i32,
+}
+
 // SAFETY: plain #[repr(C)] structs of integers and floats whose layout
 // matches the CUDA structs field for field (same order, natural alignment).
 unsafe impl DeviceRepr for HbArgs {}
 unsafe impl DeviceRepr for HbGlobal {}
+unsafe impl DeviceRepr for HbFactor {}
+
+/// A factor's buffers on the device (kept alive while `HbFactor` points at
+/// them) and whether its levels are big enough for a block each.
+struct FactorOnDevice {
+    args: HbFactor,
+    by_block: bool,
+    _buffers: (CudaSlice<i32>, CudaSlice<i32>, CudaSlice<f64>, CudaSlice<f64>, CudaSlice<f64>, CudaSlice<f64>, CudaSlice<i32>),
+}
+
+/// Levels of at least this many rows get a block of THREADS each, the
+/// others a warp.
+const LEVEL_BLOCK_ROWS: usize = 2048;
 
 /// hb_scale_prior's (kind, a, b).
 fn scale_code(p: ScalePrior) -> (i32, f64, f64) {
@@ -194,6 +226,17 @@ pub fn gpu_plan(data: &HbData, family: Family, balance: bool) -> Vec<BlockPlan> 
     if data.p > 0 {
         plan.insert(1, BlockPlan { block: "gamma", regime: "log-posterior-parallel", detail: format!("a block per chain sums the log posterior over {} rows", data.n()) });
     }
+    for (f, fac) in data.factors.iter().enumerate() {
+        plan.push(BlockPlan {
+            block: "factor",
+            regime: "both",
+            detail: format!(
+                "grouping factor {}: {} levels, a warp (levels of {LEVEL_BLOCK_ROWS}+ rows: a block) per (chain, level), its lanes gathering the level's rows; then a block per chain for the sds",
+                f + 2,
+                fac.levels
+            ),
+        });
+    }
     match family {
         Family::Gaussian => plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares by a block per chain, then a slice on log sigma".into() }),
         Family::NegBinomial => plan.push(BlockPlan { block: "shape", regime: "log-posterior-parallel", detail: "slice on log shape; its log posterior summed over every row by a block per chain".into() }),
@@ -234,17 +277,21 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     }
     let layout = Layout::of(data, config);
     let (chains, kept, np) = (config.chains, config.kept(), layout.n_params());
-    let ncoord = g * k + p + k + 1;
+    let ncoord = layout.n_coords();
     let defines = [("HB_FAMILY", family_code(config.family))];
     let f_tiles = dev.function(Kernel::HbBetaTiles, &defines)?;
     let f_block = dev.function(Kernel::HbBetaBlock, &defines)?;
     let f_global = dev.function(Kernel::HbGlobal, &defines)?;
+    let f_levels_warp = dev.function(Kernel::HbLevelsWarp, &defines)?;
+    let f_levels_block = dev.function(Kernel::HbLevelsBlock, &defines)?;
+    let f_factor_global = dev.function(Kernel::HbFactorGlobal, &defines)?;
     let s = &dev.stream;
     let e = |what: &'static str| move |err| dev.err(what, err);
 
     // Starting values: the CPU backend's, chain by chain.
     let (mut beta, mut gamma, mut mu, mut tau, mut sigma, mut eta) = (vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut cov, mut prec) = (vec![], vec![]);
+    let (mut u, mut sd): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (vec![vec![]; data.factors.len()], vec![vec![]; data.factors.len()]);
     for c in 0..chains {
         let sw = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance };
         let st = sw.init(config.w);
@@ -256,6 +303,10 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         eta.extend(st.eta);
         cov.extend(st.cov);
         prec.extend(st.prec);
+        for (f, (uf, sf)) in st.u.into_iter().zip(st.sd).enumerate() {
+            u[f].extend(uf);
+            sd[f].extend(sf);
+        }
     }
     let correlated = config.prior.cov.is_some();
     if correlated && k > CORRELATED_MAX_K {
@@ -358,6 +409,50 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         cov_s0: config.prior.cov.map_or(0.0, |iw| iw.df * iw.scale * iw.scale),
     };
 
+    // The other grouping factors: their rows by level, columns, state.
+    let mut factors = Vec::with_capacity(data.factors.len());
+    let (mut coord, mut rng_base, mut draw_at) = (g * k + p + k + 1 + data.free_cuts(), g + 1, np - layout.factors);
+    for (f, fac) in data.factors.iter().enumerate() {
+        let to_i32 = |v: &[usize]| v.iter().map(|&i| i as i32).collect::<Vec<i32>>();
+        let partner: Vec<i32> = fac
+            .partner
+            .iter()
+            .flat_map(|p| match p {
+                None => [0, 0],
+                Some(super::Partner::Groups(q)) => [1, *q as i32],
+                Some(super::Partner::Global(q)) => [2, *q as i32],
+            })
+            .collect();
+        let bufs = (
+            s.clone_htod(&to_i32(&fac.start)).map_err(e("copying data"))?,
+            s.clone_htod(&to_i32(&fac.by_level)).map_err(e("copying data"))?,
+            s.clone_htod(&fac.w).map_err(e("copying data"))?,
+            s.clone_htod(&u[f]).map_err(e("copying the state"))?,
+            s.clone_htod(&sd[f]).map_err(e("copying the state"))?,
+            s.clone_htod(&bounds.factor_floor[f]).map_err(e("copying data"))?,
+            s.clone_htod(&partner).map_err(e("copying data"))?,
+        );
+        let args = HbFactor {
+            start: ptr(&bufs.0, dev),
+            rows: ptr(&bufs.1, dev),
+            w: ptr(&bufs.2, dev),
+            u: ptr(&bufs.3, dev),
+            sd: ptr(&bufs.4, dev),
+            floor: ptr(&bufs.5, dev),
+            partner: ptr(&bufs.6, dev),
+            l: fac.levels as i32,
+            kf: fac.k as i32,
+            coord: coord as i32,
+            rng_base: rng_base as i32,
+            draw_at: draw_at as i32,
+        };
+        let by_block = (0..fac.levels).any(|l| fac.start[l + 1] - fac.start[l] >= LEVEL_BLOCK_ROWS);
+        factors.push(FactorOnDevice { args, by_block, _buffers: bufs });
+        coord += fac.n_params();
+        rng_base += fac.levels + 1;
+        draw_at += fac.n_params();
+    }
+
     let tiles = |count: usize, tile: u32| -> LaunchConfig {
         let threads = (count * chains) as u64 * tile as u64;
         LaunchConfig { grid_dim: (threads.div_ceil(THREADS as u64) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
@@ -396,6 +491,30 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
                 // SAFETY: as above, for hb_beta_block(HbArgs, const int*, int),
                 // one block per (chain, large group).
                 unsafe { launch.launch(cfg) }.map_err(e("launching hb_beta_block"))?;
+            }
+            for fac in &factors {
+                let mut launch = s.launch_builder(if fac.by_block { &f_levels_block } else { &f_levels_warp });
+                let chains_i = chains as i32;
+                launch.arg(&*args).arg(&fac.args);
+                let cfg = if fac.by_block {
+                    LaunchConfig { grid_dim: ((fac.args.l as usize * chains) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+                } else {
+                    launch.arg(&chains_i);
+                    tiles(fac.args.l as usize, 32)
+                };
+                // SAFETY: hb_levels_warp(HbArgs, HbFactor, int) or
+                // hb_levels_block(HbArgs, HbFactor): `fac.args` points at the
+                // factor's live buffers (L + 1 offsets, n rows, n x KF
+                // columns, chains x L x KF effects, chains x KF sds), every
+                // row index below n; one warp or block per (chain, level).
+                unsafe { launch.launch(cfg) }.map_err(e("launching hb_levels"))?;
+                let mut launch = s.launch_builder(&f_factor_global);
+                launch.arg(&*args).arg(&*global).arg(&fac.args);
+                let cfg = LaunchConfig { grid_dim: (chains as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+                // SAFETY: hb_factor_global(HbArgs, HbGlobal, HbFactor): one
+                // block per chain; the factor's draws lie within `params`
+                // (draw_at + L x KF + KF <= params).
+                unsafe { launch.launch(cfg) }.map_err(e("launching hb_factor_global"))?;
             }
             let mut launch = s.launch_builder(&f_global);
             launch.arg(&*args).arg(&*global);

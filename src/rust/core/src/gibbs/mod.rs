@@ -32,7 +32,7 @@ pub mod slice;
 pub mod sweep;
 pub mod target;
 
-pub use factor::Factor;
+pub use factor::{Factor, Partner};
 pub use model::{Aux, Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN, SHAPE_MAX, SHAPE_MIN};
 pub use prior::{Prior, ScalePrior};
 pub use random::{stream, Block, Rng};
@@ -341,8 +341,8 @@ pub fn job(data: &HbData, config: &HbglmConfig) -> crate::exec::Job {
         Some("the GPU sampler handles at most 2^31 rows and group coefficients".to_string())
     } else if config.family == Family::Ordinal {
         Some("the GPU sampler has no ordinal family; it runs on the CPU".to_string())
-    } else if !data.factors.is_empty() {
-        Some("the GPU sampler takes one grouping factor; crossed and nested factors run on the CPU".to_string())
+    } else if data.factors.iter().any(|f| f.levels.saturating_mul(config.chains) > u32::MAX as usize / 32) {
+        Some("the GPU sampler takes fewer than 2^27 / chains levels per grouping factor".to_string())
     } else if config.prior.cov.is_some() && data.k > gpu::CORRELATED_MAX_K {
         Some(format!("the GPU sampler takes at most {} correlated coefficients per group", gpu::CORRELATED_MAX_K))
     } else {

@@ -61,6 +61,9 @@ pub enum Kernel {
     HbBetaTiles,
     HbBetaBlock,
     HbGlobal,
+    HbLevelsWarp,
+    HbLevelsBlock,
+    HbFactorGlobal,
     HmmForward,
     HmmForwardWarp,
     HmmBackward,
@@ -84,7 +87,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 33] = [
+    pub const ALL: [Kernel; 36] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -98,6 +101,9 @@ impl Kernel {
         Kernel::HbBetaTiles,
         Kernel::HbBetaBlock,
         Kernel::HbGlobal,
+        Kernel::HbLevelsWarp,
+        Kernel::HbLevelsBlock,
+        Kernel::HbFactorGlobal,
         Kernel::HmmForward,
         Kernel::HmmForwardWarp,
         Kernel::HmmBackward,
@@ -137,6 +143,9 @@ impl Kernel {
             HbBetaTiles => ("gibbs", "hb_beta_tiles"),
             HbBetaBlock => ("gibbs", "hb_beta_block"),
             HbGlobal => ("gibbs", "hb_global"),
+            HbLevelsWarp => ("gibbs", "hb_levels_warp"),
+            HbLevelsBlock => ("gibbs", "hb_levels_block"),
+            HbFactorGlobal => ("gibbs", "hb_factor_global"),
             HmmForward => ("hmm", "hmm_forward"),
             HmmForwardWarp => ("hmm", "hmm_forward_warp"),
             HmmBackward => ("hmm", "hmm_backward"),
