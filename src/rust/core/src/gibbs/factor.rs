@@ -139,6 +139,7 @@ impl Sweeper<'_> {
             monitor.check()?;
             self.update_factor_sd(f, state, sweep, adapting, stats);
             self.shift_factor(f, state, sweep);
+            self.interweave_factor(f, state, sweep, stats, monitor)?;
         }
         Ok(())
     }
@@ -253,6 +254,58 @@ impl Sweeper<'_> {
                 Partner::Global(q) => state.gamma[q] += c,
             }
         }
+    }
+}
+
+/// Width (log scale) of the non-centred updates of a factor's sds: fixed,
+/// so the kernel is valid without adaptation; stepping out finds the
+/// posterior's scale from it.
+const NC_SD_WIDTH: f64 = 1.0;
+
+impl Sweeper<'_> {
+    /// Each sd again in the non-centred parameterisation (interweaving, as
+    /// `Sweeper::interweave` does for tau): alpha_l = u_lj / sd_j held
+    /// fixed, so a new sd stretches every level's effect and eta moves by
+    /// w_ij alpha_l(i) per unit of sd. The centred update above barely
+    /// moves when the data say little of each level against the spread
+    /// (an sd near zero: every effect is pulled to zero and holds the sd
+    /// there); this one does not. On the CPU only.
+    fn interweave_factor(&self, f: usize, state: &mut State, sweep: usize, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
+        let prior = self.prior.tau;
+        if prior.fixed().is_some() {
+            return Ok(());
+        }
+        let fac = &self.data.factors[f];
+        let k = fac.k;
+        let mut rng = self.rng(sweep, Block::FactorInterweave(f));
+        let mut slope = std::mem::take(&mut state.nc_slope);
+        let cuts = state.cuts.clone();
+        let aux = self.aux(state.sigma, &cuts);
+        let mut out = Ok(());
+        for j in 0..k {
+            let s0 = state.sd[f][j];
+            let u = &state.u[f];
+            slope.par_iter_mut().enumerate().with_min_len(4096).for_each(|(i, v)| *v = fac.w[i * k + j] * u[fac.level[i] as usize * k + j] / s0);
+            let logf = |t: f64| self.moved_loglik(state, &slope, t.exp() - s0, aux, monitor) + prior.log_density(t.exp()) + t;
+            let t0 = s0.ln();
+            let settings = SliceSettings { w: NC_SD_WIDTH, lower: state.factor_floor[f][j].ln(), upper: SCALE_MAX.ln(), ..self.slice };
+            match self.non_centred_step(t0, logf(t0), logf, &settings, &mut rng, stats, monitor) {
+                Ok(Some(dt)) => {
+                    let s = (t0 + dt).exp();
+                    let ratio = s / s0;
+                    state.u[f].par_iter_mut().skip(j).step_by(k).for_each(|v| *v *= ratio);
+                    state.sd[f][j] = s;
+                    state.eta.par_iter_mut().zip(&slope).with_min_len(4096).for_each(|(e, sl)| *e += sl * (s - s0));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    out = Err(e);
+                    break;
+                }
+            }
+        }
+        state.nc_slope = slope;
+        out
     }
 }
 

@@ -25,6 +25,8 @@ pub enum Block {
     FactorScale(usize),
     /// The shifts of grouping factor f's effects against their partners.
     FactorShift(usize),
+    /// The non-centred updates of grouping factor f's sds.
+    FactorInterweave(usize),
 }
 
 impl Block {
@@ -40,7 +42,7 @@ impl Block {
             Block::Interweave => g + 5,
             // Streams of their own (`Block::salt`), numbered from 0.
             Block::Level(_, l) => l as u64,
-            Block::FactorScale(_) | Block::FactorShift(_) => 0,
+            Block::FactorScale(_) | Block::FactorShift(_) | Block::FactorInterweave(_) => 0,
         }
     }
 
@@ -52,6 +54,8 @@ impl Block {
             Block::Level(f, _) => (3 * f as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03),
             Block::FactorScale(f) => (3 * f as u64 + 2).wrapping_mul(0xD1B5_4A32_D192_ED03),
             Block::FactorShift(f) => (3 * f as u64 + 3).wrapping_mul(0xD1B5_4A32_D192_ED03),
+            // (Past every other factor's salts: 3 per factor above.)
+            Block::FactorInterweave(f) => (f as u64 + 1).wrapping_mul(0x9FB2_1C65_1E98_DF25),
             _ => 0,
         }
     }

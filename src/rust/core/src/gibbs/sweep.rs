@@ -49,7 +49,7 @@ pub struct State {
     pub nc_widths: Widths,
     /// Scratch of those updates, kept between sweeps: per row, the move of
     /// eta per unit of the parameter (n); per group, alpha_g (G).
-    nc_slope: Vec<f64>,
+    pub(super) nc_slope: Vec<f64>,
     nc_alpha: Vec<f64>,
     /// The other grouping factors' effects (L_f x k_f, level-major) and
     /// sds, one vector per factor (`factor.rs`).
@@ -671,7 +671,7 @@ impl Sweeper<'_> {
     /// when it moved (None when it did not, or when the start's log
     /// density is not finite).
     #[allow(clippy::too_many_arguments)]
-    fn non_centred_step(&self, x0: f64, f0: f64, logf: impl Fn(f64) -> f64, settings: &SliceSettings, rng: &mut Rng, stats: &mut SweepStats, monitor: &Monitor) -> Result<Option<f64>> {
+    pub(super) fn non_centred_step(&self, x0: f64, f0: f64, logf: impl Fn(f64) -> f64, settings: &SliceSettings, rng: &mut Rng, stats: &mut SweepStats, monitor: &Monitor) -> Result<Option<f64>> {
         if !f0.is_finite() {
             return Ok(None);
         }
@@ -684,7 +684,7 @@ impl Sweeper<'_> {
 
     /// sum_i loglik(y_i, eta_i + slope_i delta), in parallel chunks; NaN
     /// once cancelled (outside every slice).
-    fn moved_loglik(&self, state: &State, slope: &[f64], delta: f64, aux: Aux, monitor: &Monitor) -> f64 {
+    pub(super) fn moved_loglik(&self, state: &State, slope: &[f64], delta: f64, aux: Aux, monitor: &Monitor) -> f64 {
         if monitor.is_cancelled() {
             return f64::NAN;
         }
