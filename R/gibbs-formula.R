@@ -43,10 +43,10 @@ hbglm_bars <- function(formula, data, call) {
                                                                     x = conditionMessage(e)), call = call))))
   }
   groups <- unique(keys)
-  for (key in groups) hbglm_grouping(all_bars[[match(key, keys)]][[3]], data, env, call)
+  # (hbglm_grouping also checks each grouping expression.)
+  levels_of <- vapply(groups, function(key) nlevels(hbglm_grouping(all_bars[[match(key, keys)]][[3]], data, env, call)), numeric(1))
   parts_of <- lapply(groups, function(key) lapply(all_bars[keys == key], bar_terms))
   columns <- vapply(parts_of, function(ps) sum(vapply(ps, `[[`, numeric(1), "columns")), numeric(1))
-  levels_of <- vapply(groups, function(key) nlevels(hbglm_grouping(all_bars[[match(key, keys)]][[3]], data, env, call)), numeric(1))
   primary <- order(-columns, -levels_of)[1]
   others <- lapply(setdiff(seq_along(groups), primary), function(i) {
     bars <- all_bars[keys == groups[i]]
