@@ -132,7 +132,8 @@ impl Sweeper<'_> {
         d.groups() * d.k + d.p + d.k + 1 + d.free_cuts() + d.factors[..f].iter().map(Factor::n_params).sum::<usize>()
     }
 
-    /// Every factor's effects, then its sds.
+    /// Every factor in turn: its effects, its sds, the exact shift against
+    /// partner columns, then the sds' non-centred updates.
     pub(super) fn update_factors(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
         for f in 0..self.data.factors.len() {
             self.update_levels(f, state, sweep, adapting, stats, monitor);
