@@ -17,8 +17,8 @@ has_bars <- function(f) {
 # a formula with bars. The grouping factor whose bars hold the most
 # columns (then the most levels) is the groups: its coefficients have
 # population means (mu) and may be correlated. Each other factor's terms
-# are deviations with mean zero and independent sds (a list of
-# list(name, expr, terms = ~ its terms)).
+# are deviations with mean zero, correlated or not (a list of list(name,
+# expr, correlated, terms = ~ its terms)).
 hbglm_bars <- function(formula, data, call) {
   if (!requireNamespace("lme4", quietly = TRUE)) {
     bulkem_abort(c("A formula with random-effect terms such as {.code (1 | g)} is read with {.pkg lme4}, which is not installed.",
@@ -42,6 +42,17 @@ hbglm_bars <- function(formula, data, call) {
                                  error = function(e) bulkem_abort(c("{.code {shown_of(list(b))}} can't be evaluated in {.arg data}.",
                                                                     x = conditionMessage(e)), call = call))))
   }
+  # One grouping factor's bars: one full covariance or independent terms.
+  check_blocks <- function(bars, correlated) {
+    if (any(correlated) && length(bars) > 1) {
+      shown <- shown_of(bars)
+      bulkem_abort(c(
+        "{.fn hbglm} samples either one full covariance of a grouping factor's terms or independent ones, not blocks of both.",
+        x = "{.arg formula} has {.code {shown}}: {.code {shown[correlated]}} correlated, besides other terms of the same grouping factor.",
+        i = "Put every varying term of that factor in one bar, such as {.code (1 + x + z | {deparse(bars[[1]][[3]])})}, or write them all with {.code ||}."
+      ), call = call)
+    }
+  }
   groups <- unique(keys)
   # (hbglm_grouping also checks each grouping expression.)
   levels_of <- vapply(groups, function(key) nlevels(hbglm_grouping(all_bars[[match(key, keys)]][[3]], data, env, call)), numeric(1))
@@ -51,17 +62,10 @@ hbglm_bars <- function(formula, data, call) {
   others <- lapply(setdiff(seq_along(groups), primary), function(i) {
     bars <- all_bars[keys == groups[i]]
     ps <- parts_of[[i]]
-    correlated <- vapply(ps, function(p) p$columns > 1, logical(1))
-    if (any(correlated)) {
-      bulkem_abort(c(
-        "{.fn hbglm} samples correlated coefficients for one grouping factor only, {.val {groups[primary]}}.",
-        x = "{.code {shown_of(bars[correlated])}} asks for correlated terms of {.val {groups[i]}} too.",
-        i = "Write that factor's terms with {.code ||} (independent), such as {.code (1 + x || {groups[i]})}."
-      ), call = call)
-    }
+    check_blocks(bars, vapply(ps, function(p) p$columns > 1, logical(1)))
     labels <- unique(unlist(lapply(ps, `[[`, "labels")))
     intercept <- any(vapply(ps, `[[`, logical(1), "intercept"))
-    list(name = groups[i], expr = bars[[1]][[3]],
+    list(name = groups[i], expr = bars[[1]][[3]], correlated = any(vapply(ps, function(p) p$columns > 1, logical(1))),
          terms = stats::reformulate(if (length(labels)) labels else "1", intercept = intercept, env = env))
   })
   bars <- all_bars[keys == groups[primary]]
@@ -69,13 +73,7 @@ hbglm_bars <- function(formula, data, call) {
   shown <- shown_of(bars)
   gexpr <- bars[[1]][[3]]
   correlated <- vapply(parts, function(p) p$columns > 1, logical(1))
-  if (any(correlated) && length(bars) > 1) {
-    bulkem_abort(c(
-      "{.fn hbglm} samples either one full covariance of a group's coefficients or independent ones, not blocks of both.",
-      x = "{.arg formula} has {.code {shown}}: {.code {shown[correlated]}} correlated, besides other terms of the same group.",
-      i = "Put every varying term in one bar, such as {.code (1 + x + z | g)}, or write them all with {.code ||}."
-    ), call = call)
-  }
+  check_blocks(bars, correlated)
   varying <- unique(unlist(lapply(parts, `[[`, "labels")))
   varying_intercept <- any(vapply(parts, `[[`, logical(1), "intercept"))
   fixed <- stats::terms(lme4::nobars(formula), data = data)
@@ -160,7 +158,7 @@ hbglm_factors <- function(factors, data, call) {
       }
     }
     hbglm_check_values(w, paste0("A term of {.val ", f$name, "}"), call)
-    list(name = f$name, expr = f$expr, env = env, levels = levels(g), coef_names = colnames(w),
+    list(name = f$name, expr = f$expr, env = env, correlated = isTRUE(f$correlated) && ncol(w) > 1, levels = levels(g), coef_names = colnames(w),
          level = as.integer(g), w = w,
          design = list(terms = tt, xlevels = stats::.getXlevels(tt, mf), contrasts = attr(w, "contrasts"),
                        vars = intersect(c(all.vars(tt), all.vars(f$expr)), names(data))))
@@ -168,11 +166,22 @@ hbglm_factors <- function(factors, data, call) {
 }
 
 # Draw names of another grouping factor: its effects r_<name>[level,coef]
-# (level-major, as the core writes them) and sds sd_<name>[coef].
+# (level-major, as the core writes them), sds sd_<name>[coef] and, when
+# correlated, correlations cor_<name>[coef,coef] (pairs (1,2), (1,3), ...,
+# (2,3), ...).
 hbglm_factor_par_names <- function(f) {
   k <- length(f$coef_names)
   c(paste0("r_", f$name, "[", rep(f$levels, each = k), ",", rep(f$coef_names, length(f$levels)), "]"),
-    paste0("sd_", f$name, "[", f$coef_names, "]"))
+    paste0("sd_", f$name, "[", f$coef_names, "]"),
+    hbglm_cor_names(paste0("cor_", f$name), f$coef_names, isTRUE(f$correlated)))
+}
+
+# Names of the correlations of `coefs` (pairs (1,2), (1,3), ..., (2,3),
+# ..., as the core writes them): <prefix>[a,b]; none unless `correlated`.
+hbglm_cor_names <- function(prefix, coefs, correlated) {
+  if (!correlated || length(coefs) < 2) return(character())
+  pairs <- utils::combn(length(coefs), 2)
+  paste0(prefix, "[", coefs[pairs[1, ]], ",", coefs[pairs[2, ]], "]")
 }
 
 # The other grouping factors of new data: each one's level index (levels

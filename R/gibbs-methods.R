@@ -110,7 +110,10 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
   d <- dim(x$draws)
   cat("Hierarchical ", x$family, " GLM (bulkem), Gibbs sampling with slice updates\n", sep = "")
   cat("  ", deparse(x$formula), if (!is.null(x$global)) paste0(", global ", deparse(x$global)), "\n", sep = "")
-  for (f in x$model$factors) cat("  grouping factor ", f$name, ": ", length(f$levels), " levels (", paste(f$coef_names, collapse = ", "), ")\n", sep = "")
+  for (f in x$model$factors) {
+    cat("  grouping factor ", f$name, ": ", length(f$levels), " levels (", paste(f$coef_names, collapse = ", "), ")",
+        if (isTRUE(f$correlated)) ", correlated", "\n", sep = "")
+  }
   cat("  ", length(x$groups), " groups, ", x$nobs, " observations, ", d[2], " chains x ", d[1],
       " kept draws (", x$warmup, " warmup", if (x$thin > 1) paste0(", thin ", x$thin), ")\n", sep = "")
   cat("  backend: ", x$backend, ", ", format(signif(x$seconds, 3)), " s\n", sep = "")
@@ -120,7 +123,7 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
         x$target$checks, if (x$target$checks == 1) " check" else " checks", "; max.iter ", x$target$max.iter, ")\n", sep = "")
   }
   blocks <- unique(sub("\\[.*$", "", dimnames(x$draws)[[3]]))
-  s <- summary(x, pars = c(intersect(c("mu", "tau", "cor", "gamma", "sigma", "shape", "cut"), blocks), grep("^sd_", blocks, value = TRUE)))
+  s <- summary(x, pars = c(intersect(c("mu", "tau", "cor", "gamma", "sigma", "shape", "cut"), blocks), grep("^(sd|cor)_", blocks, value = TRUE)))
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
   all <- hbglm_diagnostics(x$draws)
@@ -212,21 +215,23 @@ coef.bulkem_hbglm <- function(object, ...) {
 VarCorr.bulkem_hbglm <- function(x, sigma = 1, ...) {
   dr <- matrix(x$draws, ncol = dim(x$draws)[3], dimnames = list(NULL, dimnames(x$draws)[[3]]))
   grp <- if (inherits(x$model$group_spec, "formula")) paste(deparse(x$model$group_spec[[2]]), collapse = "") else if (is.character(x$model$group_spec)) x$model$group_spec else "group"
-  coefs <- x$coef_names
-  tau <- dr[, paste0("tau[", coefs, "]"), drop = FALSE]
-  rows <- data.frame(grp = grp, var1 = coefs, var2 = NA_character_, vcov = colMeans(tau^2),
-                     sdcor = colMeans(tau), sd = apply(tau, 2, stats::sd), stringsAsFactors = FALSE)
-  if (isTRUE(x$correlated) && length(coefs) > 1) {
+  # One grouping factor's rows: its sds, then its correlations.
+  block <- function(grp, coefs, sd_names, cor_names) {
+    sd <- dr[, sd_names, drop = FALSE]
+    rows <- data.frame(grp = grp, var1 = coefs, var2 = NA_character_, vcov = colMeans(sd^2),
+                       sdcor = colMeans(sd), sd = apply(sd, 2, stats::sd), stringsAsFactors = FALSE)
+    if (length(cor_names) == 0) return(rows)
     pairs <- utils::combn(length(coefs), 2)
-    cor <- dr[, paste0("cor[", coefs[pairs[1, ]], ",", coefs[pairs[2, ]], "]"), drop = FALSE]
-    cov <- cor * tau[, pairs[1, ], drop = FALSE] * tau[, pairs[2, ], drop = FALSE]
-    rows <- rbind(rows, data.frame(grp = grp, var1 = coefs[pairs[1, ]], var2 = coefs[pairs[2, ]], vcov = colMeans(cov),
-                                   sdcor = colMeans(cor), sd = apply(cor, 2, stats::sd), stringsAsFactors = FALSE))
+    cor <- dr[, cor_names, drop = FALSE]
+    cov <- cor * sd[, pairs[1, ], drop = FALSE] * sd[, pairs[2, ], drop = FALSE]
+    rbind(rows, data.frame(grp = grp, var1 = coefs[pairs[1, ]], var2 = coefs[pairs[2, ]], vcov = colMeans(cov),
+                           sdcor = colMeans(cor), sd = apply(cor, 2, stats::sd), stringsAsFactors = FALSE))
   }
+  coefs <- x$coef_names
+  rows <- block(grp, coefs, paste0("tau[", coefs, "]"), hbglm_cor_names("cor", coefs, isTRUE(x$correlated)))
   for (f in x$model$factors) {
-    sd <- dr[, paste0("sd_", f$name, "[", f$coef_names, "]"), drop = FALSE]
-    rows <- rbind(rows, data.frame(grp = f$name, var1 = f$coef_names, var2 = NA_character_, vcov = colMeans(sd^2),
-                                   sdcor = colMeans(sd), sd = apply(sd, 2, stats::sd), stringsAsFactors = FALSE))
+    rows <- rbind(rows, block(f$name, f$coef_names, paste0("sd_", f$name, "[", f$coef_names, "]"),
+                              hbglm_cor_names(paste0("cor_", f$name), f$coef_names, isTRUE(f$correlated))))
   }
   if (x$family == "gaussian") {
     rows <- rbind(rows, data.frame(grp = "Residual", var1 = NA_character_, var2 = NA_character_, vcov = mean(dr[, "sigma"]^2),
@@ -375,14 +380,15 @@ hbglm_draw_parts <- function(object, which = NULL, new = character(), new_levels
     beta <- lapply(seq_along(beta), function(k) cbind(beta[[k]], drawn[[k]]))
   }
   # The other grouping factors' effects (draws x levels per term), new
-  # levels' drawn from N(0, sd^2) at each draw.
+  # levels' drawn from N(0, Sigma_f) at each draw.
   factors <- lapply(seq_along(object$model$factors), function(i) {
     f <- object$model$factors[[i]]
     r <- lapply(f$coef_names, function(cf) take(paste0("r_", f$name, "[", f$levels, ",", cf, "]")))
     m <- if (i <= length(new_levels)) length(new_levels[[i]]) else 0
     if (m > 0) {
-      sd <- take(paste0("sd_", f$name, "[", f$coef_names, "]"))
-      r <- lapply(seq_along(r), function(k) cbind(r[[k]], sd[, k] * matrix(stats::rnorm(nrow(sd) * m), nrow(sd))))
+      cor_names <- hbglm_cor_names(paste0("cor_", f$name), f$coef_names, isTRUE(f$correlated))
+      drawn <- hbglm_population_draws(0, take(paste0("sd_", f$name, "[", f$coef_names, "]")), if (length(cor_names)) take(cor_names), m)
+      r <- lapply(seq_along(r), function(k) cbind(r[[k]], drawn[[k]]))
     }
     r
   })
@@ -407,25 +413,33 @@ hbglm_draw_parts <- function(object, which = NULL, new = character(), new_levels
 # one per coefficient.
 hbglm_new_group_coefs <- function(object, take, m) {
   coefs <- object$coef_names
-  K <- length(coefs)
-  mu <- take(paste0("mu[", coefs, "]"))
-  tau <- take(paste0("tau[", coefs, "]"))
-  S <- nrow(mu)
+  cor_names <- hbglm_cor_names("cor", coefs, isTRUE(object$correlated))
+  hbglm_population_draws(take(paste0("mu[", coefs, "]")), take(paste0("tau[", coefs, "]")),
+                         if (length(cor_names)) take(cor_names), m)
+}
+
+# m draws per posterior draw of N(mean, Sigma), Sigma from the draw's sds
+# (draws x K) and correlations (draws x K (K - 1) / 2, pairs as
+# hbglm_cor_names; NULL: independent); `mean` draws x K, or 0. A list of
+# draws x m matrices, one per coefficient.
+hbglm_population_draws <- function(mean, sd, cor, m) {
+  S <- nrow(sd)
+  K <- ncol(sd)
+  mean <- if (identical(mean, 0)) matrix(0, S, K) else mean
   z <- array(stats::rnorm(S * K * m), c(S, K, m))
   out <- lapply(seq_len(K), function(k) matrix(0, S, m))
-  if (isTRUE(object$correlated) && K > 1) {
+  if (!is.null(cor) && K > 1) {
     pairs <- utils::combn(K, 2)
-    cor <- take(paste0("cor[", coefs[pairs[1, ]], ",", coefs[pairs[2, ]], "]"))
     R <- diag(K)
     for (s in seq_len(S)) {
       R[t(pairs)] <- cor[s, ]
       R[t(pairs[2:1, , drop = FALSE])] <- cor[s, ]
-      L <- t(chol(R * outer(tau[s, ], tau[s, ])))
-      b <- mu[s, ] + L %*% matrix(z[s, , ], K)
+      L <- t(chol(R * outer(sd[s, ], sd[s, ])))
+      b <- mean[s, ] + L %*% matrix(z[s, , ], K)
       for (k in seq_len(K)) out[[k]][s, ] <- b[k, ]
     }
   } else {
-    for (k in seq_len(K)) out[[k]] <- mu[, k] + tau[, k] * matrix(z[, k, ], S)
+    for (k in seq_len(K)) out[[k]] <- mean[, k] + sd[, k] * matrix(z[, k, ], S)
   }
   out
 }

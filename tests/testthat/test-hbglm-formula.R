@@ -46,13 +46,13 @@ test_that("what the model cannot honour in an lme4 formula is a classed error sa
   d <- formula_data()
   expect_snapshot(error = TRUE, {
     hbglm(y ~ x + z + (1 + x | g) + (0 + z | g), d)
-    hbglm(y ~ x + (1 + x | g) + (1 + x | h), d)
+    hbglm(y ~ x + z + (1 + x + z | g) + (1 + x | h) + (0 + z | h), d)
     hbglm(y ~ 1 + (1 + x || g), d)
     hbglm(y ~ x + (0 + x | g), d)
     hbglm(y ~ x + (1 | factor(h)), d)
     hbglm(y ~ x + (1 | g), d, global = ~ z)
   })
-  for (f in list(y ~ x + z + (1 + x | g) + (0 + z | g), y ~ x + (1 + x | g) + (1 + x | h),
+  for (f in list(y ~ x + z + (1 + x | g) + (0 + z | g), y ~ x + z + (1 + x + z | g) + (1 + x | h) + (0 + z | h),
                  y ~ 1 + (1 + x || g), y ~ x + (0 + x | g), y ~ x + (1 | factor(h)))) {
     expect_error(hbglm(f, d, use.gpu = FALSE), class = "bulkem_error_input", info = deparse(f))
   }

@@ -18,7 +18,9 @@
 // streams, but not the same numbers (GPU draws agree in distribution).
 //
 // HB_FAMILY: 0 gaussian, 1 binomial (logit), 2 poisson (log), 3 negative
-// binomial (log; the chain's `sigma` holds its shape phi).
+// binomial (log; the chain's `sigma` holds its shape phi), 4 ordinal
+// (cumulative logit; the chain's cut-points theta_1 = 0 < ... < theta_{C-1}
+// in `cuts`, the free ones slice-updated by hb_global as ordinal.rs does).
 //
 // Correlated coefficients (lme4's `(1 + x | g)`): `prec` (chains x K x K,
 // Sigma^-1) is non-NULL; a coefficient's prior given its group's others is
@@ -46,26 +48,42 @@ __device__ __forceinline__ double hb_softplus(double x) {
     return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x));
 }
 
-// `n`: binomial trials (ignored by the other families). `aux`: 1 / sigma^2
-// (gaussian), the shape phi (negative binomial), else unused.
-__device__ __forceinline__ double hb_loglik(double y, double n, double eta, double aux) {
+// What a chain's parameters besides eta give hb_loglik: `v`, 1 / sigma^2
+// (gaussian) or the shape phi (negative binomial); `cuts`, the ordinal
+// family's ncuts cut-points.
+struct HbAux {
+    double v;
+    const double* cuts;
+    int ncuts;
+};
+
+// log P(y = c) under the cumulative logit (model.rs: ordinal_loglik), cut
+// `which` read as `t` (the cut-points' own updates; -1: none).
+__device__ __forceinline__ double hb_ordinal(double y, double eta, const double* cuts, int ncuts, int which, double t) {
+    const int c = (int)y;
+    auto cut = [&](int i) { return i == which ? t : cuts[i]; };
+    if (c <= 1) return -hb_softplus(eta - cut(0));
+    if (c > ncuts) return -hb_softplus(cut(ncuts - 1) - eta);
+    const double a = cut(c - 2) - eta, b = cut(c - 1) - eta;
+    return b + log(-expm1(a - b)) - hb_softplus(a) - hb_softplus(b);
+}
+
+// `n`: binomial trials (ignored by the other families).
+__device__ __forceinline__ double hb_loglik(double y, double n, double eta, const HbAux& aux) {
 #if HB_FAMILY == 0
     const double r = y - eta;
-    return -0.5 * r * r * aux;
+    return -0.5 * r * r * aux.v;
 #elif HB_FAMILY == 1
     return y * eta - n * hb_softplus(eta);
 #elif HB_FAMILY == 2
     return y * eta - exp(eta);
-#else
+#elif HB_FAMILY == 3
     // y eta - (y + phi) log(phi + e^eta), less terms free of eta.
-    const double e = eta - log(aux);
-    return y * e - (y + aux) * hb_softplus(e);
+    const double e = eta - log(aux.v);
+    return y * e - (y + aux.v) * hb_softplus(e);
+#else
+    return hb_ordinal(y, eta, aux.cuts, aux.ncuts, -1, 0.0);
 #endif
-}
-
-// What the chain's auxiliary parameter gives hb_loglik.
-__device__ __forceinline__ double hb_aux(double sigma) {
-    return HB_FAMILY == 0 ? 1.0 / (sigma * sigma) : HB_FAMILY == 3 ? sigma : 1.0;
 }
 
 __device__ __forceinline__ double hb_trials(const double* trials, long long i) {
@@ -182,6 +200,38 @@ __device__ void hb_outer(const double* x, double* out, int k) {
         }
 }
 
+// Sigma ~ inverse-Wishart(df, s) by Bartlett's decomposition (as
+// covariance.rs): with s = A A' and B lower triangular (B_ii^2 ~ chi^2(df -
+// i), B_ij ~ N(0, 1) below), Sigma = C C' with C = A (B^-1)' into `s`, and
+// Sigma^-1 = D D' with D = (A^-1)' B into `prec`. False when s is not
+// positive definite or a result is not finite (then `s` and `prec` are
+// not to be used). Every thread of a block may call it with the same
+// arguments and stream: it draws the same numbers.
+__device__ bool hb_draw_inverse_wishart(double df, double* s, double* prec, int K, HbRng& rng) {
+    double a[HB_KMAX * HB_KMAX], b[HB_KMAX * HB_KMAX], ai[HB_KMAX * HB_KMAX], bi[HB_KMAX * HB_KMAX];
+    double cm[HB_KMAX * HB_KMAX], dm[HB_KMAX * HB_KMAX];
+    for (int i = 0; i < K; ++i)
+        for (int j = 0; j < K; ++j) b[i * K + j] = j > i ? 0.0 : j == i ? sqrt(2.0 * rng.gamma(0.5 * (df - i))) : rng.normal();
+    if (!hb_cholesky(s, a, K)) return false;
+    hb_lower_inverse(a, ai, K);
+    hb_lower_inverse(b, bi, K);
+    for (int i = 0; i < K; ++i)
+        for (int j = 0; j < K; ++j) {
+            double cij = 0.0, dij = 0.0;
+            for (int t = 0; t < K; ++t) {
+                cij += a[i * K + t] * bi[j * K + t];
+                dij += ai[t * K + i] * b[t * K + j];
+            }
+            cm[i * K + j] = cij;
+            dm[i * K + j] = dij;
+        }
+    hb_outer(cm, s, K);
+    hb_outer(dm, prec, K);
+    bool ok = true;
+    for (int i = 0; i < K * K; ++i) ok = ok && isfinite(s[i]) && isfinite(prec[i]);
+    return ok;
+}
+
 // ---------------------------------------------------------------------------
 // Neal's slice sampler (as core/src/gibbs/slice.rs)
 // ---------------------------------------------------------------------------
@@ -246,7 +296,19 @@ struct HbArgs {
     const double* trials;          // binomial trials per row, or NULL (one each)
     unsigned long long* stuck_by;  // chains x ncoord: stuck updates per coordinate
     const double* prec;            // chains x K x K (Sigma^-1), or NULL (independent)
+    double* cuts;                  // ordinal: chains x ncuts cut-points, else NULL
+    int ncuts;
 };
+
+// Chain c's HbAux.
+__device__ __forceinline__ HbAux hb_aux(const HbArgs& a, int c) {
+    const double sigma = a.sigma[c];
+    HbAux out;
+    out.v = HB_FAMILY == 0 ? 1.0 / (sigma * sigma) : HB_FAMILY == 3 ? sigma : 1.0;
+    out.cuts = a.cuts ? a.cuts + (size_t)c * a.ncuts : nullptr;
+    out.ncuts = a.ncuts;
+    return out;
+}
 
 // The coordinate-wise slice updates of group g of chain c, by `nthreads`
 // threads (thread `lane` owns rows r0 + lane, r0 + lane + nthreads, ...),
@@ -257,7 +319,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     const int K = a.K;
     double* eta = a.eta + (size_t)c * a.n;
     double* b = a.beta + ((size_t)c * a.G + g) * K;
-    const double inv_var = hb_aux(a.sigma[c]);
+    const HbAux inv_var = hb_aux(a, c);
     HbRng rng(a.seed, a.chain0 + c, a.sweep, g);
     int j_coord = 0;
     double d0 = 0.0, b0 = 0.0, mu = 0.0, inv_tau = 1.0;
@@ -392,7 +454,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
     double* w = a.widths + (size_t)c * a.ncoord;
     double* moved = a.moved + (size_t)c * a.ncoord;
     HbRng rng(a.seed, a.chain0 + c, a.sweep, G);
-    const double inv_var = hb_aux(a.sigma[c]);
+    const HbAux inv_var = hb_aux(a, c);
     long long gamma_evals = 0, scale_evals = 0, stuck = 0;
 
     // gamma: log-posterior-parallel over all rows.
@@ -458,8 +520,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
         }
         __syncthreads();
         if (tid == 0) for (int k = 0; k < K; ++k) h.mu[c * K + k] = m[k];
-        double sm[HB_KMAX * HB_KMAX], ca[HB_KMAX * HB_KMAX], bb[HB_KMAX * HB_KMAX];
-        double ai[HB_KMAX * HB_KMAX], bi[HB_KMAX * HB_KMAX];
+        double sm[HB_KMAX * HB_KMAX], ca[HB_KMAX * HB_KMAX];
         for (int i = 0; i < K; ++i) {
             for (int j = 0; j <= i; ++j) {
                 double s = 0.0;
@@ -469,28 +530,7 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
                 sm[j * K + i] = v;
             }
         }
-        const double df = h.cov_df + G;
-        for (int i = 0; i < K; ++i)
-            for (int j = 0; j < K; ++j) bb[i * K + j] = j > i ? 0.0 : j == i ? sqrt(2.0 * rng.gamma(0.5 * (df - i))) : rng.normal();
-        bool ok = hb_cholesky(sm, ca, K);
-        if (ok) {
-            // C = A (B^-1)', Sigma = C C'; D = (A^-1)' B, Sigma^-1 = D D'.
-            hb_lower_inverse(ca, ai, K);
-            hb_lower_inverse(bb, bi, K);
-            for (int i = 0; i < K; ++i)
-                for (int j = 0; j < K; ++j) {
-                    double cij = 0.0, dij = 0.0;
-                    for (int t = 0; t < K; ++t) {
-                        cij += ca[i * K + t] * bi[j * K + t];
-                        dij += ai[t * K + i] * bb[t * K + j];
-                    }
-                    q[i * K + j] = cij;
-                    l[i * K + j] = dij;
-                }
-            hb_outer(q, sm, K);
-            hb_outer(l, ca, K);
-            for (int i = 0; i < K * K; ++i) ok = ok && isfinite(sm[i]) && isfinite(ca[i]);
-        }
+        bool ok = hb_draw_inverse_wishart(h.cov_df + G, sm, ca, K, rng);
         __syncthreads();
         if (ok) {
             if (tid == 0) {
@@ -587,6 +627,33 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             if (a.adapting) moved[idx] += fabs(st.x - u0);
         }
     }
+    // Ordinal: each free cut-point theta_j (j >= 1) within its neighbours,
+    // under N(0, gamma_sd^2), its log-likelihood over every row.
+    if (HB_FAMILY == 4) {
+        double* cuts = a.cuts + (size_t)c * a.ncuts;
+        const int last = a.ncuts;
+        for (int j = 1; j < last; ++j) {
+            __syncthreads();
+            auto logf = [&](double t) -> double {
+                double s = 0.0;
+                for (int i = tid; i < n; i += nt) s += hb_ordinal(a.y[i], eta[i], cuts, last, j, t);
+                const double z = t / h.gamma_sd;
+                return block_sum(s, scratch) - 0.5 * z * z;
+            };
+            const int idx = G * K + P + K + j;
+            const double t0 = cuts[j];
+            const double upper = j + 1 < last ? cuts[j + 1] : HB_INF;
+            const HbStep st = hb_slice(t0, logf(t0), logf, w[idx], a.m, cuts[j - 1], upper, rng);
+            scale_evals += st.evals + 1;
+            stuck += st.stuck;
+            if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
+            __syncthreads();
+            if (tid == 0) {
+                cuts[j] = st.x;
+                if (a.adapting) moved[idx] += fabs(st.x - t0);
+            }
+        }
+    }
     __syncthreads();
     if (tid == 0) {
         if (a.adapt_now) {
@@ -610,13 +677,15 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             for (int j = 0; j < P; ++j) out[G * K + 2 * K + j] = h.gamma[c * P + j];
             const int aux = HB_FAMILY == 0 || HB_FAMILY == 3;
             if (aux) out[G * K + 2 * K + P] = h.sigma[c];
+            int at = G * K + 2 * K + P + aux;
             if (h.cov) {
                 // The correlations, pairs (0,1), (0,2), ..., (1,2), ...
                 const double* S = h.cov + (size_t)c * K * K;
-                int at = G * K + 2 * K + P + aux;
                 for (int i = 0; i < K; ++i)
                     for (int j = i + 1; j < K; ++j) out[at++] = S[i * K + j] / sqrt(S[i * K + i] * S[j * K + j]);
             }
+            // Ordinal: brms's cut-points, theta_c - mu_1.
+            for (int j = 0; j < a.ncuts; ++j) out[at++] = a.cuts[(size_t)c * a.ncuts + j] - h.mu[c * K];
         }
     }
 }
@@ -624,7 +693,8 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
 // ---------------------------------------------------------------------------
 // Grouping factors besides the groups (core/src/gibbs/factor.rs): the
 // `(1 | week)` of `(1 + x | store) + (1 | week)`. A factor's effects have
-// mean zero and independent sds; its levels own rows scattered through the
+// mean zero and independent sds, or a full covariance (`cov`, `prec`: its
+// terms correlated, `(1 + x | week)`); its levels own rows scattered through the
 // data (listed level by level in `rows`), so each (chain, level) gathers
 // them. Launched after the groups' kernels, before hb_global.
 // ---------------------------------------------------------------------------
@@ -637,6 +707,9 @@ struct HbFactor {
     double* sd;           // chains x KF
     const double* floor;  // KF floors of the sds
     const int* partner;   // KF (kind, index): 0 none, 1 the groups' column, 2 a global column
+    double* cov;          // correlated terms: chains x KF x KF Sigma_f, or NULL (independent)
+    double* prec;         //   and its inverse
+    double cov_df, cov_s0;  //   inverse-Wishart(df, s0 I), s0 = df scale^2
     int L, KF;
     int coord;            // sweep coordinate of level 0's first effect; the sds follow the effects
     int rng_base;         // random stream of level 0; rng_base + L: the sds and the shift
@@ -644,17 +717,23 @@ struct HbFactor {
 };
 
 // The coordinate-wise slice updates of level l of chain c, as
-// hb_update_group with rows gathered through f.rows and prior N(0, sd^2).
+// hb_update_group with rows gathered through f.rows and prior N(0, sd^2)
+// (correlated: N(centre, 1 / P_jj) given the level's other effects, with
+// mean zero).
 template <class R>
 __device__ void hb_update_level(const HbArgs& a, const HbFactor& f, int c, int l, int lane, int nthreads, R& reduce) {
     const int r0 = f.start[l], r1 = f.start[l + 1];
     const int K = f.KF;
     double* eta = a.eta + (size_t)c * a.n;
     double* u = f.u + ((size_t)c * f.L + l) * K;
-    const double aux = hb_aux(a.sigma[c]);
+    const HbAux aux = hb_aux(a, c);
     HbRng rng(a.seed, a.chain0 + c, a.sweep, f.rng_base + l);
     int jc = 0;
-    double b0 = 0.0, inv_sd = 1.0;
+    double b0 = 0.0, centre = 0.0, inv_sd = 1.0;
+    // Correlated: this level's effects, as every lane has them.
+    const double* P = f.prec ? f.prec + (size_t)c * K * K : nullptr;
+    double ul[HB_KMAX];
+    if (P) for (int j = 0; j < K; ++j) ul[j] = u[j];
     auto lik = [&](double d) -> double {
         double s = 0.0;
         for (int r = r0 + lane; r < r1; r += nthreads) {
@@ -664,7 +743,7 @@ __device__ void hb_update_level(const HbArgs& a, const HbFactor& f, int c, int l
         return reduce(s);
     };
     auto post = [&](double v) -> double {
-        const double z = v * inv_sd;
+        const double z = (v - centre) * inv_sd;
         return lik(v - b0) - 0.5 * z * z;
     };
     double L = lik(0.0);
@@ -673,8 +752,17 @@ __device__ void hb_update_level(const HbArgs& a, const HbFactor& f, int c, int l
     for (int j = 0; j < K; ++j) {
         jc = j;
         b0 = u[j];
-        inv_sd = 1.0 / f.sd[c * K + j];
-        const double z0 = b0 * inv_sd;
+        if (P) {
+            const double pjj = P[j * K + j];
+            double pull = 0.0;
+            for (int q = 0; q < K; ++q)
+                if (q != j) pull += P[j * K + q] * ul[q];
+            centre = -pull / pjj;
+            inv_sd = sqrt(pjj);
+        } else {
+            inv_sd = 1.0 / f.sd[c * K + j];
+        }
+        const double z0 = (b0 - centre) * inv_sd;
         const HbStep st = hb_slice(b0, L - 0.5 * z0 * z0, post, a.widths[base + j], a.m, -HB_INF, HB_INF, rng);
         evals += st.evals;
         stuck += st.stuck;
@@ -685,9 +773,10 @@ __device__ void hb_update_level(const HbArgs& a, const HbFactor& f, int c, int l
                 const int i = f.rows[r];
                 eta[i] += f.w[(size_t)i * K + j] * delta;
             }
-            const double z1 = st.x * inv_sd;
+            const double z1 = (st.x - centre) * inv_sd;
             L = st.logf + 0.5 * z1 * z1;
             if (lane == 0) u[j] = st.x;
+            if (P) ul[j] = st.x;
         }
         if (lane == 0 && a.adapting) a.moved[base + j] += fabs(delta);
     }
@@ -722,10 +811,12 @@ extern "C" __global__ void hb_levels_block(HbArgs a, HbFactor f) {
     hb_update_level(a, f, c, l, threadIdx.x, blockDim.x, reduce);
 }
 
-// One block per chain: each sd (slice on log sd under the prior of tau),
-// then the exact shift of each term with a partner column against it (as
-// factor.rs: every effect falls by c, the partner rises by c, with mu's or
-// a global coefficient's prior), then the factor's part of the draw.
+// One block per chain: each sd (slice on log sd under the prior of tau;
+// correlated: Sigma_f | u ~ inverse-Wishart(df + L, s0 I + sum_l u_l u_l')
+// exactly), then the exact shift of each term with a partner column
+// against it (as factor.rs: every effect falls by c, the partner rises by
+// c, with mu's or a global coefficient's prior), then the factor's part
+// of the draw.
 extern "C" __global__ void hb_factor_global(HbArgs a, HbGlobal h, HbFactor f) {
     __shared__ double scratch[32];
     const int c = blockIdx.x;
@@ -737,7 +828,35 @@ extern "C" __global__ void hb_factor_global(HbArgs a, HbGlobal h, HbFactor f) {
     double* moved = a.moved + (size_t)c * a.ncoord;
     HbRng rng(a.seed, a.chain0 + c, a.sweep, f.rng_base + L);
     long long scale_evals = 0, stuck = 0;
-    if (h.tau_kind != 2) {
+    double* S = f.cov ? f.cov + (size_t)c * K * K : nullptr;
+    double* Q = f.prec ? f.prec + (size_t)c * K * K : nullptr;
+    if (S) {
+        double sm[HB_KMAX * HB_KMAX], pr[HB_KMAX * HB_KMAX];
+        for (int i = 0; i < K; ++i)
+            for (int j = 0; j <= i; ++j) {
+                double s = 0.0;
+                for (int l = tid; l < L; l += nt) s += u[(size_t)l * K + i] * u[(size_t)l * K + j];
+                const double v = block_sum(s, scratch) + (i == j ? f.cov_s0 : 0.0);
+                sm[i * K + j] = v;
+                sm[j * K + i] = v;
+            }
+        const bool ok = hb_draw_inverse_wishart(f.cov_df + L, sm, pr, K, rng);
+        __syncthreads();
+        if (ok) {
+            if (tid == 0) {
+                for (int i = 0; i < K * K; ++i) {
+                    S[i] = sm[i];
+                    Q[i] = pr[i];
+                }
+                for (int j = 0; j < K; ++j) sd[j] = sqrt(sm[j * K + j]);
+            }
+        } else {
+            stuck += K;
+            if (tid == 0)
+                for (int j = 0; j < K; ++j) a.stuck_by[(size_t)c * a.ncoord + f.coord + L * K + j] += 1;
+        }
+        __syncthreads();
+    } else if (h.tau_kind != 2) {
         for (int j = 0; j < K; ++j) {
             double s = 0.0;
             for (int l = tid; l < L; l += nt) s += u[(size_t)l * K + j] * u[(size_t)l * K + j];
@@ -762,14 +881,21 @@ extern "C" __global__ void hb_factor_global(HbArgs a, HbGlobal h, HbFactor f) {
     for (int j = 0; j < K; ++j) {
         const int kind = f.partner[2 * j], q = f.partner[2 * j + 1];
         if (kind == 0) continue;
-        double s = 0.0;
-        for (int l = tid; l < L; l += nt) s += u[(size_t)l * K + j];
-        const double sum = block_sum(s, scratch);
+        // Row j of Sigma_f^-1 (diag(1 / sd^2) when independent) times the
+        // effects' sums over the levels.
+        double qjj, qu = 0.0;
+        for (int i = 0; i < K; ++i) {
+            if (!Q && i != j) continue;
+            double s = 0.0;
+            for (int l = tid; l < L; l += nt) s += u[(size_t)l * K + i];
+            const double sum = block_sum(s, scratch);
+            qu += (Q ? Q[j * K + i] : 1.0 / (sd[j] * sd[j])) * sum;
+        }
+        qjj = Q ? Q[j * K + j] : 1.0 / (sd[j] * sd[j]);
         const double av = kind == 1 ? h.mu[c * a.K + q] : h.gamma[c * h.P + q];
         const double m = kind == 1 ? h.mu_mean : 0.0, sp = kind == 1 ? h.mu_sd : h.gamma_sd;
-        const double v = sd[j] * sd[j];
-        const double prec = L / v + 1.0 / (sp * sp);
-        const double mean = (sum / v - (av - m) / (sp * sp)) / prec;
+        const double prec = L * qjj + 1.0 / (sp * sp);
+        const double mean = (qu - (av - m) / (sp * sp)) / prec;
         const double shift = mean + rng.normal() / sqrt(prec);
         __syncthreads();
         if (isfinite(shift)) {
@@ -790,6 +916,14 @@ extern "C" __global__ void hb_factor_global(HbArgs a, HbGlobal h, HbFactor f) {
     if (h.draw_index >= 0) {
         double* out = h.draws + ((size_t)c * h.kept + h.draw_index) * h.params + f.draw_at;
         for (int i = tid; i < L * K; i += nt) out[i] = u[i];
-        if (tid == 0) for (int j = 0; j < K; ++j) out[L * K + j] = sd[j];
+        if (tid == 0) {
+            for (int j = 0; j < K; ++j) out[L * K + j] = sd[j];
+            // Correlated: pairs (0,1), (0,2), ..., (1,2), ...
+            if (S) {
+                int at = L * K + K;
+                for (int i = 0; i < K; ++i)
+                    for (int j = i + 1; j < K; ++j) out[at++] = S[i * K + j] / sqrt(S[i * K + i] * S[j * K + j]);
+            }
+        }
     }
 }

@@ -51,11 +51,18 @@ fn data_with(family: Family, extra: impl Fn(usize, &[f64]) -> f64) -> HbData {
                     let lambda = rng.gamma(2.0) * eta.exp() / 2.0;
                     poisson_draw(lambda, &mut rng)
                 }
-                Family::Ordinal => unreachable!("the GPU sampler has no ordinal family"),
+                // A logistic latent variable cut at 0, 1.2 and 2.5: four
+                // categories.
+                Family::Ordinal => {
+                    let u = rng.uniform();
+                    let latent = eta + (u / (1.0 - u)).ln();
+                    1.0 + [0.0, 1.2, 2.5].iter().filter(|&&c| latent > c).count() as f64
+                }
             });
         }
     }
-    HbData::new(y, x, z, &sizes, k, p).unwrap()
+    let d = HbData::new(y, x, z, &sizes, k, p).unwrap();
+    if family == Family::Ordinal { d.with_categories(4) } else { d }
 }
 
 /// Inversion of the Poisson distribution function (small means).
@@ -130,6 +137,17 @@ fn gpu_binomial_agrees_with_cpu() {
 fn gpu_gaussian_agrees_with_cpu() {
     if device() {
         run(Family::Gaussian, Prior::default());
+    }
+}
+
+/// The ordinal family: the cut-points' slice updates over every row in
+/// hb_global, the cumulative logit in every kernel (groups, a crossed
+/// factor's levels, the global coefficient).
+#[test]
+fn gpu_ordinal_agrees_with_cpu() {
+    if device() {
+        run(Family::Ordinal, Prior { mu_sd: 5.0, tau: ScalePrior::HalfNormal(2.0), ..Prior::default() });
+        run_on(crossed(Family::Ordinal, 30, 1), Family::Ordinal, Prior { mu_sd: 5.0, tau: ScalePrior::HalfNormal(2.0), ..Prior::default() });
     }
 }
 
@@ -278,14 +296,22 @@ fn gpu_target_run_has_the_draws_of_a_run_that_long() {
 /// Data with a grouping factor crossed with the groups: row i at level (7
 /// i) mod `levels`, its terms the groups' own columns (intercept and slope,
 /// `terms` of them; so the exact shift against mu runs too), with effects
-/// of sd about 0.5 in the data.
+/// of sd about 0.5 in the data; `crossed_correlated`: the terms correlated.
 fn crossed(family: Family, levels: usize, terms: usize) -> HbData {
+    crossed_with(family, levels, terms, false)
+}
+
+fn crossed_correlated(family: Family, levels: usize) -> HbData {
+    crossed_with(family, levels, 2, true)
+}
+
+fn crossed_with(family: Family, levels: usize, terms: usize, correlated: bool) -> HbData {
     let effect = |l: usize, j: usize| 0.5 * (((l * 5 + j * 3) % 7) as f64 - 3.0) / 2.0;
     let d = data_with(family, |i, x| (0..terms).map(|j| x[j] * effect((7 * i) % levels, j)).sum());
     let n = d.n();
     let level: Vec<usize> = (0..n).map(|i| (7 * i) % levels).collect();
     let w: Vec<f64> = (0..n * terms).map(|q| d.x[(q / terms) * d.k + q % terms]).collect();
-    d.with_factor(&level, levels, w, terms).unwrap()
+    if correlated { d.with_correlated_factor(&level, levels, w, terms) } else { d.with_factor(&level, levels, w, terms) }.unwrap()
 }
 
 #[test]
@@ -295,6 +321,10 @@ fn gpu_crossed_factor_agrees_with_cpu() {
         run_on(crossed(Family::Gaussian, 30, 2), Family::Gaussian, Prior::default());
         // 3 levels of about 3,400 rows: a block per (chain, level).
         run_on(crossed(Family::Binomial, 3, 1), Family::Binomial, Prior { mu_sd: 5.0, tau: ScalePrior::HalfNormal(2.0), ..Prior::default() });
+        // Correlated terms (Sigma_f drawn exactly, the levels' conditional
+        // priors and the shift through Sigma_f^-1), on both paths.
+        run_on(crossed_correlated(Family::Gaussian, 30), Family::Gaussian, Prior::default());
+        run_on(crossed_correlated(Family::Binomial, 3), Family::Binomial, Prior { mu_sd: 5.0, tau: ScalePrior::HalfNormal(2.0), ..Prior::default() });
     }
 }
 
@@ -310,7 +340,13 @@ fn crossed_cpu_runs_with_different_seeds_agree() {
         let w: Vec<f64> = (0..n * 2).map(|q| d.x[(q / 2) * d.k + q % 2]).collect();
         d.with_factor(&(0..n).map(|i| (7 * i) % levels).collect::<Vec<_>>(), levels, w, 2).unwrap()
     };
-    for (family, data) in [(Family::Gaussian, crossed(Family::Gaussian, 30, 2)), (Family::Binomial, crossed(Family::Binomial, 3, 1)), (Family::Gaussian, none(30))] {
+    for (family, data) in [
+        (Family::Gaussian, crossed(Family::Gaussian, 30, 2)),
+        (Family::Binomial, crossed(Family::Binomial, 3, 1)),
+        (Family::Gaussian, none(30)),
+        (Family::Gaussian, crossed_correlated(Family::Gaussian, 30)),
+        (Family::Binomial, crossed_correlated(Family::Binomial, 3)),
+    ] {
         let config = HbglmConfig { prior: Prior::default(), iter: 1500, warmup: 500, chains: 4, seed: 3, ..HbglmConfig::new(family) };
         let a = sample(&data, &config, &Exec::cpu()).unwrap();
         let b = sample(&data, &HbglmConfig { seed: 99, ..config.clone() }, &Exec::cpu()).unwrap();

@@ -123,7 +123,8 @@ fn gibbs_kernels_compile() {
     if !nvrtc_or_skip() {
         return;
     }
-    let variants: Vec<Vec<(&str, i64)>> = (0..4).map(|family| vec![("HB_FAMILY", family)]).collect();
+    // Every family: gaussian, binomial, poisson, negative binomial, ordinal.
+    let variants: Vec<Vec<(&str, i64)>> = (0..5).map(|family| vec![("HB_FAMILY", family)]).collect();
     check("gibbs", &variants);
 }
 

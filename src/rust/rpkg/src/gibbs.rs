@@ -4,7 +4,7 @@
 use bulkem_core::exec::{choose_backend, Backend, BackendRequest};
 use bulkem_core::gibbs::diagnostics::diagnose_array;
 use bulkem_core::gibbs::covariance::InverseWishart;
-use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior, ScalePrior, Target};
+use bulkem_core::gibbs::{default_factor_cov, sample, Family, HbData, HbglmConfig, Prior, ScalePrior, Target};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -66,7 +66,7 @@ fn hbglm_fit_(
     let text = |name: &str| -> Result<String> {
         prior.dollar(name)?.as_str().map(str::to_owned).ok_or_else(|| Error::Other(format!("internal: prior${name} must be a string")))
     };
-    let prior = Prior {
+    let mut prior = Prior {
         mu_mean: num("mu_mean")?,
         mu_sd: num("mu_sd")?,
         tau: scale_prior(&text("tau_kind")?, num("tau_value")?)?,
@@ -81,6 +81,7 @@ fn hbglm_fit_(
             df if df.is_nan() => None,
             df => Some(InverseWishart { df, scale: num("cov_scale")? }),
         },
+        factor_cov: Vec::new(),
     };
     let sizes: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
     let data = HbData::new(y.to_vec(), x.to_vec(), z.to_vec(), &sizes, k.max(0) as usize, p.max(0) as usize)
@@ -99,7 +100,17 @@ fn hbglm_fit_(
             .map(|&l| (l.max(1) - 1) as usize)
             .collect();
         let w = f.dollar("w")?.as_real_vector().ok_or_else(|| Error::Other("internal: factor$w must be doubles".into()))?;
-        data = data.with_factor(&level, int("levels")?.max(0) as usize, w, int("k")?.max(0) as usize).map_err(r_error)?;
+        let (levels, terms) = (int("levels")?.max(0) as usize, int("k")?.max(0) as usize);
+        // Correlated terms: cov_df is NA otherwise.
+        let cov_df = f.dollar("cov_df")?.as_real().ok_or_else(|| Error::Other("internal: factor$cov_df must be a number".into()))?;
+        data = if cov_df.is_nan() {
+            prior.factor_cov.push(default_factor_cov(terms));
+            data.with_factor(&level, levels, w, terms)
+        } else {
+            prior.factor_cov.push(InverseWishart { df: cov_df, scale: num("cov_scale")? });
+            data.with_correlated_factor(&level, levels, w, terms)
+        }
+        .map_err(r_error)?;
     }
     let config = HbglmConfig {
         family,

@@ -18,7 +18,7 @@
 //! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
-//!                    [--big-groups B] [--sweeps N] [--correlated yes] [--target-ess E] [--crossed L]
+//!                    [--big-groups B] [--sweeps N] [--correlated yes] [--target-ess E] [--crossed L] [--crossed-terms T]
 //!                    [--backend cpu|cuda|both] [--json FILE]
 //! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
@@ -366,10 +366,13 @@ mod gibbs_bench {
         /// A random intercept of L levels crossed with the groups (row i of
         /// the data at level i mod L, effects 0.5 N(0, 1)); 0: none.
         crossed: usize,
+        /// Terms of the crossed factor: the first T columns (correlated
+        /// with `--correlated yes` when T > 1).
+        crossed_terms: usize,
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0 };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0, crossed_terms: 1 };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -386,6 +389,7 @@ mod gibbs_bench {
                 "--sweeps" => o.sweeps = num()?,
                 "--correlated" => o.correlated = value == "yes",
                 "--crossed" => o.crossed = num()?,
+                "--crossed-terms" => o.crossed_terms = num()?,
                 "--target-ess" => o.target_ess = Some(value.parse::<f64>().map_err(|_| format!("{flag}: not a number: {value}"))?),
                 "--backend" => {
                     o.backends = match value.as_str() {
@@ -406,14 +410,16 @@ mod gibbs_bench {
     /// 0.5 N(0,1), y ~ Bernoulli(logistic(x' beta_g)). `sizes` give the rows
     /// per group.
     fn hblogit_data(sizes: &[usize], k: usize, seed: u64) -> HbData {
-        hblogit_crossed_data(sizes, k, seed, 0)
+        hblogit_crossed_data(sizes, k, seed, 0, 1, false)
     }
 
-    /// As `hblogit_data`, with a crossed random intercept of `levels` levels
-    /// (none for 0).
-    fn hblogit_crossed_data(sizes: &[usize], k: usize, seed: u64, levels: usize) -> HbData {
+    /// As `hblogit_data`, with a factor of `levels` levels (none for 0)
+    /// crossed with the groups, varying the first `terms` columns (effects
+    /// 0.5 N(0, 1) for the intercept, 0.3 N(0, 1) for slopes), correlated
+    /// or not.
+    fn hblogit_crossed_data(sizes: &[usize], k: usize, seed: u64, levels: usize, terms: usize, correlated: bool) -> HbData {
         let mut urng = stream(seed, 1, 0, Block::Init, 1);
-        let effects: Vec<f64> = (0..levels).map(|_| 0.5 * urng.normal()).collect();
+        let effects: Vec<f64> = (0..levels * terms).map(|q| if q % terms == 0 { 0.5 } else { 0.3 } * urng.normal()).collect();
         let first: Vec<usize> = sizes.iter().scan(0, |acc, &s| { let f = *acc; *acc += s; Some(f) }).collect();
         let parts: Vec<(Vec<f64>, Vec<f64>)> = sizes
             .par_iter()
@@ -425,7 +431,8 @@ mod gibbs_bench {
                 let mut y = Vec::with_capacity(n);
                 for r in 0..n {
                     let row: Vec<f64> = (0..k).map(|j| if j == 0 { 1.0 } else { rng.normal() }).collect();
-                    let u = if levels > 0 { effects[(first[g] + r) % levels] } else { 0.0 };
+                    let l = if levels > 0 { (first[g] + r) % levels } else { 0 };
+                    let u: f64 = if levels > 0 { (0..terms).map(|j| row[j] * effects[l * terms + j]).sum() } else { 0.0 };
                     let eta: f64 = row.iter().zip(&beta).map(|(a, b)| a * b).sum::<f64>() + u;
                     y.push((rng.uniform() < 1.0 / (1.0 + (-eta).exp())) as u8 as f64);
                     x.extend(row);
@@ -443,7 +450,9 @@ mod gibbs_bench {
             return data;
         }
         let n = data.n();
-        data.with_factor(&(0..n).map(|i| i % levels).collect::<Vec<_>>(), levels, vec![1.0; n], 1).expect("valid benchmark data")
+        let level: Vec<usize> = (0..n).map(|i| i % levels).collect();
+        let w: Vec<f64> = (0..n).flat_map(|i| data.x[i * k..i * k + terms].to_vec()).collect();
+        if correlated && terms > 1 { data.with_correlated_factor(&level, levels, w, terms) } else { data.with_factor(&level, levels, w, terms) }.expect("valid benchmark data")
     }
 
     fn peer_prior() -> Prior {
@@ -455,7 +464,10 @@ mod gibbs_bench {
     }
 
     fn hblogit(o: &Opts, json: &mut std::fs::File) -> Result<(), String> {
-        let data = hblogit_crossed_data(&vec![o.n; o.groups], o.k, 0, o.crossed);
+        if o.crossed_terms == 0 || o.crossed_terms > o.k {
+            return Err(format!("--crossed-terms must be 1..K ({}), not {}", o.k, o.crossed_terms));
+        }
+        let data = hblogit_crossed_data(&vec![o.n; o.groups], o.k, 0, o.crossed, o.crossed_terms, o.correlated);
         let mut cpu_rate = None;
         for &backend in &o.backends {
             let rate = hblogit_on(o, &data, backend, json)?;
@@ -519,8 +531,8 @@ mod gibbs_bench {
         }
         let evals = fit.stats.beta_evals as f64 / (sweeps * (o.groups * o.k) as f64);
         println!(
-            "hblogit G={} n={} K={} warmup={} draws={} chains={} correlated={} crossed={} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update; all {} parameters: min bulk ESS {:.0}, min ESS/s {:.1}",
-            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, o.correlated, o.crossed, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals,
+            "hblogit G={} n={} K={} warmup={} draws={} chains={} correlated={} crossed={}x{} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update; all {} parameters: min bulk ESS {:.0}, min ESS/s {:.1}",
+            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, o.correlated, o.crossed, o.crossed_terms, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals,
             fit.layout.n_params(), min_all, min_all / seconds
         );
         writeln!(

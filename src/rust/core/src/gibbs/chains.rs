@@ -15,13 +15,14 @@ use crate::memory;
 /// Write the state as draw `i` into `out` (one slice of `kept` per
 /// parameter, in draw order: beta (group-major), mu, tau, gamma, sigma
 /// (gaussian only), the correlations (correlated only), the cut-points
-/// (ordinal), each other grouping factor's effects and sds).
+/// (ordinal), each other grouping factor's effects, sds and correlations).
 fn write_draw(out: &mut [&mut [f64]], i: usize, s: &State, layout: &Layout) {
     let sigma = if layout.sigma { Some(s.sigma) } else { None };
     let cor: Vec<f64> = if layout.correlated { covariance::correlations(&s.cov, layout.k).collect() } else { Vec::new() };
     // Ordinal: brms's cut-points, theta_c - mu_1.
     let cuts: Vec<f64> = s.cuts.iter().map(|t| t - s.mu[0]).collect();
-    let factors = s.u.iter().zip(&s.sd).flat_map(|(u, sd)| u.iter().chain(sd));
+    let factor_cor: Vec<Vec<f64>> = s.factor_cov.iter().zip(&s.sd).map(|(cov, sd)| covariance::correlations(cov, if cov.is_empty() { 0 } else { sd.len() }).collect()).collect();
+    let factors = s.u.iter().zip(&s.sd).zip(&factor_cor).flat_map(|((u, sd), cor)| u.iter().chain(sd).chain(cor));
     let values = s.beta.iter().chain(&s.mu).chain(&s.tau).chain(&s.gamma).chain(sigma.iter()).chain(&cor).chain(&cuts).chain(factors);
     for (slot, &v) in out.iter_mut().zip(values) {
         slot[i] = v;

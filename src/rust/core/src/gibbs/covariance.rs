@@ -93,6 +93,23 @@ pub fn draw_inverse_wishart(df: f64, s: &[f64], k: usize, rng: &mut Rng) -> Opti
     Some((times_transpose(&c, &c, k), times_transpose(&d, &d, k)))
 }
 
+/// A draw of Sigma | data ~ inverse-Wishart(df + count, df scale^2 I + C)
+/// (the conjugate update of `iw` given `count` vectors whose cross
+/// products sum to C, `cross(i, j)`), and its inverse; None when the
+/// scale matrix is not positive definite or a result is not finite.
+pub fn draw_posterior(iw: InverseWishart, count: usize, k: usize, cross: impl Fn(usize, usize) -> f64, rng: &mut Rng) -> Option<(Vec<f64>, Vec<f64>)> {
+    let mut s = vec![0.0; k * k];
+    for i in 0..k {
+        for j in 0..=i {
+            let v = cross(i, j);
+            s[i * k + j] = v;
+            s[j * k + i] = v;
+        }
+        s[i * k + i] += iw.df * iw.scale * iw.scale;
+    }
+    draw_inverse_wishart(iw.df + count as f64, &s, k, rng).filter(|(cov, prec)| cov.iter().chain(prec).all(|v| v.is_finite()))
+}
+
 /// A draw of mu | beta, Sigma: mu ~ N(m0, s0^2 I) a priori and beta_g ~
 /// N(mu, Sigma) for G groups with coefficient sums `sum`: precision
 /// Q = I / s0^2 + G Sigma^-1, mean Q^-1 (m0 / s0^2 + Sigma^-1 sum); the

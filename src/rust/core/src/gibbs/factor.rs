@@ -3,8 +3,11 @@
 //!
 //! ```text
 //! eta_i = x_i' beta_g(i) + z_i' gamma + sum_f w_fi' u_f,l(i)
-//! u_fl ~ N(0, diag(sd_f^2)),  l = 1..L_f
+//! u_fl ~ N(0, diag(sd_f^2)),  l = 1..L_f     (`(1 + x || h)`)
+//! u_fl ~ N(0, Sigma_f)                       (`(1 + x | h)`: correlated)
 //! ```
+//! Sigma_f ~ inverse-Wishart is drawn whole, conjugately, as the groups'
+//! Sigma is (`Prior::factor_cov`); sd_fj = sqrt(Sigma_f,jj).
 //! The first factor's groups carry the population means (mu) and own
 //! contiguous rows (the data are sorted by them); another factor's effects
 //! are deviations with mean zero, and its levels own rows scattered through
@@ -24,6 +27,7 @@
 
 use rayon::prelude::*;
 
+use super::covariance;
 use super::model::{HbData, MAX_ABS_VALUE, SCALE_MAX};
 use super::random::Block;
 use super::slice::SliceSettings;
@@ -52,6 +56,8 @@ pub struct Factor {
     pub wcol: Vec<f64>,
     /// Per term: the coefficient with the same column, if any.
     pub partner: Vec<Option<Partner>>,
+    /// The terms are correlated: u_l ~ N(0, Sigma) with a full Sigma.
+    pub correlated: bool,
 }
 
 /// A coefficient whose column equals one of a factor's terms.
@@ -108,12 +114,19 @@ impl Factor {
                 }
             }
         }
-        Ok(Factor { levels, k, level: level.iter().map(|&l| l as u32).collect(), w, start, by_level, wcol, partner: vec![None; k] })
+        Ok(Factor { levels, k, level: level.iter().map(|&l| l as u32).collect(), w, start, by_level, wcol, partner: vec![None; k], correlated: false })
     }
 
-    /// Effects drawn: L x k, level-major, then the k sds.
+    /// Parameters drawn: L x k effects, level-major, the k sds, then (when
+    /// correlated) the k (k - 1) / 2 correlations.
     pub fn n_params(&self) -> usize {
-        self.levels * self.k + self.k
+        self.levels * self.k + self.k + self.n_cor()
+    }
+
+    /// Correlations drawn: pairs (0,1), (0,2), ..., (1,2), ... when
+    /// correlated.
+    pub fn n_cor(&self) -> usize {
+        if self.correlated { self.k * (self.k - 1) / 2 } else { 0 }
     }
 
     /// sum_j w_ij u_l(i)j: this factor's term of row i's linear predictor.
@@ -157,6 +170,16 @@ impl Sweeper<'_> {
         let c0 = self.factor_coord(f);
         let before = state.u[f].clone();
         let sd = &state.sd[f];
+        let prec = &state.factor_prec[f];
+        let zero = vec![0.0; k];
+        let prior = |j: usize, u: &[f64]| {
+            if fac.correlated {
+                let (centre, q) = covariance::conditional_prior(u, &zero, prec, j);
+                CoefPrior::Precision(centre, q)
+            } else {
+                CoefPrior::Normal(0.0, sd[j])
+            }
+        };
         let eta = &state.eta;
         let (w_all, moved_all) = state.widths.parts_mut();
         let coords = c0..c0 + fac.levels * k;
@@ -177,7 +200,7 @@ impl Sweeper<'_> {
                 let mut e: Vec<f64> = rows.iter().map(|&i| eta[i]).collect();
                 let block = BlockRows { y: &y, trials: trials.as_deref(), xcol: &fac.wcol[k * fac.start[l]..k * fac.start[l + 1]], split: self.balance && rows.len() >= SPLIT_GROUP_ROWS };
                 let mut rng = self.rng(sweep, Block::Level(f, l));
-                self.slice_block(&block, &mut e, u, |j, _| CoefPrior::Normal(0.0, sd[j]), w, moved, stuck_by, adapting, aux, &mut rng, monitor)
+                self.slice_block(&block, &mut e, u, prior, w, moved, stuck_by, adapting, aux, &mut rng, monitor)
             })
             .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         stats.beta_evals += evals;
@@ -194,11 +217,14 @@ impl Sweeper<'_> {
     /// prior(e^s) + s - L s - SS / (2 e^{2s}). Held fixed with the tau
     /// prior's `Fixed`.
     fn update_factor_sd(&self, f: usize, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
+        let fac = &self.data.factors[f];
+        if fac.correlated {
+            return self.update_factor_cov(f, state, sweep, stats);
+        }
         let prior = self.prior.tau;
         if prior.fixed().is_some() {
             return;
         }
-        let fac = &self.data.factors[f];
         let (k, levels) = (fac.k, fac.levels);
         let base = self.factor_coord(f) + levels * k;
         let mut rng = self.rng(sweep, Block::FactorScale(f));
@@ -222,11 +248,43 @@ impl Sweeper<'_> {
 }
 
 impl Sweeper<'_> {
+    /// Correlated terms: Sigma_f | u ~ inverse-Wishart(df + L, df scale^2
+    /// I + sum_l u_l u_l') (as the groups' `update_cov`, with mean zero);
+    /// sd_fj = sqrt(Sigma_f,jj). A scale matrix that is not positive
+    /// definite in floating point keeps Sigma_f and counts as a stuck
+    /// update of each sd.
+    fn update_factor_cov(&self, f: usize, state: &mut State, sweep: usize, stats: &mut SweepStats) {
+        let fac = &self.data.factors[f];
+        let (k, levels) = (fac.k, fac.levels);
+        let iw = self.prior.factor_cov(f, k);
+        let mut rng = self.rng(sweep, Block::FactorScale(f));
+        let u = &state.u[f];
+        let cross = |i: usize, j: usize| par_sum(levels, |r| r.map(|l| u[l * k + i] * u[l * k + j]).sum::<f64>());
+        match covariance::draw_posterior(iw, levels, k, cross, &mut rng) {
+            Some((cov, prec)) => {
+                for j in 0..k {
+                    state.sd[f][j] = cov[j * k + j].sqrt();
+                }
+                (state.factor_cov[f], state.factor_prec[f]) = (cov, prec);
+            }
+            None => {
+                let base = self.factor_coord(f) + levels * k;
+                for j in 0..k {
+                    state.stuck[base + j] += 1;
+                }
+                stats.stuck += k as u64;
+            }
+        }
+    }
+}
+
+impl Sweeper<'_> {
     /// For each term with a partner: u_lj -= c for every level, the
-    /// partner += c (mu_k with beta_gk), c drawn from its conditional,
-    /// N(mean, 1 / P) with P = L / sd^2 + 1 / s^2 and mean = (sum_l u_lj /
-    /// sd^2 - (a - m) / s^2) / P, where the partner a has the prior N(m,
-    /// s^2). The linear predictor does not change.
+    /// partner += c (mu_k with beta_gk), c drawn from its conditional. With
+    /// u_l ~ N(0, Sigma), Q = Sigma^-1 (diag(1 / sd^2) when independent),
+    /// and the partner a ~ N(m, s^2): N(mean, 1 / P) with P = L Q_jj + 1 /
+    /// s^2 and mean = ((Q U)_j - (a - m) / s^2) / P, U = sum_l u_l. The
+    /// linear predictor does not change.
     fn shift_factor(&self, f: usize, state: &mut State, sweep: usize) {
         let fac = &self.data.factors[f];
         let (k, kg, levels) = (fac.k, self.data.k, fac.levels);
@@ -237,11 +295,18 @@ impl Sweeper<'_> {
                 Partner::Groups(q) => (state.mu[q], self.prior.mu_mean, self.prior.mu_sd),
                 Partner::Global(q) => (state.gamma[q], 0.0, self.prior.gamma_sd),
             };
-            let sd = state.sd[f][j];
             let u = &state.u[f];
-            let sum = par_sum(levels, |r| r.map(|l| u[l * k + j]).sum::<f64>());
-            let prec = levels as f64 / (sd * sd) + 1.0 / (s * s);
-            let mean = (sum / (sd * sd) - (a - m) / (s * s)) / prec;
+            let sum = |i: usize| par_sum(levels, |r| r.map(|l| u[l * k + i]).sum::<f64>());
+            // Row j of Q times U (only the terms Q_ji that are not zero).
+            let (qjj, qu) = if fac.correlated {
+                let q = &state.factor_prec[f][j * k..(j + 1) * k];
+                (q[j], (0..k).map(|i| q[i] * sum(i)).sum::<f64>())
+            } else {
+                let sd = state.sd[f][j];
+                (1.0 / (sd * sd), sum(j) / (sd * sd))
+            };
+            let prec = levels as f64 * qjj + 1.0 / (s * s);
+            let mean = (qu - (a - m) / (s * s)) / prec;
             let c = mean + rng.normal() / prec.sqrt();
             if !c.is_finite() {
                 continue;
@@ -270,13 +335,14 @@ impl Sweeper<'_> {
     /// w_ij alpha_l(i) per unit of sd. The centred update above barely
     /// moves when the data say little of each level against the spread
     /// (an sd near zero: every effect is pulled to zero and holds the sd
-    /// there); this one does not. On the CPU only.
+    /// there); this one does not. On the CPU only; correlated terms have
+    /// none (Sigma_f is drawn whole, as the groups' Sigma).
     fn interweave_factor(&self, f: usize, state: &mut State, sweep: usize, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
         let prior = self.prior.tau;
-        if prior.fixed().is_some() {
+        let fac = &self.data.factors[f];
+        if prior.fixed().is_some() || fac.correlated {
             return Ok(());
         }
-        let fac = &self.data.factors[f];
         let k = fac.k;
         let mut rng = self.rng(sweep, Block::FactorInterweave(f));
         let mut slope = std::mem::take(&mut state.nc_slope);
@@ -311,6 +377,19 @@ impl Sweeper<'_> {
 }
 
 impl HbData {
+    /// Add a grouping factor with correlated terms (`(1 + x | h)`): as
+    /// [`HbData::with_factor`], with at least two terms.
+    pub fn with_correlated_factor(self, level: &[usize], levels: usize, w: Vec<f64>, k: usize) -> Result<Self> {
+        if k < 2 {
+            return Err(Error::arg("formula", "a grouping factor's terms can be correlated only when it has two or more"));
+        }
+        let mut out = self.with_factor(level, levels, w, k)?;
+        if let Some(f) = out.factors.last_mut() {
+            f.correlated = true;
+        }
+        Ok(out)
+    }
+
     /// Add a grouping factor besides the groups (see [`Factor::new`]).
     pub fn with_factor(mut self, level: &[usize], levels: usize, w: Vec<f64>, k: usize) -> Result<Self> {
         if level.len() != self.n() {

@@ -97,6 +97,9 @@ struct HbArgs {
     /// chains x ncoord stuck counts.
     stuck_by: u64,
     prec: u64,
+    /// Ordinal: chains x ncuts cut-points; 0 (NULL) otherwise.
+    cuts: u64,
+    ncuts: i32,
 }
 
 /// Mirrors `struct HbGlobal` of kernels/gibbs.cu.
@@ -144,6 +147,10 @@ struct HbFactor {
     sd: u64,
     floor: u64,
     partner: u64,
+    cov: u64,
+    prec: u64,
+    cov_df: f64,
+    cov_s0: f64,
     l: i32,
     kf: i32,
     coord: i32,
@@ -163,6 +170,8 @@ struct FactorOnDevice {
     args: HbFactor,
     by_block: bool,
     _buffers: (CudaSlice<i32>, CudaSlice<i32>, CudaSlice<f64>, CudaSlice<f64>, CudaSlice<f64>, CudaSlice<f64>, CudaSlice<i32>),
+    /// Correlated terms: Sigma_f and its inverse, chains x KF x KF.
+    _cov: Option<(CudaSlice<f64>, CudaSlice<f64>)>,
 }
 
 /// Levels of at least this many rows get a block of THREADS each, the
@@ -185,8 +194,7 @@ fn family_code(f: Family) -> i64 {
         Family::Binomial => 1,
         Family::Poisson => 2,
         Family::NegBinomial => 3,
-        // Refused before the GPU is reached (`job`).
-        Family::Ordinal => -1,
+        Family::Ordinal => 4,
     }
 }
 
@@ -240,6 +248,7 @@ pub fn gpu_plan(data: &HbData, family: Family, balance: bool) -> Vec<BlockPlan> 
     match family {
         Family::Gaussian => plan.push(BlockPlan { block: "sigma", regime: "log-posterior-parallel", detail: "residual sum of squares by a block per chain, then a slice on log sigma".into() }),
         Family::NegBinomial => plan.push(BlockPlan { block: "shape", regime: "log-posterior-parallel", detail: "slice on log shape; its log posterior summed over every row by a block per chain".into() }),
+        Family::Ordinal => plan.push(BlockPlan { block: "cuts", regime: "log-posterior-parallel", detail: "a slice per free cut-point between its neighbours; its log posterior summed over every row by a block per chain".into() }),
         _ => {}
     }
     plan
@@ -290,8 +299,10 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
 
     // Starting values: the CPU backend's, chain by chain.
     let (mut beta, mut gamma, mut mu, mut tau, mut sigma, mut eta) = (vec![], vec![], vec![], vec![], vec![], vec![]);
-    let (mut cov, mut prec) = (vec![], vec![]);
-    let (mut u, mut sd): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (vec![vec![]; data.factors.len()], vec![vec![]; data.factors.len()]);
+    let (mut cov, mut prec, mut cuts) = (vec![], vec![], vec![]);
+    let nf = data.factors.len();
+    let (mut u, mut sd): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (vec![vec![]; nf], vec![vec![]; nf]);
+    let (mut fcov, mut fprec): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (vec![vec![]; nf], vec![vec![]; nf]);
     for c in 0..chains {
         let sw = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance };
         let st = sw.init(config.w);
@@ -303,17 +314,24 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         eta.extend(st.eta);
         cov.extend(st.cov);
         prec.extend(st.prec);
+        cuts.extend(st.cuts);
         for (f, (uf, sf)) in st.u.into_iter().zip(st.sd).enumerate() {
             u[f].extend(uf);
             sd[f].extend(sf);
         }
+        for (f, (cf, pf)) in st.factor_cov.into_iter().zip(st.factor_prec).enumerate() {
+            fcov[f].extend(cf);
+            fprec[f].extend(pf);
+        }
     }
     let correlated = config.prior.cov.is_some();
-    if correlated && k > CORRELATED_MAX_K {
-        return Err(Error::BackendUnavailable(format!("the GPU sampler takes at most {CORRELATED_MAX_K} correlated coefficients per group, not {k}")));
+    if (correlated && k > CORRELATED_MAX_K) || data.factors.iter().any(|f| f.correlated && f.k > CORRELATED_MAX_K) {
+        return Err(Error::BackendUnavailable(format!("the GPU sampler takes at most {CORRELATED_MAX_K} correlated coefficients per group or level")));
     }
     let d_cov = if correlated { Some(s.clone_htod(&cov).map_err(e("copying the state"))?) } else { None };
     let d_prec = if correlated { Some(s.clone_htod(&prec).map_err(e("copying the state"))?) } else { None };
+    let ncuts = cuts.len() / chains.max(1);
+    let d_cuts = if ncuts > 0 { Some(s.clone_htod(&cuts).map_err(e("copying the state"))?) } else { None };
     let offsets: Vec<i64> = data.offsets.iter().map(|&o| o as i64).collect();
     let d_y = s.clone_htod(&data.y).map_err(e("copying data"))?;
     let d_x = s.clone_htod(&data.x).map_err(e("copying data"))?;
@@ -373,6 +391,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         trials: d_trials.as_ref().map_or(0, |t| ptr(t, dev)),
         stuck_by: ptr(&d_stuck, dev),
         prec: d_prec.as_ref().map_or(0, |b| ptr(b, dev)),
+        cuts: d_cuts.as_ref().map_or(0, |b| ptr(b, dev)),
+        ncuts: ncuts as i32,
         ..Default::default()
     };
     let (tau_kind, tau_scale, tau_rate) = scale_code(config.prior.tau);
@@ -432,6 +452,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
             s.clone_htod(&bounds.factor_floor[f]).map_err(e("copying data"))?,
             s.clone_htod(&partner).map_err(e("copying data"))?,
         );
+        let cov_bufs = if fac.correlated { Some((s.clone_htod(&fcov[f]).map_err(e("copying the state"))?, s.clone_htod(&fprec[f]).map_err(e("copying the state"))?)) } else { None };
+        let iw = config.prior.factor_cov(f, fac.k);
         let args = HbFactor {
             start: ptr(&bufs.0, dev),
             rows: ptr(&bufs.1, dev),
@@ -440,6 +462,10 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
             sd: ptr(&bufs.4, dev),
             floor: ptr(&bufs.5, dev),
             partner: ptr(&bufs.6, dev),
+            cov: cov_bufs.as_ref().map_or(0, |b| ptr(&b.0, dev)),
+            prec: cov_bufs.as_ref().map_or(0, |b| ptr(&b.1, dev)),
+            cov_df: iw.df,
+            cov_s0: iw.df * iw.scale * iw.scale,
             l: fac.levels as i32,
             kf: fac.k as i32,
             coord: coord as i32,
@@ -447,7 +473,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
             draw_at: draw_at as i32,
         };
         let by_block = (0..fac.levels).any(|l| fac.start[l + 1] - fac.start[l] >= LEVEL_BLOCK_ROWS);
-        factors.push(FactorOnDevice { args, by_block, _buffers: bufs });
+        factors.push(FactorOnDevice { args, by_block, _buffers: bufs, _cov: cov_bufs });
         coord += fac.n_params();
         rng_base += fac.levels + 1;
         draw_at += fac.n_params();

@@ -34,7 +34,7 @@ pub mod target;
 
 pub use factor::{Factor, Partner};
 pub use model::{Aux, Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN, SHAPE_MAX, SHAPE_MIN};
-pub use prior::{Prior, ScalePrior};
+pub use prior::{default_factor_cov, Prior, ScalePrior};
 pub use random::{stream, Block, Rng};
 pub use slice::{slice_step, SliceSettings, SliceStep};
 pub use sweep::{State, SweepStats, Sweeper};
@@ -103,7 +103,7 @@ impl HbglmConfig {
     /// `check` and what depends on the data's shape.
     pub fn check_for(&self, data: &HbData) -> Result<()> {
         self.check()?;
-        self.prior.check_for(data.k)
+        self.prior.check_for(data.k, data.factors.iter().enumerate().filter(|(_, f)| f.correlated).map(|(f, fac)| (f, fac.k)))
     }
 
     /// Draws kept per chain (with a target, at most).
@@ -129,8 +129,9 @@ pub struct Layout {
     /// correlations follow sigma (tau_k are then the sqrt of Sigma's
     /// diagonal).
     pub correlated: bool,
-    /// The other grouping factors' effects and sds, after everything else
-    /// (factor by factor: L_f x k_f effects, level-major, then k_f sds);
+    /// The other grouping factors' parameters, after everything else
+    /// (factor by factor: L_f x k_f effects, level-major, k_f sds, then
+    /// k_f (k_f - 1) / 2 correlations when its terms are correlated);
     /// they are sweep coordinates too, in the same order, after the free
     /// cut-points.
     pub factors: usize,
@@ -339,12 +340,10 @@ pub fn job(data: &HbData, config: &HbglmConfig) -> crate::exec::Job {
     let too_big = data.n() > i32::MAX as usize || data.groups().saturating_mul(data.k) > i32::MAX as usize;
     let unsupported = if too_big {
         Some("the GPU sampler handles at most 2^31 rows and group coefficients".to_string())
-    } else if config.family == Family::Ordinal {
-        Some("the GPU sampler has no ordinal family; it runs on the CPU".to_string())
     } else if data.factors.iter().any(|f| f.levels.saturating_mul(config.chains) > u32::MAX as usize / 32) {
         Some("the GPU sampler takes fewer than 2^27 / chains levels per grouping factor".to_string())
-    } else if config.prior.cov.is_some() && data.k > gpu::CORRELATED_MAX_K {
-        Some(format!("the GPU sampler takes at most {} correlated coefficients per group", gpu::CORRELATED_MAX_K))
+    } else if (config.prior.cov.is_some() && data.k > gpu::CORRELATED_MAX_K) || data.factors.iter().any(|f| f.correlated && f.k > gpu::CORRELATED_MAX_K) {
+        Some(format!("the GPU sampler takes at most {} correlated coefficients per group or level", gpu::CORRELATED_MAX_K))
     } else {
         None
     };

@@ -10,7 +10,9 @@
 //! `tau_fixed` / `sigma_fixed` hold a scale at a known value instead (the
 //! conjugate model with known variances, whose posterior is closed-form).
 //! With `cov` the group coefficients are correlated: their covariance
-//! Sigma ~ inverse-Wishart (covariance.rs) replaces the tau_k.
+//! Sigma ~ inverse-Wishart (covariance.rs) replaces the tau_k; a grouping
+//! factor with correlated terms (`factor.rs`) has such a prior of its own,
+//! `factor_cov[f]` (inverse-Wishart(K_f + 3, (K_f + 3) I) when not given).
 
 use super::covariance::InverseWishart;
 use crate::error::{Error, Result};
@@ -77,6 +79,16 @@ pub struct Prior {
     /// Correlated group coefficients: the prior of their covariance
     /// (`tau` is then unused); None: independent, with scales tau_k.
     pub cov: Option<InverseWishart>,
+    /// The covariance prior of each other grouping factor f with
+    /// correlated terms, by f (an entry for an independent factor is not
+    /// used); a factor past the end takes [`default_factor_cov`].
+    pub factor_cov: Vec<InverseWishart>,
+}
+
+/// bayesm's default for K correlated coefficients: inverse-Wishart(K + 3,
+/// (K + 3) I).
+pub fn default_factor_cov(k: usize) -> InverseWishart {
+    InverseWishart { df: k as f64 + 3.0, scale: 1.0 }
 }
 
 impl Default for Prior {
@@ -91,6 +103,7 @@ impl Default for Prior {
             sigma: ScalePrior::HalfCauchy(2.5),
             shape: ScalePrior::Gamma(0.01, 0.01),
             cov: None,
+            factor_cov: Vec::new(),
         }
     }
 }
@@ -104,23 +117,43 @@ impl Prior {
             check_scale(v, arg)?;
         }
         self.tau.check("prior$tau")?;
-        if let Some(iw) = self.cov {
+        for iw in self.cov.iter().chain(&self.factor_cov) {
             check_scale(iw.scale, "prior$cov_scale")?;
         }
         self.shape.check("prior$shape")?;
         self.sigma.check("prior$sigma")
     }
 
+    /// The prior of factor f's covariance (its K_f terms correlated).
+    pub fn factor_cov(&self, f: usize, k: usize) -> InverseWishart {
+        self.factor_cov.get(f).copied().unwrap_or_else(|| default_factor_cov(k))
+    }
+
     /// The inverse-Wishart's degrees of freedom must exceed K - 1 for K
-    /// correlated coefficients (a proper prior).
-    pub fn check_for(&self, k: usize) -> Result<()> {
+    /// correlated coefficients (a proper prior): the groups' K (`k`), and
+    /// `factor_k`, each correlated factor's (f, K_f).
+    pub fn check_for(&self, k: usize, factor_k: impl IntoIterator<Item = (usize, usize)>) -> Result<()> {
         self.check()?;
-        match self.cov {
-            Some(iw) if !(iw.df.is_finite() && iw.df > k as f64 - 1.0 && iw.df <= PRIOR_MAX) => Err(Error::arg(
-                "prior$cov_df",
-                format!("must be a number above K - 1 = {} for {k} correlated coefficients, not {}", k as f64 - 1.0, iw.df),
-            )),
-            _ => Ok(()),
+        let proper = |iw: InverseWishart, k: usize, whose: String| {
+            if iw.df.is_finite() && iw.df > k as f64 - 1.0 && iw.df <= PRIOR_MAX {
+                Ok(())
+            } else {
+                Err(Error::arg("prior$cov_df", format!("must be a number above K - 1 = {} for {k} correlated coefficients{whose}, not {}", k as f64 - 1.0, iw.df)))
+            }
+        };
+        if let Some(iw) = self.cov {
+            proper(iw, k, String::new())?;
         }
+        let mut correlated = self.cov.is_some();
+        for (f, kf) in factor_k {
+            proper(self.factor_cov(f, kf), kf, format!(" (grouping factor {})", f + 2))?;
+            correlated = true;
+        }
+        // A held tau is a known sd of independent terms; correlated terms
+        // have a covariance drawn instead, which would ignore it.
+        if correlated && self.tau.fixed().is_some() {
+            return Err(Error::arg("prior$tau_fixed", "holds the sds of independent terms; correlated terms have an inverse-Wishart covariance instead"));
+        }
+        Ok(())
     }
 }

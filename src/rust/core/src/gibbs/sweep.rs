@@ -55,6 +55,10 @@ pub struct State {
     /// sds, one vector per factor (`factor.rs`).
     pub u: Vec<Vec<f64>>,
     pub sd: Vec<Vec<f64>>,
+    /// A factor with correlated terms: Sigma_f and its inverse (k_f x
+    /// k_f); empty otherwise.
+    pub factor_cov: Vec<Vec<f64>>,
+    pub factor_prec: Vec<Vec<f64>>,
     /// Ordinal family: the cut-points theta_1 = 0, theta_2, ...,
     /// theta_{C-1} (`ordinal.rs`); empty otherwise.
     pub cuts: Vec<f64>,
@@ -205,6 +209,12 @@ impl Sweeper<'_> {
             .map(|(f, floor)| (0..f.k).map(|j| self.prior.tau.fixed().unwrap_or_else(|| (2.0 * rng.uniform() - 1.0).exp().clamp(floor[j], SCALE_MAX))).collect())
             .collect();
         let u: Vec<Vec<f64>> = d.factors.iter().zip(&sd).map(|(f, s)| (0..f.levels * f.k).map(|i| s[i % f.k] * (2.0 * rng.uniform() - 1.0)).collect()).collect();
+        // Correlated factors' Sigma_f start diagonal, at those sds.
+        let diagonal = |sd: &[f64], power: i32| {
+            let k = sd.len();
+            (0..k * k).map(|i| if i % (k + 1) == 0 { sd[i / k].powi(power) } else { 0.0 }).collect::<Vec<f64>>()
+        };
+        let (factor_cov, factor_prec) = d.factors.iter().zip(&sd).map(|(f, s)| if f.correlated { (diagonal(s, 2), diagonal(s, -2)) } else { (Vec::new(), Vec::new()) }).unzip();
         let cuts = self.init_cuts(&mut rng);
         let ncoord = g * k + p + k + 1 + d.free_cuts() + d.factors.iter().map(|f| f.n_params()).sum::<usize>();
         // Correlated: Sigma starts diagonal, at the scales drawn above.
@@ -235,6 +245,8 @@ impl Sweeper<'_> {
             nc_alpha: vec![0.0; g],
             u,
             sd,
+            factor_cov,
+            factor_prec,
             cuts,
             tau_floor: bounds.tau_floor,
             factor_floor: bounds.factor_floor,
@@ -531,24 +543,16 @@ impl Sweeper<'_> {
     fn update_cov(&self, state: &mut State, sweep: usize, iw: InverseWishart, stats: &mut SweepStats) {
         let (g, k) = (self.data.groups(), self.data.k);
         let mut rng = self.rng(sweep, Block::Tau);
-        let mut s = vec![0.0; k * k];
-        for i in 0..k {
-            for j in 0..=i {
-                let (mi, mj) = (state.mu[i], state.mu[j]);
-                let v = par_sum(g, |r| r.map(|gi| (state.beta[gi * k + i] - mi) * (state.beta[gi * k + j] - mj)).sum::<f64>());
-                s[i * k + j] = v;
-                s[j * k + i] = v;
-            }
-            s[i * k + i] += iw.df * iw.scale * iw.scale;
-        }
-        match covariance::draw_inverse_wishart(iw.df + g as f64, &s, k, &mut rng) {
-            Some((cov, prec)) if cov.iter().chain(&prec).all(|v| v.is_finite()) => {
+        let (mu, beta) = (&state.mu, &state.beta);
+        let cross = |i: usize, j: usize| par_sum(g, |r| r.map(|gi| (beta[gi * k + i] - mu[i]) * (beta[gi * k + j] - mu[j])).sum::<f64>());
+        match covariance::draw_posterior(iw, g, k, cross, &mut rng) {
+            Some((cov, prec)) => {
                 for j in 0..k {
                     state.tau[j] = cov[j * k + j].sqrt();
                 }
                 (state.cov, state.prec) = (cov, prec);
             }
-            _ => {
+            None => {
                 let base = g * k + self.data.p;
                 for j in 0..k {
                     state.stuck[base + j] += 1;
