@@ -64,8 +64,9 @@ __device__ __forceinline__ double hb_ordinal(double y, double eta, const double*
     auto cut = [&](int i) { return i == which ? t : cuts[i]; };
     if (c <= 1) return -hb_softplus(eta - cut(0));
     if (c > ncuts) return -hb_softplus(cut(ncuts - 1) - eta);
+    // a - b from the cut-points themselves (close ones keep their gap).
     const double a = cut(c - 2) - eta, b = cut(c - 1) - eta;
-    return b + log(-expm1(a - b)) - hb_softplus(a) - hb_softplus(b);
+    return b + log(-expm1(cut(c - 2) - cut(c - 1))) - hb_softplus(a) - hb_softplus(b);
 }
 
 // `n`: binomial trials (ignored by the other families).
@@ -628,15 +629,22 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
         }
     }
     // Ordinal: each free cut-point theta_j (j >= 1) within its neighbours,
-    // under N(0, gamma_sd^2), its log-likelihood over every row.
+    // under N(0, gamma_sd^2), its log-likelihood over its rows. One block
+    // per chain reads every row per evaluation: on 10^6 rows this is most
+    // of the sweep (BENCHMARKS.md); a multi-block reduction would not be.
     if (HB_FAMILY == 4) {
         double* cuts = a.cuts + (size_t)c * a.ncuts;
         const int last = a.ncuts;
         for (int j = 1; j < last; ++j) {
             __syncthreads();
+            // Only rows in categories j + 1 and j + 2 (1-based) depend on
+            // cut j; the others add a constant.
             auto logf = [&](double t) -> double {
                 double s = 0.0;
-                for (int i = tid; i < n; i += nt) s += hb_ordinal(a.y[i], eta[i], cuts, last, j, t);
+                for (int i = tid; i < n; i += nt) {
+                    const int cat = (int)a.y[i];
+                    if (cat == j + 1 || cat == j + 2) s += hb_ordinal(a.y[i], eta[i], cuts, last, j, t);
+                }
                 const double z = t / h.gamma_sd;
                 return block_sum(s, scratch) - 0.5 * z * z;
             };

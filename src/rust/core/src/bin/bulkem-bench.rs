@@ -18,7 +18,7 @@
 //! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
-//!                    [--big-groups B] [--sweeps N] [--correlated yes] [--target-ess E] [--crossed L] [--crossed-terms T]
+//!                    [--big-groups B] [--sweeps N] [--correlated yes] [--target-ess E] [--crossed L] [--crossed-terms T] [--ordinal C]
 //!                    [--backend cpu|cuda|both] [--json FILE]
 //! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
@@ -369,10 +369,13 @@ mod gibbs_bench {
         /// Terms of the crossed factor: the first T columns (correlated
         /// with `--correlated yes` when T > 1).
         crossed_terms: usize,
+        /// The hblogit case's response as C ordered categories (a latent
+        /// logistic cut at 0, 1, ..., C - 2; the ordinal family); 0: 0/1.
+        ordinal: usize,
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0, crossed_terms: 1 };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0, crossed_terms: 1, ordinal: 0 };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -390,6 +393,7 @@ mod gibbs_bench {
                 "--correlated" => o.correlated = value == "yes",
                 "--crossed" => o.crossed = num()?,
                 "--crossed-terms" => o.crossed_terms = num()?,
+                "--ordinal" => o.ordinal = num()?,
                 "--target-ess" => o.target_ess = Some(value.parse::<f64>().map_err(|_| format!("{flag}: not a number: {value}"))?),
                 "--backend" => {
                     o.backends = match value.as_str() {
@@ -410,14 +414,15 @@ mod gibbs_bench {
     /// 0.5 N(0,1), y ~ Bernoulli(logistic(x' beta_g)). `sizes` give the rows
     /// per group.
     fn hblogit_data(sizes: &[usize], k: usize, seed: u64) -> HbData {
-        hblogit_crossed_data(sizes, k, seed, 0, 1, false)
+        hblogit_crossed_data(sizes, k, seed, 0, 1, false, 0)
     }
 
     /// As `hblogit_data`, with a factor of `levels` levels (none for 0)
     /// crossed with the groups, varying the first `terms` columns (effects
     /// 0.5 N(0, 1) for the intercept, 0.3 N(0, 1) for slopes), correlated
-    /// or not.
-    fn hblogit_crossed_data(sizes: &[usize], k: usize, seed: u64, levels: usize, terms: usize, correlated: bool) -> HbData {
+    /// or not; with `categories` >= 2 the response is ordinal instead
+    /// (`Opts::ordinal`).
+    fn hblogit_crossed_data(sizes: &[usize], k: usize, seed: u64, levels: usize, terms: usize, correlated: bool, categories: usize) -> HbData {
         let mut urng = stream(seed, 1, 0, Block::Init, 1);
         let effects: Vec<f64> = (0..levels * terms).map(|q| if q % terms == 0 { 0.5 } else { 0.3 } * urng.normal()).collect();
         let first: Vec<usize> = sizes.iter().scan(0, |acc, &s| { let f = *acc; *acc += s; Some(f) }).collect();
@@ -434,7 +439,13 @@ mod gibbs_bench {
                     let l = if levels > 0 { (first[g] + r) % levels } else { 0 };
                     let u: f64 = if levels > 0 { (0..terms).map(|j| row[j] * effects[l * terms + j]).sum() } else { 0.0 };
                     let eta: f64 = row.iter().zip(&beta).map(|(a, b)| a * b).sum::<f64>() + u;
-                    y.push((rng.uniform() < 1.0 / (1.0 + (-eta).exp())) as u8 as f64);
+                    let u = rng.uniform();
+                    y.push(if categories >= 2 {
+                        let latent = eta + (u / (1.0 - u)).ln();
+                        1.0 + (0..categories - 1).filter(|&c| latent > c as f64).count() as f64
+                    } else {
+                        (u < 1.0 / (1.0 + (-eta).exp())) as u8 as f64
+                    });
                     x.extend(row);
                 }
                 (y, x)
@@ -445,7 +456,7 @@ mod gibbs_bench {
             y.extend(py);
             x.extend(px);
         }
-        let data = HbData::new(y, x, vec![], sizes, k, 0).expect("valid benchmark data");
+        let data = HbData::new(y, x, vec![], sizes, k, 0).expect("valid benchmark data").with_categories(categories);
         if levels == 0 {
             return data;
         }
@@ -467,7 +478,10 @@ mod gibbs_bench {
         if o.crossed_terms == 0 || o.crossed_terms > o.k {
             return Err(format!("--crossed-terms must be 1..K ({}), not {}", o.k, o.crossed_terms));
         }
-        let data = hblogit_crossed_data(&vec![o.n; o.groups], o.k, 0, o.crossed, o.crossed_terms, o.correlated);
+        if o.ordinal == 1 {
+            return Err("--ordinal must be 0 (a 0/1 response) or at least 2 categories".into());
+        }
+        let data = hblogit_crossed_data(&vec![o.n; o.groups], o.k, 0, o.crossed, o.crossed_terms, o.correlated, o.ordinal);
         let mut cpu_rate = None;
         for &backend in &o.backends {
             let rate = hblogit_on(o, &data, backend, json)?;
@@ -483,9 +497,14 @@ mod gibbs_bench {
         Ok(())
     }
 
+    /// The hblogit case's family: binomial, or ordinal with `--ordinal`.
+    fn hblogit_family(o: &Opts) -> Family {
+        if o.ordinal >= 2 { Family::Ordinal } else { Family::Binomial }
+    }
+
     fn warm_gpu(family: Family) -> Result<f64, String> {
         let t0 = Instant::now();
-        let tiny = hblogit_data(&[5, 80, 9000], 2, 9);
+        let tiny = hblogit_crossed_data(&[5, 80, 9000], 2, 9, 0, 1, false, if family == Family::Ordinal { 3 } else { 0 });
         let config = HbglmConfig { iter: 2, warmup: 1, chains: 1, ..HbglmConfig::new(family) };
         sample_gpu(&tiny, &config, &Exec { backend: Backend::Cuda, ..Exec::cpu() }, true).map_err(|e| e.to_string())?;
         Ok(t0.elapsed().as_secs_f64())
@@ -494,7 +513,7 @@ mod gibbs_bench {
     /// One backend's run of the hblogit case; returns min ESS/s.
     fn hblogit_on(o: &Opts, data: &HbData, backend: Backend, json: &mut std::fs::File) -> Result<f64, String> {
         if backend == Backend::Cuda {
-            println!("  cuda warm-up (kernel compilation): {:.2} s", warm_gpu(Family::Binomial)?);
+            println!("  cuda warm-up (kernel compilation): {:.2} s", warm_gpu(hblogit_family(o))?);
         }
         let cov = o.correlated.then(|| bulkem_core::gibbs::covariance::InverseWishart { df: o.k as f64 + 3.0, scale: 1.0 });
         let first = o.warmup + o.draws;
@@ -505,7 +524,7 @@ mod gibbs_bench {
             chains: o.chains,
             seed: 1,
             target: o.target_ess.map(|ess| bulkem_core::gibbs::Target { ess, rhat: 1.01, first }),
-            ..HbglmConfig::new(Family::Binomial)
+            ..HbglmConfig::new(hblogit_family(o))
         };
         let exec = Exec { backend, ..Exec::cpu().threads(o.threads) };
         let t0 = Instant::now();
@@ -531,8 +550,8 @@ mod gibbs_bench {
         }
         let evals = fit.stats.beta_evals as f64 / (sweeps * (o.groups * o.k) as f64);
         println!(
-            "hblogit G={} n={} K={} warmup={} draws={} chains={} correlated={} crossed={}x{} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update; all {} parameters: min bulk ESS {:.0}, min ESS/s {:.1}",
-            o.groups, o.n, o.k, o.warmup, o.draws, o.chains, o.correlated, o.crossed, o.crossed_terms, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals,
+            "hblogit {} G={} n={} K={} warmup={} draws={} chains={} correlated={} crossed={}x{} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update; all {} parameters: min bulk ESS {:.0}, min ESS/s {:.1}",
+            hblogit_family(o).name(), o.groups, o.n, o.k, o.warmup, o.draws, o.chains, o.correlated, o.crossed, o.crossed_terms, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals,
             fit.layout.n_params(), min_all, min_all / seconds
         );
         writeln!(

@@ -151,8 +151,10 @@ pub fn ordinal_loglik(y: f64, eta: f64, cuts: &[f64]) -> f64 {
     } else if c == last {
         -softplus(cuts[last - 2] - eta)
     } else {
+        // a - b from the cut-points themselves: (theta - eta) rounds, and
+        // close cut-points would lose their difference to it.
         let (a, b) = (cuts[c - 2] - eta, cuts[c - 1] - eta);
-        b + (-(a - b).exp_m1()).ln() - softplus(a) - softplus(b)
+        b + (-(cuts[c - 2] - cuts[c - 1]).exp_m1()).ln() - softplus(a) - softplus(b)
     }
 }
 
@@ -173,7 +175,8 @@ pub fn rows_loglik(family: Family, y: &[f64], eta: &[f64], xc: &[f64], delta: f6
         Family::Binomial => return super::rows::binomial(y, None, eta, xc, delta),
         Family::Poisson => return super::rows::poisson(y, eta, xc, delta),
         Family::NegBinomial => return super::rows::negbin(y, aux.value, eta, xc, delta),
-        Family::Gaussian | Family::Ordinal => {}
+        Family::Ordinal => return super::rows::ordinal(y, eta, Some(xc), delta, aux.cuts),
+        Family::Gaussian => {}
     }
     y.iter().zip(eta).zip(xc).map(|((&y, &e), &x)| family.loglik(y, e + x * delta, aux)).sum()
 }

@@ -58,7 +58,7 @@ impl Sweeper<'_> {
             let mut logf = |t: f64| {
                 cuts[c] = t;
                 let aux = self.aux(state.sigma, &cuts);
-                par_sum(d.n(), |r| r.map(|i| self.family.loglik(d.y[i], eta[i], aux)).sum::<f64>()) - 0.5 * (t / sd).powi(2)
+                par_sum(d.n(), |r| super::rows::ordinal(&d.y[r.clone()], &eta[r], None, 0.0, aux.cuts)) - 0.5 * (t / sd).powi(2)
             };
             let idx = self.cut_coord(c - 1);
             let settings = SliceSettings { w: state.widths.w[idx], lower, upper, ..self.slice };

@@ -1,5 +1,6 @@
-//! The binomial and Poisson rows' log-likelihoods, sum y eta - n log(1 +
-//! e^eta) and sum y eta - e^eta, with a branch-free softplus and exp that
+//! The binomial, Poisson, negative binomial and ordinal rows'
+//! log-likelihoods (sum y eta - n log(1 + e^eta), sum y eta - e^eta, ...),
+//! with a branch-free softplus and exp that
 //! vectorise: the slice updates spend most of a
 //! sweep here, and libm's exp and log1p took most of about 40 ns a row
 //! (BENCHMARKS.md, "a vectorised softplus"). Chosen at run time where the
@@ -93,6 +94,68 @@ fn negbin_with(y: &[f64], phi: f64, eta: &[f64], xc: &[f64], delta: f64, sp: imp
         }
         for r in 0..m {
             sum += y[start + r] * e[r] - (y[start + r] + phi) * s[r];
+        }
+    }
+    sum
+}
+
+/// sum over rows of log P(y = c) under the cumulative logit
+/// (`model::ordinal_loglik`), eta = eta0 + xc delta (eta0 alone without
+/// `xc`). With a = theta_{c-1} - eta and b = theta_c - eta, log(F(b) -
+/// F(a)) = ln(1 - e^(a - b)) - softplus(-b) - softplus(a): a - b depends on
+/// the category only, so its term is computed once per call, and the end
+/// categories take a = -inf or b = +inf (their softplus terms are 0).
+pub(crate) fn ordinal(y: &[f64], eta: &[f64], xc: Option<&[f64]>, delta: f64, cuts: &[f64]) -> f64 {
+    let last = cuts.len() + 1;
+    let lower: Vec<f64> = (1..=last).map(|c| if c == 1 { f64::NEG_INFINITY } else { cuts[c - 2] }).collect();
+    let upper: Vec<f64> = (1..=last).map(|c| if c == last { f64::INFINITY } else { cuts[c - 1] }).collect();
+    let gap: Vec<f64> = (1..=last).map(|c| if c == 1 || c == last { 0.0 } else { (-(cuts[c - 2] - cuts[c - 1]).exp_m1()).ln() }).collect();
+    let tables = OrdinalTables { lower: &lower, upper: &upper, gap: &gap };
+    #[cfg(target_arch = "x86_64")]
+    {
+        if fma_available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { ordinal_fma(y, eta, xc, delta, &tables) };
+        }
+    }
+    ordinal_with(y, eta, xc, delta, &tables, softplus)
+}
+
+/// Per category (index c - 1): theta_{c-1}, theta_c and ln(1 - e^(theta_{c-1}
+/// - theta_c)).
+struct OrdinalTables<'t> {
+    lower: &'t [f64],
+    upper: &'t [f64],
+    gap: &'t [f64],
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn ordinal_fma(y: &[f64], eta: &[f64], xc: Option<&[f64]>, delta: f64, tables: &OrdinalTables) -> f64 {
+    ordinal_with(y, eta, xc, delta, tables, softplus_fma)
+}
+
+#[inline(always)]
+fn ordinal_with(y: &[f64], eta: &[f64], xc: Option<&[f64]>, delta: f64, t: &OrdinalTables, sp: impl Fn(f64) -> f64) -> f64 {
+    let top = t.gap.len() - 1;
+    let (mut sum, mut a, mut nb, mut g) = (0.0, [0.0; BLOCK], [0.0; BLOCK], [0.0; BLOCK]);
+    let (mut sa, mut sb) = ([0.0; BLOCK], [0.0; BLOCK]);
+    for start in (0..y.len()).step_by(BLOCK) {
+        let m = BLOCK.min(y.len() - start);
+        for r in 0..m {
+            let i = start + r;
+            let e = eta[i] + xc.map_or(0.0, |x| x[i]) * delta;
+            let c = (y[i] as usize).clamp(1, top + 1) - 1;
+            a[r] = t.lower[c] - e;
+            nb[r] = e - t.upper[c];
+            g[r] = t.gap[c];
+        }
+        for r in 0..BLOCK {
+            sa[r] = sp(a[r]);
+            sb[r] = sp(nb[r]);
+        }
+        for r in 0..m {
+            sum += g[r] - sb[r] - sa[r];
         }
     }
     sum
@@ -235,6 +298,16 @@ mod tests {
             // want cancels terms of size (y + phi) |ln(phi + e^eta)|.
             let size: f64 = (0..n).map(|r| (t[r] + phi) * (phi + (eta[r] + xc[r] * 0.3).exp()).ln().abs()).sum();
             assert!((got - want).abs() <= 1e-14 * size.max(1.0), "negbin phi {phi}: {got} vs {want}");
+        }
+        // The ordinal family against its row-by-row cumulative logit: every
+        // category, cut-points close together, eta far in the tails.
+        let cuts = [0.0, 1e-9, 0.7, 2.5];
+        let cat: Vec<f64> = (0..n).map(|i| 1.0 + (i % 5) as f64).collect();
+        let wide: Vec<f64> = eta.iter().map(|e| e * 12.0).collect();
+        for (eta, xc) in [(&eta, Some(&xc[..])), (&wide, None)] {
+            let got = super::ordinal(&cat, eta, xc, 0.3, &cuts);
+            let want: f64 = (0..n).map(|r| super::super::model::ordinal_loglik(cat[r], eta[r] + xc.map_or(0.0, |x| x[r]) * 0.3, &cuts)).sum();
+            assert!((got - want).abs() <= 1e-12 * want.abs(), "ordinal: {got} vs {want}");
         }
     }
 }
