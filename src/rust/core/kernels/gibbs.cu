@@ -6,9 +6,14 @@
 //                  lanes sum the group's log-likelihood (log-posterior-
 //                  parallel), the tiles run independently (block-parallel);
 //   hb_beta_block  large groups, a whole block each (split over its threads);
-//   hb_global      one block per chain: gamma (log posterior summed over all
-//                  rows), mu (conjugate), tau and sigma (slice), then the
-//                  draw is written to the device buffer if kept.
+//   hb_scalar_*    the scalars whose log-likelihood sums over every row
+//                  (gamma before hb_global; the negative binomial's shape and
+//                  the ordinal cut-points after it), one at a time: each a
+//                  slice update whose candidates are evaluated in batches by
+//                  the whole grid (below, "Scalars summed over every row");
+//   hb_global      one block per chain: mu (conjugate), tau and the
+//                  gaussian's sigma (slice), then the draw is written to the
+//                  device buffer if kept.
 // Every lane of a tile computes the same sums (butterfly reduction), so the
 // slice decisions are uniform within a tile; tiles that finish early simply
 // stop (their shuffles use the tile's mask), and never stall the others.
@@ -20,7 +25,7 @@
 // HB_FAMILY: 0 gaussian, 1 binomial (logit), 2 poisson (log), 3 negative
 // binomial (log; the chain's `sigma` holds its shape phi), 4 ordinal
 // (cumulative logit; the chain's cut-points theta_1 = 0 < ... < theta_{C-1}
-// in `cuts`, the free ones slice-updated by hb_global as ordinal.rs does).
+// in `cuts`, the free ones slice-updated as ordinal.rs does).
 //
 // Correlated coefficients (lme4's `(1 + x | g)`): `prec` (chains x K x K,
 // Sigma^-1) is non-NULL; a coefficient's prior given its group's others is
@@ -54,19 +59,26 @@ __device__ __forceinline__ double hb_softplus(double x) {
 struct HbAux {
     double v;
     const double* cuts;
+    const double* gaps;  // per middle category c: log(1 - e^(theta_{c-1} - theta_c))
     int ncuts;
 };
 
 // log P(y = c) under the cumulative logit (model.rs: ordinal_loglik), cut
-// `which` read as `t` (the cut-points' own updates; -1: none).
-__device__ __forceinline__ double hb_ordinal(double y, double eta, const double* cuts, int ncuts, int which, double t) {
+// `which` read as `t` (the cut-points' own updates; -1: none). With a, b
+// the category's cut-points less eta (-inf below the first, +inf above the
+// last), log(F(b) - F(a)) = log(1 - e^(a - b)) - softplus(-b) - softplus(a):
+// one formula for every category, so a warp's rows do not diverge, and the
+// first term (from the cut-points themselves, so close ones keep their gap)
+// is the chain's table `gaps` unless a cut-point moves.
+__device__ __forceinline__ double hb_ordinal(double y, double eta, const double* cuts, const double* gaps, int ncuts, int which, double t) {
     const int c = (int)y;
     auto cut = [&](int i) { return i == which ? t : cuts[i]; };
-    if (c <= 1) return -hb_softplus(eta - cut(0));
-    if (c > ncuts) return -hb_softplus(cut(ncuts - 1) - eta);
-    // a - b from the cut-points themselves (close ones keep their gap).
-    const double a = cut(c - 2) - eta, b = cut(c - 1) - eta;
-    return b + log(-expm1(cut(c - 2) - cut(c - 1))) - hb_softplus(a) - hb_softplus(b);
+    const bool lo = c >= 2, hi = c <= ncuts;
+    const double a = lo ? cut(c - 2) - eta : -HB_INF;
+    const double b = hi ? cut(c - 1) - eta : HB_INF;
+    double g = 0.0;
+    if (lo && hi) g = which < 0 ? gaps[c - 2] : log(-expm1(cut(c - 2) - cut(c - 1)));
+    return g - hb_softplus(-b) - hb_softplus(a);
 }
 
 // `n`: binomial trials (ignored by the other families).
@@ -83,7 +95,7 @@ __device__ __forceinline__ double hb_loglik(double y, double n, double eta, cons
     const double e = eta - log(aux.v);
     return y * e - (y + aux.v) * hb_softplus(e);
 #else
-    return hb_ordinal(y, eta, aux.cuts, aux.ncuts, -1, 0.0);
+    return hb_ordinal(y, eta, aux.cuts, aux.gaps, aux.ncuts, -1, 0.0);
 #endif
 }
 
@@ -299,6 +311,7 @@ struct HbArgs {
     const double* prec;            // chains x K x K (Sigma^-1), or NULL (independent)
     double* cuts;                  // ordinal: chains x ncuts cut-points, else NULL
     int ncuts;
+    double* gaps;                  //   and chains x ncuts HbAux::gaps (ncuts - 1 used)
 };
 
 // Chain c's HbAux.
@@ -307,6 +320,7 @@ __device__ __forceinline__ HbAux hb_aux(const HbArgs& a, int c) {
     HbAux out;
     out.v = HB_FAMILY == 0 ? 1.0 / (sigma * sigma) : HB_FAMILY == 3 ? sigma : 1.0;
     out.cuts = a.cuts ? a.cuts + (size_t)c * a.ncuts : nullptr;
+    out.gaps = a.gaps ? a.gaps + (size_t)c * a.ncuts : nullptr;
     out.ncuts = a.ncuts;
     return out;
 }
@@ -444,7 +458,25 @@ struct HbGlobal {
     const double* tau_floor;        // K floors of tau
 };
 
-// One block per chain: gamma, mu, tau, sigma; then record the draw.
+// The warmup's width adaptation of coordinate i (adapt.rs).
+__device__ __forceinline__ void hb_adapt_width(const HbArgs& a, double* w, double* moved, int i) {
+    const double target = a.adapt_factor * moved[i] / a.adapt_window;
+    if (isfinite(target) && target > 0.0) w[i] = sqrt(w[i] * target);
+    moved[i] = 0.0;
+}
+
+// Whether sweep coordinate i is a scalar summed over every row (gamma, the
+// negative binomial's shape, a free cut-point), adapted by hb_scalar_finish.
+__device__ __forceinline__ bool hb_scalar_coord(const HbArgs& a, int i, int P) {
+    const int base = a.G * a.K;
+    if (i < base) return false;
+    if (i < base + P) return true;
+    const int aux = base + P + a.K;
+    return (HB_FAMILY == 3 && i == aux) || (HB_FAMILY == 4 && i > aux && i < aux + a.ncuts);
+}
+
+// One block per chain: mu, tau, the gaussian's sigma; then record the draw
+// (the scalars updated after it overwrite their own entries).
 extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
     __shared__ double scratch[32];
     const int c = blockIdx.x;
@@ -455,34 +487,8 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
     double* w = a.widths + (size_t)c * a.ncoord;
     double* moved = a.moved + (size_t)c * a.ncoord;
     HbRng rng(a.seed, a.chain0 + c, a.sweep, G);
-    const HbAux inv_var = hb_aux(a, c);
-    long long gamma_evals = 0, scale_evals = 0, stuck = 0;
+    long long scale_evals = 0, stuck = 0;
 
-    // gamma: log-posterior-parallel over all rows.
-    for (int j = 0; j < P; ++j) {
-        const double c0 = h.gamma[c * P + j];
-        auto logf = [&](double v) -> double {
-            double s = 0.0;
-            const double d = v - c0;
-            for (int i = tid; i < n; i += nt) s += hb_loglik(a.y[i], hb_trials(a.trials, i), eta[i] + h.z[(size_t)i * P + j] * d, inv_var);
-            const double q = v / h.gamma_sd;
-            return block_sum(s, scratch) - 0.5 * q * q;
-        };
-        const int idx = G * K + j;
-        const HbStep st = hb_slice(c0, logf(c0), logf, w[idx], a.m, -HB_INF, HB_INF, rng);
-        gamma_evals += st.evals + 1;
-        stuck += st.stuck;
-        if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
-        const double delta = st.x - c0;
-        if (delta != 0.0) {
-            for (int i = tid; i < n; i += nt) eta[i] += h.z[(size_t)i * P + j] * delta;
-        }
-        __syncthreads();
-        if (tid == 0) {
-            h.gamma[c * P + j] = st.x;
-            if (a.adapting) moved[idx] += fabs(delta);
-        }
-    }
     if (h.cov) {
         // Correlated: mu | beta, Sigma ~ N(Q^-1 r, Q^-1), Q = I / s0^2 + G
         // Sigma^-1, r = m0 / s0^2 + Sigma^-1 sum_g beta_g; then Sigma | beta,
@@ -588,33 +594,16 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             }
         }
     }
-    // The auxiliary parameter on the log scale: sigma from the residual sum
-    // of squares; the negative binomial's shape phi = e^u from every row.
-    if ((HB_FAMILY == 0 || HB_FAMILY == 3) && h.sigma_kind != 2) {
-        double rss = 0.0;
-        if (HB_FAMILY == 0) {
-            double s = 0.0;
-            for (int i = tid; i < n; i += nt) {
-                const double r = a.y[i] - eta[i];
-                s += r * r;
-            }
-            rss = block_sum(s, scratch);
+    // sigma on the log scale, from the residual sum of squares.
+    if (HB_FAMILY == 0 && h.sigma_kind != 2) {
+        double s = 0.0;
+        for (int i = tid; i < n; i += nt) {
+            const double r = a.y[i] - eta[i];
+            s += r * r;
         }
+        const double rss = block_sum(s, scratch);
         auto logf = [&](double u) -> double {
-            const double v = exp(u);
-            double lik;
-            if (HB_FAMILY == 0) {
-                lik = -n * u - 0.5 * rss * exp(-2.0 * u);
-            } else {
-                double s = 0.0;
-                const double lg = lgamma(v);
-                for (int i = tid; i < n; i += nt) {
-                    const double y = a.y[i];
-                    s += lgamma(y + v) - lg - y * u - (y + v) * hb_softplus(eta[i] - u);
-                }
-                lik = block_sum(s, scratch);
-            }
-            return hb_scale_prior(h.sigma_kind, h.sigma_scale, h.sigma_rate, v) + u + lik;
+            return hb_scale_prior(h.sigma_kind, h.sigma_scale, h.sigma_rate, exp(u)) + u - n * u - 0.5 * rss * exp(-2.0 * u);
         };
         const int idx = G * K + P + K;
         const double u0 = log(h.sigma[c]);
@@ -628,50 +617,12 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
             if (a.adapting) moved[idx] += fabs(st.x - u0);
         }
     }
-    // Ordinal: each free cut-point theta_j (j >= 1) within its neighbours,
-    // under N(0, gamma_sd^2), its log-likelihood over its rows. One block
-    // per chain reads every row per evaluation: on 10^6 rows this is most
-    // of the sweep (BENCHMARKS.md); a multi-block reduction would not be.
-    if (HB_FAMILY == 4) {
-        double* cuts = a.cuts + (size_t)c * a.ncuts;
-        const int last = a.ncuts;
-        for (int j = 1; j < last; ++j) {
-            __syncthreads();
-            // Only rows in categories j + 1 and j + 2 (1-based) depend on
-            // cut j; the others add a constant.
-            auto logf = [&](double t) -> double {
-                double s = 0.0;
-                for (int i = tid; i < n; i += nt) {
-                    const int cat = (int)a.y[i];
-                    if (cat == j + 1 || cat == j + 2) s += hb_ordinal(a.y[i], eta[i], cuts, last, j, t);
-                }
-                const double z = t / h.gamma_sd;
-                return block_sum(s, scratch) - 0.5 * z * z;
-            };
-            const int idx = G * K + P + K + j;
-            const double t0 = cuts[j];
-            const double upper = j + 1 < last ? cuts[j + 1] : HB_INF;
-            const HbStep st = hb_slice(t0, logf(t0), logf, w[idx], a.m, cuts[j - 1], upper, rng);
-            scale_evals += st.evals + 1;
-            stuck += st.stuck;
-            if (tid == 0 && st.stuck) a.stuck_by[(size_t)c * a.ncoord + idx] += 1;
-            __syncthreads();
-            if (tid == 0) {
-                cuts[j] = st.x;
-                if (a.adapting) moved[idx] += fabs(st.x - t0);
-            }
-        }
-    }
     __syncthreads();
     if (tid == 0) {
         if (a.adapt_now) {
-            for (int i = G * K; i < a.ncoord; ++i) {
-                const double target = a.adapt_factor * moved[i] / a.adapt_window;
-                if (isfinite(target) && target > 0.0) w[i] = sqrt(w[i] * target);
-                moved[i] = 0.0;
-            }
+            for (int i = G * K; i < a.ncoord; ++i)
+                if (!hb_scalar_coord(a, i, P)) hb_adapt_width(a, w, moved, i);
         }
-        atomicAdd(&a.counters[1], (unsigned long long)gamma_evals);
         atomicAdd(&a.counters[2], (unsigned long long)scale_evals);
         if (stuck) atomicAdd(&a.counters[3], (unsigned long long)stuck);
     }
@@ -699,12 +650,353 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
 }
 
 // ---------------------------------------------------------------------------
+// Scalars summed over every row: a global coefficient gamma_j, the negative
+// binomial's shape (on the log scale), a free ordinal cut-point. Each is one
+// slice update (hb_slice's steps in hb_slice's order, from the scalar's own
+// stream) kept as a state machine, so that its candidates can be evaluated
+// in batches by the whole grid instead of one block per chain:
+//   hb_scalar_start   per chain: the slice's level, the first interval and
+//                     the first batch: x0 and the stepping-out points (their
+//                     positions are known before any is evaluated);
+//   hb_scalar_eval    (row blocks x chains): each block sums its rows' terms
+//                     at every candidate into one partial per candidate;
+//   hb_scalar_decide  one block per chain: the partials summed in a fixed
+//                     order, the candidates consumed as hb_slice would have
+//                     evaluated them, the next batch planned (shrinkage
+//                     proposals, each assuming the ones before it rejected:
+//                     the interval after a rejection is known in advance);
+//                     batches grow from a few candidates (a slice update
+//                     with adapted widths takes about 5 evaluations, and
+//                     each candidate costs every row's term);
+//   hb_scalar_finish  one block per chain: whatever is left, a candidate at
+//                     a time summed by the block (all of it on few rows,
+//                     where the host queues no rounds), then the new value,
+//                     counters, width adaptation and the draw's entry;
+//   hb_scalar_apply   gamma only: eta += z_j (x - x0) over the grid.
+// The host queues start, a fixed number of eval/decide rounds and finish
+// without waiting; a round whose chain is done returns at once. Candidates
+// after the accepted one are evaluated and dropped with their random
+// numbers, which changes no draw's distribution.
+// ---------------------------------------------------------------------------
+
+#define HB_CANDIDATES 16
+#define HB_SCALAR_STATE_DOUBLES 96
+
+struct HbScalar {
+    int what;          // 0 gamma_j, 1 the shape's log, 2 cut-point j
+    int j;
+    int coord;         // sweep coordinate (widths, moved, stuck_by)
+    int stream;        // random stream (the block number of HbRng)
+    int draw_at;       // place in a draw, or -1 (gamma's: hb_global writes it)
+    double* state;     // chains x HB_SCALAR_STATE_DOUBLES
+    double* partials;  // chains x nb x HB_CANDIDATES
+    int nb;            // row blocks per chain of hb_scalar_eval
+};
+
+enum { HB_NEED_F0, HB_STEPPING, HB_SHRINKING, HB_DONE };
+enum { HB_AT_X0, HB_AT_LEFT, HB_AT_RIGHT, HB_AT_SHRINK };
+
+struct HbSliceState {
+    HbRng rng;
+    double x0, y, logu, w, lower, upper, left, right, x;
+    int phase, steps_left, steps_right, left_open, right_open;
+    int shrinks, evals, stuck, nt, collapse_at;
+    double t[HB_CANDIDATES];  // the batch's candidates
+    int at[HB_CANDIDATES];    // and what each is (HB_AT_*)
+};
+static_assert(sizeof(HbSliceState) <= HB_SCALAR_STATE_DOUBLES * sizeof(double), "HbSliceState outgrew its buffer");
+
+__device__ __forceinline__ HbSliceState* hb_scalar_state(const HbScalar& s, int c) {
+    return reinterpret_cast<HbSliceState*>(s.state + (size_t)c * HB_SCALAR_STATE_DOUBLES);
+}
+
+// The next batch of at most `cap` candidates (cap >= 1).
+__device__ void hb_slice_plan(HbSliceState& st, int cap) {
+    int n = 0;
+    if (st.phase == HB_NEED_F0) {
+        st.t[n] = st.x0;
+        st.at[n++] = HB_AT_X0;
+    }
+    if (st.phase != HB_SHRINKING) {
+        // Stepping out: the room split between the open sides, left first.
+        const int room = cap - n;
+        const int nl = st.left_open ? (st.right_open ? (room + 1) / 2 : room) : 0;
+        const int nr = st.right_open ? room - nl : 0;
+        double p = st.left;
+        for (int i = 0; i < nl && i < st.steps_left && p > st.lower; ++i, p -= st.w) {
+            st.t[n] = p;
+            st.at[n++] = HB_AT_LEFT;
+        }
+        p = st.right;
+        for (int i = 0; i < nr && i < st.steps_right && p < st.upper; ++i, p += st.w) {
+            st.t[n] = p;
+            st.at[n++] = HB_AT_RIGHT;
+        }
+    } else {
+        double left = st.left, right = st.right;
+        st.collapse_at = -1;
+        for (int s = st.shrinks; n < cap && s < SLICE_MAX_SHRINKS; ++s) {
+            const double x1 = left + (right - left) * st.rng.uniform();
+            st.t[n] = x1;
+            st.at[n++] = HB_AT_SHRINK;
+            if (x1 < st.x0) left = x1; else right = x1;
+            if (right - left <= 2.220446049250313e-16 * fmax(fabs(st.x0), 2.2250738585072014e-308)) {
+                st.collapse_at = n - 1;
+                break;
+            }
+        }
+    }
+    st.nt = n;
+}
+
+// The batch's log-densities `f`, in hb_slice's order: the level from x0,
+// each side's steps while they stay above it, then the first shrinkage
+// proposal above it (or stuck, as hb_slice).
+__device__ void hb_slice_consume(HbSliceState& st, const double* f) {
+    const int n = st.nt;
+    st.nt = 0;
+    for (int p = 0; p < n; ++p) {
+        const int at = st.at[p];
+        if (at == HB_AT_X0) {
+            st.y = f[p] + st.logu;
+            st.phase = HB_STEPPING;
+        } else if (at == HB_AT_LEFT && st.left_open) {
+            st.evals += 1;
+            if (f[p] > st.y) {
+                st.left -= st.w;
+                st.steps_left -= 1;
+                st.left_open = st.steps_left > 0 && st.left > st.lower;
+            } else {
+                st.left_open = 0;
+            }
+        } else if (at == HB_AT_RIGHT && st.right_open) {
+            st.evals += 1;
+            if (f[p] > st.y) {
+                st.right += st.w;
+                st.steps_right -= 1;
+                st.right_open = st.steps_right > 0 && st.right < st.upper;
+            } else {
+                st.right_open = 0;
+            }
+        } else if (at == HB_AT_SHRINK) {
+            st.evals += 1;
+            if (f[p] > st.y) {
+                st.x = st.t[p];
+                st.phase = HB_DONE;
+                return;
+            }
+            if (st.t[p] < st.x0) st.left = st.t[p]; else st.right = st.t[p];
+            st.shrinks += 1;
+            if (p == st.collapse_at || st.shrinks >= SLICE_MAX_SHRINKS) {
+                st.stuck = 1;
+                st.phase = HB_DONE;
+                return;
+            }
+        }
+    }
+    if (st.phase == HB_STEPPING && !st.left_open && !st.right_open) {
+        st.left = fmax(st.left, st.lower);
+        st.right = fmin(st.right, st.upper);
+        st.phase = HB_SHRINKING;
+    }
+}
+
+// Whether row i's term depends on the scalar (a cut-point: only rows in
+// the categories either side of it).
+__device__ __forceinline__ bool hb_scalar_uses(const HbArgs& a, const HbScalar& s, long long i) {
+    if (s.what != 2) return true;
+    const int cat = (int)a.y[i];
+    return cat == s.j + 1 || cat == s.j + 2;
+}
+
+// Row i's term of the scalar's log-likelihood at t (x0: the value eta and
+// the chain's state hold; lgv: the shape's lgamma(e^t), subtracted row by
+// row so that large shapes keep their digits), less terms free of t.
+__device__ __forceinline__ double hb_scalar_row(const HbArgs& a, const HbGlobal& h, const HbScalar& s, const HbAux& aux, const double* eta, long long i, double t, double x0, double lgv) {
+    const double y = a.y[i];
+    if (s.what == 0) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + h.z[(size_t)i * h.P + s.j] * (t - x0), aux);
+    if (s.what == 1) {
+        const double v = exp(t);
+        return lgamma(y + v) - lgv - y * t - (y + v) * hb_softplus(eta[i] - t);
+    }
+    return hb_ordinal(y, eta[i], aux.cuts, aux.gaps, aux.ncuts, s.j, t);
+}
+
+// The scalar's log prior (with a log scale's Jacobian).
+__device__ __forceinline__ double hb_scalar_prior(const HbGlobal& h, const HbScalar& s, double t) {
+    if (s.what == 1) return hb_scale_prior(h.sigma_kind, h.sigma_scale, h.sigma_rate, exp(t)) + t;
+    const double z = t / h.gamma_sd;
+    return -0.5 * z * z;
+}
+
+extern "C" __global__ void hb_scalar_start(HbArgs a, HbGlobal h, HbScalar s, int cap) {
+    const int c = blockIdx.x;
+    if (threadIdx.x != 0) return;
+    HbSliceState& st = *hb_scalar_state(s, c);
+    if (s.what == 0) {
+        st.x0 = h.gamma[c * h.P + s.j];
+        st.lower = -HB_INF;
+        st.upper = HB_INF;
+    } else if (s.what == 1) {
+        st.x0 = log(h.sigma[c]);
+        st.lower = log(h.sigma_floor);
+        st.upper = log(h.aux_max);
+    } else {
+        const double* cuts = a.cuts + (size_t)c * a.ncuts;
+        st.x0 = cuts[s.j];
+        st.lower = cuts[s.j - 1];
+        st.upper = s.j + 1 < a.ncuts ? cuts[s.j + 1] : HB_INF;
+    }
+    // hb_slice's first three numbers: the level, the interval, the split.
+    st.rng = HbRng(a.seed, a.chain0 + c, a.sweep, s.stream);
+    st.x = st.x0;
+    st.w = a.widths[(size_t)c * a.ncoord + s.coord];
+    st.logu = log(st.rng.uniform());
+    st.left = st.x0 - st.w * st.rng.uniform();
+    st.right = st.left + st.w;
+    int j = (int)floor(a.m * st.rng.uniform());
+    if (j > a.m - 1) j = a.m - 1;
+    st.steps_left = j;
+    st.steps_right = a.m - 1 - j;
+    st.left_open = st.steps_left > 0 && st.left > st.lower;
+    st.right_open = st.steps_right > 0 && st.right < st.upper;
+    st.phase = HB_NEED_F0;
+    st.y = 0.0;
+    st.shrinks = st.evals = st.stuck = 0;
+    st.collapse_at = -1;
+    hb_slice_plan(st, cap);
+}
+
+// Grid (nb, chains): block b's partial sums of rows b x 256 + tid, strided
+// by the grid, at each candidate.
+extern "C" __global__ void __launch_bounds__(256) hb_scalar_eval(HbArgs a, HbGlobal h, HbScalar s) {
+    __shared__ double t[HB_CANDIDATES], lgv[HB_CANDIDATES];
+    __shared__ double scratch[32 * HB_CANDIDATES];
+    const int c = blockIdx.y;
+    const HbSliceState& st = *hb_scalar_state(s, c);
+    if (st.phase == HB_DONE) return;
+    const int m = st.nt;
+    if (threadIdx.x < m) {
+        t[threadIdx.x] = st.t[threadIdx.x];
+        lgv[threadIdx.x] = s.what == 1 ? lgamma(exp(st.t[threadIdx.x])) : 0.0;
+    }
+    const double x0 = st.x0;
+    __syncthreads();
+    const double* eta = a.eta + (size_t)c * a.n;
+    const HbAux aux = hb_aux(a, c);
+    double acc[HB_CANDIDATES];
+    for (int p = 0; p < m; ++p) acc[p] = 0.0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
+        if (!hb_scalar_uses(a, s, i)) continue;
+        for (int p = 0; p < m; ++p) acc[p] += hb_scalar_row(a, h, s, aux, eta, i, t[p], x0, lgv[p]);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int p = 0; p < m; ++p) {
+        const double v = warp_sum(acc[p]);
+        if (lane == 0) scratch[warp * HB_CANDIDATES + p] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < m) {
+        double total = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += scratch[w * HB_CANDIDATES + threadIdx.x];
+        s.partials[((size_t)c * s.nb + blockIdx.x) * HB_CANDIDATES + threadIdx.x] = total;
+    }
+}
+
+// One block per chain: the batch's sums, consumed; the next batch planned.
+// `cap`: the next batch's size (the host's schedule; see gpu/scalar.rs).
+extern "C" __global__ void hb_scalar_decide(HbArgs a, HbGlobal h, HbScalar s, int cap) {
+    __shared__ double scratch[32];
+    __shared__ double f[HB_CANDIDATES];
+    const int c = blockIdx.x;
+    HbSliceState& st = *hb_scalar_state(s, c);
+    if (st.phase == HB_DONE) return;
+    const int m = st.nt;
+    for (int p = 0; p < m; ++p) {
+        double v = 0.0;
+        for (int b = threadIdx.x; b < s.nb; b += blockDim.x) v += s.partials[((size_t)c * s.nb + b) * HB_CANDIDATES + p];
+        v = block_sum(v, scratch);
+        if (threadIdx.x == 0) f[p] = v + hb_scalar_prior(h, s, st.t[p]);
+    }
+    if (threadIdx.x == 0) {
+        hb_slice_consume(st, f);
+        if (st.phase != HB_DONE) hb_slice_plan(st, cap);
+    }
+}
+
+// One block per chain: the slice finished a candidate at a time, then its
+// result recorded as hb_global records its own scalars.
+extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
+    __shared__ double scratch[32];
+    __shared__ double f[HB_CANDIDATES];
+    const int c = blockIdx.x;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    HbSliceState& st = *hb_scalar_state(s, c);
+    const double* eta = a.eta + (size_t)c * a.n;
+    const HbAux aux = hb_aux(a, c);
+    for (;;) {
+        __syncthreads();
+        if (st.phase == HB_DONE) break;
+        const int m = st.nt;
+        const double x0 = st.x0;
+        for (int p = 0; p < m; ++p) {
+            const double t = st.t[p], lgv = s.what == 1 ? lgamma(exp(t)) : 0.0;
+            double v = 0.0;
+            for (long long i = tid; i < a.n; i += nt)
+                if (hb_scalar_uses(a, s, i)) v += hb_scalar_row(a, h, s, aux, eta, i, t, x0, lgv);
+            v = block_sum(v, scratch);
+            if (tid == 0) f[p] = v + hb_scalar_prior(h, s, t);
+        }
+        if (tid == 0) {
+            hb_slice_consume(st, f);
+            if (st.phase != HB_DONE) hb_slice_plan(st, 1);
+        }
+    }
+    if (tid != 0) return;
+    const double x = st.x;
+    if (s.what == 0) h.gamma[c * h.P + s.j] = x;
+    else if (s.what == 1) h.sigma[c] = exp(x);
+    else {
+        // The cut-point, and the gaps of the categories either side.
+        double* cuts = a.cuts + (size_t)c * a.ncuts;
+        double* gaps = a.gaps + (size_t)c * a.ncuts;
+        cuts[s.j] = x;
+        gaps[s.j - 1] = log(-expm1(cuts[s.j - 1] - x));
+        if (s.j + 1 < a.ncuts) gaps[s.j] = log(-expm1(x - cuts[s.j + 1]));
+    }
+    atomicAdd(&a.counters[s.what == 0 ? 1 : 2], (unsigned long long)(st.evals + 1));
+    const size_t at = (size_t)c * a.ncoord + s.coord;
+    if (st.stuck) {
+        atomicAdd(&a.counters[3], 1ull);
+        a.stuck_by[at] += 1;
+    }
+    double* w = a.widths + (size_t)c * a.ncoord;
+    double* moved = a.moved + (size_t)c * a.ncoord;
+    if (a.adapting) moved[s.coord] += fabs(x - st.x0);
+    if (a.adapt_now) hb_adapt_width(a, w, moved, s.coord);
+    // The shape as phi; a cut-point as brms's, theta_j - mu_1.
+    if (h.draw_index >= 0 && s.draw_at >= 0)
+        h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == 1 ? exp(x) : x - h.mu[c * a.K];
+}
+
+// gamma_j's move into eta, over the grid (nb, chains).
+extern "C" __global__ void hb_scalar_apply(HbArgs a, HbGlobal h, HbScalar s) {
+    const int c = blockIdx.y;
+    const HbSliceState& st = *hb_scalar_state(s, c);
+    const double d = st.x - st.x0;
+    if (d == 0.0) return;
+    double* eta = a.eta + (size_t)c * a.n;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x)
+        eta[i] += h.z[(size_t)i * h.P + s.j] * d;
+}
+
+// ---------------------------------------------------------------------------
 // Grouping factors besides the groups (core/src/gibbs/factor.rs): the
 // `(1 | week)` of `(1 + x | store) + (1 | week)`. A factor's effects have
 // mean zero and independent sds, or a full covariance (`cov`, `prec`: its
 // terms correlated, `(1 + x | week)`); its levels own rows scattered through the
 // data (listed level by level in `rows`), so each (chain, level) gathers
-// them. Launched after the groups' kernels, before hb_global.
+// them. Launched after the groups' kernels, before gamma and hb_global.
 // ---------------------------------------------------------------------------
 
 struct HbFactor {

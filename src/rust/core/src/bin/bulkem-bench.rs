@@ -342,7 +342,7 @@ mod gibbs_bench {
 
     use bulkem_core::exec::{available_threads, Backend, Exec};
     use bulkem_core::gibbs::diagnostics::ess_bulk;
-    use bulkem_core::gibbs::gpu::sample_gpu;
+    use bulkem_core::gibbs::gpu::{sample_gpu, GpuOptions, GRID_SCALAR_ROWS};
     use bulkem_core::gibbs::{sample, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, Sweeper};
     use rayon::prelude::*;
 
@@ -372,10 +372,16 @@ mod gibbs_bench {
         /// The hblogit case's response as C ordered categories (a latent
         /// logistic cut at 0, 1, ..., C - 2; the ordinal family); 0: 0/1.
         ordinal: usize,
+        /// Global (population-level) covariates, N(0, 1), coefficient 0.5
+        /// each: `y ~ z1 + ... + (1 + x | g)`.
+        global: usize,
+        /// GpuOptions::grid_rows: from this many rows the GPU sums gamma's,
+        /// the shape's and the cut-points' candidates over the grid.
+        grid_rows: usize,
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0, crossed_terms: 1, ordinal: 0 };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0, crossed_terms: 1, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -394,6 +400,8 @@ mod gibbs_bench {
                 "--crossed" => o.crossed = num()?,
                 "--crossed-terms" => o.crossed_terms = num()?,
                 "--ordinal" => o.ordinal = num()?,
+                "--global" => o.global = num()?,
+                "--grid-rows" => o.grid_rows = num()?,
                 "--target-ess" => o.target_ess = Some(value.parse::<f64>().map_err(|_| format!("{flag}: not a number: {value}"))?),
                 "--backend" => {
                     o.backends = match value.as_str() {
@@ -414,31 +422,35 @@ mod gibbs_bench {
     /// 0.5 N(0,1), y ~ Bernoulli(logistic(x' beta_g)). `sizes` give the rows
     /// per group.
     fn hblogit_data(sizes: &[usize], k: usize, seed: u64) -> HbData {
-        hblogit_crossed_data(sizes, k, seed, 0, 1, false, 0)
+        hblogit_crossed_data(sizes, k, seed, 0, 1, false, 0, 0)
     }
 
     /// As `hblogit_data`, with a factor of `levels` levels (none for 0)
     /// crossed with the groups, varying the first `terms` columns (effects
     /// 0.5 N(0, 1) for the intercept, 0.3 N(0, 1) for slopes), correlated
     /// or not; with `categories` >= 2 the response is ordinal instead
-    /// (`Opts::ordinal`).
-    fn hblogit_crossed_data(sizes: &[usize], k: usize, seed: u64, levels: usize, terms: usize, correlated: bool, categories: usize) -> HbData {
+    /// (`Opts::ordinal`); with `global` > 0, that many global covariates
+    /// (`Opts::global`).
+    #[allow(clippy::too_many_arguments)]
+    fn hblogit_crossed_data(sizes: &[usize], k: usize, seed: u64, levels: usize, terms: usize, correlated: bool, categories: usize, global: usize) -> HbData {
         let mut urng = stream(seed, 1, 0, Block::Init, 1);
         let effects: Vec<f64> = (0..levels * terms).map(|q| if q % terms == 0 { 0.5 } else { 0.3 } * urng.normal()).collect();
         let first: Vec<usize> = sizes.iter().scan(0, |acc, &s| { let f = *acc; *acc += s; Some(f) }).collect();
-        let parts: Vec<(Vec<f64>, Vec<f64>)> = sizes
+        let parts: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = sizes
             .par_iter()
             .enumerate()
             .map(|(g, &n)| {
                 let mut rng = stream(seed, 0, 0, Block::Group(g), sizes.len());
                 let beta: Vec<f64> = (0..k).map(|j| if j == 0 { 0.5 } else { 1.0 } + 0.5 * rng.normal()).collect();
                 let mut x = Vec::with_capacity(n * k);
+                let mut z = Vec::with_capacity(n * global);
                 let mut y = Vec::with_capacity(n);
                 for r in 0..n {
                     let row: Vec<f64> = (0..k).map(|j| if j == 0 { 1.0 } else { rng.normal() }).collect();
+                    let zr: Vec<f64> = (0..global).map(|_| rng.normal()).collect();
                     let l = if levels > 0 { (first[g] + r) % levels } else { 0 };
                     let u: f64 = if levels > 0 { (0..terms).map(|j| row[j] * effects[l * terms + j]).sum() } else { 0.0 };
-                    let eta: f64 = row.iter().zip(&beta).map(|(a, b)| a * b).sum::<f64>() + u;
+                    let eta: f64 = row.iter().zip(&beta).map(|(a, b)| a * b).sum::<f64>() + u + 0.5 * zr.iter().sum::<f64>();
                     let u = rng.uniform();
                     y.push(if categories >= 2 {
                         let latent = eta + (u / (1.0 - u)).ln();
@@ -447,16 +459,18 @@ mod gibbs_bench {
                         (u < 1.0 / (1.0 + (-eta).exp())) as u8 as f64
                     });
                     x.extend(row);
+                    z.extend(zr);
                 }
-                (y, x)
+                (y, x, z)
             })
             .collect();
-        let (mut y, mut x) = (Vec::new(), Vec::new());
-        for (py, px) in parts {
+        let (mut y, mut x, mut z) = (Vec::new(), Vec::new(), Vec::new());
+        for (py, px, pz) in parts {
             y.extend(py);
             x.extend(px);
+            z.extend(pz);
         }
-        let data = HbData::new(y, x, vec![], sizes, k, 0).expect("valid benchmark data").with_categories(categories);
+        let data = HbData::new(y, x, z, sizes, k, global).expect("valid benchmark data").with_categories(categories);
         if levels == 0 {
             return data;
         }
@@ -481,7 +495,7 @@ mod gibbs_bench {
         if o.ordinal == 1 {
             return Err("--ordinal must be 0 (a 0/1 response) or at least 2 categories".into());
         }
-        let data = hblogit_crossed_data(&vec![o.n; o.groups], o.k, 0, o.crossed, o.crossed_terms, o.correlated, o.ordinal);
+        let data = hblogit_crossed_data(&vec![o.n; o.groups], o.k, 0, o.crossed, o.crossed_terms, o.correlated, o.ordinal, o.global);
         let mut cpu_rate = None;
         for &backend in &o.backends {
             let rate = hblogit_on(o, &data, backend, json)?;
@@ -504,9 +518,9 @@ mod gibbs_bench {
 
     fn warm_gpu(family: Family) -> Result<f64, String> {
         let t0 = Instant::now();
-        let tiny = hblogit_crossed_data(&[5, 80, 9000], 2, 9, 0, 1, false, if family == Family::Ordinal { 3 } else { 0 });
+        let tiny = hblogit_crossed_data(&[5, 80, 9000], 2, 9, 0, 1, false, if family == Family::Ordinal { 3 } else { 0 }, 1);
         let config = HbglmConfig { iter: 2, warmup: 1, chains: 1, ..HbglmConfig::new(family) };
-        sample_gpu(&tiny, &config, &Exec { backend: Backend::Cuda, ..Exec::cpu() }, true).map_err(|e| e.to_string())?;
+        sample_gpu(&tiny, &config, &Exec { backend: Backend::Cuda, ..Exec::cpu() }, GpuOptions::default()).map_err(|e| e.to_string())?;
         Ok(t0.elapsed().as_secs_f64())
     }
 
@@ -528,7 +542,14 @@ mod gibbs_bench {
         };
         let exec = Exec { backend, ..Exec::cpu().threads(o.threads) };
         let t0 = Instant::now();
-        let fit = sample(data, &config, &exec).map_err(|e| e.to_string())?;
+        // --grid-rows other than the default: the GPU sampler itself, so
+        // the rows' threshold can be set.
+        let fit = if backend == Backend::Cuda && o.grid_rows != GRID_SCALAR_ROWS {
+            sample_gpu(data, &config, &exec, GpuOptions { grid_rows: o.grid_rows, ..GpuOptions::default() })
+        } else {
+            sample(data, &config, &exec)
+        }
+        .map_err(|e| e.to_string())?;
         let seconds = t0.elapsed().as_secs_f64();
         let ess: Vec<f64> = (0..o.groups * o.k).into_par_iter().map(|p| ess_bulk(&fit.chains_of(p))).collect();
         let min_ess = ess.iter().cloned().fold(f64::INFINITY, f64::min);
@@ -549,9 +570,16 @@ mod gibbs_bench {
             );
         }
         let evals = fit.stats.beta_evals as f64 / (sweeps * (o.groups * o.k) as f64);
+        if o.global > 0 || o.ordinal > 2 {
+            println!(
+                "  evaluations per sweep: {:.2} per gamma update, {:.2} of the scales and cut-points",
+                fit.stats.gamma_evals as f64 / (sweeps * o.global.max(1) as f64),
+                fit.stats.scale_evals as f64 / sweeps
+            );
+        }
         println!(
-            "hblogit {} G={} n={} K={} warmup={} draws={} chains={} correlated={} crossed={}x{} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update; all {} parameters: min bulk ESS {:.0}, min ESS/s {:.1}",
-            hblogit_family(o).name(), o.groups, o.n, o.k, o.warmup, o.draws, o.chains, o.correlated, o.crossed, o.crossed_terms, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals,
+            "hblogit {} G={} n={} K={} global={} warmup={} draws={} chains={} correlated={} crossed={}x{} backend={} threads={}: {:.2} s, {:.1} sweeps/s, min bulk ESS {:.0} (median {:.0}), min ESS/s {:.1}, min ESS per sweep {:.3}, {:.2} evals per beta update; all {} parameters: min bulk ESS {:.0}, min ESS/s {:.1}",
+            hblogit_family(o).name(), o.groups, o.n, o.k, o.global, o.warmup, o.draws, o.chains, o.correlated, o.crossed, o.crossed_terms, backend.name(), threads_used(o.threads), seconds, sweeps / seconds, min_ess, median, min_ess / seconds, min_ess / sweeps, evals,
             fit.layout.n_params(), min_all, min_all / seconds
         );
         writeln!(
@@ -573,7 +601,7 @@ mod gibbs_bench {
                 let run = |iter: usize| -> Result<f64, String> {
                     let config = HbglmConfig { prior: prior.clone(), iter, warmup: iter - 1, chains: 1, ..HbglmConfig::new(family) };
                     let t0 = Instant::now();
-                    sample_gpu(data, &config, &exec, balance).map_err(|e| e.to_string())?;
+                    sample_gpu(data, &config, &exec, GpuOptions { balance, ..GpuOptions::default() }).map_err(|e| e.to_string())?;
                     Ok(t0.elapsed().as_secs_f64())
                 };
                 let n = sweeps.max(20);

@@ -2,9 +2,11 @@
 //!
 //! Each sweep queues, without host synchronisation, the group updates
 //! (packed tiles of 8 lanes for groups of up to `TILE8_MAX_ROWS` rows, a warp
-//! per group up to `SPLIT_GROUP_ROWS`, a block per larger group) and then
-//! one block per chain for gamma, mu, tau and sigma, which also writes the
-//! kept draws into a device buffer; the draws come back once, at the end.
+//! per group up to `SPLIT_GROUP_ROWS`, a block per larger group), the other
+//! grouping factors', gamma's (`scalar`: summed over the rows by the grid),
+//! then one block per chain for mu, tau and sigma, which also writes the
+//! kept draws into a device buffer, and last the shape or cut-points
+//! (`scalar` again); the draws come back once, at the end.
 //! The state stays on the device throughout. Starting values are the CPU
 //! backend's; the random numbers are the device's own (Philox), so draws
 //! agree with the CPU backend in distribution, not bit for bit.
@@ -19,12 +21,33 @@ use crate::gpu::{self, Device, Kernel};
 use crate::memory;
 use crate::tolerances::{SLICE_ADAPT_FACTOR, SLICE_ADAPT_WINDOW, SLICE_MAX_STEPS};
 
+mod scalar;
+pub use scalar::GRID_SCALAR_ROWS;
+
+/// Launch choices of [`sample_gpu`]; the defaults are what [`super::sample`]
+/// uses, and tests and benchmarks vary them.
+#[derive(Clone, Copy, Debug)]
+pub struct GpuOptions {
+    /// Small groups packed 4 to a warp (else a warp each).
+    pub balance: bool,
+    /// From this many rows on, gamma, the shape and the cut-points have
+    /// their slice candidates summed by the whole grid.
+    pub grid_rows: usize,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions { balance: true, grid_rows: GRID_SCALAR_ROWS }
+    }
+}
+
 /// Groups of up to this many rows share a warp, 8 lanes each.
 pub const TILE8_MAX_ROWS: usize = 64;
 /// Most correlated coefficients per group on the GPU (HB_KMAX of
 /// kernels/gibbs.cu: the kernels keep a group's K x K matrices in registers
 /// and local memory).
 pub const CORRELATED_MAX_K: usize = 8;
+/// Threads per block (kernels/gibbs.cu assumes 256 at most).
 const THREADS: u32 = 256;
 /// Sweeps queued at once (then the host waits for them), at most.
 const CHECK_EVERY: usize = 64;
@@ -100,6 +123,9 @@ struct HbArgs {
     /// Ordinal: chains x ncuts cut-points; 0 (NULL) otherwise.
     cuts: u64,
     ncuts: i32,
+    /// Ordinal: chains x ncuts, log(1 - e^(theta_{c-1} - theta_c)) for each
+    /// middle category c at c - 2 (HbAux::gaps).
+    gaps: u64,
 }
 
 /// Mirrors `struct HbGlobal` of kernels/gibbs.cu.
@@ -278,7 +304,8 @@ fn host_order(raw: &[f64], stride: usize, rows: usize, chains: usize, np: usize)
 
 /// Sample on the first usable device. `balance = false` sends every group
 /// through the warp-per-group kernel (for measuring what packing buys).
-pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: bool) -> Result<HbglmFit> {
+pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOptions) -> Result<HbglmFit> {
+    let balance = opts.balance;
     let dev = &gpu::devices()?[0];
     let (g, k, p, n) = (data.groups(), data.k, data.p, data.n());
     if n > i32::MAX as usize || g * k > i32::MAX as usize {
@@ -332,6 +359,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
     let d_prec = if correlated { Some(s.clone_htod(&prec).map_err(e("copying the state"))?) } else { None };
     let ncuts = cuts.len() / chains.max(1);
     let d_cuts = if ncuts > 0 { Some(s.clone_htod(&cuts).map_err(e("copying the state"))?) } else { None };
+    let gaps: Vec<f64> = cuts.chunks(ncuts.max(1)).flat_map(|t| (0..t.len()).map(|i| if i + 1 < t.len() { (-(t[i] - t[i + 1]).exp_m1()).ln() } else { 0.0 })).collect();
+    let d_gaps = if ncuts > 0 { Some(s.clone_htod(&gaps).map_err(e("copying the state"))?) } else { None };
     let offsets: Vec<i64> = data.offsets.iter().map(|&o| o as i64).collect();
     let d_y = s.clone_htod(&data.y).map_err(e("copying data"))?;
     let d_x = s.clone_htod(&data.x).map_err(e("copying data"))?;
@@ -393,6 +422,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         prec: d_prec.as_ref().map_or(0, |b| ptr(b, dev)),
         cuts: d_cuts.as_ref().map_or(0, |b| ptr(b, dev)),
         ncuts: ncuts as i32,
+        gaps: d_gaps.as_ref().map_or(0, |b| ptr(b, dev)),
         ..Default::default()
     };
     let (tau_kind, tau_scale, tau_rate) = scale_code(config.prior.tau);
@@ -478,6 +508,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
         rng_base += fac.levels + 1;
         draw_at += fac.n_params();
     }
+    let scalars = scalar::Scalars::new(dev, &defines, data, config, &layout, chains, rng_base, opts.grid_rows)?;
 
     let tiles = |count: usize, tile: u32| -> LaunchConfig {
         let threads = (count * chains) as u64 * tile as u64;
@@ -542,6 +573,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
                 // (draw_at + L x KF + KF <= params).
                 unsafe { launch.launch(cfg) }.map_err(e("launching hb_factor_global"))?;
             }
+            scalars.queue(dev, args, global, true)?;
             let mut launch = s.launch_builder(&f_global);
             launch.arg(&*args).arg(&*global);
             let cfg = LaunchConfig { grid_dim: (chains as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
@@ -549,6 +581,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, balance: boo
             // points at live buffers (chains x P gamma, chains x K mu and tau,
             // chains sigma, chains x kept x params draws with draw_index < kept).
             unsafe { launch.launch(cfg) }.map_err(e("launching hb_global"))?;
+            scalars.queue(dev, args, global, false)?;
             queued += 1;
             if queued == *batch || t + 1 == to {
                 wait_watched(dev, exec)?;

@@ -401,7 +401,7 @@ pub fn sample(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<HbglmF
             if let Some(why) = job(data, config).gpu_unsupported {
                 return Err(Error::BackendUnavailable(why));
             }
-            gpu::sample_gpu(data, config, exec, true)?
+            gpu::sample_gpu(data, config, exec, gpu::GpuOptions::default())?
         }
     };
     fit.separation = separated;

@@ -64,6 +64,11 @@ pub enum Kernel {
     HbLevelsWarp,
     HbLevelsBlock,
     HbFactorGlobal,
+    HbScalarStart,
+    HbScalarEval,
+    HbScalarDecide,
+    HbScalarFinish,
+    HbScalarApply,
     HmmForward,
     HmmForwardWarp,
     HmmBackward,
@@ -87,7 +92,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 36] = [
+    pub const ALL: [Kernel; 41] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -104,6 +109,11 @@ impl Kernel {
         Kernel::HbLevelsWarp,
         Kernel::HbLevelsBlock,
         Kernel::HbFactorGlobal,
+        Kernel::HbScalarStart,
+        Kernel::HbScalarEval,
+        Kernel::HbScalarDecide,
+        Kernel::HbScalarFinish,
+        Kernel::HbScalarApply,
         Kernel::HmmForward,
         Kernel::HmmForwardWarp,
         Kernel::HmmBackward,
@@ -146,6 +156,11 @@ impl Kernel {
             HbLevelsWarp => ("gibbs", "hb_levels_warp"),
             HbLevelsBlock => ("gibbs", "hb_levels_block"),
             HbFactorGlobal => ("gibbs", "hb_factor_global"),
+            HbScalarStart => ("gibbs", "hb_scalar_start"),
+            HbScalarEval => ("gibbs", "hb_scalar_eval"),
+            HbScalarDecide => ("gibbs", "hb_scalar_decide"),
+            HbScalarFinish => ("gibbs", "hb_scalar_finish"),
+            HbScalarApply => ("gibbs", "hb_scalar_apply"),
             HmmForward => ("hmm", "hmm_forward"),
             HmmForwardWarp => ("hmm", "hmm_forward_warp"),
             HmmBackward => ("hmm", "hmm_backward"),

@@ -1,0 +1,148 @@
+//! The scalars whose log-likelihood sums over every row: the global
+//! coefficients gamma, the negative binomial's shape and the ordinal
+//! cut-points. Each is one slice update, queued as hb_scalar_start, a few
+//! rounds of hb_scalar_eval (the grid sums every row's term at a batch of
+//! candidates) and hb_scalar_decide, then hb_scalar_finish (and, for gamma,
+//! hb_scalar_apply); kernels/gibbs.cu says how the batches keep the slice
+//! sampler's chain. On few rows no rounds are queued and hb_scalar_finish
+//! does it all with one block per chain.
+
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::{ptr, HbArgs, HbGlobal, THREADS};
+use crate::error::Result;
+use crate::gibbs::{Family, HbData, HbglmConfig, Layout, ScalePrior};
+use crate::gpu::{Device, Kernel};
+
+/// From this many rows the candidates are evaluated by the grid.
+pub const GRID_SCALAR_ROWS: usize = 1 << 15;
+/// Candidates per batch (HB_CANDIDATES of kernels/gibbs.cu).
+const CANDIDATES: usize = 16;
+/// Doubles of one chain's slice state (HB_SCALAR_STATE_DOUBLES).
+const STATE_DOUBLES: usize = 96;
+/// Candidates in each batch queued per update: x0 and two stepping-out
+/// points a side, then (stepping or shrinking) 4, 8 and 16. A slice update
+/// with adapted widths takes about 5 evaluations and every candidate costs
+/// every row's term, so batches start small; what is left after them,
+/// hb_scalar_finish does a candidate at a time.
+const BATCHES: [i32; 4] = [5, 4, 8, CANDIDATES as i32];
+/// Row blocks per chain of hb_scalar_eval, at most.
+const MAX_ROW_BLOCKS: usize = 512;
+
+/// Mirrors `struct HbScalar` of kernels/gibbs.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct HbScalar {
+    what: i32,
+    j: i32,
+    coord: i32,
+    stream: i32,
+    draw_at: i32,
+    state: u64,
+    partials: u64,
+    nb: i32,
+}
+
+// SAFETY: a plain #[repr(C)] struct of integers matching `struct HbScalar`
+// field for field (same order, natural alignment).
+unsafe impl DeviceRepr for HbScalar {}
+
+/// One chain's scalars, in sweep order, with their kernels and buffers.
+pub(super) struct Scalars {
+    /// gamma: queued after the factors, before hb_global.
+    before: Vec<HbScalar>,
+    /// The shape and the free cut-points: after hb_global.
+    after: Vec<HbScalar>,
+    rounds: usize,
+    chains: u32,
+    nb: u32,
+    kernels: [CudaFunction; 5],
+    _state: CudaSlice<f64>,
+    _partials: CudaSlice<f64>,
+}
+
+impl Scalars {
+    /// `stream`: the first random stream no other kernel uses; from
+    /// `grid_rows` rows on, the rounds run on the grid.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(dev: &Device, defines: &[(&str, i64)], data: &HbData, config: &HbglmConfig, layout: &Layout, chains: usize, stream: usize, grid_rows: usize) -> Result<Scalars> {
+        let (g, k, p, n) = (data.groups(), data.k, data.p, data.n());
+        let s = &dev.stream;
+        let e = |what: &'static str| move |err| dev.err(what, err);
+        let nb = n.div_ceil(THREADS as usize * 8).clamp(1, MAX_ROW_BLOCKS);
+        let state = s.alloc_zeros::<f64>(chains * STATE_DOUBLES).map_err(e("allocating"))?;
+        let partials = s.alloc_zeros::<f64>(chains * nb * CANDIDATES).map_err(e("allocating"))?;
+        let scalar = |what: i32, j: usize, coord: usize, draw_at: Option<usize>, index: usize| HbScalar {
+            what,
+            j: j as i32,
+            coord: coord as i32,
+            stream: (stream + index) as i32,
+            draw_at: draw_at.map_or(-1, |d| d as i32),
+            state: ptr(&state, dev),
+            partials: ptr(&partials, dev),
+            nb: nb as i32,
+        };
+        let before: Vec<HbScalar> = (0..p).map(|j| scalar(0, j, g * k + j, None, j)).collect();
+        let mut after = Vec::new();
+        let aux = g * k + p + k;
+        if config.family == Family::NegBinomial && !matches!(config.prior.shape, ScalePrior::Fixed(_)) {
+            after.push(scalar(1, 0, aux, layout.sigma(), p));
+        }
+        if config.family == Family::Ordinal {
+            for j in 1..layout.cuts {
+                after.push(scalar(2, j, aux + j, Some(layout.cut(j)), p + 1 + j));
+            }
+        }
+        let f = |kernel| dev.function(kernel, defines);
+        Ok(Scalars {
+            before,
+            after,
+            rounds: if n >= grid_rows { BATCHES.len() } else { 0 },
+            chains: chains as u32,
+            nb: nb as u32,
+            kernels: [f(Kernel::HbScalarStart)?, f(Kernel::HbScalarEval)?, f(Kernel::HbScalarDecide)?, f(Kernel::HbScalarFinish)?, f(Kernel::HbScalarApply)?],
+            _state: state,
+            _partials: partials,
+        })
+    }
+
+    /// Queues the updates that come before hb_global (`before`) or after it.
+    pub(super) fn queue(&self, dev: &Device, args: &HbArgs, global: &HbGlobal, before: bool) -> Result<()> {
+        let s: &CudaStream = &dev.stream;
+        let e = |what: &'static str| move |err| dev.err(what, err);
+        let [start, eval, decide, finish, apply] = &self.kernels;
+        let per_chain = |threads: u32| LaunchConfig { grid_dim: (self.chains, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        let over_rows = LaunchConfig { grid_dim: (self.nb, self.chains, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let cap = if self.rounds > 0 { BATCHES[0] } else { 1 };
+        for sc in if before { &self.before } else { &self.after } {
+            // SAFETY (every launch below): the arguments match the kernels'
+            // (HbArgs, HbGlobal, HbScalar[, int cap <= CANDIDATES]); `args` and `global` point
+            // at the sampler's live buffers; `sc.state` holds chains x
+            // STATE_DOUBLES and `sc.partials` chains x nb x CANDIDATES
+            // doubles, nb the grid's x dimension; one block per chain or
+            // (row block, chain).
+            let mut launch = s.launch_builder(start);
+            launch.arg(args).arg(global).arg(sc).arg(&cap);
+            unsafe { launch.launch(per_chain(32)) }.map_err(e("launching hb_scalar_start"))?;
+            for r in 0..self.rounds {
+                let mut launch = s.launch_builder(eval);
+                launch.arg(args).arg(global).arg(sc);
+                unsafe { launch.launch(over_rows) }.map_err(e("launching hb_scalar_eval"))?;
+                // After the last round: batches of one, as hb_scalar_finish.
+                let next = BATCHES.get(r + 1).copied().unwrap_or(1);
+                let mut launch = s.launch_builder(decide);
+                launch.arg(args).arg(global).arg(sc).arg(&next);
+                unsafe { launch.launch(per_chain(THREADS)) }.map_err(e("launching hb_scalar_decide"))?;
+            }
+            let mut launch = s.launch_builder(finish);
+            launch.arg(args).arg(global).arg(sc);
+            unsafe { launch.launch(per_chain(THREADS)) }.map_err(e("launching hb_scalar_finish"))?;
+            if sc.what == 0 {
+                let mut launch = s.launch_builder(apply);
+                launch.arg(args).arg(global).arg(sc);
+                unsafe { launch.launch(over_rows) }.map_err(e("launching hb_scalar_apply"))?;
+            }
+        }
+        Ok(())
+    }
+}
