@@ -147,8 +147,11 @@
 #'   parameters farthest from it. Not with `parallel = "future"`: the
 #'   checks need every chain.
 #' @param max.iter With `target`: the most sweeps per chain, warmup
-#'   included (default `10 * iter`); the memory for that many draws is
-#'   checked up front.
+#'   included (default `10 * iter`); the host memory for that many draws is
+#'   checked up front. On the GPU the draws' buffer starts with the first
+#'   check's draws and grows by at least half as the checks ask for more
+#'   (at most `max.iter`'s): a run that meets its target early never holds
+#'   `max.iter`'s draws on the device.
 #' @param ... Not used: an argument hbglm does not have (such as `weights`)
 #'   is an error rather than ignored.
 #' @section Checks and warnings:

@@ -21,6 +21,7 @@ use crate::gpu::{self, Device, Kernel};
 use crate::memory;
 use crate::tolerances::{SLICE_ADAPT_FACTOR, SLICE_ADAPT_WINDOW, SLICE_MAX_STEPS};
 
+mod draws;
 mod scalar;
 pub use scalar::GRID_SCALAR_ROWS;
 
@@ -379,18 +380,9 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     let d_trials = if data.trials.is_empty() { None } else { Some(s.clone_htod(&data.trials).map_err(e("copying data"))?) };
     let bounds = data.scale_bounds(config.family);
     let d_tau_floor = s.clone_htod(&bounds.tau_floor).map_err(e("copying data"))?;
-    // The draws' buffer holds the most draws (with a target, those of
-    // `iter` sweeps): refused by its size rather than by a CUDA error.
-    let draws_bytes = (chains * kept * np).max(1) as u128 * 8;
-    let free = dev.free_memory()?;
-    if draws_bytes > free as u128 {
-        return Err(Error::OutOfMemory {
-            what: format!("hbglm() on the GPU: a draws buffer of {} kept draws x {chains} chains x {np} parameters (with a target, for iter = max.iter = {} sweeps)", kept, config.iter),
-            needed: draws_bytes,
-            available: Some(free as u64),
-        });
-    }
-    let d_draws = s.alloc_zeros::<f64>((chains * kept * np).max(1)).map_err(e("allocating the draws"))?;
+    // With a target, room for the first check's draws (`draws` grows it).
+    let first = config.target.map_or(kept, |t| t.first.saturating_sub(config.warmup) / config.thin);
+    let draws = draws::Draws::new(dev, chains, np, first, kept)?;
     let (small, medium, large) = classify(data, balance);
     let d_small = s.clone_htod(&small[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
     let d_medium = s.clone_htod(&medium[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
@@ -445,8 +437,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         sigma_scale,
         sigma_rate,
         tau_rate,
-        draws: ptr(&d_draws, dev),
-        kept: kept as i32,
+        draws: draws.ptr(dev),
+        kept: draws.cap as i32,
         params: np as i32,
         draw_index: -1,
         sigma_floor: bounds.sigma_floor,
@@ -516,8 +508,13 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     };
     // Start with one sweep per batch, then queue as many as fit in
     // CHECK_SECONDS of device time.
-    let mut run = (args, global, 1usize);
-    let sweep = |(args, global, batch): &mut (HbArgs, HbGlobal, usize), from: usize, to: usize| -> Result<()> {
+    let mut run = (args, global, 1usize, draws);
+    let kept_by = |t: usize| t.saturating_sub(config.warmup) / config.thin;
+    let sweep = |(args, global, batch, draws): &mut (HbArgs, HbGlobal, usize, draws::Draws), from: usize, to: usize| -> Result<()> {
+        if draws.ensure(dev, kept_by(to), kept_by(from))? {
+            global.draws = draws.ptr(dev);
+            global.kept = draws.cap as i32;
+        }
         let (mut queued, mut since) = (0usize, std::time::Instant::now());
         for t in from..to {
             let adapting = config.adapt && t < config.warmup;
@@ -592,14 +589,10 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         }
         Ok(())
     };
-    // A check reads the kept draws so far back (chain c's draw i at (c x
-    // kept + i) x np) in the host's order, parameter by parameter.
-    let diagnose = |_: &(HbArgs, HbGlobal, usize), now: usize| -> Result<super::diagnostics::Diagnostics> {
-        let mut host = memory::try_vec(chains * now * np, 0.0, "the draws of hbglm()")?;
-        for c in 0..chains {
-            let part = d_draws.slice(c * kept * np..(c * kept + now) * np);
-            s.memcpy_dtoh(&part, &mut host[c * now * np..(c + 1) * now * np]).map_err(e("reading the draws"))?;
-        }
+    // A check reads the kept draws so far back in the host's order,
+    // parameter by parameter.
+    let diagnose = |run: &(HbArgs, HbGlobal, usize, draws::Draws), now: usize| -> Result<super::diagnostics::Diagnostics> {
+        let host = run.3.read(dev, now)?;
         let ordered = exec.install(|| host_order(&host, now, now, chains, np))??;
         drop(host);
         exec.install(|| super::diagnostics::diagnose_array(&ordered, now, chains, true, &exec.monitor))?
@@ -607,12 +600,11 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     let (sweeps, outcome) = super::target::run_blocks(config.target, config.iter, config.warmup, config.thin, &mut run, sweep, diagnose)?;
     let done = (sweeps - config.warmup) / config.thin;
     // Host buffers allocated fallibly (their size was checked up front).
-    let mut raw = memory::try_vec((chains * kept * np).max(1), 0.0, "the draws of hbglm()")?;
-    s.memcpy_dtoh(&d_draws, &mut raw[..]).map_err(e("reading the draws"))?;
+    let raw = run.3.read(dev, done)?;
     let counters = s.clone_dtoh(&d_counters).map_err(e("reading the counters"))?;
     let stuck_by = s.clone_dtoh(&d_stuck).map_err(e("reading the counters"))?;
     let stuck = layout.per_param(stuck_by.iter().enumerate().map(|(i, &n)| (i % ncoord, n)));
-    let draws = exec.install(|| host_order(&raw, kept, done, chains, np))??;
+    let draws = exec.install(|| host_order(&raw, done, done, chains, np))??;
     let stats = SweepStats { beta_evals: counters[0], gamma_evals: counters[1], scale_evals: counters[2], stuck: counters[3] };
     drop(raw);
     Ok(HbglmFit {
