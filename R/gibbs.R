@@ -14,13 +14,14 @@
 #'    parallel);
 #' 3. \eqn{\mu} (conjugate normal draw);
 #' 4. \eqn{\tau} (slice, on the log scale);
-#' 5. on the CPU, \eqn{\mu} and \eqn{\tau} again in the non-centred
+#' 5. \eqn{\mu} and \eqn{\tau} again in the non-centred
 #'    parameterisation (\eqn{\alpha_g = (\beta_g - \mu) / \tau} held
 #'    fixed, slice updates whose log posterior sums over all observations):
 #'    interweaving (Yu and Meng, 2011), so that the chain mixes also when
 #'    \eqn{\tau} is small against what the data say of each group, where
-#'    steps 3-4 alone barely move (the sds of other grouping factors get
-#'    the same non-centred update);
+#'    steps 3-4 alone barely move (on the CPU the independent sds of other
+#'    grouping factors get the same non-centred update; on the GPU not
+#'    yet);
 #' 6. for the gaussian family, the residual sd \eqn{\sigma} (slice, on the
 #'    log scale).
 #'

@@ -7,8 +7,9 @@
 //                  parallel), the tiles run independently (block-parallel);
 //   hb_beta_block  large groups, a whole block each (split over its threads);
 //   hb_scalar_*    the scalars whose log-likelihood sums over every row
-//                  (gamma before hb_global; the negative binomial's shape and
-//                  the ordinal cut-points after it), one at a time: each a
+//                  (gamma before hb_global; after it the non-centred mu_k
+//                  and tau_k, the negative binomial's shape and the ordinal
+//                  cut-points), one at a time: each a
 //                  slice update whose candidates are evaluated in batches by
 //                  the whole grid (below, "Scalars summed over every row");
 //   hb_global      one block per chain: mu (conjugate), tau and the
@@ -312,6 +313,8 @@ struct HbArgs {
     double* cuts;                  // ordinal: chains x ncuts cut-points, else NULL
     int ncuts;
     double* gaps;                  //   and chains x ncuts HbAux::gaps (ncuts - 1 used)
+    const int* row_group;          // n: each row's group (the non-centred updates)
+    int nc_coords;                 // the last nc_coords of ncoord: the non-centred updates' widths
 };
 
 // Chain c's HbAux.
@@ -466,10 +469,12 @@ __device__ __forceinline__ void hb_adapt_width(const HbArgs& a, double* w, doubl
 }
 
 // Whether sweep coordinate i is a scalar summed over every row (gamma, the
-// negative binomial's shape, a free cut-point), adapted by hb_scalar_finish.
+// negative binomial's shape, a free cut-point, a non-centred mu_k or
+// tau_k), adapted by hb_scalar_finish.
 __device__ __forceinline__ bool hb_scalar_coord(const HbArgs& a, int i, int P) {
     const int base = a.G * a.K;
     if (i < base) return false;
+    if (i >= a.ncoord - a.nc_coords) return true;
     if (i < base + P) return true;
     const int aux = base + P + a.K;
     return (HB_FAMILY == 3 && i == aux) || (HB_FAMILY == 4 && i > aux && i < aux + a.ncuts);
@@ -651,7 +656,11 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
 
 // ---------------------------------------------------------------------------
 // Scalars summed over every row: a global coefficient gamma_j, the negative
-// binomial's shape (on the log scale), a free ordinal cut-point. Each is one
+// binomial's shape (on the log scale), a free ordinal cut-point, and the
+// groups' mu_k and tau_k again in the non-centred parameterisation (the
+// interweaving of sweep.rs: alpha_g = (beta_gk - mu_k) / tau_k held, a
+// shift of mu_k moves every beta_gk, a new tau_k stretches them; after
+// hb_global's centred updates, as on the CPU). Each is one
 // slice update (hb_slice's steps in hb_slice's order, from the scalar's own
 // stream) kept as a state machine, so that its candidates can be evaluated
 // in batches by the whole grid instead of one block per chain:
@@ -672,7 +681,10 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
 //                     a time summed by the block (all of it on few rows,
 //                     where the host queues no rounds), then the new value,
 //                     counters, width adaptation and the draw's entry;
-//   hb_scalar_apply   gamma only: eta += z_j (x - x0) over the grid.
+//   hb_scalar_apply   gamma and the non-centred updates: eta's move over the
+//                     grid;
+//   hb_scalar_groups  the non-centred updates: the groups' beta_gk moved
+//                     with mu_k or tau_k (and their kept draws).
 // The host queues start, a fixed number of eval/decide rounds and finish
 // without waiting; a round whose chain is done returns at once. Candidates
 // after the accepted one are evaluated and dropped with their random
@@ -683,7 +695,8 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
 #define HB_SCALAR_STATE_DOUBLES 96
 
 struct HbScalar {
-    int what;          // 0 gamma_j, 1 the shape's log, 2 cut-point j
+    int what;          // 0 gamma_j, 1 the shape's log, 2 cut-point j, 3 mu_j and
+                       // 4 log tau_j non-centred
     int j;
     int coord;         // sweep coordinate (widths, moved, stuck_by)
     int stream;        // random stream (the block number of HbRng)
@@ -699,8 +712,10 @@ enum { HB_AT_X0, HB_AT_LEFT, HB_AT_RIGHT, HB_AT_SHRINK };
 struct HbSliceState {
     HbRng rng;
     double x0, y, logu, w, lower, upper, left, right, x;
+    double base;  // the non-centred updates: mu_j or tau_j before (exactly)
     int phase, steps_left, steps_right, left_open, right_open;
     int shrinks, evals, stuck, nt, collapse_at;
+    int noncentred, skip;  // skip: x0's log density not finite (sweep.rs: non_centred_step)
     double t[HB_CANDIDATES];  // the batch's candidates
     int at[HB_CANDIDATES];    // and what each is (HB_AT_*)
 };
@@ -758,6 +773,11 @@ __device__ void hb_slice_consume(HbSliceState& st, const double* f) {
     for (int p = 0; p < n; ++p) {
         const int at = st.at[p];
         if (at == HB_AT_X0) {
+            if (st.noncentred && !isfinite(f[p])) {
+                st.skip = 1;
+                st.phase = HB_DONE;
+                return;
+            }
             st.y = f[p] + st.logu;
             st.phase = HB_STEPPING;
         } else if (at == HB_AT_LEFT && st.left_open) {
@@ -801,6 +821,18 @@ __device__ void hb_slice_consume(HbSliceState& st, const double* f) {
     }
 }
 
+// The non-centred updates: row i's eta moves by slope x delta, slope =
+// x_ij (mu_j) or x_ij alpha_g (tau_j), alpha_g = (beta_gj - mu_j) / tau_j
+// with `base` = tau_j before the update (beta and mu are unchanged until
+// hb_scalar_groups); delta = t - mu_j or e^t - tau_j.
+__device__ __forceinline__ double hb_nc_move(const HbArgs& a, const HbGlobal& h, const HbScalar& s, int c, long long i, double t, double base) {
+    const double x = a.x[i * a.K + s.j];
+    if (s.what == 3) return x * (t - base);
+    const int g = a.row_group[i];
+    const double alpha = (a.beta[((size_t)c * a.G + g) * a.K + s.j] - h.mu[c * a.K + s.j]) / base;
+    return x * alpha * (exp(t) - base);
+}
+
 // Whether row i's term depends on the scalar (a cut-point: only rows in
 // the categories either side of it).
 __device__ __forceinline__ bool hb_scalar_uses(const HbArgs& a, const HbScalar& s, long long i) {
@@ -812,9 +844,10 @@ __device__ __forceinline__ bool hb_scalar_uses(const HbArgs& a, const HbScalar& 
 // Row i's term of the scalar's log-likelihood at t (x0: the value eta and
 // the chain's state hold; lgv: the shape's lgamma(e^t), subtracted row by
 // row so that large shapes keep their digits), less terms free of t.
-__device__ __forceinline__ double hb_scalar_row(const HbArgs& a, const HbGlobal& h, const HbScalar& s, const HbAux& aux, const double* eta, long long i, double t, double x0, double lgv) {
+__device__ __forceinline__ double hb_scalar_row(const HbArgs& a, const HbGlobal& h, const HbScalar& s, const HbAux& aux, const double* eta, long long i, double t, double x0, double lgv, int c, double base) {
     const double y = a.y[i];
     if (s.what == 0) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + h.z[(size_t)i * h.P + s.j] * (t - x0), aux);
+    if (s.what >= 3) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + hb_nc_move(a, h, s, c, i, t, base), aux);
     if (s.what == 1) {
         const double v = exp(t);
         return lgamma(y + v) - lgv - y * t - (y + v) * hb_softplus(eta[i] - t);
@@ -825,6 +858,11 @@ __device__ __forceinline__ double hb_scalar_row(const HbArgs& a, const HbGlobal&
 // The scalar's log prior (with a log scale's Jacobian).
 __device__ __forceinline__ double hb_scalar_prior(const HbGlobal& h, const HbScalar& s, double t) {
     if (s.what == 1) return hb_scale_prior(h.sigma_kind, h.sigma_scale, h.sigma_rate, exp(t)) + t;
+    if (s.what == 4) return hb_scale_prior(h.tau_kind, h.tau_scale, h.tau_rate, exp(t)) + t;
+    if (s.what == 3) {
+        const double z = (t - h.mu_mean) / h.mu_sd;
+        return -0.5 * z * z;
+    }
     const double z = t / h.gamma_sd;
     return -0.5 * z * z;
 }
@@ -841,12 +879,23 @@ extern "C" __global__ void hb_scalar_start(HbArgs a, HbGlobal h, HbScalar s, int
         st.x0 = log(h.sigma[c]);
         st.lower = log(h.sigma_floor);
         st.upper = log(h.aux_max);
-    } else {
+    } else if (s.what == 2) {
         const double* cuts = a.cuts + (size_t)c * a.ncuts;
         st.x0 = cuts[s.j];
         st.lower = cuts[s.j - 1];
         st.upper = s.j + 1 < a.ncuts ? cuts[s.j + 1] : HB_INF;
+    } else if (s.what == 3) {
+        st.x0 = st.base = h.mu[c * a.K + s.j];
+        st.lower = -HB_INF;
+        st.upper = HB_INF;
+    } else {
+        st.base = h.tau[c * a.K + s.j];
+        st.x0 = log(st.base);
+        st.lower = log(h.tau_floor[s.j]);
+        st.upper = log(h.scale_max);
     }
+    st.noncentred = s.what >= 3;
+    st.skip = 0;
     // hb_slice's first three numbers: the level, the interval, the split.
     st.rng = HbRng(a.seed, a.chain0 + c, a.sweep, s.stream);
     st.x = st.x0;
@@ -880,7 +929,7 @@ extern "C" __global__ void __launch_bounds__(256) hb_scalar_eval(HbArgs a, HbGlo
         t[threadIdx.x] = st.t[threadIdx.x];
         lgv[threadIdx.x] = s.what == 1 ? lgamma(exp(st.t[threadIdx.x])) : 0.0;
     }
-    const double x0 = st.x0;
+    const double x0 = st.x0, base = st.base;
     __syncthreads();
     const double* eta = a.eta + (size_t)c * a.n;
     const HbAux aux = hb_aux(a, c);
@@ -888,7 +937,7 @@ extern "C" __global__ void __launch_bounds__(256) hb_scalar_eval(HbArgs a, HbGlo
     for (int p = 0; p < m; ++p) acc[p] = 0.0;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
         if (!hb_scalar_uses(a, s, i)) continue;
-        for (int p = 0; p < m; ++p) acc[p] += hb_scalar_row(a, h, s, aux, eta, i, t[p], x0, lgv[p]);
+        for (int p = 0; p < m; ++p) acc[p] += hb_scalar_row(a, h, s, aux, eta, i, t[p], x0, lgv[p], c, base);
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int p = 0; p < m; ++p) {
@@ -938,12 +987,12 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         __syncthreads();
         if (st.phase == HB_DONE) break;
         const int m = st.nt;
-        const double x0 = st.x0;
+        const double x0 = st.x0, base = st.base;
         for (int p = 0; p < m; ++p) {
             const double t = st.t[p], lgv = s.what == 1 ? lgamma(exp(t)) : 0.0;
             double v = 0.0;
             for (long long i = tid; i < a.n; i += nt)
-                if (hb_scalar_uses(a, s, i)) v += hb_scalar_row(a, h, s, aux, eta, i, t, x0, lgv);
+                if (hb_scalar_uses(a, s, i)) v += hb_scalar_row(a, h, s, aux, eta, i, t, x0, lgv, c, base);
             v = block_sum(v, scratch);
             if (tid == 0) f[p] = v + hb_scalar_prior(h, s, t);
         }
@@ -953,6 +1002,24 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         }
     }
     if (tid != 0) return;
+    double* w = a.widths + (size_t)c * a.ncoord;
+    double* moved = a.moved + (size_t)c * a.ncoord;
+    if (s.what >= 3) {
+        // As sweep.rs's non_centred_step: no move when x0's density is not
+        // finite (then nothing is counted), when stuck (not counted: the
+        // centred update still moves) or when the slice stayed.
+        if (!st.skip) atomicAdd(&a.counters[2], (unsigned long long)(st.evals + 1));
+        if (st.skip || st.stuck || !isfinite(st.x)) st.x = st.x0;
+        if (st.x != st.x0) {
+            if (s.what == 3) h.mu[c * a.K + s.j] = st.x;
+            else h.tau[c * a.K + s.j] = exp(st.x);
+            if (a.adapting) moved[s.coord] += fabs(st.x - st.x0);
+        }
+        if (a.adapt_now) hb_adapt_width(a, w, moved, s.coord);
+        if (h.draw_index >= 0)
+            h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == 3 ? h.mu[c * a.K + s.j] : h.tau[c * a.K + s.j];
+        return;
+    }
     const double x = st.x;
     if (s.what == 0) h.gamma[c * h.P + s.j] = x;
     else if (s.what == 1) h.sigma[c] = exp(x);
@@ -970,8 +1037,6 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         atomicAdd(&a.counters[3], 1ull);
         a.stuck_by[at] += 1;
     }
-    double* w = a.widths + (size_t)c * a.ncoord;
-    double* moved = a.moved + (size_t)c * a.ncoord;
     if (a.adapting) moved[s.coord] += fabs(x - st.x0);
     if (a.adapt_now) hb_adapt_width(a, w, moved, s.coord);
     // The shape as phi; a cut-point as brms's, theta_j - mu_1.
@@ -979,7 +1044,8 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == 1 ? exp(x) : x - h.mu[c * a.K];
 }
 
-// gamma_j's move into eta, over the grid (nb, chains).
+// gamma_j's or a non-centred update's move into eta, over the grid (nb,
+// chains); before hb_scalar_groups (tau_j's slopes read the old beta).
 extern "C" __global__ void hb_scalar_apply(HbArgs a, HbGlobal h, HbScalar s) {
     const int c = blockIdx.y;
     const HbSliceState& st = *hb_scalar_state(s, c);
@@ -987,7 +1053,24 @@ extern "C" __global__ void hb_scalar_apply(HbArgs a, HbGlobal h, HbScalar s) {
     if (d == 0.0) return;
     double* eta = a.eta + (size_t)c * a.n;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x)
-        eta[i] += h.z[(size_t)i * h.P + s.j] * d;
+        eta[i] += s.what == 0 ? h.z[(size_t)i * h.P + s.j] * d : hb_nc_move(a, h, s, c, i, st.x, st.base);
+}
+
+// A non-centred update's move of every group's beta_gj (a thread per
+// group, grid (groups / 256, chains)), and of their kept draws.
+extern "C" __global__ void hb_scalar_groups(HbArgs a, HbGlobal h, HbScalar s) {
+    const int c = blockIdx.y;
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    const HbSliceState& st = *hb_scalar_state(s, c);
+    if (st.x == st.x0 || g >= a.G) return;
+    double& b = a.beta[((size_t)c * a.G + g) * a.K + s.j];
+    if (s.what == 3) {
+        b += st.x - st.x0;
+    } else {
+        const double mu = h.mu[c * a.K + s.j];
+        b = mu + exp(st.x) * ((b - mu) / st.base);
+    }
+    if (h.draw_index >= 0) h.draws[((size_t)c * h.kept + h.draw_index) * h.params + (size_t)g * a.K + s.j] = b;
 }
 
 // ---------------------------------------------------------------------------

@@ -131,7 +131,7 @@ fn run_on(data: HbData, family: Family, prior: Prior) {
     agree(&cpu, &gpu_fit, family.name());
     // Without packing (every group a warp), and with gamma, the shape and
     // the cut-points summed by the grid (as on many rows), the same posterior.
-    let unbalanced = sample_gpu(&data, &config, &exec, GpuOptions { balance: false, grid_rows: 0 }).unwrap();
+    let unbalanced = sample_gpu(&data, &config, &exec, GpuOptions { balance: false, grid_rows: 0, ..GpuOptions::default() }).unwrap();
     assert_eq!(unbalanced.stats.stuck, 0);
     agree(&cpu, &unbalanced, "unbalanced, scalars over the grid");
 }

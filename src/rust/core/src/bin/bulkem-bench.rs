@@ -378,10 +378,12 @@ mod gibbs_bench {
         /// GpuOptions::grid_rows: from this many rows the GPU sums gamma's,
         /// the shape's and the cut-points' candidates over the grid.
         grid_rows: usize,
+        /// GpuOptions::interweave (`--interweave no`: mu and tau centred only).
+        interweave: bool,
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0, crossed_terms: 1, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0, crossed_terms: 1, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS, interweave: true };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -402,6 +404,7 @@ mod gibbs_bench {
                 "--ordinal" => o.ordinal = num()?,
                 "--global" => o.global = num()?,
                 "--grid-rows" => o.grid_rows = num()?,
+                "--interweave" => o.interweave = value == "yes",
                 "--target-ess" => o.target_ess = Some(value.parse::<f64>().map_err(|_| format!("{flag}: not a number: {value}"))?),
                 "--backend" => {
                     o.backends = match value.as_str() {
@@ -542,10 +545,10 @@ mod gibbs_bench {
         };
         let exec = Exec { backend, ..Exec::cpu().threads(o.threads) };
         let t0 = Instant::now();
-        // --grid-rows other than the default: the GPU sampler itself, so
-        // the rows' threshold can be set.
-        let fit = if backend == Backend::Cuda && o.grid_rows != GRID_SCALAR_ROWS {
-            sample_gpu(data, &config, &exec, GpuOptions { grid_rows: o.grid_rows, ..GpuOptions::default() })
+        // --grid-rows or --interweave other than the defaults: the GPU
+        // sampler itself, so that they can be set.
+        let fit = if backend == Backend::Cuda && (o.grid_rows != GRID_SCALAR_ROWS || !o.interweave) {
+            sample_gpu(data, &config, &exec, GpuOptions { grid_rows: o.grid_rows, interweave: o.interweave, ..GpuOptions::default() })
         } else {
             sample(data, &config, &exec)
         }

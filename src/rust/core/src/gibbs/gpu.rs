@@ -5,8 +5,9 @@
 //! per group up to `SPLIT_GROUP_ROWS`, a block per larger group), the other
 //! grouping factors', gamma's (`scalar`: summed over the rows by the grid),
 //! then one block per chain for mu, tau and sigma, which also writes the
-//! kept draws into a device buffer, and last the shape or cut-points
-//! (`scalar` again); the draws come back once, at the end.
+//! kept draws into a device buffer, and last mu and tau again in the
+//! non-centred parameterisation (the CPU's interweaving), the shape and the
+//! cut-points (`scalar` again); the draws come back once, at the end.
 //! The state stays on the device throughout. Starting values are the CPU
 //! backend's; the random numbers are the device's own (Philox), so draws
 //! agree with the CPU backend in distribution, not bit for bit.
@@ -34,11 +35,14 @@ pub struct GpuOptions {
     /// From this many rows on, gamma, the shape and the cut-points have
     /// their slice candidates summed by the whole grid.
     pub grid_rows: usize,
+    /// mu and tau also updated non-centred, as the CPU does (off: for
+    /// measuring what it costs and buys).
+    pub interweave: bool,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { balance: true, grid_rows: GRID_SCALAR_ROWS }
+        GpuOptions { balance: true, grid_rows: GRID_SCALAR_ROWS, interweave: true }
     }
 }
 
@@ -127,6 +131,10 @@ struct HbArgs {
     /// Ordinal: chains x ncuts, log(1 - e^(theta_{c-1} - theta_c)) for each
     /// middle category c at c - 2 (HbAux::gaps).
     gaps: u64,
+    /// n: each row's group.
+    row_group: u64,
+    /// The last nc_coords of ncoord: the non-centred updates' widths.
+    nc_coords: i32,
 }
 
 /// Mirrors `struct HbGlobal` of kernels/gibbs.cu.
@@ -314,7 +322,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     }
     let layout = Layout::of(data, config);
     let (chains, kept, np) = (config.chains, config.kept(), layout.n_params());
-    let ncoord = layout.n_coords();
+    // The layout's coordinates, then the non-centred mu_k and tau_k's.
+    let ncoord = layout.n_coords() + 2 * k;
     let defines = [("HB_FAMILY", family_code(config.family))];
     let f_tiles = dev.function(Kernel::HbBetaTiles, &defines)?;
     let f_block = dev.function(Kernel::HbBetaBlock, &defines)?;
@@ -367,6 +376,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     let d_x = s.clone_htod(&data.x).map_err(e("copying data"))?;
     let d_z = if p > 0 { s.clone_htod(&data.z).map_err(e("copying data"))? } else { s.alloc_zeros::<f64>(1).map_err(e("allocating"))? };
     let d_off = s.clone_htod(&offsets).map_err(e("copying data"))?;
+    let row_group: Vec<i32> = (0..g).flat_map(|q| std::iter::repeat_n(q as i32, data.offsets[q + 1] - data.offsets[q])).collect();
+    let d_row_group = s.clone_htod(&row_group).map_err(e("copying data"))?;
     let d_beta = s.clone_htod(&beta).map_err(e("copying the state"))?;
     let d_gamma = if p > 0 { s.clone_htod(&gamma).map_err(e("copying the state"))? } else { s.alloc_zeros::<f64>(1).map_err(e("allocating"))? };
     let d_mu = s.clone_htod(&mu).map_err(e("copying the state"))?;
@@ -415,6 +426,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         cuts: d_cuts.as_ref().map_or(0, |b| ptr(b, dev)),
         ncuts: ncuts as i32,
         gaps: d_gaps.as_ref().map_or(0, |b| ptr(b, dev)),
+        row_group: ptr(&d_row_group, dev),
+        nc_coords: 2 * k as i32,
         ..Default::default()
     };
     let (tau_kind, tau_scale, tau_rate) = scale_code(config.prior.tau);
@@ -500,7 +513,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         rng_base += fac.levels + 1;
         draw_at += fac.n_params();
     }
-    let scalars = scalar::Scalars::new(dev, &defines, data, config, &layout, chains, rng_base, opts.grid_rows)?;
+    let scalars = scalar::Scalars::new(dev, &defines, data, config, &layout, chains, rng_base, opts)?;
 
     let tiles = |count: usize, tile: u32| -> LaunchConfig {
         let threads = (count * chains) as u64 * tile as u64;
@@ -603,7 +616,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     let raw = run.3.read(dev, done)?;
     let counters = s.clone_dtoh(&d_counters).map_err(e("reading the counters"))?;
     let stuck_by = s.clone_dtoh(&d_stuck).map_err(e("reading the counters"))?;
-    let stuck = layout.per_param(stuck_by.iter().enumerate().map(|(i, &n)| (i % ncoord, n)));
+    let stuck = layout.per_param(stuck_by.iter().enumerate().map(|(i, &n)| (i % ncoord, n)).filter(|&(c, _)| c < layout.n_coords()));
     let draws = exec.install(|| host_order(&raw, done, done, chains, np))??;
     let stats = SweepStats { beta_evals: counters[0], gamma_evals: counters[1], scale_evals: counters[2], stuck: counters[3] };
     drop(raw);

@@ -69,6 +69,7 @@ pub enum Kernel {
     HbScalarDecide,
     HbScalarFinish,
     HbScalarApply,
+    HbScalarGroups,
     HmmForward,
     HmmForwardWarp,
     HmmBackward,
@@ -92,7 +93,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 41] = [
+    pub const ALL: [Kernel; 42] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -114,6 +115,7 @@ impl Kernel {
         Kernel::HbScalarDecide,
         Kernel::HbScalarFinish,
         Kernel::HbScalarApply,
+        Kernel::HbScalarGroups,
         Kernel::HmmForward,
         Kernel::HmmForwardWarp,
         Kernel::HmmBackward,
@@ -161,6 +163,7 @@ impl Kernel {
             HbScalarDecide => ("gibbs", "hb_scalar_decide"),
             HbScalarFinish => ("gibbs", "hb_scalar_finish"),
             HbScalarApply => ("gibbs", "hb_scalar_apply"),
+            HbScalarGroups => ("gibbs", "hb_scalar_groups"),
             HmmForward => ("hmm", "hmm_forward"),
             HmmForwardWarp => ("hmm", "hmm_forward_warp"),
             HmmBackward => ("hmm", "hmm_backward"),

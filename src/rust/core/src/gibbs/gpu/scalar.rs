@@ -1,15 +1,17 @@
 //! The scalars whose log-likelihood sums over every row: the global
-//! coefficients gamma, the negative binomial's shape and the ordinal
-//! cut-points. Each is one slice update, queued as hb_scalar_start, a few
+//! coefficients gamma, the negative binomial's shape, the ordinal
+//! cut-points, and the interweaving's non-centred mu_k and tau_k (as
+//! sweep.rs's). Each is one slice update, queued as hb_scalar_start, a few
 //! rounds of hb_scalar_eval (the grid sums every row's term at a batch of
-//! candidates) and hb_scalar_decide, then hb_scalar_finish (and, for gamma,
-//! hb_scalar_apply); kernels/gibbs.cu says how the batches keep the slice
-//! sampler's chain. On few rows no rounds are queued and hb_scalar_finish
-//! does it all with one block per chain.
+//! candidates) and hb_scalar_decide, then hb_scalar_finish (and, where eta
+//! or beta move, hb_scalar_apply and hb_scalar_groups); kernels/gibbs.cu
+//! says how the batches keep the slice sampler's chain. On few rows no
+//! rounds are queued and hb_scalar_finish does it all with one block per
+//! chain.
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::{ptr, HbArgs, HbGlobal, THREADS};
+use super::{ptr, GpuOptions, HbArgs, HbGlobal, THREADS};
 use crate::error::Result;
 use crate::gibbs::{Family, HbData, HbglmConfig, Layout, ScalePrior};
 use crate::gpu::{Device, Kernel};
@@ -51,21 +53,26 @@ unsafe impl DeviceRepr for HbScalar {}
 pub(super) struct Scalars {
     /// gamma: queued after the factors, before hb_global.
     before: Vec<HbScalar>,
-    /// The shape and the free cut-points: after hb_global.
+    /// The non-centred mu and tau (after the centred ones, as on the CPU),
+    /// the shape and the free cut-points: after hb_global.
     after: Vec<HbScalar>,
     rounds: usize,
     chains: u32,
     nb: u32,
-    kernels: [CudaFunction; 5],
+    /// Blocks of THREADS over the groups (hb_scalar_groups).
+    group_blocks: u32,
+    kernels: [CudaFunction; 6],
     _state: CudaSlice<f64>,
     _partials: CudaSlice<f64>,
 }
 
 impl Scalars {
     /// `stream`: the first random stream no other kernel uses; from
-    /// `grid_rows` rows on, the rounds run on the grid.
+    /// `opts.grid_rows` rows on, the rounds run on the grid; the
+    /// non-centred updates' widths are the 2K coordinates after the
+    /// layout's.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(dev: &Device, defines: &[(&str, i64)], data: &HbData, config: &HbglmConfig, layout: &Layout, chains: usize, stream: usize, grid_rows: usize) -> Result<Scalars> {
+    pub(super) fn new(dev: &Device, defines: &[(&str, i64)], data: &HbData, config: &HbglmConfig, layout: &Layout, chains: usize, stream: usize, opts: GpuOptions) -> Result<Scalars> {
         let (g, k, p, n) = (data.groups(), data.k, data.p, data.n());
         let s = &dev.stream;
         let e = |what: &'static str| move |err| dev.err(what, err);
@@ -84,23 +91,35 @@ impl Scalars {
         };
         let before: Vec<HbScalar> = (0..p).map(|j| scalar(0, j, g * k + j, None, j)).collect();
         let mut after = Vec::new();
+        let nc = layout.n_coords();
+        let mut index = p;
+        for j in (0..k).filter(|_| opts.interweave) {
+            after.push(scalar(3, j, nc + j, Some(layout.mu(j)), index));
+            index += 1;
+            // (Correlated: Sigma is drawn whole, conjugately.)
+            if config.prior.tau.fixed().is_none() && config.prior.cov.is_none() {
+                after.push(scalar(4, j, nc + k + j, Some(layout.tau(j)), index));
+                index += 1;
+            }
+        }
         let aux = g * k + p + k;
         if config.family == Family::NegBinomial && !matches!(config.prior.shape, ScalePrior::Fixed(_)) {
-            after.push(scalar(1, 0, aux, layout.sigma(), p));
+            after.push(scalar(1, 0, aux, layout.sigma(), index));
         }
         if config.family == Family::Ordinal {
             for j in 1..layout.cuts {
-                after.push(scalar(2, j, aux + j, Some(layout.cut(j)), p + 1 + j));
+                after.push(scalar(2, j, aux + j, Some(layout.cut(j)), index + j));
             }
         }
         let f = |kernel| dev.function(kernel, defines);
         Ok(Scalars {
             before,
             after,
-            rounds: if n >= grid_rows { BATCHES.len() } else { 0 },
+            rounds: if n >= opts.grid_rows { BATCHES.len() } else { 0 },
             chains: chains as u32,
             nb: nb as u32,
-            kernels: [f(Kernel::HbScalarStart)?, f(Kernel::HbScalarEval)?, f(Kernel::HbScalarDecide)?, f(Kernel::HbScalarFinish)?, f(Kernel::HbScalarApply)?],
+            group_blocks: g.div_ceil(THREADS as usize).max(1) as u32,
+            kernels: [f(Kernel::HbScalarStart)?, f(Kernel::HbScalarEval)?, f(Kernel::HbScalarDecide)?, f(Kernel::HbScalarFinish)?, f(Kernel::HbScalarApply)?, f(Kernel::HbScalarGroups)?],
             _state: state,
             _partials: partials,
         })
@@ -110,7 +129,7 @@ impl Scalars {
     pub(super) fn queue(&self, dev: &Device, args: &HbArgs, global: &HbGlobal, before: bool) -> Result<()> {
         let s: &CudaStream = &dev.stream;
         let e = |what: &'static str| move |err| dev.err(what, err);
-        let [start, eval, decide, finish, apply] = &self.kernels;
+        let [start, eval, decide, finish, apply, groups] = &self.kernels;
         let per_chain = |threads: u32| LaunchConfig { grid_dim: (self.chains, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let over_rows = LaunchConfig { grid_dim: (self.nb, self.chains, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let cap = if self.rounds > 0 { BATCHES[0] } else { 1 };
@@ -137,10 +156,16 @@ impl Scalars {
             let mut launch = s.launch_builder(finish);
             launch.arg(args).arg(global).arg(sc);
             unsafe { launch.launch(per_chain(THREADS)) }.map_err(e("launching hb_scalar_finish"))?;
-            if sc.what == 0 {
+            if sc.what == 0 || sc.what >= 3 {
                 let mut launch = s.launch_builder(apply);
                 launch.arg(args).arg(global).arg(sc);
                 unsafe { launch.launch(over_rows) }.map_err(e("launching hb_scalar_apply"))?;
+            }
+            if sc.what >= 3 {
+                let over_groups = LaunchConfig { grid_dim: (self.group_blocks, self.chains, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+                let mut launch = s.launch_builder(groups);
+                launch.arg(args).arg(global).arg(sc);
+                unsafe { launch.launch(over_groups) }.map_err(e("launching hb_scalar_groups"))?;
             }
         }
         Ok(())
