@@ -49,7 +49,8 @@ struct HbScalar {
 // field for field (same order, natural alignment).
 unsafe impl DeviceRepr for HbScalar {}
 
-/// One chain's scalars, in sweep order, with their kernels and buffers.
+/// Every chain's row-summed scalars, in sweep order, with their kernels
+/// and buffers.
 pub(super) struct Scalars {
     /// gamma: queued after the factors, before hb_global.
     before: Vec<HbScalar>,
