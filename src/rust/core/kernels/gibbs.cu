@@ -694,9 +694,12 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
 #define HB_CANDIDATES 16
 #define HB_SCALAR_STATE_DOUBLES 96
 
+// What an HbScalar updates; the non-centred ones come last.
+enum { HB_S_GAMMA, HB_S_SHAPE, HB_S_CUT, HB_S_NC_MU, HB_S_NC_TAU };
+
 struct HbScalar {
-    int what;          // 0 gamma_j, 1 the shape's log, 2 cut-point j, 3 mu_j and
-                       // 4 log tau_j non-centred
+    int what;          // HB_S_*: gamma_j, the shape's log, cut-point j, mu_j and
+                       // log tau_j non-centred
     int j;
     int coord;         // sweep coordinate (widths, moved, stuck_by)
     int stream;        // random stream (the block number of HbRng)
@@ -827,7 +830,7 @@ __device__ void hb_slice_consume(HbSliceState& st, const double* f) {
 // hb_scalar_groups); delta = t - mu_j or e^t - tau_j.
 __device__ __forceinline__ double hb_nc_move(const HbArgs& a, const HbGlobal& h, const HbScalar& s, int c, long long i, double t, double base) {
     const double x = a.x[i * a.K + s.j];
-    if (s.what == 3) return x * (t - base);
+    if (s.what == HB_S_NC_MU) return x * (t - base);
     const int g = a.row_group[i];
     const double alpha = (a.beta[((size_t)c * a.G + g) * a.K + s.j] - h.mu[c * a.K + s.j]) / base;
     return x * alpha * (exp(t) - base);
@@ -836,7 +839,7 @@ __device__ __forceinline__ double hb_nc_move(const HbArgs& a, const HbGlobal& h,
 // Whether row i's term depends on the scalar (a cut-point: only rows in
 // the categories either side of it).
 __device__ __forceinline__ bool hb_scalar_uses(const HbArgs& a, const HbScalar& s, long long i) {
-    if (s.what != 2) return true;
+    if (s.what != HB_S_CUT) return true;
     const int cat = (int)a.y[i];
     return cat == s.j + 1 || cat == s.j + 2;
 }
@@ -846,9 +849,9 @@ __device__ __forceinline__ bool hb_scalar_uses(const HbArgs& a, const HbScalar& 
 // row so that large shapes keep their digits), less terms free of t.
 __device__ __forceinline__ double hb_scalar_row(const HbArgs& a, const HbGlobal& h, const HbScalar& s, const HbAux& aux, const double* eta, long long i, double t, double x0, double lgv, int c, double base) {
     const double y = a.y[i];
-    if (s.what == 0) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + h.z[(size_t)i * h.P + s.j] * (t - x0), aux);
-    if (s.what >= 3) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + hb_nc_move(a, h, s, c, i, t, base), aux);
-    if (s.what == 1) {
+    if (s.what == HB_S_GAMMA) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + h.z[(size_t)i * h.P + s.j] * (t - x0), aux);
+    if (s.what >= HB_S_NC_MU) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + hb_nc_move(a, h, s, c, i, t, base), aux);
+    if (s.what == HB_S_SHAPE) {
         const double v = exp(t);
         return lgamma(y + v) - lgv - y * t - (y + v) * hb_softplus(eta[i] - t);
     }
@@ -857,9 +860,9 @@ __device__ __forceinline__ double hb_scalar_row(const HbArgs& a, const HbGlobal&
 
 // The scalar's log prior (with a log scale's Jacobian).
 __device__ __forceinline__ double hb_scalar_prior(const HbGlobal& h, const HbScalar& s, double t) {
-    if (s.what == 1) return hb_scale_prior(h.sigma_kind, h.sigma_scale, h.sigma_rate, exp(t)) + t;
-    if (s.what == 4) return hb_scale_prior(h.tau_kind, h.tau_scale, h.tau_rate, exp(t)) + t;
-    if (s.what == 3) {
+    if (s.what == HB_S_SHAPE) return hb_scale_prior(h.sigma_kind, h.sigma_scale, h.sigma_rate, exp(t)) + t;
+    if (s.what == HB_S_NC_TAU) return hb_scale_prior(h.tau_kind, h.tau_scale, h.tau_rate, exp(t)) + t;
+    if (s.what == HB_S_NC_MU) {
         const double z = (t - h.mu_mean) / h.mu_sd;
         return -0.5 * z * z;
     }
@@ -871,20 +874,20 @@ extern "C" __global__ void hb_scalar_start(HbArgs a, HbGlobal h, HbScalar s, int
     const int c = blockIdx.x;
     if (threadIdx.x != 0) return;
     HbSliceState& st = *hb_scalar_state(s, c);
-    if (s.what == 0) {
+    if (s.what == HB_S_GAMMA) {
         st.x0 = h.gamma[c * h.P + s.j];
         st.lower = -HB_INF;
         st.upper = HB_INF;
-    } else if (s.what == 1) {
+    } else if (s.what == HB_S_SHAPE) {
         st.x0 = log(h.sigma[c]);
         st.lower = log(h.sigma_floor);
         st.upper = log(h.aux_max);
-    } else if (s.what == 2) {
+    } else if (s.what == HB_S_CUT) {
         const double* cuts = a.cuts + (size_t)c * a.ncuts;
         st.x0 = cuts[s.j];
         st.lower = cuts[s.j - 1];
         st.upper = s.j + 1 < a.ncuts ? cuts[s.j + 1] : HB_INF;
-    } else if (s.what == 3) {
+    } else if (s.what == HB_S_NC_MU) {
         st.x0 = st.base = h.mu[c * a.K + s.j];
         st.lower = -HB_INF;
         st.upper = HB_INF;
@@ -894,7 +897,7 @@ extern "C" __global__ void hb_scalar_start(HbArgs a, HbGlobal h, HbScalar s, int
         st.lower = log(h.tau_floor[s.j]);
         st.upper = log(h.scale_max);
     }
-    st.noncentred = s.what >= 3;
+    st.noncentred = s.what >= HB_S_NC_MU;
     st.skip = 0;
     // hb_slice's first three numbers: the level, the interval, the split.
     st.rng = HbRng(a.seed, a.chain0 + c, a.sweep, s.stream);
@@ -927,7 +930,7 @@ extern "C" __global__ void __launch_bounds__(256) hb_scalar_eval(HbArgs a, HbGlo
     const int m = st.nt;
     if (threadIdx.x < m) {
         t[threadIdx.x] = st.t[threadIdx.x];
-        lgv[threadIdx.x] = s.what == 1 ? lgamma(exp(st.t[threadIdx.x])) : 0.0;
+        lgv[threadIdx.x] = s.what == HB_S_SHAPE ? lgamma(exp(st.t[threadIdx.x])) : 0.0;
     }
     const double x0 = st.x0, base = st.base;
     __syncthreads();
@@ -989,7 +992,7 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         const int m = st.nt;
         const double x0 = st.x0, base = st.base;
         for (int p = 0; p < m; ++p) {
-            const double t = st.t[p], lgv = s.what == 1 ? lgamma(exp(t)) : 0.0;
+            const double t = st.t[p], lgv = s.what == HB_S_SHAPE ? lgamma(exp(t)) : 0.0;
             double v = 0.0;
             for (long long i = tid; i < a.n; i += nt)
                 if (hb_scalar_uses(a, s, i)) v += hb_scalar_row(a, h, s, aux, eta, i, t, x0, lgv, c, base);
@@ -1004,25 +1007,25 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
     if (tid != 0) return;
     double* w = a.widths + (size_t)c * a.ncoord;
     double* moved = a.moved + (size_t)c * a.ncoord;
-    if (s.what >= 3) {
+    if (s.what >= HB_S_NC_MU) {
         // As sweep.rs's non_centred_step: no move when x0's density is not
         // finite (then nothing is counted), when stuck (not counted: the
         // centred update still moves) or when the slice stayed.
         if (!st.skip) atomicAdd(&a.counters[2], (unsigned long long)(st.evals + 1));
         if (st.skip || st.stuck || !isfinite(st.x)) st.x = st.x0;
         if (st.x != st.x0) {
-            if (s.what == 3) h.mu[c * a.K + s.j] = st.x;
+            if (s.what == HB_S_NC_MU) h.mu[c * a.K + s.j] = st.x;
             else h.tau[c * a.K + s.j] = exp(st.x);
             if (a.adapting) moved[s.coord] += fabs(st.x - st.x0);
         }
         if (a.adapt_now) hb_adapt_width(a, w, moved, s.coord);
         if (h.draw_index >= 0)
-            h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == 3 ? h.mu[c * a.K + s.j] : h.tau[c * a.K + s.j];
+            h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == HB_S_NC_MU ? h.mu[c * a.K + s.j] : h.tau[c * a.K + s.j];
         return;
     }
     const double x = st.x;
-    if (s.what == 0) h.gamma[c * h.P + s.j] = x;
-    else if (s.what == 1) h.sigma[c] = exp(x);
+    if (s.what == HB_S_GAMMA) h.gamma[c * h.P + s.j] = x;
+    else if (s.what == HB_S_SHAPE) h.sigma[c] = exp(x);
     else {
         // The cut-point, and the gaps of the categories either side.
         double* cuts = a.cuts + (size_t)c * a.ncuts;
@@ -1031,7 +1034,7 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         gaps[s.j - 1] = log(-expm1(cuts[s.j - 1] - x));
         if (s.j + 1 < a.ncuts) gaps[s.j] = log(-expm1(x - cuts[s.j + 1]));
     }
-    atomicAdd(&a.counters[s.what == 0 ? 1 : 2], (unsigned long long)(st.evals + 1));
+    atomicAdd(&a.counters[s.what == HB_S_GAMMA ? 1 : 2], (unsigned long long)(st.evals + 1));
     const size_t at = (size_t)c * a.ncoord + s.coord;
     if (st.stuck) {
         atomicAdd(&a.counters[3], 1ull);
@@ -1041,7 +1044,7 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
     if (a.adapt_now) hb_adapt_width(a, w, moved, s.coord);
     // The shape as phi; a cut-point as brms's, theta_j - mu_1.
     if (h.draw_index >= 0 && s.draw_at >= 0)
-        h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == 1 ? exp(x) : x - h.mu[c * a.K];
+        h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == HB_S_SHAPE ? exp(x) : x - h.mu[c * a.K];
 }
 
 // gamma_j's or a non-centred update's move into eta, over the grid (nb,
@@ -1053,7 +1056,7 @@ extern "C" __global__ void hb_scalar_apply(HbArgs a, HbGlobal h, HbScalar s) {
     if (d == 0.0) return;
     double* eta = a.eta + (size_t)c * a.n;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x)
-        eta[i] += s.what == 0 ? h.z[(size_t)i * h.P + s.j] * d : hb_nc_move(a, h, s, c, i, st.x, st.base);
+        eta[i] += s.what == HB_S_GAMMA ? h.z[(size_t)i * h.P + s.j] * d : hb_nc_move(a, h, s, c, i, st.x, st.base);
 }
 
 // A non-centred update's move of every group's beta_gj (a thread per
@@ -1064,7 +1067,7 @@ extern "C" __global__ void hb_scalar_groups(HbArgs a, HbGlobal h, HbScalar s) {
     const HbSliceState& st = *hb_scalar_state(s, c);
     if (st.x == st.x0 || g >= a.G) return;
     double& b = a.beta[((size_t)c * a.G + g) * a.K + s.j];
-    if (s.what == 3) {
+    if (s.what == HB_S_NC_MU) {
         b += st.x - st.x0;
     } else {
         const double mu = h.mu[c * a.K + s.j];

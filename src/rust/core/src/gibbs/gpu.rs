@@ -311,8 +311,7 @@ fn host_order(raw: &[f64], stride: usize, rows: usize, chains: usize, np: usize)
     Ok(out)
 }
 
-/// Sample on the first usable device. `balance = false` sends every group
-/// through the warp-per-group kernel (for measuring what packing buys).
+/// Sample on the first usable device, laid out as `opts` says.
 pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOptions) -> Result<HbglmFit> {
     let balance = opts.balance;
     let dev = &gpu::devices()?[0];

@@ -50,7 +50,7 @@ impl Draws {
             return Ok(false);
         }
         let (chains, params, most) = (self.chains, self.params, self.most);
-        let cap = needed.max(self.cap + self.cap / 2).min(most).max(needed);
+        let cap = (self.cap + self.cap / 2).min(most).max(needed);
         let mut buf = Self::alloc(dev, chains, params, cap, || {
             format!("hbglm() on the GPU: growing the draws buffer to {cap} kept draws x {chains} chains x {params} parameters (the target not met after {written} kept draws; max.iter allows {most})")
         })?;

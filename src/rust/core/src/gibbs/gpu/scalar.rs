@@ -31,6 +31,14 @@ const BATCHES: [i32; 4] = [5, 4, 8, CANDIDATES as i32];
 /// Row blocks per chain of hb_scalar_eval, at most.
 const MAX_ROW_BLOCKS: usize = 512;
 
+/// What an HbScalar updates (kernels/gibbs.cu's HB_S_*).
+const GAMMA: i32 = 0;
+const SHAPE: i32 = 1;
+const CUT: i32 = 2;
+/// The non-centred mu_k and tau_k (the kernels' `what >= HB_S_NC_MU`).
+const NC_MU: i32 = 3;
+const NC_TAU: i32 = 4;
+
 /// Mirrors `struct HbScalar` of kernels/gibbs.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -90,26 +98,26 @@ impl Scalars {
             partials: ptr(&partials, dev),
             nb: nb as i32,
         };
-        let before: Vec<HbScalar> = (0..p).map(|j| scalar(0, j, g * k + j, None, j)).collect();
+        let before: Vec<HbScalar> = (0..p).map(|j| scalar(GAMMA, j, g * k + j, None, j)).collect();
         let mut after = Vec::new();
         let nc = layout.n_coords();
         let mut index = p;
         for j in (0..k).filter(|_| opts.interweave) {
-            after.push(scalar(3, j, nc + j, Some(layout.mu(j)), index));
+            after.push(scalar(NC_MU, j, nc + j, Some(layout.mu(j)), index));
             index += 1;
             // (Correlated: Sigma is drawn whole, conjugately.)
             if config.prior.tau.fixed().is_none() && config.prior.cov.is_none() {
-                after.push(scalar(4, j, nc + k + j, Some(layout.tau(j)), index));
+                after.push(scalar(NC_TAU, j, nc + k + j, Some(layout.tau(j)), index));
                 index += 1;
             }
         }
         let aux = g * k + p + k;
         if config.family == Family::NegBinomial && !matches!(config.prior.shape, ScalePrior::Fixed(_)) {
-            after.push(scalar(1, 0, aux, layout.sigma(), index));
+            after.push(scalar(SHAPE, 0, aux, layout.sigma(), index));
         }
         if config.family == Family::Ordinal {
             for j in 1..layout.cuts {
-                after.push(scalar(2, j, aux + j, Some(layout.cut(j)), index + j));
+                after.push(scalar(CUT, j, aux + j, Some(layout.cut(j)), index + j));
             }
         }
         let f = |kernel| dev.function(kernel, defines);
@@ -157,12 +165,12 @@ impl Scalars {
             let mut launch = s.launch_builder(finish);
             launch.arg(args).arg(global).arg(sc);
             unsafe { launch.launch(per_chain(THREADS)) }.map_err(e("launching hb_scalar_finish"))?;
-            if sc.what == 0 || sc.what >= 3 {
+            if sc.what == GAMMA || sc.what >= NC_MU {
                 let mut launch = s.launch_builder(apply);
                 launch.arg(args).arg(global).arg(sc);
                 unsafe { launch.launch(over_rows) }.map_err(e("launching hb_scalar_apply"))?;
             }
-            if sc.what >= 3 {
+            if sc.what >= NC_MU {
                 let over_groups = LaunchConfig { grid_dim: (self.group_blocks, self.chains, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
                 let mut launch = s.launch_builder(groups);
                 launch.arg(args).arg(global).arg(sc);
