@@ -1313,3 +1313,20 @@ extern "C" __global__ void hb_factor_global(HbArgs a, HbGlobal h, HbFactor f) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// The kept draws in the host's (R's) order, for a check or the result:
+// parameters [q0, q0 + count / (chains now)) of the draws buffer (chain c's
+// draw i at (c cap + i) params, core/src/gibbs/gpu/draws.rs) as draw
+// fastest, then chain, then parameter. Writes are coalesced; each read
+// takes a sector for one value, a few milliseconds per gigabyte.
+// ---------------------------------------------------------------------------
+
+extern "C" __global__ void hb_draws_order(const double* draws, long long params, long long cap, int now, int chains,
+                                          long long q0, long long count, double* out) {
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < count; k += (long long)gridDim.x * blockDim.x) {
+        const long long i = k % now, rest = k / now;
+        const long long c = rest % chains, q = q0 + rest / chains;
+        out[k] = draws[(c * cap + i) * params + q];
+    }
+}

@@ -544,6 +544,7 @@ mod gibbs_bench {
             ..HbglmConfig::new(hblogit_family(o))
         };
         let exec = Exec { backend, ..Exec::cpu().threads(o.threads) };
+        bulkem_core::gpu::timing::take();
         let t0 = Instant::now();
         // --grid-rows or --interweave other than the defaults: the GPU
         // sampler itself, so that they can be set.
@@ -554,6 +555,19 @@ mod gibbs_bench {
         }
         .map_err(|e| e.to_string())?;
         let seconds = t0.elapsed().as_secs_f64();
+        if backend == Backend::Cuda {
+            // The target's checks, summed by phase.
+            let mut sums: Vec<(&str, f64)> = Vec::new();
+            for (p, s) in bulkem_core::gpu::timing::take().into_iter().filter(|(p, _)| p.starts_with("check")) {
+                match sums.iter_mut().find(|(q, _)| *q == p) {
+                    Some(e) => e.1 += s,
+                    None => sums.push((p, s)),
+                }
+            }
+            if !sums.is_empty() {
+                println!("  checks (s): {}", sums.iter().map(|(p, s)| format!("{p} {s:.2}")).collect::<Vec<_>>().join(", "));
+            }
+        }
         let ess: Vec<f64> = (0..o.groups * o.k).into_par_iter().map(|p| ess_bulk(&fit.chains_of(p))).collect();
         let min_ess = ess.iter().cloned().fold(f64::INFINITY, f64::min);
         // Every parameter: mu, tau (the sds), and the correlations too.

@@ -19,7 +19,6 @@ use super::{BlockPlan, Family, HbData, HbglmConfig, HbglmFit, Layout, ScalePrior
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec};
 use crate::gpu::{self, Device, Kernel};
-use crate::memory;
 use crate::tolerances::{SLICE_ADAPT_FACTOR, SLICE_ADAPT_WINDOW, SLICE_MAX_STEPS};
 
 mod draws;
@@ -294,23 +293,6 @@ fn ptr<T>(s: &CudaSlice<T>, dev: &Device) -> u64 {
     p as u64
 }
 
-/// The first `rows` draws of each chain, read back in the device's order
-/// (chain c's draw i at (c x stride + i) x np), in the host's (R's) order:
-/// iteration fastest, then chain, then parameter. Parameters in parallel:
-/// for 10^5 groups this reorders gigabytes.
-fn host_order(raw: &[f64], stride: usize, rows: usize, chains: usize, np: usize) -> Result<Vec<f64>> {
-    use rayon::prelude::*;
-    let mut out = memory::try_vec(rows * chains * np, 0.0, "the draws of hbglm()")?;
-    out.par_chunks_mut((rows * chains).max(1)).enumerate().for_each(|(q, part)| {
-        for c in 0..chains {
-            for i in 0..rows {
-                part[i + rows * c] = raw[(c * stride + i) * np + q];
-            }
-        }
-    });
-    Ok(out)
-}
-
 /// Sample on the first usable device, laid out as `opts` says.
 pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOptions) -> Result<HbglmFit> {
     let balance = opts.balance;
@@ -392,7 +374,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     let d_tau_floor = s.clone_htod(&bounds.tau_floor).map_err(e("copying data"))?;
     // With a target, room for the first check's draws (`draws` grows it).
     let first = config.target.map_or(kept, |t| t.first.saturating_sub(config.warmup) / config.thin);
-    let draws = draws::Draws::new(dev, chains, np, first, kept)?;
+    let draws = draws::Draws::new(dev, chains, np, first, kept, dev.function(Kernel::HbDrawsOrder, &defines)?)?;
     let (small, medium, large) = classify(data, balance);
     let d_small = s.clone_htod(&small[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
     let d_medium = s.clone_htod(&medium[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
@@ -604,21 +586,22 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     // A check reads the kept draws so far back in the host's order,
     // parameter by parameter.
     let diagnose = |run: &(HbArgs, HbGlobal, usize, draws::Draws), now: usize| -> Result<super::diagnostics::Diagnostics> {
-        let host = run.3.read(dev, now)?;
-        let ordered = exec.install(|| host_order(&host, now, now, chains, np))??;
-        drop(host);
-        exec.install(|| super::diagnostics::diagnose_array(&ordered, now, chains, true, &exec.monitor))?
+        let t = std::time::Instant::now();
+        let ordered = exec.install(|| run.3.read_ordered(dev, now))??;
+        gpu::timing::record("check: read", t);
+        let t = std::time::Instant::now();
+        let diag = exec.install(|| super::diagnostics::diagnose_array(&ordered, now, chains, true, &exec.monitor));
+        gpu::timing::record("check: diagnostics", t);
+        diag?
     };
     let (sweeps, outcome) = super::target::run_blocks(config.target, config.iter, config.warmup, config.thin, &mut run, sweep, diagnose)?;
     let done = (sweeps - config.warmup) / config.thin;
     // Host buffers allocated fallibly (their size was checked up front).
-    let raw = run.3.read(dev, done)?;
+    let draws = exec.install(|| run.3.read_ordered(dev, done))??;
     let counters = s.clone_dtoh(&d_counters).map_err(e("reading the counters"))?;
     let stuck_by = s.clone_dtoh(&d_stuck).map_err(e("reading the counters"))?;
     let stuck = layout.per_param(stuck_by.iter().enumerate().map(|(i, &n)| (i % ncoord, n)).filter(|&(c, _)| c < layout.n_coords()));
-    let draws = exec.install(|| host_order(&raw, done, done, chains, np))??;
     let stats = SweepStats { beta_evals: counters[0], gamma_evals: counters[1], scale_evals: counters[2], stuck: counters[3] };
-    drop(raw);
     Ok(HbglmFit {
         draws,
         kept: done,

@@ -70,6 +70,7 @@ pub enum Kernel {
     HbScalarFinish,
     HbScalarApply,
     HbScalarGroups,
+    HbDrawsOrder,
     HmmForward,
     HmmForwardWarp,
     HmmBackward,
@@ -93,7 +94,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 42] = [
+    pub const ALL: [Kernel; 43] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -116,6 +117,7 @@ impl Kernel {
         Kernel::HbScalarFinish,
         Kernel::HbScalarApply,
         Kernel::HbScalarGroups,
+        Kernel::HbDrawsOrder,
         Kernel::HmmForward,
         Kernel::HmmForwardWarp,
         Kernel::HmmBackward,
@@ -164,6 +166,7 @@ impl Kernel {
             HbScalarFinish => ("gibbs", "hb_scalar_finish"),
             HbScalarApply => ("gibbs", "hb_scalar_apply"),
             HbScalarGroups => ("gibbs", "hb_scalar_groups"),
+            HbDrawsOrder => ("gibbs", "hb_draws_order"),
             HmmForward => ("hmm", "hmm_forward"),
             HmmForwardWarp => ("hmm", "hmm_forward_warp"),
             HmmBackward => ("hmm", "hmm_backward"),

@@ -4,7 +4,7 @@
 //! check's draws and grows as the checks ask for more (by half at least, to
 //! at most max.iter's), rather than reserving max.iter's from the start.
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::ptr;
 use crate::error::{Error, Result};
@@ -18,15 +18,21 @@ pub(super) struct Draws {
     params: usize,
     /// Draws per chain of the longest run (max.iter's).
     most: usize,
+    /// hb_draws_order, which lays draws out in the host's order.
+    order: CudaFunction,
 }
+
+/// Bytes of draws laid out in the host's order at a time (a device buffer
+/// of this size at most).
+const ORDER_BYTES: usize = 64 << 20;
 
 impl Draws {
     /// A buffer of `first` draws per chain (at most `most`), refused by its
     /// size rather than by a CUDA error.
-    pub fn new(dev: &Device, chains: usize, params: usize, first: usize, most: usize) -> Result<Draws> {
+    pub fn new(dev: &Device, chains: usize, params: usize, first: usize, most: usize, order: CudaFunction) -> Result<Draws> {
         let cap = first.clamp(1, most.max(1));
         let buf = Self::alloc(dev, chains, params, cap, || format!("hbglm() on the GPU: a draws buffer of {cap} kept draws x {chains} chains x {params} parameters"))?;
-        Ok(Draws { buf, cap, chains, params, most })
+        Ok(Draws { buf, cap, chains, params, most, order })
     }
 
     fn alloc(dev: &Device, chains: usize, params: usize, cap: usize, what: impl Fn() -> String) -> Result<CudaSlice<f64>> {
@@ -67,14 +73,33 @@ impl Draws {
         Ok(true)
     }
 
-    /// The first `now` draws of every chain, chain after chain (draw i of
-    /// chain c at (c now + i) params).
-    pub fn read(&self, dev: &Device, now: usize) -> Result<Vec<f64>> {
-        let params = self.params;
-        let mut host = crate::memory::try_vec((self.chains * now * params).max(1), 0.0, "the draws of hbglm()")?;
-        for c in 0..self.chains {
-            let part = self.buf.slice(c * self.cap * params..(c * self.cap + now) * params);
-            dev.stream.memcpy_dtoh(&part, &mut host[c * now * params..(c + 1) * now * params]).map_err(|e| dev.err("reading the draws", e))?;
+    /// The first `now` draws of every chain in the host's (R's) order:
+    /// draw fastest, then chain, then parameter. Laid out so on the device,
+    /// a block of parameters at a time, and copied straight into place.
+    pub fn read_ordered(&self, dev: &Device, now: usize) -> Result<Vec<f64>> {
+        let (chains, params) = (self.chains, self.params);
+        let per = chains * now;
+        let mut host = crate::memory::try_vec(per * params, 0.0, "the draws of hbglm()")?;
+        if per == 0 || params == 0 {
+            return Ok(host);
+        }
+        let block = (ORDER_BYTES / 8 / per).clamp(1, params);
+        let e = |what| move |err| dev.err(what, err);
+        // SAFETY: hb_draws_order writes every value the copies read.
+        let mut tmp = unsafe { dev.stream.alloc::<f64>(block * per) }.map_err(e("allocating the draws' copy"))?;
+        let (params_i, cap_i, now_i, chains_i) = (params as i64, self.cap as i64, now as i32, chains as i32);
+        for q0 in (0..params).step_by(block) {
+            let count = block.min(params - q0) * per;
+            let (q0_i, count_i) = (q0 as i64, count as i64);
+            let cfg = LaunchConfig { grid_dim: (count.div_ceil(256).min(1 << 16) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let mut launch = dev.stream.launch_builder(&self.order);
+            launch.arg(&self.buf).arg(&params_i).arg(&cap_i).arg(&now_i).arg(&chains_i).arg(&q0_i).arg(&count_i).arg(&mut tmp);
+            // SAFETY: hb_draws_order(draws, params, cap, now, chains, q0,
+            // count, out): draws holds chains x cap x params values, now <=
+            // cap, parameters q0.. q0 + count / per exist, and out holds
+            // count >= the values it writes (block x per).
+            unsafe { launch.launch(cfg) }.map_err(e("launching hb_draws_order"))?;
+            dev.download(&tmp.slice(..count), &mut host[q0 * per..q0 * per + count])?;
         }
         Ok(host)
     }
