@@ -3,8 +3,9 @@
 // Compiled by NVRTC once per (device, family, EM_M) with -DEM_M=<components
 // 1..8>. The core prepends (src/gpu/kernels.rs, src/em/gpu/mod.rs): its
 // tolerances and the exp's constants, common.cuh, the status codes and
-// launch sizes (EM_WARPS), em_math.cuh (rcp_sum, exp_nonpos), and the
-// family's CUDA block, which defines
+// launch sizes (EM_WARPS), em_math.cuh (rcp_sum, rcp_terms, exp_neg_abs,
+// whose table each kernel loads with load_exp_table), and the family's
+// CUDA block, which defines
 //   fam_features(x, centre, u, v), fam_shared_term(x),
 //   fam_natural(first, second, centre, a, b, c), fam_m_step(sw, su, sv, centre, first, second)
 // (first, second in-out: the current parameters in, the new ones out)
@@ -323,13 +324,16 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
     const double l0 = A[0] + B[0] * u + C[0] * v;
     const double l1 = A[1] + B[1] * u + C[1] * v;
     const double d = l1 - l0;
-    const double e = exp_nonpos(-fabs(d));  // ratio of the smaller to the larger term
+    const double e = exp_neg_abs(d);  // ratio of the smaller to the larger term
     const double s = 1.0 + e;
-    const double w_top = rcp_sum(s), w_low = e * w_top;
-    const double w0 = d > 0.0 ? w_low : w_top, w1 = d > 0.0 ? w_top : w_low;
+    const double w_top = rcp_terms(s), w_low = e * w_top;
+    // d > 0 by its sign bit, an integer test rather than a float64 one: at
+    // d = +0 the weights are equal, and a NaN reaches ll through e and prod.
+    const bool up = __double2hiint(d) >= 0;
+    const double w0 = up ? w_low : w_top, w1 = up ? w_top : w_low;
     S[0] += w0; S[1] += w0 * u; S[2] += w0 * v;
     S[3] += w1; S[4] += w1 * u; S[5] += w1 * v;
-    maxsum += fmax(l0, l1);  // a NaN still reaches ll through prod
+    maxsum += up ? l1 : l0;
     prod *= s;
 #else
     double l[EM_M];
@@ -344,10 +348,10 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
     double s = 0.0;
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
-        l[j] = exp_nonpos(l[j] - top);
+        l[j] = exp_neg_abs(l[j] - top);
         s += l[j];
     }
-    const double r = rcp_sum(s);
+    const double r = rcp_terms(s);
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
         const double w = l[j] * r;
@@ -370,8 +374,8 @@ __device__ __forceinline__ void e_obs_weighted(double u, double v, double wi, co
     const double l0 = A[0] + B[0] * u + C[0] * v;
     const double l1 = A[1] + B[1] * u + C[1] * v;
     const double d = l1 - l0;
-    const double e = exp_nonpos(-fabs(d));
-    const double w_top = wi * rcp_sum(1.0 + e), w_low = e * w_top;
+    const double e = exp_neg_abs(d);
+    const double w_top = wi * rcp_terms(1.0 + e), w_low = e * w_top;
     const double w0 = d > 0.0 ? w_low : w_top, w1 = d > 0.0 ? w_top : w_low;
     S[0] += w0; S[1] = fma(w0, u, S[1]); S[2] = fma(w0, v, S[2]);
     S[3] += w1; S[4] = fma(w1, u, S[4]); S[5] = fma(w1, v, S[5]);
@@ -387,10 +391,10 @@ __device__ __forceinline__ void e_obs_weighted(double u, double v, double wi, co
     double s = 0.0;
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
-        l[j] = exp_nonpos(l[j] - top);
+        l[j] = exp_neg_abs(l[j] - top);
         s += l[j];
     }
-    const double r = wi * rcp_sum(s);
+    const double r = wi * rcp_terms(s);
 #pragma unroll
     for (int j = 0; j < EM_M; ++j) {
         const double w = l[j] * r;
@@ -672,6 +676,7 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
 #endif
 
     if (threadIdx.x == 0) next_pair = 0;
+    load_exp_table();  // exp_neg_abs's table, published by the barrier below
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         double u, v;
         fam_features(xd[i], centre, u, v);
@@ -882,6 +887,8 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
     const int d = pair_dataset[pair];
     const int n = lengths[d];
     const double* xd = x + offsets[d];
+    load_exp_table();  // exp_neg_abs's table
+    __syncthreads();
     const double centre = centres[d];
     double A[EM_M], B[EM_M], C[EM_M], S[NSTAT], p[NSTAT];
 #pragma unroll

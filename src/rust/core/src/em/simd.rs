@@ -56,8 +56,9 @@ impl std::ops::DerefMut for Lanes {
 // exp for arguments <= 0
 // ---------------------------------------------------------------------------
 
-// The GPU kernels' `exp_nonpos` (kernels/common.cuh) is this function with
-// these constants, which `gpu::kernel_source` writes into every kernel.
+// The GPU's E-step uses a table-driven exp instead (kernels/em_math.cuh,
+// `exp_neg_abs`: fewer float64 instructions, which bound it there); both are
+// within 2.5e-16 relative, so the backends agree to rounding, not to the bit.
 
 /// Below this, exp(x) is under the smallest normal f64 and is returned as 0
 /// (-1022 ln 2 = ln f64::MIN_POSITIVE).

@@ -25,14 +25,12 @@ pub fn kernel_source(name: &str) -> Option<String> {
 
 /// [`kernel_source`] with `prelude` between the shared helpers and the file.
 pub fn kernel_source_with(name: &str, prelude: &str) -> Option<String> {
-    use crate::em::simd::{EXP_MIN_ARG, EXP_Q, LN2_HI, LN2_LO, SHIFTER};
+    use crate::em::simd::{LN2_HI, SHIFTER};
     use crate::tolerances::{COLLAPSE_REL, MIN_COMPONENT_WEIGHT, MIXED_NOISE, SLICE_MAX_SHRINKS};
-    let exp_q = EXP_Q.iter().map(|c| format!("{c:e}")).collect::<Vec<_>>().join(", ");
     let log2_e = std::f64::consts::LOG2_E;
     let constants = format!(
         "#define MIN_COMPONENT_WEIGHT {MIN_COMPONENT_WEIGHT:e}\n#define COLLAPSE_REL {COLLAPSE_REL:e}\n#define MIXED_NOISE {MIXED_NOISE:e}\n#define SLICE_MAX_SHRINKS {SLICE_MAX_SHRINKS}\n\
-         #define EXP_MIN_ARG {EXP_MIN_ARG:e}\n#define EXP_SHIFTER {SHIFTER:e}\n#define EXP_LOG2_E {log2_e:e}\n\
-         #define EXP_LN2_HI {LN2_HI:e}\n#define EXP_LN2_LO {LN2_LO:e}\n#define EXP_Q_LIST {exp_q}\n"
+         #define EXP_SHIFTER {SHIFTER:e}\n#define EXP_LOG2_E {log2_e:e}\n#define EXP_LN2_HI {LN2_HI:e}\n"
     );
     let builtin = KERNELS.iter().find(|(n, _)| *n == name)?.1;
     let dir = std::env::var_os("BULKEM_KERNEL_DIR").map(std::path::PathBuf::from);
