@@ -224,7 +224,7 @@ impl<'a> Sorted<'a> {
     /// The split chains (two halves of every chain, the middle draw of an
     /// odd length dropped) one after another, each value replaced by
     /// qnorm((rank - 3/8) / (S + 1/4)), ranks pooled over the split chains
-    /// and ties averaged; `sorted` gives (value, position) in increasing
+    /// and ties averaged; `sorted` gives (value, place) in increasing
     /// value order. The result and its chain length.
     fn z_split(&self, sorted: impl Iterator<Item = (f64, u32)>, scores: &Scores) -> (Vec<f64>, usize) {
         let half = self.n / 2;
@@ -263,7 +263,8 @@ impl<'a> Sorted<'a> {
         let median = self.median();
         let ord = &self.order;
         let fold = |k: usize| (ord[k].0 - median).abs();
-        // Draws at or below the median go down from `below`, the rest up from `above`.
+        // Draws at or below the median (ord[..above]) are taken downward,
+        // the rest upward, the smaller folded value first.
         let above = ord.partition_point(|&(v, _)| v <= median);
         let (mut lo, mut hi) = (above, above);
         let merged = std::iter::from_fn(move || {
@@ -318,7 +319,6 @@ fn tail_ess(sorted: &Sorted) -> f64 {
     };
     below(sorted.quantile(0.05)).min(below(sorted.quantile(0.95)))
 }
-
 
 /// Rank-normalised split R-hat: the larger of the bulk and tail (folded)
 /// versions. NaN when undefined.
@@ -416,19 +416,9 @@ mod tests {
     /// The definitions, one diagnostic at a time, each sorting the draws
     /// it needs (the code before [`Sorted`]).
     mod reference {
-        use super::super::qnorm;
-
-        /// Split every chain in two halves (the middle draw of an odd length is
-        /// dropped).
-        fn split(chains: &[&[f64]]) -> Vec<Vec<f64>> {
-            let n = chains.first().map_or(0, |c| c.len());
-            if n < 2 {
-                return chains.iter().map(|c| c.to_vec()).collect();
-            }
-            let half = n / 2;
-            let second = n.div_ceil(2);
-            chains.iter().flat_map(|c| [c[..half].to_vec(), c[second..].to_vec()]).collect()
-        }
+        // The shared pieces (split, mean, var, degenerate, the ESS of
+        // given chains) are the module's own.
+        use super::super::{degenerate, ess, mean, qnorm, split, var};
 
         /// Replace every value by qnorm((rank - 3/8) / (S + 1/4)), ranks pooled
         /// over all chains, ties averaged.
@@ -452,34 +442,6 @@ mod tests {
                 }
                 i = j + 1;
             }
-        }
-
-        fn mean(x: &[f64]) -> f64 {
-            x.iter().sum::<f64>() / x.len() as f64
-        }
-
-        fn var(x: &[f64]) -> f64 {
-            let m = mean(x);
-            x.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (x.len() as f64 - 1.0)
-        }
-
-        /// NA (NaN here) when any draw is non-finite or all are (nearly) equal.
-        fn degenerate(chains: &[&[f64]]) -> bool {
-            let mut it = chains.iter().flat_map(|c| c.iter().copied());
-            let first = match it.next() {
-                Some(v) => v,
-                None => return true,
-            };
-            let mut all_equal = true;
-            for v in chains.iter().flat_map(|c| c.iter().copied()) {
-                if !v.is_finite() {
-                    return true;
-                }
-                if (v - first).abs() > f64::EPSILON * first.abs().max(1.0) {
-                    all_equal = false;
-                }
-            }
-            all_equal
         }
 
         fn rhat_basic(chains: &[Vec<f64>]) -> f64 {
@@ -517,69 +479,6 @@ mod tests {
             let mut s = split(chains);
             z_scale(&mut s);
             ess(&s)
-        }
-
-        /// Geyer's initial monotone sequence estimator over several chains, with
-        /// autocovariances computed lag by lag only as far as the sequence needs.
-        pub fn ess(chains: &[Vec<f64>]) -> f64 {
-            let m = chains.len();
-            let n = chains[0].len();
-            if n < 3 {
-                return f64::NAN;
-            }
-            let centred: Vec<Vec<f64>> = chains.iter().map(|c| {
-                let mu = mean(c);
-                c.iter().map(|v| v - mu).collect()
-            }).collect();
-            // Mean over chains of the biased autocovariance at `lag`.
-            let acov = |lag: usize| -> f64 {
-                if lag >= n {
-                    return 0.0;
-                }
-                centred.iter().map(|c| c[..n - lag].iter().zip(&c[lag..]).map(|(a, b)| a * b).sum::<f64>() / n as f64).sum::<f64>() / m as f64
-            };
-            let nf = n as f64;
-            let mean_var = acov(0) * nf / (nf - 1.0);
-            let mut var_plus = mean_var * (nf - 1.0) / nf;
-            if m > 1 {
-                var_plus += var(&chains.iter().map(|c| mean(c)).collect::<Vec<_>>());
-            }
-            let rho = |lag: usize| 1.0 - (mean_var - acov(lag)) / var_plus;
-            // rho_hat[t] for t = 0, 1, ... (0-based lags).
-            let mut rho_hat = vec![0.0; n];
-            let mut t = 0usize;
-            let mut even = 1.0;
-            rho_hat[0] = even;
-            let mut odd = rho(1);
-            rho_hat[1] = odd;
-            while t + 5 < n && (even + odd).is_finite() && even + odd > 0.0 {
-                t += 2;
-                even = rho(t);
-                odd = rho(t + 1);
-                if even + odd >= 0.0 {
-                    rho_hat[t] = even;
-                    rho_hat[t + 1] = odd;
-                }
-            }
-            let max_t = t;
-            if even > 0.0 {
-                rho_hat[max_t] = even;
-            }
-            // Make the sums of pairs monotone.
-            let mut t = 0usize;
-            while t + 4 <= max_t {
-                t += 2;
-                if rho_hat[t] + rho_hat[t + 1] > rho_hat[t - 2] + rho_hat[t - 1] {
-                    rho_hat[t] = (rho_hat[t - 2] + rho_hat[t - 1]) / 2.0;
-                    rho_hat[t + 1] = rho_hat[t];
-                }
-            }
-            let total = (m * n) as f64;
-            // R's rho_hat_t[1:max_t] is the first element alone when max_t = 0.
-            let head: f64 = if max_t == 0 { rho_hat[0] } else { rho_hat[..max_t].iter().sum() };
-            let tau_hat = -1.0 + 2.0 * head + rho_hat[max_t];
-            let tau_hat = tau_hat.max(1.0 / total.log10());
-            total / tau_hat
         }
 
         /// Tail effective sample size (posterior's `ess_tail`): the smaller ESS of
