@@ -33,18 +33,6 @@ pub fn qnorm(p: f64) -> f64 {
     x
 }
 
-/// Split every chain in two halves (the middle draw of an odd length is
-/// dropped).
-fn split(chains: &[&[f64]]) -> Vec<Vec<f64>> {
-    let n = chains.first().map_or(0, |c| c.len());
-    if n < 2 {
-        return chains.iter().map(|c| c.to_vec()).collect();
-    }
-    let half = n / 2;
-    let second = n.div_ceil(2);
-    chains.iter().flat_map(|c| [c[..half].to_vec(), c[second..].to_vec()]).collect()
-}
-
 fn mean(x: &[f64]) -> f64 {
     x.iter().sum::<f64>() / x.len() as f64
 }
@@ -307,15 +295,22 @@ pub fn diagnostics_of(chains: &[&[f64]], tail: bool, scores: &Scores) -> (f64, f
     (rhat, ess_bulk, ess_tail)
 }
 
-/// The smaller ESS of the indicators I(x <= q05) and I(x <= q95).
+/// The smaller ESS of the indicators I(x <= q05) and I(x <= q95), each of
+/// the split chains; NaN where every draw falls on one side of a cut.
 fn tail_ess(sorted: &Sorted) -> f64 {
+    let ord = &sorted.order;
     let below = |cut: f64| -> f64 {
-        let ind: Vec<Vec<f64>> = sorted.chains.iter().map(|c| c.iter().map(|&v| (v <= cut) as u8 as f64).collect()).collect();
-        let refs: Vec<&[f64]> = ind.iter().map(|c| &c[..]).collect();
-        if degenerate(&refs) {
+        // The draws at or below the cut lead the pooled order.
+        let count = ord.partition_point(|&(v, _)| v <= cut);
+        if count == 0 || count == ord.len() {
             return f64::NAN;
         }
-        ess(&split(&refs))
+        let half = sorted.n / 2;
+        let mut ind = vec![0.0; 2 * sorted.chains.len() * half];
+        for &(_, q) in ord[..count].iter().filter(|&&(_, q)| q != DROPPED) {
+            ind[q as usize] = 1.0;
+        }
+        ess_flat(&ind, half)
     };
     below(sorted.quantile(0.05)).min(below(sorted.quantile(0.95)))
 }
@@ -416,9 +411,21 @@ mod tests {
     /// The definitions, one diagnostic at a time, each sorting the draws
     /// it needs (the code before [`Sorted`]).
     mod reference {
-        // The shared pieces (split, mean, var, degenerate, the ESS of
-        // given chains) are the module's own.
-        use super::super::{degenerate, ess, mean, qnorm, split, var};
+        // The shared pieces (mean, var, degenerate, the ESS of given
+        // chains) are the module's own.
+        use super::super::{degenerate, ess, mean, qnorm, var};
+
+        /// Split every chain in two halves (the middle draw of an odd length is
+        /// dropped).
+        fn split(chains: &[&[f64]]) -> Vec<Vec<f64>> {
+            let n = chains.first().map_or(0, |c| c.len());
+            if n < 2 {
+                return chains.iter().map(|c| c.to_vec()).collect();
+            }
+            let half = n / 2;
+            let second = n.div_ceil(2);
+            chains.iter().flat_map(|c| [c[..half].to_vec(), c[second..].to_vec()]).collect()
+        }
 
         /// Replace every value by qnorm((rank - 3/8) / (S + 1/4)), ranks pooled
         /// over all chains, ties averaged.
