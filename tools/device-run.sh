@@ -36,6 +36,20 @@ if [ "$what" = peers ] || [ "$what" = all ]; then
   echo "== peer torch_igem (4,000 datasets: throughput does not depend on D)"
   python3 peers/torch_igem.py 4000 2000 100 2 100 400 2>&1 | tee "$out/peer-igem.log"
 fi
+if [ "$what" = scan ]; then
+  # Issue 24's one long sequence: the HMM GPU tests, bulkem-bench on it
+  # (CPU and CUDA), then dynamax (wheels carried in .device/wheels, see
+  # ../shared/peers/README.md) in the same call.
+  run_tests hmm_gpu
+  echo "== bulkem-bench hmm N=8 M=1 T=262144 V=16"
+  ./bulkem-bench hmm --states 8 --seqs 1 --length 262144 --symbols 16 --backend both --json "$out/bench-scan.jsonl" 2>&1 | tee "$out/bench-scan.log"
+  if [ -d wheels ]; then
+    python3 -m pip install --quiet --no-deps --no-index --find-links wheels --target "$out/pylib" dynamax==1.0.3 tfp-nightly dm-tree gast decorator fastprogress > "$out/pip.log" 2>&1 || tail -5 "$out/pip.log"
+    echo "== peer dynamax_hmm.py 8 1 262144 16"
+    PYTHONPATH="$out/pylib" python3 peers/dynamax_hmm.py 8 1 262144 16 2>&1 | tee "$out/peer-dynamax.log"
+    rm -rf "$out/pylib"
+  fi
+fi
 if [ "$what" = hmm ]; then
   run_tests kernels_compile transfer_gpu hmm_gpu hmm_emissions_gpu
   echo "== bulkem-bench hmm-suite"

@@ -4,7 +4,7 @@
 //! device is usable.
 
 mod common;
-use common::{cuda, gpu_or_skip};
+use common::{cuda, gpu_or_skip, path_logp};
 
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::{choose_backend, Backend, BackendRequest, Exec};
@@ -114,8 +114,110 @@ fn long_sequences_agree() {
         return;
     }
     let model = random_model(8, 6, 40, false);
-    let (seqs, _) = hmm::simulate(&model, &[100_000, 10_000, 3], 4);
+    // 200 sequences (more than the multiprocessors) keep the sequential
+    // kernels; the three long ones alone run parallel in time.
+    let mut lens = vec![100_000, 10_000, 3];
+    lens.extend(lengths(197, 50, 41));
+    let (seqs, _) = hmm::simulate(&model, &lens, 4);
     compare_passes(&model, &seqs, "long");
+    let (seqs, _) = hmm::simulate(&model, &[100_000, 10_000, 3], 4);
+    compare_scan(&model, &seqs, None, "long, parallel in time");
+}
+
+/// The scan's passes (chunks of `len` steps, None: its own) against the
+/// CPU's sequential ones: log-likelihoods to 1e-10 relative, posteriors to
+/// 1e-10, Viterbi log-probabilities to 1e-10 relative and each path's own
+/// log-probability equal to the reported one (a path may differ from the
+/// CPU's only between paths whose log-probabilities agree to rounding).
+fn compare_scan(model: &HmmModel, seqs: &Sequences, len: hmm::gpu::ChunkLen, what: &str) {
+    let (cpu, gpu) = (Exec::cpu(), cuda());
+    let a = hmm::loglik(model, seqs, &cpu).unwrap();
+    let b = hmm::gpu::scan_loglik(model, seqs, len, &gpu).unwrap();
+    for (s, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: loglik of sequence {s}: scan {y} cpu {x}");
+    }
+    let pa = hmm::posterior(model, seqs, &cpu).unwrap();
+    let (probs, ll) = hmm::gpu::scan_posterior(model, seqs, len, &gpu).unwrap();
+    for (x, y) in a.iter().zip(&ll) {
+        assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: posterior loglik scan {y} cpu {x}");
+    }
+    for (x, y) in pa.probs.iter().zip(&probs) {
+        assert!((x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-10, "{what}: posterior scan {y} cpu {x}");
+    }
+    let va = hmm::viterbi(model, seqs, &cpu).unwrap();
+    let (paths, logp) = hmm::gpu::scan_viterbi(model, seqs, len, &gpu).unwrap();
+    for s in 0..seqs.len() {
+        let (x, y) = (va.log_prob[s], logp[s]);
+        assert!(rel(y, x) <= GPU_CPU_LOGLIK_REL, "{what}: Viterbi log-prob of sequence {s}: scan {y} cpu {x}");
+        let path = &paths[seqs.offsets[s]..seqs.offsets[s + 1]];
+        if x == f64::NEG_INFINITY {
+            assert!(path.iter().all(|&p| p == hmm::NO_STATE), "{what}: sequence {s} is impossible");
+        } else {
+            let own = path_logp(model, seqs.get(s), path);
+            assert!(rel(own, x) <= GPU_CPU_LOGLIK_REL, "{what}: sequence {s}'s path has log-prob {own}, the best is {x}");
+        }
+    }
+    // Baum-Welch: the scan's counts give the CPU's M-step.
+    let fit = Default::default();
+    let (next, ll) = hmm::baum_welch_step(model, seqs, &fit, &cpu).unwrap();
+    let (counts, sll, _) = hmm::gpu::scan_e_step(model, seqs, len, &gpu).unwrap();
+    assert!(rel(sll, ll) <= GPU_CPU_LOGLIK_REL, "{what}: E-step loglik scan {sll} cpu {ll}");
+    compare_models(&next, &hmm::m_step(model, &counts, &fit).0, &format!("{what}: M-step"));
+}
+
+#[test]
+fn scan_matches_the_cpu_with_any_chunks() {
+    if !gpu_or_skip() {
+        return;
+    }
+    for (key, &(n, v)) in [(1usize, 3usize), (2, 4), (3, 5), (8, 6), (32, 16)].iter().enumerate() {
+        let model = random_model(n, v, 60 + key as u64, false);
+        let (seqs, _) = hmm::simulate(&model, &[1, 2, 3, 17, 400, 2_500], key as u64);
+        for len in [Some(1), Some(2), Some(3), Some(64), None] {
+            compare_scan(&model, &seqs, len, &format!("scan N={n} V={v} chunks {len:?}"));
+        }
+    }
+}
+
+#[test]
+fn scan_handles_impossible_and_uncertain_sequences() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // Symbol 2 is never emitted: sequences holding it are impossible.
+    let m = HmmModel::new(vec![0.3, 0.7], vec![0.6, 0.4, 0.2, 0.8], vec![0.5, 0.5, 0.0, 0.1, 0.9, 0.0], 3).unwrap();
+    let mut bad = vec![0u32; 5_000];
+    bad[3_210] = 2;
+    let seqs = Sequences::from_vecs(&[bad, vec![1u32; 4_999], vec![2u32]]);
+    compare_scan(&m, &seqs, Some(16), "impossible");
+    // Emissions of 1e-200: every step leaves the scan's floor, so each
+    // sequence comes back uncertain and the CPU computes it.
+    let tiny = HmmModel::new(vec![0.5, 0.5], vec![0.5; 4], vec![1e-200, 1.0 - 1e-200, 1e-200, 1.0 - 1e-200], 2).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32; 5_000], vec![1u32, 0, 1]]);
+    compare_scan(&tiny, &seqs, Some(16), "uncertain");
+}
+
+#[test]
+fn one_long_sequence_runs_parallel_in_time() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let model = random_model(8, 16, 77, false);
+    let (seqs, _) = hmm::simulate(&model, &[262_144], 5);
+    compare_scan(&model, &seqs, None, "one long sequence");
+    // The routines take the scan by themselves: the same bits.
+    let gpu = cuda();
+    assert_eq!(hmm::loglik(&model, &seqs, &gpu).unwrap(), hmm::gpu::scan_loglik(&model, &seqs, None, &gpu).unwrap());
+    assert_eq!(hmm::viterbi(&model, &seqs, &gpu).unwrap().states, hmm::gpu::scan_viterbi(&model, &seqs, None, &gpu).unwrap().0);
+    // A fit runs its E-steps by the scan: the CPU's trace and model.
+    let config = HmmFitConfig::new(8, 16).init(random_model(8, 16, 78, false)).max_iters(3).epsilon(0.0).check().unwrap();
+    let a = hmm::fit(&seqs, &config, &Exec::cpu()).unwrap();
+    let b = hmm::fit(&seqs, &config, &gpu).unwrap();
+    assert_eq!((a.status, a.iterations), (b.status, b.iterations));
+    compare_models(&a.model, &b.model, "one long sequence, fit");
+    for (x, y) in a.trace.iter().zip(&b.trace) {
+        assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "trace gpu {y} cpu {x}");
+    }
 }
 
 fn compare_models(a: &HmmModel, b: &HmmModel, what: &str) {

@@ -66,7 +66,7 @@ fn every_entry_point_is_a_typed_kernel() {
 
 #[test]
 fn every_kernel_file_is_checked() {
-    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched", "hmm_emission", "transfer"];
+    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched", "hmm_emission", "hmm_scan", "transfer"];
     for (name, _) in KERNELS {
         assert!(checked.contains(name), "kernel file {name}.cu needs a compile test here");
     }
@@ -167,6 +167,15 @@ fn hmm_batched_kernels_compile() {
         return;
     }
     check("hmm_batched", &[vec![]]);
+}
+
+/// The scan kernels for the smallest, a middle and the largest N.
+#[test]
+fn hmm_scan_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    check("hmm_scan", &[vec![("SCAN_N", 1)], vec![("SCAN_N", 8)], vec![("SCAN_N", 32)]]);
 }
 
 #[test]

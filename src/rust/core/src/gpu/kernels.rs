@@ -11,6 +11,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("hmm", include_str!("../../kernels/hmm.cu")),
     ("hmm_batched", include_str!("../../kernels/hmm_batched.cu")),
     ("hmm_emission", include_str!("../../kernels/hmm_emission.cu")),
+    ("hmm_scan", include_str!("../../kernels/hmm_scan.cu")),
     ("transfer", include_str!("../../kernels/transfer.cu")),
 ];
 
@@ -86,13 +87,19 @@ pub enum Kernel {
     HmmSequenceShifts,
     HmmCountStats,
     HmmPositions,
+    HmmScanProducts,
+    HmmScanBounds,
+    HmmScanPosterior,
+    HmmScanVitProducts,
+    HmmScanVitBounds,
+    HmmScanVitPaths,
     WidenU32,
     NarrowU32,
     LayoutF64,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 43] = [
+    pub const ALL: [Kernel; 49] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -133,6 +140,12 @@ impl Kernel {
         Kernel::HmmSequenceShifts,
         Kernel::HmmCountStats,
         Kernel::HmmPositions,
+        Kernel::HmmScanProducts,
+        Kernel::HmmScanBounds,
+        Kernel::HmmScanPosterior,
+        Kernel::HmmScanVitProducts,
+        Kernel::HmmScanVitBounds,
+        Kernel::HmmScanVitPaths,
         Kernel::WidenU32,
         Kernel::NarrowU32,
         Kernel::LayoutF64,
@@ -182,6 +195,12 @@ impl Kernel {
             HmmSequenceShifts => ("hmm_emission", "hmm_sequence_shifts"),
             HmmCountStats => ("hmm_emission", "hmm_count_stats"),
             HmmPositions => ("hmm_emission", "hmm_positions"),
+            HmmScanProducts => ("hmm_scan", "hmm_scan_products"),
+            HmmScanBounds => ("hmm_scan", "hmm_scan_bounds"),
+            HmmScanPosterior => ("hmm_scan", "hmm_scan_posterior"),
+            HmmScanVitProducts => ("hmm_scan", "hmm_scan_vit_products"),
+            HmmScanVitBounds => ("hmm_scan", "hmm_scan_vit_bounds"),
+            HmmScanVitPaths => ("hmm_scan", "hmm_scan_vit_paths"),
             WidenU32 => ("transfer", "widen_u32"),
             NarrowU32 => ("transfer", "narrow_u32"),
             LayoutF64 => ("transfer", "layout_f64"),

@@ -195,7 +195,14 @@ fn run_start<E: Emission>(init: HmmModel<E>, config: &CheckedHmmFitConfig<E>, fi
 pub fn fit<E: Emission>(seqs: &Sequences<E::Obs>, config: &CheckedHmmFitConfig<E>, exec: &Exec) -> Result<HmmFit<E>> {
     let chunks = cpu::chunks(seqs, Counts::size(config.n_states, E::n_stats_of(&config.shape)));
     let seg = cpu::fit_segment(config.n_states, seqs, exec);
-    fit_with(config, seqs, exec, &mut HostEngine::new(|m: &HmmModel<E>| cpu::e_step(&Tables::new(m)?, seqs, &chunks, seg, exec)))
+    fit_with(config, seqs, exec, &mut HostEngine::new(|m: &HmmModel<E>| {
+        // Per model: the scan needs dense transitions, which a fit can lose.
+        if super::scan::cpu_chosen(m, seqs, exec) {
+            super::scan::cpu_e_step(&Tables::new(m)?, seqs, exec)
+        } else {
+            cpu::e_step(&Tables::new(m)?, seqs, &chunks, seg, exec)
+        }
+    }))
 }
 
 /// Fit from every start (given or random) with a backend's engine and keep

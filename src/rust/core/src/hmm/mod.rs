@@ -19,6 +19,13 @@
 //! runs every emission: categorical ones through their tables by symbol,
 //! densities through rows computed on the device (`gpu`'s `rows`).
 //!
+//! Few long sequences (one chromosome, one recording) run parallel in time
+//! ([`scan`]: chunks of time steps computed at once, then joined): on the
+//! GPU when they are too few to fill it, on the CPU when it has more threads
+//! than sequences and at least 6N of them. Forward, posteriors and Viterbi
+//! take it, and Baum-Welch's E-step on the CPU; on the GPU Baum-Welch runs
+//! its E-step sequentially.
+//!
 //! ```
 //! use bulkem_core::exec::Exec;
 //! use bulkem_core::hmm::{self, HmmModel, Sequences};
@@ -42,6 +49,7 @@ pub mod gpu;
 mod model;
 mod passes;
 mod robust;
+pub mod scan;
 mod sequences;
 mod simulate;
 mod size;
@@ -145,6 +153,7 @@ fn generic<T: 'static, U: 'static>(x: T) -> Result<U> {
 pub fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Vec<f64>> {
     check(Pass::Loglik, model, seqs, exec)?;
     match exec.backend {
+        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_loglik(&Tables::new(model)?, seqs, exec),
         Backend::Cpu => cpu::loglik(&Tables::new(model)?, seqs, exec),
         Backend::Cuda => match on_device(model, seqs)? {
             OnDevice::Categorical(m, s) => gpu::loglik(m, s, exec),
@@ -157,6 +166,7 @@ pub fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: 
 pub fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Viterbi> {
     check(Pass::Viterbi, model, seqs, exec)?;
     let (states, log_prob) = match exec.backend {
+        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_viterbi(&LogTables::new(model)?, seqs, exec)?,
         Backend::Cpu => cpu::viterbi(&LogTables::new(model)?, seqs, exec)?,
         Backend::Cuda => match on_device(model, seqs)? {
             OnDevice::Categorical(m, s) => gpu::viterbi(m, s, exec)?,
@@ -170,6 +180,7 @@ pub fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec:
 pub fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Posterior> {
     check(Pass::Posterior, model, seqs, exec)?;
     let (probs, loglik) = match exec.backend {
+        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_posterior(&Tables::new(model)?, seqs, exec)?,
         Backend::Cpu => cpu::posterior(&Tables::new(model)?, seqs, exec)?,
         Backend::Cuda => match on_device(model, seqs)? {
             OnDevice::Categorical(m, s) => gpu::posterior(m, s, exec)?,
@@ -188,9 +199,13 @@ pub fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs
     E::resolve(&mut fit, seqs);
     match exec.backend {
         Backend::Cpu => {
-            let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.emission.n_stats()));
-            let seg = cpu::fit_segment(model.n_states, seqs, exec);
-            let (counts, ll, _) = cpu::e_step(&Tables::new(model)?, seqs, &chunks, seg, exec)?;
+            let (counts, ll, _) = if scan::cpu_chosen(model, seqs, exec) {
+                scan::cpu_e_step(&Tables::new(model)?, seqs, exec)?
+            } else {
+                let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.emission.n_stats()));
+                let seg = cpu::fit_segment(model.n_states, seqs, exec);
+                cpu::e_step(&Tables::new(model)?, seqs, &chunks, seg, exec)?
+            };
             Ok((m_step(model, &counts, &fit).0, ll))
         }
         Backend::Cuda => match on_device(model, seqs)? {

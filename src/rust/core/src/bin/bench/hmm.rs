@@ -34,7 +34,11 @@ pub fn suite(backends: &[Backend], threads: usize, json: &mut std::fs::File) -> 
     bench_hmm(512, 512, 16, 512, backends, threads, json)?;
     bench_hmm(32, 10_000, 1000, 16, backends, threads, json)?;
     bench_gaussian(512, 512, 16, backends, threads, json)?;
-    bench_gaussian(32, 10_000, 1000, backends, threads, json)
+    bench_gaussian(32, 10_000, 1000, backends, threads, json)?;
+    // Issue 24's shapes: many states, many short sequences, one long one.
+    bench_hmm(1024, 64, 256, 64, backends, threads, json)?;
+    bench_hmm(4, 100_000, 200, 8, backends, threads, json)?;
+    bench_hmm(8, 1, 262_144, 16, backends, threads, json)
 }
 
 /// A random Gaussian HMM (rows uniform then normalised, uniform start;
@@ -83,22 +87,24 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let fwd_phases = last_phases();
     let vit = median_time(|| exec.within(|| hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let vit_phases = last_phases();
+    let post = median_time(|| exec.within(|| hmm::posterior(model, seqs, &exec).map(|_| ()).map_err(s)))?;
+    let post_phases = last_phases();
     let bw = median_time(|| exec.within(|| hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s)))?;
     let bw_phases = last_phases();
     let config = HmmFitConfig::<E>::for_emission(n, model.emission.shape()).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
     let fit5 = median_time(|| exec.within(|| hmm::fit(seqs, &config, &exec).map(|_| ()).map_err(s)))?;
     let threads_used = if threads == 0 { available_threads() } else { threads };
     println!(
-        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
-        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
+        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, posterior {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
+        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, post * 1e3, bw * 1e3, fit5 * 1e3
     );
     if backend == Backend::Cuda {
-        println!("    phases of the last run (ms): forward {fwd_phases}; viterbi {vit_phases}; baum-welch iter {bw_phases}");
+        println!("    phases of the last run (ms): forward {fwd_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}");
     }
     writeln!(
         json,
-        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
-        backend.name(), fwd * 1e3, vit * 1e3, bw * 1e3, fit5 * 1e3
+        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"posterior_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
+        backend.name(), fwd * 1e3, vit * 1e3, post * 1e3, bw * 1e3, fit5 * 1e3
     )
     .map_err(|e| e.to_string())
 }

@@ -36,8 +36,11 @@
 //! `passes` the forward-backward passes of a call and the device sides of
 //! the routines, `engine` the Baum-Welch engine of a fit, `rows` and
 //! `density` a density emission's rows and routines, `shares` the
-//! sequences spread over several devices, and `resident` the passes on
-//! device-resident data that `bulkem-bench hmm` times.
+//! sequences spread over several devices, `scan` few long sequences
+//! parallel in time (kernels/hmm_scan.cu: a call whose sequences are fewer
+//! than the multiprocessors, one of them at least 4,096 steps, with up to
+//! 32 states, categorical emissions and dense transitions), and `resident`
+//! the passes on device-resident data that `bulkem-bench hmm` times.
 
 use crate::error::{Error, Result};
 use crate::exec::Exec;
@@ -52,11 +55,13 @@ mod passes;
 mod plan;
 mod resident;
 mod rows;
+mod scan;
 mod shares;
 
 #[doc(hidden)]
 pub use resident::{with_resident_passes, ResidentPass};
 pub use density::with_resident_density;
+pub use scan::{e_step as scan_e_step, loglik as scan_loglik, posterior as scan_posterior, viterbi as scan_viterbi, ChunkLen, SCAN_MAX_STATES};
 pub(crate) use density::{baum_welch_step as density_baum_welch_step, fit as density_fit, loglik as density_loglik, posterior as density_posterior, viterbi as density_viterbi};
 
 use engine::DeviceEngine;
@@ -123,6 +128,9 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
     if tables::theta_of(small) > 1.0 {
         return cpu::loglik(&Tables::new(model)?, seqs, exec);
     }
+    if scan::chosen(device()?, model, seqs, 0)? {
+        return scan::loglik(model, seqs, None, exec);
+    }
     let mut out = loglik_into(seqs, model.n_states, exec, |sh, out| passes::loglik_device(sh, model, small, exec, out))?;
     settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
@@ -145,6 +153,9 @@ pub(super) fn settle_logliks<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
 /// log-probabilities; one launch per batch.
 pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
+    if scan::chosen(device()?, model, seqs, 4)? {
+        return scan::viterbi(model, seqs, None, exec);
+    }
     rows_into(seqs, model.n_states, 1, "the Viterbi paths", exec, |sh, paths, logp| passes::viterbi_device(sh, model, exec, paths, logp))
 }
 
@@ -155,6 +166,9 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
     let small = tables::smallest(model);
     if tables::theta_of(small) > 1.0 {
         return cpu::posterior(&Tables::new(model)?, seqs, exec);
+    }
+    if scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
+        return scan::posterior(model, seqs, None, exec);
     }
     let n = model.n_states;
     let (mut probs, mut loglik) = rows_into(seqs, n, n, "the posterior probabilities", exec, |sh, probs, loglik| passes::posterior_device(sh, model, small, exec, probs, loglik))?;
@@ -218,6 +232,18 @@ pub(super) fn settle_posteriors<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
 /// stopping rule is the CPU's.
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     check_size(config.n_states, seqs.len())?;
+    if scan::fits(device()?, config.n_states, config.shape, seqs)? {
+        // Few long sequences: each E-step parallel in time (or on the CPU
+        // for a model the scan cannot certify), the M-step on the host.
+        let (chunks, seg) = (cpu::chunks(seqs, Counts::size(config.n_states, config.shape)), cpu::fit_segment(config.n_states, seqs, exec));
+        return fit_with(config, seqs, exec, &mut super::baum_welch::HostEngine::new(|m: &HmmModel| {
+            if super::scan::usable(&m.trans) {
+                scan::e_step(m, seqs, None, exec)
+            } else {
+                cpu::e_step(&Tables::new(m)?, seqs, &chunks, seg, exec)
+            }
+        }));
+    }
     let spread = Spread::Fit { counts: Counts::size(config.n_states, config.shape), work: work(seqs, config.n_states) };
     let shares = shares(seqs, exec, spread)?;
     if let [one] = &shares[..] {
@@ -232,6 +258,13 @@ pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Resul
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
     let (n, v) = (model.n_states, model.emission.n_symbols);
     check_size(n, seqs.len())?;
+    if scan::chosen(device()?, model, seqs, 8 * n)? {
+        let (counts, ll, _) = scan::e_step(model, seqs, None, exec)?;
+        let t0 = std::time::Instant::now();
+        let next = m_step(model, &counts, &EmissionFit { pseudocount, var_floor: f64::NAN }).0;
+        gpu::timing::record("m-step and model", t0);
+        return Ok((next, ll));
+    }
     let shares = shares(seqs, exec, Spread::Fit { counts: Counts::size(n, v), work: work(seqs, n) })?;
     let fit = EmissionFit { pseudocount, var_floor: f64::NAN };
     if let [one] = &shares[..] {
