@@ -22,9 +22,8 @@
 //! Few long sequences (one chromosome, one recording) run parallel in time
 //! ([`scan`]: chunks of time steps computed at once, then joined): on the
 //! GPU when they are too few to fill it, on the CPU when it has more threads
-//! than sequences and at least 6N of them. Forward, posteriors and Viterbi
-//! take it, and Baum-Welch's E-step on the CPU; on the GPU Baum-Welch runs
-//! its E-step sequentially.
+//! than sequences and at least 6N of them. Forward, posteriors, Viterbi and
+//! Baum-Welch's E-step take it.
 //!
 //! ```
 //! use bulkem_core::exec::Exec;
