@@ -40,9 +40,10 @@ if [ "$what" = scan ]; then
   # Issue 24's one long sequence: the HMM GPU tests, bulkem-bench on it
   # (CPU and CUDA), then dynamax (wheels carried in .device/wheels, see
   # ../shared/peers/README.md) in the same call.
-  run_tests hmm_gpu
-  echo "== bulkem-bench hmm N=8 M=1 T=262144 V=16"
+  run_tests hmm_gpu hmm_emissions_gpu
+  echo "== bulkem-bench hmm N=8 M=1 T=262144 V=16, categorical and Gaussian"
   ./bulkem-bench hmm --states 8 --seqs 1 --length 262144 --symbols 16 --backend both --json "$out/bench-scan.jsonl" 2>&1 | tee "$out/bench-scan.log"
+  ./bulkem-bench hmm --states 8 --seqs 1 --length 262144 --emission gaussian --backend cuda --json "$out/bench-scan.jsonl" 2>&1 | tee -a "$out/bench-scan.log"
   if [ -d wheels ]; then
     python3 -m pip install --quiet --no-deps --no-index --find-links wheels --target "$out/pylib" dynamax==1.0.3 tfp-nightly dm-tree gast decorator fastprogress > "$out/pip.log" 2>&1 || tail -5 "$out/pip.log"
     echo "== peer dynamax_hmm.py 8 1 262144 16"

@@ -184,6 +184,25 @@ fn separated_states_and_sparse_transitions_agree() {
     }
 }
 
+/// Few long sequences run parallel in time (the scan reads the density's
+/// rows by position): each emission, well separated states (densities that
+/// underflow against each other), and a count no state expects.
+#[test]
+fn long_sequences_run_parallel_in_time() {
+    if !gpu_or_skip() {
+        return;
+    }
+    for (key, &(n, spread)) in [(4usize, 8.0), (3, 180.0), (32, 8.0)].iter().enumerate() {
+        let model = gaussian(n, 70 + key as u64, spread, false);
+        let (seqs, _) = hmm::simulate(&model, &[60_000, 5_000, 1], key as u64);
+        compare_passes(&model, &seqs, &format!("gaussian, one long sequence, N={n}, spread {spread}"));
+    }
+    let model = poisson(5, 80, false);
+    let (mut seqs, _) = hmm::simulate(&model, &[40_000], 3);
+    seqs.symbols[20_000] = 400.0;
+    compare_passes(&model, &seqs, "poisson, one long sequence");
+}
+
 #[test]
 fn impossible_counts_agree() {
     if !gpu_or_skip() {

@@ -20,7 +20,7 @@
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
 //!                    [--big-groups B] [--sweeps N] [--correlated yes] [--target-ess E] [--crossed L] [--crossed-terms T] [--ordinal C]
 //!                    [--backend cpu|cuda|both] [--json FILE]
-//! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V]
+//! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V] [--emission categorical|gaussian]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
 //! bulkem-bench hmm-suite [--backend ...] [--threads T]   the cases of the HMM issue
 //! bulkem-bench bootstrap [--family invgauss|normal] [--datasets D] [--n N] [--replicates B]
@@ -253,7 +253,7 @@ fn main() {
             return select_bench::main(area == "select-suite", &args);
         }
         let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
-        let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10 };
+        let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10, gaussian: false };
         let mut case = Case { name: "custom".into(), family: Family::InvGauss, datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX, precision: Precision::Double, weighted: false, equal: false, timeout: None };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
         while let Some(flag) = it.next() {
@@ -283,6 +283,13 @@ fn main() {
                 "--seqs" => hmm_case.seqs = num()?,
                 "--length" => hmm_case.length = num()?,
                 "--symbols" => hmm_case.symbols = num()?,
+                "--emission" => {
+                    hmm_case.gaussian = match value.as_str() {
+                        "gaussian" => true,
+                        "categorical" => false,
+                        other => return Err(format!("--emission takes categorical or gaussian, not {other}")),
+                    }
+                }
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }

@@ -21,9 +21,14 @@ pub struct Case {
     pub seqs: usize,
     pub length: usize,
     pub symbols: usize,
+    /// Gaussian emissions (`--emission gaussian`) instead of categorical.
+    pub gaussian: bool,
 }
 
 pub fn run(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    if case.gaussian {
+        return bench_gaussian(case.states, case.seqs, case.length, backends, threads, json);
+    }
     bench_hmm(case.states, case.seqs, case.length, case.symbols, backends, threads, json)
 }
 
@@ -38,7 +43,8 @@ pub fn suite(backends: &[Backend], threads: usize, json: &mut std::fs::File) -> 
     // Issue 24's shapes: many states, many short sequences, one long one.
     bench_hmm(1024, 64, 256, 64, backends, threads, json)?;
     bench_hmm(4, 100_000, 200, 8, backends, threads, json)?;
-    bench_hmm(8, 1, 262_144, 16, backends, threads, json)
+    bench_hmm(8, 1, 262_144, 16, backends, threads, json)?;
+    bench_gaussian(8, 1, 262_144, backends, threads, json)
 }
 
 /// A random Gaussian HMM (rows uniform then normalised, uniform start;

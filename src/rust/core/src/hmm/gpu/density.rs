@@ -57,6 +57,9 @@ fn values_of<'v, O: Copy>(values: &'v [f64], seqs: &Sequences<O>, range: &Range<
 /// log P(sequence) of every sequence; `values`: the observations, flat.
 pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
     check_size(model.n_states, seqs.len())?;
+    if super::scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
+        return super::scan::density_loglik(model, seqs, values, exec);
+    }
     let mut out = super::loglik_into(seqs, model.n_states, exec, |sh, out| loglik_on(sh.dev, model, &sh.seqs, values_of(values, seqs, &sh.range), exec, out))?;
     super::settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
@@ -82,6 +85,9 @@ fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E:
 /// Viterbi paths and log-probabilities (log rows: nothing to certify).
 pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
+    if super::scan::chosen(device()?, model, seqs, 8 * model.n_states + 4)? {
+        return super::scan::density_viterbi(model, seqs, values, exec);
+    }
     super::rows_into(seqs, model.n_states, 1, "the Viterbi paths", exec, |sh, paths, logp| {
         let t0 = std::time::Instant::now();
         let pos = positions(&sh.seqs)?;
@@ -97,6 +103,9 @@ pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>
 /// log-likelihoods.
 pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
+    if super::scan::chosen(device()?, model, seqs, 16 * model.n_states)? {
+        return super::scan::density_posterior(model, seqs, values, exec);
+    }
     let n = model.n_states;
     let (mut probs, mut loglik) = super::rows_into(seqs, n, n, "the posterior probabilities", exec, |sh, probs, loglik| {
         let (dev, part) = (sh.dev, &*sh.seqs);

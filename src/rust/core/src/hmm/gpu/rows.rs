@@ -250,6 +250,16 @@ impl DeviceDensity {
         self.fill_rows(dev, n, total, rows, None)
     }
 
+    /// The log tables of `model` with rows of log densities at every
+    /// position, for any N (the scan's Viterbi reads them).
+    pub(super) fn log_rows<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, total: usize) -> Result<DeviceLogTables> {
+        let mut rows = self.alloc_rows(dev, model.n_states, total)?;
+        self.fill_rows(dev, model.n_states, total, &mut rows, None)?;
+        let ln = |x: &[f64]| x.iter().map(|p| p.ln()).collect::<Vec<f64>>();
+        let e = err(dev, "copying the model");
+        Ok(DeviceLogTables { start: dev.stream.clone_htod(&ln(&model.start)[..]).map_err(&e)?, trans: dev.stream.clone_htod(&ln(&model.trans)[..]).map_err(&e)?, emis: rows })
+    }
+
     /// The log tables of `model` for Viterbi: rows of log densities, none
     /// for N <= 32 (the warp kernel computes them).
     pub(super) fn log_tables<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, total: usize) -> Result<DeviceLogTables> {

@@ -13,11 +13,13 @@ use crate::gpu::{self, Device, Kernel};
 
 use super::super::backward::Counts;
 use super::super::cpu;
+use super::super::emission::Emission;
 use super::super::model::HmmModel;
 use super::super::scan::{self, Chunks};
 use super::super::sequences::Sequences;
 use super::super::tables::{self, Tables};
 use super::memory::{upload, upload_log_tables, upload_tables_with, DeviceLogTables, DeviceSeqs, DeviceTables};
+use super::rows::DeviceDensity;
 use super::{device, err, settle_logliks, settle_posteriors, MEMORY_SHARE};
 
 /// Most states the scan kernels handle (a warp's lanes).
@@ -30,7 +32,7 @@ const PRODUCT_THREADS: u32 = 128;
 /// than multiprocessors (one warp each would leave the device idle), a
 /// sequence of at least [`scan::MIN_STEPS`], and the per-step output
 /// (`bytes_per_step`) within the device's memory share.
-pub(super) fn chosen(dev: &Device, model: &HmmModel, seqs: &Sequences, bytes_per_step: usize) -> Result<bool> {
+pub(super) fn chosen<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, bytes_per_step: usize) -> Result<bool> {
     let longest = seqs.lengths().max().unwrap_or(0);
     if model.n_states > SCAN_MAX_STATES || seqs.len() > dev.multiprocessors as usize || longest < scan::MIN_STEPS || !scan::usable(&model.trans) {
         return Ok(false);
@@ -65,7 +67,7 @@ struct Plan {
     symbols: usize,
 }
 
-fn plan(dev: &Device, seqs: &Sequences, n: usize, len: Option<usize>) -> Result<Plan> {
+fn plan<O: Copy>(dev: &Device, seqs: &Sequences<O>, n: usize, len: Option<usize>) -> Result<Plan> {
     let (mut cb, mut ce, mut cs, mut co) = (Vec::new(), Vec::new(), Vec::new(), vec![0i32]);
     let mut longest_chunk = 1;
     for s in 0..seqs.len() {
@@ -104,6 +106,19 @@ impl<'a> Call<'a> {
         let plan = plan(dev, seqs, model.n_states, len)?;
         gpu::timing::record("upload", t0);
         Ok(Call { dev, n: model.n_states, m: seqs.len(), seqs: d_seqs, plan })
+    }
+
+    /// A density emission's call: its observations on the device, and the
+    /// positions as symbols (position p reads row p of its rows).
+    fn density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], len: Option<usize>) -> Result<(Self, DeviceDensity)> {
+        let dev = device()?;
+        let t0 = std::time::Instant::now();
+        let density = DeviceDensity::new(dev, &model.emission, values)?;
+        let pos = Sequences { symbols: Vec::new(), offsets: seqs.offsets.clone() };
+        let d_seqs = density.positions(dev, &pos)?;
+        let plan = plan(dev, seqs, model.n_states, len)?;
+        gpu::timing::record("upload", t0);
+        Ok((Call { dev, n: model.n_states, m: seqs.len(), seqs: d_seqs, plan }, density))
     }
 
     fn defines(&self) -> [(&'static str, i64); 1] {
@@ -166,10 +181,9 @@ impl<'a> Call<'a> {
     /// Products, boundaries and hmm_scan_posterior: (posteriors on the
     /// device, log-likelihoods, each chunk's count slot with `counts`).
     #[allow(clippy::type_complexity)]
-    fn forward_backward(&self, model: &HmmModel, counts: bool) -> Result<(CudaSlice<f64>, CudaSlice<f64>, Option<CudaSlice<f64>>)> {
+    fn forward_backward(&self, tabs: &DeviceTables, counts: Option<usize>) -> Result<(CudaSlice<f64>, CudaSlice<f64>, Option<CudaSlice<f64>>)> {
         let (dev, n, p) = (self.dev, self.n, &self.plan);
-        let tabs = upload_tables_with(dev, model, tables::smallest(model))?;
-        let (fwd, bwd, mut ll) = self.bounds(&tabs, true)?;
+        let (fwd, bwd, mut ll) = self.bounds(tabs, true)?;
         let bwd = bwd.ok_or_else(|| crate::error::Error::Internal("the scan's backward boundaries are missing".into()))?;
         let s = &dev.stream;
         let total = self.plan.symbols;
@@ -177,8 +191,11 @@ impl<'a> Call<'a> {
         // row of every sequence it does not leave NaN (uncertain), and those
         // the host overwrites.
         let mut probs = unsafe { s.alloc::<f64>((total * n).max(1)) }.map_err(err(dev, "allocating the posterior probabilities"))?;
-        let v = model.emission.n_symbols;
-        let mut slots = if counts { Some(self.zeros::<f64>(p.chunks * Counts::size(n, v))?) } else { None };
+        let v = counts.unwrap_or(0);
+        let mut slots = match counts {
+            Some(v) => Some(self.zeros::<f64>(p.chunks * Counts::size(n, v))?),
+            None => None,
+        };
         let (v_i, null): (i32, u64) = (v as i32, 0);
         let f = dev.function(Kernel::HmmScanPosterior, &self.defines())?;
         let mut launch = s.launch_builder(&f);
@@ -193,6 +210,17 @@ impl<'a> Call<'a> {
         // doubles per chunk.
         unsafe { launch.launch(Self::warps(p.chunks, 0)) }.map_err(err(dev, "launching hmm_scan_posterior"))?;
         Ok((probs, ll, slots))
+    }
+
+    /// The posteriors (`len` values) to the host.
+    fn download_rows(&self, probs: &CudaSlice<f64>, len: usize) -> Result<Vec<f64>> {
+        let t0 = std::time::Instant::now();
+        let mut rows = crate::hmm::passes::zeroed::<f64>(len, "the posterior probabilities")?;
+        if len > 0 {
+            self.dev.download(&probs.slice(..len), &mut rows)?;
+        }
+        gpu::timing::record("download", t0);
+        Ok(rows)
     }
 
     fn download<T: Copy + Send + Sync + Default>(&self, src: &CudaSlice<T>, len: usize) -> Result<Vec<T>> {
@@ -224,18 +252,50 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, len: ChunkLen, exec: &Exec)
     let call = Call::new(model, seqs, len)?;
     let (dev, n) = (call.dev, call.n);
     let t0 = std::time::Instant::now();
-    let (probs, ll, _) = call.forward_backward(model, false)?;
+    let tabs = upload_tables_with(dev, model, tables::smallest(model))?;
+    let (probs, ll, _) = call.forward_backward(&tabs, None)?;
     let mut lls = call.download(&ll, call.m)?;
     gpu::timing::record("scan", t0);
-    let t0 = std::time::Instant::now();
-    let total = seqs.total();
-    let mut rows = crate::hmm::passes::zeroed::<f64>(total * n, "the posterior probabilities")?;
-    if total > 0 {
-        dev.download(&probs.slice(..total * n), &mut rows)?;
-    }
-    gpu::timing::record("download", t0);
+    let mut rows = call.download_rows(&probs, seqs.total() * n)?;
     settle_posteriors(model, seqs, &mut rows, &mut lls, exec)?;
     Ok((rows, lls))
+}
+
+/// [`posterior`] for a density emission (observations `values`).
+pub(crate) fn density_posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+    let (call, density) = Call::density(model, seqs, values, None)?;
+    let t0 = std::time::Instant::now();
+    let dt = density.tables(call.dev, model, &call.seqs.off, call.m, seqs.total(), false)?;
+    let (probs, ll, _) = call.forward_backward(&dt.tables, None)?;
+    let mut lls = call.download(&ll, call.m)?;
+    gpu::timing::record("scan", t0);
+    shift(&mut lls, &dt.shift);
+    let mut rows = call.download_rows(&probs, seqs.total() * call.n)?;
+    settle_posteriors(model, seqs, &mut rows, &mut lls, exec)?;
+    Ok((rows, lls))
+}
+
+/// The density rows' shifts added back to finite log-likelihoods (the
+/// scan's own NaN, uncertain, stays).
+fn shift(lls: &mut [f64], shifts: &[f64]) {
+    for (l, &s) in lls.iter_mut().zip(shifts) {
+        if l.is_finite() {
+            *l += s;
+        }
+    }
+}
+
+/// [`loglik`] for a density emission (observations `values`).
+pub(crate) fn density_loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
+    let (call, density) = Call::density(model, seqs, values, None)?;
+    let t0 = std::time::Instant::now();
+    let dt = density.tables(call.dev, model, &call.seqs.off, call.m, seqs.total(), false)?;
+    let (_, _, ll) = call.bounds(&dt.tables, false)?;
+    let mut out = call.download(&ll, call.m)?;
+    gpu::timing::record("scan", t0);
+    shift(&mut out, &dt.shift);
+    settle_logliks(model, seqs, &mut out, exec)?;
+    Ok(out)
 }
 
 /// The Baum-Welch E-step, parallel in time: counts (transitions as exact
@@ -246,7 +306,8 @@ pub fn e_step(model: &HmmModel, seqs: &Sequences, len: ChunkLen, exec: &Exec) ->
     let call = Call::new(model, seqs, len)?;
     let (n, v) = (call.n, model.emission.n_symbols);
     let t0 = std::time::Instant::now();
-    let (_, ll, slots) = call.forward_backward(model, true)?;
+    let tabs = upload_tables_with(call.dev, model, tables::smallest(model))?;
+    let (_, ll, slots) = call.forward_backward(&tabs, Some(v))?;
     let lls = call.download(&ll, call.m)?;
     let size = Counts::size(n, v);
     let slots = call.download(&slots.ok_or_else(|| crate::error::Error::Internal("the scan's counts are missing".into()))?, call.plan.chunks * size)?;
@@ -295,43 +356,59 @@ fn add_slot(total: &mut Counts, slot: &[f64], n: usize) {
 /// Viterbi paths and log-probabilities, parallel in time.
 pub fn viterbi(model: &HmmModel, seqs: &Sequences, len: ChunkLen, _exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
     let call = Call::new(model, seqs, len)?;
-    let (dev, n, p) = (call.dev, call.n, &call.plan);
     let t0 = std::time::Instant::now();
-    let tabs: DeviceLogTables = upload_log_tables(dev, model)?;
-    let s = &dev.stream;
-    let mut d = call.zeros::<f64>(p.chunks * n * n)?;
-    let c = p.chunks as i32;
-    let f = dev.function(Kernel::HmmScanVitProducts, &call.defines())?;
-    let mut launch = s.launch_builder(&f);
-    launch.arg(&tabs.trans).arg(&tabs.emis).arg(&call.seqs.sym).arg(&p.cb).arg(&p.ce).arg(&p.chunk_seq).arg(&c).arg(&mut d);
-    // SAFETY: the arguments match hmm_scan_vit_products; D holds N*N
-    // doubles per chunk.
-    unsafe { launch.launch(call.product_cfg()) }.map_err(err(dev, "launching hmm_scan_vit_products"))?;
-    let mut ptr = call.zeros::<u8>(p.chunks * n)?;
-    let (mut starts, mut ends) = (call.zeros::<u32>(p.chunks)?, call.zeros::<u32>(p.chunks)?);
-    let mut logp = call.zeros::<f64>(call.m)?;
-    let total = seqs.total();
-    let mut path = call.zeros::<u32>(total)?;
-    let m = call.m as i32;
-    let f = dev.function(Kernel::HmmScanVitBounds, &call.defines())?;
-    let mut launch = s.launch_builder(&f);
-    launch.arg(&tabs.start).arg(&tabs.emis).arg(&call.seqs.sym).arg(&call.seqs.off).arg(&p.co).arg(&m).arg(&d).arg(&mut ptr).arg(&mut starts).arg(&mut ends).arg(&mut logp).arg(&mut path);
-    // SAFETY: the arguments match hmm_scan_vit_bounds; ptr holds N bytes
-    // per chunk, starts and ends one state per chunk, logp one value per
-    // sequence, path one state per symbol.
-    unsafe { launch.launch(Call::warps(call.m, 0)) }.map_err(err(dev, "launching hmm_scan_vit_bounds"))?;
-    let f = dev.function(Kernel::HmmScanVitPaths, &call.defines())?;
-    // At most 32 KB (Chunks caps a chunk at 32,768 / N steps).
-    let smem = p.longest_chunk * n;
-    let mut launch = s.launch_builder(&f);
-    launch.arg(&tabs.trans).arg(&tabs.emis).arg(&call.seqs.sym).arg(&p.cb).arg(&p.ce).arg(&p.chunk_seq).arg(&logp).arg(&starts).arg(&ends).arg(&mut path);
-    // SAFETY: the arguments match hmm_scan_vit_paths; shared memory holds
-    // N back-pointer bytes per step of the longest chunk.
-    unsafe { launch.launch(Call::warps(p.chunks, smem)) }.map_err(err(dev, "launching hmm_scan_vit_paths"))?;
-    let lp = call.download(&logp, call.m)?;
-    gpu::timing::record("scan", t0);
+    let tabs = upload_log_tables(call.dev, model)?;
+    call.viterbi(&tabs, t0)
+}
+
+/// [`viterbi`] for a density emission (observations `values`).
+pub(crate) fn density_viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], _exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+    let (call, density) = Call::density(model, seqs, values, None)?;
     let t0 = std::time::Instant::now();
-    let paths = call.download(&path, total)?;
-    gpu::timing::record("download", t0);
-    Ok((paths, lp))
+    let tabs = density.log_rows(call.dev, model, seqs.total())?;
+    call.viterbi(&tabs, t0)
+}
+
+impl Call<'_> {
+    /// The max-plus passes with log tables `tabs` (started at `t0`).
+    fn viterbi(&self, tabs: &DeviceLogTables, t0: std::time::Instant) -> Result<(Vec<u32>, Vec<f64>)> {
+        let call = self;
+        let (dev, n, p) = (call.dev, call.n, &call.plan);
+        let s = &dev.stream;
+        let mut d = call.zeros::<f64>(p.chunks * n * n)?;
+        let c = p.chunks as i32;
+        let f = dev.function(Kernel::HmmScanVitProducts, &call.defines())?;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&tabs.trans).arg(&tabs.emis).arg(&call.seqs.sym).arg(&p.cb).arg(&p.ce).arg(&p.chunk_seq).arg(&c).arg(&mut d);
+        // SAFETY: the arguments match hmm_scan_vit_products; D holds N*N
+        // doubles per chunk.
+        unsafe { launch.launch(call.product_cfg()) }.map_err(err(dev, "launching hmm_scan_vit_products"))?;
+        let mut ptr = call.zeros::<u8>(p.chunks * n)?;
+        let (mut starts, mut ends) = (call.zeros::<u32>(p.chunks)?, call.zeros::<u32>(p.chunks)?);
+        let mut logp = call.zeros::<f64>(call.m)?;
+        let total = p.symbols;
+        let mut path = call.zeros::<u32>(total)?;
+        let m = call.m as i32;
+        let f = dev.function(Kernel::HmmScanVitBounds, &call.defines())?;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&tabs.start).arg(&tabs.emis).arg(&call.seqs.sym).arg(&call.seqs.off).arg(&p.co).arg(&m).arg(&d).arg(&mut ptr).arg(&mut starts).arg(&mut ends).arg(&mut logp).arg(&mut path);
+        // SAFETY: the arguments match hmm_scan_vit_bounds; ptr holds N bytes
+        // per chunk, starts and ends one state per chunk, logp one value per
+        // sequence, path one state per symbol.
+        unsafe { launch.launch(Call::warps(call.m, 0)) }.map_err(err(dev, "launching hmm_scan_vit_bounds"))?;
+        let f = dev.function(Kernel::HmmScanVitPaths, &call.defines())?;
+        // At most 32 KB (Chunks caps a chunk at 32,768 / N steps).
+        let smem = p.longest_chunk * n;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(&tabs.trans).arg(&tabs.emis).arg(&call.seqs.sym).arg(&p.cb).arg(&p.ce).arg(&p.chunk_seq).arg(&logp).arg(&starts).arg(&ends).arg(&mut path);
+        // SAFETY: the arguments match hmm_scan_vit_paths; shared memory holds
+        // N back-pointer bytes per step of the longest chunk.
+        unsafe { launch.launch(Call::warps(p.chunks, smem)) }.map_err(err(dev, "launching hmm_scan_vit_paths"))?;
+        let lp = call.download(&logp, call.m)?;
+        gpu::timing::record("scan", t0);
+        let t0 = std::time::Instant::now();
+        let paths = call.download(&path, total)?;
+        gpu::timing::record("download", t0);
+        Ok((paths, lp))
+    }
 }
