@@ -165,7 +165,10 @@ extern "C" __global__ void hmm_scan_bounds(
     if (s >= M) return;
     const bool on = lane < SN;
     const int c0 = co[s], c1 = co[s + 1];
-    double a = on ? log(start[lane] * emis_k[(long long)sym[off[s]] * SN + lane]) : HMM_NEG_INF;
+    // Logs taken apart: the product can underflow. (A density's first step
+    // is certified by the host, which marks a sequence whose first scale is
+    // below DENSE_MIN uncertain, as the sequential passes do.)
+    double a = on ? log(start[lane]) + log(emis_k[(long long)sym[off[s]] * SN + lane]) : HMM_NEG_INF;
     double* fw = fwd + (long long)(c0 + s) * SN;
     if (on) fw[lane] = a;
     for (int c = c0; c < c1; ++c) {
@@ -221,6 +224,8 @@ extern "C" __global__ void hmm_scan_posterior(
     const int c = blockIdx.x, lane = threadIdx.x;
     const bool on = lane < SN;
     const int s = chunk_seq[c];
+    // Another chunk of s may set loglik[s] to NaN (uncertain) while this one
+    // runs: the host then recomputes s and ignores its rows and counts.
     const double ll = loglik[s];
     if (isnan(ll)) return;
     const long long b = cb[c], e = ce[c];

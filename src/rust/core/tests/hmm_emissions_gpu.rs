@@ -197,6 +197,12 @@ fn long_sequences_run_parallel_in_time() {
         let (seqs, _) = hmm::simulate(&model, &[60_000, 5_000, 1], key as u64);
         compare_passes(&model, &seqs, &format!("gaussian, one long sequence, N={n}, spread {spread}"));
     }
+    // The only possible first state's density underflows against the
+    // other's: the first step is uncertain, and the CPU computes it.
+    let far = HmmModel::with_emission(vec![1.0, 0.0], vec![0.5; 4], Gaussian::new(vec![0.0, 100.0], vec![1.0, 1.0]).unwrap()).unwrap();
+    let (mut seqs, _) = hmm::simulate(&far, &[6_000, 5_000], 9);
+    seqs.symbols[0] = 100.0;
+    compare_passes(&far, &seqs, "gaussian, first step underflows");
     let model = poisson(5, 80, false);
     let (mut seqs, _) = hmm::simulate(&model, &[40_000], 3);
     seqs.symbols[20_000] = 400.0;

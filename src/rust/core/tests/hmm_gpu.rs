@@ -198,6 +198,18 @@ fn scan_handles_impossible_and_uncertain_sequences() {
 }
 
 #[test]
+fn scan_takes_the_first_step_in_logs() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // pi_0 e_0(o_0) = 1e-400 underflows as a product; its logs do not.
+    let m = HmmModel::new(vec![1e-200, 1.0 - 1e-200], vec![0.5; 4], vec![1e-200, 1.0 - 1e-200, 0.0, 1.0], 2).unwrap();
+    let (mut seqs, _) = hmm::simulate(&m, &[5_000, 4_500], 50);
+    seqs.symbols[0] = 0;
+    compare_scan(&m, &seqs, None, "first step below the double range");
+}
+
+#[test]
 fn one_long_sequence_runs_parallel_in_time() {
     if !gpu_or_skip() {
         return;

@@ -237,3 +237,32 @@ fn baum_welch_counts_give_the_sequential_m_step() {
     let (b, lb) = hmm::baum_welch_step(&m, &seqs, &fit, &Exec::cpu().threads(32)).unwrap();
     assert!(close(lb, la, 1e-10) && model_gap(&b, &a) < 1e-9);
 }
+
+#[test]
+fn a_first_step_below_the_double_range_is_exact_or_declined() {
+    let exec = Exec::cpu();
+    // pi_0 e_0(o_0) = 1e-400 underflows as a product; its logs do not.
+    let m = HmmModel::new(vec![1e-200, 1.0 - 1e-200], vec![0.5; 4], vec![1e-200, 1.0 - 1e-200, 0.0, 1.0], 2).unwrap();
+    // Symbol 0 only first (later it would be a step of 1e-200 at most,
+    // below the scan's floor).
+    let mut seq = vec![1u32; 5_000];
+    seq[0] = 0;
+    let seqs = Sequences::from_vecs(&[seq]);
+    let want = hmm::loglik(&m, &seqs, &exec).unwrap()[0];
+    assert!(want.is_finite());
+    let got = scan::loglik(&Tables::new(&m).unwrap(), seqs.get(0), &Chunks::of(5_000, 2), &exec).unwrap();
+    assert!(close(got.expect("certain"), want, 1e-12), "{got:?} vs {want}");
+    // A density whose only possible first state's value underflows against
+    // the other's (means 100 apart, start (1, 0), x_0 = 100): the scan
+    // declines, and the routines give the sequential result.
+    let g = Gaussian::new(vec![0.0, 100.0], vec![1.0, 1.0]).unwrap();
+    let m = HmmModel::with_emission(vec![1.0, 0.0], vec![0.5; 4], g).unwrap();
+    let (mut seqs, _) = hmm::simulate(&m, &[6_000], 9);
+    seqs.symbols[0] = 100.0;
+    assert_eq!(scan::loglik(&Tables::new(&m).unwrap(), seqs.get(0), &Chunks::of(6_000, 2), &exec).unwrap(), None);
+    let want = hmm::loglik(&m, &seqs, &exec).unwrap()[0];
+    assert!(want.is_finite());
+    assert_eq!(hmm::loglik(&m, &seqs, &Exec::cpu().threads(32)).unwrap()[0], want);
+    let post = hmm::posterior(&m, &seqs, &Exec::cpu().threads(32)).unwrap();
+    assert!(post.probs.iter().all(|p| p.is_finite()));
+}

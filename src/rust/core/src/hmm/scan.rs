@@ -24,8 +24,11 @@
 //! 2^-300 ([`usable`]) no later step can raise a lost value's share by more
 //! than 2^300, so results are exact to rounding. A step that fails the check
 //! makes the pass uncertain (None), and the caller runs the sequential
-//! recursions, which certify themselves or go to log space. Viterbi only
-//! adds and compares, so it has no such check.
+//! recursions, which certify themselves or go to log space. The first step
+//! (start x emission) is taken in logs, term by term; normalised rows (a
+//! density's) must give it a scale of at least 2^-300, the sequential
+//! passes' own test, or the pass is uncertain. Viterbi only adds and
+//! compares, so it has no such check.
 
 use rayon::prelude::*;
 
@@ -106,7 +109,7 @@ pub(crate) fn cpu_posterior<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Ob
 /// sequences in order, the total log-likelihood and the first impossible
 /// sequence, as [`cpu::e_step`] returns them.
 pub(crate) fn cpu_e_step<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<(Counts, f64, Option<usize>)> {
-    let mut total = zero_counts(tab);
+    let mut total = zero_counts(tab)?;
     let (mut ll, mut impossible) = (0.0, None);
     for s in 0..seqs.len() {
         let seq = seqs.get(s);
@@ -348,11 +351,19 @@ fn back_through(w: &[f64], r: &[f64], l: &[f64], n: usize, out: &mut [f64]) {
     }
 }
 
-/// log of the start vector: log(pi_j b_j(o_0)).
-fn first_log<E: Emission>(tab: &Tables<E>, o: E::Obs) -> Vec<f64> {
+/// log of the start vector: log pi_j + log b_j(o_0), each log taken
+/// apart (their product can underflow); None when uncertain: normalised
+/// rows (a density's, whose small values may have underflowed against the
+/// row's largest) whose first scale, sum_j pi_j b_j, is below DENSE_MIN, the
+/// sequential passes' own first-step test.
+fn first_log<E: Emission>(tab: &Tables<E>, o: E::Obs) -> Option<Vec<f64>> {
     let mut buf = vec![0.0; tab.n];
     let row = tab.rows.row(o, &mut buf);
-    tab.start.iter().zip(row.values).map(|(&p, &e)| (p * e).ln() + row.shift).collect()
+    let scale: f64 = tab.start.iter().zip(row.values).map(|(&p, &e)| p * e).sum();
+    if tab.rows.normalised() && !(scale >= DENSE_MIN) {
+        return None;
+    }
+    Some(tab.start.iter().zip(row.values).map(|(&p, &e)| p.ln() + e.ln() + row.shift).collect())
 }
 
 fn log_sum(x: &[f64]) -> f64 {
@@ -365,10 +376,11 @@ fn log_sum(x: &[f64]) -> f64 {
 
 /// The log forward vectors at the chunk boundaries: `alpha[c]` at the step
 /// before chunk c (`alpha[0]`: step 0) and, last, at step T-1.
-fn forward_bounds<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], p: &Products, c_count: usize) -> Vec<f64> {
+fn forward_bounds<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], p: &Products, c_count: usize) -> Result<Option<Vec<f64>>> {
     let n = tab.n;
-    let mut alpha = vec![0.0; (c_count + 1) * n];
-    alpha[..n].copy_from_slice(&first_log(tab, seq[0]));
+    let mut alpha = memory::try_vec((c_count + 1) * n, 0.0, "the scan's boundary vectors")?;
+    let Some(first) = first_log(tab, seq[0]) else { return Ok(None) };
+    alpha[..n].copy_from_slice(&first);
     let mut u = vec![0.0; n];
     for c in 0..c_count {
         let (before, after) = alpha[c * n..(c + 2) * n].split_at_mut(n);
@@ -377,13 +389,13 @@ fn forward_bounds<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], p: &Products, c_
         }
         through(&u, &p.rows[c * n * n..(c + 1) * n * n], n, after);
     }
-    alpha
+    Ok(Some(alpha))
 }
 
 /// log P(seq) by the scan; None when uncertain.
 pub fn loglik<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], ch: &Chunks, exec: &Exec) -> Result<Option<f64>> {
     let Some(p) = products(tab, seq, ch, exec)? else { return Ok(None) };
-    let alpha = forward_bounds(tab, seq, &p, ch.count());
+    let Some(alpha) = forward_bounds(tab, seq, &p, ch.count())? else { return Ok(None) };
     Ok(Some(log_sum(&alpha[ch.count() * tab.n..])))
 }
 
@@ -398,12 +410,17 @@ pub fn posterior<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], ch: &Chunks, rows
 /// [`Counts::exact_transitions`]) and its log-likelihood, by the scan;
 /// None when uncertain. An impossible sequence has no counts.
 pub fn counts<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], ch: &Chunks, exec: &Exec) -> Result<Option<(Counts, f64)>> {
-    Ok(forward_backward(tab, seq, ch, None, true, exec)?.map(|(ll, c)| (c.unwrap_or_else(|| zero_counts(tab)), ll)))
+    match forward_backward(tab, seq, ch, None, true, exec)? {
+        Some((ll, Some(c))) => Ok(Some((c, ll))),
+        Some((ll, None)) => Ok(Some((zero_counts(tab)?, ll))),
+        None => Ok(None),
+    }
 }
 
-fn zero_counts<E: Emission>(tab: &Tables<E>) -> Counts {
-    let (n, v) = (tab.n, tab.emission.n_stats());
-    Counts { start: vec![0.0; n], trans_raw: vec![0.0; n * n], trans: vec![0.0; n * n], emis: vec![0.0; v * n] }
+fn zero_counts<E: Emission>(tab: &Tables<E>) -> Result<Counts> {
+    let mut c = Counts::zeros(tab.n, tab.emission.n_stats())?;
+    c.trans = memory::try_vec(tab.n * tab.n, 0.0, "the transition counts")?;
+    Ok(c)
 }
 
 /// The scan's forward-backward: posteriors into `rows` (when given; else
@@ -413,7 +430,7 @@ fn forward_backward<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], ch: &Chunks, r
     let n = tab.n;
     let c_count = ch.count();
     let Some(p) = products(tab, seq, ch, exec)? else { return Ok(None) };
-    let alpha = forward_bounds(tab, seq, &p, c_count);
+    let Some(alpha) = forward_bounds(tab, seq, &p, c_count)? else { return Ok(None) };
     let ll = log_sum(&alpha[c_count * n..]);
     if ll == f64::NEG_INFINITY {
         if let Some(rows) = rows {
@@ -441,10 +458,17 @@ fn forward_backward<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], ch: &Chunks, r
         }
         None => parts.resize_with(c_count, || None),
     }
-    let done: Vec<Result<Option<Option<Counts>>>> = exec.install(|| {
-        parts
+    // Chunks in batches (each chunk's counts are a whole Counts), each
+    // batch's counts added in chunk order: memory bounded, and the sums do
+    // not depend on the thread count.
+    let batch = (4 * exec.threads).max(1);
+    let mut total: Option<Counts> = None;
+    let mut parts = parts.into_iter().enumerate().peekable();
+    while parts.peek().is_some() {
+        let this: Vec<(usize, Option<&mut [f64]>)> = parts.by_ref().take(batch).collect();
+        let done: Vec<Result<Option<Option<Counts>>>> = exec.install(|| {
+        this
             .into_par_iter()
-            .enumerate()
             .map(|(c, part)| {
                 exec.monitor.check()?;
                 let r = ch.range(c);
@@ -457,19 +481,19 @@ fn forward_backward<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], ch: &Chunks, r
                         &mut scratch[..]
                     }
                 };
-                let mut counts = if with_counts { Some(zero_counts(tab)) } else { None };
+                let mut counts = if with_counts { Some(zero_counts(tab)?) } else { None };
                 let ok = chunk_posterior(tab, seq, first, r, &alpha[c * n..(c + 1) * n], &beta[c * n..(c + 1) * n], out, counts.as_mut());
                 Ok(ok.then_some(counts))
             })
             .collect()
-    })?;
-    let mut total: Option<Counts> = None;
-    for part in done {
-        let Some(counts) = part? else { return Ok(None) };
-        if let Some(c) = counts {
-            match total.as_mut() {
-                Some(t) => t.add(&c),
-                None => total = Some(c),
+        })?;
+        for part in done {
+            let Some(counts) = part? else { return Ok(None) };
+            if let Some(c) = counts {
+                match total.as_mut() {
+                    Some(t) => t.add(&c),
+                    None => total = Some(c),
+                }
             }
         }
     }

@@ -124,10 +124,11 @@ pub fn censor(x: &[f64], c: f64, bins: Option<f64>) -> (Vec<f64>, bulkem_core::e
 #[allow(dead_code)]
 pub fn path_logp(m: &bulkem_core::hmm::HmmModel, seq: &[u32], path: &[u32]) -> f64 {
     let (n, v) = (m.n_states, m.emission.n_symbols);
-    let mut lp = (m.start[path[0] as usize] * m.emission.probs[path[0] as usize * v + seq[0] as usize]).ln();
+    // Logs taken apart: a product of two probabilities can underflow.
+    let mut lp = m.start[path[0] as usize].ln() + m.emission.probs[path[0] as usize * v + seq[0] as usize].ln();
     for t in 1..seq.len() {
         let (i, j) = (path[t - 1] as usize, path[t] as usize);
-        lp += (m.trans[i * n + j] * m.emission.probs[j * v + seq[t] as usize]).ln();
+        lp += m.trans[i * n + j].ln() + m.emission.probs[j * v + seq[t] as usize].ln();
     }
     lp
 }

@@ -258,7 +258,7 @@ pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Resul
 pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exec: &Exec) -> Result<(HmmModel, f64)> {
     let (n, v) = (model.n_states, model.emission.n_symbols);
     check_size(n, seqs.len())?;
-    if scan::chosen(device()?, model, seqs, 8 * n)? {
+    if scan::chosen(device()?, model, seqs, 8 * n + (scan::slot_bytes(seqs, n, v) / seqs.total().max(1) as f64).ceil() as usize)? {
         let (counts, ll, _) = scan::e_step(model, seqs, None, exec)?;
         let t0 = std::time::Instant::now();
         let next = m_step(model, &counts, &EmissionFit { pseudocount, var_floor: f64::NAN }).0;

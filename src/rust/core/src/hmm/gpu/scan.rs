@@ -49,8 +49,13 @@ pub(super) fn fits(dev: &Device, n: usize, v: usize, seqs: &Sequences) -> Result
     if n > SCAN_MAX_STATES || seqs.len() > dev.multiprocessors as usize || longest < scan::MIN_STEPS {
         return Ok(false);
     }
-    let slots = seqs.len() as f64 * (longest as f64).sqrt() * Counts::size(n, v) as f64 * 8.0;
-    Ok(seqs.total() as f64 * (8 * n + 4) as f64 + slots <= dev.free_memory()? as f64 * MEMORY_SHARE)
+    Ok(seqs.total() as f64 * (8 * n + 4) as f64 + slot_bytes(seqs, n, v) <= dev.free_memory()? as f64 * MEMORY_SHARE)
+}
+
+/// Bytes of a Baum-Welch E-step's count slots (one per chunk).
+pub(super) fn slot_bytes<O: Copy>(seqs: &Sequences<O>, n: usize, v: usize) -> f64 {
+    let chunks: usize = seqs.lengths().map(|t| Chunks::for_device(t, n).count()).sum();
+    chunks as f64 * Counts::size(n, v) as f64 * 8.0
 }
 
 /// The chunks of a call on the device: per chunk its steps [cb, ce)
@@ -72,8 +77,10 @@ fn plan<O: Copy>(dev: &Device, seqs: &Sequences<O>, n: usize, len: Option<usize>
     let mut longest_chunk = 1;
     for s in 0..seqs.len() {
         let t = seqs.offsets[s + 1] - seqs.offsets[s];
+        // A chunk's Viterbi back-pointers (steps x N bytes) stay within
+        // 32 KB of shared memory, whatever the length asked for.
         let ch = match len {
-            Some(l) => Chunks::with_len(t, l),
+            Some(l) => Chunks::with_len(t, l.min((32_768 / n.max(1)).max(1))),
             None => Chunks::for_device(t, n),
         };
         longest_chunk = longest_chunk.max(ch.len);
@@ -269,17 +276,20 @@ pub(crate) fn density_posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
     let (probs, ll, _) = call.forward_backward(&dt.tables, None)?;
     let mut lls = call.download(&ll, call.m)?;
     gpu::timing::record("scan", t0);
-    shift(&mut lls, &dt.shift);
+    shift(&mut lls, &dt.shift, &dt.uncertain);
     let mut rows = call.download_rows(&probs, seqs.total() * call.n)?;
     settle_posteriors(model, seqs, &mut rows, &mut lls, exec)?;
     Ok((rows, lls))
 }
 
 /// The density rows' shifts added back to finite log-likelihoods (the
-/// scan's own NaN, uncertain, stays).
-fn shift(lls: &mut [f64], shifts: &[f64]) {
-    for (l, &s) in lls.iter_mut().zip(shifts) {
-        if l.is_finite() {
+/// scan's own NaN, uncertain, stays); a sequence whose first step the rows
+/// cannot certify (`uncertain`, as the sequential passes judge it) is NaN.
+fn shift(lls: &mut [f64], shifts: &[f64], uncertain: &[bool]) {
+    for ((l, &s), &u) in lls.iter_mut().zip(shifts).zip(uncertain) {
+        if u {
+            *l = f64::NAN;
+        } else if l.is_finite() {
             *l += s;
         }
     }
@@ -293,7 +303,7 @@ pub(crate) fn density_loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
     let (_, _, ll) = call.bounds(&dt.tables, false)?;
     let mut out = call.download(&ll, call.m)?;
     gpu::timing::record("scan", t0);
-    shift(&mut out, &dt.shift);
+    shift(&mut out, &dt.shift, &dt.uncertain);
     settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
