@@ -270,16 +270,20 @@ pub(crate) fn products<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], ch: &Chunks
 /// `l`; false when a step was uncertain.
 fn chunk_product<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], steps: std::ops::Range<usize>, r: &mut [f64], l: &mut [f64]) -> bool {
     let n = tab.n;
-    let (mut cur, mut nxt, mut buf) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-    // The emission rows' shifts are common to every row of R.
-    let shift: f64 = steps.clone().map(|t| tab.rows.row(seq[t], &mut buf).shift).sum();
-    for i in 0..n {
-        cur.fill(0.0);
-        cur[i] = 1.0;
-        let mut exp = 0i64;
-        let mut zero = false;
-        for t in steps.clone() {
-            let row = tab.rows.row(seq[t], &mut buf);
+    let (mut nxt, mut buf) = (vec![0.0; n], vec![0.0; n]);
+    let (mut exp, mut zero) = (vec![0i64; n], vec![false; n]);
+    r.fill(0.0);
+    (0..n).for_each(|i| r[i * n + i] = 1.0);
+    // Step by step, every row at once: each emission row is made once.
+    // Its shift is common to every row of R.
+    let mut shift = 0.0;
+    for t in steps {
+        let row = tab.rows.row(seq[t], &mut buf);
+        shift += row.shift;
+        for (i, cur) in r.chunks_mut(n).enumerate() {
+            if zero[i] {
+                continue;
+            }
             nxt.fill(0.0);
             for (k, &a) in cur.iter().enumerate() {
                 if a != 0.0 {
@@ -291,28 +295,27 @@ fn chunk_product<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], steps: std::ops::
             nxt.iter_mut().zip(row.values).for_each(|(x, &e)| *x *= e);
             let m = largest(&nxt);
             match judge(m, row.values) {
-                Step::Kept => keep_in_range(&mut nxt, m, &mut exp),
+                Step::Kept => keep_in_range(&mut nxt, m, &mut exp[i]),
                 Step::Zero => {
-                    zero = true;
-                    break;
+                    zero[i] = true;
+                    continue;
                 }
                 Step::Uncertain => return false,
             }
-            std::mem::swap(&mut cur, &mut nxt);
+            cur.copy_from_slice(&nxt);
         }
-        let out = &mut r[i * n..(i + 1) * n];
-        if zero {
+    }
+    for (i, out) in r.chunks_mut(n).enumerate() {
+        if zero[i] {
             out.fill(0.0);
             l[i] = f64::NEG_INFINITY;
             continue;
         }
         // Largest value into [1, 2), exactly.
-        let e = exponent(largest(&cur));
+        let e = exponent(largest(out));
         let f = pow2(-e);
-        for (o, &v) in out.iter_mut().zip(&cur) {
-            *o = v * f;
-        }
-        l[i] = (exp + e as i64) as f64 * std::f64::consts::LN_2 + shift;
+        out.iter_mut().for_each(|v| *v *= f);
+        l[i] = (exp[i] + e as i64) as f64 * std::f64::consts::LN_2 + shift;
     }
     true
 }
