@@ -1,7 +1,7 @@
 // Runs the kernels of src/rust/core/kernels/hmm.cu under emu.h and checks
 // them against a plain C++ reference of the same recursions, for small
 // models (including exact zeros and impossible sequences), every kernel
-// variant (shared/global tables, shared/global accumulators, tiled, the
+// variant (shared/global tables, shared/global accumulators, 256-thread blocks, the
 // transition-count GEMM) and grids smaller than the work (grid-stride);
 // and the certificate of the scaled passes (uncertain sequences come back
 // NaN, with NaN posteriors and no counts) and the beta masking (a state
@@ -155,16 +155,17 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
     const Mins mins = mins_of(m);
     const unsigned long long* theta = mins.k;
 
-    // tiled = 1 checks the tiled Viterbi kernel only: the forward-backward
-    // passes for large N are hmm_batched.cu's, tested on a GPU (their grid
-    // barrier needs resident blocks).
-    for (int tiled = 0; tiled < 2; ++tiled) {
+    // narrow = 1 runs the kernels with 256 threads a block, fewer than the
+    // states of the larger models (threads stride over states). The passes
+    // for large N, Viterbi included, are hmm_batched.cu's, tested on a GPU
+    // (their grid barrier needs resident blocks).
+    for (int narrow = 0; narrow < 2; ++narrow) {
         // Forward, keeping alphas.
         vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0);
-        unsigned fthreads = threads_for(N, tiled ? 256 : 512);
+        unsigned fthreads = threads_for(N, narrow ? 256 : 512);
         for (int trans_smem = 0; trans_smem < 2; ++trans_smem) {
             emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + 32 + trans_smem * N * N) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), trans_smem, theta);
-            for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d tiled=%d forward seq %d: %g vs %g", N, tiled, s, ll[s], ref[s].ll);
+            for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d narrow=%d forward seq %d: %g vs %g", N, narrow, s, ll[s], ref[s].ll);
         }
         // Posteriors.
         vector<double> gamma(S * N, 0.0);
@@ -173,7 +174,7 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         (void)nul;
         for (int s = 0; s < M; ++s)
             for (long long k = 0; k < (off[s + 1] - off[s]) * N; ++k)
-                CHECK(close(gamma[off[s] * N + k], ref[s].ll == -INFINITY ? NAN : ref[s].gamma[k], 1e-12), "N=%d tiled=%d gamma seq %d k %lld: %g vs %g", N, tiled, s, k, gamma[off[s] * N + k], ref[s].gamma[k]);
+                CHECK(close(gamma[off[s] * N + k], ref[s].ll == -INFINITY ? NAN : ref[s].gamma[k], 1e-12), "N=%d narrow=%d gamma seq %d k %lld: %g vs %g", N, narrow, s, k, gamma[off[s] * N + k], ref[s].gamma[k]);
         // Counts: in-kernel (shared or global accumulators) and by the GEMM.
         for (int mode = 0; mode < 3; ++mode) {
             unsigned slots = std::min(G, (unsigned)M);
@@ -195,23 +196,22 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
                 for (int k = 0; k < N * N; ++k) want[N + k] += ref[s].xi[k];
                 for (int k = 0; k < V * N; ++k) want[N + N * N + k] += ref[s].emis[k];
             }
-            for (long long k = 0; k < size; ++k) CHECK(close(total[k], want[k], 1e-11), "N=%d tiled=%d mode %d count %lld: %g vs %g", N, tiled, mode, k, total[k], want[k]);
+            for (long long k = 0; k < size; ++k) CHECK(close(total[k], want[k], 1e-11), "N=%d narrow=%d mode %d count %lld: %g vs %g", N, narrow, mode, k, total[k], want[k]);
         }
         // Viterbi.
         for (int trans_smem = 0; trans_smem < 2; ++trans_smem) {
             vector<unsigned short> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M, 0.0);
-            if (tiled) emu_launch({std::min(G, (unsigned)(M + HMM_TILE - 1) / HMM_TILE), 1, 1}, fthreads, 2 * HMM_TILE * N * 8, hmm_viterbi_tiled, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data());
-            else emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + trans_smem * N * N) * 8, hmm_viterbi, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data(), trans_smem);
+            emu_launch({std::min(G, (unsigned)M), 1, 1}, fthreads, (2 * N + trans_smem * N * N) * 8, hmm_viterbi, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data(), trans_smem);
             for (int s = 0; s < M; ++s) {
-                CHECK(logp[s] == ref[s].logp, "N=%d tiled=%d viterbi logp seq %d: %.17g vs %.17g", N, tiled, s, logp[s], ref[s].logp);
-                for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d tiled=%d viterbi path seq %d t %lld: %u vs %u", N, tiled, s, t, path[off[s] + t], ref[s].path[t]);
+                CHECK(logp[s] == ref[s].logp, "N=%d narrow=%d viterbi logp seq %d: %.17g vs %.17g", N, narrow, s, logp[s], ref[s].logp);
+                for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d narrow=%d viterbi path seq %d t %lld: %u vs %u", N, narrow, s, t, path[off[s] + t], ref[s].path[t]);
             }
         }
         // A batch that starts in the middle: sequences [3, 9) only.
         vector<double> ll2(6, 0.0), a2((S - off[3]) * N, 0.0), sc2(S - off[3], 0.0);
         emu_launch({2, 1, 1}, fthreads, (2 * N + 32) * 8, hmm_forward, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), sc2.data(), ll2.data(), 0, theta);
-        for (int s = 3; s < M; ++s) CHECK(close(ll2[s - 3], ref[s].ll, 1e-12), "N=%d tiled=%d batch forward seq %d", N, tiled, s);
-        for (long long k = 0; k < (S - off[3]) * N; ++k) CHECK(a2[k] == alpha[off[3] * N + k], "N=%d tiled=%d batch alpha %lld", N, tiled, k);
+        for (int s = 3; s < M; ++s) CHECK(close(ll2[s - 3], ref[s].ll, 1e-12), "N=%d narrow=%d batch forward seq %d", N, narrow, s);
+        for (long long k = 0; k < (S - off[3]) * N; ++k) CHECK(a2[k] == alpha[off[3] * N + k], "N=%d narrow=%d batch alpha %lld", N, narrow, k);
     }
     if (N <= 32) {
         // The warp-per-sequence kernels (4 warps per block).

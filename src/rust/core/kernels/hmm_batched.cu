@@ -805,3 +805,238 @@ extern "C" __global__ void __launch_bounds__(XI_THREADS) hmm_xi_gemm(int N, long
                 if (i < N && j < N) xi[(long long)i * N + j] += acc[m][n][q];
             }
 }
+
+// ---- Viterbi for large N: max-plus products over the whole grid ----------
+// Every step is one max-plus product (rows x states) x (states x states),
+// tiled over the grid as the forward pass's products are, with a grid
+// barrier between steps (cooperative launch). Instead of back-pointers,
+// every row's log vector of every step is kept (`vals`, P doubles per
+// symbol, P = N rounded up to HMV_BN, pad columns -inf), so the product's
+// inner loop is one add and one compare-and-select per pair and keeps no
+// index. The walk back then recomputes each pointer from the vector of the
+// step before:
+// the first i maximising vals_{t-1}[i] + log A[i][j], the same sums the
+// CPU compares (strictly greater, lowest state on ties), so values and
+// paths are bit-identical to the CPU's. No log value is -0 (logs of
+// probabilities <= 1 are +0 or negative), so the max of a set of sums does
+// not depend on the order it is taken in.
+#define HMV_BM 16            // rows per tile
+#define HMV_BN 32            // columns per tile, a lane each
+#define HMV_BK 16            // k per stage
+#define HMV_RM 8             // rows per thread
+#define HMV_GROUP 64         // threads of a group: 2 warps x 8 rows
+#define HMV_GROUPS 8         // groups of a block, each taking every 8th stage
+#define HMV_THREADS (HMV_GROUP * HMV_GROUPS)
+#define HMV_STAGES 3
+#define HMV_NO_STATE 0xffffffffu
+
+struct HmvStage {
+    __align__(16) double a[HMV_STAGES][HMV_BM][HMV_BK];  // row vectors (row, k)
+    __align__(16) double b[HMV_STAGES][HMV_BK][HMV_BN];  // log transitions (k, column)
+};
+static_assert(HMV_BM * HMV_BN <= sizeof(HmvStage) / sizeof(double), "a stage buffer holds a group's maxima");
+
+// The larger of a and b (no NaN arrives here): a compare and a select.
+// fmax, with its NaN rules, took about 10 instructions per pair in all
+// (N = 1024, Nsight Compute).
+__device__ __forceinline__ double hmv_max(double a, double b) {
+    return b > a ? b : a;
+}
+
+__device__ __forceinline__ void hmv_group_sync(int g) {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "n"(HMV_GROUP) : "memory");
+}
+
+// lp[i * P + j] = ltrans[i * N + j] and lpt[j * P + i] the same, -inf
+// outside N x N (the products read whole tiles without bounds checks).
+extern "C" __global__ void hmm_vit_pad(int N, int P, const double* __restrict__ ltrans, double* __restrict__ lp,
+                                       double* __restrict__ lpt)
+{
+    const long long size = (long long)P * P;
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < size; q += (long long)gridDim.x * blockDim.x) {
+        const int i = (int)(q / P), j = (int)(q % P);
+        const double v = i < N && j < N ? ltrans[(long long)i * N + j] : HMM_NEG_INF;
+        lp[q] = v;
+        lpt[(long long)j * P + i] = v;
+    }
+}
+
+// best[r] = max over k of a(8w + r, k) + b(k, lane) over group g's stages
+// (g, g + HMV_GROUPS, ...) of the tile at col0, where a's rows are
+// vals[prev[r] + k] (prev[r] < 0: a row not running, left unloaded, whose
+// maxima are never used) and b = lp[k * P + col0 + c]. Each group streams
+// its stages through its own pipeline of asynchronous copies.
+__device__ void hmv_tile_max(int P, int col0, const double* __restrict__ vals, const double* __restrict__ lp,
+                             const long long* prev, HmvStage* stages, double best[HMV_RM])
+{
+    const int group = threadIdx.x / HMV_GROUP, tid = threadIdx.x % HMV_GROUP;
+    const int w = tid >> 5, lane = tid & 31;
+    HmvStage& st = stages[group];
+#pragma unroll
+    for (int r = 0; r < HMV_RM; ++r) best[r] = HMM_NEG_INF;
+    auto load = [&](int buf, int k0) {
+#pragma unroll
+        for (int q = 0; q < HMV_BM * HMV_BK / 2 / HMV_GROUP; ++q) {
+            const int idx = tid + HMV_GROUP * q, r = idx / (HMV_BK / 2), k = 2 * (idx % (HMV_BK / 2));
+            // Written by other blocks during this launch: through L2 only.
+            if (prev[r] >= 0) hmb_copy_l2(&st.a[buf][r][k], vals + prev[r] + k0 + k, true);
+        }
+#pragma unroll
+        for (int q = 0; q < HMV_BK * HMV_BN / 2 / HMV_GROUP; ++q) {
+            const int idx = tid + HMV_GROUP * q, k = idx / (HMV_BN / 2), c = 2 * (idx % (HMV_BN / 2));
+            hmb_copy_ro<16>(&st.b[buf][k][c], lp + (long long)(k0 + k) * P + col0 + c, true);
+        }
+    };
+    const int stride = HMV_BK * HMV_GROUPS, kg = group * HMV_BK;
+    const int rounds = (P - kg + stride - 1) / stride;  // this group's stages
+#pragma unroll
+    for (int s = 0; s < HMV_STAGES - 1; ++s) {
+        if (s < rounds) load(s, kg + s * stride);
+        hmb_copy_commit();
+    }
+    for (int round = 0; round < rounds; ++round) {
+        hmb_copy_wait<HMV_STAGES - 2>();
+        hmv_group_sync(group);
+        const int next = round + HMV_STAGES - 1;
+        if (next < rounds) load(next % HMV_STAGES, kg + next * stride);
+        hmb_copy_commit();
+        const double(*a)[HMV_BK] = st.a[round % HMV_STAGES];
+        const double(*b)[HMV_BN] = st.b[round % HMV_STAGES];
+#pragma unroll
+        for (int k = 0; k < HMV_BK; k += 2) {
+            const double b0 = b[k][lane], b1 = b[k + 1][lane];
+#pragma unroll
+            for (int r = 0; r < HMV_RM; ++r) {
+                const double2 x = *reinterpret_cast<const double2*>(&a[HMV_RM * w + r][k]);
+                best[r] = hmv_max(best[r], x.x + b0);
+                best[r] = hmv_max(best[r], x.y + b1);
+            }
+        }
+    }
+    hmb_copy_wait<0>();
+}
+
+// (b, a) becomes the first of (b, a) and (ob, oa): the larger value, or
+// the lower index on a tie.
+__device__ __forceinline__ void hmv_keep_first(double& b, int& a, double ob, int oa) {
+    if (ob > b || (ob == b && oa < a)) {
+        b = ob;
+        a = oa;
+    }
+}
+
+// The first i < P maximising x[i] (+ y[i] when y is non-null), over the
+// block (thread k takes i = k, k + blockDim.x, ...; then warps, then the
+// warps' results in shared `red_b` / `red_a`, 32 each); every thread gets
+// (best, arg). All -inf: (-inf, 0), as the CPU's strictly-greater scan
+// from -inf gives. The loads of a step are independent of one another, so
+// a step of the walk back costs about one L2 round trip.
+__device__ void hmv_first_max(const double* __restrict__ x, const double* __restrict__ y, int P, double* red_b,
+                              int* red_a, double& best, int& arg)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    double b = HMM_NEG_INF;
+    int a = 0x7fffffff;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const double v = y ? __ldcg(&x[i]) + __ldg(&y[i]) : __ldcg(&x[i]);
+        hmv_keep_first(b, a, v, i);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) hmv_keep_first(b, a, __shfl_xor_sync(FULL_MASK, b, o), __shfl_xor_sync(FULL_MASK, a, o));
+    if (lane == 0) {
+        red_b[warp] = b;
+        red_a[warp] = a;
+    }
+    __syncthreads();
+    b = lane < warps ? red_b[lane] : HMM_NEG_INF;
+    a = lane < warps ? red_a[lane] : 0x7fffffff;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) hmv_keep_first(b, a, __shfl_xor_sync(FULL_MASK, b, o), __shfl_xor_sync(FULL_MASK, a, o));
+    __syncthreads();  // red_* free for the next call
+    best = b;
+    arg = a;
+}
+
+// Viterbi over a batch of `rows` sequences (HmbBatch's arrays, sorted by
+// decreasing length; sym[base + rel + t] is symbol t of a row): lp / lpt
+// from hmm_vit_pad, vals holds P doubles per symbol of the batch (every
+// entry a row reads is written first), bar two zeroed counters. Then a
+// block per row walks back: path as hmm.cu's Viterbi kernels lay it out
+// (HMV_NO_STATE throughout for an impossible sequence), logp[s - s0].
+extern "C" __global__ void __launch_bounds__(HMV_THREADS) hmm_viterbi_batched(
+    int N, int P, const double* __restrict__ lstart, const double* __restrict__ lp, const double* __restrict__ lpt,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym, long long base, int rows,
+    const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
+    const int* __restrict__ row_seq, const int* __restrict__ running,
+    double* __restrict__ vals, unsigned* __restrict__ bar, unsigned* __restrict__ path, double* __restrict__ logp)
+{
+    __shared__ long long prev[HMV_BM], out[HMV_BM], erow[HMV_BM];
+    extern __shared__ double hmb_dynamic[];
+    HmvStage* stages = reinterpret_cast<HmvStage*>(hmb_dynamic);
+    const int col_tiles = P / HMV_BN;
+    const int tiles = ((rows + HMV_BM - 1) / HMV_BM) * col_tiles;
+    const long long Tmax = rows > 0 ? row_len[0] : 0;
+    for (long long t = 0; t < Tmax; ++t) {
+        const int run = running[t];
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int row0 = (tile / col_tiles) * HMV_BM, col0 = (tile % col_tiles) * HMV_BN;
+            if (row0 >= run) continue;
+            __syncthreads();
+            if (threadIdx.x < HMV_BM) {
+                const int r = threadIdx.x, row = row0 + r;
+                const bool on = row < run;
+                const long long rel = on ? row_rel[row] : 0;
+                out[r] = on ? (rel + t) * P : -1;
+                prev[r] = on && t > 0 ? (rel + t - 1) * P : -1;
+                erow[r] = on ? (long long)sym[base + rel + t] * N : 0;
+            }
+            __syncthreads();
+            // Group g's maxima, then the maximum over groups, one output each.
+            double* part = &stages[0].a[0][0][0];
+            if (t > 0) {
+                double best[HMV_RM];
+                hmv_tile_max(P, col0, vals, lp, prev, stages, best);
+                __syncthreads();
+                const int group = threadIdx.x / HMV_GROUP, tid = threadIdx.x % HMV_GROUP;
+                double* mine = &stages[group].a[0][0][0];
+#pragma unroll
+                for (int r = 0; r < HMV_RM; ++r) mine[(HMV_RM * (tid >> 5) + r) * HMV_BN + (tid & 31)] = best[r];
+                __syncthreads();
+            }
+            for (int q = threadIdx.x; q < HMV_BM * HMV_BN; q += blockDim.x) {
+                const int r = q / HMV_BN, j = col0 + q % HMV_BN;
+                if (out[r] < 0) continue;
+                double v = HMM_NEG_INF;
+                if (j < N) {
+                    double m = t > 0 ? part[q] : lstart[j];
+                    if (t > 0) {
+                        for (int g = 1; g < HMV_GROUPS; ++g) m = hmv_max(m, (&stages[g].a[0][0][0])[q]);
+                    }
+                    v = m + lemis_k[erow[r] + j];
+                }
+                vals[out[r] + j] = v;
+            }
+        }
+        hmb_grid_sync(bar);
+    }
+    // Walk back, a block per row.
+    __shared__ double red_b[32];
+    __shared__ int red_a[32];
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long rel = row_rel[row], len = row_len[row];
+        double best;
+        int arg;
+        hmv_first_max(vals + (rel + len - 1) * P, nullptr, P, red_b, red_a, best, arg);
+        if (threadIdx.x == 0) logp[row_seq[row]] = best;
+        if (best == HMM_NEG_INF) {
+            for (long long t = threadIdx.x; t < len; t += blockDim.x) path[rel + t] = HMV_NO_STATE;
+            continue;
+        }
+        if (threadIdx.x == 0) path[rel + len - 1] = (unsigned)arg;
+        for (long long t = len - 1; t > 0; --t) {
+            double b;
+            hmv_first_max(vals + (rel + t - 1) * P, lpt + (long long)arg * P, P, red_b, red_a, b, arg);
+            if (threadIdx.x == 0) path[rel + t - 1] = (unsigned)arg;
+        }
+    }
+}

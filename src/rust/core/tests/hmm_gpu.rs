@@ -291,6 +291,27 @@ fn one_iteration_with_many_states_matches_the_cpu() {
 }
 
 #[test]
+fn batched_viterbi_breaks_ties_as_the_cpu_does() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // N = 257 (the batched max-plus kernel; not a multiple of its 32-column
+    // tiles): uniform transitions and emissions in the first half of the
+    // states make exact ties at every step, which must go to the lowest
+    // state as on the CPU; lengths 1 to 90, so rows finish at every step.
+    let (n, v) = (257, 5);
+    let r = random_model(n, v, 500, true);
+    let trans: Vec<f64> = (0..n * n).map(|k| if k / n < n / 2 { 1.0 / n as f64 } else { r.trans[k] }).collect();
+    let emis: Vec<f64> = (0..n * v).map(|k| if k / v < n / 2 { 1.0 / v as f64 } else { r.emission.probs[k] }).collect();
+    let model = HmmModel::new(vec![1.0 / n as f64; n], trans, emis, v).unwrap();
+    let (seqs, _) = hmm::simulate(&model, &lengths(70, 90, 501), 502);
+    compare_passes(&model, &seqs, "ties, N=257");
+    // Steps where the uniform states' tie decides the predecessor.
+    let all_zero = Sequences::from_vecs(&[vec![0u32; 50], vec![1, 2, 3], vec![4]]);
+    compare_passes(&model, &all_zero, "ties, N=257, fixed sequences");
+}
+
+#[test]
 fn baum_welch_with_many_states_matches_the_cpu() {
     if !gpu_or_skip() {
         return;

@@ -76,7 +76,8 @@ pub enum Kernel {
     HmmBackwardWarp,
     HmmViterbi,
     HmmViterbiWarp,
-    HmmViterbiTiled,
+    HmmViterbiBatched,
+    HmmVitPad,
     HmmReduce,
     HmmForwardBatched,
     HmmBackwardBatched,
@@ -99,7 +100,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 49] = [
+    pub const ALL: [Kernel; 50] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -129,7 +130,8 @@ impl Kernel {
         Kernel::HmmBackwardWarp,
         Kernel::HmmViterbi,
         Kernel::HmmViterbiWarp,
-        Kernel::HmmViterbiTiled,
+        Kernel::HmmViterbiBatched,
+        Kernel::HmmVitPad,
         Kernel::HmmReduce,
         Kernel::HmmForwardBatched,
         Kernel::HmmBackwardBatched,
@@ -184,7 +186,8 @@ impl Kernel {
             HmmBackwardWarp => ("hmm", "hmm_backward_warp"),
             HmmViterbi => ("hmm", "hmm_viterbi"),
             HmmViterbiWarp => ("hmm", "hmm_viterbi_warp"),
-            HmmViterbiTiled => ("hmm", "hmm_viterbi_tiled"),
+            HmmViterbiBatched => ("hmm_batched", "hmm_viterbi_batched"),
+            HmmVitPad => ("hmm_batched", "hmm_vit_pad"),
             HmmReduce => ("hmm", "hmm_reduce"),
             HmmForwardBatched => ("hmm_batched", "hmm_forward_batched"),
             HmmBackwardBatched => ("hmm_batched", "hmm_backward_batched"),

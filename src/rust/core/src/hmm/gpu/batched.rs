@@ -1,20 +1,21 @@
-//! The forward and backward passes for large N (kernels/hmm_batched.cu):
-//! the sequences of a batch advance one time step together, each step one
-//! matrix product over the whole grid, and a pass is one cooperative launch
+//! The forward, backward and Viterbi passes for large N
+//! (kernels/hmm_batched.cu): the sequences of a batch advance one time step
+//! together, each step one matrix product (max-plus for Viterbi) over the
+//! whole grid, and a pass is one cooperative launch
 //! (a grid-wide barrier between steps). Used when the transitions do not
 //! fit in shared memory, where a block per sequence would re-read all of A
 //! from L2 at every step of every sequence.
 
 use std::ops::Range;
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::error::Result;
 use crate::gpu::{Device, Kernel};
 
 use super::super::sequences::Sequences;
 use super::err;
-use super::memory::{DeviceSeqs, DeviceTables};
+use super::memory::{DeviceLogTables, DeviceSeqs, DeviceTables};
 
 /// Tile of hmm_batched.cu: rows (sequences) and columns (states); threads
 /// (HMB_THREADS) and dynamic shared memory (HMB_GROUPS stage buffers of
@@ -30,19 +31,62 @@ fn row_stride(n: usize) -> usize {
     n.next_multiple_of(2)
 }
 
-/// One batch's rows: its sequences sorted by decreasing length (ties by
-/// index), as the kernels' HmbBatch arrays, and, for counting, its
-/// positions grouped by symbol.
-struct Batch {
-    range: Range<usize>,
+/// A batch's sequences sorted by decreasing length (ties by index), as
+/// the kernels' HmbBatch arrays: the rows still running at a step are a
+/// prefix.
+pub(super) struct Rows {
     /// First symbol of the batch.
     base: i64,
+    /// Rows (the batch's sequences).
+    count: usize,
     /// First symbol (batch-relative), length and index - range.start of each row.
     rel: CudaSlice<i64>,
     len: CudaSlice<i64>,
     seq: CudaSlice<i32>,
     /// running[t]: rows whose length exceeds t, for t in 0..=longest.
     running: CudaSlice<i32>,
+}
+
+impl Rows {
+    /// The rows of batch `range` of `seqs`, on the device.
+    pub(super) fn new(dev: &Device, seqs: &Sequences, range: &Range<usize>) -> Result<Self> {
+        let len = |q: usize| seqs.offsets[q + 1] - seqs.offsets[q];
+        let mut order: Vec<usize> = range.clone().collect();
+        order.sort_by_key(|&q| (std::cmp::Reverse(len(q)), q));
+        let base = seqs.offsets[range.start];
+        let rel: Vec<i64> = order.iter().map(|&q| (seqs.offsets[q] - base) as i64).collect();
+        let lens: Vec<i64> = order.iter().map(|&q| len(q) as i64).collect();
+        let seq: Vec<i32> = order.iter().map(|&q| (q - range.start) as i32).collect();
+        let longest = lens.first().copied().unwrap_or(0) as usize;
+        let mut running = vec![0i32; longest + 1];
+        let mut r = order.len();
+        for (t, slot) in running.iter_mut().enumerate() {
+            while r > 0 && lens[r - 1] as usize <= t {
+                r -= 1;
+            }
+            *slot = r as i32;
+        }
+        Ok(Rows {
+            base: base as i64,
+            count: order.len(),
+            rel: dev.upload_new(&rel)?,
+            len: dev.upload_new(&lens)?,
+            seq: dev.upload_new(&seq)?,
+            running: dev.upload_new(&running)?,
+        })
+    }
+
+    /// Push the row arrays (rel, len, seq, running), as the kernels take them.
+    fn push<'a>(&'a self, launch: &mut LaunchArgs<'a>) {
+        launch.arg(&self.rel).arg(&self.len).arg(&self.seq).arg(&self.running);
+    }
+}
+
+/// One batch of the forward-backward passes: its rows and, for counting,
+/// its positions grouped by symbol.
+struct Batch {
+    range: Range<usize>,
+    rows: Rows,
     by_symbol: Option<BySymbol>,
 }
 
@@ -76,38 +120,14 @@ impl Batched {
     pub(super) fn new(dev: &Device, n: usize, v: usize, seqs: &Sequences, ranges: &[Range<usize>], count_symbols: Option<&[u32]>) -> Result<Self> {
         let s = &dev.stream;
         let e = err(dev, "preparing the batched passes");
-        let len = |q: usize| seqs.offsets[q + 1] - seqs.offsets[q];
         let t0 = std::time::Instant::now();
         let mut batches = Vec::with_capacity(ranges.len());
         for range in ranges {
-            let mut order: Vec<usize> = range.clone().collect();
-            order.sort_by_key(|&q| (std::cmp::Reverse(len(q)), q));
-            let base = seqs.offsets[range.start];
-            let rel: Vec<i64> = order.iter().map(|&q| (seqs.offsets[q] - base) as i64).collect();
-            let lens: Vec<i64> = order.iter().map(|&q| len(q) as i64).collect();
-            let seq: Vec<i32> = order.iter().map(|&q| (q - range.start) as i32).collect();
-            let longest = lens.first().copied().unwrap_or(0) as usize;
-            let mut running = vec![0i32; longest + 1];
-            let mut r = order.len();
-            for (t, slot) in running.iter_mut().enumerate() {
-                while r > 0 && lens[r - 1] as usize <= t {
-                    r -= 1;
-                }
-                *slot = r as i32;
-            }
             let by_symbol = match count_symbols {
                 Some(symbols) => Some(by_symbol(dev, seqs, symbols, range, v)?),
                 None => None,
             };
-            batches.push(Batch {
-                range: range.clone(),
-                base: base as i64,
-                rel: dev.upload_new(&rel)?,
-                len: dev.upload_new(&lens)?,
-                seq: dev.upload_new(&seq)?,
-                running: dev.upload_new(&running)?,
-                by_symbol,
-            });
+            batches.push(Batch { range: range.clone(), rows: Rows::new(dev, seqs, range)?, by_symbol });
         }
         crate::gpu::timing::record("plan uploads", t0);
         let t0 = std::time::Instant::now();
@@ -154,8 +174,8 @@ impl Batched {
         let null: u64 = 0;
         let cfg = self.config();
         let mut launch = dev.stream.launch_builder(&f);
-        launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&batch.base).arg(&rows);
-        launch.arg(&batch.rel).arg(&batch.len).arg(&batch.seq).arg(&batch.running);
+        launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&batch.rows.base).arg(&rows);
+        batch.rows.push(&mut launch);
         launch.arg(&mut self.buf0).arg(&mut self.buf1).arg(&mut self.psum).arg(&mut self.llacc).arg(&mut self.bar);
         match store {
             Some((alpha, scale)) => launch.arg(alpha).arg(scale),
@@ -198,8 +218,8 @@ impl Batched {
         let null: u64 = 0;
         let cfg = self.config();
         let mut launch = dev.stream.launch_builder(&f);
-        launch.arg(&n_i).arg(&tables.trans_t).arg(&tables.emis).arg(&seqs.sym).arg(&batch.base).arg(&rows);
-        launch.arg(&batch.rel).arg(&batch.len).arg(&batch.seq).arg(&batch.running);
+        launch.arg(&n_i).arg(&tables.trans_t).arg(&tables.emis).arg(&seqs.sym).arg(&batch.rows.base).arg(&rows);
+        batch.rows.push(&mut launch);
         launch.arg(&mut self.buf0).arg(&mut self.buf1).arg(&mut self.bar).arg(alpha).arg(scale).arg(loglik).arg(gamma);
         match tmp {
             Some(t) => launch.arg(t),
@@ -235,6 +255,58 @@ impl Batched {
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_count_emissions"))?;
         Ok(())
     }
+}
+
+/// Columns of hmm_viterbi_batched's tiles (HMV_BN): its log vectors and
+/// padded tables are N rounded up to this wide.
+const VIT_COLS: usize = 32;
+/// Threads (HMV_THREADS) and dynamic shared memory (HMV_GROUPS stage
+/// buffers of HMV_STAGES x (16 x 16 + 16 x 32) doubles) of its blocks.
+const VIT_THREADS: u32 = 512;
+const VIT_SMEM: usize = 8 * 3 * (16 * 16 + 16 * 32) * 8;
+
+/// Doubles per symbol of the batched Viterbi's log vectors (P).
+pub(super) fn vit_stride(n: usize) -> usize {
+    n.next_multiple_of(VIT_COLS)
+}
+
+/// Viterbi over the sequences `rows` with log tables `tabs` on the device
+/// (hmm_viterbi_batched): `vals` holds vit_stride(N) doubles per symbol of
+/// the batch, path one state per symbol, logp one value per sequence.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &DeviceSeqs, rows: &Rows, vals: &mut CudaSlice<f64>, path: &mut CudaSlice<u32>, logp: &mut CudaSlice<f64>) -> Result<()> {
+    let s = &dev.stream;
+    let e = err(dev, "preparing the Viterbi kernel");
+    let p = vit_stride(n);
+    // SAFETY: hmm_vit_pad writes every entry of both.
+    let (mut lp, mut lpt) = unsafe { (s.alloc::<f64>(p * p).map_err(&e)?, s.alloc::<f64>(p * p).map_err(&e)?) };
+    let (n_i, p_i) = (n as i32, p as i32);
+    let pad = dev.function(Kernel::HmmVitPad, &[])?;
+    let cfg = LaunchConfig { grid_dim: ((p * p).div_ceil(256).min(4096) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let mut launch = s.launch_builder(&pad);
+    launch.arg(&n_i).arg(&p_i).arg(&tabs.trans).arg(&mut lp).arg(&mut lpt);
+    // SAFETY: hmm_vit_pad(N, P, ltrans, lp, lpt): ltrans holds N x N
+    // doubles, lp and lpt P x P; the grid strides over P x P.
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_vit_pad"))?;
+    let f = dev.function(Kernel::HmmViterbiBatched, &[])?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(VIT_THREADS, VIT_SMEM, None).map_err(&e)?.max(1);
+    let tiles = rows.count.div_ceil(16) * (p / VIT_COLS);
+    let cfg = LaunchConfig { grid_dim: ((tiles as u32).clamp(1, dev.multiprocessors * per_sm), 1, 1), block_dim: (VIT_THREADS, 1, 1), shared_mem_bytes: VIT_SMEM as u32 };
+    let mut bar = s.alloc_zeros::<u32>(2).map_err(&e)?;
+    let count = rows.count as i32;
+    let mut launch = s.launch_builder(&f);
+    launch.arg(&n_i).arg(&p_i).arg(&tabs.start).arg(&lp).arg(&lpt).arg(&tabs.emis).arg(&seqs.sym).arg(&rows.base).arg(&count);
+    rows.push(&mut launch);
+    launch.arg(vals).arg(&mut bar).arg(path).arg(logp);
+    // SAFETY: the arguments match hmm_viterbi_batched's parameters in
+    // order and type; start holds N log probabilities, lp and lpt P x P
+    // (hmm_vit_pad), emis V x N (or a row per position); the row arrays are
+    // HmbBatch's (Rows); vals holds P doubles per symbol of the batch, path
+    // one state per symbol, logp one value per sequence; bar is two zeroed
+    // counters. The launch is cooperative with no more blocks than can be
+    // resident, as the kernel's grid barrier requires.
+    unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching hmm_viterbi_batched"))?;
+    Ok(())
 }
 
 /// The positions of batch `range` grouped by symbol (`symbols`: those of

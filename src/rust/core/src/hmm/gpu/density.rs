@@ -26,7 +26,7 @@ use super::batched::{row_batches, Batched};
 use super::launch::{launch_forward, launch_viterbi};
 use super::memory::viterbi_buffers;
 use super::passes::{forward_all, viterbi_all, CountSlots, Passes};
-use super::plan::{batched_path, batches};
+use super::plan::{batched_path, batches, viterbi_bytes_per_symbol};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
 use super::rows::{ChainSummary, DensityTables, DeviceDensity};
@@ -473,11 +473,10 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
         }
         drop(dt);
         let mut tabs = density.log_tables(dev, model, total)?;
-        let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
-        let ranges = batches(dev, &pos, per_symbol)?;
+        let ranges = batches(dev, &pos, viterbi_bytes_per_symbol(dev, n))?;
         let mut bufs = Vec::with_capacity(ranges.len());
         for range in &ranges {
-            bufs.push(viterbi_buffers(dev, n, pos.offsets[range.end] - pos.offsets[range.start], range.len())?);
+            bufs.push(viterbi_buffers(dev, n, &pos, range)?);
         }
         sync()?;
         run(super::ResidentPass::Viterbi, &mut || {

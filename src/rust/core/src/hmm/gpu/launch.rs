@@ -14,8 +14,8 @@ use crate::gpu::{Device, Kernel};
 use super::super::backward::Counts;
 use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
 use super::rows::DeviceDensity;
-use super::plan::{grid, smem_limit, threads_for, tiled_threads, warp_grid, xi_splits};
-use super::{err, TILE, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
+use super::plan::{grid, smem_limit, threads_for, warp_grid, xi_splits};
+use super::{err, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
 /// Launch hmm_forward (or hmm_forward_warp; large N goes to the batched
 /// kernels instead) over sequences `range`; with `store`, alphas and
@@ -70,21 +70,19 @@ pub(super) fn launch_forward(
 }
 
 /// Launch the Viterbi kernel for N over the batch `range` (one launch):
-/// warp per sequence (N <= 32), tiled (transitions not in shared memory) or
-/// block per sequence.
+/// warp per sequence (N <= 32), block per sequence (transitions in shared
+/// memory), or batched (max-plus products over the grid; `buf` holds its
+/// log vectors).
 pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &DeviceSeqs, range: &Range<usize>, buf: &mut ViterbiBuffers, density: Option<&DeviceDensity>) -> Result<()> {
-    let base = 2 * n * 8;
-    let trans_smem = base + n * n * 8 <= smem_limit(dev);
+    if let Back::Logs(vals, rows) = &mut buf.back {
+        return super::batched::viterbi(dev, n, tabs, seqs, rows, vals, &mut buf.path, &mut buf.logp);
+    }
+    let smem = 2 * n * 8 + n * n * 8;
     let warp = n <= WARP_MAX_STATES;
-    let tiled = !warp && !trans_smem && TILE * base <= smem_limit(dev);
     let (name, cfg) = if warp {
         let smem = WARPS * 32 * 8;
         (Kernel::HmmViterbiWarp, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
-    } else if tiled {
-        let smem = TILE * base;
-        (Kernel::HmmViterbiTiled, LaunchConfig { grid_dim: (grid(dev, range.len().div_ceil(TILE)), 1, 1), block_dim: (tiled_threads(n), 1, 1), shared_mem_bytes: smem as u32 })
     } else {
-        let smem = base + if trans_smem { n * n * 8 } else { 0 };
         (Kernel::HmmViterbi, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
     };
     // A density's warp kernel computes its log rows (tabs.emis unused).
@@ -92,7 +90,7 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
         Some(d) if warp => d.function(dev, name)?,
         _ => dev.function(name, &[])?,
     };
-    let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
+    let (n_i, s0, s1, trans_smem) = (n as i32, range.start as i32, range.end as i32, 1i32);
     let null: u64 = 0;
     let ep = density.map(|d| d.ep.borrow());
     let mut launch = dev.stream.launch_builder(&f);
@@ -100,28 +98,28 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     match &mut buf.back {
         Back::Byte(b) => launch.arg(b),
         Back::Short(b) => launch.arg(b),
+        Back::Logs(..) => unreachable!("the batched kernel returned above"),
     };
     launch.arg(&mut buf.path).arg(&mut buf.logp);
-    if !warp && !tiled {
-        launch.arg(&flag);
-    }
     if warp {
         match (density, ep.as_deref()) {
             (Some(d), Some(ep)) => launch.arg(&d.obs).arg(ep),
             _ => launch.arg(&null).arg(&null),
         };
+    } else {
+        launch.arg(&trans_smem);
     }
     // SAFETY: the arguments match the parameters of the chosen kernel in
     // order and type (bytes for hmm_viterbi_warp's back-pointers, 16-bit
-    // otherwise; only hmm_viterbi takes the trans_smem flag); back holds N
-    // back-pointers and path one state per symbol of the batch, logp one
-    // value per sequence of the batch; the log tables hold N, N*N and V*N
-    // doubles, the symbols are < V, off indexes the batch; shared memory
-    // holds what the kernel's comment lists (cur and nxt, times TILE when
-    // tiled, one 32-double slice per warp for the warp kernel, the log
-    // transitions when trans_smem); the warp kernel's obs and ep are a
-    // density's (observations padded by SYM_PAD values, its parameters),
-    // compiled with its block, or null.
+    // for hmm_viterbi, which alone takes the trans_smem flag: always set,
+    // since larger N is batched); back holds N back-pointers and path one
+    // state per symbol of the batch, logp one value per sequence of the
+    // batch; the log tables hold N, N*N and V*N doubles, the symbols are
+    // < V, off indexes the batch; shared memory holds what the kernel's
+    // comment lists (cur, nxt and the log transitions, or one 32-double
+    // slice per warp for the warp kernel); the warp kernel's obs and ep
+    // are a density's (observations padded by SYM_PAD values, its
+    // parameters), compiled with its block, or null.
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching the Viterbi kernel"))?;
     Ok(())
 }

@@ -2,6 +2,8 @@
 //! and log tables, the Viterbi buffers of a batch; their uploads, and the
 //! download of a model from its tables.
 
+use std::ops::Range;
+
 use cudarc::driver::CudaSlice;
 
 use crate::error::Result;
@@ -11,6 +13,8 @@ use super::super::emission::Categorical;
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::super::tables;
+use super::batched::{vit_stride, Rows};
+use super::plan::viterbi_batched;
 use super::{err, WARP_MAX_STATES};
 
 /// The sequences on the device.
@@ -121,11 +125,14 @@ pub(super) fn upload_log_tables(dev: &Device, model: &HmmModel) -> Result<Device
     })
 }
 
-/// Back-pointers of a Viterbi batch: bytes for the warp kernel (N <= 32),
-/// 16-bit otherwise.
+/// What a Viterbi batch keeps to walk back: back-pointers, bytes for the
+/// warp kernel (N <= 32) and 16-bit for the block kernel; or, for the
+/// batched kernel (large N), every step's log vector (vit_stride(N)
+/// doubles per symbol) and the batch's sorted rows.
 pub(super) enum Back {
     Byte(CudaSlice<u8>),
     Short(CudaSlice<u16>),
+    Logs(CudaSlice<f64>, Box<Rows>),
 }
 
 /// Device buffers of one Viterbi batch.
@@ -135,19 +142,25 @@ pub(super) struct ViterbiBuffers {
     pub(super) logp: CudaSlice<f64>,
 }
 
-pub(super) fn viterbi_buffers(dev: &Device, n: usize, symbols: usize, count: usize) -> Result<ViterbiBuffers> {
+/// The buffers of the Viterbi batch `range` of `seqs` for N states.
+pub(super) fn viterbi_buffers(dev: &Device, n: usize, seqs: &Sequences, range: &Range<usize>) -> Result<ViterbiBuffers> {
     let s = &dev.stream;
-    // SAFETY (all three): uninitialised on purpose; the kernels write every
-    // path entry and log-probability, and read only back-pointers they wrote
-    // (every state of every step t >= 1).
+    let symbols = seqs.offsets[range.end] - seqs.offsets[range.start];
+    // SAFETY (all): uninitialised on purpose; the kernels write every path
+    // entry and log-probability, and read only back-pointers and log
+    // vectors they wrote (every state of every step t >= 1; every entry of
+    // every step).
     let back = if n <= WARP_MAX_STATES {
         Back::Byte(unsafe { s.alloc::<u8>(symbols * n) }.map_err(err(dev, "allocating back-pointers"))?)
+    } else if viterbi_batched(dev, n) {
+        let vals = unsafe { s.alloc::<f64>(symbols * vit_stride(n)) }.map_err(err(dev, "allocating the Viterbi vectors"))?;
+        Back::Logs(vals, Box::new(Rows::new(dev, seqs, range)?))
     } else {
         Back::Short(unsafe { s.alloc::<u16>(symbols * n) }.map_err(err(dev, "allocating back-pointers"))?)
     };
     Ok(ViterbiBuffers {
         back,
         path: unsafe { s.alloc::<u32>(symbols) }.map_err(err(dev, "allocating results"))?,
-        logp: unsafe { s.alloc::<f64>(count) }.map_err(err(dev, "allocating results"))?,
+        logp: unsafe { s.alloc::<f64>(range.len()) }.map_err(err(dev, "allocating results"))?,
     })
 }

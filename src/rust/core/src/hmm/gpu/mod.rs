@@ -6,8 +6,9 @@
 //! block per sequence) loop over all time steps inside the kernel. Large N
 //! (the transitions do not fit in shared memory; `batched`): all sequences
 //! of a batch advance one step together, each step one matrix product on
-//! the FP64 tensor cores, with a grid barrier between steps in one
-//! cooperative launch. Sequences are uploaded once per call (once per fit,
+//! the FP64 tensor cores (Viterbi: one max-plus product, keeping every
+//! step's log vector and recomputing the back-pointers on the walk back),
+//! with a grid barrier between steps in one cooperative launch. Sequences are uploaded once per call (once per fit,
 //! for all iterations). Per-symbol storage (scaled alphas, back-pointers,
 //! posteriors) is bounded: sequences go in batches that fit a share of the
 //! free device memory, so long sequences never overflow it; a single
@@ -95,11 +96,6 @@ const XI_TILE: usize = 64;
 const XI_THREADS: u32 = 128;
 const XI_SMEM: usize = 4 * 2 * 16 * (64 + 4) * 8;
 const XI_ROWS: usize = 256;
-/// Sequences per block of the *_tiled kernels (HMM_TILE in kernels/hmm.cu),
-/// used when the transitions do not fit in shared memory.
-const TILE: usize = 8;
-const TILED_MAX_THREADS: usize = 256;
-
 /// Sequences per block of the *_warp kernels (HMM_WARPS in kernels/hmm.cu),
 /// one warp each, used for N <= WARP_MAX_STATES.
 const WARPS: usize = 4;

@@ -20,8 +20,8 @@ use super::launch::{launch_forward, launch_viterbi, launch_xi_gemm};
 use super::memory::{upload, upload_log_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
 use super::rows::DeviceDensity;
 use super::shares::ShareSeqs;
-use super::plan::{backward_smem, batched_path, batches, grid, threads_for, warp_grid, warp_path, xi_splits};
-use super::{err, PARTIAL_SHARE, WARPS, WARP_MAX_STATES};
+use super::plan::{backward_smem, batched_path, batches, grid, threads_for, viterbi_bytes_per_symbol, warp_grid, warp_path, xi_splits};
+use super::{err, PARTIAL_SHARE, WARPS};
 
 /// Baum-Welch count accumulators on the device (`slots` of N + N*N + V*N
 /// doubles, summed in slot order into `total`).
@@ -352,11 +352,10 @@ pub(super) fn viterbi_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec,
 #[allow(clippy::too_many_arguments)]
 pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, density: Option<&DeviceDensity>, exec: &Exec, paths: &mut [u32], logp: &mut [f64]) -> Result<()> {
     let s = &dev.stream;
-    let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
-    for (b, range) in batches(dev, seqs, per_symbol)?.into_iter().enumerate() {
+    for (b, range) in batches(dev, seqs, viterbi_bytes_per_symbol(dev, n))?.into_iter().enumerate() {
         exec.monitor.check()?;
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
-        let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
+        let mut buf = viterbi_buffers(dev, n, seqs, &range)?;
         launch_viterbi(dev, n, tabs, d_seqs, &range, &mut buf, density)?;
         if b == 0 {
             // While the first batch runs: the paths' pages, touched once

@@ -1,6 +1,6 @@
 //! Sizing of the device work: whether a job fits the kernels
 //! (`check_size`), which kernel family runs N states (warp per sequence,
-//! block per sequence, tiled or batched), the shared memory a block may use,
+//! block per sequence or batched), the shared memory a block may use,
 //! grid and block sizes, and how sequences split into batches that fit the
 //! free device memory.
 
@@ -11,7 +11,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
 use super::super::sequences::Sequences;
-use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, TILED_MAX_THREADS, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
+use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
 
 pub(super) fn check_size(n_states: usize, count: usize) -> Result<()> {
     if n_states > MAX_GPU_STATES {
@@ -98,10 +98,24 @@ pub(super) fn threads_for(n: usize) -> u32 {
     (n.div_ceil(32) * 32).clamp(32, MAX_THREADS) as u32
 }
 
-/// Threads per block of the tiled kernels (fewer: each thread keeps TILE
-/// partial sums in registers).
-pub(super) fn tiled_threads(n: usize) -> u32 {
-    (n.div_ceil(32) * 32).clamp(32, TILED_MAX_THREADS) as u32
+/// Whether Viterbi over N states runs the batched max-plus kernel
+/// (hmm_viterbi_batched): its log transitions do not fit in shared memory
+/// beside a block's two state vectors, so a block per sequence would read
+/// all of them from L2 at every step.
+pub(super) fn viterbi_batched(dev: &Device, n: usize) -> bool {
+    n > WARP_MAX_STATES && (2 * n + n * n) * 8 > smem_limit(dev)
+}
+
+/// Device bytes per symbol of a Viterbi batch: the path (4) and the
+/// back-pointers (a byte or two per state) or, batched, the log vectors.
+pub(super) fn viterbi_bytes_per_symbol(dev: &Device, n: usize) -> usize {
+    if n <= WARP_MAX_STATES {
+        n + 4
+    } else if viterbi_batched(dev, n) {
+        8 * super::batched::vit_stride(n) + 4
+    } else {
+        2 * n + 4
+    }
 }
 
 /// Splits of the rows of hmm_xi_gemm: as many as fill one wave of resident

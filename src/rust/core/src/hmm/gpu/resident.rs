@@ -13,8 +13,8 @@ use super::batched::{row_batches, Batched};
 use super::engine::DeviceEngine;
 use super::launch::{launch_forward, launch_viterbi};
 use super::memory::{upload, upload_log_tables, upload_tables, viterbi_buffers};
-use super::plan::{batched_path, batches, check_size};
-use super::{device, err, WARP_MAX_STATES};
+use super::plan::{batched_path, batches, check_size, viterbi_bytes_per_symbol};
+use super::{device, err};
 
 /// A pass [`with_resident_passes`] hands to its caller.
 #[doc(hidden)]
@@ -71,19 +71,17 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
         })?;
     }
     let tabs = upload_log_tables(dev, model)?;
-    let per_symbol = if n <= WARP_MAX_STATES { n + 4 } else { 2 * n + 4 };
-    let ranges = batches(dev, seqs, per_symbol)?;
+    let ranges = batches(dev, seqs, viterbi_bytes_per_symbol(dev, n))?;
     let mut bufs = Vec::new();
     if ranges.len() == 1 {
-        bufs.push(viterbi_buffers(dev, n, seqs.total(), seqs.len())?);
+        bufs.push(viterbi_buffers(dev, n, seqs, &ranges[0])?);
     }
     run(ResidentPass::Viterbi, &mut || {
         for range in &ranges {
-            let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
             if ranges.len() == 1 {
                 launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut bufs[0], None)?;
             } else {
-                let mut buf = viterbi_buffers(dev, n, sym1 - sym0, range.len())?;
+                let mut buf = viterbi_buffers(dev, n, seqs, range)?;
                 launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut buf, None)?;
             }
         }
