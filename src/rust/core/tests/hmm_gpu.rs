@@ -312,6 +312,28 @@ fn batched_viterbi_breaks_ties_as_the_cpu_does() {
 }
 
 #[test]
+fn batched_results_do_not_depend_on_the_batch() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // N = 300 (the batched kernels): the same ten sequences alone and
+    // among 1,000, which fill the device with tiles (and run on a
+    // different grid). A row's sums do not depend on the other rows of its
+    // batch: identical results, as sharing sequences over devices needs.
+    let model = random_model(300, 12, 600, false);
+    let (seqs, _) = hmm::simulate(&model, &lengths(1000, 30, 601), 602);
+    compare_passes(&model, &seqs, "N=300, 1,000 sequences");
+    let few = Sequences::from_vecs(&(0..10).map(|s| seqs.get(s).to_vec()).collect::<Vec<_>>());
+    compare_passes(&model, &few, "N=300, 10 sequences");
+    let all = hmm::loglik(&model, &seqs, &cuda()).unwrap();
+    let some = hmm::loglik(&model, &few, &cuda()).unwrap();
+    assert_eq!(&all[..10], &some[..], "the same sequences in a larger batch");
+    let pa = hmm::posterior(&model, &seqs, &cuda()).unwrap();
+    let pb = hmm::posterior(&model, &few, &cuda()).unwrap();
+    assert_eq!(&pa.probs[..pb.probs.len()], &pb.probs[..], "posteriors in a larger batch");
+}
+
+#[test]
 fn baum_welch_with_many_states_matches_the_cpu() {
     if !gpu_or_skip() {
         return;
