@@ -257,8 +257,9 @@ impl Batched {
     }
 }
 
-/// Columns of hmm_viterbi_batched's tiles (HMV_BN): its log vectors and
-/// padded tables are N rounded up to this wide.
+/// Rows and columns of hmm_viterbi_batched's tiles (HMV_BM, HMV_BN): its
+/// log vectors and padded tables are N rounded up to VIT_COLS wide.
+const VIT_ROWS: usize = 16;
 const VIT_COLS: usize = 32;
 /// Threads (HMV_THREADS) and dynamic shared memory (HMV_GROUPS stage
 /// buffers of HMV_STAGES x (16 x 16 + 16 x 32) doubles) of its blocks.
@@ -290,7 +291,7 @@ pub(super) fn viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &Dev
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_vit_pad"))?;
     let f = dev.function(Kernel::HmmViterbiBatched, &[])?;
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(VIT_THREADS, VIT_SMEM, None).map_err(&e)?.max(1);
-    let tiles = rows.count.div_ceil(16) * (p / VIT_COLS);
+    let tiles = rows.count.div_ceil(VIT_ROWS) * (p / VIT_COLS);
     let cfg = LaunchConfig { grid_dim: ((tiles as u32).clamp(1, dev.multiprocessors * per_sm), 1, 1), block_dim: (VIT_THREADS, 1, 1), shared_mem_bytes: VIT_SMEM as u32 };
     let mut bar = s.alloc_zeros::<u32>(2).map_err(&e)?;
     let count = rows.count as i32;

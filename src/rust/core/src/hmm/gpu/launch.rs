@@ -77,12 +77,13 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     if let Back::Logs(vals, rows) = &mut buf.back {
         return super::batched::viterbi(dev, n, tabs, seqs, rows, vals, &mut buf.path, &mut buf.logp);
     }
-    let smem = 2 * n * 8 + n * n * 8;
     let warp = n <= WARP_MAX_STATES;
     let (name, cfg) = if warp {
         let smem = WARPS * 32 * 8;
         (Kernel::HmmViterbiWarp, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
     } else {
+        // cur, nxt and the log transitions.
+        let smem = 2 * n * 8 + n * n * 8;
         (Kernel::HmmViterbi, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
     };
     // A density's warp kernel computes its log rows (tabs.emis unused).
