@@ -98,6 +98,17 @@ struct BySymbol {
     seq: CudaSlice<i32>,
 }
 
+/// Tiles of one step of the batched forward (and backward) pass over
+/// `rows` sequences of N states.
+pub(super) fn forward_tiles(n: usize, rows: usize) -> usize {
+    rows.div_ceil(ROWS) * n.div_ceil(COLS)
+}
+
+/// Tiles of one step of hmm_viterbi_batched over `rows` sequences.
+pub(super) fn viterbi_tiles(n: usize, rows: usize) -> usize {
+    rows.div_ceil(VIT_ROWS) * vit_stride(n) / VIT_COLS
+}
+
 /// The plan and scratch memory of the batched passes over some batches.
 pub(super) struct Batched {
     n: usize,
@@ -137,8 +148,7 @@ impl Batched {
         let bwd = dev.function(Kernel::HmmBackwardBatched, &[])?;
         let resident = |f: &cudarc::driver::CudaFunction| f.occupancy_max_active_blocks_per_multiprocessor(THREADS, STAGE_SMEM, None).map_err(&e);
         let per_sm = resident(&fwd)?.min(resident(&bwd)?).max(1);
-        let tiles = rows.div_ceil(ROWS) * col_tiles;
-        let grid = (tiles as u32).clamp(1, dev.multiprocessors * per_sm);
+        let grid = (forward_tiles(n, rows) as u32).clamp(1, dev.multiprocessors * per_sm);
         crate::gpu::timing::record("plan functions", t0);
         Ok(Batched {
             n,
@@ -291,7 +301,7 @@ pub(super) fn viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &Dev
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_vit_pad"))?;
     let f = dev.function(Kernel::HmmViterbiBatched, &[])?;
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(VIT_THREADS, VIT_SMEM, None).map_err(&e)?.max(1);
-    let tiles = rows.count.div_ceil(VIT_ROWS) * (p / VIT_COLS);
+    let tiles = viterbi_tiles(n, rows.count);
     let cfg = LaunchConfig { grid_dim: ((tiles as u32).clamp(1, dev.multiprocessors * per_sm), 1, 1), block_dim: (VIT_THREADS, 1, 1), shared_mem_bytes: VIT_SMEM as u32 };
     let mut bar = s.alloc_zeros::<u32>(2).map_err(&e)?;
     let count = rows.count as i32;

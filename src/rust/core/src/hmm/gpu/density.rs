@@ -30,7 +30,7 @@ use super::plan::{batched_path, batches, viterbi_bytes_per_symbol};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
 use super::rows::{ChainSummary, DensityTables, DeviceDensity};
-use super::shares::{e_step_shares, fit_shares, shares, work, ShareEngine, ShareSeqs, Spread};
+use super::shares::{e_step_shares, fit_shares, shares, work, PassKind, ShareEngine, ShareSeqs, Spread};
 use super::{device, err};
 
 /// The offsets of `seqs` (no symbols: on the device, position p is symbol
@@ -88,7 +88,7 @@ pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>
     if super::scan::chosen(device()?, model, seqs, 8 * model.n_states + 4)? {
         return super::scan::density_viterbi(model, seqs, values, exec);
     }
-    super::rows_into(seqs, model.n_states, 1, "the Viterbi paths", exec, |sh, paths, logp| {
+    super::rows_into(seqs, model.n_states, PassKind::Viterbi, "the Viterbi paths", exec, |sh, paths, logp| {
         let t0 = std::time::Instant::now();
         let pos = positions(&sh.seqs)?;
         let density = DeviceDensity::new(sh.dev, &model.emission, values_of(values, seqs, &sh.range))?;
@@ -107,7 +107,7 @@ pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Ob
         return super::scan::density_posterior(model, seqs, values, exec);
     }
     let n = model.n_states;
-    let (mut probs, mut loglik) = super::rows_into(seqs, n, n, "the posterior probabilities", exec, |sh, probs, loglik| {
+    let (mut probs, mut loglik) = super::rows_into(seqs, n, PassKind::Posterior, "the posterior probabilities", exec, |sh, probs, loglik| {
         let (dev, part) = (sh.dev, &*sh.seqs);
         let pos = positions(part)?;
         let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, &sh.range))?;

@@ -67,7 +67,7 @@ pub(crate) use density::{baum_welch_step as density_baum_welch_step, fit as dens
 
 use engine::DeviceEngine;
 use plan::check_size;
-use shares::{cut, e_step_shares, fit_shares, on_shares, share_lens, shares, work, ShareSeqs, Spread};
+use shares::{cut, e_step_shares, fit_shares, on_shares, share_lens, shares, work, PassKind, ShareSeqs, Spread};
 
 use super::backward::Counts;
 use super::baum_welch::{fit_with, m_step, Engine, HmmFit};
@@ -152,7 +152,7 @@ pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u
     if scan::chosen(device()?, model, seqs, 4)? {
         return scan::viterbi(model, seqs, None, exec);
     }
-    rows_into(seqs, model.n_states, 1, "the Viterbi paths", exec, |sh, paths, logp| passes::viterbi_device(sh, model, exec, paths, logp))
+    rows_into(seqs, model.n_states, PassKind::Viterbi, "the Viterbi paths", exec, |sh, paths, logp| passes::viterbi_device(sh, model, exec, paths, logp))
 }
 
 /// Posterior state probabilities (time-major, NaN rows for impossible
@@ -167,7 +167,7 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
         return scan::posterior(model, seqs, None, exec);
     }
     let n = model.n_states;
-    let (mut probs, mut loglik) = rows_into(seqs, n, n, "the posterior probabilities", exec, |sh, probs, loglik| passes::posterior_device(sh, model, small, exec, probs, loglik))?;
+    let (mut probs, mut loglik) = rows_into(seqs, n, PassKind::Posterior, "the posterior probabilities", exec, |sh, probs, loglik| passes::posterior_device(sh, model, small, exec, probs, loglik))?;
     settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
     Ok((probs, loglik))
 }
@@ -179,24 +179,25 @@ where
     O: Copy + Send + Sync,
     F: Fn(&ShareSeqs<O>, &mut [f64]) -> Result<()> + Sync,
 {
-    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, n) })?;
+    let shares = shares(seqs, exec, Spread::pass(device()?, seqs, n, PassKind::Forward))?;
     let mut out = vec![0.0; seqs.len()];
     let (per_seq, _) = share_lens(&shares, seqs, 1);
     on_shares(&shares, seqs, exec, cut(&mut out, per_seq), |sh, out| pass(sh, out))?;
     Ok(out)
 }
 
-/// `per_obs` values of type T per observation (`what` names them, for a
-/// memory error) and one log-likelihood per sequence of `seqs` (N states),
-/// each share's written by `pass` into its parts of them: Viterbi paths
-/// (1 per observation) or posteriors (N).
-fn rows_into<O, T, F>(seqs: &Sequences<O>, n: usize, per_obs: usize, what: &str, exec: &Exec, pass: F) -> Result<(Vec<T>, Vec<f64>)>
+/// Values of type T per observation (`what` names them, for a memory
+/// error) and one log-likelihood per sequence of `seqs` (N states), each
+/// share's written by `pass` into its parts of them: Viterbi paths (1 per
+/// observation, `kind` Viterbi) or posteriors (N, `kind` Posterior).
+fn rows_into<O, T, F>(seqs: &Sequences<O>, n: usize, kind: PassKind, what: &str, exec: &Exec, pass: F) -> Result<(Vec<T>, Vec<f64>)>
 where
     O: Copy + Send + Sync,
     T: crate::hmm::passes::Zero + Send,
     F: Fn(&ShareSeqs<O>, &mut [T], &mut [f64]) -> Result<()> + Sync,
 {
-    let shares = shares(seqs, exec, Spread::Pass { work: work(seqs, n) })?;
+    let per_obs = if kind == PassKind::Posterior { n } else { 1 };
+    let shares = shares(seqs, exec, Spread::pass(device()?, seqs, n, kind))?;
     let (mut rows, mut loglik) = (crate::hmm::passes::zeroed::<T>(seqs.total() * per_obs, what)?, vec![0.0; seqs.len()]);
     let (per_seq, obs) = share_lens(&shares, seqs, per_obs);
     let work = cut(&mut rows, obs).into_iter().zip(cut(&mut loglik, per_seq)).collect();

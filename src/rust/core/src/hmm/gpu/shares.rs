@@ -13,6 +13,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::mpsc;
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::exec::Exec;
@@ -24,6 +25,8 @@ use super::super::config::CheckedHmmFitConfig;
 use super::super::emission::Emission;
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
+use super::batched::{forward_tiles, viterbi_tiles};
+use super::plan::{batched_path, viterbi_batched};
 
 /// One share of a call's sequences and the device it runs on.
 pub(super) struct Share {
@@ -72,15 +75,43 @@ pub(super) enum Spread {
     /// A fit (or one Baum-Welch step) whose count vector has `counts`
     /// doubles: spread when at most [`SPREAD_FIT_COUNTS`].
     Fit { counts: usize, work: usize },
-    /// A single pass (forward, Viterbi, posterior).
-    Pass { work: usize },
+    /// A single pass (forward, Viterbi, posterior); `shorter`: whether its
+    /// kernels take less time on fewer sequences (see [`Spread::pass`]).
+    Pass { work: usize, shorter: bool },
+}
+
+/// Which single pass a call runs, for [`Spread::pass`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum PassKind {
+    Forward,
+    Viterbi,
+    /// Posteriors: N doubles per observation come back, so a share also
+    /// halves the copy to the host whatever its kernels take.
+    Posterior,
 }
 
 impl Spread {
+    /// A single pass of N states over `seqs` on devices like `dev`. The
+    /// kernels of a warp or block per sequence take less time on fewer
+    /// sequences; the batched kernels (every step one product over the
+    /// grid of tiles) only when a step's tiles outnumber the
+    /// multiprocessors: below that every step takes as long on fewer rows
+    /// (measured on two H200s: N = 1,024, 64 sequences, forward and Viterbi
+    /// 6-10% slower over both; BENCHMARKS.md, issue 21).
+    pub(super) fn pass<O: Copy>(dev: &Device, seqs: &Sequences<O>, n: usize, kind: PassKind) -> Self {
+        let sms = dev.multiprocessors as usize;
+        let shorter = match kind {
+            PassKind::Posterior => true,
+            PassKind::Forward => !batched_path(dev, n) || forward_tiles(n, seqs.len()) > sms,
+            PassKind::Viterbi => !viterbi_batched(dev, n) || viterbi_tiles(n, seqs.len()) > sms,
+        };
+        Spread::Pass { work: work(seqs, n), shorter }
+    }
+
     fn gains(self) -> bool {
         match self {
             Spread::Fit { counts, work } => counts <= SPREAD_FIT_COUNTS && work >= SPREAD_WORK,
-            Spread::Pass { work } => work >= SPREAD_WORK,
+            Spread::Pass { work, shorter } => shorter && work >= SPREAD_WORK,
         }
     }
 }
@@ -140,6 +171,8 @@ where
     let by_device = by_device(shares);
     let mut work: Vec<Option<W>> = work.into_iter().map(Some).collect();
     let mut out: Vec<Option<Result<T>>> = shares.iter().map(|_| None).collect();
+    let t0 = Instant::now();
+    let mut spans = Vec::new();
     std::thread::scope(|scope| {
         let (f, devices) = (&f, by_device.len());
         let handles: Vec<_> = by_device
@@ -148,18 +181,47 @@ where
             .map(|(g, ks)| {
                 let mine: Vec<(usize, W)> = ks.iter().filter_map(|&k| work[k].take().map(|w| (k, w))).collect();
                 // Each device's thread with its share of the call's CPU threads.
-                scope.spawn(move || mine.into_iter().map(|(k, w)| (k, exec.install_part(g, devices, || f(&shares[k].of(seqs), w)).and_then(|r| r))).collect::<Vec<_>>())
+                scope.spawn(move || {
+                    mine.into_iter()
+                        .map(|(k, w)| {
+                            let r = exec.install_part(g, devices, || {
+                                let start = Instant::now();
+                                (start, f(&shares[k].of(seqs), w), Instant::now())
+                            });
+                            (k, r.map(|(start, r, end)| (r, (start, end))))
+                        })
+                        .collect::<Vec<_>>()
+                })
             })
             .collect();
         for h in handles {
             match h.join() {
-                Ok(done) => done.into_iter().for_each(|(k, r)| out[k] = Some(r)),
+                Ok(done) => done.into_iter().for_each(|(k, r)| {
+                    out[k] = Some(r.and_then(|(r, span)| {
+                        spans.push(span);
+                        r
+                    }))
+                }),
                 Err(_) => return Err(Error::BackendUnavailable("a GPU worker thread panicked".into())),
             }
         }
         Ok(())
     })?;
+    record_spans(t0, &spans);
     out.into_iter().map(|r| r.unwrap_or_else(|| Err(Error::Internal("a share of the sequences was not run".into())))).collect()
+}
+
+/// The phases of a spread call for `bulkem-bench`: how long its shares
+/// waited for their threads (the longest wait), ran (the shortest and the
+/// longest), and how long the call then took to gather them.
+fn record_spans(t0: Instant, spans: &[(Instant, Instant)]) {
+    let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
+    let (Some(first_end), Some(last_end)) = (spans.iter().map(|s| s.1).min(), spans.iter().map(|s| s.1).max()) else { return };
+    gpu::timing::record_secs("shares started", spans.iter().map(|s| secs(t0, s.0)).fold(0.0, f64::max));
+    gpu::timing::record_secs("shortest share", spans.iter().map(|s| secs(s.0, s.1)).fold(f64::INFINITY, f64::min));
+    gpu::timing::record_secs("longest share", spans.iter().map(|s| secs(s.0, s.1)).fold(0.0, f64::max));
+    gpu::timing::record_secs("shares' ends apart", secs(first_end, last_end));
+    gpu::timing::record("shares gathered", last_end);
 }
 
 /// The shares' indices grouped by device, in order.
