@@ -132,7 +132,10 @@ resolve_backend <- function(use.gpu, call = parent.frame(), quiet = FALSE) {
   check_flag(use.gpu, "use.gpu", allow_na = TRUE, call = call)
   info <- backends_()
   if (isFALSE(use.gpu)) return("cpu")
-  if (isTRUE(info$cuda_usable)) return(if (isTRUE(use.gpu)) "cuda" else "auto")
+  if (isTRUE(info$cuda_usable)) {
+    kernel_cache_(kernel_cache_dir(call))
+    return(if (isTRUE(use.gpu)) "cuda" else "auto")
+  }
   if (isTRUE(use.gpu)) {
     bulkem_abort(c(
       "{.code use.gpu = TRUE} but no CUDA GPU is usable.",
@@ -224,4 +227,58 @@ progress_callback <- function(p) {
 # thousands of (dataset, start) pairs to fill the device).
 progress_chunk_size <- function(D, backend, threads) {
   if (backend == "cuda") max(50000L, ceiling(D / 10)) else max(4L * threads, ceiling(D / 50))
+}
+
+#' Compiled GPU kernels kept between R sessions
+#'
+#' The first GPU call of an R session compiles the CUDA kernels it needs
+#' with NVRTC: from a fraction of a second to about 6 seconds per kernel
+#' file (a mixture family's EM kernel about 1 s per number of components,
+#' the hbglm sampler about 6 s). bulkem keeps what it compiled (PTX) on
+#' disk, so later sessions load it in milliseconds instead. Each entry is
+#' named by a hash of the kernel source, the GPU architecture, the compile
+#' definitions, the NVRTC version and the bulkem version, and is checked
+#' when read: a damaged or stale entry is compiled again. The cache holds at
+#' most 64 MB; the least recently used entries go first. Nothing is written
+#' on machines without a usable GPU.
+#'
+#' Where the kernels are kept, in this order:
+#' * `options(bulkem.kernel.cache = FALSE)`: nowhere (every session
+#'   compiles its kernels); `options(bulkem.kernel.cache = "path")`: that
+#'   directory;
+#' * the environment variable `BULKEM_KERNEL_CACHE`, when set;
+#' * `tools::R_user_dir("bulkem", "cache")`, in a folder `kernels`.
+#'
+#' @param clear If `TRUE`, remove every kernel kept there.
+#' @return A list with `dir` (`NA` when no cache is kept), `entries` and
+#'   `bytes` (after clearing, with `clear = TRUE`), invisibly when
+#'   clearing.
+#' @examples
+#' bulkem_kernel_cache()
+#' @export
+bulkem_kernel_cache <- function(clear = FALSE) {
+  call <- environment()
+  clear <- check_flag(clear, "clear", call = call)
+  dir <- kernel_cache_dir(call)
+  if (!nzchar(dir)) return(list(dir = NA_character_, entries = 0L, bytes = 0))
+  usage <- kernel_cache_usage_(dir, clear)
+  out <- list(dir = dir, entries = usage$entries, bytes = usage$bytes)
+  if (clear) invisible(out) else out
+}
+
+# The directory compiled GPU kernels are kept in ("" for none): see
+# bulkem_kernel_cache().
+kernel_cache_dir <- function(call = parent.frame()) {
+  opt <- getOption("bulkem.kernel.cache")
+  if (isFALSE(opt)) return("")
+  if (!is.null(opt)) {
+    if (!is.character(opt) || length(opt) != 1 || is.na(opt) || !nzchar(opt)) {
+      bulkem_abort(c("{.code options(bulkem.kernel.cache)} must be a directory (one string) or {.code FALSE}.",
+                     x = "It is {describe_value(opt)}."), call = call)
+    }
+    return(path.expand(opt))
+  }
+  env <- Sys.getenv("BULKEM_KERNEL_CACHE")
+  if (nzchar(env)) return(path.expand(env))
+  file.path(tools::R_user_dir("bulkem", "cache"), "kernels")
 }

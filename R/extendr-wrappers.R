@@ -72,6 +72,16 @@ hmm_fit_ <- function(obs, lengths, n_states, emission, init, max_iters, epsilon,
 #' @noRd
 hmm_simulate_ <- function(start, trans, emission, lengths, seed) .Call(wrap__hmm_simulate_, start, trans, emission, lengths, seed)
 
+#' Keep compiled GPU kernels in directory `dir` ("" for none); R sets it
+#' before GPU work (R/backend.R, kernel_cache_dir()).
+#' @noRd
+kernel_cache_ <- function(dir) .Call(wrap__kernel_cache_, dir)
+
+#' list(entries, bytes) of the kernel cache in `dir`, after removing every
+#' entry when `clear`.
+#' @noRd
+kernel_cache_usage_ <- function(dir, clear) .Call(wrap__kernel_cache_usage_, dir, clear)
+
 #' Error (memory) unless this process may allocate `bytes` more: for R
 #' code about to allocate, e.g. rinvgaussmix()'s n draws. `what` names the
 #' job as the user gave it.

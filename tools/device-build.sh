@@ -3,7 +3,9 @@
 # .device/ (ignored by git; carried with the device tool's `carry`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf .device && mkdir -p .device/peers
+# Binaries and peers are replaced; the carried wheels (wheels/) and the
+# compiled kernels a device run brought back (kernels.tgz) are kept.
+mkdir -p .device/peers && find .device -maxdepth 1 -type f ! -name kernels.tgz -delete && rm -f .device/peers/*
 cd src/rust
 cargo build --release --bin bulkem-bench
 cp target/release/bulkem-bench ../../.device/

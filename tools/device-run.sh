@@ -8,12 +8,23 @@
 # `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
 # the torch peers of its two GPU cases (categorical and Gaussian), on
 # device-resident data and from host memory (inst/bench/torch_hmm_host.py).
+# Compiled kernels are kept between the binaries of a call (the kernel
+# cache, src/rust/core/src/gpu/cache.rs: NVRTC takes 0.2-6 s per kernel,
+# which made each test binary spend minutes compiling) and between calls:
+# the cache comes back as $OUT/kernels.tgz; copy it into .device/ here and
+# the next call starts with it.
 set -u
 what=${1:-all}
 cd "$(dirname "$0")/../.device"
 out=${OUT:-/tmp}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export BULKEM_KERNEL_CACHE=${BULKEM_KERNEL_CACHE:-/tmp/bulkem-kernels}
+mkdir -p "$BULKEM_KERNEL_CACHE"
+[ -f kernels.tgz ] && tar xzf kernels.tgz -C "$BULKEM_KERNEL_CACHE"
+trap 'tar czf "$out/kernels.tgz" -C "$BULKEM_KERNEL_CACHE" .' EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader
+# The GPU test binaries. kernels_compile is not among them: CI runs it
+# against NVRTC 13.0.88, and here it took 526 s (2026-11-27, two H200s).
 run_tests() {
   for t in "$@"; do
     echo "== test $t"
@@ -23,7 +34,7 @@ run_tests() {
   done
 }
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  run_tests kernels_compile $(ls | grep '_gpu$')
+  run_tests $(ls | grep '_gpu$')
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== bulkem-bench em-suite"; ./bulkem-bench em-suite --json "$out/bench.jsonl" 2>&1 | tee "$out/bench.log"
@@ -52,7 +63,7 @@ if [ "$what" = scan ]; then
   fi
 fi
 if [ "$what" = hmm ]; then
-  run_tests kernels_compile transfer_gpu hmm_gpu hmm_emissions_gpu
+  run_tests transfer_gpu hmm_gpu hmm_emissions_gpu
   echo "== bulkem-bench hmm-suite"
   ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-hmm.jsonl" 2>&1 | tee "$out/bench-hmm.log"
   echo "== peers torch_hmm, torch_hmm_gaussian"
@@ -102,7 +113,7 @@ fi
 # device call each).
 if [ "$what" = multi ] || [ "$what" = multi-tests ]; then
   nvidia-smi -L
-  run_tests kernels_compile $(ls | grep '_gpu$')
+  run_tests $(ls | grep '_gpu$')
 fi
 if [ "$what" = multi ] || [ "$what" = multi-bench ]; then
   for vis in 0 0,1; do
@@ -126,7 +137,7 @@ if [ "$what" = multi-hmm ]; then
   done
 fi
 if [ "$what" = select ]; then
-  run_tests kernels_compile em_gpu
+  run_tests em_gpu
   echo "== bulkem-bench select-suite"
   ./bulkem-bench select-suite --json "$out/bench-select.jsonl" 2>&1 | tee "$out/bench-select.log"
   # The peer's throughput does not depend on D: 4,000 datasets per K (times

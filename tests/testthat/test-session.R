@@ -64,3 +64,37 @@ test_that("an interrupt stops a long call within a second, leaving R usable", {
   # The session still works.
   expect_s3_class(bulkem(d[1:2], use.gpu = FALSE), "bulkem_fits")
 })
+
+test_that("bulkem_kernel_cache() reports and clears the kept kernels, and can keep none", {
+  dir <- file.path(tempfile("kernels"), "cache")
+  old <- options(bulkem.kernel.cache = dir)
+  on.exit(options(old), add = TRUE)
+  # Not there yet: nothing kept (and nothing made by asking).
+  expect_identical(bulkem_kernel_cache(), list(dir = dir, entries = 0L, bytes = 0))
+  expect_false(dir.exists(dir))
+  dir.create(dir, recursive = TRUE)
+  writeLines(strrep("x", 99), file.path(dir, "0123456789abcdef0123456789abcdef.ptx"))
+  writeLines("not ours", file.path(dir, "notes.txt"))
+  kept <- bulkem_kernel_cache()
+  expect_identical(kept$entries, 1L)
+  expect_equal(kept$bytes, 100)
+  expect_invisible(bulkem_kernel_cache(clear = TRUE))
+  expect_identical(bulkem_kernel_cache()$entries, 0L)
+  expect_true(file.exists(file.path(dir, "notes.txt")))
+
+  options(bulkem.kernel.cache = FALSE)
+  expect_identical(bulkem_kernel_cache(), list(dir = NA_character_, entries = 0L, bytes = 0))
+  options(bulkem.kernel.cache = NULL)
+  withr_env <- Sys.getenv("BULKEM_KERNEL_CACHE", unset = NA)
+  Sys.unsetenv("BULKEM_KERNEL_CACHE")
+  on.exit(if (!is.na(withr_env)) Sys.setenv(BULKEM_KERNEL_CACHE = withr_env), add = TRUE)
+  expect_identical(bulkem_kernel_cache()$dir, file.path(tools::R_user_dir("bulkem", "cache"), "kernels"))
+  Sys.setenv(BULKEM_KERNEL_CACHE = dir)
+  expect_identical(bulkem_kernel_cache()$dir, dir)
+
+  for (bad in list(3, c("a", "b"), NA_character_, "")) {
+    options(bulkem.kernel.cache = bad)
+    expect_error(bulkem_kernel_cache(), "must be a directory", class = "bulkem_error_input")
+  }
+  expect_error(bulkem_kernel_cache(clear = NA), "clear", class = "bulkem_error_input")
+})

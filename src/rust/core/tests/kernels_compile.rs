@@ -185,3 +185,34 @@ fn transfer_kernels_compile() {
     }
     check("transfer", &[vec![]]);
 }
+
+/// A kernel compiled through the cache on disk comes back from it as the
+/// same PTX, and a damaged entry is compiled again and rewritten.
+#[test]
+fn compiled_kernels_come_back_from_the_disk_cache() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    use bulkem_core::gpu::{cache, compile_cached};
+    let dir = std::env::temp_dir().join(format!("bulkem-kernel-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    cache::set_dir(Some(dir.clone()));
+    let src = kernel_source("transfer").expect("transfer source");
+    let fresh = compile(&src, "sm_90", &[]).expect("compiles").to_src();
+    assert_eq!(compile_cached(&src, "sm_90", &[]).expect("compiles").to_src(), fresh);
+    assert_eq!(cache::usage(&dir).0, 1);
+    let entry = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+    let t0 = std::time::Instant::now();
+    assert_eq!(compile_cached(&src, "sm_90", &[]).expect("from the cache").to_src(), fresh);
+    eprintln!("from the cache in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    // Another architecture is another entry.
+    compile_cached(&src, "sm_80", &[]).expect("compiles");
+    assert_eq!(cache::usage(&dir).0, 2);
+    // Damaged: compiled again, and the entry made whole.
+    std::fs::write(&entry, &fresh[..fresh.len() / 2]).unwrap();
+    assert_eq!(compile_cached(&src, "sm_90", &[]).expect("compiles").to_src(), fresh);
+    assert!(std::fs::read_to_string(&entry).unwrap().starts_with(&fresh));
+    assert_eq!(cache::clear(&dir), 2);
+    cache::set_dir(None);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -61,8 +61,31 @@ fn memory_ensure_(what: &str, bytes: f64) -> Result<()> {
     bulkem_core::memory::ensure(|| what.to_string(), bytes).map_err(r_error)
 }
 
+/// Keep compiled GPU kernels in directory `dir` ("" for none); R sets it
+/// before GPU work (R/backend.R, kernel_cache_dir()).
+/// @noRd
+#[extendr]
+fn kernel_cache_(dir: &str) {
+    gpu::cache::set_dir((!dir.is_empty()).then(|| dir.into()));
+}
+
+/// list(entries, bytes) of the kernel cache in `dir`, after removing every
+/// entry when `clear`.
+/// @noRd
+#[extendr]
+fn kernel_cache_usage_(dir: &str, clear: bool) -> List {
+    let dir = std::path::Path::new(dir);
+    if clear {
+        gpu::cache::clear(dir);
+    }
+    let (entries, bytes) = gpu::cache::usage(dir);
+    list!(entries = entries as i32, bytes = bytes as f64)
+}
+
 extendr_module! {
     mod backend;
+    fn kernel_cache_;
+    fn kernel_cache_usage_;
     fn memory_ensure_;
     fn backends_;
     fn backend_choice_;

@@ -1,7 +1,9 @@
 //! CUDA devices: detection that never panics, one context, stream and
 //! kernel cache per device. Kernels are CUDA C sources under `kernels/`,
-//! compiled at run time by NVRTC for the device's compute capability.
+//! compiled at run time by NVRTC for the device's compute capability, and
+//! kept on disk between processes when a directory is set (`cache`).
 
+pub mod cache;
 mod kernels;
 mod transfer;
 
@@ -298,6 +300,37 @@ pub fn compile(source: &str, arch: &'static str, defines: &[(&str, i64)]) -> std
         })
 }
 
+/// [`compile`] through the kernel cache on disk (`cache`), when there is
+/// one: the same PTX, without NVRTC's seconds when an earlier process
+/// compiled it.
+pub fn compile_cached(source: &str, arch: &'static str, defines: &[(&str, i64)]) -> std::result::Result<Ptx, String> {
+    let Some((dir, key)) = cache::dir().zip(nvrtc_version()).map(|(d, v)| (d, cache::key(source, arch, defines, v))) else {
+        return compile(source, arch, defines);
+    };
+    if let Some(ptx) = cache::read(&dir, &key) {
+        return Ok(Ptx::from_src(ptx));
+    }
+    let ptx = compile(source, arch, defines)?;
+    cache::write(&dir, &key, &ptx.to_src());
+    Ok(ptx)
+}
+
+/// NVRTC's version, if it can be loaded (part of a cache entry's key: its
+/// PTX is what that version makes).
+fn nvrtc_version() -> Option<(i32, i32)> {
+    if !nvrtc_present() {
+        return None;
+    }
+    std::panic::catch_unwind(|| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: nvrtcVersion writes two ints through valid pointers.
+        let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        (r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
+    })
+    .ok()
+    .flatten()
+}
+
 impl Device {
     /// `kernel` compiled with `defines`, compiled once per device (per
     /// file and definitions) and cached.
@@ -318,7 +351,7 @@ impl Device {
                 None => {
                     let src = kernel_source_with(file, prelude.map_or("", |p| p.1))
                         .ok_or_else(|| Error::BackendUnavailable(format!("no kernel file {file}")))?;
-                    let ptx = compile(&src, self.arch, defines).map_err(Error::BackendUnavailable)?;
+                    let ptx = compile_cached(&src, self.arch, defines).map_err(Error::BackendUnavailable)?;
                     let m = self.ctx.load_module(ptx).map_err(|e| self.err("loading kernels", e))?;
                     modules.insert(key, m.clone());
                     m
