@@ -230,9 +230,13 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #' @param use.gpu `NA` (default): a CUDA GPU when one is usable and the job
 #'   is large enough, otherwise the CPU (with a one-time message when no GPU
 #'   is usable); `TRUE`: a GPU or an error saying why not; `FALSE`: the CPU.
-#'   "Large enough" means at least 1e10 symbol x N^2 x pass units (e.g.
-#'   10,000 sequences of 1,000 symbols with N = 32 for a Baum-Welch fit);
-#'   the GPU kernels handle up to 2048 states, with every emission family.
+#'   "Large enough" means that the GPU is expected to answer sooner than
+#'   the CPU threads this call has: a model of both, fitted to measured
+#'   times, of the number of states, observations, passes and threads
+#'   (BENCHMARKS.md, "HMM backend choice"). With 16 threads, one pass over
+#'   10,000 observations stays on the CPU up to 32 states, and one over
+#'   10^6 goes to the GPU at any number of states. The GPU kernels handle
+#'   up to 2048 states, with every emission family.
 #' @param parallel `"none"`: all sequences in this R session. `"future"`:
 #'   the sequences are split into chunks of consecutive sequences and run on
 #'   the workers of the current [future::plan()], one future per chunk
@@ -623,7 +627,7 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   if (parallel == "none") {
     # The whole fit picks the backend (as one call would); a worker picks by
     # its starts.
-    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, symbols_total, 2 * max.iters * starts)),
+    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, symbols_total, 2 * max.iters * starts, settings$threads)),
                                   call, "hmm_fit")
   }
   progress <- make_progress(starts)
@@ -743,7 +747,7 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
   settings <- c(settings, exec_settings(parallel, use.gpu, call))
   if (parallel == "none") {
     # The whole job picks the backend; a worker picks by its chunk.
-    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, total, passes)), call, fn)
+    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, total, passes, settings$threads)), call, fn)
   }
   size <- if (!is.null(chunk.size)) {
     chunk.size
@@ -787,7 +791,7 @@ hmm_memory <- function(pass, N, shape, n, lengths, starts, copies, call, fn) {
 # One chunk of sequences of an HMM pass, here or on a future worker.
 hmm_chunk <- function(part, idx, st) {
   ex <- chunk_exec(st)
-  backend <- backend_choice_(st$area, ex$backend, c(length(st$start), sum(as.double(part$lengths)), st$passes))
+  backend <- backend_choice_(st$area, ex$backend, c(length(st$start), sum(as.double(part$lengths)), st$passes, ex$threads))
   pass <- switch(st$pass, loglik = hmm_loglik_, viterbi = hmm_viterbi_, posterior = hmm_posterior_)
   out <- pass(st$start, st$trans, st$emission, part$obs, part$lengths, ex$threads, backend)
   if (st$pass == "loglik") list(loglik = out) else out
@@ -799,7 +803,7 @@ hmm_chunk <- function(part, idx, st) {
 hmm_fit_chunk <- function(part, idx, st) {
   ex <- chunk_exec(st)
   backend <- backend_choice_(st$area, ex$backend,
-                             c(st$N, sum(as.double(part$lengths)), 2 * st$max.iters * length(idx)))
+                             c(st$N, sum(as.double(part$lengths)), 2 * st$max.iters * length(idx), ex$threads))
   raw <- hmm_fit_(part$obs, part$lengths, st$N, st$emission, st$init, st$max.iters, st$epsilon,
                   length(idx), st$pseudocount, st$var.floor, st$seed, idx[1] - 1L, ex$threads, backend)
   raw$best_start <- raw$best_start + idx[1] - 1L

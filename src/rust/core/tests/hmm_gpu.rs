@@ -429,7 +429,7 @@ fn unreachable_states_give_no_nan() {
 
 #[test]
 fn small_jobs_stay_on_the_cpu() {
-    let auto = |states, symbols, passes| choose_backend(BackendRequest::Auto, &hmm::job(states, symbols, passes)).unwrap();
+    let auto = |states, symbols, passes| choose_backend(BackendRequest::Auto, &hmm::job(states, symbols, passes, 0, 4)).unwrap();
     assert_eq!(auto(10, 5000, 1), Backend::Cpu);
     assert_eq!(auto(gpu_max() + 1, 1 << 30, 100), Backend::Cpu);
 }

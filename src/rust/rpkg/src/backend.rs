@@ -33,7 +33,8 @@ fn backends_() -> List {
 
 /// The backend ("cpu" or "cuda") for a job of `area` ("em": sizes =
 /// c(observation-iterations, components); "hmm" (categorical) or
-/// "hmm:<emission>": c(states, observations, passes)) and `request` ("cpu", "cuda", "auto"): the core's one choice,
+/// "hmm:<emission>": c(states, observations, passes, CPU threads), 0 or no
+/// threads for all) and `request` ("cpu", "cuda", "auto"): the core's one choice,
 /// for R code that splits a job into chunks and must choose once for all.
 /// @noRd
 #[extendr]
@@ -41,9 +42,10 @@ fn backend_choice_(area: &str, request: &str, sizes: &[f64]) -> Result<&'static 
     let size = |i: usize| sizes.get(i).copied().unwrap_or(0.0).max(0.0);
     let job = match area {
         "em" => bulkem_core::em::job_for(size(0), size(1) as usize),
-        "hmm" => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize),
+        "hmm" => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize, size(3) as usize, 4),
         other => match other.strip_prefix("hmm:").and_then(bulkem_core::hmm::EmissionKind::from_name) {
-            Some(_) => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize),
+            // The other emissions' observations are doubles.
+            Some(_) => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize, size(3) as usize, 8),
             None => return Err(input_error(format!("unknown area '{other}'"))),
         },
     };

@@ -135,9 +135,10 @@ fn sequences<E: FromR>(obs: &Robj, lengths: &[i32]) -> Result<Sequences<E::Obs>>
 }
 
 /// The backend of an HMM call of `passes` passes over `total` observations
-/// with `n_states` states: the core's one choice from `request`.
-fn backend_of(request: &str, n_states: usize, total: usize, passes: usize) -> Result<Backend> {
-    backend_for(request, &hmm::job(n_states, total, passes))
+/// (of type O) with `n_states` states on `threads` CPU threads: the core's
+/// one choice from `request`.
+fn backend_of<O>(request: &str, n_states: usize, total: usize, passes: usize, threads: i32) -> Result<Backend> {
+    backend_for(request, &hmm::job(n_states, total, passes, threads.max(0) as usize, std::mem::size_of::<O>()))
 }
 
 /// Copies of each pass's result beyond the core's own: the glue's R vector,
@@ -210,19 +211,19 @@ fn prepare<E: FromR>(pass: Pass, start: &[f64], trans: &[f64], emission: &List, 
 
 fn loglik<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<Vec<f64>> {
     let (m, seqs) = prepare::<E>(Pass::Loglik, start, trans, emission, obs, lengths, threads)?;
-    run_in_session(backend_of(backend, m.n_states, seqs.total(), 1)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
+    run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
 }
 
 fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
     let (m, seqs) = prepare::<E>(Pass::Viterbi, start, trans, emission, obs, lengths, threads)?;
-    let v = run_in_session(backend_of(backend, m.n_states, seqs.total(), 1)?, threads.max(0) as usize, |exec| hmm::viterbi(&m, &seqs, exec)).map_err(r_error)?;
+    let v = run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| hmm::viterbi(&m, &seqs, exec)).map_err(r_error)?;
     let path = Integers::from_values(v.states.iter().map(|&s| if s == NO_STATE { Rint::na() } else { Rint::from(s as i32 + 1) }));
     Ok(list!(path = path, log_prob = v.log_prob))
 }
 
 fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
     let (m, seqs) = prepare::<E>(Pass::Posterior, start, trans, emission, obs, lengths, threads)?;
-    let p = run_in_session(backend_of(backend, m.n_states, seqs.total(), 2)?, threads.max(0) as usize, |exec| hmm::posterior(&m, &seqs, exec)).map_err(r_error)?;
+    let p = run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 2, threads)?, threads.max(0) as usize, |exec| hmm::posterior(&m, &seqs, exec)).map_err(r_error)?;
     Ok(list!(probs = p.probs, loglik = p.loglik))
 }
 
@@ -291,7 +292,7 @@ fn fit<E: FromR>(obs: &Robj, lengths: &[i32], emission: &List, init: &Robj, a: &
     }
     let config = config.check().map_err(r_error)?;
     let passes = 2 * config.max_iters * starts;
-    let fit: HmmFit<E> = run_in_session(backend_of(backend, config.n_states, seqs.total(), passes)?, a.threads.max(0) as usize, |exec| hmm::fit(&seqs, &config, exec)).map_err(r_error)?;
+    let fit: HmmFit<E> = run_in_session(backend_of::<E::Obs>(backend, config.n_states, seqs.total(), passes, a.threads)?, a.threads.max(0) as usize, |exec| hmm::fit(&seqs, &config, exec)).map_err(r_error)?;
     Ok(list!(
         model = model_list(&fit.model),
         init = model_list(&fit.init),
