@@ -24,8 +24,21 @@
 #' mclust's "E" models: `mclustBootstrapLRT(modelName = "E")`) both the
 #' observed and the replicates' fits share the scale; `fixed` is refused.
 #'
+#' **Censored data** ([survival::Surv()] datasets, as [bulkem()] takes
+#' them) are tested with replicates censored as the data were, by the
+#' conditional bootstrap for censored data (Davison and Hinkley 1997,
+#' Section 3.5): a replicate observation whose datum was censored at c is
+#' censored at c; one whose datum y was exact is censored at a time drawn
+#' from the Kaplan-Meier estimate of the censoring distribution beyond y
+#' (none, when no censoring time lies beyond). With one time-out for every
+#' observation every replicate is censored there. Each dataset's censoring
+#' must be one-sided: all right-censored (time-outs, the end of a study)
+#' or all left-censored (detection limits); interval-censored and binned
+#' data are refused, since they carry no censoring times to draw.
+#'
 #' @param datasets As in [bulkem()]: a list of numeric vectors, a numeric
-#'   vector or a matrix (one dataset per column).
+#'   vector or a matrix (one dataset per column), or censored data as
+#'   [survival::Surv()] objects (see Details).
 #' @param num.components Consecutive numbers of components, at least two:
 #'   each but the last is tested against the next (`1:2` tests 1 against 2,
 #'   `1:3` also 2 against 3, as `mclustBootstrapLRT(maxG = 2)`).
@@ -60,6 +73,9 @@
 #' @references McLachlan, G. J. (1987) On bootstrapping the likelihood
 #'   ratio test statistic for the number of components in a normal
 #'   mixture. *Applied Statistics* 36, 318-324.
+#'
+#'   Davison, A. C. and Hinkley, D. V. (1997) *Bootstrap Methods and their
+#'   Application*. Cambridge University Press, Section 3.5.
 #' @seealso [bootstrap_se()], [bulkem()] (choosing K by BIC), and
 #'   `mclust::mclustBootstrapLRT()` for one dataset.
 #' @examples
@@ -79,8 +95,9 @@ bootstrap_lrt <- function(datasets, num.components = 1:2, B = 999, family = "inv
   dots <- list(...)
   refuse_bootstrap_args(dots, c("weights", "inits", "resume", "fixed"), "bootstrap_lrt", call)
   family <- match_arg(family, em_family_names(), "family", call)
-  refuse_surv(datasets, "bootstrap_lrt", call)
-  datasets <- check_datasets(datasets, call)
+  observed <- datasets
+  sv <- bootstrap_surv(datasets, family, "bootstrap_lrt", one.sided = TRUE, call)
+  datasets <- check_datasets(sv$datasets, call)
   Ks <- check_components(num.components, call)
   if (length(Ks) < 2 || any(diff(Ks) != 1)) {
     bulkem_abort(c(
@@ -96,7 +113,7 @@ bootstrap_lrt <- function(datasets, num.components = 1:2, B = 999, family = "inv
   backend <- resolve_backend(use.gpu, call)
   started <- proc.time()[["elapsed"]]
   fits <- lapply(Ks, function(K) {
-    bulkem(datasets, num.components = K, family = family, seed = seed, use.gpu = use.gpu, ...)
+    bulkem(observed, num.components = K, family = family, seed = seed, use.gpu = use.gpu, ...)
   })
   names(fits) <- Ks
   D <- length(datasets)
@@ -112,7 +129,7 @@ bootstrap_lrt <- function(datasets, num.components = 1:2, B = 999, family = "inv
     stats <- matrix(NA_real_, D, B)
     if (length(ok)) {
       raw <- call_core(em_bootstrap_lrt_(
-        ok, sizes[ok], family, core_params(fits[[i]][ok], family), core_params(fits[[i + 1]][ok], family),
+        ok, sizes[ok], datasets[ok], sv$censoring[ok], family, core_params(fits[[i]][ok], family), core_params(fits[[i + 1]][ok], family),
         Ks[i], Ks[i + 1], B, settings$max.iters, settings$epsilon, settings$precision, seed,
         !is.null(dots$equal), cpu_threads(), backend
       ), call, "bootstrap_lrt")
@@ -242,10 +259,16 @@ plot.bulkem_lrt <- function(x, main = NULL, ...) {
 #' [bootstrap_lrt()], all replicates of all datasets are fitted as one
 #' batched job.
 #'
+#' Censored data ([survival::Surv()] datasets) are resampled with their
+#' intervals (Efron 1981), which takes any censoring; parametric
+#' replicates are censored as the data were, as in [bootstrap_lrt()]
+#' (one-sided censoring only).
+#'
 #' @param fits The result of [bulkem()] on `datasets` (unweighted, without
 #'   held values; any number of components per dataset). Fits with `equal`
 #'   are bootstrapped with the scale shared in every replicate.
-#' @param datasets The datasets `fits` were fitted to.
+#' @param datasets The datasets `fits` were fitted to (censored data as
+#'   the same [survival::Surv()] objects).
 #' @param B Bootstrap replicates per dataset.
 #' @param type `"nonparametric"` (default) or `"parametric"`.
 #' @param level Coverage of the percentile intervals.
@@ -277,8 +300,10 @@ bootstrap_se <- function(fits, datasets, B = 999, type = c("nonparametric", "par
     bulkem_abort(c("{.arg fits} must be the result of {.fn bulkem}.", x = "You supplied {describe_value(fits)}."),
                  call = call)
   }
-  refuse_surv(datasets, "bootstrap_se", call)
-  datasets <- check_datasets(datasets, call)
+  type <- match_arg(type, c("nonparametric", "parametric"), "type", call)
+  family <- attr(fits, "family") %||% fits[[1]]$family
+  sv <- bootstrap_surv(datasets, family, "bootstrap_se", one.sided = type == "parametric", call)
+  datasets <- check_datasets(sv$datasets, call)
   if (length(datasets) != length(fits)) {
     bulkem_abort(c("{.arg datasets} must be the datasets {.arg fits} were fitted to.",
                    x = "There are {length(fits)} fits and {length(datasets)} datasets."), call = call)
@@ -301,7 +326,6 @@ bootstrap_se <- function(fits, datasets, B = 999, type = c("nonparametric", "par
                  call = call)
   }
   equal <- vapply(fits, function(f) !is.null(f$constraints$equal), logical(1))
-  type <- match_arg(type, c("nonparametric", "parametric"), "type", call)
   B <- check_count(B, "B", min = 2, call = call)
   level <- check_level(level, "level", call)
   keep.replicates <- check_flag(keep.replicates, "keep.replicates", call = call)
@@ -309,7 +333,6 @@ bootstrap_se <- function(fits, datasets, B = 999, type = c("nonparametric", "par
   epsilon <- check_number(epsilon, "epsilon", min = 0, call = call)
   seed <- check_seed(seed, call)
   backend <- resolve_backend(use.gpu, call)
-  family <- attr(fits, "family") %||% fits[[1]]$family
   precision <- attr(fits, "precision") %||% "double"
   started <- proc.time()[["elapsed"]]
   K <- lengths(lapply(fits, `[[`, "alpha"))
@@ -319,7 +342,7 @@ bootstrap_se <- function(fits, datasets, B = 999, type = c("nonparametric", "par
   for (k in sort(unique(K[ok]))) for (eq in unique(equal[ok & K == k])) {
     idx <- which(ok & K == k & equal == eq)
     raw <- call_core(em_bootstrap_se_(
-      idx, datasets[idx], family, core_params(fits[idx], family), k, type, level, B, keep.replicates,
+      idx, datasets[idx], sv$censoring[idx], family, core_params(fits[idx], family), k, type, level, B, keep.replicates,
       max.iters, epsilon, precision, seed, eq, cpu_threads(), backend
     ), call, "bootstrap_se")
     used <- c(used, raw$backend)
@@ -385,12 +408,28 @@ check_level <- function(x, arg, call) {
   as.double(x)
 }
 
-# Censored datasets: replicates would be drawn uncensored.
-refuse_surv <- function(datasets, fn, call) {
-  if (has_surv(datasets)) {
-    bulkem_abort(c("{.fn {fn}} does not take censored data ({.cls Surv} datasets) yet.",
-                   i = "Its replicates are drawn and fitted as exact observations."), call = call)
+# Censored datasets (Surv objects) as stand-in values and their censoring
+# (NULL when nothing is censored), as bulkem() reads them. Replicates drawn
+# from a fit (`one.sided`) are censored by the data's censoring times
+# (core/src/em/replicate_censoring.rs), which needs each dataset's
+# censored observations all right-censored or all left-censored.
+bootstrap_surv <- function(datasets, family, fn, one.sided, call) {
+  if (!has_surv(datasets)) return(list(datasets = datasets, censoring = NULL))
+  sv <- surv_datasets(datasets, call, counts = em_family(family)$discrete)
+  if (!one.sided) return(sv)
+  for (d in seq_along(sv$censoring)) {
+    c <- sv$censoring[[d]]
+    if (all(is.infinite(c$upper)) || all(is.infinite(c$lower))) next
+    both <- which(is.finite(c$lower) & is.finite(c$upper))
+    i <- if (length(both)) both[1] else 1L
+    hint <- if (fn == "bootstrap_se") ", or use {.code type = \"nonparametric\"}" else ""
+    bulkem_abort(c(
+      "{.fn {fn}} draws replicates from the fits and censors them as the data were, which needs one-sided censoring.",
+      x = "Dataset {d} has observation {c$index[i] + 1} censored in ({c$lower[i]}, {c$upper[i]}]: interval-censored and binned data have no censoring times to draw.",
+      i = paste0("Give each dataset only right-censored or only left-censored observations", hint, ".")
+    ), call = call)
   }
+  sv
 }
 
 # Arguments of bulkem() that a bootstrap cannot pass on.

@@ -855,16 +855,22 @@ assemble_fits <- function(raw, names, family, keep.posterior, weighted = FALSE, 
   init_alpha <- by_dataset(raw$init_alpha)
   init_mu <- by_dataset(raw$init_mu)
   init_scale <- by_dataset(raw$init_scale)
-  start_ll <- split(na_nan(raw$start_logliks), rep(seq_len(D), each = length(raw$start_logliks) / D))
+  S <- length(raw$start_logliks) / D
+  start_ll <- split(na_nan(raw$start_logliks), rep(seq_len(D), each = S))
   loglik <- na_nan(raw$loglik)
+  diagnostics <- start_diagnostics_all(matrix(na_nan(raw$start_logliks), D, S, byrow = TRUE), loglik)
   fam <- em_family(family)
   # alpha and the family's parameters (the core's mu is the first, its
-  # scale the second), then the same for the starting values.
+  # scale the second), then the same for the starting values; a family
+  # without a second parameter has none. Names and the kept fields are
+  # worked out once: 40,000 datasets call params().
+  names_all <- c("alpha", fam$first, fam$second, "init_alpha", paste0("init_", c(fam$first, fam$second)))
+  kept <- !is.na(names_all) & names_all != "init_NA"
+  names_kept <- names_all[kept]
   params <- function(d) {
-    p <- list(alpha = alpha[[d]], first = mu[[d]], second = scale[[d]],
-              init_alpha = init_alpha[[d]], init_first = init_mu[[d]], init_second = init_scale[[d]])
-    names(p) <- c("alpha", fam$first, fam$second, "init_alpha", paste0("init_", c(fam$first, fam$second)))
-    p[!is.na(names(p)) & !grepl("^init_NA$", names(p))]
+    p <- list(alpha[[d]], mu[[d]], scale[[d]], init_alpha[[d]], init_mu[[d]], init_scale[[d]])[kept]
+    names(p) <- names_kept
+    p
   }
   fits <- lapply(seq_len(D), function(d) {
     fit <- c(params(d), list(
@@ -875,7 +881,7 @@ assemble_fits <- function(raw, names, family, keep.posterior, weighted = FALSE, 
       df = if (!is.null(constraints)) raw$df[d], constraints = constraints,
       censored = if (!is.null(censored)) censored[[d]],
       start_logliks = start_ll[[d]], best_start = raw$best_start[d],
-      start_diagnostics = start_diagnostics(start_ll[[d]], loglik[d]),
+      start_diagnostics = diagnostics[d, ],
       loglik_trace = if (keep.posterior) raw$trace[[d]]
     ))
     if (keep.posterior) fit$posterior <- posterior_matrix(raw$posterior[[d]], fit$n, M[d])
@@ -886,15 +892,23 @@ assemble_fits <- function(raw, names, family, keep.posterior, weighted = FALSE, 
   fits
 }
 
-# How a dataset's starts ended: how many, how many reached the best
+# How each dataset's starts ended: how many, how many reached the best
 # log-likelihood (within 1e-6 relative), how many failed (a component
 # collapsed or emptied, or the likelihood went non-finite: degenerate), and
 # the spread (best minus worst) of the successful starts' log-likelihoods.
-start_diagnostics <- function(ll, best) {
+# `ll` is datasets x starts, `best` one per dataset; one row per dataset
+# (whole-matrix operations: 40,000 datasets are one call).
+start_diagnostics_all <- function(ll, best) {
   ok <- !is.na(ll)
-  at_best <- if (is.na(best)) 0L else sum(ok & ll >= best - 1e-6 * abs(best))
-  c(starts = length(ll), at_best = at_best, failed = sum(!ok),
-    spread = if (any(ok)) max(ll[ok]) - min(ll[ok]) else NA_real_)
+  near <- ok & ll >= best - 1e-6 * abs(best)
+  at_best <- ifelse(is.na(best), 0, rowSums(near & !is.na(near)))
+  hi <- ll; hi[!ok] <- -Inf
+  lo <- ll; lo[!ok] <- Inf
+  any_ok <- rowSums(ok) > 0
+  top <- if (ncol(ll)) do.call(pmax, unname(as.data.frame(hi))) else rep(-Inf, nrow(ll))
+  bottom <- if (ncol(ll)) do.call(pmin, unname(as.data.frame(lo))) else rep(Inf, nrow(ll))
+  cbind(starts = ncol(ll), at_best = at_best, failed = rowSums(!ok),
+        spread = ifelse(any_ok, top - bottom, NA_real_))
 }
 
 posterior_matrix <- function(p, n, M) {

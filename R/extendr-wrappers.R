@@ -29,15 +29,18 @@ mix_posterior_ <- function(x, family, alpha, first, second) .Call(wrap__mix_post
 #' The parametric bootstrap LRT statistics of K0 vs K1 components for
 #' datasets `ids` (1-based, keying their replicates' streams) of `sizes` observations fitted by `null` and `alt`: datasets x
 #' replicates, dataset-major; NaN where a replicate's fit failed.
+#' Censored data come with their stand-in values (`datasets`) and
+#' `censoring` (NULL for none), whose mechanism the replicates reproduce.
 #' @noRd
-em_bootstrap_lrt_ <- function(ids, sizes, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, equal, threads, backend) .Call(wrap__em_bootstrap_lrt_, ids, sizes, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, equal, threads, backend)
+em_bootstrap_lrt_ <- function(ids, sizes, datasets, censoring, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, equal, threads, backend) .Call(wrap__em_bootstrap_lrt_, ids, sizes, datasets, censoring, family, null, alt, k0, k1, replicates, max_iters, epsilon, precision, seed, equal, threads, backend)
 
 #' Bootstrap standard errors and percentile intervals of the fits of
 #' `datasets` (K components each): per field, D x K dataset-major; `ok`
 #' counts each dataset's fitted replicates; with `keep`, every replicate's
-#' parameters (D x B x K, dataset-major then replicate).
+#' parameters (D x B x K, dataset-major then replicate). `censoring`: as
+#' for bulkem's fits (NULL for none).
 #' @noRd
-em_bootstrap_se_ <- function(ids, datasets, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, equal, threads, backend) .Call(wrap__em_bootstrap_se_, ids, datasets, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, equal, threads, backend)
+em_bootstrap_se_ <- function(ids, datasets, censoring, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, equal, threads, backend) .Call(wrap__em_bootstrap_se_, ids, datasets, censoring, family, fits, components, kind, level, replicates, keep, max_iters, epsilon, precision, seed, equal, threads, backend)
 
 #' The memory check of an HMM call before R builds anything for it:
 #' `n_seqs` sequences of `lengths` (one value: recycled), `copies` of the
@@ -55,9 +58,10 @@ hmm_loglik_ <- function(start, trans, emission, obs, lengths, threads, backend) 
 #' @noRd
 hmm_viterbi_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_viterbi_, start, trans, emission, obs, lengths, threads, backend)
 
-#' Posteriors: list(probs = flat, time-major (T x N per sequence), loglik).
+#' Posteriors: list(probs = one T x N matrix per sequence, NA rows for an
+#' impossible sequence, with `dimnames` unless NULL; loglik).
 #' @noRd
-hmm_posterior_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_posterior_, start, trans, emission, obs, lengths, threads, backend)
+hmm_posterior_ <- function(start, trans, emission, obs, lengths, threads, backend, dimnames) .Call(wrap__hmm_posterior_, start, trans, emission, obs, lengths, threads, backend, dimnames)
 
 #' Baum-Welch over all sequences. `emission`: list(family, V) (V for a
 #' categorical fit); `init` is NULL or list(start, trans, emission)

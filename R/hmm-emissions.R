@@ -399,7 +399,8 @@ check_numeric_seqs <- function(seqs, arg, what, ok, call) {
                          function(x) is.numeric(x) && !is.factor(x), "observation", call)
   lens <- lengths(seqs)
   flat <- as.double(unlist(seqs, use.names = FALSE))
-  missing <- is.na(flat) & !is.nan(flat)
+  # Whole-vector tests first; positions only on failure (10^7 observations).
+  missing <- if (anyNA(flat)) is.na(flat) & !is.nan(flat)
   if (any(missing)) {
     where <- locate(which(missing)[1], lens)
     bulkem_abort(c(
@@ -407,8 +408,9 @@ check_numeric_seqs <- function(seqs, arg, what, ok, call) {
       x = "Sequence {where[1]} has {.val {NA}} at position {where[2]}."
     ), call = call)
   }
-  bad <- which(!ok(flat))
-  if (length(bad) > 0) {
+  good <- ok(flat)
+  if (!all(good)) {
+    bad <- which(!good)
     where <- locate(bad[1], lens)
     bulkem_abort(c(
       "Every observation in {.arg {arg}} must be a {what}.",

@@ -47,16 +47,18 @@ print.bulkem_partial <- function(x, ...) {
 
 # What identifies a resumable call: its function, what its chunks hold,
 # every setting that changes a result (the seed included), and a
-# fingerprint of its data.
+# fingerprint of its data. The fingerprint (a pass over all the data) is
+# computed only when it is needed: to check `resume`, or to keep a
+# partial result. Its argument stays a promise inside the closure.
 resumable <- function(fn, what, settings, fingerprint) {
-  list(fn = fn, what = what, settings = settings, fingerprint = fingerprint)
+  list(fn = fn, what = what, settings = settings, fingerprint = function() fingerprint)
 }
 
-# A cheap fingerprint of numbers: their count and sum (and the lengths of
-# the pieces they come in).
+# A cheap fingerprint of numbers: their count and sum or mean (and the
+# lengths of the pieces they come in).
 numbers_fingerprint <- function(x) {
   if (is.list(x)) list(lengths = lengths(x), sums = vapply(x, function(v) sum(as.double(v)), 0))
-  else list(length = length(x), sum = sum(as.double(x)))
+  else list(length = length(x), mean = mean(x))  # no copy of an integer vector
 }
 
 # The seed of a call given `resume`: the partial's when the call gave none.
@@ -78,7 +80,7 @@ check_resume <- function(resume, r, call) {
       i = "Resume with the call that stopped."
     ), call = call)
   }
-  if (!identical(resume$fingerprint, r$fingerprint)) {
+  if (!identical(resume$fingerprint, r$fingerprint())) {
     bulkem_abort(c(
       "{.arg resume} is from a call on other data.",
       i = "Resume with the same data (and starting values) as the call that stopped."
@@ -100,6 +102,7 @@ check_resume <- function(resume, r, call) {
 lose_chunks <- function(r, chunks, results, lost, call) {
   # A chunk whose R code failed (invalid data) is not kept: it fails again.
   results <- lapply(results, function(x) if (is.null(x) || !is.null(x$error)) NULL else x)
+  r$fingerprint <- r$fingerprint()
   partial <- structure(c(r, list(chunks = chunks, results = results)), class = "bulkem_partial")
   the$partial <- partial
   ks <- sort(as.integer(names(lost)))

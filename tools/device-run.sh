@@ -2,7 +2,7 @@
 # Runs on the GPU machine (no Rust, no R): the carried test and benchmark
 # binaries in .device/, then the peers, side by side. Built here by
 # tools/device-build.sh. Usage: bash tools/device-run.sh
-# [tests|bench|peers|reduce|all|select|hmm|mixed|bootstrap|variants|multi|multi-tests|multi-bench|multi-hmm]
+# [tests|bench|peers|reduce|all|select|hmm|mixed|bootstrap|variants|multi|multi-tests|multi-bench|multi-hmm|multi-gibbs]
 # `select` (issue 16, not part of `all`): the EM GPU tests, bulkem-bench
 # select-suite, then the torch peer once per K = 1..5 (20 starts).
 # `hmm` (not part of `all`): the HMM GPU tests, bulkem-bench hmm-suite, then
@@ -132,6 +132,26 @@ if [ "$what" = multi-hmm ]; then
   nvidia-smi -L
   run_tests transfer_gpu hmm_gpu hmm_emissions_gpu
   for vis in 0 0,1 0 0,1; do
+    echo "== CUDA_VISIBLE_DEVICES=$vis bulkem-bench hmm-suite"
+    CUDA_VISIBLE_DEVICES=$vis ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-multi.jsonl" 2>&1 | tee -a "$out/bench-multi.log"
+  done
+fi
+# `multi-gibbs` (issue 21): gibbs_gpu with both GPUs visible, each test in
+# its own process and all at once: NVRTC compiles each family's sampler
+# (about 6 s a kernel), which one process does one after another (its
+# 13 tests did not finish in 240 s). Then hmm-suite with one and two GPUs.
+if [ "$what" = multi-gibbs ]; then
+  nvidia-smi -L
+  echo "== gibbs_gpu, one process per test"
+  pids=()
+  for t in $(./gibbs_gpu --list 2>/dev/null | sed -n 's/: test$//p'); do
+    BULKEM_REQUIRE_NVRTC=1 ./gibbs_gpu --exact "$t" --test-threads=1 --nocapture > "$out/gibbs-$t.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  for f in "$out"/gibbs-*.log; do echo "$(basename "$f" .log): $(grep -E 'test result' "$f")"; grep -E "panicked|FAILED" "$f" | head -5; done
+  (cd "$out" && tar czf gibbs-logs.tgz gibbs-*.log && rm gibbs-*.log)
+  for vis in 0 0,1; do
     echo "== CUDA_VISIBLE_DEVICES=$vis bulkem-bench hmm-suite"
     CUDA_VISIBLE_DEVICES=$vis ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-multi.jsonl" 2>&1 | tee -a "$out/bench-multi.log"
   done

@@ -153,3 +153,88 @@ test_that("bootstrap arguments that cannot be honoured are errors", {
   wfits <- bulkem(x, 1, family = "normal", weights = list(rep(2, 50), rep(1, 50)), use.gpu = FALSE)
   expect_error(bootstrap_se(wfits, x, B = 10, use.gpu = FALSE), "unweighted", class = "bulkem_error_input")
 })
+
+# The standard errors of mu and sigma of one normal from the censored
+# likelihood's observed information at its optimum: right-censored at `cut`
+# (`left = FALSE`: values above are known only to exceed it) or
+# left-censored at a detection limit.
+censored_normal_se <- function(x, cut, left = FALSE) {
+  seen <- if (left) x > cut else x <= cut
+  nll <- function(p) {
+    -(sum(stats::dnorm(x[seen], p[1], exp(p[2]), log = TRUE)) +
+        sum(!seen) * stats::pnorm(cut, p[1], exp(p[2]), lower.tail = left, log.p = TRUE))
+  }
+  o <- stats::optim(c(mean(x), log(stats::sd(x))), nll, method = "BFGS", hessian = TRUE,
+                    control = list(reltol = 1e-14))
+  v <- solve(o$hessian)
+  c(mu = sqrt(v[1, 1]), sigma = sqrt(v[2, 2]) * exp(o$par[2]))
+}
+
+test_that("censored data are bootstrapped censored as they were", {
+  skip_if_not_installed("survival")
+  set.seed(3)
+  n <- 400
+  # A time-out at -0.5 sd censors 69% of the data: the information about
+  # mu is 0.35 of the uncensored, so standard errors from uncensored
+  # replicates would be 0.59 of the right ones.
+  x <- rnorm(n)
+  right <- survival::Surv(pmin(x, -0.5), as.numeric(x <= -0.5))
+  # A detection limit at 0.5 hides 69% from below.
+  y <- rnorm(n)
+  left <- survival::Surv(pmax(y, 0.5), as.numeric(y > 0.5), type = "left")
+  cases <- list(list(s = right, x = x, cut = -0.5, left = FALSE), list(s = left, x = y, cut = 0.5, left = TRUE))
+  for (case in cases) {
+    f <- bulkem(case$s, 1, family = "normal", max.iters = 2000, epsilon = 1e-10, use.gpu = FALSE, seed = 1)
+    want <- censored_normal_se(case$x, case$cut, case$left)
+    for (type in c("parametric", "nonparametric")) {
+      b <- bootstrap_se(f, case$s, B = 400, type = type, max.iters = 500, use.gpu = FALSE, seed = 2)[[1]]$bootstrap
+      expect_equal(b$replicates, 400)
+      # 400 replicates estimate a standard error to about 3.5%.
+      expect_equal(b$se$mu, unname(want["mu"]), tolerance = 0.15, label = paste(type, "se(mu)"))
+      expect_equal(b$se$sigma, unname(want["sigma"]), tolerance = 0.15, label = paste(type, "se(sigma)"))
+      expect_gt(b$se$mu, 1.4 * f[[1]]$sigma / sqrt(n))
+    }
+  }
+})
+
+test_that("the LRT takes right-censored data: time-outs over many datasets, and Surv without censoring as plain values", {
+  skip_if_not_installed("survival")
+  set.seed(6)
+  timeout <- function(x, at) survival::Surv(pmin(x, at), as.numeric(x <= at))
+  one <- replicate(2, rnorm(200, 5), simplify = FALSE)
+  two <- replicate(2, c(rnorm(100, 2), rnorm(100, 7)), simplify = FALSE)
+  datasets <- c(lapply(one, timeout, at = 6), lapply(two, timeout, at = 7.5))
+  # A two-component fit of one-component data may collapse (counted, with
+  # a warning).
+  l <- suppressWarnings(bootstrap_lrt(datasets, 1:2, B = 99, family = "normal", use.gpu = FALSE, seed = 1, max.iters = 1000))
+  expect_lte(max(l$tests$failed), 3)
+  expect_true(all(l$tests$p.value[1:2] > 0.05))
+  expect_true(all(l$tests$p.value[3:4] <= 0.02))
+  expect_equal(lrt_components(l), c(1L, 1L, 2L, 2L))
+  # Uncensored Surv data and a plain vector: the same test, bit for bit.
+  x <- rnorm(150)
+  lrt <- function(d) suppressWarnings(bootstrap_lrt(d, 1:2, B = 19, family = "normal", use.gpu = FALSE, seed = 2))
+  a <- lrt(list(survival::Surv(x, rep(1, 150)), x))
+  b <- lrt(list(x, x))
+  expect_identical(a$tests, b$tests)
+  # The inverse Gaussian family, censored at a time-out, next to an
+  # uncensored dataset.
+  rt <- c(statmod::rinvgauss(300, 1, 5), statmod::rinvgauss(200, 3, 20))
+  l <- bootstrap_lrt(list(timeout(rt, 4), rt), 1:2, B = 19, use.gpu = FALSE, seed = 3, max.iters = 500)
+  expect_true(all(l$tests$p.value <= 0.05))
+})
+
+test_that("interval-censored data take the nonparametric bootstrap only", {
+  skip_if_not_installed("survival")
+  set.seed(8)
+  x <- rnorm(200)
+  lo <- floor(x * 2) / 2
+  s <- survival::Surv(lo, lo + 0.5, type = "interval2")
+  f <- bulkem(s, 1, family = "normal", use.gpu = FALSE, seed = 1)
+  b <- bootstrap_se(f, s, B = 100, use.gpu = FALSE, seed = 2)[[1]]$bootstrap
+  expect_equal(b$se$mu, 1 / sqrt(200), tolerance = 0.3)
+  expect_error(bootstrap_se(f, s, B = 10, type = "parametric", use.gpu = FALSE), "nonparametric",
+               class = "bulkem_error_input")
+  expect_error(bootstrap_lrt(s, 1:2, B = 9, family = "normal", use.gpu = FALSE), "one-sided",
+               class = "bulkem_error_input")
+})

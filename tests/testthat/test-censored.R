@@ -148,7 +148,8 @@ test_that("censored data that cannot be fitted are refused", {
   # A count censored in (2.2, 2.8], which holds none.
   expect_error(bulkem(survival::Surv(c(1, 2, 2.2, 4), c(1, 2, 2.8, 4), type = "interval2"), 1, family = "poisson",
                       use.gpu = FALSE), "hold a count", class = "bulkem_error_input")
-  expect_error(bootstrap_lrt(list(s), 1:2, use.gpu = FALSE), "censored", class = "bulkem_error_input")
+  expect_error(bootstrap_lrt(survival::Surv(c(1, 2, 3, 4), c(1, 2.5, 3.5, 4), type = "interval2"), 1:2, B = 9,
+                             family = "normal", use.gpu = FALSE), "one-sided", class = "bulkem_error_input")
   expect_error(bulkem(survival::Surv(c(0, 0), c(1, 2), c(1, 1)), 1, use.gpu = FALSE), "counting",
                class = "bulkem_error_input")
   f <- bulkem(survival::Surv(c(rnorm(50, 5), 9), c(rep(1, 50), 0)), 1, family = "normal", use.gpu = FALSE)

@@ -396,18 +396,65 @@ fn gpu_bootstrap_matches_cpu() {
         let p2: Vec<MixParams> = f2.iter().map(|f| f.params.clone()).collect();
         let template = EmConfig::new(family, 1).max_iters(40).epsilon(0.0).seed(5);
         let sizes: Vec<usize> = data.iter().map(Vec::len).collect();
-        let on = |exec: &Exec| lrt_replicates(&[0, 1, 2], &sizes, &p1, &p2, &template, 16, exec).unwrap();
+        let on = |exec: &Exec| lrt_replicates(&[0, 1, 2], &sizes, None, &p1, &p2, &template, 16, exec).unwrap();
         let (c, g) = (on(&Exec::cpu()), on(&cuda()));
         for (i, (a, b)) in c.iter().zip(&g).enumerate() {
             let scale = f1[i / 16].loglik.abs();
             assert!((a - b).abs() <= 4.0 * GPU_CPU_LOGLIK_REL * scale || (a.is_nan() && b.is_nan()), "{family:?} replicate {i}: {a} vs {b}");
         }
-        let se = |exec: &Exec| se_replicates(&[0, 1, 2], &refs, &p2, Resample::Nonparametric, 0.95, &template, 12, false, exec).unwrap();
+        let se = |exec: &Exec| se_replicates(&[0, 1, 2], &refs, None, &p2, Resample::Nonparametric, 0.95, &template, 12, false, exec).unwrap();
         let (c, g) = (se(&Exec::cpu()), se(&cuda()));
         for (d, (a, b)) in c.iter().zip(&g).enumerate() {
             assert_eq!(a.ok, b.ok, "{family:?} dataset {d}");
             for (x, y) in a.se.mu.iter().zip(&b.se.mu).chain(a.se.alpha.iter().zip(&b.se.alpha)) {
                 assert!(rel(*x, *y) < 1e-5, "{family:?} dataset {d}: se {x} vs {y}");
+            }
+        }
+    }
+}
+
+/// Censored data's replicates (drawn and censored on the host) fitted on
+/// the GPU give the CPU's statistics and standard errors.
+#[test]
+fn gpu_censored_bootstrap_matches_cpu() {
+    use bulkem_core::em::bootstrap::{lrt_replicates, se_replicates, Resample};
+    use bulkem_core::em::censored::Censoring;
+    use bulkem_core::em::replicate_censoring::plans;
+    if !gpu_or_skip() { return; }
+    for family in [Family::InvGauss, Family::Normal] {
+        let raw = datasets(family, 2, &[400, 3000], 43);
+        // A time-out at each dataset's 80th percentile.
+        let (mut data, mut censoring) = (Vec::new(), Vec::new());
+        for x in &raw {
+            let mut sorted = x.clone();
+            sorted.sort_by(f64::total_cmp);
+            let at = sorted[sorted.len() * 4 / 5];
+            let mut c = Censoring::default();
+            data.push(x.iter().enumerate().map(|(i, &v)| if v > at { c.index.push(i); c.lower.push(at); c.upper.push(f64::INFINITY); at } else { v }).collect::<Vec<f64>>());
+            censoring.push(c);
+        }
+        let refs: Vec<&[f64]> = data.iter().map(|x| &x[..]).collect();
+        let fit = |k| fit_many(&refs, &EmConfig::new(family, k).random_inits(5).seed(2).censoring(censoring.clone()).check().unwrap(), &Exec::cpu()).unwrap();
+        let (f1, f2) = (fit(1), fit(2));
+        let p1: Vec<MixParams> = f1.iter().map(|f| f.params.clone()).collect();
+        let p2: Vec<MixParams> = f2.iter().map(|f| f.params.clone()).collect();
+        let template = EmConfig::new(family, 1).max_iters(40).epsilon(0.0).seed(5);
+        let sizes: Vec<usize> = data.iter().map(Vec::len).collect();
+        let pl = plans(&refs, &censoring, false, &[0, 1]).unwrap();
+        let on = |exec: &Exec| lrt_replicates(&[0, 1], &sizes, Some(&pl), &p1, &p2, &template, 16, exec).unwrap();
+        let (c, g) = (on(&Exec::cpu()), on(&cuda()));
+        for (i, (a, b)) in c.iter().zip(&g).enumerate() {
+            let scale = f1[i / 16].loglik.abs();
+            assert!((a - b).abs() <= 4.0 * GPU_CPU_LOGLIK_REL * scale || (a.is_nan() && b.is_nan()), "{family:?} replicate {i}: {a} vs {b}");
+        }
+        for kind in [Resample::Nonparametric, Resample::Parametric] {
+            let se = |exec: &Exec| se_replicates(&[0, 1], &refs, Some(&censoring), &p2, kind, 0.95, &template, 12, false, exec).unwrap();
+            let (c, g) = (se(&Exec::cpu()), se(&cuda()));
+            for (d, (a, b)) in c.iter().zip(&g).enumerate() {
+                assert_eq!(a.ok, b.ok, "{family:?} {kind:?} dataset {d}");
+                for (x, y) in a.se.mu.iter().zip(&b.se.mu).chain(a.se.alpha.iter().zip(&b.se.alpha)) {
+                    assert!(rel(*x, *y) < 1e-5, "{family:?} {kind:?} dataset {d}: se {x} vs {y}");
+                }
             }
         }
     }

@@ -2,11 +2,12 @@
 //! replicates, results -> flat R vectors (reshaped in R).
 
 use bulkem_core::em::bootstrap::{lrt_replicates, se_replicates, Resample, SeSummary};
+use bulkem_core::em::replicate_censoring::plans;
 use bulkem_core::em::{job_for, Constraints, EmConfig, Family, MixParams, Precision};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
-use crate::em::inits_from_r;
+use crate::em::{censoring_from_r, inits_from_r};
 use crate::session::{backend_for, input_error, r_error, real_slices, run_in_session};
 
 /// The replicates' fit settings (family, iterations, tolerance, precision,
@@ -30,12 +31,16 @@ fn fits_from_r(fits: &Robj, components: i32) -> Result<Vec<MixParams>> {
 /// The parametric bootstrap LRT statistics of K0 vs K1 components for
 /// datasets `ids` (1-based, keying their replicates' streams) of `sizes` observations fitted by `null` and `alt`: datasets x
 /// replicates, dataset-major; NaN where a replicate's fit failed.
+/// Censored data come with their stand-in values (`datasets`) and
+/// `censoring` (NULL for none), whose mechanism the replicates reproduce.
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
 fn em_bootstrap_lrt_(
     ids: &[i32],
     sizes: &[f64],
+    datasets: List,
+    censoring: Robj,
     family: &str,
     null: Robj,
     alt: Robj,
@@ -59,20 +64,32 @@ fn em_bootstrap_lrt_(
     let observations: f64 = sizes.iter().map(|&n| n as f64).sum();
     let job = job_for(observations * replicates as f64 * template.max_iters as f64 * 2.0, k1.max(1) as usize);
     let backend = backend_for(backend, &job)?;
-    let stats = run_in_session(backend, threads.max(0) as usize, |exec| lrt_replicates(&ids, &sizes, &null, &alt, &template, replicates, exec)).map_err(r_error)?;
+    let censor_plans = if censoring.is_null() {
+        None
+    } else {
+        let values: Vec<Robj> = datasets.values().collect();
+        let data = real_slices(&values)?;
+        Some(plans(&data, &censoring_from_r(&censoring)?, template.family.info().discrete, &ids).map_err(r_error)?)
+    };
+    let stats = run_in_session(backend, threads.max(0) as usize, |exec| {
+        lrt_replicates(&ids, &sizes, censor_plans.as_deref(), &null, &alt, &template, replicates, exec)
+    })
+    .map_err(r_error)?;
     Ok(list!(backend = backend.name(), statistics = stats))
 }
 
 /// Bootstrap standard errors and percentile intervals of the fits of
 /// `datasets` (K components each): per field, D x K dataset-major; `ok`
 /// counts each dataset's fitted replicates; with `keep`, every replicate's
-/// parameters (D x B x K, dataset-major then replicate).
+/// parameters (D x B x K, dataset-major then replicate). `censoring`: as
+/// for bulkem's fits (NULL for none).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
 fn em_bootstrap_se_(
     ids: &[i32],
     datasets: List,
+    censoring: Robj,
     family: &str,
     fits: Robj,
     components: i32,
@@ -95,12 +112,13 @@ fn em_bootstrap_se_(
     let values: Vec<Robj> = datasets.values().collect();
     let data = real_slices(&values)?;
     let fits = fits_from_r(&fits, components)?;
+    let censoring = if censoring.is_null() { None } else { Some(censoring_from_r(&censoring)?) };
     let replicates = replicates.max(1) as usize;
     let observations: f64 = data.iter().map(|x| x.len() as f64).sum();
     let job = job_for(observations * replicates as f64 * template.max_iters as f64, components.max(1) as usize);
     let backend = backend_for(backend, &job)?;
     let out = run_in_session(backend, threads.max(0) as usize, |exec| {
-        se_replicates(&ids, &data, &fits, kind, level, &template, replicates, keep, exec)
+        se_replicates(&ids, &data, censoring.as_deref(), &fits, kind, level, &template, replicates, keep, exec)
     })
     .map_err(r_error)?;
     let field = |get: fn(&SeSummary) -> &MixParams, part: fn(&MixParams) -> &Vec<f64>| -> Vec<f64> {

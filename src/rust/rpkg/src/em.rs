@@ -49,7 +49,7 @@ fn constraints_from_r(equal: bool, fixed: &Robj) -> Result<Constraints> {
 
 /// Censoring from R: per dataset list(index (0-based integers), lower,
 /// upper), empty where nothing is censored (built by surv_datasets()).
-fn censoring_from_r(censoring: &Robj) -> Result<Vec<Censoring>> {
+pub(crate) fn censoring_from_r(censoring: &Robj) -> Result<Vec<Censoring>> {
     let list = censoring.as_list().ok_or_else(|| Error::Other("internal: censoring must be a list".into()))?;
     list.values()
         .map(|d| {

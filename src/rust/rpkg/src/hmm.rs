@@ -1,5 +1,6 @@
 //! hmm_*(): R values -> HmmModel / Sequences, results -> flat R vectors
-//! (split and reshaped in R). Matrices cross the boundary row-major: R
+//! (split and reshaped in R), but posteriors straight into one R matrix per
+//! sequence (their size made R's reshaping the slowest part of a call). Matrices cross the boundary row-major: R
 //! passes t(m) and rebuilds with matrix(byrow = TRUE). An emission crosses
 //! as list(family = <name>, <parameters>...) ([`FromR`]); each entry point
 //! dispatches once on the family ([`by_family!`]) to code generic over the
@@ -221,10 +222,31 @@ fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, 
     Ok(list!(path = path, log_prob = v.log_prob))
 }
 
-fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
+/// Posteriors as R returns them: one T x N matrix per sequence (with
+/// `dimnames`, unless NULL), allocated here on R's thread and filled by
+/// the call's threads as the pass ends (`hmm::layout`).
+#[allow(clippy::too_many_arguments)]
+fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str, dimnames: &Robj) -> Result<List> {
     let (m, seqs) = prepare::<E>(Pass::Posterior, start, trans, emission, obs, lengths, threads)?;
-    let p = run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 2, threads)?, threads.max(0) as usize, |exec| hmm::posterior(&m, &seqs, exec)).map_err(r_error)?;
-    Ok(list!(probs = p.probs, loglik = p.loglik))
+    let n = m.n_states;
+    let mut matrices: Vec<Robj> = seqs.offsets.windows(2).map(|w| Robj::alloc_matrix(extendr_api::rtype_to_sxp(Rtype::Doubles), (w[1] - w[0]) as i32, n as i32)).collect();
+    let mut outs: Vec<&mut [f64]> = matrices
+        .iter_mut()
+        .map(|x| x.as_real_slice_mut().ok_or_else(|| Error::Other("internal: a posterior matrix is not a double vector".into())))
+        .collect::<Result<_>>()?;
+    let loglik = run_in_session(backend_of::<E::Obs>(backend, n, seqs.total(), 2, threads)?, threads.max(0) as usize, |exec| {
+        let p = hmm::posterior(&m, &seqs, exec)?;
+        hmm::layout::columns_by_sequence(&p.probs, &seqs.offsets, n, &mut outs, <f64 as CanBeNA>::na());
+        Ok::<_, bulkem_core::Error>(p.loglik)
+    })
+    .map_err(r_error)?;
+    drop(outs);
+    if !dimnames.is_null() {
+        for x in &mut matrices {
+            x.set_attrib("dimnames", dimnames.clone())?;
+        }
+    }
+    Ok(list!(probs = List::from_values(matrices), loglik = loglik))
 }
 
 /// log P(sequence) per sequence. `obs`: integer symbol codes (categorical)
@@ -244,12 +266,13 @@ fn hmm_viterbi_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths
     by_family!(&emission, viterbi(start, trans, &emission, &obs, lengths, threads, backend))
 }
 
-/// Posteriors: list(probs = flat, time-major (T x N per sequence), loglik).
+/// Posteriors: list(probs = one T x N matrix per sequence, NA rows for an
+/// impossible sequence, with `dimnames` unless NULL; loglik).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
-fn hmm_posterior_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
-    by_family!(&emission, posterior(start, trans, &emission, &obs, lengths, threads, backend))
+fn hmm_posterior_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str, dimnames: Robj) -> Result<List> {
+    by_family!(&emission, posterior(start, trans, &emission, &obs, lengths, threads, backend, &dimnames))
 }
 
 fn model_list<E: FromR>(m: &HmmModel<E>) -> List {

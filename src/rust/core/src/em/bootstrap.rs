@@ -16,8 +16,10 @@ use crate::exec::Exec;
 use crate::memory;
 use crate::rng::KeyedStream;
 
+use super::censored::Censoring;
 use super::config::EmConfig;
 use super::fit::{MixFit, MixParams};
+use super::replicate_censoring::{plans, CensorPlan, Intervals};
 use super::simulate;
 
 /// Observations generated and fitted at once: a bound on the replicates'
@@ -66,7 +68,7 @@ fn refuse_weights(template: &EmConfig) -> Result<()> {
 }
 
 /// Fit the models with `components` to `count` replicates made by
-/// `draw(r)` (of `size(r)` observations), each started at `start(r, m)`,
+/// `draw(r)` (of `size(r)` observations, and their censoring), each started at `start(r, m)`,
 /// in chunks of at most `chunk_observations`; `take(r0, fits)` receives
 /// each chunk's fits, per model, for replicates `r0..`. Drawing the next
 /// chunk while a GPU fits the current one was measured no faster (33.6 s
@@ -77,7 +79,7 @@ fn fit_replicates(
     chunk_observations: usize,
     count: usize,
     size: impl Fn(usize) -> usize + Sync,
-    draw: impl Fn(usize) -> Vec<f64> + Sync,
+    draw: impl Fn(usize) -> (Vec<f64>, Censoring) + Sync,
     components: &[usize],
     start: impl Fn(usize, usize) -> MixParams + Sync,
     template: &EmConfig,
@@ -101,22 +103,30 @@ fn fit_replicates(
         || format!("bootstrap replicates of {largest} observations"),
         memory::bytes::<f64>(&[largest]),
     )?;
-    let draw_chunk = |range: &std::ops::Range<usize>| -> Vec<Vec<f64>> {
+    let draw_chunk = |range: &std::ops::Range<usize>| -> (Vec<Vec<f64>>, Vec<Censoring>) {
         let t0 = std::time::Instant::now();
-        let data = range.clone().into_par_iter().map(&draw).collect();
+        let data = range.clone().into_par_iter().map(&draw).unzip();
         crate::gpu::timing::record("replicate draws", t0);
         data
     };
-    let fit_chunk = |range: &std::ops::Range<usize>, data: &[Vec<f64>]| -> Result<Vec<Vec<MixFit>>> {
+    let fit_chunk = |range: &std::ops::Range<usize>, (data, censoring): (Vec<Vec<f64>>, Vec<Censoring>)| -> Result<Vec<Vec<MixFit>>> {
         let refs: Vec<&[f64]> = data.iter().map(|x| &x[..]).collect();
+        let censored = censoring.iter().any(|c| !c.index.is_empty());
+        let censoring = std::sync::Arc::new(censoring);
         components
             .iter()
             .enumerate()
             .map(|(m, &k)| {
-                let config = EmConfig { weights: None, keep_posterior: false, keep_trace: false, ..template.with_components(k) }
-                    .inits(range.clone().map(|r| start(r, m)).collect())
-                    .dataset_offset(range.start)
-                    .check()?;
+                let config = EmConfig {
+                    weights: None,
+                    keep_posterior: false,
+                    keep_trace: false,
+                    censoring: censored.then(|| censoring.clone()),
+                    ..template.with_components(k)
+                }
+                .inits(range.clone().map(|r| start(r, m)).collect())
+                .dataset_offset(range.start)
+                .check()?;
                 super::fit_many(&refs, &config, exec)
             })
             .collect()
@@ -124,7 +134,7 @@ fn fit_replicates(
     for (range, _) in &chunks {
         exec.monitor.check()?;
         let data = exec.install(|| draw_chunk(range))?;
-        let fits = fit_chunk(range, &data);
+        let fits = fit_chunk(range, data);
         take(range.start, fits?)?;
     }
     Ok(())
@@ -134,19 +144,22 @@ fn fit_replicates(
 /// 2 (l(alt) - l(null)) for dataset d (global index `ids[d]`, which keys its
 /// replicates' streams) of `sizes[d]` observations whose
 /// fits are `null[d]` and `alt[d]` (more components): `replicates` datasets
-/// drawn from `null[d]`, each fitted with both models from those
+/// drawn from `null[d]` (and censored by `censoring[d]` when given:
+/// [`CensorPlan`]), each fitted with both models from those
 /// parameters. Returns the statistics, dataset-major (datasets x
 /// replicates); NaN where a replicate fit failed.
+#[allow(clippy::too_many_arguments)]
 pub fn lrt_replicates(
     ids: &[usize],
     sizes: &[usize],
+    censoring: Option<&[Option<CensorPlan>]>,
     null: &[MixParams],
     alt: &[MixParams],
     template: &EmConfig,
     replicates: usize,
     exec: &Exec,
 ) -> Result<Vec<f64>> {
-    lrt_in_chunks(CHUNK_OBSERVATIONS, ids, sizes, null, alt, template, replicates, exec)
+    lrt_in_chunks(CHUNK_OBSERVATIONS, ids, sizes, censoring, null, alt, template, replicates, exec)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -154,6 +167,7 @@ fn lrt_in_chunks(
     chunk_observations: usize,
     ids: &[usize],
     sizes: &[usize],
+    censoring: Option<&[Option<CensorPlan>]>,
     null: &[MixParams],
     alt: &[MixParams],
     template: &EmConfig,
@@ -163,6 +177,9 @@ fn lrt_in_chunks(
     refuse_weights(template)?;
     if null.len() != sizes.len() || alt.len() != sizes.len() || ids.len() != sizes.len() {
         return Err(Error::Internal("one null and one alternative fit per dataset are needed".into()));
+    }
+    if censoring.is_some_and(|c| c.len() != sizes.len() || c.iter().zip(sizes).any(|(p, &n)| p.as_ref().is_some_and(|p| p.len() != n))) {
+        return Err(Error::Internal("one censoring plan of the dataset's size per dataset is needed".into()));
     }
     let (Some(k0), Some(k1)) = (null.first().map(MixParams::components), alt.first().map(MixParams::components)) else {
         return Ok(Vec::new());
@@ -177,7 +194,12 @@ fn lrt_in_chunks(
     let draw = |r: usize| {
         let (d, b) = (r / replicates, r % replicates);
         let mut stream = replicate_stream(template.seed, tag, ids[d], b);
-        simulate::mixture_from(family, &null[d], sizes[d], stream.rng())
+        let mut x = simulate::mixture_from(family, &null[d], sizes[d], stream.rng());
+        let c = match censoring.and_then(|c| c[d].as_ref()) {
+            Some(plan) => plan.censor(&mut x, &mut stream),
+            None => Censoring::default(),
+        };
+        (x, c)
     };
     let start = |r: usize, m: usize| if m == 0 { null[r / replicates].clone() } else { alt[r / replicates].clone() };
     fit_replicates(chunk_observations, count, |r| sizes[r / replicates], draw, &[k0, k1], start, template, exec, |r0, fits| {
@@ -207,12 +229,17 @@ pub struct SeSummary {
 }
 
 /// Bootstrap standard errors and `level` percentile intervals of the fits
-/// `fits[d]` of `data[d]` (global index `ids[d]`): `replicates` resamples (`kind`) of each dataset,
+/// `fits[d]` of `data[d]` (global index `ids[d]`; censored as
+/// `censoring[d]` says, when given): `replicates` resamples (`kind`) of each dataset,
 /// each fitted from the fit's parameters, components matched to the fit's
-/// ([`match_components`]).
+/// ([`match_components`]). Resampled replicates take the intervals of the
+/// observations they draw; parametric ones are censored by the datasets'
+/// [`CensorPlan`]s.
+#[allow(clippy::too_many_arguments)]
 pub fn se_replicates(
     ids: &[usize],
     data: &[&[f64]],
+    censoring: Option<&[Censoring]>,
     fits: &[MixParams],
     kind: Resample,
     level: f64,
@@ -235,13 +262,36 @@ pub fn se_replicates(
         return Err(Error::Internal("the fits need one number of components".into()));
     }
     let family = template.family;
+    if censoring.is_some_and(|c| c.len() != data.len()) {
+        return Err(Error::Internal("one censoring per dataset is needed".into()));
+    }
+    let censoring = censoring.filter(|c| c.iter().any(|c| !c.index.is_empty()));
+    let intervals: Vec<Intervals> = match (kind, censoring) {
+        (Resample::Nonparametric, Some(c)) => data.iter().zip(c).map(|(x, c)| Intervals::new(x.len(), c)).collect(),
+        _ => Vec::new(),
+    };
+    let censor_plans = match (kind, censoring) {
+        (Resample::Parametric, Some(c)) => plans(data, c, family.info().discrete, ids)?,
+        _ => Vec::new(),
+    };
     let draw = |r: usize| {
         let (d, b) = (r / replicates, r % replicates);
         let mut stream = replicate_stream(template.seed, TAG_SE, ids[d], b);
         let x = data[d];
         match kind {
-            Resample::Nonparametric => (0..x.len()).map(|_| x[stream.below(x.len() as u64) as usize]).collect(),
-            Resample::Parametric => simulate::mixture_from(family, &fits[d], x.len(), stream.rng()),
+            Resample::Nonparametric => {
+                let picked: Vec<usize> = (0..x.len()).map(|_| stream.below(x.len() as u64) as usize).collect();
+                let c = intervals.get(d).map_or_else(Censoring::default, |iv| iv.of(&picked));
+                (picked.iter().map(|&i| x[i]).collect(), c)
+            }
+            Resample::Parametric => {
+                let mut v = simulate::mixture_from(family, &fits[d], x.len(), stream.rng());
+                let c = match censor_plans.get(d).and_then(Option::as_ref) {
+                    Some(plan) => plan.censor(&mut v, &mut stream),
+                    None => Censoring::default(),
+                };
+                (v, c)
+            }
         }
     };
     let start = |r: usize, _m: usize| fits[r / replicates].clone();
@@ -367,7 +417,7 @@ mod tests {
         let ids = [4, 9, 2];
         let template = EmConfig::new(family, 1).max_iters(30).seed(6);
         let run = |chunk| {
-            lrt_in_chunks(chunk, &ids, &sizes, &[null.clone(), null.clone(), null.clone()], &[alt.clone(), alt.clone(), alt.clone()], &template, 7, &Exec::cpu())
+            lrt_in_chunks(chunk, &ids, &sizes, None, &[null.clone(), null.clone(), null.clone()], &[alt.clone(), alt.clone(), alt.clone()], &template, 7, &Exec::cpu())
                 .unwrap()
         };
         let whole = run(CHUNK_OBSERVATIONS);

@@ -12,6 +12,7 @@
 pub mod bootstrap;
 mod budget;
 pub mod censored;
+pub mod replicate_censoring;
 mod config;
 mod constraints;
 pub mod cpu;

@@ -44,6 +44,7 @@ mod config;
 pub mod cpu;
 pub mod emission;
 mod forward;
+pub mod layout;
 pub mod gpu;
 mod model;
 mod passes;

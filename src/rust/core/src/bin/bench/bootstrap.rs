@@ -112,7 +112,7 @@ fn run(o: &Options, data: &[Vec<f64>], exec: &Exec) -> Result<(Vec<Vec<MixFit>>,
         let ok: Vec<usize> = (0..data.len()).filter(|&d| pair[0][d].success() && pair[1][d].success()).collect();
         let params = |fits: &[MixFit]| ok.iter().map(|&d| fits[d].params.clone()).collect::<Vec<_>>();
         let sizes: Vec<usize> = ok.iter().map(|&d| data[d].len()).collect();
-        stats.push(lrt_replicates(&ok, &sizes, &params(&pair[0]), &params(&pair[1]), &template, o.replicates, exec).map_err(|e| e.to_string())?);
+        stats.push(lrt_replicates(&ok, &sizes, None, &params(&pair[0]), &params(&pair[1]), &template, o.replicates, exec).map_err(|e| e.to_string())?);
         seconds.push(t0.elapsed().as_secs_f64());
     }
     Ok((fits, stats, seconds))

@@ -95,22 +95,33 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let vit_phases = last_phases();
     let post = median_time(|| exec.within(|| hmm::posterior(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let post_phases = last_phases();
+    // What an R call receives: the posteriors laid out into one fresh
+    // column-major matrix per sequence (the glue's hmm::layout), NA for NaN.
+    let post_r = median_time(|| {
+        exec.within(|| {
+            let p = hmm::posterior(model, seqs, &exec).map_err(s)?;
+            let mut mats: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
+            let mut outs: Vec<&mut [f64]> = mats.iter_mut().map(|x| &mut x[..]).collect();
+            hmm::layout::columns_by_sequence(&p.probs, &seqs.offsets, n, &mut outs, f64::NAN);
+            Ok::<(), String>(())
+        })
+    })?;
     let bw = median_time(|| exec.within(|| hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s)))?;
     let bw_phases = last_phases();
     let config = HmmFitConfig::<E>::for_emission(n, model.emission.shape()).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
     let fit5 = median_time(|| exec.within(|| hmm::fit(seqs, &config, &exec).map(|_| ()).map_err(s)))?;
     let threads_used = if threads == 0 { available_threads() } else { threads };
     println!(
-        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, posterior {:.3} ms, baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
-        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, post * 1e3, bw * 1e3, fit5 * 1e3
+        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms, posterior {:.3} ms (into R's matrices {:.3} ms), baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
+        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, post * 1e3, post_r * 1e3, bw * 1e3, fit5 * 1e3
     );
     if backend == Backend::Cuda {
         println!("    phases of the last run (ms): forward {fwd_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}");
     }
     writeln!(
         json,
-        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"posterior_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
-        backend.name(), fwd * 1e3, vit * 1e3, post * 1e3, bw * 1e3, fit5 * 1e3
+        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"posterior_ms\":{:.4},\"posterior_r_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
+        backend.name(), fwd * 1e3, vit * 1e3, post * 1e3, post_r * 1e3, bw * 1e3, fit5 * 1e3
     )
     .map_err(|e| e.to_string())
 }

@@ -198,7 +198,9 @@ where
 {
     let per_obs = if kind == PassKind::Posterior { n } else { 1 };
     let shares = shares(seqs, exec, Spread::pass(device()?, seqs, n, kind))?;
+    let t0 = std::time::Instant::now();
     let (mut rows, mut loglik) = (crate::hmm::passes::zeroed::<T>(seqs.total() * per_obs, what)?, vec![0.0; seqs.len()]);
+    crate::gpu::timing::record("result memory", t0);
     let (per_seq, obs) = share_lens(&shares, seqs, per_obs);
     let work = cut(&mut rows, obs).into_iter().zip(cut(&mut loglik, per_seq)).collect();
     on_shares(&shares, seqs, exec, work, |sh, (rows, loglik)| pass(sh, rows, loglik))?;

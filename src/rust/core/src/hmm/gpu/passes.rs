@@ -392,16 +392,24 @@ impl Passes<'_> {
     /// (into `loglik`) of all sequences with `tables`.
     pub(super) fn posterior_all(&mut self, tables: &DeviceTables, exec: &Exec, probs: &mut [f64], loglik: &mut [f64]) -> Result<()> {
         let (dev, seqs, n) = (self.dev, self.seqs, self.n);
+        // Summed over the batches, for the bench's phases.
+        let (mut kernels, mut copies) = (0.0, 0.0);
         for b in 0..self.batches.len() {
             exec.monitor.check()?;
             let range = self.batches[b].clone();
             let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
+            let t0 = std::time::Instant::now();
             let mut gamma = dev.stream.alloc_zeros::<f64>((sym1 - sym0) * n).map_err(err(dev, "allocating results"))?;
             let ll = self.run_batch(tables, b, Some(&mut gamma), None)?;
+            let t1 = std::time::Instant::now();
             dev.download(&gamma.slice(..), &mut probs[sym0 * n..sym1 * n])?;
+            kernels += (t1 - t0).as_secs_f64();
+            copies += t1.elapsed().as_secs_f64();
             loglik[range.clone()].copy_from_slice(&ll);
             exec.monitor.add_done(range.len());
         }
+        crate::gpu::timing::record_secs("batches' kernels", kernels);
+        crate::gpu::timing::record_secs("copies back", copies);
         Ok(())
     }
 
