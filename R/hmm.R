@@ -967,6 +967,12 @@ check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
   )
   lens <- lengths(seqs)
   labelled <- vapply(seqs, function(x) is.factor(x) || is.character(x), NA)
+  if (!any(labelled)) {
+    # Valid codes are flattened and checked by the core's threads; any
+    # problem falls through to the checks below, which say where it is.
+    flat <- hmm_symbol_codes_(seqs, if (is.null(n_symbols)) 0 else as.double(n_symbols), cpu_threads())
+    if (!is.null(flat)) return(list(obs = flat, lengths = as.integer(lens), names = names(seqs)))
+  }
   given <- seqs
   if (any(labelled)) {
     if (is.null(symbols)) symbols <- character()

@@ -386,3 +386,21 @@ test_that("use.gpu = TRUE without a GPU is a clear error", {
   skip_if(isTRUE(bulkem_backends()$usable[2]), "a GPU is usable here")
   expect_error(hmm_loglik(textbook(), list(1), use.gpu = TRUE), "no CUDA GPU is usable")
 })
+
+test_that("sequences of codes are read in parallel as R would flatten them, and a bad one is still found", {
+  set.seed(9)
+  seqs <- list(sample.int(5, 70000, replace = TRUE), as.double(sample.int(5, 9, replace = TRUE)), 3L)
+  s <- check_seqs(seqs, NULL, 5, call = environment())
+  expect_identical(s$obs, as.integer(unlist(seqs)))
+  expect_identical(s$lengths, c(70000L, 9L, 1L))
+  for (bad in list(0, 1.5, NA, 6, Inf)) {
+    x <- seqs
+    x[[1]] <- as.double(x[[1]])
+    x[[1]][12345] <- bad
+    expect_error(check_seqs(x, NULL, 5, call = environment()), "Sequence 1 has .* at position 12345",
+                 class = "bulkem_error_input")
+  }
+  y <- seqs
+  y[[1]][54321] <- NA
+  expect_error(check_seqs(y, NULL, 5, call = environment()), "position 54321", class = "bulkem_error_input")
+})

@@ -125,6 +125,80 @@ impl Sequences<u32> {
     }
 }
 
+/// One sequence's observations as a caller gives them: symbol codes from
+/// 1 as integers or as doubles.
+#[derive(Debug, Clone, Copy)]
+pub enum Codes<'a> {
+    Ints(&'a [i32]),
+    Doubles(&'a [f64]),
+}
+
+impl Codes<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Codes::Ints(x) => x.len(),
+            Codes::Doubles(x) => x.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Values checked and copied by one task.
+const CODES_GRAIN: usize = 1 << 16;
+
+/// `parts` concatenated into `out` (as long as all of them) as one-based
+/// integer codes, in parallel (the calling thread's pool), each checked:
+/// an integer other than `missing`, or a whole double, from 1 to
+/// `max_code`. Returns false, with `out` partly written, when any is not:
+/// the caller then finds and reports it (this pass only says whether all
+/// are valid, which costs one read and one write per value).
+pub fn flatten_codes(parts: &[Codes], max_code: i32, missing: i32, out: &mut [i32]) -> bool {
+    use rayon::prelude::*;
+    assert_eq!(out.len(), parts.iter().map(Codes::len).sum::<usize>(), "one output per value");
+    let mut outs = Vec::with_capacity(parts.len());
+    let mut rest = out;
+    for p in parts {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.len());
+        outs.push(head);
+        rest = tail;
+    }
+    let top = max_code as f64;
+    parts.par_iter().zip(outs.par_iter_mut()).all(|(p, o)| match *p {
+        Codes::Ints(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
+            o.copy_from_slice(x);
+            x.iter().all(|&k| k != missing && k >= 1 && k <= max_code)
+        }),
+        Codes::Doubles(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
+            let mut ok = true;
+            for (o, &v) in o.iter_mut().zip(x) {
+                // NaN fails every comparison.
+                ok &= v >= 1.0 && v <= top && v == v.trunc();
+                *o = v as i32;
+            }
+            ok
+        }),
+    })
+}
+
+/// One-based codes as zero-based symbols, in parallel; None if one is
+/// below 1.
+pub fn zero_based(codes: &[i32]) -> Option<Vec<u32>> {
+    use rayon::prelude::*;
+    let mut out = vec![0u32; codes.len()];
+    let ok = out.par_chunks_mut(CODES_GRAIN).zip(codes.par_chunks(CODES_GRAIN)).all(|(o, c)| {
+        let mut ok = true;
+        for (o, &k) in o.iter_mut().zip(c) {
+            ok &= k >= 1;
+            *o = k.wrapping_sub(1) as u32;
+        }
+        ok
+    });
+    ok.then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::Sequences;
@@ -139,4 +213,34 @@ mod tests {
         assert_eq!(s.observations(&(1..3)), &[3, 4, 5, 6]);
         assert_eq!(Sequences::picked(&part, s.observations(&(1..3)), &[1]), Sequences::from_vecs(&[vec![4u32, 5, 6]]));
     }
+    #[test]
+    fn codes_are_flattened_checked_and_made_zero_based() {
+        use super::{flatten_codes, zero_based, Codes};
+        let na = i32::MIN;
+        let big: Vec<i32> = (0..200_000).map(|i| 1 + i % 7).collect();
+        let ints = [1, 2, 3];
+        let doubles = [4.0, 5.0];
+        let parts = [Codes::Ints(&ints), Codes::Doubles(&doubles), Codes::Ints(&big)];
+        let mut out = vec![0; 5 + big.len()];
+        assert!(flatten_codes(&parts, 7, na, &mut out));
+        assert_eq!(&out[..5], &[1, 2, 3, 4, 5]);
+        assert_eq!(&out[5..], &big[..]);
+        assert_eq!(zero_based(&out[..5]), Some(vec![0, 1, 2, 3, 4]));
+        assert_eq!(zero_based(&[1, 0]), None);
+        // Each kind of bad value, alone in a long part.
+        let bad_ints = [0, na, 8];
+        for b in bad_ints {
+            let mut x = big.clone();
+            x[123_456] = b;
+            let mut out = vec![0; x.len()];
+            assert!(!flatten_codes(&[Codes::Ints(&x)], 7, na, &mut out), "{b}");
+        }
+        for b in [0.0, 1.5, f64::NAN, 8.0, f64::INFINITY, -1.0] {
+            let mut x: Vec<f64> = big.iter().map(|&k| k as f64).collect();
+            x[77_777] = b;
+            let mut out = vec![0; x.len()];
+            assert!(!flatten_codes(&[Codes::Doubles(&x)], 7, na, &mut out), "{b}");
+        }
+    }
+
 }
