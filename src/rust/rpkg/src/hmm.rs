@@ -406,7 +406,7 @@ fn hmm_symbol_codes_(seqs: List, n_symbols: f64, threads: i32) -> Result<Robj> {
     let max_code = if n_symbols.is_nan() || n_symbols < 1.0 { i32::MAX } else { n_symbols.min(i32::MAX as f64) as i32 };
     let mut out = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), total);
     let slice = out.as_integer_slice_mut().ok_or_else(|| Error::Other("internal: codes are not an integer vector".into()))?;
-    let ok = Exec::cpu().threads(threads.max(0) as usize).within(|| hmm::flatten_codes(&parts, max_code, <i32 as CanBeNA>::na(), slice));
+    let ok = Exec::cpu().threads(threads.max(0) as usize).within(|| hmm::flatten_codes(&parts, max_code, slice));
     Ok(if ok { out } else { Robj::from(()) })
 }
 

@@ -279,11 +279,14 @@ pub fn se_replicates(
         let mut stream = replicate_stream(template.seed, TAG_SE, ids[d], b);
         let x = data[d];
         match kind {
-            Resample::Nonparametric => {
-                let picked: Vec<usize> = (0..x.len()).map(|_| stream.below(x.len() as u64) as usize).collect();
-                let c = intervals.get(d).map_or_else(Censoring::default, |iv| iv.of(&picked));
-                (picked.iter().map(|&i| x[i]).collect(), c)
-            }
+            Resample::Nonparametric => match intervals.get(d) {
+                // Uncensored: the values only, no index list per replicate.
+                None => ((0..x.len()).map(|_| x[stream.below(x.len() as u64) as usize]).collect(), Censoring::default()),
+                Some(iv) => {
+                    let picked: Vec<usize> = (0..x.len()).map(|_| stream.below(x.len() as u64) as usize).collect();
+                    (picked.iter().map(|&i| x[i]).collect(), iv.of(&picked))
+                }
+            },
             Resample::Parametric => {
                 let mut v = simulate::mixture_from(family, &fits[d], x.len(), stream.rng());
                 let c = match censor_plans.get(d).and_then(Option::as_ref) {

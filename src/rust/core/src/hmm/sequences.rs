@@ -151,11 +151,11 @@ const CODES_GRAIN: usize = 1 << 16;
 
 /// `parts` concatenated into `out` (as long as all of them) as one-based
 /// integer codes, in parallel (the calling thread's pool), each checked:
-/// an integer other than `missing`, or a whole double, from 1 to
-/// `max_code`. Returns false, with `out` partly written, when any is not:
+/// an integer or a whole double from 1 to `max_code` (R's NA integer, the
+/// smallest i32, is below 1). Returns false, with `out` partly written, when any is not:
 /// the caller then finds and reports it (this pass only says whether all
 /// are valid, which costs one read and one write per value).
-pub fn flatten_codes(parts: &[Codes], max_code: i32, missing: i32, out: &mut [i32]) -> bool {
+pub fn flatten_codes(parts: &[Codes], max_code: i32, out: &mut [i32]) -> bool {
     use rayon::prelude::*;
     assert_eq!(out.len(), parts.iter().map(Codes::len).sum::<usize>(), "one output per value");
     let mut outs = Vec::with_capacity(parts.len());
@@ -169,7 +169,7 @@ pub fn flatten_codes(parts: &[Codes], max_code: i32, missing: i32, out: &mut [i3
     parts.par_iter().zip(outs.par_iter_mut()).all(|(p, o)| match *p {
         Codes::Ints(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
             o.copy_from_slice(x);
-            x.iter().all(|&k| k != missing && k >= 1 && k <= max_code)
+            x.iter().all(|&k| k >= 1 && k <= max_code)
         }),
         Codes::Doubles(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
             let mut ok = true;
@@ -222,7 +222,7 @@ mod tests {
         let doubles = [4.0, 5.0];
         let parts = [Codes::Ints(&ints), Codes::Doubles(&doubles), Codes::Ints(&big)];
         let mut out = vec![0; 5 + big.len()];
-        assert!(flatten_codes(&parts, 7, na, &mut out));
+        assert!(flatten_codes(&parts, 7, &mut out));
         assert_eq!(&out[..5], &[1, 2, 3, 4, 5]);
         assert_eq!(&out[5..], &big[..]);
         assert_eq!(zero_based(&out[..5]), Some(vec![0, 1, 2, 3, 4]));
@@ -233,13 +233,13 @@ mod tests {
             let mut x = big.clone();
             x[123_456] = b;
             let mut out = vec![0; x.len()];
-            assert!(!flatten_codes(&[Codes::Ints(&x)], 7, na, &mut out), "{b}");
+            assert!(!flatten_codes(&[Codes::Ints(&x)], 7, &mut out), "{b}");
         }
         for b in [0.0, 1.5, f64::NAN, 8.0, f64::INFINITY, -1.0] {
             let mut x: Vec<f64> = big.iter().map(|&k| k as f64).collect();
             x[77_777] = b;
             let mut out = vec![0; x.len()];
-            assert!(!flatten_codes(&[Codes::Doubles(&x)], 7, na, &mut out), "{b}");
+            assert!(!flatten_codes(&[Codes::Doubles(&x)], 7, &mut out), "{b}");
         }
     }
 
