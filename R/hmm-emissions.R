@@ -395,10 +395,16 @@ check_seq_list <- function(seqs, arg, kinds, ok_type, noun, call) {
 # whose every value passes `ok` (`what`: one valid value, for the message).
 # list(obs = doubles, lengths, names).
 check_numeric_seqs <- function(seqs, arg, what, ok, call) {
-  seqs <- check_seq_list(seqs, arg, c("numeric vectors", "a numeric vector"),
-                         function(x) is.numeric(x) && !is.factor(x), "observation", call)
+  # A list of plain numeric vectors (the common case) is typed and
+  # flattened by the core's threads in one call; anything else takes
+  # R's checks, which say what is wrong.
+  flat <- if (is.list(seqs) && !is.object(seqs) && length(seqs) > 0) hmm_numeric_obs_(seqs, cpu_threads())
+  if (is.null(flat)) {
+    seqs <- check_seq_list(seqs, arg, c("numeric vectors", "a numeric vector"),
+                           function(x) is.numeric(x) && !is.factor(x), "observation", call)
+    flat <- as.double(unlist(seqs, use.names = FALSE))
+  }
   lens <- lengths(seqs)
-  flat <- as.double(unlist(seqs, use.names = FALSE))
   # Whole-vector tests first; positions only on failure (10^7 observations).
   missing <- if (anyNA(flat)) is.na(flat) & !is.nan(flat)
   if (any(missing)) {

@@ -960,6 +960,14 @@ model_seqs <- function(model, seqs, arg, call) {
 # factor and character sequences); codes above V are found by the core or
 # hmm_fit().
 check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
+  # The common case, a list of plain integer or double code vectors, is
+  # typed, flattened and checked by the core's threads in one call; any
+  # other input or any problem takes the checks below, which say what and
+  # where.
+  if (is.list(seqs) && !is.object(seqs) && length(seqs) > 0) {
+    flat <- hmm_symbol_codes_(seqs, if (is.null(n_symbols)) 0 else as.double(n_symbols), cpu_threads())
+    if (!is.null(flat)) return(list(obs = flat, lengths = lengths(seqs), names = names(seqs)))
+  }
   seqs <- check_seq_list(
     seqs, arg,
     c("integer vectors, factors or character vectors", "an integer vector, a factor or a character vector"),
@@ -967,12 +975,6 @@ check_seqs <- function(seqs, symbols, n_symbols = NULL, arg = "seqs", call) {
   )
   lens <- lengths(seqs)
   labelled <- vapply(seqs, function(x) is.factor(x) || is.character(x), NA)
-  if (!any(labelled)) {
-    # Valid codes are flattened and checked by the core's threads; any
-    # problem falls through to the checks below, which say where it is.
-    flat <- hmm_symbol_codes_(seqs, if (is.null(n_symbols)) 0 else as.double(n_symbols), cpu_threads())
-    if (!is.null(flat)) return(list(obs = flat, lengths = as.integer(lens), names = names(seqs)))
-  }
   given <- seqs
   if (any(labelled)) {
     if (is.null(symbols)) symbols <- character()

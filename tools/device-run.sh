@@ -74,6 +74,35 @@ if [ "$what" = hmm ]; then
     (cd peers && python3 torch_hmm_host.py categorical $shape $v && python3 torch_hmm_host.py gaussian $shape) 2>&1 | tee -a "$out/peer-hmm.log"
   done
 fi
+# `hmm-small` (issues 20 and 24, not part of `all`): the HMM GPU tests,
+# hmm-suite, then the torch peer from host memory on its N = 4 shapes
+# (categorical and Gaussian), where the thread-per-sequence kernels run.
+if [ "$what" = hmm-small ]; then
+  run_tests hmm_gpu hmm_emissions_gpu
+  echo "== bulkem-bench hmm-suite"
+  ./bulkem-bench hmm-suite --backend cuda --json "$out/bench-hmm.jsonl" 2>&1 | tee "$out/bench-hmm.log"
+  echo "== torch_hmm_host.py, N = 4, M = 100,000, T = 200"
+  (cd peers && python3 torch_hmm_host.py categorical 4 100000 200 8 && python3 torch_hmm_host.py gaussian 4 100000 200) 2>&1 | tee -a "$out/peer-hmm.log"
+fi
+# `em-table` (issue 20, not part of `all`): the float64 and mixed EM GPU
+# tests, then the 40,000-dataset EM in float64 with the built-in kernels
+# and with the variant in kv1/ (BULKEM_KERNEL_DIR), alternating, and mixed
+# once each.
+if [ "$what" = em-table ]; then
+  for t in gpu_matches_cpu_fixed_iterations gpu_matches_cpu_converged gpu_mixed_precision_matches_double gpu_fits_ten_million_observations; do
+    echo "== em_gpu $t"; BULKEM_REQUIRE_NVRTC=1 ./em_gpu --exact $t --test-threads=1 > "$out/test-em-$t.log" 2>&1; echo "exit status $?"
+    grep -E "test result|panicked|disagree" "$out/test-em-$t.log" | head -5
+  done
+  for run in 1 2; do
+    for dir in "" kv1; do
+      for p in double mixed; do
+        [ "$p" = mixed ] && [ "$run" = 2 ] && continue
+        echo "== run $run, kernels ${dir:-built-in}, $p"
+        BULKEM_KERNEL_DIR=${dir:+$PWD/$dir} ./bulkem-bench em --backend cuda --datasets 40000 --n 2000 --starts 100 --iters 100 --epsilon 0 --precision $p --json "$out/bench.jsonl" 2>&1 | tee -a "$out/bench-em.log"
+      done
+    done
+  done
+fi
 # `variants` (issue 25, not part of `all`): the EM GPU tests (constraints
 # and censored data among them; kernels_compile runs in CI), then the 40,000-dataset EM as it is, with
 # weights, with a shared shape, and right-censored at 5.

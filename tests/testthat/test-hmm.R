@@ -403,4 +403,30 @@ test_that("sequences of codes are read in parallel as R would flatten them, and 
   y <- seqs
   y[[1]][54321] <- NA
   expect_error(check_seqs(y, NULL, 5, call = environment()), "position 54321", class = "bulkem_error_input")
+  # Sequences that are not plain code vectors leave the core's path and get
+  # R's message, naming the sequence.
+  for (odd in list(matrix(1L, 2, 2), integer(0), c(TRUE, FALSE), factor("a"))) {
+    z <- c(seqs, list(odd))
+    expect_error(check_seqs(z, NULL, 5, call = environment()), "Sequence 4", class = "bulkem_error_input")
+  }
+  # A factor is read by its labels, not its codes.
+  f <- list(factor(c("b", "a"), levels = c("b", "a")), 1L)
+  expect_identical(check_seqs(f, c("a", "b"), 2, call = environment())$obs, c(2L, 1L, 1L))
+  expect_identical(names(check_seqs(list(p = 1L, q = c(2, 1)), NULL, 2, call = environment())), c("obs", "lengths", "names"))
+  expect_identical(check_seqs(list(p = 1L, q = c(2, 1)), NULL, 2, call = environment())$names, c("p", "q"))
+})
+
+test_that("numeric sequences are read by the core as R would flatten them, and odd ones get R's message", {
+  g <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE), emission = gaussian_emission(c(-1, 1), c(1, 1)))
+  seqs <- list(a = c(0.5, -1.25, 2), b = 3L, c = rnorm(70000))
+  s <- check_numeric_seqs(seqs, "seqs", "finite number", is.finite, call = environment())
+  expect_identical(s$obs, as.double(unlist(seqs, use.names = FALSE)))
+  expect_identical(s$lengths, c(3L, 1L, 70000L))
+  expect_identical(s$names, c("a", "b", "c"))
+  expect_identical(hmm_loglik(g, seqs, use.gpu = FALSE), hmm_loglik(g, lapply(seqs, as.double), use.gpu = FALSE))
+  expect_error(hmm_loglik(g, list(1, c(2L, NA)), use.gpu = FALSE), "Sequence 2 has NA at position 2",
+               class = "bulkem_error_input")
+  expect_error(hmm_loglik(g, list(1, matrix(1, 2, 2)), use.gpu = FALSE), "Sequence 2", class = "bulkem_error_input")
+  expect_error(hmm_loglik(g, list(1, factor("a")), use.gpu = FALSE), "Sequence 2", class = "bulkem_error_input")
+  expect_error(hmm_loglik(g, list(1, Sys.Date()), use.gpu = FALSE), "Sequence 2", class = "bulkem_error_input")
 })

@@ -251,6 +251,39 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
             for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d warp viterbi path seq %d t %lld", N, s, t);
         }
     }
+    // The thread-per-sequence kernels (N <= 8, one compiled N each): the
+    // forward's log-likelihoods and alphas, the warp backward's posteriors
+    // from them, a later batch alone, and Viterbi bit for bit.
+    auto thread_kernels = [&]<int TN>() {
+        double* nulw = nullptr;
+        vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0), gamma(S * N, 0.0);
+        emu_launch({std::min(G, 2u), 1, 1}, 32, TN * TN * 8, hmm_forward_thread_n<TN>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
+        for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d thread forward seq %d: %.17g vs %.17g", N, s, ll[s], ref[s].ll);
+        emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, nulw);
+        for (int s = 0; s < M; ++s)
+            for (long long k = 0; k < (off[s + 1] - off[s]) * N; ++k)
+                CHECK(close(gamma[off[s] * N + k], ref[s].ll == -INFINITY ? NAN : ref[s].gamma[k], 1e-12), "N=%d thread gamma seq %d k %lld: %g vs %g", N, s, k, gamma[off[s] * N + k], ref[s].gamma[k]);
+        vector<double> l2(M - 3, 0.0);
+        emu_launch({1, 1, 1}, 32, TN * TN * 8, hmm_forward_thread_n<TN>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, nulw, nulw, l2.data(), theta);
+        for (int s = 3; s < M; ++s) CHECK(l2[s - 3] == ll[s] || (std::isnan(l2[s - 3]) && std::isnan(ll[s])), "N=%d thread forward batch seq %d", N, s);
+        vector<unsigned char> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M, 0.0);
+        emu_launch({std::min(G, 2u), 1, 1}, 32, TN * TN * 8, hmm_viterbi_thread_n<TN>, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data(), nulw, nulw);
+        for (int s = 0; s < M; ++s) {
+            CHECK(logp[s] == ref[s].logp, "N=%d thread viterbi logp seq %d: %.17g vs %.17g", N, s, logp[s], ref[s].logp);
+            for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] + t] == ref[s].path[t], "N=%d thread viterbi path seq %d t %lld", N, s, t);
+        }
+    };
+    switch (N) {
+        case 1: thread_kernels.template operator()<1>(); break;
+        case 2: thread_kernels.template operator()<2>(); break;
+        case 3: thread_kernels.template operator()<3>(); break;
+        case 4: thread_kernels.template operator()<4>(); break;
+        case 5: thread_kernels.template operator()<5>(); break;
+        case 6: thread_kernels.template operator()<6>(); break;
+        case 7: thread_kernels.template operator()<7>(); break;
+        case 8: thread_kernels.template operator()<8>(); break;
+        default: break;
+    }
     std::printf("N=%d V=%d zeros=%d uniform=%d: %d sequences (%d impossible) checked\n", N, V, zeros, uniform, M, impossible);
 }
 
@@ -283,12 +316,16 @@ static void run_certificate_case() {
         vector<double> trans_t(4), emis_k(4);
         for (int i = 0; i < 2; ++i) for (int j = 0; j < 2; ++j) { trans_t[j * 2 + i] = m.trans[i * 2 + j]; emis_k[j * 2 + i] = m.emis[i * 2 + j]; }
         double* nulw = nullptr;
-        for (int warp = 0; warp < 2; ++warp) {
+        // warp = 2: the thread-per-sequence forward, then the warp backward.
+        for (int warp = 0; warp < 3; ++warp) {
             vector<double> alpha(S * 2, 0.0), scale(S, 0.0), ll(M, 0.0), gamma(S * 2, 0.0);
             long long size = 2 + 4 + 4;
             vector<double> partial(4 * size, 0.0);
             if (warp) {
-                emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, 2, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
+                if (warp == 2)
+                    emu_launch({1, 1, 1}, 32, 4 * 8, hmm_forward_thread_n<2>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
+                else
+                    emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, 2, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
                 emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, nulw);
                 emu_launch({1, 1, 1}, 128, (4 * 32 + 4 * 2 * 32) * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), nulw, partial.data(), nulw, nulw);
             } else {
@@ -335,6 +372,9 @@ int main() {
         run_case(70, 6, true, 5, G);
         run_case(32, 4, false, 10, G, true);
         run_case(7, 3, false, 11, G, true);
+        run_case(8, 6, true, 12, G);
+        run_case(2, 5, true, 13, G);
+        run_case(4, 3, false, 14, G, true);
     }
     std::printf(failures ? "%d FAILURES\n" : "all passed\n", failures);
     return failures != 0;

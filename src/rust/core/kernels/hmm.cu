@@ -691,3 +691,158 @@ extern "C" __global__ void hmm_backward_warp(
         }
     }
 }
+
+// ---- Few states (N <= 8): one thread per sequence -----------------------------
+// With a handful of states a warp per sequence leaves most lanes idle and
+// pays a warp reduction every step. Here a thread keeps its sequence's
+// state vector in registers; the transitions are in shared memory, read by
+// every thread at the same address (broadcast). Compiled for one N at a
+// time (HMM_TN): the loops unroll and the vectors stay in registers. Same
+// layouts, results and certificate as the *_warp kernels; the sums over
+// states run in increasing order, as on the CPU.
+
+#ifndef HMM_TN
+#define HMM_TN 4
+#endif
+
+// hmm_forward_warp for N = TN. Shared: TN * TN doubles (the transitions).
+template <int TN>
+__device__ __forceinline__ void hmm_forward_thread_n(
+    const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
+    const unsigned long long* __restrict__ mins)
+{
+    extern __shared__ double sm[];
+    double* a = sm;
+    for (int k = threadIdx.x; k < TN * TN; k += blockDim.x) a[k] = trans[k];
+    __syncthreads();
+    const double theta = hmm_theta(mins);
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * blockDim.x + threadIdx.x; s < s1; s += gridDim.x * blockDim.x) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        double x[TN];
+        const double* row = emis_k + (long long)sym[b] * TN;
+#pragma unroll
+        for (int i = 0; i < TN; ++i) x[i] = start[i] * row[i];
+        double m = 1.0, ll = 0.0;  // log P = ll + log(m)
+        bool dead = false;
+        // Step t: x is step t - 1's unscaled vector, c its scale.
+        for (long long t = 1;; ++t) {
+            double c = 0.0;
+#pragma unroll
+            for (int i = 0; i < TN; ++i) c += hmm_certified(x[i], theta);
+            if (!(c > 0.0)) {
+                dead = true;
+                ll = hmm_dead(c, theta);
+                break;
+            }
+            const double r = 1.0 / c;
+            hmm_add_log(c, m, ll);
+            if (alpha) {
+#pragma unroll
+                for (int i = 0; i < TN; ++i) alpha[(rel + t - 1) * TN + i] = x[i] * r;
+            }
+            if (scale) scale[rel + t - 1] = c;
+            if (t >= T) break;
+            row = emis_k + (long long)sym[b + t] * TN;
+            double y[TN];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                double acc = 0.0;
+#pragma unroll
+                for (int i = 0; i < TN; ++i) acc = fma(x[i], a[i * TN + j], acc);
+                y[j] = acc;
+            }
+#pragma unroll
+            for (int j = 0; j < TN; ++j) x[j] = y[j] * (r * row[j]);
+        }
+        loglik[s - s0] = dead ? ll : ll + log(m);
+    }
+}
+
+extern "C" __global__ void hmm_forward_thread(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
+    const unsigned long long* __restrict__ mins)
+{
+    hmm_forward_thread_n<HMM_TN>(start, trans, emis_k, sym, off, s0, s1, alpha, scale, loglik, mins);
+}
+
+// The log emission of state j for key k (a symbol, or a density's
+// observation), as HMM_VIT_ROW for lane j.
+#ifdef HMM_DENSITY
+#define HMM_VIT_ROW_OF(k, j, TN) (hmm_emis_log(ep, (TN), (j), (k)) + hmm_emis_shared(k))
+#else
+#define HMM_VIT_ROW_OF(k, j, TN) (lemis_k[(long long)(k) * (TN) + (j)])
+#endif
+
+// hmm_viterbi_warp for N = TN: back-pointers as bytes, ties to the lowest
+// state; bit-identical to it and to the CPU. Shared: TN * TN doubles (the
+// log transitions).
+template <int TN>
+__device__ __forceinline__ void hmm_viterbi_thread_n(
+    const double* __restrict__ lstart, const double* __restrict__ ltrans,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    unsigned char* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp,
+    const double* __restrict__ obs, const double* __restrict__ ep)
+{
+    extern __shared__ double sm[];
+    double* lt = sm;
+    for (int k = threadIdx.x; k < TN * TN; k += blockDim.x) lt[k] = ltrans[k];
+    __syncthreads();
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * blockDim.x + threadIdx.x; s < s1; s += gridDim.x * blockDim.x) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        double d[TN];
+        {
+            const hmm_vit_key k = HMM_VIT_KEY(b);
+#pragma unroll
+            for (int i = 0; i < TN; ++i) d[i] = lstart[i] + HMM_VIT_ROW_OF(k, i, TN);
+        }
+        for (long long t = 1; t < T; ++t) {
+            const hmm_vit_key k = HMM_VIT_KEY(b + t);
+            unsigned char* bp = back + (rel + t) * TN;
+            double nd[TN];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                double best = HMM_NEG_INF;
+                int arg = 0;
+#pragma unroll
+                for (int i = 0; i < TN; ++i) {
+                    const double v = d[i] + lt[i * TN + j];
+                    if (v > best) { best = v; arg = i; }
+                }
+                nd[j] = best + HMM_VIT_ROW_OF(k, j, TN);
+                bp[j] = (unsigned char)arg;
+            }
+#pragma unroll
+            for (int j = 0; j < TN; ++j) d[j] = nd[j];
+        }
+        double best = d[0];
+        int arg = 0;
+#pragma unroll
+        for (int j = 1; j < TN; ++j) {
+            if (d[j] > best) { best = d[j]; arg = j; }
+        }
+        hmm_backtrack(best, arg, T, rel, TN, back, path, &logp[s - s0]);
+    }
+}
+
+extern "C" __global__ void hmm_viterbi_thread(
+    int N, const double* __restrict__ lstart, const double* __restrict__ ltrans,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    unsigned char* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp,
+    const double* __restrict__ obs, const double* __restrict__ ep)
+{
+    hmm_viterbi_thread_n<HMM_TN>(lstart, ltrans, lemis_k, sym, off, s0, s1, back, path, logp, obs, ep);
+}

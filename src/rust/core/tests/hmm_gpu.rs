@@ -68,10 +68,11 @@ fn passes_match_the_cpu() {
     if !gpu_or_skip() {
         return;
     }
-    // N <= 32 (a warp per sequence), N above a warp (a block per sequence,
-    // tables in shared memory), and N = 200 (transitions in global memory:
-    // several sequences per block).
-    for (key, &(n, v, zeros)) in [(1usize, 3usize, false), (2, 4, true), (5, 7, true), (32, 16, false), (33, 16, false), (64, 8, true), (200, 20, false)].iter().enumerate() {
+    // N <= 8 (a thread per sequence for forward and Viterbi), N <= 32 (a
+    // warp per sequence), N above a warp (a block per sequence, tables in
+    // shared memory), and N = 200 (transitions in global memory: several
+    // sequences per block).
+    for (key, &(n, v, zeros)) in [(1usize, 3usize, false), (2, 4, true), (5, 7, true), (8, 5, false), (9, 4, true), (32, 16, false), (33, 16, false), (64, 8, true), (200, 20, false)].iter().enumerate() {
         let model = random_model(n, v, key as u64, zeros);
         let (seqs, _) = hmm::simulate(&model, &lengths(300, 120, key as u64), key as u64);
         compare_passes(&model, &seqs, &format!("N={n} V={v}"));

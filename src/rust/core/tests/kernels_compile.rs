@@ -133,7 +133,9 @@ fn hmm_kernels_compile() {
     if !nvrtc_or_skip() {
         return;
     }
-    check("hmm", &[vec![]]);
+    // The thread-per-sequence kernels are compiled for each N up to 8.
+    let variants: Vec<Vec<(&str, i64)>> = std::iter::once(vec![]).chain((1..=8).map(|n| vec![("HMM_TN", n)])).collect();
+    check("hmm", &variants);
 }
 
 /// hmm.cu's backward kernels and hmm_emission.cu with every density
@@ -146,7 +148,7 @@ fn hmm_emission_kernels_compile() {
     fn with<E: Emission>() {
         let prelude = E::cuda();
         assert!(!prelude.is_empty(), "{} has no device block", E::NAME);
-        for (file, defines) in [("hmm", vec![("HMM_DENSITY", 1)]), ("hmm_emission", vec![])] {
+        for (file, defines) in [("hmm", vec![("HMM_DENSITY", 1)]), ("hmm", vec![("HMM_DENSITY", 1), ("HMM_TN", 3)]), ("hmm_emission", vec![])] {
             let src = kernel_source_with(file, &prelude).expect("kernel source");
             for arch in ARCHS {
                 let ptx = compile(&src, arch, &defines).unwrap_or_else(|e| panic!("{file}.cu, {}, {arch}: {e}", E::NAME));

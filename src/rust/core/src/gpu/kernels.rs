@@ -76,6 +76,8 @@ pub enum Kernel {
     HmmBackwardWarp,
     HmmViterbi,
     HmmViterbiWarp,
+    HmmForwardThread,
+    HmmViterbiThread,
     HmmViterbiBatched,
     HmmVitPad,
     HmmReduce,
@@ -100,7 +102,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 50] = [
+    pub const ALL: [Kernel; 52] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -130,6 +132,8 @@ impl Kernel {
         Kernel::HmmBackwardWarp,
         Kernel::HmmViterbi,
         Kernel::HmmViterbiWarp,
+        Kernel::HmmForwardThread,
+        Kernel::HmmViterbiThread,
         Kernel::HmmViterbiBatched,
         Kernel::HmmVitPad,
         Kernel::HmmReduce,
@@ -186,6 +190,8 @@ impl Kernel {
             HmmBackwardWarp => ("hmm", "hmm_backward_warp"),
             HmmViterbi => ("hmm", "hmm_viterbi"),
             HmmViterbiWarp => ("hmm", "hmm_viterbi_warp"),
+            HmmForwardThread => ("hmm", "hmm_forward_thread"),
+            HmmViterbiThread => ("hmm", "hmm_viterbi_thread"),
             HmmViterbiBatched => ("hmm_batched", "hmm_viterbi_batched"),
             HmmVitPad => ("hmm_batched", "hmm_vit_pad"),
             HmmReduce => ("hmm", "hmm_reduce"),

@@ -63,7 +63,7 @@ pub use baum_welch::{m_step, random_model, try_random_model, HmmFit};
 pub use config::{CheckedHmmFitConfig, HmmFitConfig};
 pub use emission::{Categorical, Emission, EmissionFit, EmissionKind, Gaussian, Poisson};
 pub use model::HmmModel;
-pub use sequences::{flatten_codes, zero_based, Codes, Sequences};
+pub use sequences::{flatten_codes, flatten_values, zero_based, Codes, Sequences};
 pub use simulate::{simulate, simulate_with};
 pub use size::{HmmJob, Pass};
 pub use tables::{LogTables, Tables};

@@ -157,14 +157,7 @@ const CODES_GRAIN: usize = 1 << 16;
 /// are valid, which costs one read and one write per value).
 pub fn flatten_codes(parts: &[Codes], max_code: i32, out: &mut [i32]) -> bool {
     use rayon::prelude::*;
-    assert_eq!(out.len(), parts.iter().map(Codes::len).sum::<usize>(), "one output per value");
-    let mut outs = Vec::with_capacity(parts.len());
-    let mut rest = out;
-    for p in parts {
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.len());
-        outs.push(head);
-        rest = tail;
-    }
+    let mut outs = split_like(parts, out);
     let top = max_code as f64;
     parts.par_iter().zip(outs.par_iter_mut()).all(|(p, o)| match *p {
         Codes::Ints(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
@@ -181,6 +174,41 @@ pub fn flatten_codes(parts: &[Codes], max_code: i32, out: &mut [i32]) -> bool {
             ok
         }),
     })
+}
+
+/// `parts` concatenated into `out` (as long as all of them) as doubles, in
+/// parallel (the calling thread's pool): the observations of a density
+/// emission. Returns false, with `out` partly written, when an integer
+/// part holds R's NA (the smallest i32), which the caller reports; doubles
+/// are copied as they are (NA and NaN included).
+pub fn flatten_values(parts: &[Codes], out: &mut [f64]) -> bool {
+    use rayon::prelude::*;
+    let mut outs = split_like(parts, out);
+    parts.par_iter().zip(outs.par_iter_mut()).all(|(p, o)| match *p {
+        Codes::Ints(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
+            for (o, &k) in o.iter_mut().zip(x) {
+                *o = k as f64;
+            }
+            !x.contains(&i32::MIN)
+        }),
+        Codes::Doubles(x) => {
+            o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).for_each(|(o, x)| o.copy_from_slice(x));
+            true
+        }
+    })
+}
+
+/// `out` cut into consecutive pieces as long as `parts`.
+fn split_like<'o, T>(parts: &[Codes], out: &'o mut [T]) -> Vec<&'o mut [T]> {
+    assert_eq!(out.len(), parts.iter().map(Codes::len).sum::<usize>(), "one output per value");
+    let mut outs = Vec::with_capacity(parts.len());
+    let mut rest = out;
+    for p in parts {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.len());
+        outs.push(head);
+        rest = tail;
+    }
+    outs
 }
 
 /// One-based codes as zero-based symbols, in parallel; None if one is
@@ -241,6 +269,25 @@ mod tests {
             let mut out = vec![0; x.len()];
             assert!(!flatten_codes(&[Codes::Doubles(&x)], 7, &mut out), "{b}");
         }
+    }
+
+    #[test]
+    fn values_are_flattened_as_doubles_and_integer_na_refused() {
+        use super::{flatten_values, Codes};
+        let big: Vec<i32> = (0..200_000).map(|i| i % 11 - 5).collect();
+        let doubles = [0.5, f64::NAN, -2.25];
+        let parts = [Codes::Doubles(&doubles), Codes::Ints(&big), Codes::Ints(&[7])];
+        let mut out = vec![0.0; 4 + big.len()];
+        assert!(flatten_values(&parts, &mut out));
+        assert_eq!(out[0], 0.5);
+        assert!(out[1].is_nan());
+        assert_eq!(out[2], -2.25);
+        assert!(out[3..3 + big.len()].iter().zip(&big).all(|(&o, &k)| o == k as f64));
+        assert_eq!(out[3 + big.len()], 7.0);
+        let mut x = big.clone();
+        x[150_000] = i32::MIN;
+        let mut out = vec![0.0; x.len()];
+        assert!(!flatten_values(&[Codes::Ints(&x)], &mut out));
     }
 
 }

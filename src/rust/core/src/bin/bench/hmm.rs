@@ -42,7 +42,9 @@ pub fn suite(backends: &[Backend], threads: usize, json: &mut std::fs::File) -> 
     bench_gaussian(32, 10_000, 1000, backends, threads, json)?;
     // Issue 24's shapes: many states, many short sequences, one long one.
     bench_hmm(1024, 64, 256, 64, backends, threads, json)?;
+    bench_gaussian(1024, 64, 256, backends, threads, json)?;
     bench_hmm(4, 100_000, 200, 8, backends, threads, json)?;
+    bench_gaussian(4, 100_000, 200, backends, threads, json)?;
     bench_hmm(8, 1, 262_144, 16, backends, threads, json)?;
     bench_gaussian(8, 1, 262_144, backends, threads, json)
 }

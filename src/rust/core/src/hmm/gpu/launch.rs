@@ -14,7 +14,7 @@ use crate::gpu::{Device, Kernel};
 use super::super::backward::Counts;
 use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
 use super::rows::DeviceDensity;
-use super::plan::{grid, smem_limit, threads_for, warp_grid, xi_splits};
+use super::plan::{grid, smem_limit, thread_config, thread_path, threads_for, warp_grid, xi_splits};
 use super::{err, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
 /// Launch hmm_forward (or hmm_forward_warp; large N goes to the batched
@@ -32,7 +32,9 @@ pub(super) fn launch_forward(
     let base = (2 * n + 32) * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
     let warp = n <= WARP_MAX_STATES;
-    let (name, cfg) = if warp {
+    let (name, cfg) = if thread_path(n) {
+        (Kernel::HmmForwardThread, thread_config(dev, n, range.len()))
+    } else if warp {
         let smem = WARPS * 32 * 8;
         let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
         (Kernel::HmmForwardWarp, cfg)
@@ -41,7 +43,7 @@ pub(super) fn launch_forward(
         let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
         (Kernel::HmmForward, cfg)
     };
-    let f = dev.function(name, &[])?;
+    let f = if thread_path(n) { dev.function(name, &[("HMM_TN", n as i64)])? } else { dev.function(name, &[])? };
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let null: u64 = 0;
     let s = &dev.stream;
@@ -57,14 +59,15 @@ pub(super) fn launch_forward(
     }
     launch.arg(&tables.mins);
     // SAFETY: the arguments match the parameters of hmm_forward (or of
-    // hmm_forward_warp, which has no trans_smem flag) in order and type;
+    // hmm_forward_warp and hmm_forward_thread, which have no trans_smem
+    // flag; the latter compiled for this N) in order and type;
     // mins holds two keys;
     // the tables hold N, N*N and V*N doubles, the symbols are < V
     // (validated), off has one entry per sequence + 1 and s0 < s1 index it;
     // alpha and scale (or null) hold N and 1 doubles per symbol of the
     // batch, loglik one per sequence of the batch; shared memory is sized
     // for cur, nxt and the reduction slots and trans when trans_smem, or for
-    // one 32-double slice per warp.
+    // one 32-double slice per warp, or the N*N transitions.
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_forward"))?;
     Ok(())
 }
@@ -78,7 +81,10 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
         return super::batched::viterbi(dev, n, tabs, seqs, rows, vals, &mut buf.path, &mut buf.logp);
     }
     let warp = n <= WARP_MAX_STATES;
-    let (name, cfg) = if warp {
+    let thread = thread_path(n);
+    let (name, cfg) = if thread {
+        (Kernel::HmmViterbiThread, thread_config(dev, n, range.len()))
+    } else if warp {
         let smem = WARPS * 32 * 8;
         (Kernel::HmmViterbiWarp, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
     } else {
@@ -88,7 +94,9 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     };
     // A density's warp kernel computes its log rows (tabs.emis unused).
     let f = match density {
+        Some(d) if thread => d.function_for_states(dev, name, n)?,
         Some(d) if warp => d.function(dev, name)?,
+        None if thread => dev.function(name, &[("HMM_TN", n as i64)])?,
         _ => dev.function(name, &[])?,
     };
     let (n_i, s0, s1, trans_smem) = (n as i32, range.start as i32, range.end as i32, 1i32);
@@ -118,9 +126,11 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     // batch; the log tables hold N, N*N and V*N doubles, the symbols are
     // < V, off indexes the batch; shared memory holds what the kernel's
     // comment lists (cur, nxt and the log transitions, or one 32-double
-    // slice per warp for the warp kernel); the warp kernel's obs and ep
-    // are a density's (observations padded by SYM_PAD values, its
-    // parameters), compiled with its block, or null.
+    // slice per warp for the warp kernel, the N*N log transitions for the
+    // thread kernel, compiled for this N, whose parameters are the warp
+    // kernel's); the warp and thread kernels' obs and ep are a density's
+    // (observations padded by SYM_PAD values, its parameters), compiled
+    // with its block, or null.
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching the Viterbi kernel"))?;
     Ok(())
 }

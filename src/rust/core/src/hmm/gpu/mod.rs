@@ -100,6 +100,11 @@ const XI_ROWS: usize = 256;
 /// one warp each, used for N <= WARP_MAX_STATES.
 const WARPS: usize = 4;
 const WARP_MAX_STATES: usize = 32;
+/// Largest N of the thread-per-sequence forward and Viterbi kernels
+/// (hmm_*_thread: a sequence's state vector in one thread's registers), and
+/// their threads per block.
+const THREAD_MAX_STATES: usize = 8;
+const THREAD_BLOCK: u32 = 128;
 /// Blocks per multiprocessor of the warp kernels (they stride over the
 /// sequences; each warp of the counting kernel owns an accumulator).
 const WARP_BLOCKS_PER_SM: u32 = 8;

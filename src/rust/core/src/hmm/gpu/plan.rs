@@ -11,7 +11,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
 use super::super::sequences::Sequences;
-use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
+use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, THREAD_BLOCK, THREAD_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
 
 pub(super) fn check_size(n_states: usize, count: usize) -> Result<()> {
     if n_states > MAX_GPU_STATES {
@@ -82,6 +82,20 @@ pub(super) fn batched_path(dev: &Device, n: usize) -> bool {
 /// memory).
 pub(super) fn warp_path(dev: &Device, n: usize, v: usize, counts: bool) -> bool {
     n <= WARP_MAX_STATES && (!counts || (WARPS * 32 + WARPS * v * 32) * 8 <= smem_limit(dev))
+}
+
+/// Whether N states run the thread-per-sequence forward and Viterbi
+/// kernels: with a handful of states a warp per sequence leaves most lanes
+/// idle and reduces over the warp at every step.
+pub(super) fn thread_path(n: usize) -> bool {
+    n <= THREAD_MAX_STATES
+}
+
+/// Launch shape of a thread-per-sequence kernel over `count` sequences for
+/// N states (the transitions in shared memory).
+pub(super) fn thread_config(dev: &Device, n: usize, count: usize) -> cudarc::driver::LaunchConfig {
+    let blocks = (count.div_ceil(THREAD_BLOCK as usize) as u32).clamp(1, dev.multiprocessors * BLOCKS_PER_SM);
+    cudarc::driver::LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREAD_BLOCK, 1, 1), shared_mem_bytes: (n * n * 8) as u32 }
 }
 
 /// Blocks of a warp-kernel launch over `count` sequences.

@@ -127,6 +127,12 @@ impl DeviceDensity {
         dev.function_with(kernel, Some((self.name, &self.prelude)), defines)
     }
 
+    /// hmm.cu's `kernel` compiled with this emission for N = `n` states
+    /// (the thread-per-sequence kernels are compiled for one N each).
+    pub(super) fn function_for_states(&self, dev: &Device, kernel: Kernel, n: usize) -> Result<CudaFunction> {
+        dev.function_with(kernel, Some((self.name, &self.prelude)), &[("HMM_DENSITY", 1), ("HMM_TN", n as i64)])
+    }
+
     /// Fill `rows` (N values per position) with the rows of all `total`
     /// positions: linear (`extra`: every position's shift and row minimum)
     /// or log (`extra` None).
