@@ -61,6 +61,49 @@ extern "C" __global__ void hmm_emission_rows(
     }
 }
 
+// hmm_emission_rows for N <= HMM_ROW_THREAD_MAX: one thread per position
+// (a warp per position left most of its lanes idle). The same values: a
+// row's largest and smallest entries do not depend on the order they are
+// taken in.
+#define HMM_ROW_THREAD_MAX 8
+extern "C" __global__ void hmm_emission_rows_thread(
+    int N, long long total, const double* __restrict__ obs, const double* __restrict__ ep,
+    int log_space, double* __restrict__ rows, double* __restrict__ shift, double* __restrict__ rowmin)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += stride) {
+        const double x = obs[p];
+        const double k = hmm_emis_shared(x);
+        double l[HMM_ROW_THREAD_MAX];
+        double top = HMM_NEG_INF;
+#pragma unroll
+        for (int j = 0; j < HMM_ROW_THREAD_MAX; ++j) {
+            if (j < N) {
+                l[j] = hmm_emis_log(ep, N, j, x);
+                top = fmax(top, l[j]);
+            }
+        }
+        if (log_space) {
+#pragma unroll
+            for (int j = 0; j < HMM_ROW_THREAD_MAX; ++j)
+                if (j < N) rows[p * N + j] = l[j] + k;
+            continue;
+        }
+        const bool none = !(top > HMM_NEG_INF);
+        double mn = HMM_EMIS_INF;
+#pragma unroll
+        for (int j = 0; j < HMM_ROW_THREAD_MAX; ++j) {
+            if (j < N) {
+                const double v = none ? 0.0 : exp(l[j] - top);
+                if (l[j] > HMM_NEG_INF && v < mn) mn = v;
+                rows[p * N + j] = v;
+            }
+        }
+        shift[p] = none ? 0.0 : top + k;
+        rowmin[p] = none ? 0.0 : mn;
+    }
+}
+
 // sym[p] = p for the `total` positions: each position reads its own row.
 extern "C" __global__ void hmm_positions(long long total, unsigned* __restrict__ sym)
 {

@@ -87,6 +87,7 @@ pub enum Kernel {
     HmmXiGemm,
     HmmMStep,
     HmmEmissionRows,
+    HmmEmissionRowsThread,
     HmmSequenceShifts,
     HmmCountStats,
     HmmPositions,
@@ -102,7 +103,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 52] = [
+    pub const ALL: [Kernel; 53] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -143,6 +144,7 @@ impl Kernel {
         Kernel::HmmXiGemm,
         Kernel::HmmMStep,
         Kernel::HmmEmissionRows,
+        Kernel::HmmEmissionRowsThread,
         Kernel::HmmSequenceShifts,
         Kernel::HmmCountStats,
         Kernel::HmmPositions,
@@ -201,6 +203,7 @@ impl Kernel {
             HmmXiGemm => ("hmm_batched", "hmm_xi_gemm"),
             HmmMStep => ("hmm_batched", "hmm_m_step"),
             HmmEmissionRows => ("hmm_emission", "hmm_emission_rows"),
+            HmmEmissionRowsThread => ("hmm_emission", "hmm_emission_rows_thread"),
             HmmSequenceShifts => ("hmm_emission", "hmm_sequence_shifts"),
             HmmCountStats => ("hmm_emission", "hmm_count_stats"),
             HmmPositions => ("hmm_emission", "hmm_positions"),

@@ -121,7 +121,7 @@ pub fn job(states: usize, symbols: usize, passes: usize, threads: usize, obs_byt
 /// Check every observation against the emission: the error names the
 /// sequence, the position and what observations must be.
 pub fn validate<E: Emission>(shape: &E::Shape, seqs: &Sequences<E::Obs>) -> Result<()> {
-    seqs.validate_with(|o| E::check_obs(shape, o), || E::obs_rule(shape))
+    seqs.validate_with(|o| E::obs_ok(shape, o), |o| E::check_obs(shape, o), || E::obs_rule(shape))
 }
 
 /// Validate the sequences against the model and check the call's memory.

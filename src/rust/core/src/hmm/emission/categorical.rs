@@ -116,6 +116,10 @@ impl Emission for Categorical {
         ((o as usize) >= *v).then(|| format!("symbol {}", o as u64 + 1))
     }
 
+    fn obs_ok(v: &usize, o: u32) -> bool {
+        (o as usize) < *v
+    }
+
     fn obs_rule(v: &usize) -> String {
         format!("symbols must be between 1 and {v}")
     }

@@ -102,6 +102,10 @@ impl Emission for Gaussian {
         (!x.is_finite()).then(|| format!("value {x}"))
     }
 
+    fn obs_ok(_: &(), x: f64) -> bool {
+        x.is_finite()
+    }
+
     fn obs_rule(_: &()) -> String {
         "observations must be finite numbers".into()
     }

@@ -132,6 +132,12 @@ pub trait Emission: Clone + Debug + PartialEq + Send + Sync + Sized + 'static {
     /// What is wrong with `o` ("symbol 7"), if it cannot be an observation
     /// of an emission of this shape.
     fn check_obs(shape: &Self::Shape, o: Self::Obs) -> Option<String>;
+    /// Whether `o` can be an observation: `check_obs` without the message,
+    /// so that a scan over every observation has no branch to take and
+    /// vectorises.
+    fn obs_ok(shape: &Self::Shape, o: Self::Obs) -> bool {
+        Self::check_obs(shape, o).is_none()
+    }
     /// What observations must be, for errors.
     fn obs_rule(shape: &Self::Shape) -> String;
     /// The rows the recursions read.

@@ -95,7 +95,11 @@ impl Emission for Poisson {
     }
 
     fn check_obs(_: &(), x: f64) -> Option<String> {
-        (!(x >= 0.0 && x <= MAX_COUNT && x == x.floor())).then(|| format!("value {x}"))
+        (!Self::obs_ok(&(), x)).then(|| format!("value {x}"))
+    }
+
+    fn obs_ok(_: &(), x: f64) -> bool {
+        x >= 0.0 && x <= MAX_COUNT && x == x.floor()
     }
 
     fn obs_rule(_: &()) -> String {

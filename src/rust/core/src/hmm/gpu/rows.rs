@@ -19,6 +19,7 @@ use super::super::model::HmmModel;
 use super::super::tables::{min_positive, DENSE_MIN};
 use super::super::sequences::Sequences;
 use super::memory::{min_key, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
+use super::plan::thread_path;
 use super::{err, WARP_MAX_STATES};
 
 /// A density emission's observations, parameters and kernels.
@@ -49,7 +50,7 @@ pub(super) struct DensityTables {
 }
 
 /// Threads per block of hmm_emission_rows and hmm_sequence_shifts (a warp
-/// per position or sequence).
+/// per position or sequence), and of hmm_emission_rows_thread.
 const ROW_THREADS: u32 = 256;
 
 /// What the certificate needs of the start and transition probabilities
@@ -139,9 +140,11 @@ impl DeviceDensity {
     fn fill_rows(&self, dev: &Device, n: usize, total: usize, rows: &mut CudaSlice<f64>, extra: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>) -> Result<()> {
         let s = &dev.stream;
         let null: u64 = 0;
-        let f = self.function(dev, Kernel::HmmEmissionRows)?;
-        let warps_needed = total.div_ceil((ROW_THREADS / 32) as usize).max(1);
-        let cfg = LaunchConfig { grid_dim: (warps_needed.min(dev.multiprocessors as usize * 64) as u32, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+        // A thread per position for few states, else a warp (the same values).
+        let (kernel, per_block) = if thread_path(n) { (Kernel::HmmEmissionRowsThread, ROW_THREADS) } else { (Kernel::HmmEmissionRows, ROW_THREADS / 32) };
+        let f = self.function(dev, kernel)?;
+        let blocks = total.div_ceil(per_block as usize).max(1);
+        let cfg = LaunchConfig { grid_dim: (blocks.min(dev.multiprocessors as usize * 64) as u32, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (n_i, total_i, log_i) = (n as i32, total as i64, extra.is_none() as i32);
         let ep = self.ep.borrow();
         let mut launch = s.launch_builder(&f);
@@ -150,8 +153,8 @@ impl DeviceDensity {
             Some((shift, rowmin)) => launch.arg(shift).arg(rowmin),
             None => launch.arg(&null).arg(&null),
         };
-        // SAFETY: the arguments match hmm_emission_rows's parameters in
-        // order and type; obs holds `total` values, ep the emission's
+        // SAFETY: the arguments match hmm_emission_rows's parameters (and
+        // hmm_emission_rows_thread's, the same, for N <= 8) in order and type; obs holds `total` values, ep the emission's
         // parameters for N states (its block reads N of each), rows
         // total x N doubles, shift and rowmin (linear rows) total each.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_emission_rows"))?;
