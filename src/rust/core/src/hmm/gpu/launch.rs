@@ -17,8 +17,9 @@ use super::rows::DeviceDensity;
 use super::plan::{grid, smem_limit, thread_config, thread_path, threads_for, warp_grid, xi_splits};
 use super::{err, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
-/// Launch hmm_forward (or hmm_forward_warp; large N goes to the batched
-/// kernels instead) over sequences `range`; with `store`, alphas and
+/// Launch hmm_forward (or hmm_forward_thread for N <= 8, hmm_forward_warp
+/// for N <= 32; large N goes to the batched kernels instead) over
+/// sequences `range`; with `store`, alphas and
 /// scales of the batch are kept in (alpha, scale).
 pub(super) fn launch_forward(
     dev: &Device,

@@ -154,9 +154,10 @@ impl DeviceDensity {
             None => launch.arg(&null).arg(&null),
         };
         // SAFETY: the arguments match hmm_emission_rows's parameters (and
-        // hmm_emission_rows_thread's, the same, for N <= 8) in order and type; obs holds `total` values, ep the emission's
-        // parameters for N states (its block reads N of each), rows
-        // total x N doubles, shift and rowmin (linear rows) total each.
+        // hmm_emission_rows_thread's, the same, for N <= 8) in order and
+        // type; obs holds `total` values, ep the emission's parameters for
+        // N states (its block reads N of each), rows total x N doubles,
+        // shift and rowmin (linear rows) total each.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_emission_rows"))?;
         Ok(())
     }
