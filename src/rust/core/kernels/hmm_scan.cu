@@ -209,13 +209,15 @@ extern "C" __global__ void hmm_scan_bounds(
 // writes step 0. With counts (Baum-Welch), the chunk's expected counts go
 // to its slot (start N, transitions N x N as exact counts, emissions V x N
 // by symbol): the transition into each of its steps, the first one's from
-// the forward vector before the chunk.
+// the forward vector before the chunk. A density emission (HMM_DENSITY,
+// its block of hmm_emission.cu's functions prepended; V = HMM_STATS) adds
+// its statistics phi_k(obs[t]) instead, with its parameters `ep`.
 extern "C" __global__ void hmm_scan_posterior(
     const double* __restrict__ trans, const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
     const long long* __restrict__ off, const long long* __restrict__ cb, const long long* __restrict__ ce,
     const int* __restrict__ chunk_seq, const int* __restrict__ co,
     const double* __restrict__ fwd, const double* __restrict__ bwd, double* loglik, double* __restrict__ probs,
-    int V, double* __restrict__ counts)
+    int V, double* __restrict__ counts, const double* __restrict__ obs, const double* __restrict__ ep)
 {
     // Rows padded to SN + 1: lane i reads row i without bank conflicts.
     __shared__ double sa[SN * (SN + 1)];
@@ -272,7 +274,11 @@ extern "C" __global__ void hmm_scan_posterior(
         }
         if (on) probs[t * SN + lane] = g / z;
         if (slot && on) {
+#ifdef HMM_DENSITY
+            for (int k = 0; k < HMM_STATS; ++k) slot[SN + SN * SN + k * SN + lane] += (g / z) * hmm_emis_feature(k, obs[t], lane, ep);
+#else
             slot[SN + SN * SN + (long long)sym[t] * SN + lane] += g / z;
+#endif
             if (t == off[s]) slot[lane] += g / z;
         }
         if (t > first || (slot && !first_chunk)) {

@@ -196,6 +196,9 @@ fn long_sequences_run_parallel_in_time() {
         let model = gaussian(n, 70 + key as u64, spread, false);
         let (seqs, _) = hmm::simulate(&model, &[60_000, 5_000, 1], key as u64);
         compare_passes(&model, &seqs, &format!("gaussian, one long sequence, N={n}, spread {spread}"));
+        // Baum-Welch's E-steps by the scan, the emission's statistics
+        // summed per chunk on the device.
+        compare_fits(&gaussian(n, 90 + key as u64, spread, false), &seqs, gaussian_params, &format!("gaussian fit, one long sequence, N={n}, spread {spread}"));
     }
     // The only possible first state's density underflows against the
     // other's: the first step is uncertain, and the CPU computes it.
@@ -203,10 +206,12 @@ fn long_sequences_run_parallel_in_time() {
     let (mut seqs, _) = hmm::simulate(&far, &[6_000, 5_000], 9);
     seqs.symbols[0] = 100.0;
     compare_passes(&far, &seqs, "gaussian, first step underflows");
+    compare_fits(&far, &seqs, gaussian_params, "gaussian fit, first step underflows");
     let model = poisson(5, 80, false);
     let (mut seqs, _) = hmm::simulate(&model, &[40_000], 3);
     seqs.symbols[20_000] = 400.0;
     compare_passes(&model, &seqs, "poisson, one long sequence");
+    compare_fits(&poisson(5, 85, false), &seqs, poisson_params, "poisson fit, one long sequence");
 }
 
 #[test]

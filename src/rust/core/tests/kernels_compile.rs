@@ -138,8 +138,9 @@ fn hmm_kernels_compile() {
     check("hmm", &variants);
 }
 
-/// hmm.cu's backward kernels and hmm_emission.cu with every density
-/// emission's block (categorical: hmm.cu alone, above).
+/// hmm.cu's kernels, hmm_scan.cu's (Baum-Welch's statistics) and
+/// hmm_emission.cu with every density emission's block (categorical: the
+/// files alone, above).
 #[test]
 fn hmm_emission_kernels_compile() {
     if !nvrtc_or_skip() {
@@ -148,7 +149,7 @@ fn hmm_emission_kernels_compile() {
     fn with<E: Emission>() {
         let prelude = E::cuda();
         assert!(!prelude.is_empty(), "{} has no device block", E::NAME);
-        for (file, defines) in [("hmm", vec![("HMM_DENSITY", 1)]), ("hmm", vec![("HMM_DENSITY", 1), ("HMM_TN", 3)]), ("hmm_emission", vec![])] {
+        for (file, defines) in [("hmm", vec![("HMM_DENSITY", 1)]), ("hmm", vec![("HMM_DENSITY", 1), ("HMM_TN", 3)]), ("hmm_scan", vec![("HMM_DENSITY", 1), ("SCAN_N", 5)]), ("hmm_emission", vec![])] {
             let src = kernel_source_with(file, &prelude).expect("kernel source");
             for arch in ARCHS {
                 let ptx = compile(&src, arch, &defines).unwrap_or_else(|e| panic!("{file}.cu, {}, {arch}: {e}", E::NAME));

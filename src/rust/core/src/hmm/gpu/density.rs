@@ -143,7 +143,15 @@ fn build_engine<E: Emission>(sh: &ShareSeqs<E::Obs>, probe: &E, values: &[f64], 
 pub(crate) fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], fit: &EmissionFit, exec: &Exec) -> Result<(HmmModel<E>, f64)> {
     let n = model.n_states;
     check_size(n, seqs.len())?;
-    let shares = shares(seqs, exec, Spread::Fit { counts: Counts::size(n, model.emission.n_stats()), work: work(seqs, n) })?;
+    let stats = model.emission.n_stats();
+    if super::scan::chosen(device()?, model, seqs, super::scan::density_bytes_per_step(n) + (super::scan::slot_bytes(seqs, n, stats) / seqs.total().max(1) as f64).ceil() as usize)? {
+        let (counts, ll, _) = super::scan::density_e_step(model, seqs, values, exec)?;
+        let t0 = std::time::Instant::now();
+        let next = m_step(model, &counts, fit).0;
+        crate::gpu::timing::record("m-step and model", t0);
+        return Ok((next, ll));
+    }
+    let shares = shares(seqs, exec, Spread::Fit { counts: Counts::size(n, stats), work: work(seqs, n) })?;
     if let [one] = &shares[..] {
         let t0 = std::time::Instant::now();
         let dev = one.dev;
@@ -411,6 +419,18 @@ pub(crate) fn fit<E: Emission>(seqs: &Sequences<E::Obs>, values: &[f64], config:
         Some(m) => m.emission.clone(),
         None => super::super::baum_welch::try_random_model::<E>(n, &config.shape, seqs, config.seed, config.first_start)?.emission,
     };
+    if super::scan::fits(device()?, n, probe.n_stats(), seqs, super::scan::density_bytes_per_step(n))? {
+        // Few long sequences: each E-step parallel in time (or on the CPU
+        // for a model the scan cannot take), the M-step on the host.
+        let (chunks, seg) = (cpu::chunks(seqs, Counts::size(n, probe.n_stats())), cpu::fit_segment(n, seqs, exec));
+        return fit_with(config, seqs, exec, &mut super::super::baum_welch::HostEngine::new(|m: &HmmModel<E>| {
+            if super::super::scan::usable(&m.trans) {
+                super::scan::density_e_step(m, seqs, values, exec)
+            } else {
+                cpu::e_step(&Tables::new(m)?, seqs, &chunks, seg, exec)
+            }
+        }));
+    }
     let shares = shares(seqs, exec, Spread::Fit { counts: Counts::size(n, probe.n_stats()), work: work(seqs, n) })?;
     let build = |sh: &ShareSeqs<E::Obs>, serve: &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>| build_engine(sh, &probe, values, seqs, exec, serve);
     if let [one] = &shares[..] {

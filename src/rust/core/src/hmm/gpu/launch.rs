@@ -95,7 +95,7 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     };
     // A density's warp kernel computes its log rows (tabs.emis unused).
     let f = match density {
-        Some(d) if thread => d.function_for_states(dev, name, n)?,
+        Some(d) if thread => d.function_defining(dev, name, &[("HMM_TN", n as i64)])?,
         Some(d) if warp => d.function(dev, name)?,
         None if thread => dev.function(name, &[("HMM_TN", n as i64)])?,
         _ => dev.function(name, &[])?,

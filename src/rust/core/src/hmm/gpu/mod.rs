@@ -237,7 +237,7 @@ pub(super) fn settle_posteriors<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
 /// stopping rule is the CPU's.
 pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Result<HmmFit> {
     check_size(config.n_states, seqs.len())?;
-    if scan::fits(device()?, config.n_states, config.shape, seqs)? {
+    if scan::fits(device()?, config.n_states, config.shape, seqs, 8 * config.n_states)? {
         // Few long sequences: each E-step parallel in time (or on the CPU
         // for a model the scan cannot certify), the M-step on the host.
         let (chunks, seg) = (cpu::chunks(seqs, Counts::size(config.n_states, config.shape)), cpu::fit_segment(config.n_states, seqs, exec));

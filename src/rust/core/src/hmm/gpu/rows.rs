@@ -128,10 +128,12 @@ impl DeviceDensity {
         dev.function_with(kernel, Some((self.name, &self.prelude)), defines)
     }
 
-    /// hmm.cu's `kernel` compiled with this emission for N = `n` states
-    /// (the thread-per-sequence kernels are compiled for one N each).
-    pub(super) fn function_for_states(&self, dev: &Device, kernel: Kernel, n: usize) -> Result<CudaFunction> {
-        dev.function_with(kernel, Some((self.name, &self.prelude)), &[("HMM_DENSITY", 1), ("HMM_TN", n as i64)])
+    /// `kernel` (of hmm.cu or hmm_scan.cu) compiled with this emission
+    /// (HMM_DENSITY) and `defines`: the number of states of the kernels
+    /// compiled for one N (HMM_TN, SCAN_N).
+    pub(super) fn function_defining(&self, dev: &Device, kernel: Kernel, defines: &[(&str, i64)]) -> Result<CudaFunction> {
+        let all: Vec<(&str, i64)> = std::iter::once(("HMM_DENSITY", 1)).chain(defines.iter().copied()).collect();
+        dev.function_with(kernel, Some((self.name, &self.prelude)), &all)
     }
 
     /// Fill `rows` (N values per position) with the rows of all `total`

@@ -41,15 +41,23 @@ pub(super) fn chosen<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequ
     Ok(need <= dev.free_memory()? as f64 * MEMORY_SHARE)
 }
 
-/// Whether a fit over `seqs` (N states, V symbols) runs its E-steps by the
-/// scan: [`chosen`]'s shape tests, before any model exists (each E-step
-/// then checks its model's transitions).
-pub(super) fn fits(dev: &Device, n: usize, v: usize, seqs: &Sequences) -> Result<bool> {
+/// Whether a fit over `seqs` (N states, V emission counts per state) runs
+/// its E-steps by the scan: [`chosen`]'s shape tests, before any model
+/// exists (each E-step then checks its model's transitions), with
+/// `bytes_per_step` of device memory per observation besides the slots.
+pub(super) fn fits<O: Copy>(dev: &Device, n: usize, v: usize, seqs: &Sequences<O>, bytes_per_step: usize) -> Result<bool> {
     let longest = seqs.lengths().max().unwrap_or(0);
     if n > SCAN_MAX_STATES || seqs.len() > dev.multiprocessors as usize || longest < scan::MIN_STEPS {
         return Ok(false);
     }
-    Ok(seqs.total() as f64 * (8 * n + 4) as f64 + slot_bytes(seqs, n, v) <= dev.free_memory()? as f64 * MEMORY_SHARE)
+    Ok(seqs.total() as f64 * (bytes_per_step + 4) as f64 + slot_bytes(seqs, n, v) <= dev.free_memory()? as f64 * MEMORY_SHARE)
+}
+
+/// Device bytes per observation of a density's scanned E-step: the
+/// observation, its linear row and shift and row minimum, its posterior
+/// row.
+pub(super) fn density_bytes_per_step(n: usize) -> usize {
+    16 * n + 24
 }
 
 /// Bytes of a Baum-Welch E-step's count slots (one per chunk).
@@ -186,9 +194,11 @@ impl<'a> Call<'a> {
     }
 
     /// Products, boundaries and hmm_scan_posterior: (posteriors on the
-    /// device, log-likelihoods, each chunk's count slot with `counts`).
+    /// device, log-likelihoods, each chunk's count slot with `counts`: V
+    /// emission counts per state by symbol, or with `density` its
+    /// statistics).
     #[allow(clippy::type_complexity)]
-    fn forward_backward(&self, tabs: &DeviceTables, counts: Option<usize>) -> Result<(CudaSlice<f64>, CudaSlice<f64>, Option<CudaSlice<f64>>)> {
+    fn forward_backward(&self, tabs: &DeviceTables, counts: Option<usize>, density: Option<&DeviceDensity>) -> Result<(CudaSlice<f64>, CudaSlice<f64>, Option<CudaSlice<f64>>)> {
         let (dev, n, p) = (self.dev, self.n, &self.plan);
         let (fwd, bwd, mut ll) = self.bounds(tabs, true)?;
         let bwd = bwd.ok_or_else(|| crate::error::Error::Internal("the scan's backward boundaries are missing".into()))?;
@@ -204,17 +214,29 @@ impl<'a> Call<'a> {
             None => None,
         };
         let (v_i, null): (i32, u64) = (v as i32, 0);
-        let f = dev.function(Kernel::HmmScanPosterior, &self.defines())?;
+        // A density's statistics need its block; its rows alone do not.
+        let counting = density.filter(|_| counts.is_some());
+        let f = match counting {
+            Some(d) => d.function_defining(dev, Kernel::HmmScanPosterior, &self.defines())?,
+            None => dev.function(Kernel::HmmScanPosterior, &self.defines())?,
+        };
+        let ep = counting.map(|d| d.ep.borrow());
         let mut launch = s.launch_builder(&f);
         launch.arg(&tabs.trans).arg(&tabs.emis).arg(&self.seqs.sym).arg(&self.seqs.off).arg(&p.cb).arg(&p.ce).arg(&p.chunk_seq).arg(&p.co).arg(&fwd).arg(&bwd).arg(&mut ll).arg(&mut probs).arg(&v_i);
         match slots.as_mut() {
             Some(c) => launch.arg(c),
             None => launch.arg(&null),
         };
+        match (counting, ep.as_deref()) {
+            (Some(d), Some(ep)) => launch.arg(&d.obs).arg(ep),
+            _ => launch.arg(&null).arg(&null),
+        };
         // SAFETY: the arguments match hmm_scan_posterior; probs holds N
         // doubles per symbol of the call, fwd and bwd as hmm_scan_bounds
         // wrote them; counts (or null) one zeroed slot of N + N*N + V*N
-        // doubles per chunk.
+        // doubles per chunk; with a density's statistics, the kernel is
+        // compiled with its block (V = its statistics), obs holds a value
+        // per position of the call and ep its parameters for N states.
         unsafe { launch.launch(Self::warps(p.chunks, 0)) }.map_err(err(dev, "launching hmm_scan_posterior"))?;
         Ok((probs, ll, slots))
     }
@@ -260,7 +282,7 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, len: ChunkLen, exec: &Exec)
     let (dev, n) = (call.dev, call.n);
     let t0 = std::time::Instant::now();
     let tabs = upload_tables_with(dev, model, tables::smallest(model))?;
-    let (probs, ll, _) = call.forward_backward(&tabs, None)?;
+    let (probs, ll, _) = call.forward_backward(&tabs, None, None)?;
     let mut lls = call.download(&ll, call.m)?;
     gpu::timing::record("scan", t0);
     let mut rows = call.download_rows(&probs, seqs.total() * n)?;
@@ -273,7 +295,7 @@ pub(crate) fn density_posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
     let (call, density) = Call::density(model, seqs, values, None)?;
     let t0 = std::time::Instant::now();
     let dt = density.tables(call.dev, model, &call.seqs.off, call.m, seqs.total(), false)?;
-    let (probs, ll, _) = call.forward_backward(&dt.tables, None)?;
+    let (probs, ll, _) = call.forward_backward(&dt.tables, None, None)?;
     let mut lls = call.download(&ll, call.m)?;
     gpu::timing::record("scan", t0);
     shift(&mut lls, &dt.shift, &dt.uncertain);
@@ -317,41 +339,68 @@ pub fn e_step(model: &HmmModel, seqs: &Sequences, len: ChunkLen, exec: &Exec) ->
     let (n, v) = (call.n, model.emission.n_symbols);
     let t0 = std::time::Instant::now();
     let tabs = upload_tables_with(call.dev, model, tables::smallest(model))?;
-    let (_, ll, slots) = call.forward_backward(&tabs, Some(v))?;
+    let (_, ll, slots) = call.forward_backward(&tabs, Some(v), None)?;
     let lls = call.download(&ll, call.m)?;
-    let size = Counts::size(n, v);
-    let slots = call.download(&slots.ok_or_else(|| crate::error::Error::Internal("the scan's counts are missing".into()))?, call.plan.chunks * size)?;
+    let slots = call.download(&slots.ok_or_else(|| crate::error::Error::Internal("the scan's counts are missing".into()))?, call.plan.chunks * Counts::size(n, v))?;
     gpu::timing::record("e-step", t0);
-    let mut total = Counts::zeros(n, v)?;
-    total.exact_transitions();
-    let (mut sum, mut impossible, mut uncertain) = (0.0, None, Vec::new());
-    for (s, &l) in lls.iter().enumerate() {
-        if l.is_nan() {
-            uncertain.push(s);
-            continue;
-        }
-        if l == f64::NEG_INFINITY {
-            impossible.get_or_insert(s);
-        }
-        sum += l;
-    }
-    for (c, slot) in slots.chunks(size).enumerate() {
-        if lls[call.plan.seq_of[c]].is_finite() {
-            add_slot(&mut total, slot, n);
-        }
-    }
-    if !uncertain.is_empty() {
-        let tab = Tables::new(model)?;
-        let (counts, ls) = cpu::counts_of(&tab, seqs, &uncertain, cpu::fit_segment(n, seqs, exec), exec)?;
-        total.add(&counts);
-        for (&s, l) in uncertain.iter().zip(ls) {
+    call.settle_counts(model, seqs, &lls, &slots, v, exec)
+}
+
+/// [`e_step`] for a density emission (observations `values`): the chunks'
+/// slots hold its statistics (kernels/hmm_scan.cu with its block), and a
+/// sequence whose rows or scan cannot be certified is counted on the CPU.
+pub(crate) fn density_e_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Counts, f64, Option<usize>)> {
+    let (call, density) = Call::density(model, seqs, values, None)?;
+    let (n, stats) = (call.n, density.stats);
+    let t0 = std::time::Instant::now();
+    let dt = density.tables(call.dev, model, &call.seqs.off, call.m, seqs.total(), false)?;
+    let (_, ll, slots) = call.forward_backward(&dt.tables, Some(stats), Some(&density))?;
+    let mut lls = call.download(&ll, call.m)?;
+    shift(&mut lls, &dt.shift, &dt.uncertain);
+    let slots = call.download(&slots.ok_or_else(|| crate::error::Error::Internal("the scan's counts are missing".into()))?, call.plan.chunks * Counts::size(n, stats))?;
+    gpu::timing::record("e-step", t0);
+    call.settle_counts(model, seqs, &lls, &slots, stats, exec)
+}
+
+impl Call<'_> {
+    /// The E-step's result from the scan's log-likelihoods `lls` (NaN:
+    /// uncertain) and its chunks' count `slots` (`v` emission statistics
+    /// per state): the slots of finite sequences summed in chunk order,
+    /// the uncertain sequences counted on the CPU; (counts, total
+    /// log-likelihood, first impossible sequence).
+    fn settle_counts<E: Emission>(&self, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, lls: &[f64], slots: &[f64], v: usize, exec: &Exec) -> Result<(Counts, f64, Option<usize>)> {
+        let n = self.n;
+        let mut total = Counts::zeros(n, v)?;
+        total.exact_transitions();
+        let (mut sum, mut impossible, mut uncertain) = (0.0, None, Vec::new());
+        for (s, &l) in lls.iter().enumerate() {
+            if l.is_nan() {
+                uncertain.push(s);
+                continue;
+            }
             if l == f64::NEG_INFINITY {
-                impossible = Some(impossible.map_or(s, |i: usize| i.min(s)));
+                impossible.get_or_insert(s);
             }
             sum += l;
         }
+        for (c, slot) in slots.chunks(Counts::size(n, v)).enumerate() {
+            if lls[self.plan.seq_of[c]].is_finite() {
+                add_slot(&mut total, slot, n);
+            }
+        }
+        if !uncertain.is_empty() {
+            let tab = Tables::new(model)?;
+            let (counts, ls) = cpu::counts_of(&tab, seqs, &uncertain, cpu::fit_segment(n, seqs, exec), exec)?;
+            total.add(&counts);
+            for (&s, l) in uncertain.iter().zip(ls) {
+                if l == f64::NEG_INFINITY {
+                    impossible = Some(impossible.map_or(s, |i: usize| i.min(s)));
+                }
+                sum += l;
+            }
+        }
+        Ok((total, sum, impossible))
     }
-    Ok((total, sum, impossible))
 }
 
 /// A chunk's slot (start, transitions, emissions) added to `total`.
