@@ -40,7 +40,8 @@
 //! sequences spread over several devices, `scan` few long sequences
 //! parallel in time (kernels/hmm_scan.cu: a call whose sequences are fewer
 //! than the multiprocessors, one of them at least 4,096 steps, with up to
-//! 32 states, categorical emissions and dense transitions), and `resident`
+//! 32 states and dense transitions; every pass and Baum-Welch's E-step,
+//! for categorical and density emissions), and `resident`
 //! the passes on device-resident data that `bulkem-bench hmm` times.
 
 use crate::error::{Error, Result};
