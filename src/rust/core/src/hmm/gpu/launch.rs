@@ -32,8 +32,8 @@ pub(super) fn launch_forward(
 ) -> Result<()> {
     let base = (2 * n + 32) * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
-    let warp = n <= WARP_MAX_STATES;
-    let (name, cfg) = if thread_path(n) {
+    let (warp, thread) = (n <= WARP_MAX_STATES, thread_path(n));
+    let (name, cfg) = if thread {
         (Kernel::HmmForwardThread, thread_config(dev, n, range.len()))
     } else if warp {
         let smem = WARPS * 32 * 8;
@@ -44,7 +44,7 @@ pub(super) fn launch_forward(
         let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
         (Kernel::HmmForward, cfg)
     };
-    let f = if thread_path(n) { dev.function(name, &[("HMM_TN", n as i64)])? } else { dev.function(name, &[])? };
+    let f = if thread { dev.function(name, &[("HMM_TN", n as i64)])? } else { dev.function(name, &[])? };
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let null: u64 = 0;
     let s = &dev.stream;
