@@ -54,7 +54,8 @@ hmm_memory_ <- function(pass, n_states, emission, n_seqs, lengths, threads, star
 #' @noRd
 hmm_loglik_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_loglik_, start, trans, emission, obs, lengths, threads, backend)
 
-#' Viterbi: list(path = flat 1-based states, NA for impossible sequences; log_prob).
+#' Viterbi: list(path = one integer vector of 1-based states per sequence,
+#' NA for impossible sequences; log_prob).
 #' @noRd
 hmm_viterbi_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_viterbi_, start, trans, emission, obs, lengths, threads, backend)
 

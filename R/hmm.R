@@ -315,7 +315,7 @@ hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"
 }
 
 viterbi_result <- function(raw, s) {
-  list(path = stats::setNames(split_flat(raw$path, s$lengths), s$names),
+  list(path = stats::setNames(raw$path, s$names),
        log_prob = stats::setNames(raw$log_prob, s$names))
 }
 
@@ -731,9 +731,9 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
   total <- sum(as.double(s$lengths))
   N <- length(model$start)
   # The whole call's memory, with R's copies of the result, before anything
-  # of its size is built or any chunk runs: posteriors are written once,
-  # into R's matrices; paths and log-likelihoods are copied and split here.
-  hmm_memory(pass, N, fam$shape(em), n, s$lengths, 1L, if (pass == "posterior") 1L else 3L, call, fn)
+  # of its size is built or any chunk runs: posteriors and paths are written
+  # once, into R's matrices and vectors; log-likelihoods are copied here.
+  hmm_memory(pass, N, fam$shape(em), n, s$lengths, 1L, if (pass == "loglik") 3L else 1L, call, fn)
   settings <- list(pass = pass, passes = passes, start = model$start, trans = as.double(t(model$trans)),
                    emission = fam$to_core(em), area = fam$area)
   r <- resumable(fn, "sequences", settings, list(obs = numbers_fingerprint(s$obs), lengths = s$lengths))

@@ -10,7 +10,7 @@
 
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::{Backend, Exec};
-use bulkem_core::hmm::{self, Categorical, Emission, EmissionKind, Gaussian, HmmFit, HmmFitConfig, HmmJob, HmmModel, Pass, Poisson, Sequences, NO_STATE};
+use bulkem_core::hmm::{self, Categorical, Emission, EmissionKind, Gaussian, HmmFit, HmmFitConfig, HmmJob, HmmModel, Pass, Poisson, Sequences};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -215,11 +215,25 @@ fn loglik<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, l
     run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
 }
 
+/// Viterbi paths as R returns them: one integer vector of 1-based states
+/// per sequence (NA throughout an impossible one), allocated here on R's
+/// thread and filled by the call's threads as the pass ends
+/// (`hmm::layout`).
 fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
     let (m, seqs) = prepare::<E>(Pass::Viterbi, start, trans, emission, obs, lengths, threads)?;
-    let v = run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| hmm::viterbi(&m, &seqs, exec)).map_err(r_error)?;
-    let path = Integers::from_values(v.states.iter().map(|&s| if s == NO_STATE { Rint::na() } else { Rint::from(s as i32 + 1) }));
-    Ok(list!(path = path, log_prob = v.log_prob))
+    let mut paths: Vec<Robj> = seqs.offsets.windows(2).map(|w| Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), w[1] - w[0])).collect();
+    let mut outs: Vec<&mut [i32]> = paths
+        .iter_mut()
+        .map(|x| x.as_integer_slice_mut().ok_or_else(|| Error::Other("internal: a Viterbi path is not an integer vector".into())))
+        .collect::<Result<_>>()?;
+    let log_prob = run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| {
+        let v = hmm::viterbi(&m, &seqs, exec)?;
+        hmm::layout::paths_by_sequence(&v.states, &seqs.offsets, &mut outs, <i32 as CanBeNA>::na());
+        Ok::<_, bulkem_core::Error>(v.log_prob)
+    })
+    .map_err(r_error)?;
+    drop(outs);
+    Ok(list!(path = List::from_values(paths), log_prob = log_prob))
 }
 
 /// Posteriors as R returns them: one T x N matrix per sequence (with
@@ -258,7 +272,8 @@ fn hmm_loglik_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths:
     by_family!(&emission, loglik(start, trans, &emission, &obs, lengths, threads, backend))
 }
 
-/// Viterbi: list(path = flat 1-based states, NA for impossible sequences; log_prob).
+/// Viterbi: list(path = one integer vector of 1-based states per sequence,
+/// NA for impossible sequences; log_prob).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
