@@ -416,8 +416,7 @@ fn hmm_simulate_(start: &[f64], trans: &[f64], emission: List, lengths: &[i32], 
 /// @noRd
 #[extendr]
 fn hmm_symbol_codes_(seqs: List, n_symbols: f64, threads: i32) -> Result<Robj> {
-    let items: Vec<Robj> = seqs.values().collect();
-    let Some(parts) = plain_parts(&items) else { return Ok(Robj::from(())) };
+    let Some(parts) = plain_parts(&seqs) else { return Ok(Robj::from(())) };
     let total: usize = parts.iter().map(hmm::Codes::len).sum();
     let max_code = if n_symbols.is_nan() || n_symbols < 1.0 { i32::MAX } else { n_symbols.min(i32::MAX as f64) as i32 };
     let mut out = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), total);
@@ -434,8 +433,7 @@ fn hmm_symbol_codes_(seqs: List, n_symbols: f64, threads: i32) -> Result<Robj> {
 /// @noRd
 #[extendr]
 fn hmm_numeric_obs_(seqs: List, threads: i32) -> Result<Robj> {
-    let items: Vec<Robj> = seqs.values().collect();
-    let Some(parts) = plain_parts(&items) else { return Ok(Robj::from(())) };
+    let Some(parts) = plain_parts(&seqs) else { return Ok(Robj::from(())) };
     let total: usize = parts.iter().map(hmm::Codes::len).sum();
     let mut out = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Doubles), total);
     let slice = out.as_real_slice_mut().ok_or_else(|| Error::Other("internal: observations are not a double vector".into()))?;
@@ -443,17 +441,33 @@ fn hmm_numeric_obs_(seqs: List, threads: i32) -> Result<Robj> {
     Ok(if ok { out } else { Robj::from(()) })
 }
 
-/// The values of `items` when every one is a plain (no class, no dim),
-/// non-empty integer or double vector; None otherwise.
-fn plain_parts(items: &[Robj]) -> Option<Vec<hmm::Codes<'_>>> {
-    fn values(x: &Robj) -> Option<hmm::Codes<'_>> {
-        let plain = x.len() > 0 && x.class().is_none() && x.dim().is_none();
-        if !plain {
-            return None;
-        }
-        x.as_integer_slice().map(hmm::Codes::Ints).or_else(|| x.as_real_slice().map(hmm::Codes::Doubles))
+/// The values of the elements of `seqs` when every one is a plain (no
+/// class, no dim), non-empty integer or double vector; None otherwise.
+/// Reads the elements as R's C API gives them: an `Robj` per element
+/// (each protected and released, its attributes fetched as more `Robj`s)
+/// took 0.07 s of this call's 0.1 s for 10^5 sequences.
+fn plain_parts(seqs: &List) -> Option<Vec<hmm::Codes<'_>>> {
+    use extendr_ffi::{Rf_getAttrib, R_ClassSymbol, R_DimSymbol, R_NilValue, SEXPTYPE, DATAPTR_RO, TYPEOF, VECTOR_ELT, XLENGTH};
+    // SAFETY: on R's thread (an #[extendr] function's body); `seqs` is a
+    // list (VECSXP) of `seqs.len()` elements, each kept alive by the list,
+    // which the caller holds for the returned slices' lifetime; R vectors
+    // of type INTSXP / REALSXP hold XLENGTH ints / doubles at DATAPTR_RO
+    // (ALTREP ones are materialised there once, as INTEGER() would).
+    unsafe {
+        let list = seqs.get();
+        (0..seqs.len())
+            .map(|i| {
+                let x = VECTOR_ELT(list, i as _);
+                let len = XLENGTH(x) as usize;
+                let plain = len > 0 && Rf_getAttrib(x, R_ClassSymbol) == R_NilValue && Rf_getAttrib(x, R_DimSymbol) == R_NilValue;
+                match TYPEOF(x) {
+                    SEXPTYPE::INTSXP if plain => Some(hmm::Codes::Ints(std::slice::from_raw_parts(DATAPTR_RO(x) as *const i32, len))),
+                    SEXPTYPE::REALSXP if plain => Some(hmm::Codes::Doubles(std::slice::from_raw_parts(DATAPTR_RO(x) as *const f64, len))),
+                    _ => None,
+                }
+            })
+            .collect()
     }
-    items.iter().map(values).collect()
 }
 
 extendr_module! {
