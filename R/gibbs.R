@@ -43,8 +43,10 @@
 #'   population-level terms (`x2`) are shared by all groups (`global`).
 #'   `(1 | g)` gives a varying intercept. With `|` a group's coefficients
 #'   are correlated: \eqn{\beta_g \sim N(\mu, \Sigma)} with an
-#'   inverse-Wishart prior on \eqn{\Sigma} (see [hbglm_prior()]), drawn
-#'   with \eqn{\mu} conjugately each sweep, and the draws hold the
+#'   inverse-Wishart prior on \eqn{\Sigma}, drawn with \eqn{\mu}
+#'   conjugately each sweep, or with `hbglm_prior(cov = "lkj")` brms's LKJ
+#'   prior on the correlations and the prior of \eqn{\tau} on the sds
+#'   (see [hbglm_prior()]), and the draws hold the
 #'   standard deviations `tau[coef]` and correlations `cor[coef,coef]` (as
 #'   `lme4::VarCorr()` reports them); correlated fits run on the CPU and the GPU (there at most 8 correlated coefficients per group). With
 #'   `||` (such as `(1 + x1 || g)`) they are independent, each with its
@@ -58,8 +60,8 @@
 #'   \eqn{u_{fl} \sim N(0, \mathrm{diag}(sd_f^2))}, the sds with the
 #'   prior of \eqn{\tau}; with `|` and several terms (such as `(1 + x |
 #'   week)`) correlated, \eqn{u_{fl} \sim N(0, \Sigma_f)} with
-#'   \eqn{\Sigma_f} inverse-Wishart as the groups' \eqn{\Sigma} (see
-#'   [hbglm_prior()]) and drawn exactly each sweep. They are drawn as
+#'   \eqn{\Sigma_f} under the same kind of prior as the groups'
+#'   \eqn{\Sigma} (see [hbglm_prior()]). They are drawn as
 #'   `r_<factor>[level,term]`, `sd_<factor>[term]` and (correlated)
 #'   `cor_<factor>[term,term]`. Its levels are updated
 #'   in parallel as the groups are, and each sweep
@@ -317,12 +319,14 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   }
   # The covariance prior is used only for correlated coefficients; priors
   # made before the negative binomial had no shape prior (its default).
-  core_prior <- utils::modifyList(list(shape_kind = "gamma", shape_a = 0.01, shape_b = 0.01), unclass(prior))
+  core_prior <- utils::modifyList(list(shape_kind = "gamma", shape_a = 0.01, shape_b = 0.01,
+                                       cov = "inverse-wishart", lkj_eta = 1), unclass(prior))
   # Each correlated factor (the groups, then the others) takes the
   # inverse-Wishart prior with cov_df = K + 3 for its K terms unless given.
   cov_df_for <- function(k, correlated, whose) {
     if (!correlated) return(NaN)
     df <- if (is.na(prior$cov_df)) k + 3 else prior$cov_df
+    if (identical(prior$cov, "lkj")) return(df)  # not used
     if (!(df > k - 1)) {
       bulkem_abort(c("{.arg prior}'s {.field cov_df} must be above K - 1 = {k - 1} for the {k} correlated terms of {whose}.",
                      x = "It is {df}."), call = call)
@@ -332,9 +336,9 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   core_prior$cov_df <- cov_df_for(ncol(model$x), correlated, "the groups")
   correlated_factors <- vapply(factors, function(f) isTRUE(f$correlated), logical(1))
   if (prior$tau_kind == "fixed" && (correlated || any(correlated_factors))) {
-    bulkem_abort(c("{.arg prior}'s {.field tau_fixed} holds the sds of independent terms; correlated terms have an inverse-Wishart covariance instead.",
+    bulkem_abort(c("{.arg prior}'s {.field tau_fixed} holds the sds of independent terms; correlated terms have their covariance drawn instead.",
                    x = "{.arg formula} has correlated terms of {if (correlated) 'the groups' else paste0('grouping factor ', factors[correlated_factors][[1]]$name)}.",
-                   i = "Write them with {.code ||} (independent), or drop {.field tau_fixed} (the covariance's prior is {.field cov_df} and {.field cov_scale})."),
+                   i = "Write them with {.code ||} (independent), or drop {.field tau_fixed} (the covariance's prior is {.field cov}, with {.field cov_df} and {.field cov_scale} or {.field lkj_eta})."),
                  call = call)
   }
   settings <- list(
@@ -566,32 +570,55 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #'   \eqn{m}); the default gamma(0.01, 0.01) is brms's.
 #' @param shape_fixed `NULL`, or a positive number at which the negative
 #'   binomial's shape is held (as `MASS::negative.binomial(theta)`).
-#' @param cov_df,cov_scale The prior of the covariance \eqn{\Sigma} of
-#'   correlated group coefficients (lme4's `(1 + x | g)`), which takes the
-#'   place of the \eqn{\tau_k}: \eqn{\Sigma \sim} inverse-Wishart(`cov_df`,
-#'   `cov_df * cov_scale^2 * I`), with `cov_df` = K + 3 for K coefficients
-#'   when `NULL`: bayesm's `rhierLinearModel` default. Each other grouping
-#'   factor with correlated terms (`(1 + x | week)`) takes the same prior
-#'   for its own covariance, with its own K. It is the default
-#'   because it is conjugate: \eqn{\Sigma} and \eqn{\mu} are drawn exactly
-#'   in each sweep, where an LKJ prior (brms's) would need slice or
-#'   Metropolis updates of the correlations. It puts each sd on the order
-#'   of `cov_scale`; with few levels (tens) and sds much smaller than it,
-#'   the posterior sds are pulled up and the correlations towards 0 (25
-#'   levels with sds 0.55 / 0.47 and correlation 0.65 gave 0.68 / 0.62
-#'   and 0.34 at `cov_scale = 1`, 0.52 / 0.44 and 0.64 at 0.1): set
-#'   `cov_scale` to the sds you expect.
+#' @param cov The prior of the covariance \eqn{\Sigma} of correlated
+#'   group coefficients (lme4's `(1 + x | g)`), which takes the place of
+#'   the \eqn{\tau_k}; each other grouping factor with correlated terms
+#'   (`(1 + x | week)`) takes the same kind of prior for its own
+#'   covariance, with its own K.
+#'   * `"inverse-wishart"` (the default; bayesm's and MCMCglmm's):
+#'     \eqn{\Sigma \sim} inverse-Wishart(`cov_df`, `cov_df * cov_scale^2 *
+#'     I`). It is the default because it is conjugate: \eqn{\Sigma} is drawn
+#'     exactly in each sweep, at no cost beyond the sums of squares, and
+#'     mixes as fast as the coefficients do. But it ties the sds to the
+#'     correlations and puts each sd on the order of `cov_scale`: with few
+#'     levels (tens) and sds much smaller than it, the posterior sds are
+#'     pulled up and the correlations towards 0 (25 levels with sds 0.55 /
+#'     0.47 and correlation 0.65 gave 0.68 / 0.62 and 0.34 at `cov_scale =
+#'     1`, 0.52 / 0.44 and 0.64 at 0.1): set `cov_scale` to the sds you
+#'     expect, or use LKJ.
+#'   * `"lkj"` (brms's and rstanarm's choice): \eqn{\Sigma = D \Omega D}
+#'     with the correlation matrix \eqn{\Omega \sim} LKJ(`lkj_eta`)
+#'     (Lewandowski, Kurowicka and Joe 2009; `lkj_eta = 1` is uniform over
+#'     correlation matrices, larger values favour weaker correlations) and
+#'     each sd in \eqn{D} under the prior of \eqn{\tau_k} (`tau_family`,
+#'     `tau_scale`), independently of the correlations. Not conjugate: each
+#'     sweep slice-samples the sds and the canonical partial correlations
+#'     on unconstrained scales, given the coefficients' sums of squares and
+#'     products (a few dozen K x K evaluations per sweep, whatever the
+#'     number of groups).
+#' @param cov_df,cov_scale The inverse-Wishart's degrees of freedom (K + 3
+#'   for K coefficients when `NULL`: bayesm's `rhierLinearModel` default)
+#'   and scale.
+#' @param lkj_eta The LKJ prior's shape (positive; 1 is uniform).
 #' @return An object of class `bulkem_hbglm_prior`.
+#' @references Lewandowski, D., Kurowicka, D. and Joe, H. (2009).
+#'   Generating random correlation matrices based on vines and extended
+#'   onion method. *Journal of Multivariate Analysis* 100(9), 1989--2001.
+#'   \doi{10.1016/j.jmva.2009.04.008}
 #' @examples
 #' hbglm_prior()
 #' hbglm_prior(mu_sd = 5, tau_family = "half-normal", tau_scale = 2)
+#' hbglm_prior(cov = "lkj", lkj_eta = 2)
 #' @export
 hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
                         tau_family = c("half-cauchy", "half-normal", "exponential"), gamma_sd = 10,
                         sigma_scale = 2.5, tau_fixed = NULL, sigma_fixed = NULL,
                         cov_df = NULL, cov_scale = 1, shape = c(0.01, 0.01), shape_fixed = NULL,
-                        sigma_family = c("half-cauchy", "half-normal", "exponential")) {
+                        sigma_family = c("half-cauchy", "half-normal", "exponential"),
+                        cov = c("inverse-wishart", "lkj"), lkj_eta = 1) {
   call <- environment()
+  cov <- match_arg(cov, c("inverse-wishart", "lkj"), "cov", call)
+  lkj_eta <- check_prior_scale(lkj_eta, "lkj_eta", call)
   mu_mean <- check_number(mu_mean, "mu_mean", call = call)
   if (abs(mu_mean) > PRIOR_MAX) {
     bulkem_abort(c("{.arg mu_mean} must be at most 1e100 in magnitude.",
@@ -625,6 +652,7 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
     gamma_sd = gamma_sd,
     sigma_kind = if (is.null(sigma_fixed)) sigma_family else "fixed",
     sigma_value = if (is.null(sigma_fixed)) sigma_scale else sigma_fixed,
+    cov = cov, lkj_eta = lkj_eta,
     cov_df = if (is.null(cov_df)) NA_real_ else cov_df, cov_scale = cov_scale,
     shape_kind = if (is.null(shape_fixed)) "gamma" else "fixed",
     shape_a = if (is.null(shape_fixed)) as.double(shape[1]) else shape_fixed,
@@ -647,8 +675,13 @@ print.bulkem_hbglm_prior <- function(x, ...) {
   shape <- x$shape_kind %||% "gamma"
   cat("  shape   ~ ", if (shape == "fixed") paste0("fixed at ", format(x$shape_a)) else
     paste0("gamma(", format(x$shape_a %||% 0.01), ", ", format(x$shape_b %||% 0.01), ")"), " (negbinomial family)\n", sep = "")
-  cat("  Sigma   ~ inverse-Wishart(", if (is.na(x$cov_df)) "K + 3" else format(x$cov_df), ", df * ",
-      format(x$cov_scale), "^2 I) (correlated coefficients, in place of tau_k)\n", sep = "")
+  if (identical(x$cov, "lkj")) {
+    cat("  Sigma   = D Omega D, Omega ~ LKJ(", format(x$lkj_eta), "), the sds in D as tau_k",
+        " (correlated coefficients, in place of tau_k)\n", sep = "")
+  } else {
+    cat("  Sigma   ~ inverse-Wishart(", if (is.na(x$cov_df)) "K + 3" else format(x$cov_df), ", df * ",
+        format(x$cov_scale), "^2 I) (correlated coefficients, in place of tau_k)\n", sep = "")
+  }
   invisible(x)
 }
 

@@ -157,3 +157,38 @@ test_that("new groups' coefficients are drawn from the population distribution w
   y <- simulate(fit, nsim = 50, seed = 2, newdata = new, new.groups = "population")
   expect_identical(dim(y), c(50L, 4L))
 })
+
+test_that("the LKJ prior (cov = \"lkj\"): checked, printed, and near lmer where the inverse-Wishart pulls", {
+  skip_if_not_installed("lme4")
+  expect_error(hbglm_prior(cov = "wishart"), class = "bulkem_error_input")
+  expect_error(hbglm_prior(cov = "lkj", lkj_eta = 0), "lkj_eta", class = "bulkem_error_input")
+  expect_output(print(hbglm_prior(cov = "lkj", lkj_eta = 2)), "Omega ~ LKJ(2)", fixed = TRUE)
+  expect_output(print(hbglm_prior()), "inverse-Wishart", fixed = TRUE)
+  # 60 groups with sds 0.5 and 0.3 (correlation 0.6): well below the
+  # inverse-Wishart's cov_scale = 1, which pulls them up and the
+  # correlation towards 0; LKJ's sds have their own prior.
+  set.seed(2)
+  G <- 60; n <- 40
+  d <- data.frame(g = rep(seq_len(G), each = n), x = rnorm(G * n))
+  L <- t(chol(matrix(c(0.25, 0.09, 0.09, 0.09), 2)))
+  b <- t(c(1, -0.5) + L %*% matrix(rnorm(2 * G), 2))
+  d$y <- b[d$g, 1] + b[d$g, 2] * d$x + rnorm(G * n, 0, 0.5)
+  lkj <- hbglm(y ~ x + (1 + x | g), d, prior = hbglm_prior(cov = "lkj"), iter = 1500, warmup = 500, chains = 2,
+               seed = 1, use.gpu = FALSE)
+  iw <- hbglm(y ~ x + (1 + x | g), d, iter = 1500, warmup = 500, chains = 2, seed = 1, use.gpu = FALSE)
+  expect_true(lkj$correlated)
+  vl <- lme4::VarCorr(lkj)
+  vi <- lme4::VarCorr(iw)
+  ref <- as.data.frame(lme4::VarCorr(lme4::lmer(y ~ x + (1 + x | g), d)))
+  expect_lt(max(abs(vl$sdcor[1:2] / ref$sdcor[1:2] - 1)), 0.1)
+  expect_lt(abs(vl$sdcor[3] - ref$sdcor[3]), 0.1)
+  expect_lt(abs(vl$sdcor[3] - ref$sdcor[3]), abs(vi$sdcor[3] - ref$sdcor[3]))
+  expect_lt(max(summary(lkj, pars = c("tau", "cor"))$rhat), 1.02)
+  # A second factor's correlated terms take the same kind of prior.
+  d$h <- rep(seq_len(15), length.out = nrow(d))
+  two <- short(hbglm(y ~ x + (1 + x | g) + (1 + x | h), d, prior = hbglm_prior(cov = "lkj"), iter = 200, warmup = 100,
+                     chains = 1, seed = 1, use.gpu = FALSE))
+  expect_true("cor_h[(Intercept),x]" %in% dimnames(two$draws)$variable)
+  expect_error(hbglm(y ~ x + (1 + x | g), d, prior = hbglm_prior(cov = "lkj", tau_fixed = 1), use.gpu = FALSE),
+               "tau_fixed", class = "bulkem_error_input")
+})

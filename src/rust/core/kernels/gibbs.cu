@@ -440,6 +440,157 @@ __device__ __forceinline__ double hb_scale_prior(int kind, double a, double b, d
     return kind == 0 ? -log1p(r * r) : -0.5 * r * r;
 }
 
+// ---------------------------------------------------------------------------
+// The LKJ prior of a covariance (as core/src/gibbs/lkj.rs): coordinates
+// theta = (log sd_1..K, atanh of the canonical partial correlations in the
+// row order of Omega's Cholesky factor), each slice-updated once per sweep,
+// the sds first, with the same random numbers and in the same order as
+// lkj::update. Every thread of a block may call these with the same
+// arguments and stream: they compute the same values.
+// ---------------------------------------------------------------------------
+
+#define HB_LKJ_Y_MAX 15.0
+#define HB_LKJ_Y_WIDTH 1.0
+#define HB_THETA_MAX (HB_KMAX * (HB_KMAX + 1) / 2)
+
+// log(1 - tanh(y)^2) = -2 log cosh(y), without cancellation.
+__device__ __forceinline__ double hb_log_sech2(double y) {
+    const double a = fabs(y);
+    return -2.0 * (a + log1p(exp(-2.0 * a)) - 0.6931471805599453);
+}
+
+// Omega's Cholesky factor from the y coordinates into l; the sum of log l_ii.
+__device__ double hb_lkj_factor(const double* y, int K, double* l) {
+    double log_diag = 0.0;
+    int m = 0;
+    for (int i = 0; i < K; ++i) {
+        double c = 1.0;
+        for (int j = 0; j < K; ++j) l[i * K + j] = 0.0;
+        for (int j = 0; j < i; ++j) {
+            l[i * K + j] = tanh(y[m]) * c;
+            c /= cosh(y[m]);
+            log_diag += 0.5 * hb_log_sech2(y[m]);
+            ++m;
+        }
+        l[i * K + i] = c;
+    }
+    return log_diag;
+}
+
+// lkj::log_density: the sds' priors (kind, a, b of hb_scale_prior) and
+// LKJ(eta), given `count` vectors with scatter matrix S.
+__device__ double hb_lkj_logf(const double* theta, int K, double count, const double* S, double eta, int sd_kind, double sd_a, double sd_b) {
+    double l[HB_KMAX * HB_KMAX], w[HB_KMAX * HB_KMAX], inv_sd[HB_KMAX];
+    const double* y = theta + K;
+    const double log_diag = hb_lkj_factor(y, K, l);
+    double lp = 0.0, usum = 0.0;
+    for (int k = 0; k < K; ++k) {
+        lp += hb_scale_prior(sd_kind, sd_a, sd_b, exp(theta[k])) + theta[k];
+        usum += theta[k];
+        inv_sd[k] = exp(-theta[k]);
+    }
+    int m = 0;
+    for (int i = 0; i < K; ++i)
+        for (int j = 0; j < i; ++j) lp += (eta + 0.5 * (K - 2.0 - j)) * hb_log_sech2(y[m++]);
+    for (int c = 0; c < K; ++c)
+        for (int i = c; i < K; ++i) {
+            double s = i == c ? 1.0 : 0.0;
+            for (int t = c; t < i; ++t) s -= l[i * K + t] * w[t * K + c];
+            w[i * K + c] = s / l[i * K + i];
+        }
+    double trace = 0.0;
+    for (int i = 0; i < K; ++i)
+        for (int a = 0; a <= i; ++a) {
+            double wa = 0.0;
+            for (int b = 0; b <= i; ++b) wa += w[i * K + b] * S[b * K + a] * inv_sd[b] * inv_sd[a];
+            trace += wa * w[i * K + a];
+        }
+    return lp - count * (usum + log_diag) - 0.5 * trace;
+}
+
+// lkj::theta_of; false when Omega has no Cholesky factor or a coordinate
+// is not finite.
+__device__ bool hb_lkj_theta(const double* cov, int K, double* theta) {
+    double om[HB_KMAX * HB_KMAX], l[HB_KMAX * HB_KMAX], sd[HB_KMAX];
+    for (int i = 0; i < K; ++i) sd[i] = sqrt(cov[i * K + i]);
+    for (int x = 0; x < K * K; ++x) om[x] = cov[x] / (sd[x / K] * sd[x % K]);
+    if (!hb_cholesky(om, l, K)) return false;
+    bool ok = true;
+    for (int i = 0; i < K; ++i) {
+        theta[i] = log(sd[i]);
+        ok = ok && isfinite(theta[i]);
+    }
+    int m = K;
+    for (int i = 0; i < K; ++i) {
+        double c = 1.0;
+        for (int j = 0; j < i; ++j) {
+            const double z = fmin(fmax(l[i * K + j] / c, -1.0), 1.0);
+            theta[m] = fmin(fmax(atanh(z), -HB_LKJ_Y_MAX), HB_LKJ_Y_MAX);
+            ok = ok && isfinite(theta[m]);
+            ++m;
+            c *= sqrt(fmax(1.0 - z * z, 0.0));
+        }
+    }
+    return ok;
+}
+
+// lkj::cov_of: Sigma into cov, its inverse into prec.
+__device__ void hb_lkj_cov(const double* theta, int K, double* cov, double* prec) {
+    double l[HB_KMAX * HB_KMAX], w[HB_KMAX * HB_KMAX], sd[HB_KMAX];
+    hb_lkj_factor(theta + K, K, l);
+    for (int k = 0; k < K; ++k) sd[k] = exp(theta[k]);
+    for (int c = 0; c < K; ++c)
+        for (int i = c; i < K; ++i) {
+            double s = i == c ? 1.0 : 0.0;
+            for (int t = c; t < i; ++t) s -= l[i * K + t] * w[t * K + c];
+            w[i * K + c] = s / l[i * K + i];
+        }
+    for (int a = 0; a < K; ++a)
+        for (int b = 0; b < K; ++b) {
+            double om = 0.0, oi = 0.0;
+            for (int t = 0; t <= min(a, b); ++t) om += l[a * K + t] * l[b * K + t];
+            for (int t = max(a, b); t < K; ++t) oi += w[t * K + a] * w[t * K + b];
+            cov[a * K + b] = sd[a] * sd[b] * om;
+            prec[a * K + b] = oi / (sd[a] * sd[b]);
+        }
+}
+
+// lkj::update then lkj::cov_of: Sigma (now `now`) of K terms given `count`
+// vectors with scatter S, under LKJ(eta) and the sds' prior (kind, a, b),
+// into cov and prec. The sds' slice widths are w[0..K), floors
+// floors[0..K); their moves are written to moved[0..K) (every thread's
+// own copy) and their stuck updates (a correlation's against its row's sd)
+// to stuck[0..K). False when `now` has no coordinates.
+__device__ bool hb_lkj_draw(const double* now, const double* S, int K, double count, double eta, int sd_kind, double sd_a, double sd_b,
+                            const double* w, const double* floors, double ceiling, int m, HbRng& rng,
+                            double* cov, double* prec, long long& evals, int* stuck, double* moved) {
+    double theta[HB_THETA_MAX];
+    if (!hb_lkj_theta(now, K, theta)) return false;
+    const int n = K + K * (K - 1) / 2;
+    int row = 0, left_in_row = 0;
+    for (int c = 0; c < n; ++c) {
+        // The row of correlation c (rows 1, 2, 2, 3, 3, 3, ...).
+        if (c >= K) {
+            if (left_in_row == 0) { ++row; left_in_row = row; }
+            --left_in_row;
+        }
+        const double x0 = theta[c];
+        auto logf = [&](double x) -> double {
+            theta[c] = x;
+            return hb_lkj_logf(theta, K, count, S, eta, sd_kind, sd_a, sd_b);
+        };
+        const double f0 = logf(x0);
+        const HbStep st = c < K ? hb_slice(x0, f0, logf, w[c], m, log(floors[c]), log(ceiling), rng)
+                                : hb_slice(x0, f0, logf, HB_LKJ_Y_WIDTH, m, -HB_LKJ_Y_MAX, HB_LKJ_Y_MAX, rng);
+        theta[c] = st.x;
+        evals += st.evals + 1;
+        stuck[c < K ? c : row] += st.stuck;
+        if (c < K) moved[c] = fabs(st.x - x0);
+    }
+    hb_lkj_cov(theta, K, cov, prec);
+    return true;
+}
+
 struct HbGlobal {
     const double* z;   // n x P
     int P;
@@ -459,6 +610,7 @@ struct HbGlobal {
     double* prec;                   //   and its inverse
     double cov_df, cov_s0;          //   inverse-Wishart(df, s0 I), s0 = df scale^2
     const double* tau_floor;        // K floors of tau
+    double lkj_eta;                 // > 0: Sigma's prior is LKJ(eta) with the sds under tau's, not the inverse-Wishart
 };
 
 // The warmup's width adaptation of coordinate i (adapt.rs).
@@ -542,7 +694,29 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
                 sm[j * K + i] = v;
             }
         }
-        bool ok = hb_draw_inverse_wishart(h.cov_df + G, sm, ca, K, rng);
+        bool ok;
+        if (h.lkj_eta > 0.0) {
+            // LKJ (hb_lkj_draw; cov_s0 is 0): slice updates from the
+            // current Sigma, the sds with tau's widths and floors.
+            double sc[HB_KMAX * HB_KMAX], mv[HB_KMAX];
+            int st[HB_KMAX];
+            for (int i = 0; i < K * K; ++i) sc[i] = sm[i];
+            for (int k = 0; k < K; ++k) st[k] = 0;
+            const int idx0 = G * K + P;
+            ok = hb_lkj_draw(S, sc, K, G, h.lkj_eta, h.tau_kind, h.tau_scale, h.tau_rate, w + idx0, h.tau_floor, h.scale_max, a.m, rng,
+                             sm, ca, scale_evals, st, mv);
+            __syncthreads();
+            if (ok)
+                for (int k = 0; k < K; ++k) {
+                    stuck += st[k];
+                    if (tid == 0) {
+                        a.stuck_by[(size_t)c * a.ncoord + idx0 + k] += st[k];
+                        if (a.adapting) moved[idx0 + k] += mv[k];
+                    }
+                }
+        } else {
+            ok = hb_draw_inverse_wishart(h.cov_df + G, sm, ca, K, rng);
+        }
         __syncthreads();
         if (ok) {
             if (tid == 0) {
@@ -1100,6 +1274,7 @@ struct HbFactor {
     int coord;            // sweep coordinate of level 0's first effect; the sds follow the effects
     int rng_base;         // random stream of level 0; rng_base + L: the sds and the shift
     int draw_at;          // the factor's first parameter in a draw
+    double lkj_eta;       // > 0: Sigma_f's prior is LKJ(eta) with the sds under tau's, not the inverse-Wishart
 };
 
 // The coordinate-wise slice updates of level l of chain c, as
@@ -1199,7 +1374,7 @@ extern "C" __global__ void hb_levels_block(HbArgs a, HbFactor f) {
 
 // One block per chain: each sd (slice on log sd under the prior of tau;
 // correlated: Sigma_f | u ~ inverse-Wishart(df + L, s0 I + sum_l u_l u_l')
-// exactly), then the exact shift of each term with a partner column
+// exactly, or under LKJ by hb_lkj_draw), then the exact shift of each term with a partner column
 // against it (as factor.rs: every effect falls by c, the partner rises by
 // c, with mu's or a global coefficient's prior), then the factor's part
 // of the draw.
@@ -1226,7 +1401,28 @@ extern "C" __global__ void hb_factor_global(HbArgs a, HbGlobal h, HbFactor f) {
                 sm[i * K + j] = v;
                 sm[j * K + i] = v;
             }
-        const bool ok = hb_draw_inverse_wishart(f.cov_df + L, sm, pr, K, rng);
+        bool ok;
+        if (f.lkj_eta > 0.0) {
+            // As hb_global's LKJ branch, with mean zero and the sds' coordinates.
+            double sc[HB_KMAX * HB_KMAX], mv[HB_KMAX];
+            int st[HB_KMAX];
+            for (int i = 0; i < K * K; ++i) sc[i] = sm[i];
+            for (int j = 0; j < K; ++j) st[j] = 0;
+            const int idx0 = f.coord + L * K;
+            ok = hb_lkj_draw(S, sc, K, L, f.lkj_eta, h.tau_kind, h.tau_scale, h.tau_rate, w + idx0, f.floor, h.scale_max, a.m, rng,
+                             sm, pr, scale_evals, st, mv);
+            __syncthreads();
+            if (ok)
+                for (int j = 0; j < K; ++j) {
+                    stuck += st[j];
+                    if (tid == 0) {
+                        a.stuck_by[(size_t)c * a.ncoord + idx0 + j] += st[j];
+                        if (a.adapting) moved[idx0 + j] += mv[j];
+                    }
+                }
+        } else {
+            ok = hb_draw_inverse_wishart(f.cov_df + L, sm, pr, K, rng);
+        }
         __syncthreads();
         if (ok) {
             if (tid == 0) {

@@ -10,7 +10,7 @@ use bulkem_core::gibbs::diagnostics::{diagnose, diagnose_array, ess, ess_bulk, e
 use bulkem_core::gibbs::separation::separated_columns;
 use bulkem_core::gibbs::{
     Aux,
-    sample, slice_step, stream, Block, Family, HbData, HbglmConfig, HbglmFit, Prior, ScalePrior, SliceSettings, State, Sweeper, Target, SCALE_FLOOR_REL,
+    sample, slice_step, stream, Block, CovPrior, Family, HbData, HbglmConfig, HbglmFit, Prior, ScalePrior, SliceSettings, State, Sweeper, Target, SCALE_FLOOR_REL,
 };
 
 /// Z-score bound of every Monte Carlo comparison.
@@ -397,7 +397,7 @@ fn geweke_joint_distribution_check_correlated() {
     let k = 2;
     let (x, _) = design(&sizes, k, 0, 12);
     let iw = InverseWishart { df: 5.0, scale: 0.7 };
-    let prior = Prior { mu_mean: 0.5, mu_sd: 1.0, sigma: ScalePrior::HalfNormal(1.0), cov: Some(iw), ..Prior::default() };
+    let prior = Prior { mu_mean: 0.5, mu_sd: 1.0, sigma: ScalePrior::HalfNormal(1.0), cov: Some(CovPrior::InverseWishart(iw)), ..Prior::default() };
     let n: usize = sizes.iter().sum();
     let mut data = HbData::new(vec![0.0; n], x, vec![], &sizes, k, 0).unwrap();
     let family = Family::Gaussian;
@@ -478,13 +478,13 @@ fn correlated_coefficients_beyond_the_gpus_limit_stay_off_it() {
     use bulkem_core::gibbs::gpu::CORRELATED_MAX_K;
     let (x, _) = design(&[3, 3], 2, 0, 1);
     let data = HbData::new(vec![0.0, 1.0, 0.5, 2.0, 1.0, 0.0], x, vec![], &[3, 3], 2, 0).unwrap();
-    let cov = |df| Prior { cov: Some(InverseWishart { df, scale: 1.0 }), ..Prior::default() };
+    let cov = |df| Prior { cov: Some(CovPrior::InverseWishart(InverseWishart { df, scale: 1.0 })), ..Prior::default() };
     let config = HbglmConfig { prior: cov(5.0), iter: 20, warmup: 10, ..HbglmConfig::new(Family::Gaussian) };
     assert!(bulkem_core::gibbs::job(&data, &config).gpu_unsupported.is_none());
     let k = CORRELATED_MAX_K + 1;
     let (wide_x, _) = design(&[3, 3], k, 0, 1);
     let wide = HbData::new(vec![0.0; 6], wide_x, vec![], &[3, 3], k, 0).unwrap();
-    let wide_config = HbglmConfig { prior: Prior { cov: Some(InverseWishart { df: k as f64 + 3.0, scale: 1.0 }), ..Prior::default() }, ..config.clone() };
+    let wide_config = HbglmConfig { prior: Prior { cov: Some(CovPrior::InverseWishart(InverseWishart { df: k as f64 + 3.0, scale: 1.0 })), ..Prior::default() }, ..config.clone() };
     assert!(bulkem_core::gibbs::job(&wide, &wide_config).gpu_unsupported.unwrap().contains("correlated"));
     let fit = sample(&data, &config, &Exec::cpu()).unwrap();
     assert_eq!(fit.layout.n_params(), 2 * 2 + 2 + 2 + 1 + 1);
@@ -941,7 +941,7 @@ fn sbc_with(
 fn sbc_correlated_binomial() {
     use bulkem_core::gibbs::covariance::{cholesky, draw_inverse_wishart, InverseWishart};
     let iw = InverseWishart { df: 5.0, scale: 0.6 };
-    let prior = Prior { mu_mean: 0.0, mu_sd: 0.7, cov: Some(iw), ..Prior::default() };
+    let prior = Prior { mu_mean: 0.0, mu_sd: 0.7, cov: Some(CovPrior::InverseWishart(iw)), ..Prior::default() };
     let k = 2;
     sbc(
         Family::Binomial,
@@ -971,6 +971,48 @@ fn sbc_correlated_binomial() {
                 .collect();
             let cor = cov[1] / (cov[0] * cov[3]).sqrt();
             (y, vec![mu[0], mu[1], cov[0].sqrt(), cov[3].sqrt(), cor, beta[1]])
+        },
+        |fit, i| {
+            let l = fit.layout;
+            let at = |q: usize| fit.chain(q, 0)[i];
+            vec![at(l.mu(0)), at(l.mu(1)), at(l.tau(0)), at(l.tau(1)), at(l.cor(0)), at(l.beta(0, 1))]
+        },
+    );
+}
+
+/// Calibration of the correlated binomial model under the LKJ prior
+/// (brms's): mu ~ N(0, 0.7^2), sds ~ half-normal(0.6), the correlation
+/// ~ LKJ(1.5) (for K = 2: 2 Beta(1.5, 1.5) - 1).
+#[test]
+fn sbc_correlated_binomial_lkj() {
+    let prior = Prior { mu_mean: 0.0, mu_sd: 0.7, tau: ScalePrior::HalfNormal(0.6), cov: Some(CovPrior::Lkj { eta: 1.5 }), ..Prior::default() };
+    let k = 2;
+    sbc(
+        Family::Binomial,
+        prior,
+        k,
+        240,
+        &["mu[0]", "mu[1]", "tau[0]", "tau[1]", "cor", "beta[0,1]"],
+        None,
+        |d, rng| {
+            let mu: Vec<f64> = (0..k).map(|_| 0.7 * rng.normal()).collect();
+            let sd: Vec<f64> = (0..k).map(|_| 0.6 * rng.normal().abs()).collect();
+            let (a, b) = (rng.gamma(1.5), rng.gamma(1.5));
+            let r = 2.0 * a / (a + b) - 1.0;
+            let mut beta = vec![0.0; d.groups() * k];
+            for g in 0..d.groups() {
+                let (z0, z1) = (rng.normal(), rng.normal());
+                beta[g * k] = mu[0] + sd[0] * z0;
+                beta[g * k + 1] = mu[1] + sd[1] * (r * z0 + (1.0 - r * r).sqrt() * z1);
+            }
+            let y = (0..d.groups())
+                .flat_map(|g| d.rows(g).map(move |i| (g, i)))
+                .map(|(g, i)| {
+                    let eta: f64 = (0..k).map(|j| d.x[i * k + j] * beta[g * k + j]).sum();
+                    (rng.uniform() < 1.0 / (1.0 + (-eta).exp())) as u8 as f64
+                })
+                .collect();
+            (y, vec![mu[0], mu[1], sd[0], sd[1], r, beta[1]])
         },
         |fit, i| {
             let l = fit.layout;
@@ -1063,9 +1105,32 @@ fn sbc_crossed_gaussian() {
 /// shift move ignores Sigma_h's off-diagonal (both checked).
 #[test]
 fn sbc_crossed_correlated_gaussian() {
-    use bulkem_core::gibbs::covariance::{cholesky, draw_inverse_wishart, InverseWishart};
+    use bulkem_core::gibbs::covariance::{draw_inverse_wishart, InverseWishart};
     let iw = InverseWishart { df: 5.0, scale: 0.5 };
-    let prior = Prior { mu_mean: 0.0, mu_sd: 1.0, tau: ScalePrior::HalfNormal(0.5), sigma: ScalePrior::HalfNormal(1.0), factor_cov: vec![iw], ..Prior::default() };
+    sbc_crossed_correlated(CovPrior::InverseWishart(iw), |k, rng| {
+        let s: Vec<f64> = (0..k * k).map(|i| if i % (k + 1) == 0 { 5.0 * 0.25 } else { 0.0 }).collect();
+        draw_inverse_wishart(5.0, &s, k, rng).unwrap().0
+    });
+}
+
+/// As `sbc_crossed_correlated_gaussian`, Sigma_h under LKJ(2) with sds
+/// half-normal(0.5) (the prior of tau): for K = 2 the correlation is 2
+/// Beta(2, 2) - 1.
+#[test]
+fn sbc_crossed_correlated_gaussian_lkj() {
+    sbc_crossed_correlated(CovPrior::Lkj { eta: 2.0 }, |_, rng| {
+        let sd = [0.5 * rng.normal().abs(), 0.5 * rng.normal().abs()];
+        let (a, b) = (rng.gamma(2.0), rng.gamma(2.0));
+        let r = 2.0 * a / (a + b) - 1.0;
+        vec![sd[0] * sd[0], r * sd[0] * sd[1], r * sd[0] * sd[1], sd[1] * sd[1]]
+    });
+}
+
+/// The calibration of `sbc_crossed_correlated_gaussian` with Sigma_h's
+/// prior `factor_cov`, and `draw_cov(K, rng)` a draw from it.
+fn sbc_crossed_correlated(factor_cov: CovPrior, draw_cov: impl Fn(usize, &mut bulkem_core::gibbs::Rng) -> Vec<f64> + Sync) {
+    use bulkem_core::gibbs::covariance::cholesky;
+    let prior = Prior { mu_mean: 0.0, mu_sd: 1.0, tau: ScalePrior::HalfNormal(0.5), sigma: ScalePrior::HalfNormal(1.0), factor_cov: vec![factor_cov], ..Prior::default() };
     let (k, levels) = (2, 20);
     sbc(
         Family::Gaussian,
@@ -1077,8 +1142,7 @@ fn sbc_crossed_correlated_gaussian() {
         |d, rng| {
             let mu: Vec<f64> = (0..k).map(|_| rng.normal()).collect();
             let tau: Vec<f64> = (0..k).map(|_| 0.5 * rng.normal().abs()).collect();
-            let s: Vec<f64> = (0..k * k).map(|i| if i % (k + 1) == 0 { 5.0 * 0.25 } else { 0.0 }).collect();
-            let (cov, _) = draw_inverse_wishart(5.0, &s, k, rng).unwrap();
+            let cov = draw_cov(k, rng);
             let chol = cholesky(&cov, k).unwrap();
             let sigma = rng.normal().abs();
             let beta: Vec<f64> = (0..d.groups() * k).map(|q| mu[q % k] + tau[q % k] * rng.normal()).collect();
@@ -1132,7 +1196,7 @@ fn correlated_factor_refusals() {
     assert_eq!(fit.layout.factors, 13);
     let cor = fit.layout.n_params() - 1;
     assert!((0..fit.kept).all(|i| fit.chain(cor, 0)[i].abs() < 1.0));
-    let improper = HbglmConfig { prior: Prior { factor_cov: vec![InverseWishart { df: 0.5, scale: 1.0 }], ..Prior::default() }, ..config };
+    let improper = HbglmConfig { prior: Prior { factor_cov: vec![CovPrior::InverseWishart(InverseWishart { df: 0.5, scale: 1.0 })], ..Prior::default() }, ..config };
     let err = sample(&data, &improper, &Exec::cpu().threads(1)).unwrap_err();
     assert!(err.to_string().contains("cov_df"), "{err}");
     // A held tau would be ignored by the covariance's draws: refused.

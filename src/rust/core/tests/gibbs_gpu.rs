@@ -181,9 +181,21 @@ fn gpu_negbinomial_agrees_with_cpu() {
 /// with the CPU's.
 #[test]
 fn gpu_correlated_agrees_with_cpu() {
-    use bulkem_core::gibbs::covariance::InverseWishart;
+    use bulkem_core::gibbs::{covariance::InverseWishart, CovPrior};
     if device() {
-        let prior = Prior { cov: Some(InverseWishart { df: 5.0, scale: 1.0 }), ..Prior::default() };
+        let prior = Prior { cov: Some(CovPrior::InverseWishart(InverseWishart { df: 5.0, scale: 1.0 })), ..Prior::default() };
+        run(Family::Gaussian, prior.clone());
+        run(Family::Binomial, Prior { mu_sd: 5.0, ..prior });
+    }
+}
+
+/// Correlated coefficients under the LKJ prior: Sigma's coordinates
+/// slice-sampled on the device as on the CPU (`hb_lkj_draw`, lkj.rs).
+#[test]
+fn gpu_correlated_lkj_agrees_with_cpu() {
+    use bulkem_core::gibbs::CovPrior;
+    if device() {
+        let prior = Prior { cov: Some(CovPrior::Lkj { eta: 2.0 }), tau: ScalePrior::HalfNormal(1.0), ..Prior::default() };
         run(Family::Gaussian, prior.clone());
         run(Family::Binomial, Prior { mu_sd: 5.0, ..prior });
     }
@@ -194,7 +206,7 @@ fn gpu_correlated_agrees_with_cpu() {
 #[test]
 #[ignore]
 fn cpu_runs_with_different_seeds_agree() {
-    let iw = Some(bulkem_core::gibbs::covariance::InverseWishart { df: 5.0, scale: 1.0 });
+    let iw = Some(bulkem_core::gibbs::CovPrior::InverseWishart(bulkem_core::gibbs::covariance::InverseWishart { df: 5.0, scale: 1.0 }));
     for (family, prior) in [
         (Family::Gaussian, Prior { cov: iw, ..Prior::default() }),
         (Family::Binomial, Prior { mu_sd: 5.0, cov: iw, ..Prior::default() }),

@@ -4,7 +4,7 @@
 use bulkem_core::exec::{choose_backend, Backend, BackendRequest};
 use bulkem_core::gibbs::diagnostics::diagnose_array;
 use bulkem_core::gibbs::covariance::InverseWishart;
-use bulkem_core::gibbs::{default_factor_cov, sample, Family, HbData, HbglmConfig, Prior, ScalePrior, Target};
+use bulkem_core::gibbs::{default_factor_cov, sample, CovPrior, Family, HbData, HbglmConfig, Prior, ScalePrior, Target};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -76,13 +76,20 @@ fn hbglm_fit_(
             "gamma" => ScalePrior::Gamma(num("shape_a")?, num("shape_b")?),
             _ => ScalePrior::Fixed(num("shape_a")?),
         },
-        // Correlated group coefficients: cov_df is NA otherwise.
-        cov: match num("cov_df")? {
-            df if df.is_nan() => None,
-            df => Some(InverseWishart { df, scale: num("cov_scale")? }),
-        },
+        cov: None,
         factor_cov: Vec::new(),
     };
+    // The prior of correlated terms with inverse-Wishart degrees of freedom
+    // `df` (NA: the terms are independent).
+    let lkj = text("cov")? == "lkj";
+    let cov_prior = |df: f64| -> Result<Option<CovPrior>> {
+        Ok(match df {
+            df if df.is_nan() => None,
+            _ if lkj => Some(CovPrior::Lkj { eta: num("lkj_eta")? }),
+            df => Some(CovPrior::InverseWishart(InverseWishart { df, scale: num("cov_scale")? })),
+        })
+    };
+    prior.cov = cov_prior(num("cov_df")?)?;
     let sizes: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
     let data = HbData::new(y.to_vec(), x.to_vec(), z.to_vec(), &sizes, k.max(0) as usize, p.max(0) as usize)
         .and_then(|d| d.with_offset(offset.to_vec()))
@@ -103,12 +110,15 @@ fn hbglm_fit_(
         let (levels, terms) = (int("levels")?.max(0) as usize, int("k")?.max(0) as usize);
         // Correlated terms: cov_df is NA otherwise.
         let cov_df = f.dollar("cov_df")?.as_real().ok_or_else(|| Error::Other("internal: factor$cov_df must be a number".into()))?;
-        data = if cov_df.is_nan() {
-            prior.factor_cov.push(default_factor_cov(terms));
-            data.with_factor(&level, levels, w, terms)
-        } else {
-            prior.factor_cov.push(InverseWishart { df: cov_df, scale: num("cov_scale")? });
-            data.with_correlated_factor(&level, levels, w, terms)
+        data = match cov_prior(cov_df)? {
+            None => {
+                prior.factor_cov.push(default_factor_cov(terms));
+                data.with_factor(&level, levels, w, terms)
+            }
+            Some(cov) => {
+                prior.factor_cov.push(cov);
+                data.with_correlated_factor(&level, levels, w, terms)
+            }
         }
         .map_err(r_error)?;
     }

@@ -18,7 +18,7 @@
 //! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
-//!                    [--big-groups B] [--sweeps N] [--correlated yes] [--target-ess E] [--crossed L] [--crossed-terms T] [--ordinal C]
+//!                    [--big-groups B] [--sweeps N] [--correlated yes|lkj] [--target-ess E] [--crossed L] [--crossed-terms T] [--ordinal C]
 //!                    [--backend cpu|cuda|both] [--json FILE]
 //! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V] [--emission categorical|gaussian]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
@@ -350,7 +350,7 @@ mod gibbs_bench {
     use bulkem_core::exec::{available_threads, Backend, Exec};
     use bulkem_core::gibbs::diagnostics::ess_bulk;
     use bulkem_core::gibbs::gpu::{sample_gpu, GpuOptions, GRID_SCALAR_ROWS};
-    use bulkem_core::gibbs::{sample, stream, Block, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, Sweeper};
+    use bulkem_core::gibbs::{sample, stream, Block, CovPrior, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, Sweeper};
     use rayon::prelude::*;
 
     struct Opts {
@@ -367,6 +367,8 @@ mod gibbs_bench {
         backends: Vec<Backend>,
         /// The group coefficients correlated (inverse-Wishart(K + 3, (K + 3) I)).
         correlated: bool,
+        /// Correlated terms under LKJ(1) (`--correlated lkj`) instead.
+        lkj: bool,
         /// Sample to bulk and tail ESS >= this and R-hat <= 1.01 (first check
         /// after warmup + draws, at most 3 times that: the draws are allocated for the most).
         target_ess: Option<f64>,
@@ -390,7 +392,7 @@ mod gibbs_bench {
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, target_ess: None, crossed: 0, crossed_terms: 1, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS, interweave: true };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, lkj: false, target_ess: None, crossed: 0, crossed_terms: 1, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS, interweave: true };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -405,7 +407,7 @@ mod gibbs_bench {
                 "--chains" => o.chains = num()?,
                 "--big-groups" => o.big_groups = num()?,
                 "--sweeps" => o.sweeps = num()?,
-                "--correlated" => o.correlated = value == "yes",
+                "--correlated" => (o.correlated, o.lkj) = (value == "yes" || value == "lkj", value == "lkj"),
                 "--crossed" => o.crossed = num()?,
                 "--crossed-terms" => o.crossed_terms = num()?,
                 "--ordinal" => o.ordinal = num()?,
@@ -539,10 +541,10 @@ mod gibbs_bench {
         if backend == Backend::Cuda {
             println!("  cuda warm-up (kernel compilation): {:.2} s", warm_gpu(hblogit_family(o))?);
         }
-        let cov = o.correlated.then(|| bulkem_core::gibbs::covariance::InverseWishart { df: o.k as f64 + 3.0, scale: 1.0 });
+        let cov_for = |k: usize| if o.lkj { CovPrior::Lkj { eta: 1.0 } } else { bulkem_core::gibbs::default_factor_cov(k) };
         let first = o.warmup + o.draws;
         let config = HbglmConfig {
-            prior: Prior { cov, ..peer_prior() },
+            prior: Prior { cov: o.correlated.then(|| cov_for(o.k)), factor_cov: vec![cov_for(o.crossed_terms)], ..peer_prior() },
             iter: if o.target_ess.is_some() { 3 * first } else { first },
             warmup: o.warmup,
             chains: o.chains,

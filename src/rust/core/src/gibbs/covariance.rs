@@ -98,6 +98,15 @@ pub fn draw_inverse_wishart(df: f64, s: &[f64], k: usize, rng: &mut Rng) -> Opti
 /// products sum to C, `cross(i, j)`), and its inverse; None when the
 /// scale matrix is not positive definite or a result is not finite.
 pub fn draw_posterior(iw: InverseWishart, count: usize, k: usize, cross: impl Fn(usize, usize) -> f64, rng: &mut Rng) -> Option<(Vec<f64>, Vec<f64>)> {
+    let mut s = scatter(k, cross);
+    for i in 0..k {
+        s[i * k + i] += iw.df * iw.scale * iw.scale;
+    }
+    draw_inverse_wishart(iw.df + count as f64, &s, k, rng).filter(|(cov, prec)| cov.iter().chain(prec).all(|v| v.is_finite()))
+}
+
+/// The symmetric k x k matrix of `cross(i, j)`, each computed once (j <= i).
+pub fn scatter(k: usize, cross: impl Fn(usize, usize) -> f64) -> Vec<f64> {
     let mut s = vec![0.0; k * k];
     for i in 0..k {
         for j in 0..=i {
@@ -105,9 +114,8 @@ pub fn draw_posterior(iw: InverseWishart, count: usize, k: usize, cross: impl Fn
             s[i * k + j] = v;
             s[j * k + i] = v;
         }
-        s[i * k + i] += iw.df * iw.scale * iw.scale;
     }
-    draw_inverse_wishart(iw.df + count as f64, &s, k, rng).filter(|(cov, prec)| cov.iter().chain(prec).all(|v| v.is_finite()))
+    s
 }
 
 /// A draw of mu | beta, Sigma: mu ~ N(m0, s0^2 I) a priori and beta_g ~

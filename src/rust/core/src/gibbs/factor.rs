@@ -219,7 +219,7 @@ impl Sweeper<'_> {
     fn update_factor_sd(&self, f: usize, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
         let fac = &self.data.factors[f];
         if fac.correlated {
-            return self.update_factor_cov(f, state, sweep, stats);
+            return self.update_factor_cov(f, state, sweep, adapting, stats);
         }
         let prior = self.prior.tau;
         if prior.fixed().is_some() {
@@ -248,32 +248,22 @@ impl Sweeper<'_> {
 }
 
 impl Sweeper<'_> {
-    /// Correlated terms: Sigma_f | u ~ inverse-Wishart(df + L, df scale^2
-    /// I + sum_l u_l u_l') (as the groups' `update_cov`, with mean zero);
-    /// sd_fj = sqrt(Sigma_f,jj). A scale matrix that is not positive
-    /// definite in floating point keeps Sigma_f and counts as a stuck
-    /// update of each sd.
-    fn update_factor_cov(&self, f: usize, state: &mut State, sweep: usize, stats: &mut SweepStats) {
+    /// Correlated terms: Sigma_f | u given the scatter sum_l u_l u_l' (as
+    /// the groups' `update_cov`, with mean zero; [`Sweeper::draw_cov`]);
+    /// sd_fj = sqrt(Sigma_f,jj).
+    fn update_factor_cov(&self, f: usize, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
         let fac = &self.data.factors[f];
         let (k, levels) = (fac.k, fac.levels);
-        let iw = self.prior.factor_cov(f, k);
         let mut rng = self.rng(sweep, Block::FactorScale(f));
         let u = &state.u[f];
-        let cross = |i: usize, j: usize| par_sum(levels, |r| r.map(|l| u[l * k + i] * u[l * k + j]).sum::<f64>());
-        match covariance::draw_posterior(iw, levels, k, cross, &mut rng) {
-            Some((cov, prec)) => {
-                for j in 0..k {
-                    state.sd[f][j] = cov[j * k + j].sqrt();
-                }
-                (state.factor_cov[f], state.factor_prec[f]) = (cov, prec);
+        let scatter = covariance::scatter(k, |i, j| par_sum(levels, |r| r.map(|l| u[l * k + i] * u[l * k + j]).sum::<f64>()));
+        let (now, floors) = (state.factor_cov[f].clone(), state.factor_floor[f].clone());
+        let base = self.factor_coord(f) + levels * k;
+        if let Some((cov, prec)) = self.draw_cov(self.prior.factor_cov(f, k), &now, k, levels, &scatter, base, &floors, state, adapting, &mut rng, stats) {
+            for j in 0..k {
+                state.sd[f][j] = cov[j * k + j].sqrt();
             }
-            None => {
-                let base = self.factor_coord(f) + levels * k;
-                for j in 0..k {
-                    state.stuck[base + j] += 1;
-                }
-                stats.stuck += k as u64;
-            }
+            (state.factor_cov[f], state.factor_prec[f]) = (cov, prec);
         }
     }
 }

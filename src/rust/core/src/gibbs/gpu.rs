@@ -15,7 +15,7 @@
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::sweep::{Sweeper, SPLIT_GROUP_ROWS};
-use super::{BlockPlan, Family, HbData, HbglmConfig, HbglmFit, Layout, ScalePrior, SweepStats};
+use super::{BlockPlan, CovPrior, Family, HbData, HbglmConfig, HbglmFit, Layout, ScalePrior, SweepStats};
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Exec};
 use crate::gpu::{self, Device, Kernel};
@@ -167,6 +167,7 @@ struct HbGlobal {
     cov_df: f64,
     cov_s0: f64,
     tau_floor: u64,
+    lkj_eta: f64,
 }
 
 /// Mirrors `struct HbFactor` of kernels/gibbs.cu: one grouping factor
@@ -190,6 +191,17 @@ struct HbFactor {
     coord: i32,
     rng_base: i32,
     draw_at: i32,
+    lkj_eta: f64,
+}
+
+/// A covariance prior as the kernels take it: (df, s0 = df scale^2) of an
+/// inverse-Wishart, or LKJ's eta (> 0 selects it); zeros for none.
+fn cov_args(prior: Option<CovPrior>) -> (f64, f64, f64) {
+    match prior {
+        Some(CovPrior::InverseWishart(iw)) => (iw.df, iw.df * iw.scale * iw.scale, 0.0),
+        Some(CovPrior::Lkj { eta }) => (0.0, 0.0, eta),
+        None => (0.0, 0.0, 0.0),
+    }
 }
 
 // SAFETY: plain #[repr(C)] structs of integers and floats whose layout
@@ -441,8 +453,9 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         tau_floor: ptr(&d_tau_floor, dev),
         cov: d_cov.as_ref().map_or(0, |b| ptr(b, dev)),
         prec: d_prec.as_ref().map_or(0, |b| ptr(b, dev)),
-        cov_df: config.prior.cov.map_or(0.0, |iw| iw.df),
-        cov_s0: config.prior.cov.map_or(0.0, |iw| iw.df * iw.scale * iw.scale),
+        cov_df: cov_args(config.prior.cov).0,
+        cov_s0: cov_args(config.prior.cov).1,
+        lkj_eta: cov_args(config.prior.cov).2,
     };
 
     // The other grouping factors: their rows by level, columns, state.
@@ -469,7 +482,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
             s.clone_htod(&partner).map_err(e("copying data"))?,
         );
         let cov_bufs = if fac.correlated { Some((s.clone_htod(&fcov[f]).map_err(e("copying the state"))?, s.clone_htod(&fprec[f]).map_err(e("copying the state"))?)) } else { None };
-        let iw = config.prior.factor_cov(f, fac.k);
+        let (cov_df, cov_s0, lkj_eta) = cov_args(Some(config.prior.factor_cov(f, fac.k)));
         let args = HbFactor {
             start: ptr(&bufs.0, dev),
             rows: ptr(&bufs.1, dev),
@@ -480,13 +493,14 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
             partner: ptr(&bufs.6, dev),
             cov: cov_bufs.as_ref().map_or(0, |b| ptr(&b.0, dev)),
             prec: cov_bufs.as_ref().map_or(0, |b| ptr(&b.1, dev)),
-            cov_df: iw.df,
-            cov_s0: iw.df * iw.scale * iw.scale,
+            cov_df,
+            cov_s0,
             l: fac.levels as i32,
             kf: fac.k as i32,
             coord: coord as i32,
             rng_base: rng_base as i32,
             draw_at: draw_at as i32,
+            lkj_eta,
         };
         let by_block = (0..fac.levels).any(|l| fac.start[l + 1] - fac.start[l] >= LEVEL_BLOCK_ROWS);
         factors.push(FactorOnDevice { args, by_block, _buffers: bufs, _cov: cov_bufs });

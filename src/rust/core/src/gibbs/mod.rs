@@ -20,6 +20,7 @@ mod adapt;
 mod chains;
 pub mod covariance;
 pub mod gpu;
+pub mod lkj;
 pub mod diagnostics;
 mod factor;
 mod model;
@@ -34,7 +35,7 @@ pub mod target;
 
 pub use factor::{Factor, Partner};
 pub use model::{Aux, Family, HbData, ScaleBounds, MAX_ABS_VALUE, SCALE_FLOOR_REL, SCALE_MAX, SCALE_MIN, SHAPE_MAX, SHAPE_MIN};
-pub use prior::{default_factor_cov, Prior, ScalePrior};
+pub use prior::{default_factor_cov, CovPrior, Prior, ScalePrior};
 pub use random::{stream, Block, Rng};
 pub use slice::{slice_step, SliceSettings, SliceStep};
 pub use sweep::{State, SweepStats, Sweeper};

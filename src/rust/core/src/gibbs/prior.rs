@@ -10,9 +10,11 @@
 //! `tau_fixed` / `sigma_fixed` hold a scale at a known value instead (the
 //! conjugate model with known variances, whose posterior is closed-form).
 //! With `cov` the group coefficients are correlated: their covariance
-//! Sigma ~ inverse-Wishart (covariance.rs) replaces the tau_k; a grouping
-//! factor with correlated terms (`factor.rs`) has such a prior of its own,
-//! `factor_cov[f]` (inverse-Wishart(K_f + 3, (K_f + 3) I) when not given).
+//! Sigma ~ inverse-Wishart (covariance.rs), or Sigma = D Omega D with
+//! Omega ~ LKJ(eta) and the sds in D under the prior of tau (lkj.rs),
+//! replaces the tau_k; a grouping factor with correlated terms
+//! (`factor.rs`) has such a prior of its own, `factor_cov[f]`
+//! (inverse-Wishart(K_f + 3, (K_f + 3) I) when not given).
 
 use super::covariance::InverseWishart;
 use crate::error::{Error, Result};
@@ -66,6 +68,16 @@ fn check_scale(v: f64, arg: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// The prior of the covariance of correlated coefficients.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CovPrior {
+    /// Conjugate: Sigma is drawn exactly in each sweep (bayesm, MCMCglmm).
+    InverseWishart(InverseWishart),
+    /// LKJ(eta) correlations, the sds under the prior of tau (brms):
+    /// slice updates of Sigma's coordinates (lkj.rs).
+    Lkj { eta: f64 },
+}
+
 /// All priors of a model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prior {
@@ -78,17 +90,17 @@ pub struct Prior {
     pub shape: ScalePrior,
     /// Correlated group coefficients: the prior of their covariance
     /// (`tau` is then unused); None: independent, with scales tau_k.
-    pub cov: Option<InverseWishart>,
+    pub cov: Option<CovPrior>,
     /// The covariance prior of each other grouping factor f with
     /// correlated terms, by f (an entry for an independent factor is not
     /// used); a factor past the end takes [`default_factor_cov`].
-    pub factor_cov: Vec<InverseWishart>,
+    pub factor_cov: Vec<CovPrior>,
 }
 
 /// bayesm's default for K correlated coefficients: inverse-Wishart(K + 3,
 /// (K + 3) I).
-pub fn default_factor_cov(k: usize) -> InverseWishart {
-    InverseWishart { df: k as f64 + 3.0, scale: 1.0 }
+pub fn default_factor_cov(k: usize) -> CovPrior {
+    CovPrior::InverseWishart(InverseWishart { df: k as f64 + 3.0, scale: 1.0 })
 }
 
 impl Default for Prior {
@@ -117,15 +129,18 @@ impl Prior {
             check_scale(v, arg)?;
         }
         self.tau.check("prior$tau")?;
-        for iw in self.cov.iter().chain(&self.factor_cov) {
-            check_scale(iw.scale, "prior$cov_scale")?;
+        for cov in self.cov.iter().chain(&self.factor_cov) {
+            match *cov {
+                CovPrior::InverseWishart(iw) => check_scale(iw.scale, "prior$cov_scale")?,
+                CovPrior::Lkj { eta } => check_scale(eta, "prior$lkj_eta")?,
+            }
         }
         self.shape.check("prior$shape")?;
         self.sigma.check("prior$sigma")
     }
 
     /// The prior of factor f's covariance (its K_f terms correlated).
-    pub fn factor_cov(&self, f: usize, k: usize) -> InverseWishart {
+    pub fn factor_cov(&self, f: usize, k: usize) -> CovPrior {
         self.factor_cov.get(f).copied().unwrap_or_else(|| default_factor_cov(k))
     }
 
@@ -134,15 +149,14 @@ impl Prior {
     /// `factor_k`, each correlated factor's (f, K_f).
     pub fn check_for(&self, k: usize, factor_k: impl IntoIterator<Item = (usize, usize)>) -> Result<()> {
         self.check()?;
-        let proper = |iw: InverseWishart, k: usize, whose: String| {
-            if iw.df.is_finite() && iw.df > k as f64 - 1.0 && iw.df <= PRIOR_MAX {
-                Ok(())
-            } else {
+        let proper = |cov: CovPrior, k: usize, whose: String| match cov {
+            CovPrior::InverseWishart(iw) if !(iw.df.is_finite() && iw.df > k as f64 - 1.0 && iw.df <= PRIOR_MAX) => {
                 Err(Error::arg("prior$cov_df", format!("must be a number above K - 1 = {} for {k} correlated coefficients{whose}, not {}", k as f64 - 1.0, iw.df)))
             }
+            _ => Ok(()),
         };
-        if let Some(iw) = self.cov {
-            proper(iw, k, String::new())?;
+        if let Some(cov) = self.cov {
+            proper(cov, k, String::new())?;
         }
         let mut correlated = self.cov.is_some();
         for (f, kf) in factor_k {
@@ -152,7 +166,7 @@ impl Prior {
         // A held tau is a known sd of independent terms; correlated terms
         // have a covariance drawn instead, which would ignore it.
         if correlated && self.tau.fixed().is_some() {
-            return Err(Error::arg("prior$tau_fixed", "holds the sds of independent terms; correlated terms have an inverse-Wishart covariance instead"));
+            return Err(Error::arg("prior$tau_fixed", "holds the sds of independent terms; correlated terms have their covariance drawn instead"));
         }
         Ok(())
     }

@@ -8,9 +8,10 @@
 use rayon::prelude::*;
 
 use super::adapt::Widths;
-use super::covariance::{self, InverseWishart};
+use super::covariance;
+use super::lkj::{self, Lkj};
 use super::model::{negbin_shape_loglik, rows_loglik, rows_loglik_trials, Aux, Family, HbData, SCALE_MAX, SHAPE_MAX};
-use super::prior::{Prior, ScalePrior};
+use super::prior::{CovPrior, Prior, ScalePrior};
 use super::random::{stream, Block, Rng};
 use super::slice::{slice_step, SliceSettings};
 use crate::error::Result;
@@ -509,8 +510,8 @@ impl Sweeper<'_> {
     /// tau_k on the log scale: log p(u) = log prior(e^u) + u - G u - SS/(2 e^{2u}),
     /// u within [log floor_k, log SCALE_MAX].
     fn update_tau(&self, state: &mut State, sweep: usize, adapting: bool, stats: &mut SweepStats) {
-        if let Some(iw) = self.prior.cov {
-            return self.update_cov(state, sweep, iw, stats);
+        if let Some(cov) = self.prior.cov {
+            return self.update_cov(state, sweep, cov, adapting, stats);
         }
         if self.prior.tau.fixed().is_some() {
             return;
@@ -536,30 +537,56 @@ impl Sweeper<'_> {
         }
     }
 
-    /// Conjugate: Sigma | beta, mu ~ inverse-Wishart(df + G, df scale^2 I +
-    /// sum_g (beta_g - mu)(beta_g - mu)'); tau_k = sqrt(Sigma_kk). A scale
-    /// matrix that is not positive definite in floating point (values
-    /// near overflow) keeps Sigma and counts as a stuck update of each tau.
-    fn update_cov(&self, state: &mut State, sweep: usize, iw: InverseWishart, stats: &mut SweepStats) {
+    /// Sigma | beta, mu given the scatter sum_g (beta_g - mu)(beta_g - mu)'
+    /// ([`Sweeper::draw_cov`]); tau_k = sqrt(Sigma_kk).
+    fn update_cov(&self, state: &mut State, sweep: usize, prior: CovPrior, adapting: bool, stats: &mut SweepStats) {
         let (g, k) = (self.data.groups(), self.data.k);
         let mut rng = self.rng(sweep, Block::Tau);
         let (mu, beta) = (&state.mu, &state.beta);
         let cross = |i: usize, j: usize| par_sum(g, |r| r.map(|gi| (beta[gi * k + i] - mu[i]) * (beta[gi * k + j] - mu[j])).sum::<f64>());
-        match covariance::draw_posterior(iw, g, k, cross, &mut rng) {
-            Some((cov, prec)) => {
-                for j in 0..k {
-                    state.tau[j] = cov[j * k + j].sqrt();
-                }
-                (state.cov, state.prec) = (cov, prec);
+        let scatter = covariance::scatter(k, cross);
+        let (now, floors) = (state.cov.clone(), state.tau_floor.clone());
+        if let Some((cov, prec)) = self.draw_cov(prior, &now, k, g, &scatter, g * k + self.data.p, &floors, state, adapting, &mut rng, stats) {
+            for j in 0..k {
+                state.tau[j] = cov[j * k + j].sqrt();
             }
-            None => {
-                let base = g * k + self.data.p;
-                for j in 0..k {
-                    state.stuck[base + j] += 1;
-                }
-                stats.stuck += k as u64;
-            }
+            (state.cov, state.prec) = (cov, prec);
         }
+    }
+
+    /// A draw of the covariance Sigma (now `now`) of `k` correlated terms
+    /// given `count` vectors with scatter matrix `scatter`, and its inverse:
+    /// exact under an inverse-Wishart prior (Sigma ~ IW(df + count, df
+    /// scale^2 I + scatter)); under LKJ one slice update of each of its
+    /// coordinates (lkj.rs), whose sds take the widths, floors (`floors`)
+    /// and stuck counts of sweep coordinates base..base + k. None when
+    /// Sigma keeps its value because the draw failed in floating point
+    /// (values near overflow): each sd then counts a stuck update.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn draw_cov(&self, prior: CovPrior, now: &[f64], k: usize, count: usize, scatter: &[f64], base: usize, floors: &[f64], state: &mut State, adapting: bool, rng: &mut Rng, stats: &mut SweepStats) -> Option<(Vec<f64>, Vec<f64>)> {
+        let drawn = match prior {
+            CovPrior::InverseWishart(iw) => covariance::draw_posterior(iw, count, k, |i, j| scatter[i * k + j], rng),
+            CovPrior::Lkj { eta } => lkj::theta_of(now, k).map(|theta0| {
+                let lkj = Lkj { eta, sd: self.prior.tau };
+                let step = lkj::update(lkj, &theta0, k, count, scatter, &state.widths.w[base..base + k], floors, SCALE_MAX, self.slice.m, rng);
+                stats.scale_evals += step.evals;
+                for j in 0..k {
+                    stats.stuck += step.stuck[j];
+                    state.stuck[base + j] += step.stuck[j];
+                    if adapting {
+                        state.widths.parts_mut().1[base + j] += step.moved[j];
+                    }
+                }
+                lkj::cov_of(&step.theta, k)
+            }),
+        };
+        if drawn.is_none() {
+            for j in 0..k {
+                state.stuck[base + j] += 1;
+            }
+            stats.stuck += k as u64;
+        }
+        drawn
     }
 
     /// The auxiliary parameter on the log scale, u within [log floor, log
