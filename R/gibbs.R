@@ -320,7 +320,7 @@ hbglm <- function(formula, data, group, family = c("gaussian", "binomial", "pois
   # The covariance prior is used only for correlated coefficients; priors
   # made before the negative binomial had no shape prior (its default).
   core_prior <- utils::modifyList(list(shape_kind = "gamma", shape_a = 0.01, shape_b = 0.01,
-                                       cov = "inverse-wishart", lkj_eta = 1), unclass(prior))
+                                       cov = "inverse-wishart", lkj_eta = 1, tau_df = 3, sigma_df = 3), unclass(prior))
   # Each correlated factor (the groups, then the others) takes the
   # inverse-Wishart prior with cov_df = K + 3 for its K terms unless given.
   cov_df_for <- function(k, correlated, whose) {
@@ -544,9 +544,12 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #' The defaults (\eqn{N(0, 10^2)}, half-Cauchy(0, 2.5)) are weakly
 #' informative on the scale of standardised predictors. `tau_family =
 #' "half-normal"` gives \eqn{\tau_k \sim} half-normal(0, `tau_scale`),
-#' `"exponential"` the exponential with mean `tau_scale` (rstanarm's
-#' `exponential(rate = 1 / tau_scale)`, its prior of a single group-level
-#' sd); `sigma_family` does the same for \eqn{\sigma}.
+#' `"half-t"` the half-Student-t with `tau_df` degrees of freedom (brms's
+#' default for sds is `student_t(3, 0, 2.5)`: `tau_family = "half-t"`, the
+#' default `tau_df = 3` and `tau_scale = 2.5`), `"exponential"` the
+#' exponential with mean `tau_scale` (rstanarm's `exponential(rate = 1 /
+#' tau_scale)`, its prior of a single group-level sd); `sigma_family` and
+#' `sigma_df` do the same for \eqn{\sigma}.
 #' `tau_fixed` and `sigma_fixed` hold a scale at a known value instead of
 #' sampling it (the conjugate model with known variances).
 #'
@@ -557,8 +560,10 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #' @param mu_mean,mu_sd Mean and sd of the normal prior of each \eqn{\mu_k}.
 #' @param tau_scale Scale of the prior of each \eqn{\tau_k} (and of the sds of
 #'   grouping factors besides the groups).
-#' @param tau_family,sigma_family `"half-cauchy"`, `"half-normal"` or
-#'   `"exponential"`.
+#' @param tau_family,sigma_family `"half-cauchy"`, `"half-normal"`,
+#'   `"half-t"` or `"exponential"`.
+#' @param tau_df,sigma_df Degrees of freedom of a `"half-t"` prior
+#'   (positive; 1 is the half-Cauchy).
 #' @param gamma_sd Sd of the normal prior (mean 0) of each global
 #'   coefficient.
 #' @param sigma_scale Scale of the prior of the residual sd (gaussian
@@ -608,14 +613,15 @@ hbglm_problems <- function(fit, separation, coefs, globals) {
 #' @examples
 #' hbglm_prior()
 #' hbglm_prior(mu_sd = 5, tau_family = "half-normal", tau_scale = 2)
-#' hbglm_prior(cov = "lkj", lkj_eta = 2)
+#' # brms's defaults for a correlated model: LKJ(1), sds half-t(3, 0, 2.5).
+#' hbglm_prior(cov = "lkj", tau_family = "half-t")
 #' @export
 hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
-                        tau_family = c("half-cauchy", "half-normal", "exponential"), gamma_sd = 10,
+                        tau_family = c("half-cauchy", "half-normal", "half-t", "exponential"), gamma_sd = 10,
                         sigma_scale = 2.5, tau_fixed = NULL, sigma_fixed = NULL,
                         cov_df = NULL, cov_scale = 1, shape = c(0.01, 0.01), shape_fixed = NULL,
-                        sigma_family = c("half-cauchy", "half-normal", "exponential"),
-                        cov = c("inverse-wishart", "lkj"), lkj_eta = 1) {
+                        sigma_family = c("half-cauchy", "half-normal", "half-t", "exponential"),
+                        cov = c("inverse-wishart", "lkj"), lkj_eta = 1, tau_df = 3, sigma_df = 3) {
   call <- environment()
   cov <- match_arg(cov, c("inverse-wishart", "lkj"), "cov", call)
   lkj_eta <- check_prior_scale(lkj_eta, "lkj_eta", call)
@@ -626,8 +632,10 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
   }
   mu_sd <- check_prior_scale(mu_sd, "mu_sd", call)
   tau_scale <- check_prior_scale(tau_scale, "tau_scale", call)
-  tau_family <- match_arg(tau_family, c("half-cauchy", "half-normal", "exponential"), "tau_family", call)
-  sigma_family <- match_arg(sigma_family, c("half-cauchy", "half-normal", "exponential"), "sigma_family", call)
+  tau_family <- match_arg(tau_family, c("half-cauchy", "half-normal", "half-t", "exponential"), "tau_family", call)
+  sigma_family <- match_arg(sigma_family, c("half-cauchy", "half-normal", "half-t", "exponential"), "sigma_family", call)
+  tau_df <- check_prior_scale(tau_df, "tau_df", call)
+  sigma_df <- check_prior_scale(sigma_df, "sigma_df", call)
   gamma_sd <- check_prior_scale(gamma_sd, "gamma_sd", call)
   sigma_scale <- check_prior_scale(sigma_scale, "sigma_scale", call)
   if (!is.null(tau_fixed)) tau_fixed <- check_prior_scale(tau_fixed, "tau_fixed", call)
@@ -652,7 +660,7 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
     gamma_sd = gamma_sd,
     sigma_kind = if (is.null(sigma_fixed)) sigma_family else "fixed",
     sigma_value = if (is.null(sigma_fixed)) sigma_scale else sigma_fixed,
-    cov = cov, lkj_eta = lkj_eta,
+    cov = cov, lkj_eta = lkj_eta, tau_df = tau_df, sigma_df = sigma_df,
     cov_df = if (is.null(cov_df)) NA_real_ else cov_df, cov_scale = cov_scale,
     shape_kind = if (is.null(shape_fixed)) "gamma" else "fixed",
     shape_a = if (is.null(shape_fixed)) as.double(shape[1]) else shape_fixed,
@@ -662,16 +670,17 @@ hbglm_prior <- function(mu_mean = 0, mu_sd = 10, tau_scale = 2.5,
 
 #' @export
 print.bulkem_hbglm_prior <- function(x, ...) {
-  scale <- function(kind, value) {
+  scale <- function(kind, value, df) {
     switch(kind, fixed = paste0("fixed at ", format(value)),
            exponential = paste0("exponential(mean ", format(value), ")"),
+           `half-t` = paste0("half-t(", format(df), ", 0, ", format(value), ")"),
            paste0(kind, "(0, ", format(value), ")"))
   }
   cat("Priors of a hierarchical GLM\n")
   cat("  mu_k    ~ N(", format(x$mu_mean), ", ", format(x$mu_sd), "^2)\n", sep = "")
-  cat("  tau_k   ~ ", scale(x$tau_kind, x$tau_value), "\n", sep = "")
+  cat("  tau_k   ~ ", scale(x$tau_kind, x$tau_value, x$tau_df %||% 3), "\n", sep = "")
   cat("  gamma_j ~ N(0, ", format(x$gamma_sd), "^2)\n", sep = "")
-  cat("  sigma   ~ ", scale(x$sigma_kind, x$sigma_value), " (gaussian family)\n", sep = "")
+  cat("  sigma   ~ ", scale(x$sigma_kind, x$sigma_value, x$sigma_df %||% 3), " (gaussian family)\n", sep = "")
   shape <- x$shape_kind %||% "gamma"
   cat("  shape   ~ ", if (shape == "fixed") paste0("fixed at ", format(x$shape_a)) else
     paste0("gamma(", format(x$shape_a %||% 0.01), ", ", format(x$shape_b %||% 0.01), ")"), " (negbinomial family)\n", sep = "")

@@ -164,6 +164,10 @@ test_that("the LKJ prior (cov = \"lkj\"): checked, printed, and near lmer where 
   expect_error(hbglm_prior(cov = "lkj", lkj_eta = 0), "lkj_eta", class = "bulkem_error_input")
   expect_output(print(hbglm_prior(cov = "lkj", lkj_eta = 2)), "Omega ~ LKJ(2)", fixed = TRUE)
   expect_output(print(hbglm_prior()), "inverse-Wishart", fixed = TRUE)
+  # brms's sd prior: half-t(3, 0, 2.5).
+  expect_output(print(hbglm_prior(tau_family = "half-t")), "tau_k   ~ half-t(3, 0, 2.5)", fixed = TRUE)
+  expect_output(print(hbglm_prior(sigma_family = "half-t", sigma_df = 5, sigma_scale = 1)), "sigma   ~ half-t(5, 0, 1)", fixed = TRUE)
+  expect_error(hbglm_prior(tau_family = "half-t", tau_df = 0), "tau_df", class = "bulkem_error_input")
   # 60 groups with sds 0.5 and 0.3 (correlation 0.6): well below the
   # inverse-Wishart's cov_scale = 1, which pulls them up and the
   # correlation towards 0; LKJ's sds have their own prior.
@@ -173,8 +177,8 @@ test_that("the LKJ prior (cov = \"lkj\"): checked, printed, and near lmer where 
   L <- t(chol(matrix(c(0.25, 0.09, 0.09, 0.09), 2)))
   b <- t(c(1, -0.5) + L %*% matrix(rnorm(2 * G), 2))
   d$y <- b[d$g, 1] + b[d$g, 2] * d$x + rnorm(G * n, 0, 0.5)
-  lkj <- hbglm(y ~ x + (1 + x | g), d, prior = hbglm_prior(cov = "lkj"), iter = 1500, warmup = 500, chains = 2,
-               seed = 1, use.gpu = FALSE)
+  lkj <- hbglm(y ~ x + (1 + x | g), d, prior = hbglm_prior(cov = "lkj", tau_family = "half-t"), iter = 1500,
+               warmup = 500, chains = 2, seed = 1, use.gpu = FALSE)
   iw <- hbglm(y ~ x + (1 + x | g), d, iter = 1500, warmup = 500, chains = 2, seed = 1, use.gpu = FALSE)
   expect_true(lkj$correlated)
   vl <- lme4::VarCorr(lkj)

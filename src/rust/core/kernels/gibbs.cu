@@ -431,12 +431,13 @@ extern "C" __global__ void hb_beta_block(HbArgs a, const int* groups, int n_item
     hb_update_group(a, c, g, threadIdx.x, blockDim.x, reduce);
 }
 
-// Scale prior log densities (prior.rs): kind 0 half-Cauchy, 1 half-normal.
-// Log prior density of a positive parameter s: 0 half-Cauchy(0, a), 1
-// half-normal(0, a), 3 gamma with shape a and rate b.
+// Scale prior log densities (prior.rs): log prior density of a positive
+// parameter s: 0 half-Cauchy(0, a), 1 half-normal(0, a), 3 gamma with shape
+// a and rate b, 4 half-t with scale a and b degrees of freedom.
 __device__ __forceinline__ double hb_scale_prior(int kind, double a, double b, double s) {
     if (kind == 3) return (a - 1.0) * log(s) - b * s;
     const double r = s / a;
+    if (kind == 4) return -0.5 * (b + 1.0) * log1p(r * r / b);
     return kind == 0 ? -log1p(r * r) : -0.5 * r * r;
 }
 
@@ -599,7 +600,7 @@ struct HbGlobal {
     double* tau;       // chains x K
     double* sigma;     // chains
     double mu_mean, mu_sd, gamma_sd;
-    int tau_kind, sigma_kind;  // 0 half-Cauchy, 1 half-normal, 2 fixed, 3 gamma
+    int tau_kind, sigma_kind;  // 0 half-Cauchy, 1 half-normal, 2 fixed, 3 gamma, 4 half-t
     double tau_scale, sigma_scale, sigma_rate, tau_rate;
     // Draws: chains x kept x params; -1: not kept this sweep.
     double* draws;

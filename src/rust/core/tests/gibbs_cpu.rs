@@ -980,12 +980,12 @@ fn sbc_correlated_binomial() {
     );
 }
 
-/// Calibration of the correlated binomial model under the LKJ prior
-/// (brms's): mu ~ N(0, 0.7^2), sds ~ half-normal(0.6), the correlation
-/// ~ LKJ(1.5) (for K = 2: 2 Beta(1.5, 1.5) - 1).
+/// Calibration of the correlated binomial model under brms's priors: mu
+/// ~ N(0, 0.7^2), sds ~ half-t(3, 0, 0.6), the correlation ~ LKJ(1.5)
+/// (for K = 2: 2 Beta(1.5, 1.5) - 1).
 #[test]
 fn sbc_correlated_binomial_lkj() {
-    let prior = Prior { mu_mean: 0.0, mu_sd: 0.7, tau: ScalePrior::HalfNormal(0.6), cov: Some(CovPrior::Lkj { eta: 1.5 }), ..Prior::default() };
+    let prior = Prior { mu_mean: 0.0, mu_sd: 0.7, tau: ScalePrior::HalfT(0.6, 3.0), cov: Some(CovPrior::Lkj { eta: 1.5 }), ..Prior::default() };
     let k = 2;
     sbc(
         Family::Binomial,
@@ -996,7 +996,8 @@ fn sbc_correlated_binomial_lkj() {
         None,
         |d, rng| {
             let mu: Vec<f64> = (0..k).map(|_| 0.7 * rng.normal()).collect();
-            let sd: Vec<f64> = (0..k).map(|_| 0.6 * rng.normal().abs()).collect();
+            // |t_3| = |z| / sqrt(chi^2_3 / 3), chi^2_3 = 2 gamma(1.5).
+            let sd: Vec<f64> = (0..k).map(|_| 0.6 * rng.normal().abs() / (2.0 * rng.gamma(1.5) / 3.0).sqrt()).collect();
             let (a, b) = (rng.gamma(1.5), rng.gamma(1.5));
             let r = 2.0 * a / (a + b) - 1.0;
             let mut beta = vec![0.0; d.groups() * k];

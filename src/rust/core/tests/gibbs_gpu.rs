@@ -189,13 +189,14 @@ fn gpu_correlated_agrees_with_cpu() {
     }
 }
 
-/// Correlated coefficients under the LKJ prior: Sigma's coordinates
-/// slice-sampled on the device as on the CPU (`hb_lkj_draw`, lkj.rs).
+/// Correlated coefficients under brms's priors (LKJ, half-t sds): Sigma's
+/// coordinates slice-sampled on the device as on the CPU (`hb_lkj_draw`,
+/// lkj.rs).
 #[test]
 fn gpu_correlated_lkj_agrees_with_cpu() {
     use bulkem_core::gibbs::CovPrior;
     if device() {
-        let prior = Prior { cov: Some(CovPrior::Lkj { eta: 2.0 }), tau: ScalePrior::HalfNormal(1.0), ..Prior::default() };
+        let prior = Prior { cov: Some(CovPrior::Lkj { eta: 2.0 }), tau: ScalePrior::HalfT(1.0, 3.0), ..Prior::default() };
         run(Family::Gaussian, prior.clone());
         run(Family::Binomial, Prior { mu_sd: 5.0, ..prior });
     }

@@ -10,9 +10,10 @@ use extendr_api::Result;
 
 use crate::session::{input_error, r_error, run_in_session};
 
-fn scale_prior(kind: &str, value: f64) -> Result<ScalePrior> {
+fn scale_prior(kind: &str, value: f64, df: f64) -> Result<ScalePrior> {
     match kind {
         "half-cauchy" => Ok(ScalePrior::HalfCauchy(value)),
+        "half-t" => Ok(ScalePrior::HalfT(value, df)),
         "half-normal" => Ok(ScalePrior::HalfNormal(value)),
         // Mean `value` (rstanarm's exponential(rate = 1 / value)).
         "exponential" => Ok(ScalePrior::Gamma(1.0, 1.0 / value)),
@@ -69,9 +70,9 @@ fn hbglm_fit_(
     let mut prior = Prior {
         mu_mean: num("mu_mean")?,
         mu_sd: num("mu_sd")?,
-        tau: scale_prior(&text("tau_kind")?, num("tau_value")?)?,
+        tau: scale_prior(&text("tau_kind")?, num("tau_value")?, num("tau_df")?)?,
         gamma_sd: num("gamma_sd")?,
-        sigma: scale_prior(&text("sigma_kind")?, num("sigma_value")?)?,
+        sigma: scale_prior(&text("sigma_kind")?, num("sigma_value")?, num("sigma_df")?)?,
         shape: match text("shape_kind")?.as_str() {
             "gamma" => ScalePrior::Gamma(num("shape_a")?, num("shape_b")?),
             _ => ScalePrior::Fixed(num("shape_a")?),

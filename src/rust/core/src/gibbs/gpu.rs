@@ -231,6 +231,7 @@ fn scale_code(p: ScalePrior) -> (i32, f64, f64) {
         ScalePrior::HalfNormal(a) => (1, a, 0.0),
         ScalePrior::Fixed(v) => (2, v, 0.0),
         ScalePrior::Gamma(a, b) => (3, a, b),
+        ScalePrior::HalfT(a, df) => (4, a, df),
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! mu_k    ~ N(mu_mean, mu_sd^2)             (conjugate: drawn exactly)
-//! tau_k   ~ half-Cauchy(0, tau_scale)  or half-normal(0, tau_scale)
+//! tau_k   ~ half-Cauchy(0, tau_scale), half-t(df, 0, tau_scale) or half-normal(0, tau_scale)
 //! gamma_j ~ N(0, gamma_sd^2)
 //! sigma   ~ half-Cauchy(0, sigma_scale)     (gaussian family only)
 //! phi     ~ gamma(0.01, 0.01)               (negative binomial shape; brms's default)
@@ -23,6 +23,9 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ScalePrior {
     HalfCauchy(f64),
+    /// Half-Student-t with scale and degrees of freedom (brms's default
+    /// for sds: half-t(3, 0, 2.5)); 1 df is the half-Cauchy.
+    HalfT(f64, f64),
     HalfNormal(f64),
     /// Gamma with shape and rate (density proportional to s^(a-1) e^(-b s)).
     Gamma(f64, f64),
@@ -36,6 +39,7 @@ impl ScalePrior {
     pub fn log_density(self, s: f64) -> f64 {
         match self {
             ScalePrior::HalfCauchy(a) => -((s / a) * (s / a)).ln_1p(),
+            ScalePrior::HalfT(a, df) => -0.5 * (df + 1.0) * ((s / a) * (s / a) / df).ln_1p(),
             ScalePrior::HalfNormal(a) => -0.5 * (s / a) * (s / a),
             ScalePrior::Gamma(a, b) => (a - 1.0) * s.ln() - b * s,
             ScalePrior::Fixed(_) => 0.0,
@@ -50,7 +54,7 @@ impl ScalePrior {
     fn check(self, arg: &'static str) -> Result<()> {
         match self {
             ScalePrior::HalfCauchy(v) | ScalePrior::HalfNormal(v) | ScalePrior::Fixed(v) => check_scale(v, arg),
-            ScalePrior::Gamma(a, b) => check_scale(a, arg).and_then(|_| check_scale(b, arg)),
+            ScalePrior::Gamma(a, b) | ScalePrior::HalfT(a, b) => check_scale(a, arg).and_then(|_| check_scale(b, arg)),
         }
     }
 }
@@ -169,5 +173,36 @@ impl Prior {
             return Err(Error::arg("prior$tau_fixed", "holds the sds of independent terms; correlated terms have their covariance drawn instead"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gibbs::random::{stream, Block};
+    use crate::gibbs::slice::{slice_step, SliceSettings};
+
+    #[test]
+    fn half_t_draws_have_its_quantiles() {
+        // Slice draws of log s under HalfT(2, 3) (with the log's Jacobian):
+        // s / 2 is |t_3|, whose median is qt(0.75, 3) = 0.764892 and whose
+        // 95th percentile is qt(0.975, 3) = 3.182446.
+        let prior = ScalePrior::HalfT(2.0, 3.0);
+        let logf = |u: f64| prior.log_density(u.exp()) + u;
+        let mut rng = stream(4, 0, 0, Block::Tau, 1);
+        let (mut u, n) = (0.0, 200_000);
+        let mut s: Vec<f64> = (0..n)
+            .map(|_| {
+                u = slice_step(u, logf(u), logf, &SliceSettings::new(1.0), &mut rng).x;
+                u.exp() / 2.0
+            })
+            .collect();
+        s.sort_by(f64::total_cmp);
+        let (median, p95) = (s[n / 2], s[n * 95 / 100]);
+        assert!((median - 0.764892).abs() < 0.02, "median {median}");
+        assert!((p95 - 3.182446).abs() < 0.12, "95th percentile {p95}");
+        // One degree of freedom is the half-Cauchy.
+        let (c, t) = (ScalePrior::HalfCauchy(2.0), ScalePrior::HalfT(2.0, 1.0));
+        assert!(((c.log_density(3.0) - c.log_density(0.5)) - (t.log_density(3.0) - t.log_density(0.5))).abs() < 1e-14);
     }
 }
