@@ -79,7 +79,7 @@ impl Draws {
     pub fn read_ordered(&self, dev: &Device, now: usize) -> Result<Vec<f64>> {
         let (chains, params) = (self.chains, self.params);
         let per = chains * now;
-        let mut host = crate::memory::try_vec(per * params, 0.0, "the draws of hbglm()")?;
+        let mut host = crate::memory::try_vec_par(per * params, 0.0, "the draws of hbglm()")?;
         if per == 0 || params == 0 {
             return Ok(host);
         }
