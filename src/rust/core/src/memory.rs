@@ -118,6 +118,16 @@ mod tests {
         assert_eq!(err.kind(), crate::error::ErrorKind::Memory);
         assert!(err.to_string().starts_with("a test job needs"), "{err}");
         assert!(try_vec(usize::MAX / 16, 0f64, "x").is_err());
+        assert!(try_vec_par(usize::MAX / 16, 0f64, "x").is_err());
+    }
+
+    #[test]
+    fn parallel_vectors_hold_the_value() {
+        for n in [0, 1, 65_536, 200_001] {
+            let v = try_vec_par(n, 2.5f64, "x").unwrap();
+            assert_eq!(v.len(), n);
+            assert!(v.iter().all(|&x| x == 2.5));
+        }
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<Hb
     let layout = Layout::of(data, config);
     let cap = config.kept();
     let (chains, np) = (config.chains, layout.n_params());
-    let draws = memory::try_vec(cap.saturating_mul(chains).saturating_mul(np), 0.0, "the draws of hbglm()")?;
+    let draws = exec.install(|| memory::try_vec_par(cap.saturating_mul(chains).saturating_mul(np), 0.0, "the draws of hbglm()"))??;
     let sweepers: Vec<Sweeper> = (0..chains)
         .map(|c| Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance: true })
         .collect();
