@@ -621,6 +621,33 @@ __device__ __forceinline__ void hb_adapt_width(const HbArgs& a, double* w, doubl
     moved[i] = 0.0;
 }
 
+// The LKJ update of a block (chain c) of hb_global or hb_factor_global:
+// hb_lkj_draw from the current Sigma `now` of K terms given `count`
+// vectors with scatter `sm` (replaced by the new Sigma; its inverse into
+// `prec`), under LKJ(eta) and tau's prior, the sds being chain c's sweep
+// coordinates idx0.. (their widths, floors `floors`, stuck counts and,
+// warming up, moves). Called by every thread of the block.
+__device__ bool hb_lkj_sweep(const HbArgs& a, const HbGlobal& h, int c, const double* now, double* sm, double* prec, int K, int count,
+                             double eta, int idx0, const double* floors, HbRng& rng, long long& scale_evals, long long& stuck) {
+    double sc[HB_KMAX * HB_KMAX], mv[HB_KMAX];
+    int st[HB_KMAX];
+    for (int i = 0; i < K * K; ++i) sc[i] = sm[i];
+    for (int k = 0; k < K; ++k) st[k] = 0;
+    const double* w = a.widths + (size_t)c * a.ncoord + idx0;
+    const bool ok = hb_lkj_draw(now, sc, K, count, eta, h.tau_kind, h.tau_scale, h.tau_rate, w, floors, h.scale_max, a.m, rng,
+                                sm, prec, scale_evals, st, mv);
+    __syncthreads();
+    if (ok)
+        for (int k = 0; k < K; ++k) {
+            stuck += st[k];
+            if (threadIdx.x == 0) {
+                a.stuck_by[(size_t)c * a.ncoord + idx0 + k] += st[k];
+                if (a.adapting) a.moved[(size_t)c * a.ncoord + idx0 + k] += mv[k];
+            }
+        }
+    return ok;
+}
+
 // Whether sweep coordinate i is a scalar summed over every row (gamma, the
 // negative binomial's shape, a free cut-point, a non-centred mu_k or
 // tau_k), adapted by hb_scalar_finish.
@@ -695,29 +722,10 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
                 sm[j * K + i] = v;
             }
         }
-        bool ok;
-        if (h.lkj_eta > 0.0) {
-            // LKJ (hb_lkj_draw; cov_s0 is 0): slice updates from the
-            // current Sigma, the sds with tau's widths and floors.
-            double sc[HB_KMAX * HB_KMAX], mv[HB_KMAX];
-            int st[HB_KMAX];
-            for (int i = 0; i < K * K; ++i) sc[i] = sm[i];
-            for (int k = 0; k < K; ++k) st[k] = 0;
-            const int idx0 = G * K + P;
-            ok = hb_lkj_draw(S, sc, K, G, h.lkj_eta, h.tau_kind, h.tau_scale, h.tau_rate, w + idx0, h.tau_floor, h.scale_max, a.m, rng,
-                             sm, ca, scale_evals, st, mv);
-            __syncthreads();
-            if (ok)
-                for (int k = 0; k < K; ++k) {
-                    stuck += st[k];
-                    if (tid == 0) {
-                        a.stuck_by[(size_t)c * a.ncoord + idx0 + k] += st[k];
-                        if (a.adapting) moved[idx0 + k] += mv[k];
-                    }
-                }
-        } else {
-            ok = hb_draw_inverse_wishart(h.cov_df + G, sm, ca, K, rng);
-        }
+        // LKJ (cov_s0 is 0): slice updates from the current Sigma, the sds
+        // with tau's widths and floors.
+        const bool ok = h.lkj_eta > 0.0 ? hb_lkj_sweep(a, h, c, S, sm, ca, K, G, h.lkj_eta, G * K + P, h.tau_floor, rng, scale_evals, stuck)
+                                        : hb_draw_inverse_wishart(h.cov_df + G, sm, ca, K, rng);
         __syncthreads();
         if (ok) {
             if (tid == 0) {
@@ -1402,28 +1410,8 @@ extern "C" __global__ void hb_factor_global(HbArgs a, HbGlobal h, HbFactor f) {
                 sm[i * K + j] = v;
                 sm[j * K + i] = v;
             }
-        bool ok;
-        if (f.lkj_eta > 0.0) {
-            // As hb_global's LKJ branch, with mean zero and the sds' coordinates.
-            double sc[HB_KMAX * HB_KMAX], mv[HB_KMAX];
-            int st[HB_KMAX];
-            for (int i = 0; i < K * K; ++i) sc[i] = sm[i];
-            for (int j = 0; j < K; ++j) st[j] = 0;
-            const int idx0 = f.coord + L * K;
-            ok = hb_lkj_draw(S, sc, K, L, f.lkj_eta, h.tau_kind, h.tau_scale, h.tau_rate, w + idx0, f.floor, h.scale_max, a.m, rng,
-                             sm, pr, scale_evals, st, mv);
-            __syncthreads();
-            if (ok)
-                for (int j = 0; j < K; ++j) {
-                    stuck += st[j];
-                    if (tid == 0) {
-                        a.stuck_by[(size_t)c * a.ncoord + idx0 + j] += st[j];
-                        if (a.adapting) moved[idx0 + j] += mv[j];
-                    }
-                }
-        } else {
-            ok = hb_draw_inverse_wishart(f.cov_df + L, sm, pr, K, rng);
-        }
+        const bool ok = f.lkj_eta > 0.0 ? hb_lkj_sweep(a, h, c, S, sm, pr, K, L, f.lkj_eta, f.coord + L * K, f.floor, rng, scale_evals, stuck)
+                                        : hb_draw_inverse_wishart(f.cov_df + L, sm, pr, K, rng);
         __syncthreads();
         if (ok) {
             if (tid == 0) {

@@ -939,9 +939,33 @@ fn sbc_with(
 /// mu ~ N(0, 0.7^2), Sigma ~ inverse-Wishart(5, 5 x 0.6^2 I).
 #[test]
 fn sbc_correlated_binomial() {
-    use bulkem_core::gibbs::covariance::{cholesky, draw_inverse_wishart, InverseWishart};
+    use bulkem_core::gibbs::covariance::{draw_inverse_wishart, InverseWishart};
     let iw = InverseWishart { df: 5.0, scale: 0.6 };
-    let prior = Prior { mu_mean: 0.0, mu_sd: 0.7, cov: Some(CovPrior::InverseWishart(iw)), ..Prior::default() };
+    sbc_correlated_binomial_with(Prior { cov: Some(CovPrior::InverseWishart(iw)), ..Prior::default() }, |k, rng| {
+        let s: Vec<f64> = (0..k * k).map(|i| if i % (k + 1) == 0 { 5.0 * 0.36 } else { 0.0 }).collect();
+        draw_inverse_wishart(5.0, &s, k, rng).unwrap().0
+    });
+}
+
+/// As `sbc_correlated_binomial` under brms's priors: sds ~ half-t(3, 0,
+/// 0.6), the correlation ~ LKJ(1.5) (for K = 2: 2 Beta(1.5, 1.5) - 1).
+#[test]
+fn sbc_correlated_binomial_lkj() {
+    let prior = Prior { tau: ScalePrior::HalfT(0.6, 3.0), cov: Some(CovPrior::Lkj { eta: 1.5 }), ..Prior::default() };
+    sbc_correlated_binomial_with(prior, |_, rng| {
+        // |t_3| = |z| / sqrt(chi^2_3 / 3), chi^2_3 = 2 gamma(1.5).
+        let sd: Vec<f64> = (0..2).map(|_| 0.6 * rng.normal().abs() / (2.0 * rng.gamma(1.5) / 3.0).sqrt()).collect();
+        let (a, b) = (rng.gamma(1.5), rng.gamma(1.5));
+        let r = 2.0 * a / (a + b) - 1.0;
+        vec![sd[0] * sd[0], r * sd[0] * sd[1], r * sd[0] * sd[1], sd[1] * sd[1]]
+    });
+}
+
+/// The calibration of `sbc_correlated_binomial` with `prior`'s covariance
+/// prior (mu ~ N(0, 0.7^2)), and `draw_cov(K, rng)` a draw from it.
+fn sbc_correlated_binomial_with(prior: Prior, draw_cov: impl Fn(usize, &mut bulkem_core::gibbs::Rng) -> Vec<f64> + Sync) {
+    use bulkem_core::gibbs::covariance::cholesky;
+    let prior = Prior { mu_mean: 0.0, mu_sd: 0.7, ..prior };
     let k = 2;
     sbc(
         Family::Binomial,
@@ -952,8 +976,7 @@ fn sbc_correlated_binomial() {
         None,
         |d, rng| {
             let mu: Vec<f64> = (0..k).map(|_| 0.7 * rng.normal()).collect();
-            let s: Vec<f64> = (0..k * k).map(|i| if i % (k + 1) == 0 { 5.0 * 0.36 } else { 0.0 }).collect();
-            let (cov, _) = draw_inverse_wishart(5.0, &s, k, rng).unwrap();
+            let cov = draw_cov(k, rng);
             let l = cholesky(&cov, k).unwrap();
             let mut beta = vec![0.0; d.groups() * k];
             for g in 0..d.groups() {
@@ -971,49 +994,6 @@ fn sbc_correlated_binomial() {
                 .collect();
             let cor = cov[1] / (cov[0] * cov[3]).sqrt();
             (y, vec![mu[0], mu[1], cov[0].sqrt(), cov[3].sqrt(), cor, beta[1]])
-        },
-        |fit, i| {
-            let l = fit.layout;
-            let at = |q: usize| fit.chain(q, 0)[i];
-            vec![at(l.mu(0)), at(l.mu(1)), at(l.tau(0)), at(l.tau(1)), at(l.cor(0)), at(l.beta(0, 1))]
-        },
-    );
-}
-
-/// Calibration of the correlated binomial model under brms's priors: mu
-/// ~ N(0, 0.7^2), sds ~ half-t(3, 0, 0.6), the correlation ~ LKJ(1.5)
-/// (for K = 2: 2 Beta(1.5, 1.5) - 1).
-#[test]
-fn sbc_correlated_binomial_lkj() {
-    let prior = Prior { mu_mean: 0.0, mu_sd: 0.7, tau: ScalePrior::HalfT(0.6, 3.0), cov: Some(CovPrior::Lkj { eta: 1.5 }), ..Prior::default() };
-    let k = 2;
-    sbc(
-        Family::Binomial,
-        prior,
-        k,
-        240,
-        &["mu[0]", "mu[1]", "tau[0]", "tau[1]", "cor", "beta[0,1]"],
-        None,
-        |d, rng| {
-            let mu: Vec<f64> = (0..k).map(|_| 0.7 * rng.normal()).collect();
-            // |t_3| = |z| / sqrt(chi^2_3 / 3), chi^2_3 = 2 gamma(1.5).
-            let sd: Vec<f64> = (0..k).map(|_| 0.6 * rng.normal().abs() / (2.0 * rng.gamma(1.5) / 3.0).sqrt()).collect();
-            let (a, b) = (rng.gamma(1.5), rng.gamma(1.5));
-            let r = 2.0 * a / (a + b) - 1.0;
-            let mut beta = vec![0.0; d.groups() * k];
-            for g in 0..d.groups() {
-                let (z0, z1) = (rng.normal(), rng.normal());
-                beta[g * k] = mu[0] + sd[0] * z0;
-                beta[g * k + 1] = mu[1] + sd[1] * (r * z0 + (1.0 - r * r).sqrt() * z1);
-            }
-            let y = (0..d.groups())
-                .flat_map(|g| d.rows(g).map(move |i| (g, i)))
-                .map(|(g, i)| {
-                    let eta: f64 = (0..k).map(|j| d.x[i * k + j] * beta[g * k + j]).sum();
-                    (rng.uniform() < 1.0 / (1.0 + (-eta).exp())) as u8 as f64
-                })
-                .collect();
-            (y, vec![mu[0], mu[1], sd[0], sd[1], r, beta[1]])
         },
         |fit, i| {
             let l = fit.layout;
