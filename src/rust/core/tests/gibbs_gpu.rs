@@ -198,7 +198,10 @@ fn gpu_correlated_lkj_agrees_with_cpu() {
     if device() {
         let prior = Prior { cov: Some(CovPrior::Lkj { eta: 2.0 }), tau: ScalePrior::HalfT(1.0, 3.0), ..Prior::default() };
         run(Family::Gaussian, prior.clone());
-        run(Family::Binomial, Prior { mu_sd: 5.0, ..prior });
+        run(Family::Binomial, Prior { mu_sd: 5.0, ..prior.clone() });
+        // A crossed factor's correlated terms under LKJ (hb_factor_global).
+        let factor = Prior { cov: None, factor_cov: vec![CovPrior::Lkj { eta: 2.0 }], ..prior };
+        run_on(crossed_correlated(Family::Gaussian, 30), Family::Gaussian, factor);
     }
 }
 
