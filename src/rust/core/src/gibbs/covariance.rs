@@ -38,7 +38,7 @@ pub fn cholesky(a: &[f64], k: usize) -> Option<Vec<f64>> {
 }
 
 /// The inverse of a lower-triangular `l`.
-fn lower_inverse(l: &[f64], k: usize) -> Vec<f64> {
+pub fn lower_inverse(l: &[f64], k: usize) -> Vec<f64> {
     let mut inv = vec![0.0; k * k];
     for c in 0..k {
         for i in c..k {

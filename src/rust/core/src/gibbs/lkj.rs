@@ -23,7 +23,7 @@
 //! Each coordinate takes one slice update per sweep, the sds first. The
 //! GPU's `hb_lkj` (kernels/gibbs.cu) does the same in the same order.
 
-use super::covariance::cholesky;
+use super::covariance::{cholesky, lower_inverse};
 use super::prior::ScalePrior;
 use super::random::Rng;
 use super::slice::{slice_step, SliceSettings};
@@ -86,16 +86,7 @@ pub fn log_density(lkj: Lkj, theta: &[f64], k: usize, count: usize, scatter: &[f
         }
     }
     // tr(Omega^-1 A), A = D^-1 S D^-1: with W = L^-1, sum over i of (W A W')_ii.
-    let mut w = vec![0.0; k * k];
-    for c in 0..k {
-        for i in c..k {
-            let mut s = if i == c { 1.0 } else { 0.0 };
-            for t in c..i {
-                s -= l[i * k + t] * w[t * k + c];
-            }
-            w[i * k + c] = s / l[i * k + i];
-        }
-    }
+    let w = lower_inverse(&l, k);
     let inv_sd: Vec<f64> = u.iter().map(|&uk| (-uk).exp()).collect();
     let mut trace = 0.0;
     for i in 0..k {
@@ -138,13 +129,7 @@ pub fn cov_of(theta: &[f64], k: usize) -> (Vec<f64>, Vec<f64>) {
     let mut cov = vec![0.0; k * k];
     let mut prec = vec![0.0; k * k];
     // Omega^-1 = W' W with W = L^-1.
-    let mut w = vec![0.0; k * k];
-    for c in 0..k {
-        for i in c..k {
-            let s = if i == c { 1.0 } else { 0.0 } - (c..i).map(|t| l[i * k + t] * w[t * k + c]).sum::<f64>();
-            w[i * k + c] = s / l[i * k + i];
-        }
-    }
+    let w = lower_inverse(&l, k);
     for a in 0..k {
         for b in 0..k {
             let omega: f64 = (0..=a.min(b)).map(|t| l[a * k + t] * l[b * k + t]).sum();
