@@ -370,7 +370,7 @@ __device__ __forceinline__ void e_obs_weighted(double u, double v, double wi, co
                                                const double* C, double* S, double& ll) {
     if (wi == 0.0) return;
 #if EM_M == 2
-    // One exp, as e_obs; ln(1 + e) by the series (e in [0, 1]).
+    // One exp, as e_obs; ln(1 + e) by log1p_unit's table (e in [0, 1]).
     const double l0 = A[0] + B[0] * u + C[0] * v;
     const double l1 = A[1] + B[1] * u + C[1] * v;
     const double d = l1 - l0;
@@ -677,6 +677,9 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
 
     if (threadIdx.x == 0) next_pair = 0;
     load_exp_table();  // exp_neg_abs's table, published by the barrier below
+#ifdef EM_WEIGHTED
+    load_log1p_table();  // and log1p_unit's
+#endif
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         double u, v;
         fam_features(xd[i], centre, u, v);
@@ -888,6 +891,9 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
     const int n = lengths[d];
     const double* xd = x + offsets[d];
     load_exp_table();  // exp_neg_abs's table
+#ifdef EM_WEIGHTED
+    load_log1p_table();  // and log1p_unit's
+#endif
     __syncthreads();
     const double centre = centres[d];
     double A[EM_M], B[EM_M], C[EM_M], S[NSTAT], p[NSTAT];

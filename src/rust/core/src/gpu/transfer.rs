@@ -163,6 +163,27 @@ impl Device {
         Ok(d)
     }
 
+    /// `parts` end to end in a new device buffer. Each staging chunk is
+    /// filled straight from the parts it covers: no host copy of the whole
+    /// (which cost a page fault per 4 KiB of fresh memory, the copy and the
+    /// unmapping: 640 MB in the 40,000-dataset EM).
+    pub fn upload_parts_new<T: cudarc::driver::DeviceRepr + Copy + Sync>(&self, parts: &[&[T]]) -> Result<CudaSlice<T>> {
+        if let [one] = parts {
+            return self.upload_new(one);
+        }
+        let size = std::mem::size_of::<T>();
+        // starts[i]: the byte where part i begins; the last entry is the total.
+        let starts: Vec<usize> = std::iter::once(0).chain(parts.iter().scan(0, |at, p| { *at += p.len() * size; Some(*at) })).collect();
+        let total = starts[parts.len()];
+        // SAFETY: the upload writes every value.
+        let mut d = unsafe { self.stream.alloc::<T>(total / size) }.map_err(|e| self.err("allocating a copy", e))?;
+        if total > 0 {
+            let (ptr, _sync) = d.device_ptr_mut(&self.stream);
+            self.stage_up(total, ptr, |at, out| fill_from_parts(parts, &starts, at, out))?;
+        }
+        Ok(d)
+    }
+
     /// `a` (rows x cols, row-major, in host memory) on the device,
     /// transposed and/or as logs (`Device::layout`).
     pub fn upload_layout(&self, a: &[f64], rows: usize, cols: usize, transpose: bool, take_log: bool) -> Result<CudaSlice<f64>> {
@@ -267,6 +288,28 @@ impl Device {
 }
 
 /// `dst` = `src` (as long), in parallel.
+/// Bytes [at, at + out.len()) of `parts` laid end to end (part i from
+/// byte starts[i]) into `out`, the parts' pieces copied in parallel.
+fn fill_from_parts<T: Copy + Sync>(parts: &[&[T]], starts: &[usize], at: usize, out: &mut [u8]) {
+    let end = at + out.len();
+    let mut pieces = Vec::new();
+    let mut rest = out;
+    let mut i = starts.partition_point(|&s| s <= at) - 1;
+    while !rest.is_empty() {
+        let src = as_bytes(parts[i]);
+        let from = at.max(starts[i]) - starts[i];
+        let len = (end.min(starts[i + 1]) - starts[i]) - from;
+        let (piece, tail) = rest.split_at_mut(len);
+        pieces.push((piece, &src[from..from + len]));
+        rest = tail;
+        i += 1;
+    }
+    match pieces.as_mut_slice() {
+        [(piece, src)] => par_copy(piece, src),
+        _ => pieces.into_par_iter().for_each(|(piece, src)| piece.copy_from_slice(src)),
+    }
+}
+
 fn par_copy(dst: &mut [u8], src: &[u8]) {
     dst.par_chunks_mut(GRAIN * 8).zip(src.par_chunks(GRAIN * 8)).for_each(|(o, i)| o.copy_from_slice(i));
 }
@@ -305,7 +348,7 @@ fn decode(b: &[u8], w: usize, out: &mut [u32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode, encode, width_for};
+    use super::{as_bytes, decode, encode, fill_from_parts, width_for};
 
     #[test]
     fn widths_hold_every_value_and_the_sentinel() {
@@ -334,5 +377,32 @@ mod tests {
         assert_eq!(back, [u32::MAX, 3]);
         decode(&[0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 0, 0], 4, &mut back);
         assert_eq!(back, [u32::MAX, 0x0201]);
+    }
+
+    #[test]
+    fn chunks_filled_from_parts_are_the_parts_end_to_end() {
+        // Parts of many lengths (empty ones among them), read in chunks of
+        // every size from one byte to more than the whole, starting
+        // anywhere: each chunk is the concatenation's bytes.
+        let lens = [0usize, 3, 1, 0, 0, 17, 5, 64, 2, 0, 9];
+        let mut next = 0.0;
+        let parts: Vec<Vec<f64>> = lens.iter().map(|&n| (0..n).map(|_| { next += 1.5; next }).collect()).collect();
+        let refs: Vec<&[f64]> = parts.iter().map(|p| &p[..]).collect();
+        let whole: Vec<f64> = parts.concat();
+        let bytes = as_bytes(&whole);
+        let starts: Vec<usize> = std::iter::once(0).chain(refs.iter().scan(0, |at, p| { *at += 8 * p.len(); Some(*at) })).collect();
+        assert_eq!(starts[refs.len()], bytes.len());
+        for chunk in [1, 7, 8, 24, 100, bytes.len()] {
+            for first in [0, 1, 5, 8, 200] {
+                let mut at = first;
+                while at < bytes.len() {
+                    let len = chunk.min(bytes.len() - at);
+                    let mut out = vec![0u8; len];
+                    fill_from_parts(&refs, &starts, at, &mut out);
+                    assert_eq!(out, &bytes[at..at + len], "chunk {chunk} at {at}");
+                    at += len;
+                }
+            }
+        }
     }
 }

@@ -162,30 +162,26 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     for (k, config) in configs.iter().enumerate() {
         let m = config.components;
         let unfittable: Vec<Option<String>> = data.par_iter().enumerate().map(|(d, x)| unfittable_weighted(config.family, x, config.weights_of(first + d), m)).collect();
-        // Every pair is held on the host (estimated by em::memory_needed);
-        // reserve them fallibly.
-        let fits_small = |i: usize| unfittable[i].is_none() && data[i].len() <= small_max;
-        let n_small = (0..data.len()).filter(|&i| fits_small(i)).count();
-        let n_large = unfittable.iter().filter(|u| u.is_none()).count() - n_small;
-        small.reserve(n_small.saturating_mul(n_starts))?;
-        large.reserve(n_large.saturating_mul(n_starts))?;
-        let (small_base, large_base) = (small.len(), large.len());
+        // Every pair is held on the host (estimated by em::memory_needed),
+        // reserved fallibly by `extend`.
+        let (mut to_small, mut to_large) = (Vec::new(), Vec::new());
         slots.push(
             (0..data.len())
-                .map(|i| {
-                    if let Some(why) = &unfittable[i] {
-                        return Slot::Unfittable(why.clone());
+                .map(|i| match &unfittable[i] {
+                    Some(why) => Slot::Unfittable(why.clone()),
+                    None if data[i].len() <= small_max => {
+                        to_small.push(i);
+                        Slot::Small((to_small.len() - 1) * n_starts)
                     }
-                    let (slot, pairs) = if data[i].len() <= small_max {
-                        (Slot::Small(small.len() - small_base), &mut small)
-                    } else {
-                        (Slot::Large(large.len() - large_base), &mut large)
-                    };
-                    (0..n_starts).for_each(|s| pairs.push(k, i, s));
-                    slot
+                    None => {
+                        to_large.push(i);
+                        Slot::Large((to_large.len() - 1) * n_starts)
+                    }
                 })
                 .collect(),
         );
+        small.extend(k, &to_small, n_starts)?;
+        large.extend(k, &to_large, n_starts)?;
     }
     if let super::config::Starts::Given(_) = &configs[0].starts {
         // Explicit starting values (one model): one set for all datasets, or

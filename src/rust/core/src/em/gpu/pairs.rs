@@ -48,6 +48,30 @@ impl Pairs {
         self.dataset.push(dataset);
         self.start.push(start);
     }
+    /// Append every start (0..starts) of each dataset of `datasets` under
+    /// `model`, written in parallel: a fresh buffer's pages are mapped as
+    /// they are first written (4 million pairs, 96 MB, took most of the
+    /// 40,000-dataset EM's 60 ms of planning on one thread).
+    pub(super) fn extend(&mut self, model: usize, datasets: &[usize], starts: usize) -> crate::error::Result<()> {
+        let n = datasets.len().saturating_mul(starts);
+        self.reserve(n)?;
+        let fill = |v: &mut Vec<usize>, value: &(dyn Fn(usize) -> usize + Sync)| {
+            const GRAIN: usize = 1 << 14;
+            let old = v.len();
+            v.spare_capacity_mut()[..n].par_chunks_mut(GRAIN).enumerate().for_each(|(c, chunk)| {
+                for (j, x) in chunk.iter_mut().enumerate() {
+                    x.write(value(c * GRAIN + j));
+                }
+            });
+            // SAFETY: the n values after the old length were written above
+            // (reserve made room for them).
+            unsafe { v.set_len(old + n) };
+        };
+        fill(&mut self.model, &|_| model);
+        fill(&mut self.dataset, &|i| datasets[i / starts]);
+        fill(&mut self.start, &|i| i % starts);
+        Ok(())
+    }
 }
 
 /// Where a dataset's starts of one model went: unfittable, or its first
@@ -182,9 +206,10 @@ impl<'a> DatasetExtras<'a> {
 /// The datasets used by a range of pairs, concatenated, with their layout.
 /// A single dataset is borrowed, not copied (10^7 observations: no host copy).
 pub(super) struct Uploaded<'a> {
-    pub(super) x: Cow<'a, [f64]>,
-    /// The observation weights, laid out as `x` (empty when unweighted).
-    pub(super) w: Cow<'a, [f64]>,
+    /// The datasets' values, to be laid end to end on the device.
+    pub(super) x: Vec<&'a [f64]>,
+    /// Their observation weights, part for part (empty when unweighted).
+    pub(super) w: Vec<&'a [f64]>,
     /// Per dataset, the sum of its weights (its length when unweighted).
     pub(super) totals: Vec<f64>,
     pub(super) offsets: Vec<i64>,
@@ -201,14 +226,12 @@ pub(super) struct Uploaded<'a> {
 }
 
 /// The datasets of `datasets` (pairs in dataset order, so each dataset's
-/// pairs are consecutive) laid end to end for one upload. The copy and the
-/// centres run on every core: for the resident upload this is the whole
-/// input (640 MB in the model-selection benchmark).
+/// pairs are consecutive), their layout end to end for one upload, and
+/// their centres (computed on every core).
 /// `extras`: the weights, totals and censored intervals of `data`.
 pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], extras: &'a DatasetExtras<'a>, datasets: &[usize]) -> Uploaded<'a> {
     let weights_of = |d: usize| extras.weights_of(d);
     let values = |d: usize| -> &'a [f64] { extras.values[d].as_deref().unwrap_or(data[d]) };
-    let single = datasets.iter().all(|&d| d == datasets[0]);
     let mut up = Uploaded::empty(0);
     let mut distinct = Vec::new();
     let mut total = 0usize;
@@ -236,42 +259,33 @@ pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], extras: &'a Dataset
             up.cens_start.push((up.cens.len() / 3) as i32);
         }
     }
-    let weighted = distinct.iter().any(|&d| weights_of(d).is_some());
-    if datasets.is_empty() {
-    } else if single {
-        up.x = Cow::Borrowed(values(datasets[0]));
-        if let Some(w) = weights_of(datasets[0]) {
-            up.w = Cow::Borrowed(w);
-        }
-    } else {
-        up.x = Cow::Owned(concatenate(&distinct, total, &values));
-        if weighted {
-            up.w = Cow::Owned(concatenate(&distinct, total, &|d| weights_of(d).unwrap_or(&[])));
-        }
+    up.x = distinct.iter().map(|&d| values(d)).collect();
+    if distinct.iter().any(|&d| weights_of(d).is_some()) {
+        up.w = distinct.iter().map(|&d| weights_of(d).unwrap_or(&[])).collect();
     }
     up
 }
 
-/// `part(d)` of every dataset of `distinct`, end to end (`total` values),
-/// copied on every core.
-fn concatenate<'a>(distinct: &[usize], total: usize, part: &(dyn Fn(usize) -> &'a [f64] + Sync)) -> Vec<f64> {
-    let mut x = vec![0.0; total];
-    let mut parts = Vec::with_capacity(distinct.len());
+/// `parts` end to end in one host buffer, copied on every core (for a
+/// launch's own copy through `clone_htod`; the staged uploads read the
+/// parts in place).
+pub(super) fn concatenate(parts: &[&[f64]]) -> Vec<f64> {
+    let mut x = vec![0.0; parts.iter().map(|p| p.len()).sum()];
+    let mut pieces = Vec::with_capacity(parts.len());
     let mut rest = &mut x[..];
-    for &d in distinct {
-        let src = part(d);
+    for src in parts {
         let (piece, tail) = rest.split_at_mut(src.len());
-        parts.push((piece, src));
+        pieces.push((piece, *src));
         rest = tail;
     }
-    parts.into_par_iter().for_each(|(piece, src)| piece.copy_from_slice(src));
+    pieces.into_par_iter().for_each(|(piece, src)| piece.copy_from_slice(src));
     x
 }
 
 impl Uploaded<'_> {
     /// No data (a launch whose datasets are resident), `max_n` the largest.
     pub(super) fn empty(max_n: usize) -> Self {
-        Uploaded { x: Cow::Borrowed(&[]), w: Cow::Borrowed(&[]), totals: vec![], offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], cens: vec![], cens_start: vec![], max_n }
+        Uploaded { x: vec![], w: vec![], totals: vec![], offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], cens: vec![], cens_start: vec![], max_n }
     }
 }
 
@@ -285,3 +299,22 @@ pub(super) fn split_trace(trace: &[f64], iterations: &[i32], max_iters: usize) -
         .collect()
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::Pairs;
+
+    #[test]
+    fn extend_lists_every_start_of_each_dataset_as_push_does() {
+        let (mut by_push, mut by_extend) = (Pairs::default(), Pairs::default());
+        for (model, datasets, starts) in [(0, vec![0usize, 2, 3], 4usize), (1, vec![], 4), (1, vec![1, 5], 1), (2, vec![7; 3], 40_000)] {
+            for &d in &datasets {
+                (0..starts).for_each(|s| by_push.push(model, d, s));
+            }
+            by_extend.extend(model, &datasets, starts).unwrap();
+        }
+        assert_eq!(by_extend.model, by_push.model);
+        assert_eq!(by_extend.dataset, by_push.dataset);
+        assert_eq!(by_extend.start, by_push.start);
+    }
+}

@@ -12,7 +12,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::config::CheckedEmConfig;
 use super::super::family::Family;
-use super::pairs::{gather, split_trace, starting_values, DatasetExtras, Outputs, Pairs, Uploaded};
+use super::pairs::{concatenate, gather, split_trace, starting_values, DatasetExtras, Outputs, Pairs, Uploaded};
 use super::{em_function, held_values, NULL, WARPS_PER_BLOCK};
 
 /// Most pairs (starts of one dataset) in one block: its warps take them in
@@ -48,10 +48,10 @@ pub(super) fn upload_resident<'a>(dev: &Device, family: Family, data: &[&'a [f64
 /// device's pinned staging buffer when `staged` (the device's own stream).
 fn upload(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Result<DeviceData> {
     let e = |err| dev.err("copying data", err);
-    let copy = |v: &[f64]| if staged { dev.upload_new(v) } else { s.clone_htod(v).map_err(e) };
+    let copy = |parts: &[&[f64]]| if staged { dev.upload_parts_new(parts) } else { s.clone_htod(&concatenate(parts)).map_err(e) };
     Ok(DeviceData {
-        x: copy(&up.x[..])?,
-        w: if up.w.is_empty() { None } else { Some(copy(&up.w[..])?) },
+        x: copy(&up.x)?,
+        w: if up.w.is_empty() { None } else { Some(copy(&up.w)?) },
         totals: s.clone_htod(&up.totals).map_err(e)?,
         offsets: s.clone_htod(&up.offsets).map_err(e)?,
         lengths: s.clone_htod(&up.lengths).map_err(e)?,
