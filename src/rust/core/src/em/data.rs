@@ -93,9 +93,17 @@ impl Prepared {
     }
 }
 
-/// The sum of a dataset's weights, in order.
+/// The sum of a dataset's weights: in order, or for a long vector the
+/// sums of its SCAN_CHUNK-long chunks (on every core) added in order, the
+/// same on any number of threads (10^7 weights took 5 ms on one thread,
+/// twice per GPU fit, against 1.5x the whole fit's time for a weighted fit:
+/// BENCHMARKS.md, issue 25).
 pub fn weight_total(w: &[f64]) -> f64 {
-    w.iter().sum()
+    if w.len() <= 4 * SCAN_CHUNK {
+        return w.iter().sum();
+    }
+    let chunks: Vec<f64> = w.par_chunks(SCAN_CHUNK).map(|c| c.iter().sum::<f64>()).collect();
+    chunks.iter().sum()
 }
 
 /// Observation weights against the data: one vector per dataset, each as
@@ -221,7 +229,7 @@ pub fn unfittable_reason(family: Family, x: &[f64], components: usize) -> Option
 pub fn unfittable_weighted(family: Family, x: &[f64], weights: Option<&[f64]>, components: usize) -> Option<String> {
     match weights {
         None => unfittable_reason(family, x, components),
-        Some(w) if w.iter().all(|&wi| wi > 0.0) => unfittable_reason(family, x, components),
+        Some(w) if first_where(w, |wi| !(wi > 0.0)).is_none() => unfittable_reason(family, x, components),
         Some(w) => {
             let kept: Vec<f64> = x.iter().zip(w).filter(|(_, &wi)| wi > 0.0).map(|(&xi, _)| xi).collect();
             unfittable_reason(family, &kept, components).map(|why| format!("{why} (of weight > 0)"))

@@ -26,7 +26,7 @@ use crate::gpu::{self, timing, Device, Kernel};
 
 use super::config::{CheckedEmConfig, Precision};
 use super::censored;
-use super::data::{unfittable_weighted, weight_total};
+use super::data::unfittable_weighted;
 use super::family::Family;
 use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
 use super::starts::initial_values;
@@ -249,7 +249,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
                 // Held values keep the components in the caller's order (as em::cpu).
                 let keep_order = config.constraints.as_ref().is_some_and(|c| c.holds_values());
                 let mut fit = MixFit::from_chosen(start_of(out, p0 + chosen), chosen, ll, x.len(), keep_order);
-                fit.weight_total = config.weights_of(first + d).map(weight_total);
+                fit.weight_total = config.weights_of(first + d).map(|_| extras.total(d));
                 if config.keep_posterior && fit.success() && !monitor.is_cancelled() {
                     fit.posterior = Some(censored::posterior_of(config.family, x, config.censoring_of(first + d), &fit.params)?);
                 }

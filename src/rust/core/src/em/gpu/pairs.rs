@@ -201,6 +201,12 @@ impl<'a> DatasetExtras<'a> {
     fn weights_of(&self, d: usize) -> Option<&[f64]> {
         self.weights[d].as_deref()
     }
+
+    /// Dataset d's total weight ([`weight_total`] of its weights, or its
+    /// length when unweighted).
+    pub(super) fn total(&self, d: usize) -> f64 {
+        self.totals[d]
+    }
 }
 
 /// The datasets used by a range of pairs, concatenated, with their layout.

@@ -48,7 +48,11 @@ pub(super) fn upload_resident<'a>(dev: &Device, family: Family, data: &[&'a [f64
 /// device's pinned staging buffer when `staged` (the device's own stream).
 fn upload(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Result<DeviceData> {
     let e = |err| dev.err("copying data", err);
-    let copy = |parts: &[&[f64]]| if staged { dev.upload_parts_new(parts) } else { s.clone_htod(&concatenate(parts)).map_err(e) };
+    let copy = |parts: &[&[f64]]| match parts {
+        _ if staged => dev.upload_parts_new(parts),
+        [one] => s.clone_htod(*one).map_err(e),
+        _ => s.clone_htod(&concatenate(parts)).map_err(e),
+    };
     Ok(DeviceData {
         x: copy(&up.x)?,
         w: if up.w.is_empty() { None } else { Some(copy(&up.w)?) },
