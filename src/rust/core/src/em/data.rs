@@ -95,9 +95,9 @@ impl Prepared {
 
 /// The sum of a dataset's weights: in order, or for a long vector the
 /// sums of its SCAN_CHUNK-long chunks (on every core) added in order, the
-/// same on any number of threads (10^7 weights took 5 ms on one thread,
-/// twice per GPU fit, against 1.5x the whole fit's time for a weighted fit:
-/// BENCHMARKS.md, issue 25).
+/// same on any number of threads. On one thread, 10^7 weights took 12 ms
+/// of a weighted GPU fit whose unweighted form takes 15 ms in all
+/// (BENCHMARKS.md, issue 25).
 pub fn weight_total(w: &[f64]) -> f64 {
     if w.len() <= 4 * SCAN_CHUNK {
         return w.iter().sum();

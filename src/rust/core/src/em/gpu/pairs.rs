@@ -209,8 +209,8 @@ impl<'a> DatasetExtras<'a> {
     }
 }
 
-/// The datasets used by a range of pairs, concatenated, with their layout.
-/// A single dataset is borrowed, not copied (10^7 observations: no host copy).
+/// The datasets used by a range of pairs, by reference, with their layout
+/// end to end: the staged upload reads them in place (no host copy).
 pub(super) struct Uploaded<'a> {
     /// The datasets' values, to be laid end to end on the device.
     pub(super) x: Vec<&'a [f64]>,
