@@ -70,11 +70,8 @@ test_that("correlated coefficients (1 + x | g) agree with bayesm::rhierLinearMod
   # 0, one more degree of freedom than hbglm's N(0, mu_sd^2): hbglm takes
   # df nu + 1 (and the same scale matrix V).
   set.seed(11)
-  G <- 15; n <- 12
-  d <- data.frame(g = rep(seq_len(G), each = n), x = rnorm(G * n))
-  L <- t(chol(matrix(c(1, 0.35, 0.35, 0.25), 2)))
-  b <- t(c(1, -0.5) + L %*% matrix(rnorm(2 * G), 2))
-  d$y <- b[d$g, 1] + b[d$g, 2] * d$x + rnorm(G * n, 0, 0.5)
+  G <- 15
+  d <- sim_random_slopes(G, n = 12, cov = c(1, 0.35, 0.35, 0.25), noise = 0.5)
   nu <- 5; V <- nu * diag(2)
   fit <- hbglm(y ~ x + (1 + x | g), d, iter = 6000, warmup = 1000, chains = 4, seed = 2, use.gpu = FALSE,
                prior = hbglm_prior(mu_sd = 1000, sigma_fixed = 0.5, cov_df = nu + 1, cov_scale = sqrt(nu / (nu + 1))))
@@ -107,11 +104,8 @@ test_that("correlated coefficients (1 + x | g) agree with bayesm::rhierLinearMod
 test_that("VarCorr() of a correlated fit gives lme4's layout, near lmer's estimates at large data", {
   skip_if_not_installed("lme4")
   set.seed(21)
-  G <- 80; n <- 40
-  d <- data.frame(g = rep(seq_len(G), each = n), x = rnorm(G * n))
-  L <- t(chol(matrix(c(1, 0.3, 0.3, 0.25), 2)))  # sds 1 and 0.5, correlation 0.6
-  b <- t(c(1, -0.5) + L %*% matrix(rnorm(2 * G), 2))
-  d$y <- b[d$g, 1] + b[d$g, 2] * d$x + rnorm(G * n, 0, 0.7)
+  # sds 1 and 0.5, correlation 0.6
+  d <- sim_random_slopes(G = 80, n = 40, cov = c(1, 0.3, 0.3, 0.25), noise = 0.7)
   fit <- hbglm(y ~ x + (1 + x | g), d, iter = 1500, warmup = 500, chains = 2, seed = 3, use.gpu = FALSE)
   vc <- lme4::VarCorr(fit)
   expect_identical(names(vc), c("grp", "var1", "var2", "vcov", "sdcor", "sd"))
@@ -172,11 +166,7 @@ test_that("the LKJ prior (cov = \"lkj\"): checked, printed, and near lmer where 
   # inverse-Wishart's cov_scale = 1, which pulls them up and the
   # correlation towards 0; LKJ's sds have their own prior.
   set.seed(2)
-  G <- 60; n <- 40
-  d <- data.frame(g = rep(seq_len(G), each = n), x = rnorm(G * n))
-  L <- t(chol(matrix(c(0.25, 0.09, 0.09, 0.09), 2)))
-  b <- t(c(1, -0.5) + L %*% matrix(rnorm(2 * G), 2))
-  d$y <- b[d$g, 1] + b[d$g, 2] * d$x + rnorm(G * n, 0, 0.5)
+  d <- sim_random_slopes(G = 60, n = 40, cov = c(0.25, 0.09, 0.09, 0.09), noise = 0.5)
   lkj <- hbglm(y ~ x + (1 + x | g), d, prior = hbglm_prior(cov = "lkj", tau_family = "half-t"), iter = 1500,
                warmup = 500, chains = 2, seed = 1, use.gpu = FALSE)
   iw <- hbglm(y ~ x + (1 + x | g), d, iter = 1500, warmup = 500, chains = 2, seed = 1, use.gpu = FALSE)
