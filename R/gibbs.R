@@ -145,7 +145,9 @@
 #'   check comes after `iter` sweeps, later ones each time the kept draws
 #'   have grown by a quarter, at most `max.iter` sweeps per chain. The draws
 #'   are those of a run without a target of as many sweeps (`$iter`), and
-#'   `$target` records whether it was met. When it is not, the fit is
+#'   `$target` records whether it was met. On the GPU the checks run on the
+#'   device, next to the draws: only three numbers per parameter come back
+#'   to the host, and they equal the host's to rounding. When it is not met, the fit is
 #'   returned with a warning (class `bulkem_warning_target`) naming the
 #'   parameters farthest from it. Not with `parallel = "future"`: the
 #'   checks need every chain.

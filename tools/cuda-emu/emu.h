@@ -23,6 +23,10 @@ inline std::vector<EmuWarp> emu_warps;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
+using std::fmax;
+using std::fmin;
+using std::isfinite;
 #define __shared__ static
 #define EMU_SMEM (emu_smem_buf.data())
 

@@ -8,7 +8,7 @@
 // that cannot be reached but would explain the data gives no NaN).
 // Build and run: tools/cuda-emu/run.sh
 #include "emu.h"
-#include "gen_hmm.h"
+#include "gen_hmm_emu_test.h"
 #include <cstdio>
 #include <random>
 #include <algorithm>

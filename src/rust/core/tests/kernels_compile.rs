@@ -66,7 +66,7 @@ fn every_entry_point_is_a_typed_kernel() {
 
 #[test]
 fn every_kernel_file_is_checked() {
-    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched", "hmm_emission", "hmm_scan", "transfer"];
+    let checked = ["em", "reduce", "gibbs", "hmm", "hmm_batched", "hmm_emission", "hmm_scan", "transfer", "diagnostics"];
     for (name, _) in KERNELS {
         assert!(checked.contains(name), "kernel file {name}.cu needs a compile test here");
     }
@@ -187,6 +187,14 @@ fn transfer_kernels_compile() {
         return;
     }
     check("transfer", &[vec![]]);
+}
+
+#[test]
+fn diagnostics_kernels_compile() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    check("diagnostics", &[vec![]]);
 }
 
 /// A kernel compiled through the cache on disk comes back from it as the

@@ -21,6 +21,7 @@ use crate::exec::{Backend, Exec};
 use crate::gpu::{self, Device, Kernel};
 use crate::tolerances::{SLICE_ADAPT_FACTOR, SLICE_ADAPT_WINDOW, SLICE_MAX_STEPS};
 
+pub mod diagnostics;
 mod draws;
 mod scalar;
 pub use scalar::GRID_SCALAR_ROWS;
@@ -598,16 +599,13 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         }
         Ok(())
     };
-    // A check reads the kept draws so far back in the host's order,
-    // parameter by parameter.
+    // A check computes the diagnostics where the draws are; only three
+    // numbers per parameter come back.
     let diagnose = |run: &(HbArgs, HbGlobal, usize, draws::Draws), now: usize| -> Result<super::diagnostics::Diagnostics> {
         let t = std::time::Instant::now();
-        let ordered = exec.install(|| run.3.read_ordered(dev, now))??;
-        gpu::timing::record("check: read", t);
-        let t = std::time::Instant::now();
-        let diag = exec.install(|| super::diagnostics::diagnose_array(&ordered, now, chains, true, &exec.monitor));
+        let diag = run.3.diagnose(dev, now, &exec.monitor);
         gpu::timing::record("check: diagnostics", t);
-        diag?
+        diag
     };
     let (sweeps, outcome) = super::target::run_blocks(config.target, config.iter, config.warmup, config.thin, &mut run, sweep, diagnose)?;
     let done = (sweeps - config.warmup) / config.thin;

@@ -13,6 +13,7 @@ pub const KERNELS: &[(&str, &str)] = &[
     ("hmm_emission", include_str!("../../kernels/hmm_emission.cu")),
     ("hmm_scan", include_str!("../../kernels/hmm_scan.cu")),
     ("transfer", include_str!("../../kernels/transfer.cu")),
+    ("diagnostics", include_str!("../../kernels/diagnostics.cu")),
 ];
 
 /// Full source of kernel file `name`: the core's tolerances as macros, the
@@ -70,6 +71,7 @@ pub enum Kernel {
     HbScalarApply,
     HbScalarGroups,
     HbDrawsOrder,
+    McmcDiagnostics,
     HmmForward,
     HmmForwardWarp,
     HmmBackward,
@@ -103,7 +105,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 53] = [
+    pub const ALL: [Kernel; 54] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -127,6 +129,7 @@ impl Kernel {
         Kernel::HbScalarApply,
         Kernel::HbScalarGroups,
         Kernel::HbDrawsOrder,
+        Kernel::McmcDiagnostics,
         Kernel::HmmForward,
         Kernel::HmmForwardWarp,
         Kernel::HmmBackward,
@@ -186,6 +189,7 @@ impl Kernel {
             HbScalarApply => ("gibbs", "hb_scalar_apply"),
             HbScalarGroups => ("gibbs", "hb_scalar_groups"),
             HbDrawsOrder => ("gibbs", "hb_draws_order"),
+            McmcDiagnostics => ("diagnostics", "mcmc_diagnostics"),
             HmmForward => ("hmm", "hmm_forward"),
             HmmForwardWarp => ("hmm", "hmm_forward_warp"),
             HmmBackward => ("hmm", "hmm_backward"),

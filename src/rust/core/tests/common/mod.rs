@@ -132,3 +132,6 @@ pub fn path_logp(m: &bulkem_core::hmm::HmmModel, seq: &[u32], path: &[u32]) -> f
     }
     lp
 }
+
+#[allow(dead_code)]
+pub mod diagnostic_cases;

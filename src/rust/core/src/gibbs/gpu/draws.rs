@@ -4,9 +4,11 @@
 //! check's draws and grows as the checks ask for more (by half at least, to
 //! at most max.iter's), rather than reserving max.iter's from the start.
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 
+use super::diagnostics::{DeviceDiagnostics, Work};
 use super::ptr;
+use crate::gibbs::diagnostics::Diagnostics;
 use crate::error::{Error, Result};
 use crate::gpu::Device;
 
@@ -77,15 +79,36 @@ impl Draws {
     /// draw fastest, then chain, then parameter. Laid out so on the device,
     /// a block of parameters at a time, and copied straight into place.
     pub fn read_ordered(&self, dev: &Device, now: usize) -> Result<Vec<f64>> {
+        let per = self.chains * now;
+        let mut host = crate::memory::try_vec_par(per * self.params, 0.0, "the draws of hbglm()")?;
+        self.each_ordered(dev, now, |q0, ordered| dev.download(ordered, &mut host[q0 * per..q0 * per + ordered.len()]))?;
+        Ok(host)
+    }
+
+    /// A target's check on the device: the diagnostics of every parameter
+    /// from its first `now` draws per chain, with a look at `monitor`
+    /// between blocks of parameters.
+    pub fn diagnose(&self, dev: &Device, now: usize, monitor: &crate::exec::Monitor) -> Result<Diagnostics> {
+        let diag = DeviceDiagnostics::new(dev, self.chains, now, Work::Auto)?;
+        let mut out = Diagnostics::default();
+        self.each_ordered(dev, now, |_, ordered| {
+            monitor.check()?;
+            diag.run(dev, ordered, ordered.len() / (self.chains * now), &mut out)
+        })?;
+        Ok(out)
+    }
+
+    /// `visit(q0, draws)` for blocks of parameters q0.., their first `now`
+    /// draws per chain laid out in the host's order in a device buffer.
+    fn each_ordered(&self, dev: &Device, now: usize, mut visit: impl FnMut(usize, &CudaView<f64>) -> Result<()>) -> Result<()> {
         let (chains, params) = (self.chains, self.params);
         let per = chains * now;
-        let mut host = crate::memory::try_vec_par(per * params, 0.0, "the draws of hbglm()")?;
         if per == 0 || params == 0 {
-            return Ok(host);
+            return Ok(());
         }
         let block = (ORDER_BYTES / 8 / per).clamp(1, params);
         let e = |what| move |err| dev.err(what, err);
-        // SAFETY: hb_draws_order writes every value the copies read.
+        // SAFETY: hb_draws_order writes every value the visits read.
         let mut tmp = unsafe { dev.stream.alloc::<f64>(block * per) }.map_err(e("allocating the draws' copy"))?;
         let (params_i, cap_i, now_i, chains_i) = (params as i64, self.cap as i64, now as i32, chains as i32);
         for q0 in (0..params).step_by(block) {
@@ -99,8 +122,8 @@ impl Draws {
             // cap, parameters q0.. q0 + count / per exist, and out holds
             // count >= the values it writes (block x per).
             unsafe { launch.launch(cfg) }.map_err(e("launching hb_draws_order"))?;
-            dev.download(&tmp.slice(..count), &mut host[q0 * per..q0 * per + count])?;
+            visit(q0, &tmp.slice(..count))?;
         }
-        Ok(host)
+        Ok(())
     }
 }
