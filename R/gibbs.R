@@ -19,9 +19,8 @@
 #'    fixed, slice updates whose log posterior sums over all observations):
 #'    interweaving (Yu and Meng, 2011), so that the chain mixes also when
 #'    \eqn{\tau} is small against what the data say of each group, where
-#'    steps 3-4 alone barely move (on the CPU the independent sds of other
-#'    grouping factors get the same non-centred update; on the GPU not
-#'    yet);
+#'    steps 3-4 alone barely move (the independent sds of other grouping
+#'    factors get the same non-centred update, on the CPU and on the GPU);
 #' 6. for the gaussian family, the residual sd \eqn{\sigma} (slice, on the
 #'    log scale).
 #'

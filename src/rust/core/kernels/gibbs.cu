@@ -878,18 +878,27 @@ extern "C" __global__ void hb_global(HbArgs a, HbGlobal h) {
 #define HB_SCALAR_STATE_DOUBLES 96
 
 // What an HbScalar updates; the non-centred ones come last.
-enum { HB_S_GAMMA, HB_S_SHAPE, HB_S_CUT, HB_S_NC_MU, HB_S_NC_TAU };
+enum { HB_S_GAMMA, HB_S_SHAPE, HB_S_CUT, HB_S_NC_MU, HB_S_NC_TAU, HB_S_NC_SD };
 
 struct HbScalar {
-    int what;          // HB_S_*: gamma_j, the shape's log, cut-point j, mu_j and
-                       // log tau_j non-centred
+    int what;          // HB_S_*: gamma_j, the shape's log, cut-point j, mu_j,
+                       // log tau_j and a factor's log sd_j non-centred
     int j;
-    int coord;         // sweep coordinate (widths, moved, stuck_by)
+    int coord;         // sweep coordinate (widths, moved, stuck_by), or -1:
+                       // the fixed `width`, not adapted
     int stream;        // random stream (the block number of HbRng)
     int draw_at;       // place in a draw, or -1 (gamma's: hb_global writes it)
     double* state;     // chains x HB_SCALAR_STATE_DOUBLES
     double* partials;  // chains x nb x HB_CANDIDATES
     int nb;            // row blocks per chain of hb_scalar_eval
+    // HB_S_NC_SD: the grouping factor's (HbFactor's) buffers
+    const double* fw;    // n x fk columns
+    double* fu;          // chains x fl x fk effects
+    double* fsd;         // chains x fk sds
+    const int* flevel;   // n: each row's level
+    double ffloor;       // sd_j's floor
+    double width;        // the slice width when coord < 0
+    int fl, fk;
 };
 
 enum { HB_NEED_F0, HB_STEPPING, HB_SHRINKING, HB_DONE };
@@ -1010,8 +1019,14 @@ __device__ void hb_slice_consume(HbSliceState& st, const double* f) {
 // The non-centred updates: row i's eta moves by slope x delta, slope =
 // x_ij (mu_j) or x_ij alpha_g (tau_j), alpha_g = (beta_gj - mu_j) / tau_j
 // with `base` = tau_j before the update (beta and mu are unchanged until
-// hb_scalar_groups); delta = t - mu_j or e^t - tau_j.
+// hb_scalar_groups); delta = t - mu_j or e^t - tau_j. A factor's sd_j
+// likewise (factor.rs: interweave_factor): slope w_ij u_lj / sd_j, l row
+// i's level, delta e^t - sd_j.
 __device__ __forceinline__ double hb_nc_move(const HbArgs& a, const HbGlobal& h, const HbScalar& s, int c, long long i, double t, double base) {
+    if (s.what == HB_S_NC_SD) {
+        const double u = s.fu[((size_t)c * s.fl + s.flevel[i]) * s.fk + s.j];
+        return s.fw[i * s.fk + s.j] * (u / base) * (exp(t) - base);
+    }
     const double x = a.x[i * a.K + s.j];
     if (s.what == HB_S_NC_MU) return x * (t - base);
     const int g = a.row_group[i];
@@ -1044,7 +1059,7 @@ __device__ __forceinline__ double hb_scalar_row(const HbArgs& a, const HbGlobal&
 // The scalar's log prior (with a log scale's Jacobian).
 __device__ __forceinline__ double hb_scalar_prior(const HbGlobal& h, const HbScalar& s, double t) {
     if (s.what == HB_S_SHAPE) return hb_scale_prior(h.sigma_kind, h.sigma_scale, h.sigma_rate, exp(t)) + t;
-    if (s.what == HB_S_NC_TAU) return hb_scale_prior(h.tau_kind, h.tau_scale, h.tau_rate, exp(t)) + t;
+    if (s.what == HB_S_NC_TAU || s.what == HB_S_NC_SD) return hb_scale_prior(h.tau_kind, h.tau_scale, h.tau_rate, exp(t)) + t;
     if (s.what == HB_S_NC_MU) {
         const double z = (t - h.mu_mean) / h.mu_sd;
         return -0.5 * z * z;
@@ -1074,10 +1089,15 @@ extern "C" __global__ void hb_scalar_start(HbArgs a, HbGlobal h, HbScalar s, int
         st.x0 = st.base = h.mu[c * a.K + s.j];
         st.lower = -HB_INF;
         st.upper = HB_INF;
-    } else {
+    } else if (s.what == HB_S_NC_TAU) {
         st.base = h.tau[c * a.K + s.j];
         st.x0 = log(st.base);
         st.lower = log(h.tau_floor[s.j]);
+        st.upper = log(h.scale_max);
+    } else {
+        st.base = s.fsd[c * s.fk + s.j];
+        st.x0 = log(st.base);
+        st.lower = log(s.ffloor);
         st.upper = log(h.scale_max);
     }
     st.noncentred = s.what >= HB_S_NC_MU;
@@ -1085,7 +1105,7 @@ extern "C" __global__ void hb_scalar_start(HbArgs a, HbGlobal h, HbScalar s, int
     // hb_slice's first three numbers: the level, the interval, the split.
     st.rng = HbRng(a.seed, a.chain0 + c, a.sweep, s.stream);
     st.x = st.x0;
-    st.w = a.widths[(size_t)c * a.ncoord + s.coord];
+    st.w = s.coord >= 0 ? a.widths[(size_t)c * a.ncoord + s.coord] : s.width;
     st.logu = log(st.rng.uniform());
     st.left = st.x0 - st.w * st.rng.uniform();
     st.right = st.left + st.w;
@@ -1196,14 +1216,13 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         // centred update still moves) or when the slice stayed.
         if (!st.skip) atomicAdd(&a.counters[2], (unsigned long long)(st.evals + 1));
         if (st.skip || st.stuck || !isfinite(st.x)) st.x = st.x0;
+        double* value = s.what == HB_S_NC_MU ? &h.mu[c * a.K + s.j] : s.what == HB_S_NC_TAU ? &h.tau[c * a.K + s.j] : &s.fsd[c * s.fk + s.j];
         if (st.x != st.x0) {
-            if (s.what == HB_S_NC_MU) h.mu[c * a.K + s.j] = st.x;
-            else h.tau[c * a.K + s.j] = exp(st.x);
-            if (a.adapting) moved[s.coord] += fabs(st.x - st.x0);
+            *value = s.what == HB_S_NC_MU ? st.x : exp(st.x);
+            if (a.adapting && s.coord >= 0) moved[s.coord] += fabs(st.x - st.x0);
         }
-        if (a.adapt_now) hb_adapt_width(a, w, moved, s.coord);
-        if (h.draw_index >= 0)
-            h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == HB_S_NC_MU ? h.mu[c * a.K + s.j] : h.tau[c * a.K + s.j];
+        if (a.adapt_now && s.coord >= 0) hb_adapt_width(a, w, moved, s.coord);
+        if (h.draw_index >= 0) h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = *value;
         return;
     }
     const double x = st.x;
@@ -1243,12 +1262,22 @@ extern "C" __global__ void hb_scalar_apply(HbArgs a, HbGlobal h, HbScalar s) {
 }
 
 // A non-centred update's move of every group's beta_gj (a thread per
-// group, grid (groups / 256, chains)), and of their kept draws.
+// group, grid (groups / 256, chains)), or of every level's u_lj (a factor's
+// sd_j: a thread per level), and of their kept draws.
 extern "C" __global__ void hb_scalar_groups(HbArgs a, HbGlobal h, HbScalar s) {
     const int c = blockIdx.y;
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const HbSliceState& st = *hb_scalar_state(s, c);
-    if (st.x == st.x0 || g >= a.G) return;
+    if (st.x == st.x0) return;
+    if (s.what == HB_S_NC_SD) {
+        if (g >= s.fl) return;
+        double& u = s.fu[((size_t)c * s.fl + g) * s.fk + s.j];
+        u = exp(st.x) * (u / st.base);
+        // The factor's draws: L x KF effects, then the KF sds (draw_at is sd_j's).
+        if (h.draw_index >= 0) h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at - (size_t)s.fl * s.fk - s.j + (size_t)g * s.fk + s.j] = u;
+        return;
+    }
+    if (g >= a.G) return;
     double& b = a.beta[((size_t)c * a.G + g) * a.K + s.j];
     if (s.what == HB_S_NC_MU) {
         b += st.x - st.x0;

@@ -341,11 +341,22 @@ fn crossed_with(family: Family, levels: usize, terms: usize, correlated: bool) -
     if correlated { d.with_correlated_factor(&level, levels, w, terms) } else { d.with_factor(&level, levels, w, terms) }.unwrap()
 }
 
+/// A factor with no spread in the data: its sds near zero, where the
+/// centred updates alone crawl and the non-centred ones keep them mixing.
+fn no_spread(levels: usize) -> HbData {
+    let d = data(Family::Gaussian);
+    let n = d.n();
+    let w: Vec<f64> = (0..n * 2).map(|q| d.x[(q / 2) * d.k + q % 2]).collect();
+    d.with_factor(&(0..n).map(|i| (7 * i) % levels).collect::<Vec<_>>(), levels, w, 2).unwrap()
+}
+
 #[test]
 fn gpu_crossed_factor_agrees_with_cpu() {
     if device() {
         // 30 levels of about 340 rows: a warp per (chain, level).
         run_on(crossed(Family::Gaussian, 30, 2), Family::Gaussian, Prior::default());
+        // The sds' non-centred updates (the GPU's as the CPU's).
+        run_on(no_spread(30), Family::Gaussian, Prior::default());
         // 3 levels of about 3,400 rows: a block per (chain, level).
         run_on(crossed(Family::Binomial, 3, 1), Family::Binomial, Prior { mu_sd: 5.0, tau: ScalePrior::HalfNormal(2.0), ..Prior::default() });
         // Correlated terms (Sigma_f drawn exactly, the levels' conditional
@@ -359,18 +370,10 @@ fn gpu_crossed_factor_agrees_with_cpu() {
 /// across seeds on these data (a posterior that mixes slowly fails it).
 #[test]
 fn crossed_cpu_runs_with_different_seeds_agree() {
-    // The last: a factor with no spread in the data (its sd near zero, where
-    // the centred updates alone crawl; the non-centred ones keep it mixing).
-    let none = |levels: usize| {
-        let d = data(Family::Gaussian);
-        let n = d.n();
-        let w: Vec<f64> = (0..n * 2).map(|q| d.x[(q / 2) * d.k + q % 2]).collect();
-        d.with_factor(&(0..n).map(|i| (7 * i) % levels).collect::<Vec<_>>(), levels, w, 2).unwrap()
-    };
     for (family, data) in [
         (Family::Gaussian, crossed(Family::Gaussian, 30, 2)),
         (Family::Binomial, crossed(Family::Binomial, 3, 1)),
-        (Family::Gaussian, none(30)),
+        (Family::Gaussian, no_spread(30)),
         (Family::Gaussian, crossed_correlated(Family::Gaussian, 30)),
         (Family::Binomial, crossed_correlated(Family::Binomial, 3)),
     ] {

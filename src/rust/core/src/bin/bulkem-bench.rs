@@ -18,7 +18,7 @@
 //! bulkem-bench reduce-table                the paper's single-precision accuracy table
 //! bulkem-bench gibbs [--case all|hblogit|regimes] [--groups G] [--n N] [--k K]
 //!                    [--warmup W] [--draws S] [--chains C] [--threads T]
-//!                    [--big-groups B] [--sweeps N] [--correlated yes|lkj] [--target-ess E] [--crossed L] [--crossed-terms T] [--ordinal C]
+//!                    [--big-groups B] [--sweeps N] [--correlated yes|lkj] [--target-ess E] [--crossed L] [--crossed-terms T] [--crossed-sd S] [--ordinal C]
 //!                    [--backend cpu|cuda|both] [--json FILE]
 //! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V] [--emission categorical|gaussian]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
@@ -378,6 +378,9 @@ mod gibbs_bench {
         /// Terms of the crossed factor: the first T columns (correlated
         /// with `--correlated yes` when T > 1).
         crossed_terms: usize,
+        /// The sd of the crossed factor's intercept effects (its slopes':
+        /// 0.6 times it); 0: a factor with no effect in the data.
+        crossed_sd: f64,
         /// The hblogit case's response as C ordered categories (a latent
         /// logistic cut at 0, 1, ..., C - 2; the ordinal family); 0: 0/1.
         ordinal: usize,
@@ -392,7 +395,7 @@ mod gibbs_bench {
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, lkj: false, target_ess: None, crossed: 0, crossed_terms: 1, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS, interweave: true };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, lkj: false, target_ess: None, crossed: 0, crossed_terms: 1, crossed_sd: 0.5, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS, interweave: true };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -410,6 +413,7 @@ mod gibbs_bench {
                 "--correlated" => (o.correlated, o.lkj) = (value == "yes" || value == "lkj", value == "lkj"),
                 "--crossed" => o.crossed = num()?,
                 "--crossed-terms" => o.crossed_terms = num()?,
+                "--crossed-sd" => o.crossed_sd = value.parse::<f64>().map_err(|_| format!("{flag}: not a number: {value}"))?,
                 "--ordinal" => o.ordinal = num()?,
                 "--global" => o.global = num()?,
                 "--grid-rows" => o.grid_rows = num()?,
@@ -434,7 +438,7 @@ mod gibbs_bench {
     /// 0.5 N(0,1), y ~ Bernoulli(logistic(x' beta_g)). `sizes` give the rows
     /// per group.
     fn hblogit_data(sizes: &[usize], k: usize, seed: u64) -> HbData {
-        hblogit_crossed_data(sizes, k, seed, 0, 1, false, 0, 0)
+        hblogit_crossed_data(sizes, k, seed, 0, 1, 0.5, false, 0, 0)
     }
 
     /// As `hblogit_data`, with a factor of `levels` levels (none for 0)
@@ -444,9 +448,9 @@ mod gibbs_bench {
     /// (`Opts::ordinal`); with `global` > 0, that many global covariates
     /// (`Opts::global`).
     #[allow(clippy::too_many_arguments)]
-    fn hblogit_crossed_data(sizes: &[usize], k: usize, seed: u64, levels: usize, terms: usize, correlated: bool, categories: usize, global: usize) -> HbData {
+    fn hblogit_crossed_data(sizes: &[usize], k: usize, seed: u64, levels: usize, terms: usize, sd: f64, correlated: bool, categories: usize, global: usize) -> HbData {
         let mut urng = stream(seed, 1, 0, Block::Init, 1);
-        let effects: Vec<f64> = (0..levels * terms).map(|q| if q % terms == 0 { 0.5 } else { 0.3 } * urng.normal()).collect();
+        let effects: Vec<f64> = (0..levels * terms).map(|q| if q % terms == 0 { sd } else { 0.6 * sd } * urng.normal()).collect();
         let first: Vec<usize> = sizes.iter().scan(0, |acc, &s| { let f = *acc; *acc += s; Some(f) }).collect();
         let parts: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = sizes
             .par_iter()
@@ -507,7 +511,7 @@ mod gibbs_bench {
         if o.ordinal == 1 {
             return Err("--ordinal must be 0 (a 0/1 response) or at least 2 categories".into());
         }
-        let data = hblogit_crossed_data(&vec![o.n; o.groups], o.k, 0, o.crossed, o.crossed_terms, o.correlated, o.ordinal, o.global);
+        let data = hblogit_crossed_data(&vec![o.n; o.groups], o.k, 0, o.crossed, o.crossed_terms, o.crossed_sd, o.correlated, o.ordinal, o.global);
         let mut cpu_rate = None;
         for &backend in &o.backends {
             let rate = hblogit_on(o, &data, backend, json)?;
@@ -530,7 +534,7 @@ mod gibbs_bench {
 
     fn warm_gpu(family: Family) -> Result<f64, String> {
         let t0 = Instant::now();
-        let tiny = hblogit_crossed_data(&[5, 80, 9000], 2, 9, 0, 1, false, if family == Family::Ordinal { 3 } else { 0 }, 1);
+        let tiny = hblogit_crossed_data(&[5, 80, 9000], 2, 9, 0, 1, 0.5, false, if family == Family::Ordinal { 3 } else { 0 }, 1);
         let config = HbglmConfig { iter: 2, warmup: 1, chains: 1, ..HbglmConfig::new(family) };
         sample_gpu(&tiny, &config, &Exec { backend: Backend::Cuda, ..Exec::cpu() }, GpuOptions::default()).map_err(|e| e.to_string())?;
         Ok(t0.elapsed().as_secs_f64())

@@ -316,7 +316,7 @@ impl Sweeper<'_> {
 /// Width (log scale) of the non-centred updates of a factor's sds: fixed,
 /// so the kernel is valid without adaptation; stepping out finds the
 /// posterior's scale from it.
-const NC_SD_WIDTH: f64 = 1.0;
+pub(crate) const NC_SD_WIDTH: f64 = 1.0;
 
 impl Sweeper<'_> {
     /// Each sd again in the non-centred parameterisation (interweaving, as
@@ -325,8 +325,9 @@ impl Sweeper<'_> {
     /// w_ij alpha_l(i) per unit of sd. The centred update above barely
     /// moves when the data say little of each level against the spread
     /// (an sd near zero: every effect is pulled to zero and holds the sd
-    /// there); this one does not. On the CPU only; correlated terms have
-    /// none (Sigma_f is drawn whole, as the groups' Sigma).
+    /// there); this one does not. The GPU's is gpu/scalar.rs's NC_SD;
+    /// correlated terms have none (Sigma_f is drawn whole, as the groups'
+    /// Sigma).
     fn interweave_factor(&self, f: usize, state: &mut State, sweep: usize, stats: &mut SweepStats, monitor: &Monitor) -> Result<()> {
         let prior = self.prior.tau;
         let fac = &self.data.factors[f];

@@ -3,7 +3,8 @@
 //! Each sweep queues, without host synchronisation, the group updates
 //! (packed tiles of 8 lanes for groups of up to `TILE8_MAX_ROWS` rows, a warp
 //! per group up to `SPLIT_GROUP_ROWS`, a block per larger group), the other
-//! grouping factors', gamma's (`scalar`: summed over the rows by the grid),
+//! grouping factors' (each followed by its sds non-centred, `scalar`, as
+//! the CPU's interweaving), gamma's (`scalar`: summed over the rows by the grid),
 //! then one block per chain for mu, tau and sigma, which also writes the
 //! kept draws into a device buffer, and last mu and tau again in the
 //! non-centred parameterisation (the CPU's interweaving), the shape and the
@@ -35,7 +36,7 @@ pub struct GpuOptions {
     /// From this many rows on, gamma, the shape and the cut-points have
     /// their slice candidates summed by the whole grid.
     pub grid_rows: usize,
-    /// mu and tau also updated non-centred, as the CPU does (off: for
+    /// mu, tau and the factors' sds also updated non-centred, as the CPU does (off: for
     /// measuring what it costs and buys).
     pub interweave: bool,
 }
@@ -510,7 +511,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         rng_base += fac.levels + 1;
         draw_at += fac.n_params();
     }
-    let scalars = scalar::Scalars::new(dev, &defines, data, config, &layout, chains, rng_base, opts)?;
+    let on_device: Vec<(HbFactor, &[f64])> = factors.iter().zip(&bounds.factor_floor).map(|(f, floors)| (f.args, &floors[..])).collect();
+    let scalars = scalar::Scalars::new(dev, &defines, data, config, &layout, chains, rng_base, opts, &on_device)?;
 
     let tiles = |count: usize, tile: u32| -> LaunchConfig {
         let threads = (count * chains) as u64 * tile as u64;
@@ -556,7 +558,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
                 // one block per (chain, large group).
                 unsafe { launch.launch(cfg) }.map_err(e("launching hb_beta_block"))?;
             }
-            for fac in &factors {
+            for (fi, fac) in factors.iter().enumerate() {
                 let mut launch = s.launch_builder(if fac.by_block { &f_levels_block } else { &f_levels_warp });
                 let chains_i = chains as i32;
                 launch.arg(&*args).arg(&fac.args);
@@ -579,6 +581,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
                 // block per chain; the factor's draws lie within `params`
                 // (draw_at + L x KF + KF <= params).
                 unsafe { launch.launch(cfg) }.map_err(e("launching hb_factor_global"))?;
+                scalars.queue_factor(dev, args, global, fi)?;
             }
             scalars.queue(dev, args, global, true)?;
             let mut launch = s.launch_builder(&f_global);

@@ -1,7 +1,7 @@
 //! The scalars whose log-likelihood sums over every row: the global
 //! coefficients gamma, the negative binomial's shape, the ordinal
 //! cut-points, and the interweaving's non-centred mu_k and tau_k (as
-//! sweep.rs's). Each is one slice update, queued as hb_scalar_start, a few
+//! sweep.rs's) and grouping factors' sds (as factor.rs's). Each is one slice update, queued as hb_scalar_start, a few
 //! rounds of hb_scalar_eval (the grid sums every row's term at a batch of
 //! candidates) and hb_scalar_decide, then hb_scalar_finish (and, where eta
 //! or beta move, hb_scalar_apply and hb_scalar_groups); kernels/gibbs.cu
@@ -11,8 +11,9 @@
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::{ptr, GpuOptions, HbArgs, HbGlobal, THREADS};
+use super::{ptr, GpuOptions, HbArgs, HbFactor, HbGlobal, THREADS};
 use crate::error::Result;
+use crate::gibbs::factor::NC_SD_WIDTH;
 use crate::gibbs::{Family, HbData, HbglmConfig, Layout, ScalePrior};
 use crate::gpu::{Device, Kernel};
 
@@ -35,9 +36,10 @@ const MAX_ROW_BLOCKS: usize = 512;
 const GAMMA: i32 = 0;
 const SHAPE: i32 = 1;
 const CUT: i32 = 2;
-/// The non-centred mu_k and tau_k (the kernels' `what >= HB_S_NC_MU`).
+/// The non-centred mu_k, tau_k and factor sds (the kernels' `what >= HB_S_NC_MU`).
 const NC_MU: i32 = 3;
 const NC_TAU: i32 = 4;
+const NC_SD: i32 = 5;
 
 /// Mirrors `struct HbScalar` of kernels/gibbs.cu.
 #[repr(C)]
@@ -51,6 +53,14 @@ struct HbScalar {
     state: u64,
     partials: u64,
     nb: i32,
+    fw: u64,
+    fu: u64,
+    fsd: u64,
+    flevel: u64,
+    ffloor: f64,
+    width: f64,
+    fl: i32,
+    fk: i32,
 }
 
 // SAFETY: a plain #[repr(C)] struct of integers matching `struct HbScalar`
@@ -65,6 +75,10 @@ pub(super) struct Scalars {
     /// The non-centred mu and tau (after the centred ones, as on the CPU),
     /// the shape and the free cut-points: after hb_global.
     after: Vec<HbScalar>,
+    /// Each grouping factor's non-centred sds: after its own updates.
+    factor_sds: Vec<Vec<HbScalar>>,
+    /// Blocks of THREADS over each factor's levels (hb_scalar_groups).
+    level_blocks: Vec<u32>,
     rounds: usize,
     chains: u32,
     nb: u32,
@@ -73,15 +87,28 @@ pub(super) struct Scalars {
     kernels: [CudaFunction; 6],
     _state: CudaSlice<f64>,
     _partials: CudaSlice<f64>,
+    /// Each factor's row levels (for its sds' slopes).
+    _levels: Vec<CudaSlice<i32>>,
 }
 
 impl Scalars {
     /// `stream`: the first random stream no other kernel uses; from
     /// `opts.grid_rows` rows on, the rounds run on the grid; the
     /// non-centred updates' widths are the 2K coordinates after the
-    /// layout's.
+    /// layout's (the factor sds' are fixed, as on the CPU); `factors`:
+    /// the grouping factors on the device, with their sds' floors.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(dev: &Device, defines: &[(&str, i64)], data: &HbData, config: &HbglmConfig, layout: &Layout, chains: usize, stream: usize, opts: GpuOptions) -> Result<Scalars> {
+    pub(super) fn new(
+        dev: &Device,
+        defines: &[(&str, i64)],
+        data: &HbData,
+        config: &HbglmConfig,
+        layout: &Layout,
+        chains: usize,
+        stream: usize,
+        opts: GpuOptions,
+        factors: &[(HbFactor, &[f64])],
+    ) -> Result<Scalars> {
         let (g, k, p, n) = (data.groups(), data.k, data.p, data.n());
         let s = &dev.stream;
         let e = |what: &'static str| move |err| dev.err(what, err);
@@ -97,6 +124,7 @@ impl Scalars {
             state: ptr(&state, dev),
             partials: ptr(&partials, dev),
             nb: nb as i32,
+            ..HbScalar::default()
         };
         let before: Vec<HbScalar> = (0..p).map(|j| scalar(GAMMA, j, g * k + j, None, j)).collect();
         let mut after = Vec::new();
@@ -120,10 +148,40 @@ impl Scalars {
                 after.push(scalar(CUT, j, aux + j, Some(layout.cut(j)), index + j));
             }
         }
+        // Factor sds, after the shape and the cut-points' streams.
+        let mut index = index + layout.cuts.max(1) + 1;
+        let (mut factor_sds, mut levels) = (Vec::new(), Vec::new());
+        for (fac, (args, floors)) in data.factors.iter().zip(factors) {
+            let mut list = Vec::new();
+            if opts.interweave && config.prior.tau.fixed().is_none() && !fac.correlated {
+                let level: Vec<i32> = fac.level.iter().map(|&l| l as i32).collect();
+                let d_level = s.clone_htod(&level).map_err(e("copying data"))?;
+                for j in 0..fac.k {
+                    let sd_at = args.draw_at as usize + fac.levels * fac.k + j;
+                    list.push(HbScalar {
+                        coord: -1,
+                        fw: args.w,
+                        fu: args.u,
+                        fsd: args.sd,
+                        flevel: ptr(&d_level, dev),
+                        ffloor: floors[j],
+                        width: NC_SD_WIDTH,
+                        fl: args.l,
+                        fk: args.kf,
+                        ..scalar(NC_SD, j, 0, Some(sd_at), index)
+                    });
+                    index += 1;
+                }
+                levels.push(d_level);
+            }
+            factor_sds.push(list);
+        }
         let f = |kernel| dev.function(kernel, defines);
         Ok(Scalars {
             before,
             after,
+            factor_sds,
+            level_blocks: data.factors.iter().map(|fac| fac.levels.div_ceil(THREADS as usize).max(1) as u32).collect(),
             rounds: if n >= opts.grid_rows { BATCHES.len() } else { 0 },
             chains: chains as u32,
             nb: nb as u32,
@@ -131,18 +189,30 @@ impl Scalars {
             kernels: [f(Kernel::HbScalarStart)?, f(Kernel::HbScalarEval)?, f(Kernel::HbScalarDecide)?, f(Kernel::HbScalarFinish)?, f(Kernel::HbScalarApply)?, f(Kernel::HbScalarGroups)?],
             _state: state,
             _partials: partials,
+            _levels: levels,
         })
     }
 
     /// Queues the updates that come before hb_global (`before`) or after it.
     pub(super) fn queue(&self, dev: &Device, args: &HbArgs, global: &HbGlobal, before: bool) -> Result<()> {
+        self.queue_list(dev, args, global, if before { &self.before } else { &self.after }, self.group_blocks)
+    }
+
+    /// Queues grouping factor f's non-centred sds (after its own updates).
+    pub(super) fn queue_factor(&self, dev: &Device, args: &HbArgs, global: &HbGlobal, f: usize) -> Result<()> {
+        self.queue_list(dev, args, global, &self.factor_sds[f], self.level_blocks[f])
+    }
+
+    /// `list`'s updates in turn; hb_scalar_groups over `blocks` x THREADS
+    /// groups or levels.
+    fn queue_list(&self, dev: &Device, args: &HbArgs, global: &HbGlobal, list: &[HbScalar], blocks: u32) -> Result<()> {
         let s: &CudaStream = &dev.stream;
         let e = |what: &'static str| move |err| dev.err(what, err);
         let [start, eval, decide, finish, apply, groups] = &self.kernels;
         let per_chain = |threads: u32| LaunchConfig { grid_dim: (self.chains, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let over_rows = LaunchConfig { grid_dim: (self.nb, self.chains, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let cap = if self.rounds > 0 { BATCHES[0] } else { 1 };
-        for sc in if before { &self.before } else { &self.after } {
+        for sc in list {
             // SAFETY (every launch below): the arguments match the kernels'
             // (HbArgs, HbGlobal, HbScalar[, int cap <= CANDIDATES]); `args` and `global` point
             // at the sampler's live buffers; `sc.state` holds chains x
@@ -171,7 +241,7 @@ impl Scalars {
                 unsafe { launch.launch(over_rows) }.map_err(e("launching hb_scalar_apply"))?;
             }
             if sc.what >= NC_MU {
-                let over_groups = LaunchConfig { grid_dim: (self.group_blocks, self.chains, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+                let over_groups = LaunchConfig { grid_dim: (blocks, self.chains, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
                 let mut launch = s.launch_builder(groups);
                 launch.arg(args).arg(global).arg(sc);
                 unsafe { launch.launch(over_groups) }.map_err(e("launching hb_scalar_groups"))?;
