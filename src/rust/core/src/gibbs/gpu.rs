@@ -603,10 +603,18 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         Ok(())
     };
     // A check computes the diagnostics where the draws are; only three
-    // numbers per parameter come back.
+    // numbers per parameter come back. Where the device has no room for
+    // their working memory, the host computes them from a copy (a check
+    // must not end a long run that it can finish).
     let diagnose = |run: &(HbArgs, HbGlobal, usize, draws::Draws), now: usize| -> Result<super::diagnostics::Diagnostics> {
         let t = std::time::Instant::now();
-        let diag = run.3.diagnose(dev, now, &exec.monitor);
+        let diag = match run.3.diagnose(dev, now, &exec.monitor) {
+            Err(Error::OutOfMemory { .. }) => {
+                let ordered = exec.install(|| run.3.read_ordered(dev, now))??;
+                exec.install(|| super::diagnostics::diagnose_array(&ordered, now, chains, true, &exec.monitor))?
+            }
+            other => other,
+        };
         gpu::timing::record("check: diagnostics", t);
         diag
     };
