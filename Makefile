@@ -1,8 +1,8 @@
 # bulkem: one command to see it work, one to test everything.
 #   make demo   install what is missing, build and install the package into
 #               ./.lib, and run the demo (summary, timing, backend, PNG plot)
-#   make test   install what is missing, run cargo test, the HMM kernels on
-#               the CPU emulator, R CMD build and R CMD check --as-cran of the
+#   make test   install what is missing, run cargo test, the HMM and MCMC
+#               diagnostics kernels on the CPU emulator, R CMD build and R CMD check --as-cran of the
 #               source package built offline from the vendored crates
 #               (testthat + vignettes), then the package on a single-node
 #               Slurm started here as root (tests/slurm/run.sh); fails on any
@@ -65,9 +65,9 @@ cargo-test: deps nvrtc
 	cd $(RUST_DIR) && LD_LIBRARY_PATH=$(NVRTC_LIB):$$LD_LIBRARY_PATH BULKEM_REQUIRE_NVRTC=1 \
 	  cargo test --workspace
 
-# The CUDA kernels of kernels/hmm.cu run on the CPU (tools/cuda-emu) against
-# a plain C++ reference: their results are checked here, not only that
-# they compile.
+# The CUDA kernels of kernels/hmm.cu and kernels/diagnostics.cu run on the
+# CPU (tools/cuda-emu) against a plain C++ reference and the host's
+# diagnostics: their results are checked here, not only that they compile.
 kernel-emu: deps
 	sh tools/cuda-emu/run.sh
 
