@@ -1,8 +1,8 @@
 //! The scalars whose log-likelihood sums over every row: the global
 //! coefficients gamma, the negative binomial's shape, the ordinal
 //! cut-points, and the interweaving's non-centred mu_k and tau_k (as
-//! sweep.rs's) and grouping factors' sds (as factor.rs's). Each is one slice update, queued as hb_scalar_start, a few
-//! rounds of hb_scalar_eval (the grid sums every row's term at a batch of
+//! sweep.rs's) and grouping factors' sds (as factor.rs's). Each is one
+//! slice update, queued as hb_scalar_start, a few rounds of hb_scalar_eval (the grid sums every row's term at a batch of
 //! candidates) and hb_scalar_decide, then hb_scalar_finish (and, where eta
 //! or beta move, hb_scalar_apply and hb_scalar_groups); kernels/gibbs.cu
 //! says how the batches keep the slice sampler's chain. On few rows no
@@ -63,7 +63,7 @@ struct HbScalar {
     fk: i32,
 }
 
-// SAFETY: a plain #[repr(C)] struct of integers matching `struct HbScalar`
+// SAFETY: a plain #[repr(C)] struct of integers and floats matching `struct HbScalar`
 // field for field (same order, natural alignment).
 unsafe impl DeviceRepr for HbScalar {}
 
@@ -218,7 +218,10 @@ impl Scalars {
             // at the sampler's live buffers; `sc.state` holds chains x
             // STATE_DOUBLES and `sc.partials` chains x nb x CANDIDATES
             // doubles, nb the grid's x dimension; one block per chain or
-            // (row block, chain).
+            // (row block, chain); a factor sd's fw, fu, fsd and flevel point
+            // at its factor's live buffers (n x fk columns, chains x fl x fk
+            // effects, chains x fk sds, n levels below fl), and `blocks`
+            // covers its fl levels.
             let mut launch = s.launch_builder(start);
             launch.arg(args).arg(global).arg(sc).arg(&cap);
             unsafe { launch.launch(per_chain(32)) }.map_err(e("launching hb_scalar_start"))?;
