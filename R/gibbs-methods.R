@@ -31,6 +31,17 @@ hbglm_diagnostics <- function(draws, tail = TRUE) {
              row.names = dimnames(draws)[[3]])
 }
 
+# The diagnostics of a fit's parameters `pars` (all when NULL): those its
+# target's last check computed from the same draws (on the device when it
+# ran on the GPU), else computed now.
+fit_diagnostics <- function(fit, pars = NULL, tail = TRUE) {
+  kept <- fit$diagnostics
+  if (!is.null(kept) && identical(rownames(kept), dimnames(fit$draws)[[3]])) {
+    return(if (is.null(pars)) kept else kept[pars, , drop = FALSE])
+  }
+  hbglm_diagnostics(if (is.null(pars)) fit$draws else fit$draws[, , pars, drop = FALSE], tail)
+}
+
 #' Summaries of a hierarchical GLM's posterior
 #'
 #' @param object,x A `bulkem_hbglm` fit from [hbglm()].
@@ -77,7 +88,7 @@ summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.97
   q <- t(apply(flat, 2, stats::quantile, probs = probs, names = FALSE))
   if (length(probs) == 1) q <- t(q)
   colnames(q) <- paste0(format(100 * probs, trim = TRUE, drop0trailing = TRUE), "%")
-  diag <- hbglm_diagnostics(draws)
+  diag <- fit_diagnostics(object, pars)
   out <- data.frame(mean = colMeans(flat), sd = apply(flat, 2, stats::sd), q,
                     rhat = diag$rhat, ess_bulk = diag$ess_bulk, ess_tail = diag$ess_tail,
                     row.names = pars, check.names = FALSE)
@@ -126,7 +137,7 @@ print.bulkem_hbglm <- function(x, digits = 3, ...) {
   s <- summary(x, pars = c(intersect(c("mu", "tau", "cor", "gamma", "sigma", "shape", "cut"), blocks), grep("^(sd|cor)_", blocks, value = TRUE)))
   cat("\nHyperparameters and global coefficients:\n")
   print(format(plain_df(s), digits = digits), quote = FALSE)
-  all <- hbglm_diagnostics(x$draws)
+  all <- fit_diagnostics(x)
   # R-hat and ESS are NA for a parameter held fixed (or constant).
   extreme <- function(v, f) if (all(is.na(v))) NA else f(v, na.rm = TRUE)
   cat("\nAll ", nrow(all), " parameters: max R-hat ", sprintf("%.3f", extreme(all$rhat, max)),

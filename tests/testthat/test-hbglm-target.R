@@ -26,6 +26,14 @@ test_that("a target run stops once met, with the draws of a fixed run that long"
                  seed = 5, use.gpu = FALSE)
   expect_identical(fixed$draws, fit$draws)
   expect_null(fixed$target)
+  # The fit keeps the last check's diagnostics (those of its draws), and
+  # its summaries use them rather than computing them again.
+  expect_identical(fit$diagnostics, bulkem:::hbglm_diagnostics(fit$draws))
+  expect_null(fixed$diagnostics)
+  marked <- fit
+  marked$diagnostics$rhat[1] <- 7
+  expect_identical(summary(marked)$rhat[1], 7)
+  expect_identical(summary(marked, pars = rownames(fit$diagnostics)[2:3])$rhat, fit$diagnostics$rhat[2:3])
   expect_output(print(fit), "target \\(bulk and tail ESS >= 300, R-hat <= 1.02\\): met after")
 })
 

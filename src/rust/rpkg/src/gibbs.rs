@@ -159,8 +159,10 @@ fn hbglm_fit_(
         )
         .into()
     });
+    let diagnostics: Robj = fit.diagnostics.map_or_else(|| ().into(), |d| list!(rhat = d.rhat, ess_bulk = d.ess_bulk, ess_tail = d.ess_tail).into());
     Ok(list!(
         target = target,
+        diagnostics = diagnostics,
         draws = fit.draws,
         kept = fit.kept as i32,
         chains = fit.chains as i32,

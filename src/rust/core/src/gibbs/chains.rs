@@ -83,7 +83,7 @@ pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<Hb
         }
         Ok(())
     };
-    let (sweeps, outcome) = target::run_blocks(
+    let (sweeps, last) = target::run_blocks(
         config.target,
         config.iter,
         config.warmup,
@@ -115,6 +115,7 @@ pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<Hb
         backend: exec.backend,
         bounds: data.scale_bounds(config.family),
         separation: Vec::new(),
-        target: outcome,
+        target: last.as_ref().map(|(o, _)| o.clone()),
+        diagnostics: last.map(|(_, d)| d),
     })
 }

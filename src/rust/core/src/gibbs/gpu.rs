@@ -618,7 +618,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         gpu::timing::record("check: diagnostics", t);
         diag
     };
-    let (sweeps, outcome) = super::target::run_blocks(config.target, config.iter, config.warmup, config.thin, &mut run, sweep, diagnose)?;
+    let (sweeps, last) = super::target::run_blocks(config.target, config.iter, config.warmup, config.thin, &mut run, sweep, diagnose)?;
     let done = (sweeps - config.warmup) / config.thin;
     // Host buffers allocated fallibly (their size was checked up front).
     let draws = exec.install(|| run.3.read_ordered(dev, done))??;
@@ -638,6 +638,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         backend: Backend::Cuda,
         bounds,
         separation: Vec::new(),
-        target: outcome,
+        target: last.as_ref().map(|(o, _)| o.clone()),
+        diagnostics: last.map(|(_, d)| d),
     })
 }

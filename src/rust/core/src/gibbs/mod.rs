@@ -260,6 +260,9 @@ pub struct HbglmFit {
     pub separation: Vec<usize>,
     /// Sweeps run, summed over chains.
     pub sweeps: usize,
+    /// With a target: the last check's diagnostics, which are those of
+    /// `draws` (summaries need not compute them again).
+    pub diagnostics: Option<diagnostics::Diagnostics>,
     pub plan: Vec<BlockPlan>,
     pub backend: Backend,
     /// With a target: whether it was met, after how many sweeps, and the

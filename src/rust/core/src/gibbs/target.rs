@@ -103,7 +103,8 @@ impl Target {
 /// Run `sweeps(run, from, to)` block by block up to `iter` sweeps per
 /// chain; with a target, check `diagnose(run, kept so far)` between blocks
 /// and stop once it is met. `run` is the sampler's state, which both see.
-/// Returns the sweeps per chain run and the last check's outcome.
+/// Returns the sweeps per chain run, and the last check's outcome and
+/// diagnostics (those of every kept draw: the run's).
 pub fn run_blocks<R>(
     target: Option<Target>,
     iter: usize,
@@ -112,7 +113,7 @@ pub fn run_blocks<R>(
     run: &mut R,
     mut sweeps: impl FnMut(&mut R, usize, usize) -> Result<()>,
     mut diagnose: impl FnMut(&R, usize) -> Result<Diagnostics>,
-) -> Result<(usize, Option<Outcome>)> {
+) -> Result<(usize, Option<(Outcome, Diagnostics)>)> {
     let Some(target) = target else {
         sweeps(run, 0, iter)?;
         return Ok((iter, None));
@@ -123,9 +124,10 @@ pub fn run_blocks<R>(
         sweeps(run, done, next)?;
         done = next;
         checks += 1;
-        let outcome = target.assess(&diagnose(run, (done - warmup) / thin)?, done, checks);
+        let diag = diagnose(run, (done - warmup) / thin)?;
+        let outcome = target.assess(&diag, done, checks);
         if outcome.met || done == iter {
-            return Ok((done, Some(outcome)));
+            return Ok((done, Some((outcome, diag))));
         }
     }
 }
@@ -198,12 +200,15 @@ mod tests {
         })
         .unwrap();
         assert_eq!(ran, vec![(0, 8), (8, 9), (9, 11)]);
-        assert_eq!((done, o.unwrap().checks), (11, 3));
+        let (o, d) = o.unwrap();
+        assert_eq!((done, o.checks), (11, 3));
+        assert_eq!(d.ess_bulk, vec![2.0], "the last check's diagnostics");
         let (done, o) = run_blocks(None, 50, 4, 1, &mut (), |_, a, b| {
             assert_eq!((a, b), (0, 50));
             Ok(())
         }, |_, _| unreachable!())
         .unwrap();
-        assert_eq!((done, o), (50, None));
+        assert_eq!(done, 50);
+        assert!(o.is_none());
     }
 }
