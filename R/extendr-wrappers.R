@@ -164,4 +164,10 @@ hbglm_fit_ <- function(y, x, z, offset, trials, sizes, factors, categories, k, p
 #' @noRd
 gibbs_diagnostics_ <- function(draws, kept, chains, tail, threads) .Call(wrap__gibbs_diagnostics_, draws, kept, chains, tail, threads)
 
+#' Quantiles `probs` of each parameter of a kept x chains x parameters
+#' array (R order, `per` = kept x chains draws a parameter), as
+#' stats::quantile(type = 7): a parameters x probs matrix's values.
+#' @noRd
+gibbs_quantiles_ <- function(draws, per, probs, threads) .Call(wrap__gibbs_quantiles_, draws, per, probs, threads)
+
 

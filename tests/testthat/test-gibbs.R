@@ -82,6 +82,11 @@ test_that("hbglm() returns named draws, diagnostics and the parallelisation reco
   expect_equal(rownames(s), c("mu[(Intercept)]", "mu[price]", "sigma"))
   expect_named(s, c("mean", "sd", "10%", "90%", "rhat", "ess_bulk", "ess_tail"))
   expect_equal(s$mean[3], mean(fit$draws[, , "sigma"]))
+  # The quantiles are stats::quantile()'s, bit for bit (the core's, in parallel).
+  ref <- t(apply(matrix(fit$draws[, , rownames(s)], ncol = 3), 2, stats::quantile, probs = c(0.1, 0.9), names = FALSE))
+  expect_identical(unname(as.matrix(s[c("10%", "90%")])), ref)
+  one <- summary(fit, pars = "sigma", probs = 0.5)
+  expect_identical(one[["50%"]], stats::quantile(fit$draws[, , "sigma"], 0.5, names = FALSE))
   expect_output(print(fit), "Hierarchical gaussian GLM")
   expect_output(print(fit), "min bulk ESS [0-9]+, min tail ESS [0-9]+")
   expect_output(print(s), "Posterior summary")

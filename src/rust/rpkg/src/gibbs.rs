@@ -3,6 +3,7 @@
 
 use bulkem_core::exec::{choose_backend, Backend, BackendRequest};
 use bulkem_core::gibbs::diagnostics::diagnose_array;
+use bulkem_core::gibbs::summary::quantiles;
 use bulkem_core::gibbs::covariance::InverseWishart;
 use bulkem_core::gibbs::{default_factor_cov, sample, CovPrior, Family, HbData, HbglmConfig, Prior, ScalePrior, Target};
 use extendr_api::prelude::*;
@@ -202,8 +203,22 @@ fn gibbs_diagnostics_(draws: &[f64], kept: i32, chains: i32, tail: bool, threads
     Ok(list!(rhat = d.rhat, ess_bulk = d.ess_bulk, ess_tail = d.ess_tail))
 }
 
+/// Quantiles `probs` of each parameter of a kept x chains x parameters
+/// array (R order, `per` = kept x chains draws a parameter), as
+/// stats::quantile(type = 7): a parameters x probs matrix's values.
+/// @noRd
+#[extendr]
+fn gibbs_quantiles_(draws: &[f64], per: i32, probs: &[f64], threads: i32) -> Result<Vec<f64>> {
+    let per = per.max(0) as usize;
+    if per == 0 || draws.len() % per != 0 {
+        return Err(Error::Other("internal: draws do not match the draws per parameter".into()));
+    }
+    run_in_session(Backend::Cpu, threads.max(0) as usize, |exec| exec.install(|| quantiles(draws, per, probs, &exec.monitor)).and_then(|x| x)).map_err(r_error)
+}
+
 extendr_module! {
     mod gibbs;
     fn hbglm_fit_;
     fn gibbs_diagnostics_;
+    fn gibbs_quantiles_;
 }

@@ -22,6 +22,7 @@ pub mod covariance;
 pub mod gpu;
 pub mod lkj;
 pub mod diagnostics;
+pub mod summary;
 mod factor;
 mod model;
 mod ordinal;
