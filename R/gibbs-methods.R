@@ -86,7 +86,7 @@ summary.bulkem_hbglm <- function(object, pars = NULL, probs = c(0.025, 0.5, 0.97
   draws <- object$draws[, , pars, drop = FALSE]
   flat <- matrix(draws, ncol = length(pars))
   # stats::quantile()'s values (type 7), computed in parallel by the core.
-  q <- matrix(gibbs_quantiles_(as.double(draws), nrow(flat), probs, cpu_threads()), ncol = length(probs))
+  q <- matrix(gibbs_quantiles_(flat, nrow(flat), probs, cpu_threads()), ncol = length(probs))
   colnames(q) <- paste0(format(100 * probs, trim = TRUE, drop0trailing = TRUE), "%")
   diag <- fit_diagnostics(object, pars)
   out <- data.frame(mean = colMeans(flat), sd = apply(flat, 2, stats::sd), q,
