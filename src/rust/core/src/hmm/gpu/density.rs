@@ -57,11 +57,13 @@ fn values_of<'v, O: Copy>(values: &'v [f64], seqs: &Sequences<O>, range: &Range<
 /// log P(sequence) of every sequence; `values`: the observations, flat.
 pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<Vec<f64>> {
     check_size(model.n_states, seqs.len())?;
+    let t0 = std::time::Instant::now();
     if super::scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
         return super::scan::density_loglik(model, seqs, values, exec);
     }
     let mut out = super::loglik_into(seqs, model.n_states, exec, |sh, out| loglik_on(sh.dev, model, &sh.seqs, values_of(values, seqs, &sh.range), exec, out))?;
     super::settle_logliks(model, seqs, &mut out, exec)?;
+    crate::gpu::timing::record("whole GPU call", t0);
     Ok(out)
 }
 

@@ -136,6 +136,7 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
     }
     let mut out = loglik_into(seqs, model.n_states, exec, |sh, out| passes::loglik_device(sh, model, small, exec, out))?;
     settle_logliks(model, seqs, &mut out, exec)?;
+    gpu::timing::record("whole GPU call", t0);
     Ok(out)
 }
 

@@ -16,7 +16,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::emission::Emission;
 use super::super::model::HmmModel;
-use super::super::tables::{min_positive, DENSE_MIN};
+use super::super::tables::{min_positive, min_positive_and_dense, DENSE_MIN};
 use super::super::sequences::Sequences;
 use super::memory::{min_key, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
 use super::plan::thread_path;
@@ -43,8 +43,8 @@ pub(super) struct DensityTables {
     shift_d: CudaSlice<f64>,
     rowmin_d: CudaSlice<f64>,
     /// Per sequence: the shifts' sum, the smallest row minimum, the first
-    /// step's scale.
-    sums: [CudaSlice<f64>; 3],
+    /// step's scale (count each, end to end: one copy back).
+    sums: CudaSlice<f64>,
     pub(super) shift: Vec<f64>,
     pub(super) uncertain: Vec<bool>,
 }
@@ -64,7 +64,8 @@ pub(super) struct ChainSummary {
 
 impl ChainSummary {
     pub(super) fn of<E: Emission>(model: &HmmModel<E>) -> Self {
-        ChainSummary { min_positive: min_positive(&model.start).min(min_positive(&model.trans)), dense: model.trans.iter().all(|&p| p >= DENSE_MIN) }
+        let (min_trans, dense) = min_positive_and_dense(&model.trans);
+        ChainSummary { min_positive: min_positive(&model.start).min(min_trans), dense }
     }
 }
 
@@ -180,9 +181,10 @@ impl DeviceDensity {
         let blocks = count.div_ceil((ROW_THREADS / 32) as usize).clamp(1, dev.multiprocessors as usize * 64) as u32;
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
         let (n_i, s0, s1) = (n as i32, 0i32, count as i32);
-        let [a, b, c] = &mut dt.sums;
+        let (mut a, mut bc) = dt.sums.split_at_mut(count);
+        let (mut b, mut c) = bc.split_at_mut(count);
         let mut launch = dev.stream.launch_builder(&f);
-        launch.arg(&n_i).arg(off).arg(&s0).arg(&s1).arg(&dt.shift_d).arg(&dt.rowmin_d).arg(&dt.tables.start).arg(&dt.tables.emis).arg(a).arg(b).arg(c);
+        launch.arg(&n_i).arg(off).arg(&s0).arg(&s1).arg(&dt.shift_d).arg(&dt.rowmin_d).arg(&dt.tables.start).arg(&dt.tables.emis).arg(&mut a).arg(&mut b).arg(&mut c);
         // SAFETY: the arguments match hmm_sequence_shifts's parameters;
         // off holds count + 1 offsets into shift, rowmin and the rows (N
         // values per position), start N values, the outputs `count`
@@ -204,12 +206,18 @@ impl DeviceDensity {
             tables: DeviceTables { start: zeros(n)?, trans: zeros(n * n)?, trans_t: zeros(n * n)?, emis, mins: s.alloc_zeros::<u64>(2).map_err(&e)? },
             shift_d: zeros(total)?,
             rowmin_d: zeros(total)?,
-            sums: [zeros(count)?, zeros(count)?, zeros(count)?],
+            sums: zeros(3 * count)?,
             shift: Vec::new(),
             uncertain: Vec::new(),
         };
-        dt.upload_chain(dev, model)?;
-        self.refresh(dev, n, &mut dt, ChainSummary::of(model), off, count, total, counting)?;
+        // The summary's pass over the transitions while they cross the bus.
+        let t0 = std::time::Instant::now();
+        let (uploaded, chain) = rayon::join(|| dt.upload_chain(dev, model), || ChainSummary::of(model));
+        uploaded?;
+        crate::gpu::timing::record("chain upload and summary", t0);
+        let t0 = std::time::Instant::now();
+        self.refresh(dev, n, &mut dt, chain, off, count, total, counting)?;
+        crate::gpu::timing::record("rows and shifts", t0);
         Ok(dt)
     }
 
@@ -231,8 +239,9 @@ impl DeviceDensity {
         let s = &dev.stream;
         self.fill_rows(dev, n, total, &mut dt.tables.emis, Some((&mut dt.shift_d, &mut dt.rowmin_d)))?;
         self.fill_shifts(dev, n, off, count, dt)?;
-        let get = |x: &CudaSlice<f64>| s.clone_dtoh(x).map_err(err(dev, "reading the shifts"));
-        let (shift, min_all, first) = (get(&dt.sums[0])?, get(&dt.sums[1])?, get(&dt.sums[2])?);
+        let sums = s.clone_dtoh(&dt.sums).map_err(err(dev, "reading the shifts"))?;
+        let (shift, rest) = sums.split_at(count);
+        let (min_all, first) = rest.split_at(count);
         let sparse = (chain.min_positive, min_all.iter().copied().fold(f64::INFINITY, f64::min));
         let (keys, uncertain) = if chain.dense {
             let big = f64::from_bits((1023 + 500) << 52);
@@ -244,7 +253,7 @@ impl DeviceDensity {
         // A zero smallest row value (an underflow) has key 0: no step is
         // certified, and every sequence goes to the CPU.
         s.memcpy_htod(&[min_key(keys.0), min_key(keys.1)][..], &mut dt.tables.mins).map_err(err(dev, "copying the model"))?;
-        dt.shift = shift;
+        dt.shift = shift.to_vec();
         dt.uncertain = uncertain;
         Ok(())
     }
