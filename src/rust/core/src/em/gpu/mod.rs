@@ -348,11 +348,17 @@ fn run_all(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pairs: &Pairs,
     let mut in_flight: Option<(usize, WarpInFlight)> = None;
     for (c, chunk) in chunks.into_iter().enumerate() {
         let k = pairs.model[chunk.start];
+        let t0 = Instant::now();
         let job = prepare_warp(data, extras, pairs, chunk, first, &configs[k], resident.is_some(), BLOCKS_PER_SM * dev.multiprocessors as usize);
+        timing::record("launch preparation", t0);
         monitor.check()?;
+        let t0 = Instant::now();
         let launched = (k, launch_warp(dev, &streams[c % streams.len()], job, &configs[k], trace, resident)?);
+        timing::record("launch", t0);
         if let Some((j, f)) = in_flight.replace(launched) {
+            let t0 = Instant::now();
             all[j].append(collect_warp(dev, f, &configs[j])?);
+            timing::record("wait and read back", t0);
         }
     }
     if let Some((j, f)) = in_flight {
