@@ -198,7 +198,7 @@
 #'   of 16 observations), from float64 log-densities, and adds the groups'
 #'   sums, runs the M-step and reports the log-likelihood in float64 (a
 #'   final float64 E-step). On a GPU the E-step is the work, and float32 is
-#'   faster there (1.4x for a whole fit on an H200, see `BENCHMARKS.md`); on the CPU it is the
+#'   faster there (1.9x for a whole fit on an H200, see `BENCHMARKS.md`); on the CPU it is the
 #'   same arithmetic, for reference, and not faster. The weights then carry
 #'   float32 rounding (about 1e-7 relative), which puts noise of about
 #'   `4e-8 * sqrt(n)` into each iteration's log-likelihood; once the change

@@ -451,6 +451,17 @@ __device__ double warp_e_step_weighted(const double2* uv, const double* wt, int 
 // added in float64. The features also sit in shared memory as float32
 // (uvf), so the sums take no conversions per observation.
 #define MIXED_GROUP 16
+// Observations per unrolled step within a group (a divisor of MIXED_GROUP).
+// Measured on an H200 (BENCHMARKS.md, issue 20), M = 2: a launch of 2,000
+// datasets x 100 starts x 100 iterations took 59.5 ms with 16 and 63.3 ms
+// with 4 (ncu); larger M, whose registers bind, keep 4.
+#ifndef EM_MIXED_UNROLL
+#if EM_M <= 2
+#define EM_MIXED_UNROLL 16
+#else
+#define EM_MIXED_UNROLL 4
+#endif
+#endif
 
 __device__ __forceinline__ float ex2_f32(float t) {
     float y;
@@ -482,10 +493,16 @@ __device__ __forceinline__ void e_obs_mixed(double u, double v, float uf, float 
     const float s = 1.0f + e;
     const float w_top = rcp_f32(s), w_low = e * w_top;
     const bool hi = t > 0.0f;
-    const float w0 = hi ? w_low : w_top, w1 = hi ? w_top : w_low;
+    const float w0 = hi ? w_low : w_top;
     G[0] += w0; G[1] = fmaf(w0, uf, G[1]); G[2] = fmaf(w0, vf, G[2]);
-    G[3] += w1; G[4] = fmaf(w1, uf, G[4]); G[5] = fmaf(w1, vf, G[5]);
-    if (LL) { maxsum += hi ? d : 0.0; prod *= s; }
+    // Without the log-likelihood, the other component's sums are the
+    // dataset's totals less these (warp_e_step_mixed).
+    if (LL) {
+        const float w1 = hi ? w_top : w_low;
+        G[3] += w1; G[4] = fmaf(w1, uf, G[4]); G[5] = fmaf(w1, vf, G[5]);
+        maxsum += hi ? d : 0.0;
+        prod *= s;
+    }
 #else
     double l[EM_M];
     double top = -__longlong_as_double(0x7ff0000000000000LL);
@@ -624,8 +641,16 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
                                     const double* C_in, double sum_u, double sum_v, double* S) {
     const int lane = threadIdx.x & 31;
 #if EM_M == 2
-    const double A[1] = {(A_in[1] - A_in[0]) * EXP_LOG2_E}, B[1] = {(B_in[1] - B_in[0]) * EXP_LOG2_E},
-                 C[1] = {(C_in[1] - C_in[0]) * EXP_LOG2_E};
+    // Sums alone: one component's sums are gathered (the one of the
+    // smaller weight in the previous E-step's sums, which S holds), the
+    // other's are the dataset's totals less them: three float32 sums an
+    // observation instead of six. Gathering the smaller keeps the
+    // difference accurate (its rounding is relative to the larger).
+    // Selects, not indices: the coefficients and sums are registers.
+    const bool b1 = !LL && S[3] < S[0];
+    const double sign = b1 ? -1.0 : 1.0;
+    const double A[1] = {sign * (A_in[1] - A_in[0]) * EXP_LOG2_E}, B[1] = {sign * (B_in[1] - B_in[0]) * EXP_LOG2_E},
+                 C[1] = {sign * (C_in[1] - C_in[0]) * EXP_LOG2_E};
 #else
     const double *A = A_in, *B = B_in, *C = C_in;
 #endif
@@ -634,32 +659,48 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
     for (int k = 0; k < NSTAT; ++k) { S[k] = 0.0; G[k] = 0.0f; }
     double maxsum = 0.0, logsum = 0.0, prod = 1.0;
     float prod32 = 1.0f;
-    int in_group = 0, in_block = 0;
-    int i = lane;
-    // As warp_e_step, EM_UNROLL observations per step (MIXED_GROUP is a
-    // multiple of EM_UNROLL, and LOG_BLOCK of MIXED_GROUP).
-    for (; i < n; i += 32 * EM_UNROLL) {
-        const bool whole = i + 32 * (EM_UNROLL - 1) < n;
-#pragma unroll
-        for (int k = 0; k < EM_UNROLL; ++k) {
-            if (k == 0 || whole || i + 32 * k < n) {
-                const double2 f = uv[i + 32 * k];
-                const float2 g = uvf[i + 32 * k];
-                e_obs_mixed<LL>(f.x, f.y, g.x, g.y, A, B, C, G, maxsum, prod32);
-            }
+    int in_block = 0;
+    // Whole groups first: MIXED_GROUP observations of each lane, with no
+    // bounds checks and no counters between them (a counter per
+    // observation had cost a compare and a branch each), then the rest.
+    // Each lane takes its observations in the same order and flushes
+    // after the same ones as one observation a step would.
+    const int whole = n - n % (32 * MIXED_GROUP);
+    int base = 0;
+    for (; base < whole; base += 32 * MIXED_GROUP) {
+#pragma unroll EM_MIXED_UNROLL
+        for (int k = 0; k < MIXED_GROUP; ++k) {
+            const int i = base + lane + 32 * k;
+            const double2 f = uv[i];
+            const float2 g = uvf[i];
+            e_obs_mixed<LL>(f.x, f.y, g.x, g.y, A, B, C, G, maxsum, prod32);
         }
-        in_block += EM_UNROLL;
-        if ((in_group += EM_UNROLL) == MIXED_GROUP) {
-            flush_group(G, S, prod32, prod);
-            in_group = 0;
-            if (in_block == LOG_BLOCK) {
-                logsum += log(prod);
-                prod = 1.0;
-                in_block = 0;
-            }
+        flush_group(G, S, prod32, prod);
+        if ((in_block += MIXED_GROUP) == LOG_BLOCK) {
+            logsum += log(prod);
+            prod = 1.0;
+            in_block = 0;
         }
     }
+    for (int i = base + lane; i < n; i += 32) {
+        const double2 f = uv[i];
+        const float2 g = uvf[i];
+        e_obs_mixed<LL>(f.x, f.y, g.x, g.y, A, B, C, G, maxsum, prod32);
+    }
     flush_group(G, S, prod32, prod);
+#if EM_M == 2
+    if (!LL) {
+        const double own[3] = {warp_sum(S[0]), warp_sum(S[1]), warp_sum(S[2])};
+        const double total[3] = {(double)n, sum_u, sum_v};
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            const double other = total[k] - own[k];
+            S[k] = b1 ? other : own[k];
+            S[3 + k] = b1 ? own[k] : other;
+        }
+        return 0.0;
+    }
+#endif
 #pragma unroll
     for (int k = 0; k < NSTAT; ++k) S[k] = warp_sum(S[k]);
 #if EM_M == 2

@@ -33,10 +33,30 @@ const STACK_COMPONENTS: usize = 8;
 /// Uses the SIMD kernels where the CPU has them (AVX2 + FMA, M <= 8) and
 /// `e_step_scalar` elsewhere; both are deterministic, and agree to rounding.
 pub fn e_step(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    e_step_for(prep, nat, sums, Wanted::LogLik)
+}
+
+/// What an E-step's caller reads besides the sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    /// The log-likelihood.
+    LogLik,
+    /// Only whether the log-likelihood is finite: the value returned is
+    /// finite exactly when it is, and nothing else. Asked for each
+    /// iteration of a fit with a fixed number of iterations but the last.
+    /// The weighted E-step then skips its ln per observation, and the mixed
+    /// one with M = 2 takes one component's sums by complement
+    /// (`e_step_mixed`); the others return the log-likelihood anyway, since
+    /// theirs costs one ln a block.
+    Sums,
+}
+
+/// `e_step`, returning what `wanted` says.
+pub fn e_step_for(prep: &Prepared, nat: &[Natural], sums: &mut [Sums], wanted: Wanted) -> f64 {
     if let Some(w) = &prep.weights {
         return match Simd::detect() {
-            Some(simd) if (1..=simd::MAX_COMPONENTS).contains(&nat.len()) => simd.e_step_weighted(prep, w, nat, sums),
-            _ => e_step_weighted(prep, w, nat, sums),
+            Some(simd) if (1..=simd::MAX_COMPONENTS).contains(&nat.len()) => simd.e_step_weighted(prep, w, nat, sums, wanted),
+            _ => e_step_weighted(prep, w, nat, sums, wanted),
         };
     }
     match Simd::detect() {
@@ -131,7 +151,7 @@ fn e_step_sized<const FIXED: usize>(prep: &Prepared, nat: &[Natural], sums: &mut
 /// counts as that many copies. One log per observation (a weighted sum of
 /// logs is no log of a product); weight-0 observations are skipped. The
 /// portable reference of the SIMD `Simd::e_step_weighted`.
-pub fn e_step_weighted(prep: &Prepared, w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+pub fn e_step_weighted(prep: &Prepared, w: &[f64], nat: &[Natural], sums: &mut [Sums], wanted: Wanted) -> f64 {
     let m = nat.len();
     let sums = &mut sums[..m];
     sums.fill([0.0; 3]);
@@ -150,7 +170,7 @@ pub fn e_step_weighted(prep: &Prepared, w: &[f64], nat: &[Natural], sums: &mut [
             acc[1] += wj * u;
             acc[2] += wj * v;
         }
-        ll += wi * (top + s.ln());
+        ll += wi * if wanted == Wanted::LogLik { top + s.ln() } else { top + s };
     }
     ll
 }
@@ -204,9 +224,15 @@ pub const MIXED_GROUP: usize = 16;
 /// The log-densities, their maximum and the M-step stay float64 (they
 /// cancel large terms), so the weights carry float32 rounding (about 1e-7
 /// relative) and the log-likelihood about sqrt(n) * 1e-7.
-pub fn e_step_mixed(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
+///
+/// With M = 2 and [`Wanted::Sums`], as on the GPU, the component of the
+/// larger weight in the previous sums (which `sums` holds on entry) takes
+/// the dataset's totals less the other's: the weights then add up to n
+/// exactly, as float64's do, where float32's would not.
+pub fn e_step_mixed(prep: &Prepared, nat: &[Natural], sums: &mut [Sums], wanted: Wanted) -> f64 {
     let m = nat.len();
     let sums = &mut sums[..m];
+    let complement = (wanted == Wanted::Sums && m == 2).then(|| usize::from(sums[1][0] >= sums[0][0]));
     sums.fill([0.0; 3]);
     let mut lp = vec![0.0f64; m];
     let mut e = vec![0.0f32; m];
@@ -258,6 +284,11 @@ pub fn e_step_mixed(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 
         }
     }
     flush(&mut group, sums, &mut prod32, &mut prod);
+    if let Some(c) = complement {
+        let totals = prep.uv.iter().fold([prep.n as f64, 0.0, 0.0], |t, &[u, v]| [t[0], t[1] + u, t[2] + v]);
+        let own = sums[1 - c];
+        sums[c] = [totals[0] - own[0], totals[1] - own[1], totals[2] - own[2]];
+    }
     max_sum + log_sum + prod.ln()
 }
 
@@ -312,8 +343,8 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
     let mut mixed_now = mixed;
     // The exact observations' E-step, then the censored ones' share
     // (`params`: the parameters of `nat`).
-    let e_step_now = |mixed_now: bool, nat: &[Natural], params: &MixParams, sums: &mut [Sums]| {
-        let exact = if mixed_now { e_step_mixed(prep, nat, sums) } else { e_step(prep, nat, sums) };
+    let e_step_now = |mixed_now: bool, nat: &[Natural], params: &MixParams, sums: &mut [Sums], wanted: Wanted| {
+        let exact = if mixed_now { e_step_mixed(prep, nat, sums, wanted) } else { e_step_for(prep, nat, sums, wanted) };
         match &prep.censored {
             Some(c) => exact + super::censored::e_step(family, c, params, prep.centre, sums),
             None => exact,
@@ -327,8 +358,11 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
     if cancelled() {
         return (StartFit::failed(m, init, 0, INTERRUPTED.into()), false);
     }
+    // With fixed iterations and no trace, only the last log-likelihood is
+    // read: the others need only be known finite.
+    let wanted = |iter: usize| if config.epsilon == 0.0 && !config.keep_trace && iter < config.max_iters { Wanted::Sums } else { Wanted::LogLik };
     naturals(family, &params, prep.centre, &mut nat);
-    let mut ll = e_step_now(mixed_now, &nat, &params, &mut sums) + prep.shared;
+    let mut ll = e_step_now(mixed_now, &nat, &params, &mut sums, wanted(0)) + prep.shared;
     if !ll.is_finite() {
         return (StartFit::failed(m, init, 0, failure::bad_start()), false);
     }
@@ -353,13 +387,13 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
             }
         }
         naturals(family, &params, prep.centre, &mut nat);
-        let mut new_ll = e_step_now(mixed_now, &nat, &params, &mut sums) + prep.shared;
+        let mut new_ll = e_step_now(mixed_now, &nat, &params, &mut sums, wanted(iter)) + prep.shared;
         let mut change = (new_ll - ll).abs();
         if mixed_now && polish && change < noise {
             // From here on float64: this iteration's E-step again, and no
             // stop on a change measured in mixed precision.
             mixed_now = false;
-            new_ll = e_step_now(false, &nat, &params, &mut sums) + prep.shared;
+            new_ll = e_step_now(false, &nat, &params, &mut sums, Wanted::LogLik) + prep.shared;
             change = f64::INFINITY;
         }
         if !new_ll.is_finite() {

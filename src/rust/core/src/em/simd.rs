@@ -17,7 +17,7 @@
 // On targets without a SIMD kernel only the tests use this module.
 #![cfg_attr(not(any(target_arch = "x86_64", target_arch = "x86")), allow(dead_code))]
 
-use super::cpu::{log_block_len, Sums};
+use super::cpu::{log_block_len, Sums, Wanted};
 use super::data::Prepared;
 use super::family::Natural;
 
@@ -120,12 +120,21 @@ pub(crate) fn exp_nonpos(x: f64) -> f64 {
 
 /// sqrt(2) - 1 (where ln_1p_unit switches to ln 2 + ln1p((t - 1) / 2)).
 const ROOT2_M1: f64 = 0.414_213_562_373_095_05;
-/// 1 / (2k + 1), k = 0..10: ln1p(u) = 2 s sum_k s^(2k) / (2k + 1), s = u / (2 + u).
-const ATANH: [f64; 11] = [1.0, 1.0 / 3.0, 1.0 / 5.0, 1.0 / 7.0, 1.0 / 9.0, 1.0 / 11.0, 1.0 / 13.0, 1.0 / 15.0, 1.0 / 17.0, 1.0 / 19.0, 1.0 / 21.0];
+/// ln1p(u) = 2 s (1 + z P(z)), s = u / (2 + u), z = s^2: P's coefficients
+/// are fdlibm's minimax Lg1..Lg7 (e_log.c) halved, good to 2^-58.45 for
+/// |s| <= 0.1716. (Taylor's 1/3, 1/5, ... needed ten terms.)
+const HALF_LG: [f64; 7] = [
+    6.666666666666735130e-01 * 0.5,
+    3.999999999940941908e-01 * 0.5,
+    2.857142874366239149e-01 * 0.5,
+    2.222219843214978396e-01 * 0.5,
+    1.818357216161805012e-01 * 0.5,
+    1.531383769920937332e-01 * 0.5,
+    1.479819860511658591e-01 * 0.5,
+];
 
-/// ln(1 + t) for t in [0, 1], absolute error below 2e-16: |s| <= 0.1716
-/// after the switch, so the series' first omitted term is below 1e-17 of
-/// the sum.
+/// ln(1 + t) for t in [0, 1], within about 2 ulp (relative): |s| <= 0.1716
+/// after the switch.
 /// Branch-free (selects), so it vectorises; uses `mul_add`: fast only
 /// inside a function compiled with FMA. Shared with `gibbs::rows`.
 #[inline(always)]
@@ -134,10 +143,11 @@ pub(crate) fn ln_1p_unit(t: f64) -> f64 {
     let u = if hi { (t - 1.0) * 0.5 } else { t };
     let s = u / (2.0 + u);
     let z = s * s;
-    let mut p = ATANH[10];
-    for &c in ATANH[..10].iter().rev() {
+    let mut p = HALF_LG[6];
+    for &c in HALF_LG[..6].iter().rev() {
         p = p.mul_add(z, c);
     }
+    p = p.mul_add(z, 1.0);
     (2.0 * s).mul_add(p, if hi { std::f64::consts::LN_2 } else { 0.0 })
 }
 
@@ -400,7 +410,7 @@ fn e_step_small(uv: &[[f64; 2]], nat: &[Natural], sums: &mut [Sums]) -> f64 {
 /// observation's weight, one ln per observation (a weighted sum of logs is
 /// no log of a product); weight-0 lanes (and the padding) add nothing.
 #[inline(always)]
-fn weighted_step(nat: &[Natural], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut SmallSums, ll: &mut Lanes) {
+fn weighted_step<const LL: bool>(nat: &[Natural], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut SmallSums, ll: &mut Lanes) {
     let (u, v) = split_features(obs);
     let mut r = Lanes::splat(0.0);
     let mut lp = [Lanes::splat(0.0); MAX_COMPONENTS];
@@ -409,7 +419,7 @@ fn weighted_step(nat: &[Natural], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut 
     for i in 0..LANES {
         let zero = w[i] == 0.0;
         r[i] = if zero { 0.0 } else { w[i] * (1.0 / s[i]) };  // as the GPU's
-        let term = w[i] * (top[i] + ln_at_least_one(s[i]));
+        let term = w[i] * if LL { top[i] + ln_at_least_one(s[i]) } else { top[i] + s[i] };
         ll[i] += if zero { 0.0 } else { term };
     }
     add_sums(lp, &r, &u, &v, acc);
@@ -418,7 +428,7 @@ fn weighted_step(nat: &[Natural], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut 
 /// `weighted_step` for M = 2: one exp per observation (as `two_step`), and
 /// ln(1 + e) with e in [0, 1] by `ln_1p_unit` directly.
 #[inline(always)]
-fn weighted_two_step(c: [Natural; 2], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut TwoSums, ll: &mut Lanes) {
+fn weighted_two_step<const LL: bool>(c: [Natural; 2], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut TwoSums, ll: &mut Lanes) {
     let TwoTerms { u, v, d, top, e } = two_terms(c, obs);
     for i in 0..LANES {
         let zero = w[i] == 0.0;
@@ -430,7 +440,7 @@ fn weighted_two_step(c: [Natural; 2], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &
         let w_top = if zero { 0.0 } else { w[i] / s };
         let w_low = e[i] * w_top;
         let (w0, w1) = if d[i] > 0.0 { (w_low, w_top) } else { (w_top, w_low) };
-        let term = w[i] * (top[i] + ln_1p_unit(e[i]));
+        let term = w[i] * if LL { top[i] + ln_1p_unit(e[i]) } else { top[i] + e[i] };
         ll[i] += if zero { 0.0 } else { term };
         acc[0][i] += w0;
         acc[1][i] = w0.mul_add(u[i], acc[1][i]);
@@ -444,18 +454,19 @@ fn weighted_two_step(c: [Natural; 2], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &
 /// `weighted_two_step` for M = 2, else `weighted_step` (inlined into the
 /// caller's target features: a closure here would not be).
 #[inline(always)]
-fn weighted_any(nat: &[Natural], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut SmallSums, two: &mut TwoSums, ll: &mut Lanes) {
+fn weighted_any<const LL: bool>(nat: &[Natural], obs: &[[f64; 2]; LANES], w: &Lanes, acc: &mut SmallSums, two: &mut TwoSums, ll: &mut Lanes) {
     if nat.len() == 2 {
-        weighted_two_step([nat[0], nat[1]], obs, w, two, ll)
+        weighted_two_step::<LL>([nat[0], nat[1]], obs, w, two, ll)
     } else {
-        weighted_step(nat, obs, w, acc, ll)
+        weighted_step::<LL>(nat, obs, w, acc, ll)
     }
 }
 
 /// The weighted E-step for 1 <= M <= MAX_COMPONENTS. Call only with FMA
-/// enabled (through `Simd`).
+/// enabled (through `Simd`). Without `LL` it returns a stand-in that is
+/// finite exactly when the log-likelihood is (`cpu::Wanted::Sums`).
 #[inline(always)]
-fn e_step_weighted(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+fn e_step_weighted<const LL: bool>(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
     let m = nat.len();
     assert!((1..=MAX_COMPONENTS).contains(&m) && w.len() == uv.len());
     let mut acc = [[Lanes::splat(0.0); 3]; MAX_COMPONENTS];
@@ -467,13 +478,13 @@ fn e_step_weighted(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums
     for (obs, wc) in chunks.zip(w.chunks_exact(LANES)) {
         let mut lanes = Lanes::splat(0.0);
         lanes.copy_from_slice(wc);
-        weighted_any(nat, obs.try_into().expect("chunks_exact gives full chunks"), &lanes, &mut acc, &mut two, &mut ll);
+        weighted_any::<LL>(nat, obs.try_into().expect("chunks_exact gives full chunks"), &lanes, &mut acc, &mut two, &mut ll);
     }
     if !tail.is_empty() {
         // Padding lanes weigh 0.
         let mut lanes = Lanes::splat(0.0);
         lanes[..tail.len()].copy_from_slice(&w[w.len() - tail.len()..]);
-        weighted_any(nat, &pad(tail), &lanes, &mut acc, &mut two, &mut ll);
+        weighted_any::<LL>(nat, &pad(tail), &lanes, &mut acc, &mut two, &mut ll);
     }
     if m == 2 {
         for (k, a) in two.iter().enumerate() {
@@ -524,19 +535,21 @@ impl Simd {
 
     /// The weighted E-step (`cpu::e_step_weighted`) of M = nat.len() <=
     /// MAX_COMPONENTS components.
-    pub(super) fn e_step_weighted(self, prep: &Prepared, w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+    pub(super) fn e_step_weighted(self, prep: &Prepared, w: &[f64], nat: &[Natural], sums: &mut [Sums], wanted: Wanted) -> f64 {
         assert!((1..=MAX_COMPONENTS).contains(&nat.len()), "the SIMD E-step takes 1 to {MAX_COMPONENTS} components");
         assert!(sums.len() >= nat.len());
         #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
-        match self.0 {
+        match (self.0, wanted) {
             // SAFETY: as in `e_step`.
-            Level::Avx512 => unsafe { x86::e_step_weighted_avx512(&prep.uv, w, nat, sums) },
+            (Level::Avx512, Wanted::LogLik) => unsafe { x86::e_step_weighted_avx512::<true>(&prep.uv, w, nat, sums) },
+            (Level::Avx512, Wanted::Sums) => unsafe { x86::e_step_weighted_avx512::<false>(&prep.uv, w, nat, sums) },
             // SAFETY: as in `e_step`.
-            Level::Avx2 => unsafe { x86::e_step_weighted_avx2(&prep.uv, w, nat, sums) },
+            (Level::Avx2, Wanted::LogLik) => unsafe { x86::e_step_weighted_avx2::<true>(&prep.uv, w, nat, sums) },
+            (Level::Avx2, Wanted::Sums) => unsafe { x86::e_step_weighted_avx2::<false>(&prep.uv, w, nat, sums) },
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
         {
-            let _ = (prep, w, sums);
+            let _ = (prep, w, sums, wanted);
             unreachable!("Simd::detect never succeeds on this architecture")
         }
     }
@@ -594,15 +607,15 @@ mod x86 {
     /// # Safety
     /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn e_step_weighted_avx2(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
-        e_step_weighted(uv, w, nat, sums)
+    pub(super) unsafe fn e_step_weighted_avx2<const LL: bool>(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+        e_step_weighted::<LL>(uv, w, nat, sums)
     }
 
     /// # Safety
     /// The CPU must support AVX-512F, AVX2 and FMA.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn e_step_weighted_avx512(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
-        e_step_weighted(uv, w, nat, sums)
+    pub(super) unsafe fn e_step_weighted_avx512<const LL: bool>(uv: &[[f64; 2]], w: &[f64], nat: &[Natural], sums: &mut [Sums]) -> f64 {
+        e_step_weighted::<LL>(uv, w, nat, sums)
     }
 
     /// `exp_nonpos` on a slice, compiled as in the kernels.
@@ -786,14 +799,29 @@ mod tests {
         let mut worst = 0.0f64;
         for i in 0..=2_000_000 {
             let s = 1.0 + 7.0 * i as f64 / 2e6;
-            // ln s >= 0: the error relative to max(ln s, ulp-scale) as
-            // ln_1p_unit's bound is absolute (2e-16) near s = 1.
+            // ln s >= 0: the error relative to max(ln s, 1), so absolute
+            // below s = e.
             let err = (ln_at_least_one(s) - s.ln()).abs() / s.ln().max(1.0);
             worst = worst.max(err);
         }
         assert!(worst < 4e-16, "largest error {worst:e}");
         assert_eq!(ln_at_least_one(1.0), 0.0);
         assert!(ln_at_least_one(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn ln_1p_unit_matches_libm_relatively() {
+        let mut worst = 0.0f64;
+        let grid = (0..=1_000_000).map(|i| i as f64 / 1e6);
+        let tiny = (1..=300).map(|k| 10f64.powf(-(k as f64)));
+        for t in grid.chain(tiny) {
+            let want = t.ln_1p();
+            let err = if want == 0.0 { ln_1p_unit(t).abs() } else { (ln_1p_unit(t) - want).abs() / want };
+            worst = worst.max(err);
+        }
+        println!("ln_1p_unit: largest relative error {worst:e}");
+        // About 2 ulp, the same with the 11-term Taylor series this replaced.
+        assert!(worst < 6e-16, "largest relative error {worst:e}");
     }
 
     #[test]
@@ -807,8 +835,16 @@ mod tests {
             prep.weights = Some(w.clone());
             let mut want = vec![[0.0; 3]; m];
             let mut got = vec![[f64::NAN; 3]; m];
-            let want_ll = cpu::e_step_weighted(&prep, &w, &nat, &mut want);
-            let got_ll = simd.e_step_weighted(&prep, &w, &nat, &mut got);
+            let want_ll = cpu::e_step_weighted(&prep, &w, &nat, &mut want, Wanted::LogLik);
+            let got_ll = simd.e_step_weighted(&prep, &w, &nat, &mut got, Wanted::LogLik);
+            // Without the log-likelihood: the same sums, bit for bit.
+            for scalar in [true, false] {
+                let mut sums = vec![[f64::NAN; 3]; m];
+                let value = if scalar { cpu::e_step_weighted(&prep, &w, &nat, &mut sums, Wanted::Sums) } else { simd.e_step_weighted(&prep, &w, &nat, &mut sums, Wanted::Sums) };
+                let same = if scalar { &want } else { &got };
+                assert!(value.is_finite(), "{family:?} M={m}: stand-in {value}");
+                assert_eq!(sums[..m].iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>(), same[..m].iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>(), "{family:?} M={m} scalar={scalar}");
+            }
             let size = term_sizes(&prep, &nat);
             for j in 0..m {
                 for k in 0..3 {
@@ -848,6 +884,13 @@ mod tests {
                 let mut sums = vec![[0.0; 3]; m];
                 let (got, want) = (simd.e_step(&prep, &nat, &mut sums), cpu::e_step_scalar(&prep, &nat, &mut sums));
                 assert!(!got.is_finite() && !want.is_finite(), "M={m} a={bad}: {got} vs {want}");
+                // The weighted E-steps' stand-in for the log-likelihood
+                // (`Wanted::Sums`) is not finite either.
+                let w = vec![1.5; x.len()];
+                for wanted in [Wanted::LogLik, Wanted::Sums] {
+                    let (got, want) = (simd.e_step_weighted(&prep, &w, &nat, &mut sums, wanted), cpu::e_step_weighted(&prep, &w, &nat, &mut sums, wanted));
+                    assert!(!got.is_finite() && !want.is_finite(), "weighted {wanted:?} M={m} a={bad}: {got} vs {want}");
+                }
             }
         }
     }

@@ -337,6 +337,15 @@ fn run_all(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pairs: &Pairs,
         }
         return Ok(all);
     }
+    // Room for every launch's results at once: growing by launches had
+    // copied them again and again.
+    let mut counts = vec![0; configs.len()];
+    for &k in &pairs.model {
+        counts[k] += 1;
+    }
+    for ((out, config), count) in all.iter_mut().zip(configs).zip(counts) {
+        *out = Outputs::with_capacity(count, 3 * config.components)?;
+    }
     // Launches alternate between two streams, and each is queued before the
     // previous one is read back: the GPU never waits for the host between
     // launches, and the next launch's blocks fill the SMs that the previous
@@ -345,24 +354,43 @@ fn run_all(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pairs: &Pairs,
         0 | 1 => vec![dev.stream.clone()],
         _ => vec![dev.stream.clone(), dev.ctx.new_stream().map_err(|e| dev.err("creating a stream", e))?],
     };
-    let mut in_flight: Option<(usize, WarpInFlight)> = None;
-    for (c, chunk) in chunks.into_iter().enumerate() {
+    // Each launch's starting values are drawn (on the thread pool) while
+    // the launch before it is waited for, read back and filed (on a thread
+    // of its own): they had taken turns, and once the kernels were fast
+    // the host's share set the pace.
+    let prepare = |chunk: std::ops::Range<usize>| {
         let k = pairs.model[chunk.start];
         let t0 = Instant::now();
         let job = prepare_warp(data, extras, pairs, chunk, first, &configs[k], resident.is_some(), BLOCKS_PER_SM * dev.multiprocessors as usize);
         timing::record("launch preparation", t0);
+        (k, job)
+    };
+    let collect = |all: &mut Vec<Outputs>, (j, f): (usize, WarpInFlight)| -> Result<()> {
+        let t0 = Instant::now();
+        all[j].append(collect_warp(dev, f, &configs[j])?);
+        timing::record("wait and read back", t0);
+        Ok(())
+    };
+    let mut chunks = chunks.into_iter();
+    let mut next = chunks.next().map(prepare);
+    let mut in_flight: Option<(usize, WarpInFlight)> = None;
+    let mut c = 0;
+    while let Some((k, job)) = next.take() {
         monitor.check()?;
         let t0 = Instant::now();
         let launched = (k, launch_warp(dev, &streams[c % streams.len()], job, &configs[k], trace, resident)?);
         timing::record("launch", t0);
-        if let Some((j, f)) = in_flight.replace(launched) {
-            let t0 = Instant::now();
-            all[j].append(collect_warp(dev, f, &configs[j])?);
-            timing::record("wait and read back", t0);
-        }
+        c += 1;
+        let previous = in_flight.replace(launched);
+        let all = &mut all;
+        std::thread::scope(|scope| {
+            let waiter = previous.map(|f| scope.spawn(|| collect(all, f)));
+            next = chunks.next().map(prepare);
+            waiter.map_or(Ok(()), |w| w.join().unwrap_or_else(|_| Err(Error::Internal("reading back an em_warp launch panicked".into()))))
+        })?;
     }
-    if let Some((j, f)) = in_flight {
-        all[j].append(collect_warp(dev, f, &configs[j])?);
+    if let Some(f) = in_flight {
+        collect(&mut all, f)?;
     }
     Ok(all)
 }

@@ -11,6 +11,8 @@ use super::super::config::CheckedEmConfig;
 use super::super::family::Family;
 use super::super::data::weight_total;
 use super::super::starts::initial_values;
+use crate::error::Result;
+use crate::memory;
 
 /// The (model, dataset, start) triples ("pairs": a model is one candidate
 /// number of components) to run on one kernel path, model by model, each
@@ -98,6 +100,21 @@ pub(super) struct Outputs {
 }
 
 impl Outputs {
+    /// Empty, with room for `pairs` pairs of `nstat` parameters each (or
+    /// `Err(OutOfMemory)`, not an abort).
+    pub(super) fn with_capacity(pairs: usize, nstat: usize) -> Result<Outputs> {
+        let what = "the GPU fits' results";
+        Ok(Outputs {
+            init: memory::try_with_capacity(pairs * nstat, what)?,
+            no_start: memory::try_with_capacity(pairs, what)?,
+            params: memory::try_with_capacity(pairs * nstat, what)?,
+            loglik: memory::try_with_capacity(pairs, what)?,
+            iterations: memory::try_with_capacity(pairs, what)?,
+            status: memory::try_with_capacity(pairs, what)?,
+            trace: Vec::new(),
+        })
+    }
+
     pub(super) fn append(&mut self, other: Outputs) {
         self.init.extend(other.init);
         self.no_start.extend(other.no_start);
