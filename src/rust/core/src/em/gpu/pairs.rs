@@ -364,4 +364,3 @@ mod tests {
         assert_eq!(by_extend.start, by_push.start);
     }
 }
-
