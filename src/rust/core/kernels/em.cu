@@ -11,8 +11,10 @@
 //   fam_natural(first, second, centre, a, b, c), fam_m_step(sw, su, sv, centre, first, second)
 // (first, second in-out: the current parameters in, the new ones out)
 // and, where the family has them, fam_first_given_second,
-// fam_second_given_first (constraints) and fam_upper_tail (censored data),
-// next to the family's Rust definition (src/em/family/<family>.rs). Double
+// fam_second_given_first (constraints) and fam_upper_tail / fam_lower_tail
+// (censored data; their last argument, lanes, is how many lanes of the warp
+// call them together with the same arguments, which an iterative tail may
+// share out), next to the family's Rust definition (src/em/family/<family>.rs). Double
 // precision throughout. The arithmetic mirrors the CPU backend (src/em/cpu.rs),
 // which is the reference: log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x).
 
@@ -188,37 +190,39 @@ __device__ int m_step_warp_constrained(const double* S, double centre, const dou
 // (lower, upper, weight) triples; cens_start[d] .. cens_start[d + 1] are
 // dataset d's.
 #define EM_INF __longlong_as_double(0x7ff0000000000000LL)
-__device__ __forceinline__ void upper_tail(double c, double first, double second, double centre, double* t) {
+__device__ __forceinline__ void upper_tail(double c, double first, double second, double centre, double* t, int lanes) {
     if (c == EM_INF) { t[0] = t[1] = t[2] = 0.0; return; }
-    fam_upper_tail(c, first, second, centre, t);
+    fam_upper_tail(c, first, second, centre, t, lanes);
 }
-__device__ __forceinline__ void lower_tail(double c, double first, double second, double centre, double* t) {
-    if (c == EM_INF) { fam_upper_tail(-EM_INF, first, second, centre, t); return; }
+__device__ __forceinline__ void lower_tail(double c, double first, double second, double centre, double* t, int lanes) {
+    if (c == EM_INF) { fam_upper_tail(-EM_INF, first, second, centre, t, lanes); return; }
     if (c == -EM_INF) { t[0] = t[1] = t[2] = 0.0; return; }
-    fam_lower_tail(c, first, second, centre, t);
+    fam_lower_tail(c, first, second, centre, t, lanes);
 }
 
 // censored::interval: P(lo < X <= hi) and the features' partial means, as
 // a difference of tails each at most 1/2 (upper tails above the median,
 // lower tails below it, the whole less both outer tails around it).
 // Not inlined: six tails in its branches, rarely called (compile time).
-__device__ __noinline__ void interval(double lo, double hi, double first, double second, double centre, double* part) {
+// `lanes` lanes call it together with the same arguments (so they take the
+// same branches) and may share its tails' work.
+__device__ __noinline__ void interval(double lo, double hi, double first, double second, double centre, double* part, int lanes) {
     double a[3], b[3], w[3];
-    upper_tail(lo, first, second, centre, a);
+    upper_tail(lo, first, second, centre, a, lanes);
     if (a[0] <= 0.5) {
-        upper_tail(hi, first, second, centre, b);
+        upper_tail(hi, first, second, centre, b, lanes);
         for (int k = 0; k < 3; ++k) part[k] = a[k] - b[k];
         return;
     }
-    lower_tail(hi, first, second, centre, b);
+    lower_tail(hi, first, second, centre, b, lanes);
     if (b[0] <= 0.5) {
-        lower_tail(lo, first, second, centre, a);
+        lower_tail(lo, first, second, centre, a, lanes);
         for (int k = 0; k < 3; ++k) part[k] = b[k] - a[k];
         return;
     }
-    upper_tail(-EM_INF, first, second, centre, w);
-    lower_tail(lo, first, second, centre, a);
-    upper_tail(hi, first, second, centre, b);
+    upper_tail(-EM_INF, first, second, centre, w, lanes);
+    lower_tail(lo, first, second, centre, a, lanes);
+    upper_tail(hi, first, second, centre, b, lanes);
     for (int k = 0; k < 3; ++k) part[k] = (w[k] - a[k]) - b[k];
 }
 
@@ -230,7 +234,7 @@ __device__ double censored_obs(double lo, double hi, double wt, const double* p,
     double part[NSTAT], logs[EM_M];
     double top = -__longlong_as_double(0x7ff0000000000000LL);
     for (int j = 0; j < EM_M; ++j) {
-        interval(lo, hi, p[EM_M + j], p[2 * EM_M + j], centre, part + 3 * j);
+        interval(lo, hi, p[EM_M + j], p[2 * EM_M + j], centre, part + 3 * j, 1);
         logs[j] = log(p[j]) + log(part[3 * j]);
         top = fmax(top, logs[j]);
     }
@@ -249,16 +253,23 @@ __device__ double censored_obs(double lo, double hi, double wt, const double* p,
 }
 
 // The censored share of a warp's E-step (censored_obs spread over lanes):
-// an interval's M components are computed side by side by M lanes, 32 / M
-// intervals a round, which share their logs by shuffles, so a dataset with
-// one time-out waits for its slowest component's tail, not for all of
-// them in turn (the gamma's and Poisson's tails iterate). The sums, added
-// to S (already the warp's total), and the log-likelihood are the same in
-// every lane.
+// an interval's M components are computed side by side by M groups of
+// `lanes` lanes each, 32 / (M lanes) intervals a round, which share their
+// logs by shuffles, so a dataset with one time-out waits for its slowest
+// component's tail, not for all of them in turn (the gamma's and Poisson's
+// tails iterate). With few intervals a group has several lanes, which
+// share the tail's iterations (sp_inc_gamma_cf_group): 16 for M = 2 and
+// one interval. The sums, added to S (already the warp's total), and the
+// log-likelihood are the same in every lane.
 __device__ double warp_e_step_censored(const double* cens, int count, const double* p, double centre, double* S) {
     const double inf = __longlong_as_double(0x7ff0000000000000LL);
     const int lane = threadIdx.x & 31;
-    const int per = 32 / EM_M, j = lane % EM_M, slot = lane / EM_M;
+    // Lanes per (interval, component): the largest power of 2 with every
+    // interval in one round, at most 32 / M.
+    int lanes = 1;
+    while (2 * lanes * EM_M * count <= 32 && 2 * lanes * EM_M <= 32) lanes *= 2;
+    const int group = lane / lanes, r = lane % lanes;
+    const int per = 32 / (EM_M * lanes), j = group % EM_M, slot = group / EM_M;
     double c0 = 0.0, c1 = 0.0, c2 = 0.0, ll = 0.0;
     for (int base = 0; base < count; base += per) {
         const int i = base + slot;
@@ -266,15 +277,16 @@ __device__ double warp_e_step_censored(const double* cens, int count, const doub
         double part[3] = {0.0, 0.0, 0.0};
         double lg = -inf;
         if (wt != 0.0) {
-            interval(cens[3 * i], cens[3 * i + 1], p[EM_M + j], p[2 * EM_M + j], centre, part);
+            interval(cens[3 * i], cens[3 * i + 1], p[EM_M + j], p[2 * EM_M + j], centre, part, lanes);
             lg = log(p[j]) + log(part[0]);
         }
         // (Lanes past the last whole interval read some lane's log; theirs is unused.)
         double top = -inf;
-        for (int m = 0; m < EM_M; ++m) top = fmax(top, __shfl_sync(FULL_MASK, lg, (slot * EM_M + m) & 31));
+        for (int m = 0; m < EM_M; ++m) top = fmax(top, __shfl_sync(FULL_MASK, lg, ((slot * EM_M + m) * lanes) & 31));
         double total = 0.0;
-        for (int m = 0; m < EM_M; ++m) total += exp(__shfl_sync(FULL_MASK, lg, (slot * EM_M + m) & 31) - top);
-        if (wt == 0.0) continue;
+        for (int m = 0; m < EM_M; ++m) total += exp(__shfl_sync(FULL_MASK, lg, ((slot * EM_M + m) * lanes) & 31) - top);
+        // A group's lanes hold the same values: its first adds them.
+        if (wt == 0.0 || r != 0) continue;
         if (top == -inf) {
             if (j == 0) ll += top;  // no component gives the interval any probability
             continue;
@@ -588,7 +600,7 @@ __device__ double warp_e_step(const double2* uv, int n, const double* A, const d
     return warp_sum(maxsum + (logsum + log(prod)));
 }
 
-#if EM_M == 2 && !defined(EM_WEIGHTED) && !defined(EM_CENSORED)
+#if EM_M == 2 && !defined(EM_WEIGHTED)
 #define EM_WEIGHTS_ONLY
 // The E-step's sums without the log-likelihood, for the iterations whose
 // log-likelihood nothing reads (a fixed number of iterations, epsilon = 0,
@@ -716,13 +728,15 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
 // The whole E-step of a dataset with censored observations: the exact ones
 // (unweighted, they are the dataset's values without the censored ones;
 // weighted, the censored ones' stand-ins weigh 0), then the intervals at p.
+// DIRECT: as warp_e_step's (unweighted only).
+template <bool DIRECT = false>
 __device__ double warp_e_step_censored_data(const double2* uv, const double* wt, int n, const double* A, const double* B,
                                             const double* C, const double* cens, int count, const double* p, double centre,
                                             double* S) {
 #ifdef EM_WEIGHTED
     const double exact = warp_e_step_weighted(uv, wt, n, A, B, C, S);
 #else
-    const double exact = warp_e_step(uv, n, A, B, C, S);
+    const double exact = warp_e_step<DIRECT>(uv, n, A, B, C, S);
 #endif
     return exact + warp_e_step_censored(cens, count, p, centre, S);
 }
@@ -846,6 +860,13 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
         const bool polish = epsilon > 0.0 && epsilon < noise;
         bool mixed_now = true;
 #define E_STEP_NOW(S) (mixed_now ? warp_e_step_mixed<true>(uv, uvf, n, A, B, C, sum_u, sum_v, S) : warp_e_step(uv, n, A, B, C, S))
+#elif defined(EM_CENSORED) && defined(EM_WEIGHTS_ONLY)
+        // As below, the exact observations with the differenced coefficients
+        // in a fixed-iteration fit.
+        const bool fixed = !(epsilon > 0.0);
+#define E_STEP_NOW(S)                                                                                 \
+    (fixed ? warp_e_step_censored_data<true>(uv, wt, n, A, B, C, cd, n_cens, p, centre, S)           \
+           : warp_e_step_censored_data(uv, wt, n, A, B, C, cd, n_cens, p, centre, S))
 #elif defined(EM_CENSORED)
 #define E_STEP_NOW(S) warp_e_step_censored_data(uv, wt, n, A, B, C, cd, n_cens, p, centre, S)
 #elif defined(EM_WEIGHTED)
@@ -881,6 +902,13 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
                 warp_e_step_mixed<false>(uv, uvf, n, A, B, C, sum_u, sum_v, S);
 #else
                 warp_e_step_weights(uv, n, A, B, C, S);
+#endif
+#ifdef EM_CENSORED
+                // The intervals' sums added; their log-likelihood (-inf
+                // where no component gives an interval probability) is
+                // cheap beside their tails, and tells what ll would.
+                const double cens_ll = warp_e_step_censored(cd, n_cens, p, centre, S);
+                if (!isfinite(cens_ll)) { status = ST_NONFINITE; break; }
 #endif
                 if (!sums_finite(S)) { status = ST_NONFINITE; break; }
                 continue;

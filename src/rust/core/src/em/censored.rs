@@ -16,6 +16,7 @@
 //! starts; its weight there is 0, so the exact E-step leaves it out.
 
 use crate::error::{Error, Result};
+use rayon::prelude::*;
 
 use super::cpu;
 use super::data::{num, Prepared};
@@ -61,10 +62,16 @@ impl CensoredObs {
     }
 }
 
-/// The values of `x` that are not censored in `c` (its indices increase).
-pub(crate) fn exact_values<'a>(x: &'a [f64], c: &'a Censoring) -> impl Iterator<Item = f64> + 'a {
-    let mut skip = c.index.iter().peekable();
-    x.iter().enumerate().filter_map(move |(i, &v)| if skip.next_if_eq(&&i).is_some() { None } else { Some(v) })
+/// Appends to `out` the values of `x` but those at positions `skip` (a
+/// dataset's censored ones: increasing, within x): the runs between them,
+/// copied whole.
+pub(crate) fn extend_exact(out: &mut Vec<f64>, x: &[f64], skip: &[usize]) {
+    let mut from = 0;
+    for &i in skip {
+        out.extend_from_slice(&x[from..i]);
+        from = i + 1;
+    }
+    out.extend_from_slice(&x[from..]);
 }
 
 /// Why censoring does not fit `family`, if it does not.
@@ -101,9 +108,10 @@ pub fn check(data: &[&[f64]], censoring: &[Censoring], family: Family, first: us
             !positive || hi > 0.0
         }
     };
-    for (d, (x, c)) in data.iter().zip(censoring).enumerate() {
+    // Datasets in parallel; the first in order with a problem is reported.
+    let checked = data.par_iter().zip(censoring).enumerate().map(|(d, (x, c))| -> Result<()> {
         if c.index.is_empty() {
-            continue;
+            return Ok(());
         }
         check_family(family)?;
         let which = first + d;
@@ -132,8 +140,9 @@ pub fn check(data: &[&[f64]], censoring: &[Censoring], family: Family, first: us
                 ),
             ));
         }
-    }
-    Ok(())
+        Ok(())
+    });
+    checked.find_first(|r| r.is_err()).unwrap_or(Ok(()))
 }
 
 /// P(lower < X <= upper) and the features' partial means on the interval,
@@ -268,6 +277,17 @@ mod tests {
             out[2] += w * f * v;
         }
         out.map(|s| s * h / 3.0)
+    }
+
+    #[test]
+    fn exact_values_leave_out_every_censored_index() {
+        let x: Vec<f64> = (0..9).map(f64::from).collect();
+        for index in [vec![], vec![0], vec![8], vec![0, 1, 2], vec![3, 4, 7, 8], (0..9).collect()] {
+            let mut got = vec![-1.0];
+            extend_exact(&mut got, &x, &index);
+            let want: Vec<f64> = std::iter::once(-1.0).chain(x.iter().copied().filter(|&v| !index.contains(&(v as usize)))).collect();
+            assert_eq!(got, want, "censored {index:?}");
+        }
     }
 
     #[test]

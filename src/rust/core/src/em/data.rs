@@ -70,7 +70,7 @@ impl Prepared {
     pub fn try_censored(family: Family, x: &[f64], weights: Option<&[f64]>, c: &super::censored::Censoring) -> Result<Self> {
         if weights.is_none() && c.index.len() < x.len() {
             let mut exact = memory::try_with_capacity(x.len() - c.index.len(), "the exact observations of a dataset")?;
-            exact.extend(super::censored::exact_values(x, c));
+            super::censored::extend_exact(&mut exact, x, &c.index);
             let mut prep = Self::try_new(family, &exact)?;
             prep.total = x.len() as f64;
             prep.censored = Some(super::censored::CensoredObs::new(c, None));

@@ -82,14 +82,14 @@ pub(crate) fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Ex
     let Some(config) = configs.first() else {
         return Err(Error::arg("num.components", "must hold at least one number of components"));
     };
-    check_memory(data, configs, exec.backend, exec.threads)?;
     let t0 = std::time::Instant::now();
+    check_memory(data, configs, exec.backend, exec.threads)?;
     exec.install(|| validate_all(config.family, data, config.dataset_offset + 1))??;
     if let Some(w) = &config.weights {
         data::check_weights(data, w, config.dataset_offset + 1)?;
     }
     if let Some(c) = &config.censoring {
-        censored::check(data, c, config.family, config.dataset_offset + 1)?;
+        exec.install(|| censored::check(data, c, config.family, config.dataset_offset + 1))??;
     }
     crate::gpu::timing::record("validation", t0);
     if let Starts::Given(inits) = &config.starts {

@@ -102,10 +102,11 @@ pub enum Kernel {
     WidenU32,
     NarrowU32,
     LayoutF64,
+    CompactF64,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 54] = [
+    pub const ALL: [Kernel; 55] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -160,6 +161,7 @@ impl Kernel {
         Kernel::WidenU32,
         Kernel::NarrowU32,
         Kernel::LayoutF64,
+        Kernel::CompactF64,
     ];
 
     /// (kernel file, entry point).
@@ -220,6 +222,7 @@ impl Kernel {
             WidenU32 => ("transfer", "widen_u32"),
             NarrowU32 => ("transfer", "narrow_u32"),
             LayoutF64 => ("transfer", "layout_f64"),
+            CompactF64 => ("transfer", "compact_f64"),
         }
     }
 }

@@ -214,6 +214,37 @@ impl Device {
         Ok(out)
     }
 
+    /// `full` (parts end to end, part d at full_off[d] .. full_off[d + 1])
+    /// less the positions skip[skip_start[d] .. skip_start[d + 1]] of each
+    /// part (increasing, relative to the part), end to end in a new buffer,
+    /// on stream `s` (kernels/transfer.cu, compact_f64).
+    pub fn compact_f64(&self, s: &std::sync::Arc<cudarc::driver::CudaStream>, full: &CudaSlice<f64>, full_off: &[i64], skip: &[i32], skip_start: &[i32]) -> Result<CudaSlice<f64>> {
+        let parts = full_off.len().saturating_sub(1);
+        assert_eq!(skip_start.len(), parts + 1, "a skip list per part");
+        let e = |err| self.err("copying data", err);
+        let off: Vec<i64> = (0..parts).map(|d| full_off[d] - skip_start[d] as i64).collect();
+        let total = full_off.last().copied().unwrap_or(0) - skip.len() as i64;
+        // SAFETY: compact_f64 writes every value (each kept value once).
+        let mut out = unsafe { s.alloc::<f64>(total.max(1) as usize) }.map_err(|err| self.err("allocating the exact observations", err))?;
+        if parts == 0 || total <= 0 {
+            return Ok(out);
+        }
+        let d_full_off = s.clone_htod(full_off).map_err(e)?;
+        let d_off = s.clone_htod(&off).map_err(e)?;
+        let d_skip = if skip.is_empty() { s.clone_htod(&[0i32]) } else { s.clone_htod(skip) }.map_err(e)?;
+        let d_start = s.clone_htod(skip_start).map_err(e)?;
+        let f = self.function(Kernel::CompactF64, &[])?;
+        let mut launch = s.launch_builder(&f);
+        launch.arg(full).arg(&d_full_off).arg(&d_off).arg(&d_skip).arg(&d_start).arg(&mut out);
+        let cfg = LaunchConfig { grid_dim: (parts as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: compact_f64(full, full_off, off, skip, skip_start, out): full
+        // holds full_off[parts] values, skip holds skip_start[parts] positions
+        // (each within its part, increasing), out holds full_off[parts] -
+        // skip_start[parts] values; one block per part.
+        unsafe { launch.launch(cfg) }.map_err(|err| self.err("launching compact_f64", err))?;
+        Ok(out)
+    }
+
     /// Upload `values` (each below `bound`) into `dst[..values.len()]`,
     /// sent as the fewest bytes each that hold `bound - 1`.
     pub fn upload_small(&self, values: &[u32], bound: u64, dst: &mut CudaViewMut<u32>) -> Result<()> {

@@ -134,12 +134,12 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
     return ST_RUNNING;
 }
 #define FAM_UPPER_TAIL
-__device__ void fam_upper_tail(double c, double rate, double second, double centre, double* t) {
+__device__ void fam_upper_tail(double c, double rate, double second, double centre, double* t, int lanes) {
     const double x = fmax(c, 0.0);
     const double p = exp(-rate * x);
     t[0] = p; t[1] = p * (x + 1.0 / rate); t[2] = 0.0;
 }
-__device__ void fam_lower_tail(double c, double rate, double second, double centre, double* t) {
+__device__ void fam_lower_tail(double c, double rate, double second, double centre, double* t, int lanes) {
     const double s = rate * fmax(c, 0.0);
     double g;
     if (s >= 1.0) {

@@ -199,20 +199,20 @@ __device__ int fam_first_given_second(double sw, double su, double sv, double ce
 }
 // Censored data (upper_tail, lower_tail above).
 #define FAM_UPPER_TAIL
-__device__ void fam_upper_tail(double c, double shape, double rate, double centre, double* t) {
+__device__ void fam_upper_tail(double c, double shape, double rate, double centre, double* t, int lanes) {
     const double scale = rate * exp(centre);
     if (!(c > 0.0)) {
         t[0] = 1.0; t[1] = shape / scale; t[2] = log(shape) - sp_log_minus_digamma(shape) - log(rate) - centre;
         return;
     }
     double g[6];
-    sp_inc_gamma(shape, rate * c, true, g);
+    sp_inc_gamma(shape, rate * c, true, g, lanes);
     t[0] = g[1]; t[1] = shape * g[3] / scale; t[2] = g[1] * (log(c) - centre) + g[5];
 }
-__device__ void fam_lower_tail(double c, double shape, double rate, double centre, double* t) {
+__device__ void fam_lower_tail(double c, double shape, double rate, double centre, double* t, int lanes) {
     if (!(c > 0.0)) { t[0] = t[1] = t[2] = 0.0; return; }
     double g[6];
-    sp_inc_gamma(shape, rate * c, true, g);
+    sp_inc_gamma(shape, rate * c, true, g, lanes);
     t[0] = g[0]; t[1] = shape * g[2] / (rate * exp(centre)); t[2] = g[0] * (log(c) - centre) - g[4];
 }
 #define FAM_SECOND_GIVEN_FIRST

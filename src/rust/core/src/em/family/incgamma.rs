@@ -173,8 +173,111 @@ __device__ double sp_digamma_minus_log(double a, double y) { return -log1p((y - 
 __device__ bool sp_inc_gamma_quiet(double change, double last, double scale) {
     return change <= INC_GAMMA_REL_TOL * scale || (change <= INC_GAMMA_NOISE * INC_GAMMA_REL_TOL * scale && change >= last);
 }
+// The continued fraction by `lanes` cooperating lanes (a power of 2, 2 to
+// 32; lane & ~(lanes - 1) the first, all with the same a, y): its
+// convergents are [A_n B_n; A_n-1 B_n-1] = M_n ... M_1 X_0 with M_n =
+// [b_n a_n; 1 0], products of 2 x 2 matrices (with their derivatives in a
+// as dual parts), which associate. Each lane multiplies the RESCALE steps
+// of one segment, an inclusive scan over the lanes gives every segment's
+// convergent at once, and the first lane whose convergent is quiet (the
+// sequential test, between neighbouring lanes) ends it: log2(lanes) dual
+// products where the sequential loop takes lanes x RESCALE dependent
+// steps. Entries are rescaled by powers of 2 (exact; f and df are ratios).
+// Every lane returns the same f, df; false where the terms ran out.
+struct SpDual2 { double p[4], d[4]; };  // row-major 2 x 2 and its derivative
+__device__ __forceinline__ SpDual2 sp_dual_mul(const SpDual2& x, const SpDual2& e) {
+    SpDual2 r;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            r.p[2 * i + j] = fma(x.p[2 * i], e.p[j], x.p[2 * i + 1] * e.p[2 + j]);
+            r.d[2 * i + j] = fma(x.d[2 * i], e.p[j], fma(x.d[2 * i + 1], e.p[2 + j], fma(x.p[2 * i], e.d[j], x.p[2 * i + 1] * e.d[2 + j])));
+        }
+    return r;
+}
+__device__ __forceinline__ void sp_dual_rescale(SpDual2& x) {
+    const double m = fmax(fmax(fabs(x.p[0]), fabs(x.p[1])), fmax(fabs(x.p[2]), fabs(x.p[3])));
+    if (!(m > 0.0 && m < __longlong_as_double(0x7ff0000000000000LL))) return;
+    const int e = ((__double2hiint(m) >> 20) & 0x7ff) - 1023;  // m in [2^e, 2^(e + 1)), m normal
+    if (e < -1000 || e > 1000) return;
+    const double s = __hiloint2double((1023 - e) << 20, 0);  // 2^-e
+#pragma unroll
+    for (int k = 0; k < 4; ++k) { x.p[k] *= s; x.d[k] *= s; }
+}
+__device__ __forceinline__ SpDual2 sp_dual_shfl(const SpDual2& x, unsigned mask, int src, int lanes) {
+    SpDual2 r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) { r.p[k] = __shfl_sync(mask, x.p[k], src, lanes); r.d[k] = __shfl_sync(mask, x.d[k], src, lanes); }
+    return r;
+}
+__device__ __forceinline__ SpDual2 sp_dual_shfl_up(const SpDual2& x, unsigned mask, int delta, int lanes) {
+    SpDual2 r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) { r.p[k] = __shfl_up_sync(mask, x.p[k], delta, lanes); r.d[k] = __shfl_up_sync(mask, x.d[k], delta, lanes); }
+    return r;
+}
+__device__ bool sp_inc_gamma_cf_group(double a, double y, bool logs, int lanes, double& f_out, double& df_out) {
+    const double inf = __longlong_as_double(0x7ff0000000000000LL), nan = __longlong_as_double(0x7ff8000000000000LL);
+    const int lane = threadIdx.x & 31, r = lane & (lanes - 1), first = lane & ~(lanes - 1);
+    const unsigned mask = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << first;
+    // The state entering a round: X_0 = [A_0 B_0; A_-1 B_-1] = [0 1; 1 0].
+    SpDual2 st = {{0.0, 1.0, 1.0, 0.0}, {0.0, 0.0, 0.0, 0.0}};
+    double f_prev = nan, df_prev = nan, last = inf, last_d = inf;
+    for (int seg0 = 0; INC_GAMMA_RESCALE * seg0 + 1 < INC_GAMMA_MAX_TERMS; seg0 += lanes) {
+        const int n0 = INC_GAMMA_RESCALE * (seg0 + r) + 1;
+        // This lane's segment M_(n0 + RESCALE - 1) ... M_n0, as the
+        // sequential recurrence runs it (column by column).
+        SpDual2 m = {{1.0, 0.0, 0.0, 1.0}, {0.0, 0.0, 0.0, 0.0}};
+#pragma unroll
+        for (int n = n0; n < n0 + INC_GAMMA_RESCALE; ++n) {
+            double an = 1.0, dan = 0.0;
+            if (n > 1) { const double k = (double)(n - 1); an = -k * (k - a); dan = k; }
+            const double bn = y + (double)(2 * n - 1) - a;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const double p0 = m.p[j], p1 = m.p[2 + j], d0 = m.d[j], d1 = m.d[2 + j];
+                m.p[j] = bn * p0 + an * p1;
+                m.d[j] = bn * d0 - p0 + an * d1 + dan * p1;
+                m.p[2 + j] = p0;
+                m.d[2 + j] = d0;
+            }
+        }
+        sp_dual_rescale(m);
+        for (int delta = 1; delta < lanes; delta *= 2) {
+            const SpDual2 e = sp_dual_shfl_up(m, mask, delta, lanes);
+            if (r >= delta) { m = sp_dual_mul(m, e); sp_dual_rescale(m); }
+        }
+        SpDual2 x = sp_dual_mul(m, st);
+        sp_dual_rescale(x);
+        const double inv = 1.0 / x.p[1];
+        const double f = x.p[0] * inv, df = (x.d[0] - f * x.d[1]) * inv;
+        // Every lane shuffles (the group's mask), lane 0 keeps the carry.
+        const double f_before = __shfl_up_sync(mask, f, 1, lanes), df_before = __shfl_up_sync(mask, df, 1, lanes);
+        const double change = fabs(f - (r > 0 ? f_before : f_prev)), change_d = fabs(df - (r > 0 ? df_before : df_prev));
+        const double c_before = __shfl_up_sync(mask, change, 1, lanes), cd_before = __shfl_up_sync(mask, change_d, 1, lanes);
+        const bool in_range = n0 + INC_GAMMA_RESCALE - 1 < INC_GAMMA_MAX_TERMS;
+        const bool settled = in_range && sp_inc_gamma_quiet(change, r > 0 ? c_before : last, fabs(f)) &&
+                             (!logs || sp_inc_gamma_quiet(change_d, r > 0 ? cd_before : last_d, fabs(df)));
+        const unsigned hits = (__ballot_sync(mask, settled) >> first) & (lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u);
+        if (hits) {
+            const int k = __ffs(hits) - 1;
+            f_out = __shfl_sync(mask, f, k, lanes);
+            df_out = __shfl_sync(mask, df, k, lanes);
+            return true;
+        }
+        st = sp_dual_shfl(x, mask, lanes - 1, lanes);
+        f_prev = __shfl_sync(mask, f, lanes - 1, lanes);
+        df_prev = __shfl_sync(mask, df, lanes - 1, lanes);
+        last = __shfl_sync(mask, change, lanes - 1, lanes);
+        last_d = __shfl_sync(mask, change_d, lanes - 1, lanes);
+    }
+    return false;
+}
 // Not inlined: the censored E-step calls it from several tails, rarely.
-__device__ __noinline__ void sp_inc_gamma(double a, double y, bool logs, double* t) {
+// lanes > 1: that many lanes call it together with the same a and y (the
+// continued fraction is theirs to share; sp_inc_gamma_cf_group).
+__device__ __noinline__ void sp_inc_gamma(double a, double y, bool logs, double* t, int lanes) {
     const double inf = __longlong_as_double(0x7ff0000000000000LL), nan = __longlong_as_double(0x7ff8000000000000LL);
     if (y == inf) { t[0] = 1.0; t[1] = 0.0; t[2] = 1.0; t[3] = 0.0; t[4] = inf; t[5] = 0.0; return; }
     for (int k = 0; k < 6; ++k) t[k] = nan;
@@ -200,7 +303,11 @@ __device__ __noinline__ void sp_inc_gamma(double a, double y, bool logs, double*
     double a0 = 1.0, a1 = 0.0, b0 = 0.0, b1 = 1.0, da0 = 0.0, da1 = 0.0, db0 = 0.0, db1 = 0.0;
     double f = nan, df = nan, last = inf, last_d = inf;
     bool done = false;
-    for (int n = 1; n < INC_GAMMA_MAX_TERMS; ++n) {
+    if (lanes > 1) {
+        done = sp_inc_gamma_cf_group(a, y, logs, lanes, f, df);
+        if (!done) return;
+    }
+    for (int n = 1; !done && n < INC_GAMMA_MAX_TERMS; ++n) {
         double an = 1.0, dan = 0.0;
         if (n > 1) { const double k = (double)(n - 1); an = -k * (k - a); dan = k; }
         const double bn = y + (double)(2 * n - 1) - a;

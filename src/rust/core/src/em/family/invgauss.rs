@@ -233,7 +233,7 @@ __device__ int fam_second_given_first(const double* S, const double* mus, unsign
 }
 // The upper tail at c (censored data; see upper_tail above).
 #define FAM_UPPER_TAIL
-__device__ void fam_upper_tail(double c, double mu, double lambda, double centre, double* t) {
+__device__ void fam_upper_tail(double c, double mu, double lambda, double centre, double* t, int lanes) {
     if (!(c > 0.0)) { t[0] = 1.0; t[1] = mu; t[2] = 1.0 / mu + 1.0 / lambda; return; }
     const double root = sqrt(lambda / c);
     const double z1 = root * (c / mu - 1.0);
@@ -245,7 +245,7 @@ __device__ void fam_upper_tail(double c, double mu, double lambda, double centre
     t[1] = mu * (q1 + e2);
     t[2] = fmax((1.0 / mu + 1.0 / lambda) * q1 - (1.0 / lambda - 1.0 / mu) * e2 - 2.0 * phi1 / sqrt(lambda * c), 0.0);
 }
-__device__ void fam_lower_tail(double c, double mu, double lambda, double centre, double* t) {
+__device__ void fam_lower_tail(double c, double mu, double lambda, double centre, double* t, int lanes) {
     if (!(c > 0.0)) { t[0] = t[1] = t[2] = 0.0; return; }
     const double root = sqrt(lambda / c);
     const double z1 = root * (c / mu - 1.0);

@@ -114,10 +114,10 @@ __device__ __forceinline__ void fam_features(double x, double centre, double& u,
 __device__ __forceinline__ double fam_shared_term(double x) { return -log(x); }
 // The Normal's on log x (log 0 = -inf: the whole distribution).
 #define FAM_UPPER_TAIL
-__device__ void fam_upper_tail(double c, double meanlog, double sdlog, double centre, double* t) {
+__device__ void fam_upper_tail(double c, double meanlog, double sdlog, double centre, double* t, int lanes) {
     gauss_upper_tail(c <= 0.0 ? -__longlong_as_double(0x7ff0000000000000LL) : log(c), meanlog, sdlog, centre, t);
 }
-__device__ void fam_lower_tail(double c, double meanlog, double sdlog, double centre, double* t) {
+__device__ void fam_lower_tail(double c, double meanlog, double sdlog, double centre, double* t, int lanes) {
     gauss_lower_tail(c <= 0.0 ? -__longlong_as_double(0x7ff0000000000000LL) : log(c), meanlog, sdlog, centre, t);
 }
 "#;

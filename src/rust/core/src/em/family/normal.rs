@@ -278,6 +278,6 @@ __device__ __forceinline__ void fam_features(double x, double centre, double& u,
 }
 __device__ __forceinline__ double fam_shared_term(double x) { return 0.0; }
 #define FAM_UPPER_TAIL
-__device__ void fam_upper_tail(double c, double mu, double sigma, double centre, double* t) { gauss_upper_tail(c, mu, sigma, centre, t); }
-__device__ void fam_lower_tail(double c, double mu, double sigma, double centre, double* t) { gauss_lower_tail(c, mu, sigma, centre, t); }
+__device__ void fam_upper_tail(double c, double mu, double sigma, double centre, double* t, int lanes) { gauss_upper_tail(c, mu, sigma, centre, t); }
+__device__ void fam_lower_tail(double c, double mu, double sigma, double centre, double* t, int lanes) { gauss_lower_tail(c, mu, sigma, centre, t); }
 "#;

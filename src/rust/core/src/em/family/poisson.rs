@@ -140,22 +140,22 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
 }
 // Censored counts (upper_tail, lower_tail above).
 #define FAM_UPPER_TAIL
-__device__ void fam_upper_tail(double c, double lambda, double second, double centre, double* t) {
+__device__ void fam_upper_tail(double c, double lambda, double second, double centre, double* t, int lanes) {
     const double k = floor(c) + 1.0;
     t[1] = lambda; t[2] = 0.0;
     if (k <= 0.0) { t[0] = 1.0; return; }
     if (k == 1.0) { t[0] = -expm1(-lambda); return; }
     double g[6];
-    sp_inc_gamma(k - 1.0, lambda, false, g);
+    sp_inc_gamma(k - 1.0, lambda, false, g, lanes);
     t[0] = g[2]; t[1] = lambda * g[0];
 }
-__device__ void fam_lower_tail(double c, double lambda, double second, double centre, double* t) {
+__device__ void fam_lower_tail(double c, double lambda, double second, double centre, double* t, int lanes) {
     const double m = floor(c);
     t[0] = t[1] = t[2] = 0.0;
     if (m < 0.0) return;
     if (m == 0.0) { t[0] = exp(-lambda); return; }
     double g[6];
-    sp_inc_gamma(m, lambda, false, g);
+    sp_inc_gamma(m, lambda, false, g, lanes);
     t[0] = g[3]; t[1] = lambda * g[1];
 }
 "#;

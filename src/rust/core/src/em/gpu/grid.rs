@@ -12,7 +12,7 @@ use crate::gpu::Device;
 
 use super::super::config::CheckedEmConfig;
 use super::pairs::{gather, split_trace, starting_values, DatasetExtras, Outputs, Pairs};
-use super::warp::upload_censored;
+use super::warp::{upload_censored, upload_values};
 use crate::gpu::Kernel;
 
 use super::{em_function, held_values, CHECK_EVERY, LARGE_THREADS, LAUNCH_WORK, NULL, ST_MAX_ITERS, ST_RUNNING};
@@ -41,7 +41,7 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pa
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
     // Through pinned memory: 80 MB for 10^7 observations, at the bus's rate.
     let t0 = Instant::now();
-    let d_x = dev.upload_parts_new(&up.x)?;
+    let d_x = upload_values(dev, s, &up, true)?;
     let d_w = if up.w.is_empty() { None } else { Some(dev.upload_parts_new(&up.w)?) };
     s.synchronize().map_err(e("copying data"))?;
     *upload_secs += t0.elapsed().as_secs_f64();

@@ -153,7 +153,9 @@ pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> 
 
 fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[CheckedEmConfig], monitor: &Monitor) -> Result<Vec<Vec<MixFit>>> {
     let n_starts = configs[0].starts_per_dataset();
+    let t0 = Instant::now();
     let extras = DatasetExtras::new(data, first, &configs[0]);
+    timing::record("weights and censoring", t0);
     let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / shared_bytes_per_observation(&configs[0]));
     let t0 = Instant::now();
     let (mut small, mut large) = (Pairs::default(), Pairs::default());

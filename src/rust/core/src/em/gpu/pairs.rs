@@ -154,12 +154,15 @@ pub(super) fn starting_values(data: &[&[f64]], pairs: &Pairs, range: Range<usize
 /// its weights, the sum of its weights (the M-step's divisor) and its
 /// censored intervals. A dataset with censored observations is fitted as
 /// on the CPU (em::data::Prepared::try_censored): unweighted, its exact
-/// observations alone are uploaded; weighted, its censored observations'
-/// stand-ins weigh 0. Its total counts every observation, and the kernels
-/// add the intervals' share to the E-step.
+/// observations alone are used (its values are uploaded as they are and
+/// the censored ones left out on the device: [`Uploaded::skip`]);
+/// weighted, its censored observations' stand-ins weigh 0. Its total
+/// counts every observation, and the kernels add the intervals' share to
+/// the E-step.
 pub(super) struct DatasetExtras<'a> {
-    /// The values uploaded instead of the dataset's (its exact ones).
-    values: Vec<Option<Vec<f64>>>,
+    /// The positions of the dataset's values that the kernels leave out
+    /// (its censored ones, increasing).
+    skips: Vec<Option<&'a [usize]>>,
     weights: Vec<Option<Cow<'a, [f64]>>>,
     totals: Vec<f64>,
     censored: Vec<Option<CensoredObs>>,
@@ -168,7 +171,7 @@ pub(super) struct DatasetExtras<'a> {
 }
 
 /// One dataset's entries of [`DatasetExtras`].
-type Extra<'a> = (Option<Vec<f64>>, Option<Cow<'a, [f64]>>, f64, Option<CensoredObs>);
+type Extra<'a> = (Option<&'a [usize]>, Option<Cow<'a, [f64]>>, f64, Option<CensoredObs>);
 
 impl<'a> DatasetExtras<'a> {
     /// The extras of `data`, whose first dataset has global index `first`.
@@ -184,10 +187,7 @@ impl<'a> DatasetExtras<'a> {
                 match given {
                     // As Prepared::try_censored: the exact observations alone,
                     // unless every observation is censored.
-                    None if c.index.len() < x.len() => {
-                        let exact = super::super::censored::exact_values(x, c).collect();
-                        (Some(exact), None, x.len() as f64, Some(CensoredObs::new(c, None)))
-                    }
+                    None if c.index.len() < x.len() => (Some(&c.index[..]), None, x.len() as f64, Some(CensoredObs::new(c, None))),
                     _ => {
                         let mut w = given.map_or_else(|| vec![1.0; x.len()], <[f64]>::to_vec);
                         let total = weight_total(&w);
@@ -199,9 +199,9 @@ impl<'a> DatasetExtras<'a> {
             })
             .collect();
         let n = data.len();
-        let mut extras = DatasetExtras { values: Vec::with_capacity(n), weights: Vec::with_capacity(n), totals: Vec::with_capacity(n), censored: Vec::with_capacity(n), censored_fit: config.censoring.is_some() };
+        let mut extras = DatasetExtras { skips: Vec::with_capacity(n), weights: Vec::with_capacity(n), totals: Vec::with_capacity(n), censored: Vec::with_capacity(n), censored_fit: config.censoring.is_some() };
         for (v, w, total, c) in per_dataset {
-            extras.values.push(v);
+            extras.skips.push(v);
             extras.weights.push(w);
             extras.totals.push(total);
             extras.censored.push(c);
@@ -211,6 +211,11 @@ impl<'a> DatasetExtras<'a> {
 
     fn weights_of(&self, d: usize) -> Option<&[f64]> {
         self.weights[d].as_deref()
+    }
+
+    /// The positions of dataset d's values that the kernels leave out.
+    fn skip_of(&self, d: usize) -> &[usize] {
+        self.skips[d].unwrap_or(&[])
     }
 
     /// Dataset d's total weight ([`weight_total`] of its weights, or its
@@ -239,6 +244,14 @@ pub(super) struct Uploaded<'a> {
     /// fit has censored data.
     pub(super) cens: Vec<f64>,
     pub(super) cens_start: Vec<i32>,
+    /// Positions of each dataset's values that the kernels leave out (its
+    /// censored ones: [`DatasetExtras`]), dataset after dataset; dataset k's
+    /// are skip[skip_start[k] .. skip_start[k + 1]]. Empty when no dataset
+    /// leaves values out; otherwise `x` is uploaded whole at `full_offsets`
+    /// and compacted on the device to `offsets`.
+    pub(super) skip: Vec<i32>,
+    pub(super) skip_start: Vec<i32>,
+    pub(super) full_offsets: Vec<i64>,
     pub(super) max_n: usize,
 }
 
@@ -248,13 +261,12 @@ pub(super) struct Uploaded<'a> {
 /// `extras`: the weights, totals and censored intervals of `data`.
 pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], extras: &'a DatasetExtras<'a>, datasets: &[usize]) -> Uploaded<'a> {
     let weights_of = |d: usize| extras.weights_of(d);
-    let values = |d: usize| -> &'a [f64] { extras.values[d].as_deref().unwrap_or(data[d]) };
     let mut up = Uploaded::empty(0);
     let mut distinct = Vec::new();
     let mut total = 0usize;
     for &d in datasets {
         if distinct.last() != Some(&d) {
-            let n = values(d).len();
+            let n = data[d].len() - extras.skip_of(d).len();
             up.offsets.push(total as i64);
             up.lengths.push(n as i32);
             up.max_n = up.max_n.max(n);
@@ -263,7 +275,29 @@ pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], extras: &'a Dataset
         }
         up.pair_dataset.push(up.lengths.len() as i32 - 1);
     }
-    up.centres = distinct.par_iter().map(|&d| family.centre(values(d))).collect();
+    // The exact values' centre: a dataset with values left out gathers them
+    // into a short-lived vector (one dataset's worth; the allocator hands
+    // each thread the same memory again, so no page faults).
+    up.centres = distinct
+        .par_iter()
+        .map(|&d| match extras.skips[d] {
+            Some(skip) => {
+                let mut exact = Vec::with_capacity(data[d].len() - skip.len());
+                super::super::censored::extend_exact(&mut exact, data[d], skip);
+                family.centre(&exact)
+            }
+            None => family.centre(data[d]),
+        })
+        .collect();
+    if distinct.iter().any(|&d| extras.skips[d].is_some()) {
+        up.skip_start.push(0);
+        up.full_offsets.push(0);
+        for &d in &distinct {
+            up.skip.extend(extras.skip_of(d).iter().map(|&i| i as i32));
+            up.skip_start.push(up.skip.len() as i32);
+            up.full_offsets.push(up.full_offsets.last().copied().unwrap_or(0) + data[d].len() as i64);
+        }
+    }
     up.totals = distinct.iter().map(|&d| extras.totals[d]).collect();
     if extras.censored_fit {
         up.cens_start.push(0);
@@ -276,7 +310,7 @@ pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], extras: &'a Dataset
             up.cens_start.push((up.cens.len() / 3) as i32);
         }
     }
-    up.x = distinct.iter().map(|&d| values(d)).collect();
+    up.x = distinct.iter().map(|&d| data[d]).collect();
     if distinct.iter().any(|&d| weights_of(d).is_some()) {
         up.w = distinct.iter().map(|&d| weights_of(d).unwrap_or(&[])).collect();
     }
@@ -302,7 +336,7 @@ pub(super) fn concatenate(parts: &[&[f64]]) -> Vec<f64> {
 impl Uploaded<'_> {
     /// No data (a launch whose datasets are resident), `max_n` the largest.
     pub(super) fn empty(max_n: usize) -> Self {
-        Uploaded { x: vec![], w: vec![], totals: vec![], offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], cens: vec![], cens_start: vec![], max_n }
+        Uploaded { x: vec![], w: vec![], totals: vec![], offsets: vec![], lengths: vec![], centres: vec![], pair_dataset: vec![], cens: vec![], cens_start: vec![], skip: vec![], skip_start: vec![], full_offsets: vec![], max_n }
     }
 }
 

@@ -44,18 +44,34 @@ pub(super) fn upload_resident<'a>(dev: &Device, family: Family, data: &[&'a [f64
     upload(dev, &dev.stream, &up, true)
 }
 
+/// `parts` end to end on the device, through `s`, or through the device's
+/// pinned staging buffer when `staged` (the device's own stream).
+fn upload_parts(dev: &Device, s: &Arc<CudaStream>, parts: &[&[f64]], staged: bool) -> Result<CudaSlice<f64>> {
+    match parts {
+        _ if staged => dev.upload_parts_new(parts),
+        [one] => s.clone_htod(*one).map_err(|err| dev.err("copying data", err)),
+        _ => s.clone_htod(&concatenate(parts)).map_err(|err| dev.err("copying data", err)),
+    }
+}
+
+/// The observations of `up` on the device (as [`upload_parts`]), without
+/// the values the kernels leave out ([`Uploaded::skip`]), which are
+/// dropped there.
+pub(super) fn upload_values(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Result<CudaSlice<f64>> {
+    let full = upload_parts(dev, s, &up.x, staged)?;
+    if up.skip_start.is_empty() {
+        return Ok(full);
+    }
+    dev.compact_f64(if staged { &dev.stream } else { s }, &full, &up.full_offsets, &up.skip, &up.skip_start)
+}
+
 /// `up` on the device through `stream`; the observations through the
 /// device's pinned staging buffer when `staged` (the device's own stream).
 fn upload(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Result<DeviceData> {
     let e = |err| dev.err("copying data", err);
-    let copy = |parts: &[&[f64]]| match parts {
-        _ if staged => dev.upload_parts_new(parts),
-        [one] => s.clone_htod(*one).map_err(e),
-        _ => s.clone_htod(&concatenate(parts)).map_err(e),
-    };
     Ok(DeviceData {
-        x: copy(&up.x)?,
-        w: if up.w.is_empty() { None } else { Some(copy(&up.w)?) },
+        x: upload_values(dev, s, up, staged)?,
+        w: if up.w.is_empty() { None } else { Some(upload_parts(dev, s, &up.w, staged)?) },
         totals: s.clone_htod(&up.totals).map_err(e)?,
         offsets: s.clone_htod(&up.offsets).map_err(e)?,
         lengths: s.clone_htod(&up.lengths).map_err(e)?,
