@@ -772,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     const int* __restrict__ block_pairs, const double* __restrict__ init, double* __restrict__ out_params,
     double* __restrict__ out_ll, int* __restrict__ out_iters, int* __restrict__ out_status,
     double* __restrict__ trace, int max_iters, double epsilon, const double* __restrict__ held,
-    const double* __restrict__ cens, const int* __restrict__ cens_start)
+    const double* __restrict__ cens, const long long* __restrict__ cens_start)
 {
     extern __shared__ double2 uv[];  // the dataset's features (u, v)
     __shared__ int next_pair;
@@ -784,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     const double total = totals[d];  // the sum of the weights (n when unweighted)
 #ifdef EM_CENSORED
     const double* cd = cens + 3 * (long long)cens_start[d];
-    const int n_cens = cens_start[d + 1] - cens_start[d];
+    const int n_cens = (int)(cens_start[d + 1] - cens_start[d]);  // at most the dataset's length
 #endif
 #ifdef EM_MIXED
     float2* uvf = reinterpret_cast<float2*>(uv + n);  // after the float64 features
@@ -1040,7 +1040,7 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
     const double* __restrict__ centres, const int* __restrict__ pair_dataset, double* __restrict__ state,
     double* __restrict__ partial, unsigned* __restrict__ arrivals, int first, double* __restrict__ trace,
     const int* __restrict__ pair_global, int max_iters, double epsilon, const double* __restrict__ held,
-    const double* __restrict__ cens, const int* __restrict__ cens_start)
+    const double* __restrict__ cens, const long long* __restrict__ cens_start)
 {
     __shared__ double scratch[32];
     __shared__ unsigned arrived;
@@ -1117,7 +1117,7 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
     // The censored intervals, by the first block's threads.
     if (blockIdx.x == 0) {
         const double* cd = cens + 3 * (long long)cens_start[d];
-        const int n_cens = cens_start[d + 1] - cens_start[d];
+        const int n_cens = (int)(cens_start[d + 1] - cens_start[d]);  // at most the dataset's length
         for (int c = threadIdx.x; c < n_cens; c += blockDim.x) maxsum += censored_obs(cd[3 * c], cd[3 * c + 1], cd[3 * c + 2], p, centre, S);
     }
 #endif

@@ -68,12 +68,12 @@ extern "C" __global__ void layout_f64(const double* __restrict__ a, int rows, in
 // before it (a binary search).
 extern "C" __global__ void compact_f64(const double* __restrict__ full, const long long* __restrict__ full_off,
                                        const long long* __restrict__ off, const int* __restrict__ skip,
-                                       const int* __restrict__ skip_start, double* __restrict__ out)
+                                       const long long* __restrict__ skip_start, double* __restrict__ out)
 {
     const int d = blockIdx.x;
     const long long n = full_off[d + 1] - full_off[d];
     const int* s = skip + skip_start[d];
-    const int count = skip_start[d + 1] - skip_start[d];
+    const int count = (int)(skip_start[d + 1] - skip_start[d]);  // at most the part's length
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
         int lo = 0, hi = count;  // the first skipped position >= i
         while (lo < hi) {

@@ -218,11 +218,11 @@ impl Device {
     /// less the positions skip[skip_start[d] .. skip_start[d + 1]] of each
     /// part (increasing, relative to the part), end to end in a new buffer,
     /// on stream `s` (kernels/transfer.cu, compact_f64).
-    pub fn compact_f64(&self, s: &std::sync::Arc<cudarc::driver::CudaStream>, full: &CudaSlice<f64>, full_off: &[i64], skip: &[i32], skip_start: &[i32]) -> Result<CudaSlice<f64>> {
+    pub fn compact_f64(&self, s: &std::sync::Arc<cudarc::driver::CudaStream>, full: &CudaSlice<f64>, full_off: &[i64], skip: &[i32], skip_start: &[i64]) -> Result<CudaSlice<f64>> {
         let parts = full_off.len().saturating_sub(1);
         assert_eq!(skip_start.len(), parts + 1, "a skip list per part");
         let e = |err| self.err("copying data", err);
-        let off: Vec<i64> = (0..parts).map(|d| full_off[d] - skip_start[d] as i64).collect();
+        let off: Vec<i64> = (0..parts).map(|d| full_off[d] - skip_start[d]).collect();
         let total = full_off.last().copied().unwrap_or(0) - skip.len() as i64;
         // SAFETY: compact_f64 writes every value (each kept value once).
         let mut out = unsafe { s.alloc::<f64>(total.max(1) as usize) }.map_err(|err| self.err("allocating the exact observations", err))?;

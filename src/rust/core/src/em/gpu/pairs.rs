@@ -243,14 +243,14 @@ pub(super) struct Uploaded<'a> {
     /// dataset k's are cens_start[k] .. cens_start[k + 1]. Empty unless the
     /// fit has censored data.
     pub(super) cens: Vec<f64>,
-    pub(super) cens_start: Vec<i32>,
+    pub(super) cens_start: Vec<i64>,
     /// Positions of each dataset's values that the kernels leave out (its
     /// censored ones: [`DatasetExtras`]), dataset after dataset; dataset k's
     /// are skip[skip_start[k] .. skip_start[k + 1]]. Empty when no dataset
     /// leaves values out; otherwise `x` is uploaded whole at `full_offsets`
     /// and compacted on the device to `offsets`.
     pub(super) skip: Vec<i32>,
-    pub(super) skip_start: Vec<i32>,
+    pub(super) skip_start: Vec<i64>,
     pub(super) full_offsets: Vec<i64>,
     pub(super) max_n: usize,
 }
@@ -294,7 +294,7 @@ pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], extras: &'a Dataset
         up.full_offsets.push(0);
         for &d in &distinct {
             up.skip.extend(extras.skip_of(d).iter().map(|&i| i as i32));
-            up.skip_start.push(up.skip.len() as i32);
+            up.skip_start.push(up.skip.len() as i64);
             up.full_offsets.push(up.full_offsets.last().copied().unwrap_or(0) + data[d].len() as i64);
         }
     }
@@ -307,7 +307,7 @@ pub(super) fn gather<'a>(family: Family, data: &[&'a [f64]], extras: &'a Dataset
                     up.cens.extend([c.lower[i], c.upper[i], c.weight[i]]);
                 }
             }
-            up.cens_start.push((up.cens.len() / 3) as i32);
+            up.cens_start.push((up.cens.len() / 3) as i64);
         }
     }
     up.x = distinct.iter().map(|&d| data[d]).collect();

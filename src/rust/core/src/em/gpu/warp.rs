@@ -34,7 +34,7 @@ pub(super) struct DeviceData {
     centres: CudaSlice<f64>,
     /// The censored intervals and where each dataset's start (None unless
     /// the fit has censored data).
-    cens: Option<(CudaSlice<f64>, CudaSlice<i32>)>,
+    cens: Option<(CudaSlice<f64>, CudaSlice<i64>)>,
 }
 
 /// Upload every dataset of `data` once.
@@ -82,7 +82,7 @@ fn upload(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Res
 
 /// The censored intervals of `up` (one placeholder value when there are
 /// none: no buffer is empty), or None when the fit has no censored data.
-pub(super) fn upload_censored(s: &Arc<CudaStream>, up: &Uploaded) -> std::result::Result<Option<(CudaSlice<f64>, CudaSlice<i32>)>, cudarc::driver::DriverError> {
+pub(super) fn upload_censored(s: &Arc<CudaStream>, up: &Uploaded) -> std::result::Result<Option<(CudaSlice<f64>, CudaSlice<i64>)>, cudarc::driver::DriverError> {
     if up.cens_start.is_empty() {
         return Ok(None);
     }
