@@ -61,17 +61,17 @@ extern "C" __global__ void layout_f64(const double* __restrict__ a, int rows, in
 // Datasets laid end to end, less some of each one's values: part d is
 // full[full_off[d] .. full_off[d + 1]) less the positions skip[skip_start[d]
 // .. skip_start[d + 1]) (increasing, relative to the part), into
-// out[off[d] ..]: the exact observations of censored data, made on the
+// out[full_off[d] - skip_start[d] ..]: the exact observations of censored data, made on the
 // device from the values as the user holds them (a host copy of them all
 // would cost a pass over the host's memory and its page faults). One block
 // per part; each value's place is its position less the skipped ones
 // before it (a binary search).
 extern "C" __global__ void compact_f64(const double* __restrict__ full, const long long* __restrict__ full_off,
-                                       const long long* __restrict__ off, const int* __restrict__ skip,
-                                       const long long* __restrict__ skip_start, double* __restrict__ out)
+                                       const int* __restrict__ skip, const long long* __restrict__ skip_start,
+                                       double* __restrict__ out)
 {
     const int d = blockIdx.x;
-    const long long n = full_off[d + 1] - full_off[d];
+    const long long n = full_off[d + 1] - full_off[d], at = full_off[d] - skip_start[d];
     const int* s = skip + skip_start[d];
     const int count = (int)(skip_start[d + 1] - skip_start[d]);  // at most the part's length
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
@@ -82,6 +82,6 @@ extern "C" __global__ void compact_f64(const double* __restrict__ full, const lo
             else hi = mid;
         }
         if (lo < count && s[lo] == i) continue;
-        out[off[d] + i - lo] = full[full_off[d] + i];
+        out[at + i - lo] = full[full_off[d] + i];
     }
 }

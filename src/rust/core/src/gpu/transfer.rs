@@ -222,7 +222,6 @@ impl Device {
         let parts = full_off.len().saturating_sub(1);
         assert_eq!(skip_start.len(), parts + 1, "a skip list per part");
         let e = |err| self.err("copying data", err);
-        let off: Vec<i64> = (0..parts).map(|d| full_off[d] - skip_start[d]).collect();
         let total = full_off.last().copied().unwrap_or(0) - skip.len() as i64;
         // SAFETY: compact_f64 writes every value (each kept value once).
         let mut out = unsafe { s.alloc::<f64>(total.max(1) as usize) }.map_err(|err| self.err("allocating the exact observations", err))?;
@@ -230,14 +229,13 @@ impl Device {
             return Ok(out);
         }
         let d_full_off = s.clone_htod(full_off).map_err(e)?;
-        let d_off = s.clone_htod(&off).map_err(e)?;
         let d_skip = if skip.is_empty() { s.clone_htod(&[0i32]) } else { s.clone_htod(skip) }.map_err(e)?;
         let d_start = s.clone_htod(skip_start).map_err(e)?;
         let f = self.function(Kernel::CompactF64, &[])?;
         let mut launch = s.launch_builder(&f);
-        launch.arg(full).arg(&d_full_off).arg(&d_off).arg(&d_skip).arg(&d_start).arg(&mut out);
+        launch.arg(full).arg(&d_full_off).arg(&d_skip).arg(&d_start).arg(&mut out);
         let cfg = LaunchConfig { grid_dim: (parts as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: compact_f64(full, full_off, off, skip, skip_start, out): full
+        // SAFETY: compact_f64(full, full_off, skip, skip_start, out): full
         // holds full_off[parts] values, skip holds skip_start[parts] positions
         // (each within its part, increasing), out holds full_off[parts] -
         // skip_start[parts] values; one block per part.
