@@ -472,7 +472,7 @@ fn the_mixed_e_step_is_the_double_one_to_float32_rounding() {
             assert!((ld - lf).abs() <= 1e-5 * (x.len() as f64).sqrt() * (1.0 + ld.abs() / x.len() as f64), "{family:?} M={m}: {lf} vs {ld}");
             for j in 0..m {
                 for k in 0..3 {
-                    let scale: f64 = prep.uv.iter().map(|&[u, v]| [1.0, u.abs(), v.abs()][k]).sum();
+                    let scale: f64 = prep.features().map(|(u, v)| [1.0, u.abs(), v.abs()][k]).sum();
                     assert!((d[j][k] - f[j][k]).abs() <= 2e-6 * scale, "{family:?} M={m} sum {k} of component {j}: {} vs {}", f[j][k], d[j][k]);
                 }
             }
@@ -484,9 +484,9 @@ fn the_mixed_e_step_is_the_double_one_to_float32_rounding() {
                 for previous in [[[1.0, 0.0, 0.0], [2.0, 0.0, 0.0]], [[2.0, 0.0, 0.0], [1.0, 0.0, 0.0]]] {
                     let mut g = previous.to_vec();
                     assert!(cpu::e_step_mixed(&prep, &nat, &mut g, cpu::Wanted::Sums).is_finite());
-                    let totals = [x.len() as f64, prep.uv.iter().map(|uv| uv[0]).sum::<f64>(), prep.uv.iter().map(|uv| uv[1]).sum::<f64>()];
+                    let totals = [x.len() as f64, prep.u.iter().sum::<f64>(), prep.v.iter().sum::<f64>()];
                     for k in 0..3 {
-                        let scale: f64 = prep.uv.iter().map(|&[u, v]| [1.0, u.abs(), v.abs()][k]).sum();
+                        let scale: f64 = prep.features().map(|(u, v)| [1.0, u.abs(), v.abs()][k]).sum();
                         assert!((g[0][k] + g[1][k] - totals[k]).abs() <= 1e-12 * scale, "{family:?} sum {k}: {} + {} vs {}", g[0][k], g[1][k], totals[k]);
                         for j in 0..2 {
                             assert!((d[j][k] - g[j][k]).abs() <= 2e-6 * scale, "{family:?} sums only, sum {k} of component {j}: {} vs {}", g[j][k], d[j][k]);

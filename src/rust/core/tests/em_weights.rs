@@ -142,3 +142,52 @@ fn bad_weights_are_refused_naming_the_dataset() {
     assert!(!few[0].success());
     assert!(few[0].message.as_deref().unwrap_or("").contains("of weight > 0"), "{:?}", few[0].message);
 }
+
+/// Converging weighted fits take an iteration's log-likelihood only where
+/// the stopping rule could be met (`em::cpu`'s Q-gain bound); with a trace
+/// kept they take every one. Both must stop at the same iteration with the
+/// same bits: status, iterations, log-likelihood and parameters.
+#[test]
+fn converging_weighted_fits_stop_where_every_loglik_would() {
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for family in Family::ALL {
+        for m in 1..=4 {
+            let p = spread_params(family, m);
+            for (i, n) in [50usize, 700, 4000].into_iter().enumerate() {
+                let x = simulate::mixture(family, &p, n, 300 + 10 * m as u64 + i as u64);
+                // Real-valued weights in (0, 2), some 0.
+                let mut state = 17 + i as u64;
+                let w: Vec<f64> = x
+                    .iter()
+                    .map(|_| {
+                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+                        if u < 0.05 { 0.0 } else { 2.0 * u }
+                    })
+                    .collect();
+                for eps in [1e-2, 1e-6, 1e-10] {
+                    let config = EmConfig::new(family, m).random_inits(3).seed(5 + i as u64).max_iters(400).epsilon(eps).weights(vec![w.clone()]);
+                    let lazy = fit_many(&[&x[..]], &config.clone().check().unwrap(), &Exec::cpu()).unwrap();
+                    let every = fit_many(&[&x[..]], &config.keep_trace(true).check().unwrap(), &Exec::cpu()).unwrap();
+                    let (a, b) = (&lazy[0], &every[0]);
+                    checked += 1;
+                    let same = a.status == b.status
+                        && a.iterations == b.iterations
+                        && a.loglik.to_bits() == b.loglik.to_bits()
+                        && [(&a.params.alpha, &b.params.alpha), (&a.params.mu, &b.params.mu), (&a.params.scale, &b.params.scale)]
+                            .iter()
+                            .all(|(x, y)| x.iter().zip(y.iter()).all(|(u, v)| u.to_bits() == v.to_bits()));
+                    if !same {
+                        bad.push(format!(
+                            "{family:?} M={m} n={n} epsilon {eps}: {:?}/{} ll {} vs {:?}/{} ll {}",
+                            a.status, a.iterations, a.loglik, b.status, b.iterations, b.loglik
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100);
+    assert!(bad.is_empty(), "{} of {checked} differ:\n{}", bad.len(), bad.join("\n"));
+}

@@ -125,7 +125,7 @@ fn e_step_sized<const FIXED: usize>(prep: &Prepared, nat: &[Natural], sums: &mut
     let lp = scratch.values(m);
     let block = log_block_len(m);
     let (mut max_sum, mut log_sum, mut prod, mut in_block) = (0.0f64, 0.0f64, 1.0f64, 0usize);
-    for &[u, v] in &prep.uv {
+    for (u, v) in prep.features() {
         let (top, s) = exps_at(nat, u, v, lp);
         let r = 1.0 / s;
         for (acc, l) in sums.iter_mut().zip(lp.iter()) {
@@ -158,7 +158,7 @@ pub fn e_step_weighted(prep: &Prepared, w: &[f64], nat: &[Natural], sums: &mut [
     let mut scratch = Scratch::new();
     let lp = scratch.values(m);
     let mut ll = 0.0;
-    for (&[u, v], &wi) in prep.uv.iter().zip(w) {
+    for ((u, v), &wi) in prep.features().zip(w) {
         if wi == 0.0 {
             continue;
         }
@@ -181,7 +181,7 @@ fn e_step_two(prep: &Prepared, nat: &[Natural], sums: &mut [Sums]) -> f64 {
     let mut acc = [[0.0f64; 3]; 2];
     let block = log_block_len(2);
     let (mut max_sum, mut log_sum, mut prod, mut in_block) = (0.0f64, 0.0f64, 1.0f64, 0usize);
-    for &[u, v] in &prep.uv {
+    for (u, v) in prep.features() {
         let l0 = c0.a + c0.b * u + c0.c * v;
         let l1 = c1.a + c1.b * u + c1.c * v;
         let d = l1 - l0;
@@ -250,7 +250,7 @@ pub fn e_step_mixed(prep: &Prepared, nat: &[Natural], sums: &mut [Sums], wanted:
         *prod *= *prod32 as f64;
         *prod32 = 1.0;
     };
-    for &[u, v] in &prep.uv {
+    for (u, v) in prep.features() {
         let (uf, vf) = (u as f32, v as f32);
         let mut top = f64::NEG_INFINITY;
         for (l, c) in lp.iter_mut().zip(nat) {
@@ -285,7 +285,7 @@ pub fn e_step_mixed(prep: &Prepared, nat: &[Natural], sums: &mut [Sums], wanted:
     }
     flush(&mut group, sums, &mut prod32, &mut prod);
     if let Some(c) = complement {
-        let totals = prep.uv.iter().fold([prep.n as f64, 0.0, 0.0], |t, &[u, v]| [t[0], t[1] + u, t[2] + v]);
+        let totals = prep.features().fold([prep.n as f64, 0.0, 0.0], |t, (u, v)| [t[0], t[1] + u, t[2] + v]);
         let own = sums[1 - c];
         sums[c] = [totals[0] - own[0], totals[1] - own[1], totals[2] - own[2]];
     }
@@ -361,8 +361,15 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
     // With fixed iterations and no trace, only the last log-likelihood is
     // read: the others need only be known finite.
     let wanted = |iter: usize| if config.epsilon == 0.0 && !config.keep_trace && iter < config.max_iters { Wanted::Sums } else { Wanted::LogLik };
+    // Weighted fits that converge take an iteration's log-likelihood (an ln
+    // per observation) only where the stopping rule could be met
+    // (`q_gain_exceeds`); `ll_exact` says whether `ll` is one, or the
+    // finite stand-in of `Wanted::Sums`.
+    let lazy = config.epsilon > 0.0 && !config.keep_trace && !mixed && prep.weights.is_some() && prep.censored.is_none();
+    let mut ll_exact = !lazy;
+    let (mut prev_nat, mut again) = (Vec::with_capacity(m), vec![[0.0; 3]; if lazy { m } else { 0 }]);
     naturals(family, &params, prep.centre, &mut nat);
-    let mut ll = e_step_now(mixed_now, &nat, &params, &mut sums, wanted(0)) + prep.shared;
+    let mut ll = e_step_now(mixed_now, &nat, &params, &mut sums, if lazy { Wanted::Sums } else { wanted(0) }) + prep.shared;
     if !ll.is_finite() {
         return (StartFit::failed(m, init, 0, failure::bad_start()), false);
     }
@@ -386,9 +393,19 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
                 }
             }
         }
+        prev_nat.clear();
+        prev_nat.extend_from_slice(&nat);
         naturals(family, &params, prep.centre, &mut nat);
-        let mut new_ll = e_step_now(mixed_now, &nat, &params, &mut sums, wanted(iter)) + prep.shared;
-        let mut change = (new_ll - ll).abs();
+        // (`sums` are still the previous E-step's.)
+        let may_stop = !lazy || !q_gain_exceeds(&prev_nat, &nat, &sums, config.epsilon);
+        if lazy && may_stop && !ll_exact {
+            // The previous parameters' log-likelihood, for the change (its
+            // sums are those already taken, bit for bit).
+            ll = e_step_for(prep, &prev_nat, &mut again, Wanted::LogLik) + prep.shared;
+        }
+        let now = if may_stop || iter == config.max_iters { wanted(iter) } else { Wanted::Sums };
+        let mut new_ll = e_step_now(mixed_now, &nat, &params, &mut sums, now) + prep.shared;
+        let mut change = if may_stop { (new_ll - ll).abs() } else { f64::INFINITY };
         if mixed_now && polish && change < noise {
             // From here on float64: this iteration's E-step again, and no
             // stop on a change measured in mixed precision.
@@ -403,6 +420,7 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
             trace.push(new_ll);
         }
         ll = new_ll;
+        ll_exact = now == Wanted::LogLik;
         if change < config.epsilon {
             let fit = StartFit { params, init, loglik: ll, iterations: iter, status: FitStatus::Converged, message: None, trace };
             return (fit, mixed_now);
@@ -410,6 +428,26 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
     }
     let fit = StartFit { params, init, loglik: ll, iterations: config.max_iters, status: FitStatus::MaxIters, message: None, trace };
     (fit, mixed_now)
+}
+
+/// Whether the M-step's gain in Q, the expected complete-data
+/// log-likelihood under the E-step's responsibilities, certainly exceeds
+/// epsilon. Q(new | old) - Q(old | old) = sum_j (a'_j - a_j) S0_j +
+/// (b'_j - b_j) S1_j + (c'_j - c_j) S2_j, from the old E-step's sums `sums`
+/// (the responsibilities' entropy cancels). The log-likelihood rises by at
+/// least that much (Dempster, Laird and Rubin 1977: ln L(new) - ln L(old) >=
+/// Q(new | old) - Q(old | old), for any new parameters), so the stopping
+/// rule cannot be met and the new E-step need not take the log-likelihood.
+/// Near the optimum, the rise is at most twice the gain, so only the last
+/// few iterations take it. The margin, 1e-11 of the terms' size, covers the
+/// rounding of both sides.
+fn q_gain_exceeds(old: &[Natural], new: &[Natural], sums: &[Sums], epsilon: f64) -> bool {
+    let (mut gain, mut size) = (0.0, 0.0);
+    for ((o, n), s) in old.iter().zip(new).zip(sums) {
+        gain += (n.a - o.a) * s[0] + (n.b - o.b) * s[1] + (n.c - o.c) * s[2];
+        size += (n.a.abs() + o.a.abs()) * s[0].abs() + (n.b.abs() + o.b.abs()) * s[1].abs() + (n.c.abs() + o.c.abs()) * s[2].abs();
+    }
+    gain.is_finite() && size.is_finite() && gain > epsilon + 1e-11 * size
 }
 
 /// Message of a start stopped by a user interrupt (the call then returns
@@ -424,7 +462,7 @@ pub fn posterior(family: Family, prep: &Prepared, p: &MixParams) -> Result<Vec<f
     naturals(family, p, prep.centre, &mut nat);
     let mut out = memory::try_vec(prep.n.saturating_mul(m), 0.0, "the posterior (keep.posterior = TRUE)")?;
     let mut lp = vec![0.0; m];
-    for (i, &[u, v]) in prep.uv.iter().enumerate() {
+    for (i, (u, v)) in prep.features().enumerate() {
         let (_, s) = exps_at(&nat, u, v, &mut lp);
         for (j, l) in lp.iter().enumerate() {
             out[j * prep.n + i] = l / s;
@@ -440,10 +478,9 @@ pub fn classification_loglik(family: Family, prep: &Prepared, p: &MixParams) -> 
     let mut nat = Vec::new();
     naturals(family, p, prep.centre, &mut nat);
     let mut lp = vec![0.0; nat.len()];
-    prep.uv
-        .iter()
+    prep.features()
         .enumerate()
-        .map(|(i, &[u, v])| {
+        .map(|(i, (u, v))| {
             let wi = prep.weights.as_ref().map_or(1.0, |w| w[i]);
             if wi == 0.0 {
                 return 0.0;

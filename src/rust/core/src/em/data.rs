@@ -8,7 +8,10 @@ use crate::memory;
 use super::family::Family;
 
 /// A dataset in the form the E-step reads: the features (u, v) of every
-/// observation, contiguous, plus the shared log-density term summed once.
+/// observation, each in an array of its own (so that the SIMD E-step loads
+/// a vector of either with one instruction, where pairs took a dozen
+/// shuffles each time LLVM reloaded them), plus the shared log-density term
+/// summed once.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     pub n: usize,
@@ -16,7 +19,8 @@ pub struct Prepared {
     /// Sum over observations of k(x) (weighted), the log-density part no
     /// component changes.
     pub shared: f64,
-    pub uv: Vec<[f64; 2]>,
+    pub u: Vec<f64>,
+    pub v: Vec<f64>,
     /// Observation weights (None: all 1).
     pub weights: Option<Vec<f64>>,
     /// The sum of the weights (n when unweighted): the M-step's divisor of
@@ -38,13 +42,20 @@ impl Prepared {
     /// The features of `x` (16 bytes per observation), allocated fallibly.
     pub fn try_new(family: Family, x: &[f64]) -> Result<Self> {
         let centre = family.centre(x);
-        let mut uv = memory::try_with_capacity(x.len(), "the features of a dataset")?;
-        uv.extend(x.iter().map(|&xi| {
-            let (u, v) = family.features(xi, centre);
-            [u, v]
-        }));
+        let mut u: Vec<f64> = memory::try_with_capacity(x.len(), "the features of a dataset")?;
+        let mut v: Vec<f64> = memory::try_with_capacity(x.len(), "the features of a dataset")?;
+        for &xi in x {
+            let (ui, vi) = family.features(xi, centre);
+            u.push(ui);
+            v.push(vi);
+        }
         let shared = x.iter().map(|&xi| family.shared_term(xi)).sum();
-        Ok(Prepared { n: x.len(), centre, shared, uv, weights: None, total: x.len() as f64, censored: None })
+        Ok(Prepared { n: x.len(), centre, shared, u, v, weights: None, total: x.len() as f64, censored: None })
+    }
+
+    /// Each observation's features (u, v), in order.
+    pub fn features(&self) -> impl Iterator<Item = (f64, f64)> + '_ {
+        self.u.iter().copied().zip(self.v.iter().copied())
     }
 
     /// [`Prepared::try_new`] with observation weights, if any (checked by
