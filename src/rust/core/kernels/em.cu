@@ -390,7 +390,11 @@ __device__ __forceinline__ void e_obs(double u, double v, const double* A, const
 #ifdef EM_WEIGHTED
 // With observation weights (EM_WEIGHTED defined; em::cpu::e_step_weighted):
 // the observation's sums and log-likelihood term times its weight, one log
-// per observation; weight-0 observations add nothing.
+// per observation; weight-0 observations add nothing. Without LL (a fixed
+// number of iterations: all but the last, as the CPU's Wanted::Sums), the
+// log is left out and w (top + s) added instead, finite exactly when the
+// log-likelihood is; the sums are the same bits.
+template <bool LL>
 __device__ __forceinline__ void e_obs_weighted(double u, double v, double wi, const double* A, const double* B,
                                                const double* C, double* S, double& ll) {
     if (wi == 0.0) return;
@@ -404,7 +408,7 @@ __device__ __forceinline__ void e_obs_weighted(double u, double v, double wi, co
     const double w0 = d > 0.0 ? w_low : w_top, w1 = d > 0.0 ? w_top : w_low;
     S[0] += w0; S[1] = fma(w0, u, S[1]); S[2] = fma(w0, v, S[2]);
     S[3] += w1; S[4] = fma(w1, u, S[4]); S[5] = fma(w1, v, S[5]);
-    ll += wi * (fmax(l0, l1) + log1p_unit(e));
+    ll += wi * (fmax(l0, l1) + (LL ? log1p_unit(e) : e));
 #else
     double l[EM_M];
     double top = -__longlong_as_double(0x7ff0000000000000LL);
@@ -425,11 +429,13 @@ __device__ __forceinline__ void e_obs_weighted(double u, double v, double wi, co
         const double w = l[j] * r;
         S[3 * j] += w; S[3 * j + 1] += w * u; S[3 * j + 2] += w * v;
     }
-    ll += wi * (top + log(s));
+    ll += wi * (top + (LL ? log(s) : s));
 #endif
 }
 
-// warp_e_step with weights (wt: the dataset's weights in shared memory).
+// warp_e_step with weights (wt: the dataset's weights in shared memory);
+// without LL, e_obs_weighted's finite stand-in for the log-likelihood.
+template <bool LL = true>
 __device__ double warp_e_step_weighted(const double2* uv, const double* wt, int n, const double* A, const double* B,
                                        const double* C, double* S) {
     const int lane = threadIdx.x & 31;
@@ -442,12 +448,12 @@ __device__ double warp_e_step_weighted(const double2* uv, const double* wt, int 
 #pragma unroll
         for (int k = 0; k < EM_UNROLL; ++k) {
             const double2 f = uv[i + 32 * k];
-            e_obs_weighted(f.x, f.y, wt[i + 32 * k], A, B, C, S, ll);
+            e_obs_weighted<LL>(f.x, f.y, wt[i + 32 * k], A, B, C, S, ll);
         }
     }
     for (; i < n; i += 32) {
         const double2 f = uv[i];
-        e_obs_weighted(f.x, f.y, wt[i], A, B, C, S, ll);
+        e_obs_weighted<LL>(f.x, f.y, wt[i], A, B, C, S, ll);
     }
 #pragma unroll
     for (int k = 0; k < NSTAT; ++k) S[k] = warp_sum(S[k]);
@@ -882,7 +888,7 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
         double ll = E_STEP_NOW(S) + shared_k;
         int status = isfinite(ll) ? ST_RUNNING : ST_BAD_START;
         int iter = 0;
-#ifdef EM_WEIGHTS_ONLY
+#if defined(EM_WEIGHTS_ONLY) || (defined(EM_WEIGHTED) && !defined(EM_CENSORED))
         // Nothing reads the log-likelihood of an iteration but the last
         // when the iterations are fixed and no trace is kept.
         const bool ll_each = epsilon > 0.0 || my_trace != nullptr;
@@ -896,6 +902,12 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
 #endif
             if (status != ST_RUNNING) break;
             naturals_warp(p, centre, A, B, C);
+#if defined(EM_WEIGHTED) && !defined(EM_CENSORED)
+            if (!ll_each && iter < max_iters) {
+                if (!isfinite(warp_e_step_weighted<false>(uv, wt, n, A, B, C, S))) { status = ST_NONFINITE; break; }
+                continue;
+            }
+#endif
 #ifdef EM_WEIGHTS_ONLY
             if (!ll_each && iter < max_iters) {
 #ifdef EM_MIXED
@@ -1075,7 +1087,7 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
         for (int k = 0; k < EM_GRID_UNROLL; ++k) {
             double u, v;
             fam_features(xs[k], centre, u, v);
-            e_obs_weighted(u, v, ws[k], A, B, C, S, ll_w);
+            e_obs_weighted<true>(u, v, ws[k], A, B, C, S, ll_w);
             if (first && ws[k] != 0.0) k_local += ws[k] * fam_shared_term(xs[k]);
         }
     }
@@ -1083,7 +1095,7 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
         const double xi = xd[i], wi = wd[i];
         double u, v;
         fam_features(xi, centre, u, v);
-        e_obs_weighted(u, v, wi, A, B, C, S, ll_w);
+        e_obs_weighted<true>(u, v, wi, A, B, C, S, ll_w);
         if (first && wi != 0.0) k_local += wi * fam_shared_term(xi);
     }
     maxsum = ll_w;
