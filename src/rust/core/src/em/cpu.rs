@@ -393,8 +393,10 @@ fn run_iterations(family: Family, prep: &Prepared, init: MixParams, config: &Che
                 }
             }
         }
-        prev_nat.clear();
-        prev_nat.extend_from_slice(&nat);
+        if lazy {
+            prev_nat.clear();
+            prev_nat.extend_from_slice(&nat);
+        }
         naturals(family, &params, prep.centre, &mut nat);
         // (`sums` are still the previous E-step's.)
         let may_stop = !lazy || !q_gain_exceeds(&prev_nat, &nat, &sums, config.epsilon);

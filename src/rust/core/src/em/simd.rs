@@ -6,7 +6,8 @@
 //! `#[target_feature]` functions where LLVM vectorises their lane loops into
 //! AVX2 or AVX-512 instructions.
 //!
-//! Observation i of a dataset goes to lane i % LANES: every lane keeps its
+//! Observation i of a dataset goes to lane i % N (N = TWO_LANES for M = 2,
+//! SMALL_LANES otherwise): every lane keeps its
 //! own running sums, and the lanes are added in a fixed order at the end. So
 //! the lane layout, not the vector width, fixes the order of every addition:
 //! the AVX2 and AVX-512 builds give the same bits, and both are deterministic.
