@@ -11,7 +11,8 @@
 //                  and tau_k, the negative binomial's shape and the ordinal
 //                  cut-points), one at a time: each a
 //                  slice update whose candidates are evaluated in batches by
-//                  the whole grid (below, "Scalars summed over every row");
+//                  the whole grid (below, "Scalars summed over every row"),
+//                  or for the non-centred mu_k a Newton step (hb_newton_*);
 //   hb_global      one block per chain: mu (conjugate), tau and the
 //                  gaussian's sigma (slice), then the draw is written to the
 //                  device buffer if kept.
@@ -99,6 +100,33 @@ __device__ __forceinline__ double hb_loglik(double y, double n, double eta, cons
     return hb_ordinal(y, eta, aux.cuts, aux.gaps, aux.ncuts, -1, 0.0);
 #endif
 }
+
+#if HB_FAMILY != 4
+// hb_loglik with its first and second derivatives in eta (model.rs:
+// loglik_curve; never positive, so the non-centred mu's Newton step
+// applies). Binomial: weight n on softplus(eta); negative binomial: y +
+// phi on softplus(eta - log phi).
+__device__ __forceinline__ double hb_loglik_curve(double y, double n, double eta, const HbAux& aux, double& d1, double& d2) {
+#if HB_FAMILY == 0
+    const double r = y - eta;
+    d1 = r * aux.v;
+    d2 = -aux.v;
+    return -0.5 * r * r * aux.v;
+#elif HB_FAMILY == 2
+    const double m = exp(eta);
+    d1 = y - m;
+    d2 = -m;
+    return y * eta - m;
+#else
+    const double e = HB_FAMILY == 1 ? eta : eta - log(aux.v);
+    const double wgt = HB_FAMILY == 1 ? n : y + aux.v;
+    const double t = exp(-fabs(e)), inv = 1.0 / (1.0 + t);
+    d1 = y - wgt * (e > 0.0 ? inv : t * inv);
+    d2 = -wgt * t * inv * inv;
+    return y * e - wgt * (fmax(e, 0.0) + log1p(t));
+#endif
+}
+#endif
 
 __device__ __forceinline__ double hb_trials(const double* trials, long long i) {
     return trials ? trials[i] : 1.0;
@@ -409,7 +437,11 @@ __device__ __forceinline__ double tile_sum(double v, unsigned mask, int tile) {
 
 // (chain, group) pairs of `groups` (n_items of them per chain), `tile`
 // lanes each; tile divides 32 and blockDim.x.
-extern "C" __global__ void hb_beta_tiles(HbArgs a, const int* groups, int n_items, int chains, int tile) {
+// At most 85 registers, so that three blocks share a multiprocessor: the
+// updates wait on shuffles and exp/log1p chains, and only more warps
+// hide that (ptxas left to itself took 154 registers, one block per
+// multiprocessor, 1.76x slower).
+extern "C" __global__ void __launch_bounds__(256, 3) hb_beta_tiles(HbArgs a, const int* groups, int n_items, int chains, int tile) {
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long item = t / tile;
     if (item >= (long long)n_items * chains) return;  // whole tiles leave together
@@ -901,7 +933,7 @@ struct HbScalar {
     int fl, fk;
 };
 
-enum { HB_NEED_F0, HB_STEPPING, HB_SHRINKING, HB_DONE };
+enum { HB_NEED_F0, HB_STEPPING, HB_SHRINKING, HB_DONE, HB_NEWTON0, HB_NEWTON1 };
 enum { HB_AT_X0, HB_AT_LEFT, HB_AT_RIGHT, HB_AT_SHRINK };
 
 struct HbSliceState {
@@ -911,6 +943,7 @@ struct HbSliceState {
     int phase, steps_left, steps_right, left_open, right_open;
     int shrinks, evals, stuck, nt, collapse_at;
     int noncentred, skip;  // skip: x0's log density not finite (sweep.rs: non_centred_step)
+    double nf, nmean, nvar;  // a Newton step's log density at x0 and its proposal
     double t[HB_CANDIDATES];  // the batch's candidates
     int at[HB_CANDIDATES];    // and what each is (HB_AT_*)
 };
@@ -1102,6 +1135,18 @@ extern "C" __global__ void hb_scalar_start(HbArgs a, HbGlobal h, HbScalar s, int
     }
     st.noncentred = s.what >= HB_S_NC_MU;
     st.skip = 0;
+#if HB_FAMILY != 4
+    if (s.what == HB_S_NC_MU) {
+        // A Newton step (hb_newton_decide), from the scalar's own stream.
+        st.rng = HbRng(a.seed, a.chain0 + c, a.sweep, s.stream);
+        st.x = st.t[0] = st.x0;
+        st.nt = 1;
+        st.phase = HB_NEWTON0;
+        st.evals = 1;
+        st.stuck = st.shrinks = 0;
+        return;
+    }
+#endif
     // hb_slice's first three numbers: the level, the interval, the split.
     st.rng = HbRng(a.seed, a.chain0 + c, a.sweep, s.stream);
     st.x = st.x0;
@@ -1247,6 +1292,91 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
     // The shape as phi; a cut-point as brms's, theta_j - mu_1.
     if (h.draw_index >= 0 && s.draw_at >= 0)
         h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == HB_S_SHAPE ? exp(x) : x - h.mu[c * a.K];
+}
+
+// The non-centred mu_j's Newton step (core/src/gibbs/newton.rs): the
+// log density is concave in mu_j for every family but the ordinal, so from
+// x0 the proposal is N(x0 - f'/f'', -1/f''), accepted by Metropolis-
+// Hastings with the reverse proposal built the same way at the candidate.
+// Queued as hb_scalar_start, (hb_newton_eval, hb_newton_decide) at x0 and
+// at the candidate, then hb_scalar_finish, apply and groups as for a slice
+// update: two passes over the rows instead of a slice's batches (33
+// candidates in four rounds).
+//
+// Grid (nb, chains): block b's partial sums of rows b x 256 + tid, strided
+// by the grid, of (f, f' x_ij, f'' x_ij^2) at t[0].
+extern "C" __global__ void __launch_bounds__(256) hb_newton_eval(HbArgs a, HbGlobal h, HbScalar s) {
+#if HB_FAMILY != 4
+    __shared__ double scratch[32 * 3];
+    const int c = blockIdx.y;
+    const HbSliceState& st = *hb_scalar_state(s, c);
+    if (st.phase != HB_NEWTON0 && st.phase != HB_NEWTON1) return;
+    const double d = st.t[0] - st.base;
+    const double* eta = a.eta + (size_t)c * a.n;
+    const HbAux aux = hb_aux(a, c);
+    double acc[3] = {0.0, 0.0, 0.0};
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
+        const double x = a.x[i * a.K + s.j];
+        double d1, d2;
+        acc[0] += hb_loglik_curve(a.y[i], hb_trials(a.trials, i), eta[i] + x * d, aux, d1, d2);
+        acc[1] += d1 * x;
+        acc[2] += d2 * x * x;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int p = 0; p < 3; ++p) {
+        const double v = warp_sum(acc[p]);
+        if (lane == 0) scratch[warp * 3 + p] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 3) {
+        double total = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += scratch[w * 3 + threadIdx.x];
+        s.partials[((size_t)c * s.nb + blockIdx.x) * HB_CANDIDATES + threadIdx.x] = total;
+    }
+#endif
+}
+
+// One block per chain: the sums with mu's prior; at x0 the candidate is
+// drawn, at the candidate it is accepted or not (newton.rs: newton_step).
+// No proposal (a value not finite, a curvature not negative) leaves mu_j.
+extern "C" __global__ void hb_newton_decide(HbArgs a, HbGlobal h, HbScalar s) {
+#if HB_FAMILY != 4
+    __shared__ double scratch[32];
+    __shared__ double sums[3];
+    const int c = blockIdx.x;
+    HbSliceState& st = *hb_scalar_state(s, c);
+    if (st.phase != HB_NEWTON0 && st.phase != HB_NEWTON1) return;
+    for (int p = 0; p < 3; ++p) {
+        double v = 0.0;
+        for (int b = threadIdx.x; b < s.nb; b += blockDim.x) v += s.partials[((size_t)c * s.nb + b) * HB_CANDIDATES + p];
+        v = block_sum(v, scratch);
+        if (threadIdx.x == 0) sums[p] = v;
+    }
+    if (threadIdx.x != 0) return;
+    const double t = st.t[0], inv_var = 1.0 / (h.mu_sd * h.mu_sd);
+    const double f = sums[0] + hb_scalar_prior(h, s, t);
+    const double d1 = sums[1] - (t - h.mu_mean) * inv_var, d2 = sums[2] - inv_var;
+    const double mean = t - d1 / d2, var = -1.0 / d2;
+    const bool ok = isfinite(f) && isfinite(mean) && d2 < 0.0 && var > 0.0 && isfinite(var);
+    if (st.phase == HB_NEWTON0) {
+        st.phase = HB_DONE;
+        if (!ok) return;
+        const double x1 = mean + sqrt(var) * st.rng.normal();
+        if (!isfinite(x1)) return;
+        st.nf = f;
+        st.nmean = mean;
+        st.nvar = var;
+        st.t[0] = x1;
+        st.phase = HB_NEWTON1;
+        return;
+    }
+    st.phase = HB_DONE;
+    if (!ok) return;
+    const double x0 = st.x0;
+    const double back = -0.5 * ((x0 - mean) * (x0 - mean) / var + log(var));
+    const double fore = -0.5 * ((t - st.nmean) * (t - st.nmean) / st.nvar + log(st.nvar));
+    if (log(st.rng.uniform()) < f - st.nf + back - fore) st.x = t;
+#endif
 }
 
 // gamma_j's or a non-centred update's move into eta, over the grid (nb,

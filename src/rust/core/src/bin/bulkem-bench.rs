@@ -571,7 +571,9 @@ mod gibbs_bench {
         if backend == Backend::Cuda {
             // The target's checks, summed by phase.
             let mut sums: Vec<(&str, f64)> = Vec::new();
-            for (p, s) in bulkem_core::gpu::timing::take().into_iter().filter(|(p, _)| p.starts_with("check")) {
+            let phases = bulkem_core::gpu::timing::take();
+            println!("  phases (s): {}", phases.iter().filter(|(p, _)| !p.starts_with("check")).map(|(p, s)| format!("{p} {s:.3}")).collect::<Vec<_>>().join(", "));
+            for (p, s) in phases.into_iter().filter(|(p, _)| p.starts_with("check")) {
                 match sums.iter_mut().find(|(q, _)| *q == p) {
                     Some(e) => e.1 += s,
                     None => sums.push((p, s)),

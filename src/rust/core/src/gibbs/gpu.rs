@@ -311,6 +311,7 @@ fn ptr<T>(s: &CudaSlice<T>, dev: &Device) -> u64 {
 /// Sample on the first usable device, laid out as `opts` says.
 pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOptions) -> Result<HbglmFit> {
     let balance = opts.balance;
+    let t_setup = std::time::Instant::now();
     let dev = &gpu::devices()?[0];
     let (g, k, p, n) = (data.groups(), data.k, data.p, data.n());
     if n > i32::MAX as usize || g * k > i32::MAX as usize {
@@ -618,10 +619,16 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         gpu::timing::record("check: diagnostics", t);
         diag
     };
+    dev.stream.synchronize().map_err(|err| dev.err("uploading", err))?;
+    gpu::timing::record("setup and uploads", t_setup);
+    let t_sweeps = std::time::Instant::now();
     let (sweeps, last) = super::target::run_blocks(config.target, config.iter, config.warmup, config.thin, &mut run, sweep, diagnose)?;
+    gpu::timing::record("sweeps", t_sweeps);
     let done = (sweeps - config.warmup) / config.thin;
+    let t_read = std::time::Instant::now();
     // Host buffers allocated fallibly (their size was checked up front).
     let draws = exec.install(|| run.3.read_ordered(dev, done))??;
+    gpu::timing::record("draws to the host", t_read);
     let counters = s.clone_dtoh(&d_counters).map_err(e("reading the counters"))?;
     let stuck_by = s.clone_dtoh(&d_stuck).map_err(e("reading the counters"))?;
     let stuck = layout.per_param(stuck_by.iter().enumerate().map(|(i, &n)| (i % ncoord, n)).filter(|&(c, _)| c < layout.n_coords()));

@@ -1,11 +1,13 @@
-//! Hierarchical Bayesian GLMs by Gibbs sampling, every coordinate drawn with
-//! Neal's univariate slice sampler.
+//! Hierarchical Bayesian GLMs by Gibbs sampling, the coordinates drawn with
+//! Neal's univariate slice sampler (the non-centred mu_k by a Newton step).
 //!
 //! ```text
 //! y_gj ~ family(x_gj' beta_g + z_gj' gamma),  beta_g ~ N(mu, diag(tau^2))
 //! sweep: beta_g for all g (parallel, coordinate-wise slice updates with the
 //!        linear predictor cached), gamma (slice, log posterior summed in
-//!        parallel), mu (conjugate normal), tau and sigma (slice, log scale)
+//!        parallel), mu (conjugate normal), tau and sigma (slice, log scale),
+//!        then mu and tau again non-centred (interweaving; mu by a Newton
+//!        step, newton.rs, where the family's log-likelihood is concave)
 //! ```
 //! Chains are independent, with random streams keyed by (seed, chain,
 //! sweep, block), so draws do not depend on the thread count.
@@ -25,6 +27,7 @@ pub mod diagnostics;
 pub mod summary;
 mod factor;
 mod model;
+pub mod newton;
 mod ordinal;
 mod prior;
 mod random;

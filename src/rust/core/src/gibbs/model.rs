@@ -110,6 +110,44 @@ impl Family {
         }
     }
 
+    /// Whether the log-likelihood is concave in eta with the derivatives of
+    /// [`Family::loglik_curve`] (every family but the ordinal).
+    pub fn has_curve(self) -> bool {
+        self != Family::Ordinal
+    }
+
+    /// [`Family::loglik_trials`] with its first and second derivatives in
+    /// eta (the second never positive). Not for the ordinal family.
+    #[inline(always)]
+    pub fn loglik_curve(self, y: f64, trials: f64, eta: f64, aux: Aux) -> (f64, f64, f64) {
+        // softplus(e) and the logistic's p (1 - p) from one exp.
+        let logistic = |e: f64| {
+            let t = (-e.abs()).exp();
+            let p = if e > 0.0 { 1.0 / (1.0 + t) } else { t / (1.0 + t) };
+            (e.max(0.0) + t.ln_1p(), p, t / ((1.0 + t) * (1.0 + t)))
+        };
+        match self {
+            Family::Gaussian => {
+                let r = y - eta;
+                (-0.5 * r * r * aux.value, r * aux.value, -aux.value)
+            }
+            Family::Binomial => {
+                let (sp, p, pq) = logistic(eta);
+                (y * eta - trials * sp, y - trials * p, -trials * pq)
+            }
+            Family::Poisson => {
+                let m = eta.exp();
+                (y * eta - m, y - m, -m)
+            }
+            Family::NegBinomial => {
+                let (phi, e) = (aux.value, eta - aux.value.ln());
+                let (sp, p, pq) = logistic(e);
+                (y * e - (y + phi) * sp, y - (y + phi) * p, -(y + phi) * pq)
+            }
+            Family::Ordinal => (self.loglik(y, eta, aux), f64::NAN, f64::NAN),
+        }
+    }
+
     /// Whether `y` is a valid response (with `trials` binomial trials when
     /// given), and why not.
     pub fn check_response(self, y: f64, trials: Option<f64>) -> Option<String> {

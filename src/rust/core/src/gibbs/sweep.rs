@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use super::adapt::Widths;
 use super::covariance;
 use super::lkj::{self, Lkj};
+use super::newton::{newton_step, Curve};
 use super::model::{negbin_shape_loglik, rows_loglik, rows_loglik_trials, Aux, Family, HbData, SCALE_MAX, SHAPE_MAX};
 use super::prior::{CovPrior, Prior, ScalePrior};
 use super::random::{stream, Block, Rng};
@@ -634,8 +635,11 @@ impl Sweeper<'_> {
     /// beta_gk with it, a new tau_k stretches them all. The centred updates
     /// mix slowly when tau_k is small against what the data say of each
     /// group (mu and tau then barely move given beta); these do not. Each
-    /// is a slice update whose log density sums over every observation, in
-    /// parallel chunks (as gamma's). A point whose log density is not
+    /// log density sums over every observation, in parallel chunks (as
+    /// gamma's). mu_k's is concave where the family's log-likelihood is
+    /// (every family but the ordinal): there it takes a Newton step
+    /// (newton.rs), two passes over the rows; tau_k's, and the ordinal
+    /// family's mu_k, a slice update. A point whose log density is not
     /// finite is left to the centred updates (which report it as stuck);
     /// an update that cannot move here is not reported: the centred one
     /// still moves.
@@ -661,9 +665,23 @@ impl Sweeper<'_> {
             // mu_k: eta moves by x_ik per unit; the prior is mu's own.
             fill_slope(d, slope, j, |_| 1.0);
             let mu0 = state.mu[j];
-            let logf = |m: f64| self.moved_loglik(state, slope, m - mu0, aux, monitor) - 0.5 * ((m - m0) / s0).powi(2);
-            let settings = SliceSettings { w: state.nc_widths.w[j], ..self.slice };
-            if let Some(delta) = self.non_centred_step(mu0, logf(mu0), logf, &settings, rng, stats, monitor)? {
+            let step = if self.family.has_curve() {
+                // A Newton step (newton.rs): concave in mu, two passes.
+                let curve = |m: f64| {
+                    let c = self.moved_curve(state, slope, m - mu0, aux, monitor);
+                    Curve { f: c.f - 0.5 * ((m - m0) / s0).powi(2), d1: c.d1 - (m - m0) / (s0 * s0), d2: c.d2 - 1.0 / (s0 * s0) }
+                };
+                let c0 = curve(mu0);
+                let (m1, moved) = newton_step(mu0, &c0, curve, rng);
+                monitor.check()?;
+                stats.scale_evals += 2;
+                moved.then_some(m1 - mu0)
+            } else {
+                let logf = |m: f64| self.moved_loglik(state, slope, m - mu0, aux, monitor) - 0.5 * ((m - m0) / s0).powi(2);
+                let settings = SliceSettings { w: state.nc_widths.w[j], ..self.slice };
+                self.non_centred_step(mu0, logf(mu0), logf, &settings, rng, stats, monitor)?
+            };
+            if let Some(delta) = step {
                 state.mu[j] += delta;
                 (0..g_count).for_each(|g| state.beta[g * k + j] += delta);
                 move_eta(&mut state.eta, slope, delta);
@@ -731,6 +749,32 @@ impl Sweeper<'_> {
                 rows_loglik_trials(self.family, &d.y[r.clone()], &d.trials[r.clone()], &eta[r.clone()], &slope[r], delta, aux)
             }
         })
+    }
+
+    /// The sums over rows of (f, f' s, f'' s^2) of the log-likelihood at
+    /// eta_i + s_i delta (s: `slope`), in parallel chunks (the family must
+    /// have [`Family::has_curve`]); NaN once cancelled.
+    pub(super) fn moved_curve(&self, state: &State, slope: &[f64], delta: f64, aux: Aux, monitor: &Monitor) -> Curve {
+        let (d, eta, family) = (self.data, &state.eta, self.family);
+        let part = |r: std::ops::Range<usize>| -> [f64; 3] {
+            if monitor.is_cancelled() {
+                return [f64::NAN; 3];
+            }
+            let mut acc = [0.0; 3];
+            for i in r {
+                let n = if d.trials.is_empty() { 1.0 } else { d.trials[i] };
+                let s = slope[i];
+                let (f, d1, d2) = family.loglik_curve(d.y[i], n, eta[i] + s * delta, aux);
+                acc[0] += f;
+                acc[1] += d1 * s;
+                acc[2] += d2 * s * s;
+            }
+            acc
+        };
+        let n = d.n();
+        let parts: Vec<[f64; 3]> = (0..n.div_ceil(SUM_CHUNK).max(1)).into_par_iter().map(|c| part(c * SUM_CHUNK..((c + 1) * SUM_CHUNK).min(n))).collect();
+        let sum = |k: usize| parts.iter().map(|p| p[k]).sum::<f64>();
+        Curve { f: sum(0), d1: sum(1), d2: sum(2) }
     }
 }
 

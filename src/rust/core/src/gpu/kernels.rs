@@ -70,6 +70,8 @@ pub enum Kernel {
     HbScalarFinish,
     HbScalarApply,
     HbScalarGroups,
+    HbNewtonEval,
+    HbNewtonDecide,
     HbDrawsOrder,
     McmcDiagnostics,
     HmmForward,
@@ -106,7 +108,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 55] = [
+    pub const ALL: [Kernel; 57] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -129,6 +131,8 @@ impl Kernel {
         Kernel::HbScalarFinish,
         Kernel::HbScalarApply,
         Kernel::HbScalarGroups,
+        Kernel::HbNewtonEval,
+        Kernel::HbNewtonDecide,
         Kernel::HbDrawsOrder,
         Kernel::McmcDiagnostics,
         Kernel::HmmForward,
@@ -190,6 +194,8 @@ impl Kernel {
             HbScalarFinish => ("gibbs", "hb_scalar_finish"),
             HbScalarApply => ("gibbs", "hb_scalar_apply"),
             HbScalarGroups => ("gibbs", "hb_scalar_groups"),
+            HbNewtonEval => ("gibbs", "hb_newton_eval"),
+            HbNewtonDecide => ("gibbs", "hb_newton_decide"),
             HbDrawsOrder => ("gibbs", "hb_draws_order"),
             McmcDiagnostics => ("diagnostics", "mcmc_diagnostics"),
             HmmForward => ("hmm", "hmm_forward"),

@@ -7,7 +7,9 @@
 //! or beta move, hb_scalar_apply and hb_scalar_groups); kernels/gibbs.cu
 //! says how the batches keep the slice sampler's chain. On few rows no
 //! rounds are queued and hb_scalar_finish does it all with one block per
-//! chain.
+//! chain. The non-centred mu_k, whose log density is concave for every
+//! family but the ordinal, takes a Newton step instead (newton.rs): two
+//! rounds of hb_newton_eval and hb_newton_decide, at any number of rows.
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
@@ -80,11 +82,13 @@ pub(super) struct Scalars {
     /// Blocks of THREADS over each factor's levels (hb_scalar_groups).
     level_blocks: Vec<u32>,
     rounds: usize,
+    /// The non-centred mu_k by a Newton step (the family has its curve).
+    newton: bool,
     chains: u32,
     nb: u32,
     /// Blocks of THREADS over the groups (hb_scalar_groups).
     group_blocks: u32,
-    kernels: [CudaFunction; 6],
+    kernels: [CudaFunction; 8],
     _state: CudaSlice<f64>,
     _partials: CudaSlice<f64>,
     /// Each factor's row levels (for its sds' slopes).
@@ -183,10 +187,20 @@ impl Scalars {
             factor_sds,
             level_blocks: data.factors.iter().map(|fac| fac.levels.div_ceil(THREADS as usize).max(1) as u32).collect(),
             rounds: if n >= opts.grid_rows { BATCHES.len() } else { 0 },
+            newton: config.family.has_curve(),
             chains: chains as u32,
             nb: nb as u32,
             group_blocks: g.div_ceil(THREADS as usize).max(1) as u32,
-            kernels: [f(Kernel::HbScalarStart)?, f(Kernel::HbScalarEval)?, f(Kernel::HbScalarDecide)?, f(Kernel::HbScalarFinish)?, f(Kernel::HbScalarApply)?, f(Kernel::HbScalarGroups)?],
+            kernels: [
+                f(Kernel::HbScalarStart)?,
+                f(Kernel::HbScalarEval)?,
+                f(Kernel::HbScalarDecide)?,
+                f(Kernel::HbScalarFinish)?,
+                f(Kernel::HbScalarApply)?,
+                f(Kernel::HbScalarGroups)?,
+                f(Kernel::HbNewtonEval)?,
+                f(Kernel::HbNewtonDecide)?,
+            ],
             _state: state,
             _partials: partials,
             _levels: levels,
@@ -208,7 +222,7 @@ impl Scalars {
     fn queue_list(&self, dev: &Device, args: &HbArgs, global: &HbGlobal, list: &[HbScalar], blocks: u32) -> Result<()> {
         let s: &CudaStream = &dev.stream;
         let e = |what: &'static str| move |err| dev.err(what, err);
-        let [start, eval, decide, finish, apply, groups] = &self.kernels;
+        let [start, eval, decide, finish, apply, groups, newton_eval, newton_decide] = &self.kernels;
         let per_chain = |threads: u32| LaunchConfig { grid_dim: (self.chains, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let over_rows = LaunchConfig { grid_dim: (self.nb, self.chains, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let cap = if self.rounds > 0 { BATCHES[0] } else { 1 };
@@ -225,7 +239,19 @@ impl Scalars {
             let mut launch = s.launch_builder(start);
             launch.arg(args).arg(global).arg(sc).arg(&cap);
             unsafe { launch.launch(per_chain(32)) }.map_err(e("launching hb_scalar_start"))?;
-            for r in 0..self.rounds {
+            let newton = self.newton && sc.what == NC_MU;
+            if newton {
+                // At x0, then at the candidate.
+                for _ in 0..2 {
+                    let mut launch = s.launch_builder(newton_eval);
+                    launch.arg(args).arg(global).arg(sc);
+                    unsafe { launch.launch(over_rows) }.map_err(e("launching hb_newton_eval"))?;
+                    let mut launch = s.launch_builder(newton_decide);
+                    launch.arg(args).arg(global).arg(sc);
+                    unsafe { launch.launch(per_chain(THREADS)) }.map_err(e("launching hb_newton_decide"))?;
+                }
+            }
+            for r in 0..if newton { 0 } else { self.rounds } {
                 let mut launch = s.launch_builder(eval);
                 launch.arg(args).arg(global).arg(sc);
                 unsafe { launch.launch(over_rows) }.map_err(e("launching hb_scalar_eval"))?;
