@@ -2,11 +2,11 @@
 //
 // Compiled by NVRTC once per (device, family, EM_M) with -DEM_M=<components
 // 1..8>. The core prepends (src/gpu/kernels.rs, src/em/gpu/mod.rs): its
-// tolerances and the exp's constants, common.cuh, the status codes and
-// launch sizes (EM_WARPS), em_math.cuh (rcp_sum, rcp_terms, exp_neg_abs,
-// whose table each kernel loads with load_exp_table, and with EM_WEIGHTED
-// log1p_unit, whose table load_log1p_table loads), and the family's CUDA
-// block, which defines
+// tolerances and the exp's constants, common.cuh, tables.cuh (exp_neg_abs,
+// whose table each kernel loads with load_exp_table, and log1p_unit, whose
+// table the weighted kernels load with load_log1p_table), the status codes
+// and launch sizes (EM_WARPS), em_math.cuh (rcp_sum, rcp_terms, the normal
+// CDF's helpers), and the family's CUDA block, which defines
 //   fam_features(x, centre, u, v), fam_shared_term(x),
 //   fam_natural(first, second, centre, a, b, c), fam_m_step(sw, su, sv, centre, first, second)
 // (first, second in-out: the current parameters in, the new ones out)

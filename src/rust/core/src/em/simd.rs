@@ -63,7 +63,7 @@ impl<const N: usize> std::ops::DerefMut for Lanes<N> {
 // exp for arguments <= 0
 // ---------------------------------------------------------------------------
 
-// The GPU's E-step uses a table-driven exp instead (kernels/em_math.cuh,
+// The GPU's E-step uses a table-driven exp instead (kernels/tables.cuh,
 // `exp_neg_abs`: fewer float64 instructions, which bound it there); both are
 // within 2.5e-16 relative, so the backends agree to rounding, not to the bit.
 
@@ -248,7 +248,7 @@ const LOG1P_TABLE: [[f64; 2]; 128] = {
 };
 
 /// ln(1 + t) for t in [0, 1] by a table, as the GPU's `log1p_unit`
-/// (kernels/em_math.cuh): j = round(64 t), ln(1 + t) = ln(1 + j/64) +
+/// (kernels/tables.cuh): j = round(64 t), ln(1 + t) = ln(1 + j/64) +
 /// ln(1 + r) with r = (t - j/64) / (1 + j/64), |r| <= 1/128, the latter by
 /// its series to r^7. No division; absolute error at most 1.1e-16, relative
 /// 2.3e-16 for small t (j = 0 is exact: r = t). NaN for NaN (the padding).
@@ -959,7 +959,7 @@ mod tests {
 
     #[test]
     fn log1p_table_is_the_kernels_and_correctly_rounded() {
-        let src = include_str!("../../kernels/em_math.cuh");
+        let src = include_str!("../../kernels/tables.cuh");
         let at = src.find("LOG1P_TABLE_BITS[65][2] = {").expect("the kernels' table");
         let body = &src[at..at + src[at..].find("};").expect("its end")];
         let kernels: Vec<u64> = body.split("0x").skip(1).map(|h| u64::from_str_radix(&h[..16], 16).expect("hex")).collect();

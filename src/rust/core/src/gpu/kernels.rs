@@ -1,7 +1,10 @@
 //! The CUDA C sources, embedded in the binary. Each kernel file is compiled
-//! with the shared helpers of `common.cuh` prepended.
+//! with the shared helpers of `common.cuh` and the tables of `tables.cuh`
+//! prepended.
 
 const COMMON: &str = include_str!("../../kernels/common.cuh");
+/// The table-driven exp and ln(1 + t), after the helpers in every file.
+const TABLES: &str = include_str!("../../kernels/tables.cuh");
 
 /// Every kernel file: (name, source).
 pub const KERNELS: &[(&str, &str)] = &[
@@ -40,8 +43,8 @@ pub fn kernel_source_with(name: &str, prelude: &str) -> Option<String> {
         Some(d) => std::fs::read_to_string(d.join(file)).unwrap_or_else(|_| fallback.to_string()),
         None => fallback.to_string(),
     };
-    let (common, src) = (read("common.cuh".into(), COMMON), read(format!("{name}.cu"), builtin));
-    Some(format!("{constants}{common}\n{prelude}\n{src}"))
+    let (common, tables, src) = (read("common.cuh".into(), COMMON), read("tables.cuh".into(), TABLES), read(format!("{name}.cu"), builtin));
+    Some(format!("{constants}{common}\n{tables}\n{prelude}\n{src}"))
 }
 
 /// Every kernel entry point, with the file that defines it: launchers name
