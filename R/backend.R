@@ -176,7 +176,9 @@ core_error <- function(msg, call, fn, where = NULL) {
   if (kind == "interrupt") raise_interrupt()
   at <- if (!is.null(where)) c(i = "Raised by {where}.")
   headline <- switch(kind,
-    input = if (startsWith(msg, "dataset ")) "{.arg datasets} must contain only valid observations."
+    input = if (grepl("^Dataset [0-9]+ has (NA|NaN) at position", msg)) "{.arg datasets} must not contain missing values."
+            else if (startsWith(msg, "dataset ")) "{.arg datasets} must contain only valid observations."
+            else if (startsWith(msg, "`weights` ")) "{.arg weights} must be finite and non-negative, and not all 0."
             else "Invalid input to {.fn {fn}}.",
     memory = "{.fn {fn}} needs more memory than is available.",
     device = "{.fn {fn}} could not run on its backend.",

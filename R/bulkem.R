@@ -390,7 +390,7 @@ bulkem.default <- function(datasets, num.components = 2, family = "invgauss",
     datasets <- sv$datasets
     censoring <- sv$censoring
   }
-  datasets <- check_datasets(datasets, call)
+  datasets <- check_datasets(datasets, call, values = FALSE)
   weights <- check_obs_weights(weights, datasets, call)
   Ks <- check_components(num.components, call)
   check_components_fit(datasets, max(Ks), family, call)
@@ -601,7 +601,10 @@ match_arg <- function(x, choices, arg, call) {
 
 # A list of double vectors. Values are checked by the core (finite, positive
 # for the inverse Gaussian), which reports dataset, position and value.
-check_datasets <- function(datasets, call) {
+# `values = FALSE` leaves missing values to the core, whose validation of
+# every value (on all threads) names the dataset and position as this does:
+# for 10^7 values R's serial anyNA() took 11 ms, most of R's share of a GPU fit.
+check_datasets <- function(datasets, call, values = TRUE) {
   if (is.numeric(datasets) && is.matrix(datasets)) {
     # One dataset per column.
     datasets <- stats::setNames(lapply(seq_len(ncol(datasets)), function(j) datasets[, j]), colnames(datasets))
@@ -624,9 +627,9 @@ check_datasets <- function(datasets, call) {
       x = "Dataset {bad} is {describe_value(datasets[[bad]])}."
     ), call = call)
   }
-  # NA is found here (the core sees NA only as NaN); other values are
-  # checked by the core, which reports dataset, position and value.
-  has_na <- vapply(datasets, anyNA, logical(1))
+  # Other values are checked by the core, which reports dataset, position
+  # and value (and the glue says NA for R's NA).
+  has_na <- if (values) vapply(datasets, anyNA, logical(1)) else FALSE
   if (any(has_na)) {
     bad <- which(has_na)[1]
     bulkem_abort(c(
@@ -640,8 +643,9 @@ check_datasets <- function(datasets, call) {
 }
 
 # NULL, or the observation weights as a list of double vectors parallel to
-# `datasets` (one vector serves a single dataset). The core checks them
-# again against the data; here the messages name R's arguments.
+# `datasets` (one vector serves a single dataset). Their shape is checked
+# here; their values (finite, non-negative, not all 0) by the core, on all
+# threads: R's vectorised test took 0.29 s for 10^7 weights.
 check_obs_weights <- function(weights, datasets, call) {
   if (is.null(weights)) return(NULL)
   if (is.numeric(weights) && is.null(dim(weights))) weights <- list(weights)
@@ -658,16 +662,6 @@ check_obs_weights <- function(weights, datasets, call) {
         "Each element of {.arg weights} must be a numeric vector as long as its dataset.",
         x = "Dataset {d} has {length(datasets[[d]])} observation{?s}; its weights are {describe_value(w)}."
       ), call = call)
-    }
-    bad <- which(is.na(w) | !is.finite(w) | w < 0)
-    if (length(bad)) {
-      bulkem_abort(c(
-        "{.arg weights} must be finite and non-negative.",
-        x = "Weight {bad[1]} of dataset {d} is {w[bad[1]]}."
-      ), call = call)
-    }
-    if (length(w) && !any(w > 0)) {
-      bulkem_abort("{.arg weights}: every weight of dataset {d} is 0.", call = call)
     }
   }
   lapply(unname(weights), as.double)

@@ -5,8 +5,11 @@ test_that("bad datasets are rejected before any work, naming dataset and value",
   expect_error(bulkem(list()), "at least one dataset")
   expect_error(bulkem(data.frame(x = 1:3)), "must be a list of numeric vectors")
   expect_error(bulkem(list(1:5, "x")), "Dataset 2 is")
-  expect_error(bulkem(list(1:5, c(1, NA, 3))), "Dataset 2 has NA at position 2")
-  expect_error(bulkem(list(1:5, c(1, 2, NaN)), use.gpu = FALSE), "Dataset 2 has NA at position 3")
+  expect_error(bulkem(list(1:5, c(1, NA, 3))), "must not contain missing values.*Dataset 2 has NA at position 2",
+               class = "bulkem_error_input")
+  expect_error(bulkem(list(1:5, c(1, NA, 3)), use.gpu = FALSE, parallel = "future"),
+               "Dataset 2 has NA at position 2", class = "bulkem_error_input")
+  expect_error(bulkem(list(1:5, c(1, 2, NaN)), use.gpu = FALSE), "Dataset 2 has NaN at position 3", class = "bulkem_error_input")
   expect_error(bulkem(list(1:5, c(1, Inf)), use.gpu = FALSE),
                "dataset 2 has an invalid value at position 2 \\(Inf\\)", class = "bulkem_error_input")
   expect_error(bulkem(list(1:5, 1:5, c(3, 0, -1)), use.gpu = FALSE),

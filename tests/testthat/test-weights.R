@@ -58,8 +58,10 @@ test_that("weights pass through many datasets, chunks, choosing K and the formul
 test_that("bad weights are input errors that say what is wrong", {
   x <- c(1.2, 0.8, 2.5, 3.1, 0.9, 1.7)
   expect_error(bulkem(x, 1, weights = c(1, 1)), "as long as its dataset", class = "bulkem_error_input")
-  expect_error(bulkem(x, 1, weights = c(1, 1, -1, 1, 1, 1)), "Weight 3 of dataset 1 is -1", class = "bulkem_error_input")
-  expect_error(bulkem(x, 1, weights = c(1, NA, 1, 1, 1, 1)), "finite and non-negative", class = "bulkem_error_input")
+  expect_error(bulkem(x, 1, weights = c(1, 1, -1, 1, 1, 1)), "weight 3 of dataset 1 is -1", class = "bulkem_error_input")
+  expect_error(bulkem(x, 1, weights = c(1, NA, 1, 1, 1, 1)), "weight 2 of dataset 1 is missing.*finite and non-negative",
+               class = "bulkem_error_input")
+  expect_error(bulkem(x, 1, weights = c(1, 1, 1, Inf, 1, 1)), "weight 4 of dataset 1 is Inf", class = "bulkem_error_input")
   expect_error(bulkem(x, 1, weights = rep(0, 6)), "every weight of dataset 1 is 0", class = "bulkem_error_input")
   expect_error(bulkem(list(x, x), 1, weights = list(rep(1, 6))), "one per dataset \\(2\\)", class = "bulkem_error_input")
   expect_error(bulkem(list(x), 1, weights = "a"), "numeric", class = "bulkem_error_input")

@@ -121,8 +121,8 @@ fn em_fit_(
         config = config.inits(given);
     }
     if !weights.is_null() {
-        // A list of double vectors parallel to the datasets (checked in R
-        // and again, against the data, by the core).
+        // A list of double vectors parallel to the datasets (their shape
+        // checked in R, their values by the core).
         let list = weights.as_list().ok_or_else(|| Error::Other("internal: weights must be a list".into()))?;
         let values: Vec<Robj> = list.values().collect();
         config = config.weights(real_slices(&values)?.into_iter().map(|w| w.to_vec()).collect());

@@ -28,8 +28,16 @@ pub fn real_slices(values: &[Robj]) -> Result<Vec<&[f64]>> {
 
 /// Core error -> R error message, tagged `[bulkem_error_<kind>] ` so that
 /// the R side (core_error() in R/backend.R) raises a condition of that class.
+/// A NaN observation is a missing value to an R user: named as R's NA where
+/// it has NA's payload (the low word 1954), else as NaN.
 pub fn r_error(e: bulkem_core::Error) -> Error {
-    tagged(e.kind(), &e.to_string())
+    match e {
+        bulkem_core::Error::InvalidData { dataset, position, value, .. } if value.is_nan() => {
+            let what = if value.to_bits() & 0xffff_ffff == 1954 { "NA" } else { "NaN" };
+            tagged(ErrorKind::Input, &format!("Dataset {dataset} has {what} at position {position}."))
+        }
+        e => tagged(e.kind(), &e.to_string()),
+    }
 }
 
 /// An input error found by the glue itself.

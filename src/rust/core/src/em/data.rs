@@ -130,7 +130,8 @@ pub fn check_weights(data: &[&[f64]], weights: &[Vec<f64>], first: usize) -> Res
             return Err(Error::arg("weights", format!("dataset {which} has {} observations but {} weights", x.len(), w.len())));
         }
         if let Some(i) = first_where(w, |v| !(v >= 0.0 && v.is_finite())) {
-            return Err(Error::arg("weights", format!("weight {} of dataset {which} is {}; weights must be finite and >= 0", i + 1, num(w[i]))));
+            let value = if w[i].is_nan() { "missing (NA or NaN)".to_string() } else { num(w[i]) };
+            return Err(Error::arg("weights", format!("weight {} of dataset {which} is {value}; weights must be finite and non-negative", i + 1)));
         }
         if !x.is_empty() && first_where(w, |v| v > 0.0).is_none() {
             return Err(Error::arg("weights", format!("every weight of dataset {which} is 0")));
