@@ -44,12 +44,18 @@ impl Prepared {
         let centre = family.centre(x);
         let mut u: Vec<f64> = memory::try_with_capacity(x.len(), "the features of a dataset")?;
         let mut v: Vec<f64> = memory::try_with_capacity(x.len(), "the features of a dataset")?;
-        for &xi in x {
-            let (ui, vi) = family.features(xi, centre);
-            u.push(ui);
-            v.push(vi);
+        if x.len() <= 4 * SCAN_CHUNK {
+            for &xi in x {
+                let (ui, vi) = family.features(xi, centre);
+                u.push(ui);
+                v.push(vi);
+            }
+        } else {
+            // One long dataset on every core (many datasets are prepared in
+            // parallel already), into the capacity reserved above.
+            x.par_iter().map(|&xi| family.features(xi, centre)).unzip_into_vecs(&mut u, &mut v);
         }
-        let shared = x.iter().map(|&xi| family.shared_term(xi)).sum();
+        let shared = ordered_sum(x, |xi| family.shared_term(xi));
         Ok(Prepared { n: x.len(), centre, shared, u, v, weights: None, total: x.len() as f64, censored: None })
     }
 
@@ -65,7 +71,7 @@ impl Prepared {
         if let Some(w) = weights {
             let mut own = memory::try_with_capacity(w.len(), "the weights of a dataset")?;
             own.extend_from_slice(w);
-            prep.shared = x.iter().zip(w).map(|(&xi, &wi)| if wi == 0.0 { 0.0 } else { wi * family.shared_term(xi) }).sum();
+            prep.shared = ordered_sum_by(x.len(), |i| if w[i] == 0.0 { 0.0 } else { w[i] * family.shared_term(x[i]) });
             prep.total = weight_total(w);
             prep.weights = Some(own);
         }
@@ -104,17 +110,30 @@ impl Prepared {
     }
 }
 
-/// The sum of a dataset's weights: in order, or for a long vector the
-/// sums of its SCAN_CHUNK-long chunks (on every core) added in order, the
-/// same on any number of threads. On one thread, 10^7 weights took 12 ms
-/// of a weighted GPU fit whose unweighted form takes 15 ms in all
-/// (BENCHMARKS.md, issue 25).
+/// The sum of a dataset's weights ([`ordered_sum`]). On one thread, 10^7
+/// weights took 12 ms of a weighted GPU fit whose unweighted form takes
+/// 15 ms in all (BENCHMARKS.md, issue 25).
 pub fn weight_total(w: &[f64]) -> f64 {
-    if w.len() <= 4 * SCAN_CHUNK {
-        return w.iter().sum();
+    ordered_sum(w, |v| v)
+}
+
+/// The sum of f(v) over `x` in a fixed order: in order, or for a long
+/// vector the sums of its SCAN_CHUNK-long chunks (on every core) added in
+/// order, the same on any number of threads. The dataset-wide sums of the
+/// checks and centres (a mean, a mean log) use it: on one thread the logs
+/// of 10^7 values take tens of ms, more than a whole GPU fit of them.
+pub(crate) fn ordered_sum(x: &[f64], f: impl Fn(f64) -> f64 + Sync) -> f64 {
+    ordered_sum_by(x.len(), |i| f(x[i]))
+}
+
+/// [`ordered_sum`] of term(i) for i in 0..n.
+pub(crate) fn ordered_sum_by(n: usize, term: impl Fn(usize) -> f64 + Sync) -> f64 {
+    let part = |r: std::ops::Range<usize>| r.map(&term).sum::<f64>();
+    if n <= 4 * SCAN_CHUNK {
+        return part(0..n);
     }
-    let chunks: Vec<f64> = w.par_chunks(SCAN_CHUNK).map(|c| c.iter().sum::<f64>()).collect();
-    chunks.iter().sum()
+    let parts: Vec<f64> = (0..n.div_ceil(SCAN_CHUNK)).into_par_iter().map(|k| part(k * SCAN_CHUNK..n.min((k + 1) * SCAN_CHUNK))).collect();
+    parts.iter().sum()
 }
 
 /// Observation weights against the data: one vector per dataset, each as
@@ -191,15 +210,10 @@ pub fn check_range(family: Family, x: &[f64], dataset: usize) -> Result<()> {
     family.check_range(x, dataset)
 }
 
-/// sum (x - centre)^2 in a fixed order (chunks summed in order), so that
-/// the check does not depend on the thread count.
+/// sum (x - centre)^2 in a fixed order ([`ordered_sum`]), so that the
+/// check does not depend on the thread count.
 pub(crate) fn sum_squares(x: &[f64], centre: f64) -> f64 {
-    let sq = |c: &[f64]| c.iter().map(|v| (v - centre) * (v - centre)).sum::<f64>();
-    if x.len() <= 4 * SCAN_CHUNK {
-        return sq(x);
-    }
-    let parts: Vec<f64> = x.par_chunks(SCAN_CHUNK).map(sq).collect();
-    parts.iter().sum()
+    ordered_sum(x, |v| (v - centre) * (v - centre))
 }
 
 /// A number as a message shows it: "5", "0.25", "1e300", "6.7e153".
@@ -252,6 +266,24 @@ pub fn unfittable_weighted(family: Family, x: &[f64], weights: Option<&[f64]>, c
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Short vectors are summed in order, as a plain sum; long ones by
+    /// chunks whose sums are added in order, the same bits on any number
+    /// of threads (the checks and centres of one dataset must not depend
+    /// on the machine).
+    #[test]
+    fn ordered_sums_do_not_depend_on_the_threads() {
+        let short: Vec<f64> = (0..4 * SCAN_CHUNK).map(|i| 1.0 / (1.0 + i as f64)).collect();
+        assert_eq!(ordered_sum(&short, |v| v).to_bits(), short.iter().sum::<f64>().to_bits());
+        let long: Vec<f64> = (0..4 * SCAN_CHUNK + 12_345).map(|i| (1.0 + (i % 977) as f64).ln() * if i % 3 == 0 { -1e8 } else { 1.0 }).collect();
+        let by_chunks = long.chunks(SCAN_CHUNK).map(|c| c.iter().map(|v| v * v).sum::<f64>()).fold(0.0, |a, b| a + b);
+        for threads in [1, 2, 5] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            assert_eq!(pool.install(|| ordered_sum(&long, |v| v * v)).to_bits(), by_chunks.to_bits(), "{threads} threads");
+        }
+        // Cancellation shows the order: the plain sum differs from the chunked one.
+        assert_ne!(long.iter().map(|v| v * v).sum::<f64>().to_bits(), by_chunks.to_bits());
+    }
 
     #[test]
     fn first_bad_value_is_reported() {

@@ -29,7 +29,7 @@ impl FamilyDef for Exponential {
     }
 
     fn check_range(&self, x: &[f64], dataset: usize) -> Result<()> {
-        if x.iter().sum::<f64>().is_finite() {
+        if crate::em::data::ordered_sum(x, |v| v).is_finite() {
             return Ok(());
         }
         Err(Error::arg(

@@ -38,7 +38,7 @@ impl FamilyDef for Gamma {
     /// sum(w x / g) must be finite: x / g is at most n for data of n values.
     fn check_range(&self, x: &[f64], dataset: usize) -> Result<()> {
         let g = mean_log(x).exp();
-        let total: f64 = x.iter().map(|v| v / g).sum();
+        let total = crate::em::data::ordered_sum(x, |v| v / g);
         if total.is_finite() && g.is_finite() && g > 0.0 {
             return Ok(());
         }

@@ -5,7 +5,7 @@
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal as LogNormalDist};
 
-use super::normal::{gauss_log_density, gauss_lower_tail, gauss_m_step, gauss_ml, gauss_natural, gauss_pooled_sd, gauss_upper_tail, mean, CUDA_GAUSSIAN};
+use super::normal::{gauss_log_density, gauss_lower_tail, gauss_m_step, gauss_ml, gauss_natural, gauss_pooled_sd, gauss_upper_tail, CUDA_GAUSSIAN};
 use super::{positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
 
 pub(super) struct LogNormal;
@@ -35,7 +35,7 @@ impl FamilyDef for LogNormal {
     }
 
     fn centre(&self, x: &[f64]) -> f64 {
-        mean(&logs(x))
+        super::mean_log(x)
     }
 
     fn features(&self, x: f64, centre: f64) -> (f64, f64) {

@@ -323,7 +323,7 @@ pub(crate) fn positive(name: &str, v: f64) -> std::result::Result<(), String> {
 
 /// Mean of log x (for families on positive data).
 pub(crate) fn mean_log(x: &[f64]) -> f64 {
-    x.iter().map(|v| v.ln()).sum::<f64>() / x.len() as f64
+    crate::em::data::ordered_sum(x, f64::ln) / x.len() as f64
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal as NormalDist};
 
 use super::{positive, FamilyDef, FamilyInfo, MStepFailure, Natural};
-use crate::em::data::{first_where, num, sum_squares};
+use crate::em::data::{first_where, num, ordered_sum, sum_squares};
 use crate::error::{Error, Result};
 use crate::tolerances::COLLAPSE_REL;
 
@@ -32,7 +32,7 @@ static INFO: FamilyInfo = FamilyInfo {
 };
 
 pub(super) fn mean(x: &[f64]) -> f64 {
-    x.iter().sum::<f64>() / x.len() as f64
+    ordered_sum(x, |v| v) / x.len() as f64
 }
 
 pub(super) fn gauss_natural(m: f64, s: f64, centre: f64) -> Natural {
