@@ -120,13 +120,15 @@ fn em_fit_(
     if let Some(given) = inits_from_r(&inits, first)? {
         config = config.inits(given);
     }
-    if !weights.is_null() {
-        // A list of double vectors parallel to the datasets (their shape
-        // checked in R, their values by the core).
-        let list = weights.as_list().ok_or_else(|| Error::Other("internal: weights must be a list".into()))?;
-        let values: Vec<Robj> = list.values().collect();
-        config = config.weights(real_slices(&values)?.into_iter().map(|w| w.to_vec()).collect());
-    }
+    // A list of double vectors parallel to the datasets (their shape checked
+    // in R, their values by the core), copied for the core in the session.
+    let weighted = !weights.is_null();
+    let weight_values: Vec<Robj> = if weighted {
+        weights.as_list().ok_or_else(|| Error::Other("internal: weights must be a list".into()))?.values().collect()
+    } else {
+        Vec::new()
+    };
+    let weight_slices = real_slices(&weight_values)?;
     if !censoring.is_null() {
         config = config.censoring(censoring_from_r(&censoring)?);
     }
@@ -137,7 +139,13 @@ fn em_fit_(
     let one = bulkem_core::em::job(&data, &config);
     let job = bulkem_core::em::job_for(one.work * candidates.len() as f64, largest);
     let backend = backend_for(backend, &job)?;
-    let sel = run_in_session(backend, threads.max(0) as usize, |exec| select_many(&data, &config, &candidates, criterion, exec)).map_err(r_error)?;
+    let sel = run_in_session(backend, threads.max(0) as usize, |exec| {
+        // The weights are copied on the call's threads, not on R's alone.
+        let copies = weight_slices.iter().map(|w| bulkem_core::memory::try_copy(w, "the weights")).collect::<bulkem_core::Result<Vec<_>>>()?;
+        let with_weights = weighted.then(|| config.with_weights(copies));
+        select_many(&data, with_weights.as_ref().unwrap_or(&config), &candidates, criterion, exec)
+    })
+    .map_err(r_error)?;
     let fits = &sel.fits;
 
     let posterior: Robj = if keep_posterior {

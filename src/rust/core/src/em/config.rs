@@ -110,6 +110,15 @@ pub struct EmConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckedEmConfig(pub(crate) EmConfig);
 
+impl CheckedEmConfig {
+    /// The same checked settings with observation weights: `check` does not
+    /// read them (the fit checks them against the data), so a caller may
+    /// attach them later, e.g. once copied on the call's threads.
+    pub fn with_weights(&self, weights: Vec<Vec<f64>>) -> Self {
+        CheckedEmConfig(self.0.clone().weights(weights))
+    }
+}
+
 impl std::ops::Deref for CheckedEmConfig {
     type Target = EmConfig;
     fn deref(&self) -> &EmConfig {
