@@ -85,7 +85,21 @@ threads_source <- function(info = backends_()) {
 # future sets mc.cores = 1 against nested R-level parallelism; that is not
 # an allotment (the core's threads are counted by worker_threads()).
 # Without parallelly (a suggested package): every core.
+#
+# parallelly::availableCores() takes about 2.5 ms, most of a small call's
+# time (a 10-value bulk_sum() took 3.3 ms), so its answer is kept while
+# what it reads from R is unchanged: the environment variables and its
+# options (cgroups and CPU affinity are fixed for a process in practice).
 cpu_allotment <- function(info = backends_(), worker = FALSE) {
+  key <- list(worker, info$cpu_threads, Sys.getenv(),
+              options()[grepl("^(mc[.]cores$|parallelly[.]|future[.])", names(options()))])
+  if (identical(the$allotment$key, key)) return(the$allotment$value)
+  value <- allotment_now(info, worker)
+  the$allotment <- list(key = key, value = value)
+  value
+}
+
+allotment_now <- function(info, worker) {
   all <- as.integer(info$cpu_threads)
   every <- list(cores = all, source = "every core")
   if (!requireNamespace("parallelly", quietly = TRUE)) return(every)

@@ -99,7 +99,8 @@ bulk_sum <- function(x, method = c("exact", "div2", "pairwise", "kahan", "naive"
 log_mean_exp <- function(x, na.rm = FALSE) {
   call <- environment()
   prepared <- reduce_input(x, na.rm, call)
-  out <- call_core(log_mean_exp_(prepared$x, cpu_threads()), call, "log_mean_exp")
+  core <- function(xs) call_core(log_mean_exp_(xs, cpu_threads()), call, "log_mean_exp")
+  out <- settle_missing(core(prepared$x), prepared, na.rm, core, call)
   reduce_output(out, prepared)
 }
 
@@ -112,17 +113,22 @@ reduce_call <- function(x, method, precision, use.gpu, na.rm, kind, call) {
   backend <- resolve_backend(use.gpu, call, quiet = TRUE)
   prepared <- reduce_input(x, na.rm, call)
   fn <- if (kind == "sum") "bulk_sum" else "bulk_mean"
-  if (precision == "single") warn_single_range(prepared, call)
-  out <- call_core(reduce_(prepared$x, method, precision, kind, backend, cpu_threads()), call, fn)
+  core <- function(xs) call_core(reduce_(xs, method, precision, kind, backend, cpu_threads()), call, fn)
+  out <- settle_missing(core(prepared$x), prepared, na.rm, core, call)
+  if (precision == "single") warn_single_range(out, prepared, call)
   if (method != "exact") warn_partial_overflow(out, prepared, method, precision, kind, fn, call)
   reduce_output(out, prepared)
 }
 
 # Finite values that round to an infinite binary32: the smallest magnitude
-# that does is the midpoint between the largest float and 2^128.
-warn_single_range <- function(prepared, call) {
+# that does is the midpoint between the largest float and 2^128. Such a
+# value makes the element's result infinite or NaN, so only those elements
+# are searched.
+warn_single_range <- function(out, prepared, call) {
   edge <- 2^128 * (1 - 2^-25)
-  beyond <- vapply(prepared$x, function(v) {
+  beyond <- rep(NA_integer_, length(out))
+  suspect <- which(!is.finite(out))
+  beyond[suspect] <- vapply(prepared$x[suspect], function(v) {
     i <- which(is.finite(v) & abs(v) >= edge)
     if (length(i)) i[1] else NA_integer_
   }, integer(1))
@@ -155,7 +161,8 @@ warn_partial_overflow <- function(out, prepared, method, precision, kind, fn, ca
   ), class = "bulkem_warning", call = call)
 }
 
-# A list of double vectors, with NA dropped (na.rm) or reported.
+# A list of double vectors (missing values are settled after the core's
+# pass: settle_missing()).
 reduce_input <- function(x, na.rm, call) {
   check_flag(na.rm, "na.rm", call = call)
   single <- is.numeric(x) && is.null(dim(x))
@@ -174,22 +181,35 @@ reduce_input <- function(x, na.rm, call) {
       x = if (length(xs) == 0) "The list is empty." else "Element {bad} is {describe_value(xs[[bad]])}."
     ), call = call)
   }
-  has_na <- vapply(xs, anyNA, logical(1))
-  if (any(has_na)) {
-    if (na.rm) {
-      xs[has_na] <- lapply(xs[has_na], function(v) v[!is.na(v)])
-    } else {
-      bad <- which(has_na)[1]
-      pos <- which(is.na(xs[[bad]]))[1]
-      where <- if (single) "" else paste0(" of element ", bad)
-      bulkem_abort(c(
-        "{.arg x} must not contain missing values unless {.code na.rm = TRUE}.",
-        x = "Position {pos}{where} is {if (is.nan(xs[[bad]][pos])) 'NaN' else 'NA'}."
-      ), call = call)
-    }
-  }
   xs <- lapply(xs, as.double)
   list(x = xs, single = single, names = names(x))
+}
+
+# The core's results `out` for `prepared$x` with missing values settled:
+# an element holding NA or NaN has a NaN result (the core's contract, as
+# IEEE sums give; so has one where Inf meets -Inf), so only the elements
+# with a NaN result are searched. R's anyNA() over every value took 11 ms
+# for 10^7 values, where the parallel pairwise sum takes 2.3. Without
+# na.rm a missing value is an error; with it, `core` reduces the list
+# again with those elements' missing values dropped (so that a message
+# names the element as the user numbers it).
+settle_missing <- function(out, prepared, na.rm, core, call) {
+  suspect <- which(is.na(out))
+  if (length(suspect) == 0) return(out)
+  has_na <- suspect[vapply(prepared$x[suspect], anyNA, logical(1))]
+  if (length(has_na) == 0) return(out)
+  xs <- prepared$x
+  if (!na.rm) {
+    bad <- has_na[1]
+    pos <- which(is.na(xs[[bad]]))[1]
+    where <- if (prepared$single) "" else paste0(" of element ", bad)
+    bulkem_abort(c(
+      "{.arg x} must not contain missing values unless {.code na.rm = TRUE}.",
+      x = "Position {pos}{where} is {if (is.nan(xs[[bad]][pos])) 'NaN' else 'NA'}."
+    ), call = call)
+  }
+  xs[has_na] <- lapply(xs[has_na], function(v) v[!is.na(v)])
+  core(xs)
 }
 
 reduce_output <- function(out, prepared) {

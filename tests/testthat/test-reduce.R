@@ -63,6 +63,30 @@ test_that("NA is an error unless na.rm; Inf propagates as in sum()", {
   expect_true(is.nan(bulk_sum(c(Inf, -Inf))))
 })
 
+test_that("missing values are found after the core's pass, by every method and precision", {
+  # R looks for NA only in the elements whose result is NaN.
+  long <- rep(0.25, 2e6)
+  long[1234567] <- NA
+  for (method in c("exact", "div2", "pairwise", "kahan", "naive")) {
+    for (precision in c("double", "single")) {
+      expect_error(bulk_sum(long, method = method, precision = precision), "Position 1234567 is NA",
+                   class = "bulkem_error_input")
+      expect_equal(bulk_mean(long, method = method, precision = precision, na.rm = TRUE), 0.25, tolerance = 1e-6)
+    }
+  }
+  # Inf meeting -Inf gives NaN without a missing value: a result, not an error.
+  x <- list(a = c(1, 2), b = c(Inf, -Inf), c = c(3, NaN, 5))
+  expect_error(bulk_sum(x), "Position 2 of element 3 is NaN", class = "bulkem_error_input")
+  out <- bulk_sum(x, na.rm = TRUE)
+  expect_identical(names(out), c("a", "b", "c"))
+  expect_identical(out[c("a", "c")], c(a = 3, c = 8))
+  expect_true(is.nan(out[["b"]]))
+  # An element left empty by na.rm is named as the user numbers it.
+  expect_error(bulk_mean(list(1, 2, c(NA, NaN)), na.rm = TRUE), "element 3 is empty", class = "bulkem_error_input")
+  expect_error(log_mean_exp(c(0, NA)), "Position 2 is NA", class = "bulkem_error_input")
+  expect_equal(log_mean_exp(c(0, NA, 0), na.rm = TRUE), 0)
+})
+
 test_that("bad input gives clear errors", {
   expect_error(bulk_mean("a"), "numeric vector", class = "bulkem_error_input")
   expect_error(bulk_sum(list(1, NULL)), "Element 2 is NULL", class = "bulkem_error_input")

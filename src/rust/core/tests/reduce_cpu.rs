@@ -17,6 +17,9 @@ use bulkem_core::reduce::{self, Method, Precision};
 // ---------------------------------------------------------------------------
 
 /// v * 2^1074, exactly.
+/// R's NA_real_: a NaN whose low word is 1954.
+const R_NA: f64 = f64::from_bits(0x7ff0_0000_0000_07a2);
+
 fn scaled(v: f64) -> BigInt {
     assert!(v.is_finite());
     let bits = v.to_bits();
@@ -480,6 +483,14 @@ fn non_finite_values_propagate() {
             assert!(s.is_nan() && m.is_nan(), "{tag}");
             let (s, m) = both(&[1.0, f64::NAN, 2.0]);
             assert!(s.is_nan() && m.is_nan(), "{tag}");
+            // R finds a missing value only in the elements whose result is
+            // NaN (R/reduce.R): R's NA and NaN, in the parallel paths too.
+            for missing in [f64::NAN, R_NA] {
+                let mut long = vec![0.25; 1_000_003];
+                long[654_321] = missing;
+                let (s, m) = both(&long);
+                assert!(s.is_nan() && m.is_nan(), "{tag}, 10^6 values with {missing:?}");
+            }
         }
         // Beyond binary32's range the rounded input is already infinite.
         assert_eq!(reduce::sum(&[1e39, 1.0], Method::Exact, Precision::Single, &exec).unwrap(), inf);

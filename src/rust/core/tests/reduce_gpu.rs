@@ -126,6 +126,24 @@ fn non_finite_inputs_propagate_as_on_the_cpu() {
             assert!(same_bits(cpu, gpu), "{method:?} {x:?}: {cpu} vs {gpu}");
         }
     }
+    // R finds a missing value only in the elements whose result is NaN
+    // (R/reduce.R): every method, precision and kind gives NaN for R's NA
+    // and for NaN, short and long (every launch path).
+    let r_na = f64::from_bits(0x7ff0_0000_0000_07a2);
+    for n in [3, 300, 70_000, 1_000_003] {
+        for missing in [f64::NAN, r_na] {
+            let mut x = mixed(n, 5, -3, 3);
+            x[n / 2] = missing;
+            for method in Method::ALL {
+                for precision in Precision::ALL {
+                    for kind in [Kind::Sum, Kind::Mean] {
+                        let (cpu, gpu) = both(&x, method, precision, kind);
+                        assert!(cpu.is_nan() && gpu.is_nan(), "{method:?} {precision:?} {kind:?} n = {n}: cpu {cpu} gpu {gpu}");
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -27,8 +27,9 @@
 //! `Exact` overflows only when the exact result rounds beyond the format.
 //! An overflowed partial sum then acts as an infinity: [MAX, MAX, -Inf]
 //! is NaN by `Naive` but -Inf by `Exact`. NaN payloads and the sign of a
-//! zero result are not specified (`Exact` gives +0); the R layer checks
-//! for NA beforehand.
+//! zero result are not specified (`Exact` gives +0). The R layer relies on
+//! NaN in, NaN out: it looks for NA only in the elements whose result is
+//! NaN (tests/reduce_cpu.rs and reduce_gpu.rs check every method).
 //!
 //! Empty vectors: every sum is 0; a mean of nothing is undefined and is an
 //! error naming the (1-based) element, raised before any work starts.
