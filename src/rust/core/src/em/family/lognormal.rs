@@ -34,6 +34,10 @@ impl FamilyDef for LogNormal {
         (x <= 0.0).then_some("lognormal data must be strictly positive")
     }
 
+    fn first_invalid(&self, x: &[f64]) -> Option<usize> {
+        crate::em::data::position_blocked(x, |v| !crate::em::data::positive_finite(v))
+    }
+
     fn centre(&self, x: &[f64]) -> f64 {
         super::mean_log(x)
     }

@@ -85,6 +85,13 @@ pub(crate) trait FamilyDef: Sync {
     fn info(&self) -> &'static FamilyInfo;
     /// Why `x` cannot be an observation (beyond being finite), if it cannot.
     fn observation_problem(&self, x: f64) -> Option<&'static str>;
+    /// The position of the first value of `x` that is no observation (not
+    /// finite, or `observation_problem`), one call per slice so that the
+    /// test runs in a loop of its own; families whose test is a range of
+    /// bits override it with one that vectorises (`data::position_blocked`).
+    fn first_invalid(&self, x: &[f64]) -> Option<usize> {
+        crate::em::data::position_blocked(x, |v| !v.is_finite() || self.observation_problem(v).is_some())
+    }
     /// Data the sufficient statistics cannot represent (an input error).
     fn check_range(&self, _x: &[f64], _dataset: usize) -> Result<()> {
         Ok(())
@@ -201,6 +208,12 @@ impl Family {
             return Some("values must be finite (no NA, NaN or Inf)");
         }
         self.def().observation_problem(x)
+    }
+
+    /// The position of the first value of `x` that is no observation of
+    /// this family ([`Family::observation_problem`]).
+    pub fn first_invalid(self, x: &[f64]) -> Option<usize> {
+        self.def().first_invalid(x)
     }
 
     pub fn check_range(self, x: &[f64], dataset: usize) -> Result<()> {

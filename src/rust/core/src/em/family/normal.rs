@@ -110,6 +110,10 @@ impl FamilyDef for Normal {
         None
     }
 
+    fn first_invalid(&self, x: &[f64]) -> Option<usize> {
+        crate::em::data::position_blocked(x, |v| !crate::em::data::finite_bits(v))
+    }
+
     /// The centre (mean) must be finite, the sum of squared deviations from
     /// it (which bounds every component's sum(w (x - centre)^2) and mean^2)
     /// at most NORMAL_MAX_SUM_SQUARES, and, unless all values are equal (a
