@@ -91,8 +91,8 @@ threads_source <- function(info = backends_()) {
 # what it reads from R is unchanged: the environment variables and its
 # options (cgroups and CPU affinity are fixed for a process in practice).
 cpu_allotment <- function(info = backends_(), worker = FALSE) {
-  key <- list(worker, info$cpu_threads, Sys.getenv(),
-              options()[grepl("^(mc[.]cores$|parallelly[.]|future[.])", names(options()))])
+  opts <- options()
+  key <- list(worker, info$cpu_threads, Sys.getenv(), opts[grepl("^(mc[.]cores$|parallelly[.]|future[.])", names(opts))])
   if (identical(the$allotment$key, key)) return(the$allotment$value)
   value <- allotment_now(info, worker)
   the$allotment <- list(key = key, value = value)

@@ -65,14 +65,25 @@ pub fn try_with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// A copy of `values`, allocated fallibly and written on every thread of
-/// the current pool: on one thread the pages of a fresh 80 MB vector and
-/// the copy take tens of ms, more than a GPU fit of the same values.
+/// A copy of `values`, allocated fallibly; a long one written on every
+/// thread of the current pool: on one thread the pages of a fresh 80 MB
+/// vector and the copy take tens of ms, more than a GPU fit of the values.
 pub fn try_copy<T: Copy + Send + Sync>(values: &[T], what: &str) -> Result<Vec<T>> {
     use rayon::prelude::*;
     let mut v = try_with_capacity(values.len(), what)?;
-    v.par_extend(values.par_iter().copied());
+    if values.len() < 1 << 18 {
+        v.extend_from_slice(values);
+    } else {
+        v.par_extend(values.par_iter().copied());
+    }
     Ok(v)
+}
+
+/// [`try_copy`] of every part, the parts side by side on the pool's threads
+/// (a call's many short weight vectors as well as one long one).
+pub fn try_copy_all<T: Copy + Send + Sync>(parts: &[&[T]], what: &str) -> Result<Vec<Vec<T>>> {
+    use rayon::prelude::*;
+    parts.par_iter().map(|p| try_copy(p, what)).collect()
 }
 
 /// "12.0 GB", "512 MB", ...

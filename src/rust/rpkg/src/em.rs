@@ -141,7 +141,7 @@ fn em_fit_(
     let backend = backend_for(backend, &job)?;
     let sel = run_in_session(backend, threads.max(0) as usize, |exec| {
         // The weights are copied on the call's threads, not on R's alone.
-        let copies = weight_slices.iter().map(|w| bulkem_core::memory::try_copy(w, "the weights")).collect::<bulkem_core::Result<Vec<_>>>()?;
+        let copies = bulkem_core::memory::try_copy_all(&weight_slices, "the weights")?;
         let with_weights = weighted.then(|| config.with_weights(copies));
         select_many(&data, with_weights.as_ref().unwrap_or(&config), &candidates, criterion, exec)
     })
