@@ -209,13 +209,15 @@ __device__ __forceinline__ void lower_tail(double c, double first, double second
 __device__ __noinline__ void interval(double lo, double hi, double first, double second, double centre, double* part, int lanes) {
     double a[3], b[3], w[3];
     upper_tail(lo, first, second, centre, a, lanes);
-    if (a[0] <= 0.5) {
+    // A right-censored value's part is its upper tail, whatever its size
+    // (no difference to lose digits in): one tail, not two.
+    if (a[0] <= 0.5 || hi == EM_INF) {
         upper_tail(hi, first, second, centre, b, lanes);
         for (int k = 0; k < 3; ++k) part[k] = a[k] - b[k];
         return;
     }
     lower_tail(hi, first, second, centre, b, lanes);
-    if (b[0] <= 0.5) {
+    if (b[0] <= 0.5 || lo == -EM_INF) {
         lower_tail(lo, first, second, centre, a, lanes);
         for (int k = 0; k < 3; ++k) part[k] = b[k] - a[k];
         return;

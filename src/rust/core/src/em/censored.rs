@@ -157,9 +157,12 @@ pub(crate) fn interval(family: Family, lower: f64, upper: f64, first: f64, secon
     let (Some(up_lower), Some(low_upper)) = (above(lower), below(upper)) else {
         return [0.0; 3];
     };
-    let parts = if up_lower[0] <= 0.5 {
+    // A right-censored value's part is its upper tail (a left-censored
+    // one's its lower tail), whatever its size: there is no difference to
+    // lose digits in, and the tail is computed once, not twice.
+    let parts = if up_lower[0] <= 0.5 || upper == f64::INFINITY {
         above(upper).map(|b| minus(up_lower, b))
-    } else if low_upper[0] <= 0.5 {
+    } else if low_upper[0] <= 0.5 || lower == f64::NEG_INFINITY {
         below(lower).map(|a| minus(low_upper, a))
     } else {
         match (above(f64::NEG_INFINITY), below(lower), above(upper)) {
@@ -322,6 +325,10 @@ mod tests {
         }
     }
 
+    /// The tails add to the whole; a right-censored value's part is its
+    /// upper tail (one evaluation, whatever its size; it was the whole less
+    /// the lower tail, at twice the cost, above 1/2) and a left-censored
+    /// one's its lower tail.
     #[test]
     fn lower_and_upper_tails_add_to_the_whole() {
         let cases = [
@@ -338,6 +345,8 @@ mod tests {
             assert_eq!(family.lower_tail(f64::INFINITY, first, second, centre).unwrap(), whole);
             for c in [0.05, 0.4, 1.0, 1.7, 3.0, 8.0] {
                 let (lo, up) = (family.lower_tail(c, first, second, centre).unwrap(), family.upper_tail(c, first, second, centre).unwrap());
+                assert_eq!(interval(family, c, f64::INFINITY, first, second, centre), up, "{family:?} ({c}, inf]");
+                assert_eq!(interval(family, f64::NEG_INFINITY, c, first, second, centre), lo, "{family:?} (-inf, {c}]");
                 for k in 0..3 {
                     assert!((lo[k] + up[k] - whole[k]).abs() <= 1e-12 * whole[k].abs().max(1.0), "{family:?} at {c}, part {k}: {} + {} vs {}", lo[k], up[k], whole[k]);
                 }

@@ -148,11 +148,11 @@ pub fn check_weights(data: &[&[f64]], weights: &[Vec<f64>], first: usize) -> Res
         if w.len() != x.len() {
             return Err(Error::arg("weights", format!("dataset {which} has {} observations but {} weights", x.len(), w.len())));
         }
-        if let Some(i) = first_where(w, |v| !(v >= 0.0 && v.is_finite())) {
+        if let Some(i) = first_where(w, |v| !nonnegative_finite(v)) {
             let value = if w[i].is_nan() { "missing (NA or NaN)".to_string() } else { num(w[i]) };
             return Err(Error::arg("weights", format!("weight {} of dataset {which} is {value}; weights must be finite and non-negative", i + 1)));
         }
-        if !x.is_empty() && first_where(w, |v| v > 0.0).is_none() {
+        if !x.is_empty() && first_where(w, above_zero).is_none() {
             return Err(Error::arg("weights", format!("every weight of dataset {which} is 0")));
         }
         Ok(())
@@ -180,6 +180,15 @@ pub(crate) fn first_found(x: &[f64], find: impl Fn(&[f64]) -> Option<usize> + Sy
     x.par_chunks(SCAN_CHUNK).enumerate().filter_map(|(k, c)| find(c).map(|i| k * SCAN_CHUNK + i)).find_first(|_| true)
 }
 
+/// Whether `test` holds for every chunk of `x` (long vectors in parallel
+/// chunks, as [`first_found`]).
+fn all_chunks(x: &[f64], test: impl Fn(&[f64]) -> bool + Sync + Send) -> bool {
+    if x.len() <= 4 * SCAN_CHUNK {
+        return test(x);
+    }
+    x.par_chunks(SCAN_CHUNK).all(test)
+}
+
 /// `x.iter().position(bad)` that tests blocks of values without an exit
 /// per value and searches only a block with a hit. With `bad` on the
 /// values' bits (integer compares, as `positive_finite`) the block test
@@ -201,6 +210,19 @@ pub(crate) fn positive_finite(v: f64) -> bool {
     v.to_bits().wrapping_sub(1) < 0x7fef_ffff_ffff_ffff
 }
 
+/// `v > 0.0` (false for NaN), by its bits: +0 wraps to the top, and
+/// negatives and NaNs lie above +inf's bits.
+pub(crate) fn above_zero(v: f64) -> bool {
+    v.to_bits().wrapping_sub(1) < 0x7ff0_0000_0000_0000
+}
+
+/// `v >= 0.0 && v.is_finite()` (a weight), by its bits: +0 to the largest
+/// double, and -0.
+pub(crate) fn nonnegative_finite(v: f64) -> bool {
+    let b = v.to_bits();
+    b < 0x7ff0_0000_0000_0000 || b == 1 << 63
+}
+
 /// Whether `v` is finite (not NaN), by its bits.
 pub(crate) fn finite_bits(v: f64) -> bool {
     (v.to_bits() & !(1u64 << 63)) < 0x7ff0_0000_0000_0000
@@ -210,6 +232,9 @@ pub(crate) fn finite_bits(v: f64) -> bool {
 /// range the family's sufficient statistics cannot represent (see
 /// [`check_range`]); `dataset` is the 1-based index the caller reports.
 pub fn validate(family: Family, x: &[f64], dataset: usize) -> Result<()> {
+    if all_chunks(x, |c| family.valid_in_one_pass(c)) {
+        return Ok(());
+    }
     if let Some(i) = first_found(x, |c| family.first_invalid(c)) {
         return Err(Error::InvalidData {
             dataset,
@@ -285,7 +310,7 @@ pub fn unfittable_reason(family: Family, x: &[f64], components: usize) -> Option
 pub fn unfittable_weighted(family: Family, x: &[f64], weights: Option<&[f64]>, components: usize) -> Option<String> {
     match weights {
         None => unfittable_reason(family, x, components),
-        Some(w) if first_where(w, |wi| !(wi > 0.0)).is_none() => unfittable_reason(family, x, components),
+        Some(w) if first_where(w, |wi| !above_zero(wi)).is_none() => unfittable_reason(family, x, components),
         Some(w) => {
             let kept: Vec<f64> = x.iter().zip(w).filter(|(_, &wi)| wi > 0.0).map(|(&xi, _)| xi).collect();
             unfittable_reason(family, &kept, components).map(|why| format!("{why} (of weight > 0)"))
@@ -313,6 +338,8 @@ mod tests {
         for &v in &edge_values() {
             assert_eq!(positive_finite(v), v > 0.0 && v.is_finite(), "{v:e}");
             assert_eq!(finite_bits(v), v.is_finite(), "{v:e}");
+            assert_eq!(above_zero(v), v > 0.0, "{v:e}");
+            assert_eq!(nonnegative_finite(v), v >= 0.0 && v.is_finite(), "{v:e}");
         }
         let plain = |family: Family, x: &[f64]| x.iter().position(|&v| family.observation_problem(v).is_some());
         for family in Family::ALL {
@@ -322,6 +349,12 @@ mod tests {
                     x[at] = bad;
                     assert_eq!(family.first_invalid(&x), plain(family, &x), "{family:?} {bad:e} at {at} of {n}");
                     assert_eq!(first_found(&x, |c| family.first_invalid(c)), plain(family, &x), "{family:?} {bad:e} at {at} of {n}");
+                    // The one-pass test passes only data both checks pass.
+                    let both = family.first_invalid(&x).is_none() && check_range(family, &x, 1).is_ok();
+                    assert!(both || !all_chunks(&x, |c| family.valid_in_one_pass(c)), "{family:?} {bad:e} at {at} of {n}");
+                    if family == Family::InvGauss {
+                        assert_eq!(all_chunks(&x, |c| family.valid_in_one_pass(c)), both, "{bad:e} at {at} of {n}");
+                    }
                 }
             }
         }

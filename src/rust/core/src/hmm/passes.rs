@@ -203,6 +203,7 @@ pub(crate) fn zeroed<T: Zero>(n: usize, what: &str) -> Result<Vec<T>> {
         if ptr.is_null() {
             return Err(fail());
         }
+        memory::advise_huge_pages(ptr.cast(), layout.size());
         Ok(Vec::from_raw_parts(ptr, n, n))
     }
 }

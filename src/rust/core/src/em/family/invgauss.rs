@@ -18,6 +18,15 @@ use crate::tolerances::COLLAPSE_REL;
 pub const IG_MIN: f64 = 1.4916681462400413e-154; // 2^-511
 pub const IG_MAX: f64 = 6.703903964971299e153; // 2^511
 
+/// Whether `v` lies outside [IG_MIN, IG_MAX] (NaN included): the range by
+/// the bits, monotone in positive doubles, with negatives and NaN wrapping
+/// above the span; a test that vectorises.
+fn outside_range(v: f64) -> bool {
+    const LO: u64 = IG_MIN.to_bits();
+    const SPAN: u64 = IG_MAX.to_bits() - IG_MIN.to_bits();
+    v.to_bits().wrapping_sub(LO) > SPAN
+}
+
 pub(super) struct InvGauss;
 
 static INFO: FamilyInfo = FamilyInfo {
@@ -50,10 +59,7 @@ impl FamilyDef for InvGauss {
     /// collapse rule bounds lambda / mu by 1 / COLLAPSE_REL), and b, c =
     /// -lambda / 2 and a are finite.
     fn check_range(&self, x: &[f64], dataset: usize) -> Result<()> {
-        // (IG_MIN..=IG_MAX).contains(&v) by the bits (monotone in positive
-        // doubles; negatives and NaN wrap above the span), which vectorises.
-        let (lo, span) = (IG_MIN.to_bits(), IG_MAX.to_bits() - IG_MIN.to_bits());
-        let Some(i) = first_where(x, |v| v.to_bits().wrapping_sub(lo) > span) else { return Ok(()) };
+        let Some(i) = first_where(x, outside_range) else { return Ok(()) };
         let (v, which) = (x[i], if x[i] > IG_MAX { "overflows" } else { "underflows" });
         Err(Error::arg(
             "datasets",
@@ -67,6 +73,12 @@ impl FamilyDef for InvGauss {
                 i + 1
             ),
         ))
+    }
+
+    /// The range lies within the positive finite values, so its test
+    /// alone passes exactly when both checks do.
+    fn valid_in_one_pass(&self, x: &[f64]) -> bool {
+        crate::em::data::position_blocked(x, outside_range).is_none()
     }
 
     fn features(&self, x: f64, _centre: f64) -> (f64, f64) {

@@ -96,6 +96,13 @@ pub(crate) trait FamilyDef: Sync {
     fn check_range(&self, _x: &[f64], _dataset: usize) -> Result<()> {
         Ok(())
     }
+    /// True when one pass over `x` shows that `first_invalid` finds nothing
+    /// and `check_range` passes (for a family whose range is a range of
+    /// values); false sends `data::validate` to those two, which name the
+    /// problem. Valid data, the usual case, then cost one read, not two.
+    fn valid_in_one_pass(&self, _x: &[f64]) -> bool {
+        false
+    }
     /// Dataset-wide constant the features are taken relative to.
     fn centre(&self, _x: &[f64]) -> f64 {
         0.0
@@ -218,6 +225,10 @@ impl Family {
 
     pub fn check_range(self, x: &[f64], dataset: usize) -> Result<()> {
         self.def().check_range(x, dataset)
+    }
+
+    pub(crate) fn valid_in_one_pass(self, x: &[f64]) -> bool {
+        self.def().valid_in_one_pass(x)
     }
 
     /// Centre the features are taken relative to.
