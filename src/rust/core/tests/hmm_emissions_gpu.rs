@@ -64,6 +64,9 @@ fn compare_passes<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, wh
     }
     let va = hmm::viterbi(model, seqs, &cpu).unwrap();
     let vb = hmm::viterbi(model, seqs, &gpu).unwrap();
+    // The paths as they crossed the bus (which R's glue widens) are the same.
+    let (paths, logp) = hmm::viterbi_paths(model, seqs, &gpu).unwrap();
+    assert_eq!((paths.to_vec(), logp), (vb.states.clone(), vb.log_prob.clone()), "{what}: Viterbi paths as sent");
     for (s, (x, y)) in va.log_prob.iter().zip(&vb.log_prob).enumerate() {
         assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: Viterbi log-prob gpu {y} cpu {x}");
         // Paths agree, or both are best to rounding: counts make exact ties
@@ -283,6 +286,8 @@ fn shares_agree(split: &Exec) {
         let one = Exec { gpu_parts: 1, ..cuda() };
         assert_eq!(hmm::loglik(&cat, &seqs, &one).unwrap(), hmm::loglik(&cat, &seqs, &split).unwrap(), "categorical N={n}: loglik");
         let (a, b) = (hmm::viterbi(&cat, &seqs, &one).unwrap(), hmm::viterbi(&cat, &seqs, &split).unwrap());
+        let (paths, logp) = hmm::viterbi_paths(&cat, &seqs, &split).unwrap();
+        assert_eq!((paths.to_vec(), logp), (a.states.clone(), a.log_prob.clone()), "categorical N={n}: Viterbi paths as sent, shared");
         assert_eq!((a.states, a.log_prob), (b.states, b.log_prob), "categorical N={n}: Viterbi");
         let (a, b) = (hmm::posterior(&cat, &seqs, &one).unwrap(), hmm::posterior(&cat, &seqs, &split).unwrap());
         assert_eq!((a.probs, a.loglik), (b.probs, b.loglik), "categorical N={n}: posteriors");

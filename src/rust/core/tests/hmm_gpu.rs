@@ -53,6 +53,10 @@ fn compare_passes(model: &HmmModel, seqs: &Sequences, what: &str) {
     let va = hmm::viterbi(model, seqs, &cpu).unwrap();
     let vb = hmm::viterbi(model, seqs, &gpu).unwrap();
     assert!(va.states == vb.states, "{what}: Viterbi paths differ");
+    // The paths as they crossed the bus (1 or 2 bytes a state where N
+    // allows), which R's glue widens: the same states and log-probabilities.
+    let (paths, logp) = hmm::viterbi_paths(model, seqs, &gpu).unwrap();
+    assert_eq!((paths.to_vec(), logp), (vb.states.clone(), vb.log_prob.clone()), "{what}: Viterbi paths as sent");
     for (x, y) in va.log_prob.iter().zip(&vb.log_prob) {
         assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: Viterbi log-prob gpu {y} cpu {x}");
     }

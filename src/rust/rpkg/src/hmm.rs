@@ -227,9 +227,9 @@ fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, 
         .map(|x| x.as_integer_slice_mut().ok_or_else(|| Error::Other("internal: a Viterbi path is not an integer vector".into())))
         .collect::<Result<_>>()?;
     let log_prob = run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| {
-        let v = hmm::viterbi(&m, &seqs, exec)?;
-        hmm::layout::paths_by_sequence(&v.states, &seqs.offsets, &mut outs, <i32 as CanBeNA>::na());
-        Ok::<_, bulkem_core::Error>(v.log_prob)
+        let (paths, log_prob) = hmm::viterbi_paths(&m, &seqs, exec)?;
+        hmm::layout::paths_by_sequence(&paths, &seqs.offsets, &mut outs, <i32 as CanBeNA>::na());
+        Ok::<_, bulkem_core::Error>(log_prob)
     })
     .map_err(r_error)?;
     drop(outs);

@@ -278,11 +278,32 @@ impl Device {
             let (ptr, _sync) = src.device_ptr(&self.stream);
             return self.stage_down(ptr, n * 4, put);
         }
+        let tmp = self.narrowed(src, w, n)?;
+        let (ptr, _sync) = tmp.device_ptr(&self.stream);
+        self.stage_down(ptr, n * w, put)
+    }
+
+    /// Download `src` (each value below `bound`, or u32::MAX) into `out`
+    /// as they crossed the bus: `w` = [`width_for`]`(bound, true)` (1 or 2)
+    /// little-endian bytes each, all ones for u32::MAX; `out` holds
+    /// `w src.len()` bytes.
+    pub fn download_narrow(&self, src: &CudaView<u32>, w: usize, out: &mut [u8]) -> Result<()> {
+        let n = out.len() / w;
+        if n == 0 {
+            return Ok(());
+        }
+        let tmp = self.narrowed(src, w, n)?;
+        let (ptr, _sync) = tmp.device_ptr(&self.stream);
+        self.stage_down(ptr, n * w, |at, bytes| par_copy(&mut out[at..at + bytes.len()], bytes))
+    }
+
+    /// The first `n` values of `src` narrowed to `w` bytes each, in a new
+    /// device buffer.
+    fn narrowed(&self, src: &CudaView<u32>, w: usize, n: usize) -> Result<CudaSlice<u8>> {
         // SAFETY: the kernel writes every byte before the copy reads it.
         let mut tmp = unsafe { self.stream.alloc::<u8>(n * w) }.map_err(|e| self.err("allocating a copy", e))?;
         self.narrow(src, w, n, &mut tmp)?;
-        let (ptr, _sync) = tmp.device_ptr(&self.stream);
-        self.stage_down(ptr, n * w, put)
+        Ok(tmp)
     }
 
     /// widen_u32 from `src` (n values of w bytes) into `dst`.

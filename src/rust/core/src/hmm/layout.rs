@@ -10,6 +10,8 @@
 
 use rayon::prelude::*;
 
+use super::Paths;
+
 /// Bytes of a sequence's rows read by one task: its block of rows stays in
 /// the core's L2 cache while each column is written.
 const BLOCK_BYTES: usize = 1 << 17;
@@ -67,7 +69,7 @@ pub fn columns_by_sequence(rows: &[f64], offsets: &[usize], n: usize, out: &mut 
 /// as `missing`. Runs in the calling thread's pool.
 ///
 /// [`NO_STATE`]: super::NO_STATE
-pub fn paths_by_sequence(paths: &[u32], offsets: &[usize], out: &mut [&mut [i32]], missing: i32) {
+pub fn paths_by_sequence(paths: &Paths, offsets: &[usize], out: &mut [&mut [i32]], missing: i32) {
     assert_eq!(offsets.len(), out.len() + 1, "one output per sequence");
     assert_eq!(paths.len(), offsets.last().copied().unwrap_or(0), "one state per observation");
     // Sequences in groups of about BLOCK_BYTES of states, so that many
@@ -86,11 +88,9 @@ pub fn paths_by_sequence(paths: &[u32], offsets: &[usize], out: &mut [&mut [i32]
     }
     groups.into_par_iter().for_each(|(s0, outs)| {
         for (i, o) in outs.iter_mut().enumerate() {
-            let src = &paths[offsets[s0 + i]..offsets[s0 + i + 1]];
-            assert_eq!(o.len(), src.len(), "output {} holds its sequence's states", s0 + i);
-            for (d, &p) in o.iter_mut().zip(src) {
-                *d = if p == super::NO_STATE { missing } else { p as i32 + 1 };
-            }
+            let (a, b) = (offsets[s0 + i], offsets[s0 + i + 1]);
+            assert_eq!(o.len(), b - a, "output {} holds its sequence's states", s0 + i);
+            paths.write_one_based(a, o, missing);
         }
     });
 }
@@ -105,6 +105,7 @@ mod tests {
         // second-last impossible.
         let offsets = [0usize, 3, 3, 4, 70_004];
         let paths: Vec<u32> = (0..offsets[4]).map(|k| if k == 3 { crate::hmm::NO_STATE } else { (k % 5) as u32 }).collect();
+        for paths in [Paths::Full(paths.clone()), crate::hmm::paths::tests::narrowed(&paths, 1), crate::hmm::paths::tests::narrowed(&paths, 2)] {
         let mut bufs: Vec<Vec<i32>> = offsets.windows(2).map(|w| vec![-1; w[1] - w[0]]).collect();
         let mut outs: Vec<&mut [i32]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
         paths_by_sequence(&paths, &offsets, &mut outs, i32::MIN);
@@ -114,6 +115,7 @@ mod tests {
                 let want = if k == 3 { i32::MIN } else { (k % 5) as i32 + 1 };
                 assert_eq!(v, want, "sequence {s}, position {r}");
             }
+        }
         }
     }
 

@@ -48,6 +48,7 @@ pub mod layout;
 pub mod gpu;
 mod model;
 mod passes;
+mod paths;
 mod robust;
 pub mod scan;
 mod sequences;
@@ -63,6 +64,7 @@ pub use baum_welch::{m_step, random_model, try_random_model, HmmFit};
 pub use config::{CheckedHmmFitConfig, HmmFitConfig};
 pub use emission::{Categorical, Emission, EmissionFit, EmissionKind, Gaussian, Poisson};
 pub use model::HmmModel;
+pub use paths::Paths;
 pub use sequences::{flatten_codes, flatten_values, zero_based, Codes, Sequences};
 pub use simulate::{simulate, simulate_with};
 pub use size::{HmmJob, Pass};
@@ -186,6 +188,21 @@ pub fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec:
         },
     };
     Ok(Viterbi { states, log_prob })
+}
+
+/// [`viterbi`] with the paths as the backend hands them over ([`Paths`]):
+/// from the GPU, 1 or 2 bytes a state where N allows, for a caller that
+/// widens them into its own memory (the R glue, into R's vectors).
+pub fn viterbi_paths<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<(Paths, Vec<f64>)> {
+    if !matches!(exec.backend, Backend::Cuda) {
+        let v = viterbi(model, seqs, exec)?;
+        return Ok((Paths::Full(v.states), v.log_prob));
+    }
+    check(Pass::Viterbi, model, seqs, exec)?;
+    match on_device(model, seqs)? {
+        OnDevice::Categorical(m, s) => gpu::viterbi_paths(m, s, exec),
+        OnDevice::Density(values) => gpu::density_viterbi_paths(model, seqs, values, exec),
+    }
 }
 
 /// Posterior state probabilities (forward-backward) of every sequence.

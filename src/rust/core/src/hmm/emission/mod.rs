@@ -35,6 +35,7 @@ pub trait Zero: Copy {}
 impl Zero for f64 {}
 impl Zero for u32 {}
 impl Zero for u16 {}
+impl Zero for u8 {}
 
 /// Which values a [`Rows`] holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,6 +20,7 @@ use super::super::config::CheckedHmmFitConfig;
 use super::super::cpu;
 use super::super::emission::{Emission, EmissionFit};
 use super::super::model::HmmModel;
+use super::super::paths::Paths;
 use super::super::sequences::Sequences;
 use super::super::tables::{Tables, DENSE_MIN};
 use super::batched::{row_batches, Batched};
@@ -86,11 +87,24 @@ fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E:
 
 /// Viterbi paths and log-probabilities (log rows: nothing to certify).
 pub(crate) fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<u32>, Vec<f64>)> {
+    let (paths, logp) = viterbi_as(model, seqs, values, false, exec)?;
+    Ok((paths.into_vec(), logp))
+}
+
+/// [`viterbi`] with the paths as they crossed the bus (see [`Paths`]).
+pub(crate) fn viterbi_paths<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Paths, Vec<f64>)> {
+    viterbi_as(model, seqs, values, true, exec)
+}
+
+/// The Viterbi paths, narrow where N allows when `narrow`
+/// (`super::paths_into`).
+fn viterbi_as<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], narrow: bool, exec: &Exec) -> Result<(Paths, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
     if super::scan::chosen(device()?, model, seqs, 8 * model.n_states + 4)? {
-        return super::scan::density_viterbi(model, seqs, values, exec);
+        let (paths, logp) = super::scan::density_viterbi(model, seqs, values, exec)?;
+        return Ok((Paths::Full(paths), logp));
     }
-    super::rows_into(seqs, model.n_states, PassKind::Viterbi, "the Viterbi paths", exec, |sh, paths, logp| {
+    super::paths_into(seqs, model.n_states, narrow, exec, |sh, paths, logp| {
         let t0 = std::time::Instant::now();
         let pos = positions(&sh.seqs)?;
         let density = DeviceDensity::new(sh.dev, &model.emission, values_of(values, seqs, &sh.range))?;

@@ -64,7 +64,7 @@ mod shares;
 pub use resident::{with_resident_passes, ResidentPass};
 pub use density::with_resident_density;
 pub use scan::{e_step as scan_e_step, loglik as scan_loglik, posterior as scan_posterior, viterbi as scan_viterbi, ChunkLen, SCAN_MAX_STATES};
-pub(crate) use density::{baum_welch_step as density_baum_welch_step, fit as density_fit, loglik as density_loglik, posterior as density_posterior, viterbi as density_viterbi};
+pub(crate) use density::{baum_welch_step as density_baum_welch_step, fit as density_fit, loglik as density_loglik, posterior as density_posterior, viterbi as density_viterbi, viterbi_paths as density_viterbi_paths};
 
 use engine::DeviceEngine;
 use plan::check_size;
@@ -76,6 +76,8 @@ use super::config::CheckedHmmFitConfig;
 use super::cpu;
 use super::emission::{Emission, EmissionFit};
 use super::model::HmmModel;
+use super::paths::Paths;
+use passes::PathsOut;
 use super::sequences::Sequences;
 use super::tables::{self, Tables};
 
@@ -160,7 +162,35 @@ pub fn viterbi(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<u
     if scan::chosen(device()?, model, seqs, 4)? {
         return scan::viterbi(model, seqs, None, exec);
     }
-    rows_into(seqs, model.n_states, PassKind::Viterbi, "the Viterbi paths", exec, |sh, paths, logp| passes::viterbi_device(sh, model, exec, paths, logp))
+    let (paths, logp) = paths_into(seqs, model.n_states, false, exec, |sh, paths, logp| passes::viterbi_device(sh, model, exec, paths, logp))?;
+    Ok((paths.into_vec(), logp))
+}
+
+/// [`viterbi`] with the paths as they crossed the bus (see [`Paths`]).
+pub fn viterbi_paths(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Paths, Vec<f64>)> {
+    check_size(model.n_states, seqs.len())?;
+    if scan::chosen(device()?, model, seqs, 4)? {
+        let (paths, logp) = scan::viterbi(model, seqs, None, exec)?;
+        return Ok((Paths::Full(paths), logp));
+    }
+    paths_into(seqs, model.n_states, true, exec, |sh, paths, logp| passes::viterbi_device(sh, model, exec, paths, logp))
+}
+
+/// The Viterbi paths of `seqs` (N states) and their log-probabilities,
+/// each share's written by `pass`: in the bytes a state that
+/// [`gpu::width_for`] gives when `narrow` (4 where N needs them), else 4.
+fn paths_into<O, F>(seqs: &Sequences<O>, n: usize, narrow: bool, exec: &Exec, pass: F) -> Result<(Paths, Vec<f64>)>
+where
+    O: Copy + Send + Sync,
+    F: Fn(&ShareSeqs<O>, PathsOut<'_>, &mut [f64]) -> Result<()> + Sync,
+{
+    let width = gpu::width_for(n as u64, true);
+    if narrow && width < 4 {
+        let (bytes, logp) = rows_per(seqs, n, PassKind::Viterbi, width, "the Viterbi paths", exec, |sh, bytes: &mut [u8], logp| pass(sh, PathsOut::Narrow(bytes, width), logp))?;
+        return Ok((Paths::Narrow { bytes, width }, logp));
+    }
+    let (states, logp) = rows_per(seqs, n, PassKind::Viterbi, 1, "the Viterbi paths", exec, |sh, states: &mut [u32], logp| pass(sh, PathsOut::Full(states), logp))?;
+    Ok((Paths::Full(states), logp))
 }
 
 /// Posterior state probabilities (time-major, NaN rows for impossible
@@ -204,7 +234,16 @@ where
     T: crate::hmm::passes::Zero + Send,
     F: Fn(&ShareSeqs<O>, &mut [T], &mut [f64]) -> Result<()> + Sync,
 {
-    let per_obs = if kind == PassKind::Posterior { n } else { 1 };
+    rows_per(seqs, n, kind, if kind == PassKind::Posterior { n } else { 1 }, what, exec, pass)
+}
+
+/// [`rows_into`] with `per_obs` values per observation.
+fn rows_per<O, T, F>(seqs: &Sequences<O>, n: usize, kind: PassKind, per_obs: usize, what: &str, exec: &Exec, pass: F) -> Result<(Vec<T>, Vec<f64>)>
+where
+    O: Copy + Send + Sync,
+    T: crate::hmm::passes::Zero + Send,
+    F: Fn(&ShareSeqs<O>, &mut [T], &mut [f64]) -> Result<()> + Sync,
+{
     let shares = shares(seqs, exec, Spread::pass(device()?, seqs, n, kind))?;
     let t0 = std::time::Instant::now();
     let (mut rows, mut loglik) = (crate::hmm::passes::zeroed::<T>(seqs.total() * per_obs, what)?, vec![0.0; seqs.len()]);

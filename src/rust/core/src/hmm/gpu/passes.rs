@@ -338,7 +338,7 @@ pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTable
 
 /// The kernels' Viterbi paths and log-probabilities of share `sh` into
 /// `paths` and `logp`; one launch per batch.
-pub(super) fn viterbi_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, paths: &mut [u32], logp: &mut [f64]) -> Result<()> {
+pub(super) fn viterbi_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, paths: PathsOut<'_>, logp: &mut [f64]) -> Result<()> {
     let t0 = std::time::Instant::now();
     let tabs = upload_log_tables(sh.dev, model)?;
     let d_seqs = upload(sh.dev, &sh.seqs, sh.obs, model.emission.n_symbols)?;
@@ -346,23 +346,40 @@ pub(super) fn viterbi_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec,
     viterbi_all(sh.dev, model.n_states, &tabs, &d_seqs, &sh.seqs, None, exec, paths, logp)
 }
 
+/// Where a share's Viterbi paths go: 4 bytes a state, or the `width` (1
+/// or 2) bytes a state that crossed the bus ([`crate::hmm::Paths`]).
+pub(super) enum PathsOut<'a> {
+    Full(&'a mut [u32]),
+    Narrow(&'a mut [u8], usize),
+}
+
 /// The Viterbi kernels over all `seqs` with log tables `tabs`, into
-/// `paths` (one per observation; fresh pages, mapped here in parallel) and
-/// `logp` (one per sequence).
+/// `paths` (one state per observation; fresh pages, mapped here in
+/// parallel) and `logp` (one per sequence).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, density: Option<&DeviceDensity>, exec: &Exec, paths: &mut [u32], logp: &mut [f64]) -> Result<()> {
+pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, density: Option<&DeviceDensity>, exec: &Exec, mut paths: PathsOut<'_>, logp: &mut [f64]) -> Result<()> {
     let s = &dev.stream;
     for (b, range) in batches(dev, seqs, viterbi_bytes_per_symbol(dev, n))?.into_iter().enumerate() {
         exec.monitor.check()?;
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
         let mut buf = viterbi_buffers(dev, n, seqs, &range)?;
         launch_viterbi(dev, n, tabs, d_seqs, &range, &mut buf, density)?;
-        if b == 0 {
-            // While the first batch runs: the paths' pages, touched once
-            // by every thread, not one by one as the copy lands.
-            prefault(paths);
+        // While the first batch runs: the paths' pages, touched once by
+        // every thread, not one by one as the copy lands.
+        match &mut paths {
+            PathsOut::Full(p) => {
+                if b == 0 {
+                    prefault(p);
+                }
+                dev.download_small(&buf.path.slice(..), n as u64, &mut p[sym0..sym1])?;
+            }
+            PathsOut::Narrow(p, w) => {
+                if b == 0 {
+                    prefault(p);
+                }
+                dev.download_narrow(&buf.path.slice(..), *w, &mut p[sym0 * *w..sym1 * *w])?;
+            }
         }
-        dev.download_small(&buf.path.slice(..), n as u64, &mut paths[sym0..sym1])?;
         s.memcpy_dtoh(&buf.logp, &mut logp[range.clone()]).map_err(err(dev, "reading results"))?;
         exec.monitor.add_done(range.len());
     }
