@@ -757,9 +757,14 @@ __device__ double warp_e_step_censored_data(const double2* uv, const double* wt,
 // is asked for 2 blocks, so M = 3..5 all run 2 blocks (16 warps) per SM;
 // M >= 6 would spill at 2 and keep 1. Measured on an H100 (BENCHMARKS.md,
 // issue 16): 2 blocks for M = 5 took 499 ms per launch against 660 with 1.
+// Censored data with M <= 2 run 4 blocks: their tails are calls, whose
+// latency the fourth block's warps hide (the gamma's censored kernels 1.04
+// -> 0.98 s on an H200; BENCHMARKS.md, issue 25).
 // Definable with -DEM_MIN_BLOCKS for experiments.
 #ifndef EM_MIN_BLOCKS
-#if EM_M <= 2
+#if EM_M <= 2 && defined(EM_CENSORED)
+#define EM_MIN_BLOCKS 4
+#elif EM_M <= 2
 #define EM_MIN_BLOCKS 3
 #elif EM_M == 5
 #define EM_MIN_BLOCKS 2
