@@ -106,16 +106,16 @@ mod tests {
         let offsets = [0usize, 3, 3, 4, 70_004];
         let paths: Vec<u32> = (0..offsets[4]).map(|k| if k == 3 { crate::hmm::NO_STATE } else { (k % 5) as u32 }).collect();
         for paths in [Paths::Full(paths.clone()), crate::hmm::paths::tests::narrowed(&paths, 1), crate::hmm::paths::tests::narrowed(&paths, 2)] {
-        let mut bufs: Vec<Vec<i32>> = offsets.windows(2).map(|w| vec![-1; w[1] - w[0]]).collect();
-        let mut outs: Vec<&mut [i32]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        paths_by_sequence(&paths, &offsets, &mut outs, i32::MIN);
-        for (s, b) in bufs.iter().enumerate() {
-            for (r, &v) in b.iter().enumerate() {
-                let k = offsets[s] + r;
-                let want = if k == 3 { i32::MIN } else { (k % 5) as i32 + 1 };
-                assert_eq!(v, want, "sequence {s}, position {r}");
+            let mut bufs: Vec<Vec<i32>> = offsets.windows(2).map(|w| vec![-1; w[1] - w[0]]).collect();
+            let mut outs: Vec<&mut [i32]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+            paths_by_sequence(&paths, &offsets, &mut outs, i32::MIN);
+            for (s, b) in bufs.iter().enumerate() {
+                for (r, &v) in b.iter().enumerate() {
+                    let k = offsets[s] + r;
+                    let want = if k == 3 { i32::MIN } else { (k % 5) as i32 + 1 };
+                    assert_eq!(v, want, "sequence {s}, position {r}");
+                }
             }
-        }
         }
     }
 
