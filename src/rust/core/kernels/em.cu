@@ -24,6 +24,17 @@
 
 #define NSTAT (3 * EM_M)
 
+// Observation weights as the kernels read them (EM_WEIGHTED): float32 when
+// every weight of the call is one exactly (counts, and the like:
+// EM_WEIGHTS_FLOAT; src/em/gpu/pairs.rs, KernelWeights), half the bytes to
+// copy and to read each iteration, and float64 otherwise. Either is read
+// into a double, so the arithmetic is the same.
+#ifdef EM_WEIGHTS_FLOAT
+typedef float weight_t;
+#else
+typedef double weight_t;
+#endif
+
 // Natural parameters of every component from (alpha, first, second).
 __device__ void naturals(const double* p, double centre, double* A, double* B, double* C) {
 #pragma unroll
@@ -779,7 +790,7 @@ __device__ double warp_e_step_censored_data(const double2* uv, const double* wt,
 // once for all of them. A pair's result does not depend on which warp ran
 // it (each warp sums in its own fixed lane order).
 extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_warp(
-    const double* __restrict__ x, const double* __restrict__ weights, const double* __restrict__ totals,
+    const double* __restrict__ x, const weight_t* __restrict__ weights, const double* __restrict__ totals,
     const long long* __restrict__ offsets, const int* __restrict__ lengths,
     const double* __restrict__ centres, const int* __restrict__ block_dataset, const int* __restrict__ block_pair0,
     const int* __restrict__ block_pairs, const double* __restrict__ init, double* __restrict__ out_params,
@@ -804,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
 #endif
 #ifdef EM_WEIGHTED
     double* wt = reinterpret_cast<double*>(uv + n);  // the weights, after the features
-    const double* wd = weights + offsets[d];
+    const weight_t* wd = weights + offsets[d];
 #elif defined(EM_CENSORED)
     const double* wt = nullptr;  // unweighted: the exact observations alone
 #endif
@@ -1053,13 +1064,50 @@ __device__ __noinline__ void grid_update(int pair, double total, double centre, 
 #endif
 #endif
 
+#ifdef EM_WEIGHTED
+// em_grid's weighted E-step over a thread's observations from i (left at
+// n); returns their log-likelihood, or without LL e_obs_weighted's finite
+// stand-in for it (an iteration whose log-likelihood is not read: as the
+// CPU's Wanted::Sums). On the first pass it adds the shared term to k_local.
+template <bool LL>
+__device__ __forceinline__ double grid_e_step_weighted(const double* xd, const weight_t* wd, int n, long long& i, long long stride,
+                                                       double centre, const double* A, const double* B, const double* C, double* S,
+                                                       int first, double& k_local) {
+    double ll_w = 0.0;
+    for (; i + (EM_GRID_UNROLL - 1) * stride < n; i += EM_GRID_UNROLL * stride) {
+        double xs[EM_GRID_UNROLL], ws[EM_GRID_UNROLL];
+#pragma unroll
+        for (int k = 0; k < EM_GRID_UNROLL; ++k) { xs[k] = xd[i + k * stride]; ws[k] = wd[i + k * stride]; }
+#pragma unroll
+        for (int k = 0; k < EM_GRID_UNROLL; ++k) {
+            double u, v;
+            fam_features(xs[k], centre, u, v);
+            e_obs_weighted<LL>(u, v, ws[k], A, B, C, S, ll_w);
+            if (first && ws[k] != 0.0) k_local += ws[k] * fam_shared_term(xs[k]);
+        }
+    }
+    for (; i < n; i += stride) {
+        const double xi = xd[i], wi = wd[i];
+        double u, v;
+        fam_features(xi, centre, u, v);
+        e_obs_weighted<LL>(u, v, wi, A, B, C, S, ll_w);
+        if (first && wi != 0.0) k_local += wi * fam_shared_term(xi);
+    }
+    return ll_w;
+}
+#endif
+
+// ll_wanted: whether this launch's log-likelihood is read (0 only for the
+// weighted kernels' iterations before the last of a fixed number without
+// a trace: the CPU's Wanted::Sums; the unweighted E-step takes its logs a
+// block of observations at a time, and always computes it).
 extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
-    const double* __restrict__ x, const double* __restrict__ weights, const double* __restrict__ totals,
+    const double* __restrict__ x, const weight_t* __restrict__ weights, const double* __restrict__ totals,
     const long long* __restrict__ offsets, const int* __restrict__ lengths,
     const double* __restrict__ centres, const int* __restrict__ pair_dataset, double* __restrict__ state,
     double* __restrict__ partial, unsigned* __restrict__ arrivals, int first, double* __restrict__ trace,
     const int* __restrict__ pair_global, int max_iters, double epsilon, const double* __restrict__ held,
-    const double* __restrict__ cens, const long long* __restrict__ cens_start)
+    const double* __restrict__ cens, const long long* __restrict__ cens_start, int ll_wanted)
 {
     __shared__ double scratch[32];
     __shared__ unsigned arrived;
@@ -1084,28 +1132,9 @@ extern "C" __global__ void __launch_bounds__(256, EM_GRID_MIN_BLOCKS) em_grid(
     const long long stride = (long long)gridDim.x * blockDim.x;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 #ifdef EM_WEIGHTED
-    const double* wd = weights + offsets[d];
-    double ll_w = 0.0;
-    for (; i + (EM_GRID_UNROLL - 1) * stride < n; i += EM_GRID_UNROLL * stride) {
-        double xs[EM_GRID_UNROLL], ws[EM_GRID_UNROLL];
-#pragma unroll
-        for (int k = 0; k < EM_GRID_UNROLL; ++k) { xs[k] = xd[i + k * stride]; ws[k] = wd[i + k * stride]; }
-#pragma unroll
-        for (int k = 0; k < EM_GRID_UNROLL; ++k) {
-            double u, v;
-            fam_features(xs[k], centre, u, v);
-            e_obs_weighted<true>(u, v, ws[k], A, B, C, S, ll_w);
-            if (first && ws[k] != 0.0) k_local += ws[k] * fam_shared_term(xs[k]);
-        }
-    }
-    for (; i < n; i += stride) {
-        const double xi = xd[i], wi = wd[i];
-        double u, v;
-        fam_features(xi, centre, u, v);
-        e_obs_weighted<true>(u, v, wi, A, B, C, S, ll_w);
-        if (first && wi != 0.0) k_local += wi * fam_shared_term(xi);
-    }
-    maxsum = ll_w;
+    const weight_t* wd = weights + offsets[d];
+    maxsum = ll_wanted ? grid_e_step_weighted<true>(xd, wd, n, i, stride, centre, A, B, C, S, first, k_local)
+                       : grid_e_step_weighted<false>(xd, wd, n, i, stride, centre, A, B, C, S, first, k_local);
 #endif
     // LOG_BLOCK is a multiple of EM_GRID_UNROLL; the tail never reaches it.
     for (; i + (EM_GRID_UNROLL - 1) * stride < n; i += EM_GRID_UNROLL * stride) {

@@ -144,7 +144,12 @@ fn merge_twins(p: &MixParams) -> MixParams {
 
 /// Every disagreement of one configuration (printed; empty when none).
 fn check_all(label: &str, data: &[Vec<f64>], config: EmConfig) -> Vec<String> {
-    let config = config.keep_trace(true).check().unwrap();
+    check_fits(label, data, config.keep_trace(true))
+}
+
+/// [`check_all`] with the configuration's own keep_trace.
+fn check_fits(label: &str, data: &[Vec<f64>], config: EmConfig) -> Vec<String> {
+    let config = config.check().unwrap();
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
     let cpu = fit_many(&refs, &config, &Exec::cpu()).unwrap();
     let gpu = fit_many(&refs, &config, &cuda()).unwrap();
@@ -218,9 +223,19 @@ fn gpu_weighted_fits_match_cpu() {
                 .enumerate()
                 .map(|(d, x)| if d % 2 == 0 { common::integer_weights(x, d as u64).0 } else { (0..x.len()).map(|i| 0.1 + (i % 5) as f64 * 0.7).collect() })
                 .collect();
+            // Counts alone: every weight a float32 exactly, which the kernels
+            // read as float32 (the mixed weights above stay float64).
+            let counts: Vec<Vec<f64>> = data.iter().enumerate().map(|(d, x)| common::integer_weights(x, d as u64).0).collect();
             for (iters, eps) in [(25, 0.0), (500, 1e-8)] {
                 let config = EmConfig::new(family, m).random_inits(4).seed(5).max_iters(iters).epsilon(eps).weights(weights.clone());
                 problems.extend(check_all(&format!("{family:?} M={m} weighted, epsilon {eps}"), &data, config));
+                let config = EmConfig::new(family, m).random_inits(4).seed(5).max_iters(iters).epsilon(eps).weights(counts.clone());
+                problems.extend(check_all(&format!("{family:?} M={m} counts as weights, epsilon {eps}"), &data, config.clone()));
+                if eps == 0.0 {
+                    // No trace: the iterations but the last take the sums alone
+                    // (and a stand-in for the log-likelihood), on both paths.
+                    problems.extend(check_fits(&format!("{family:?} M={m} counts as weights, no trace"), &data, config.keep_trace(false)));
+                }
             }
         }
     }
@@ -543,6 +558,34 @@ fn gpu_censored_fits_match_cpu() {
                 let config = EmConfig::new(family, m).random_inits(starts).seed(9).max_iters(iters).epsilon(eps).censoring(censoring.clone());
                 problems.extend(check_all(&format!("{family:?} M = {m} time-out, epsilon {eps}"), &data, config));
             }
+        }
+        // Every observation of some datasets binned (interval-censored), the
+        // others partly censored, in one unweighted call: a dataset with no
+        // exact observation is fitted with weights (its stand-ins weigh 0),
+        // and then so is every dataset of the call, on both paths.
+        let bin = if family.info().discrete { 3.0 } else { 0.25 };
+        let (mut data, mut censoring) = (Vec::new(), Vec::new());
+        for (d, x) in datasets(family, m, &sizes, 92).iter().chain(&datasets(family, m, &sizes, 93)).enumerate() {
+            let mut sorted = x.clone();
+            sorted.sort_by(f64::total_cmp);
+            let (y, mut cens) = common::censor(x, sorted[sorted.len() * 4 / 5], Some(bin));
+            if d % 2 == 0 {
+                cens = Default::default();
+                for (i, &v) in x.iter().enumerate() {
+                    let lo = (v / bin).floor() * bin;
+                    cens.index.push(i);
+                    cens.lower.push(lo);
+                    cens.upper.push(lo + bin);
+                }
+                data.push(x.clone());
+            } else {
+                data.push(y);
+            }
+            censoring.push(cens);
+        }
+        for (iters, eps) in [(25, 0.0), (500, 1e-8)] {
+            let config = EmConfig::new(family, m).random_inits(4).seed(10).max_iters(iters).epsilon(eps).censoring(censoring.clone());
+            problems.extend(check_all(&format!("{family:?} binned beside censored, epsilon {eps}"), &data, config));
         }
     }
     assert_agree(problems);

@@ -84,17 +84,20 @@ fn em_kernels_compile() {
         for (arch, ms) in [("sm_90", 1..=MAX_GPU_COMPONENTS as i64), ("sm_80", 3..=3)] {
             for m in ms {
                 // Float64, precision = "mixed" (EM_MIXED), and observation
-                // weights (EM_WEIGHTED; its E-step is one loop for every M,
-                // so a few M on sm_90 cover it).
+                // weights (EM_WEIGHTED, read as float64 or, with
+                // EM_WEIGHTS_FLOAT, float32; its E-step is one loop for
+                // every M, so a few M on sm_90 cover it).
                 let mut variants = vec![vec![("EM_M", m)], vec![("EM_M", m), ("EM_MIXED", 1)]];
                 if arch == "sm_90" && [1, 2, 3, MAX_GPU_COMPONENTS as i64].contains(&m) {
                     variants.push(vec![("EM_M", m), ("EM_WEIGHTED", 1)]);
+                    variants.push(vec![("EM_M", m), ("EM_WEIGHTED", 1), ("EM_WEIGHTS_FLOAT", 1)]);
                     // Constraints (the ECM step), and censored data
                     // (intervals after the exact E-step), alone and with both.
                     variants.push(vec![("EM_M", m), ("EM_CONSTRAINED", 1)]);
                     if family.censorable() {
                         variants.push(vec![("EM_M", m), ("EM_CENSORED", 1)]);
                         variants.push(vec![("EM_M", m), ("EM_WEIGHTED", 1), ("EM_CENSORED", 1), ("EM_CONSTRAINED", 1)]);
+                        variants.push(vec![("EM_M", m), ("EM_WEIGHTED", 1), ("EM_WEIGHTS_FLOAT", 1), ("EM_CENSORED", 1)]);
                     }
                 }
                 for defines in variants {

@@ -117,6 +117,45 @@ pub fn weight_total(w: &[f64]) -> f64 {
     ordered_sum(w, |v| v)
 }
 
+/// What [`check_weights`] learns of a dataset's weights in its one pass,
+/// for the fit to use instead of passes of its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WeightFacts {
+    /// [`weight_total`] of the weights (the same bits).
+    pub total: f64,
+    /// Every weight > 0 (no observation is left out).
+    pub all_positive: bool,
+}
+
+/// One pass over weights: their [`WeightFacts`], whether every one is
+/// finite and >= 0, and whether some one is > 0. The tests ride along the
+/// sum's chain of additions (10^7 weights took 19 ms on one thread of
+/// this VM, against 14 + 12 ms for the sum and one test apart), and are
+/// comparisons of doubles, which a fold vectorises (0.25 ns a value in
+/// cache, against 0.45-0.59 for the same tests on the bits).
+pub(crate) fn weight_facts(w: &[f64]) -> (WeightFacts, bool, bool) {
+    // As ordered_sum: in order from -0.0 (as `sum`), chunk by chunk when long.
+    let part = |c: &[f64]| {
+        let (mut s, mut invalid, mut not_above, mut above) = (-0.0, false, false, false);
+        for &v in c {
+            s += v;
+            invalid |= !((v >= 0.0) & (v <= f64::MAX));
+            let positive = v > 0.0;
+            not_above |= !positive;
+            above |= positive;
+        }
+        (s, invalid, not_above, above)
+    };
+    let (total, invalid, not_above, above) = if w.len() <= 4 * SCAN_CHUNK {
+        part(w)
+    } else {
+        let parts: Vec<_> = w.par_chunks(SCAN_CHUNK).map(part).collect();
+        let any = |f: fn(&(f64, bool, bool, bool)) -> bool| parts.iter().any(f);
+        (parts.iter().map(|p| p.0).sum(), any(|p| p.1), any(|p| p.2), any(|p| p.3))
+    };
+    (WeightFacts { total, all_positive: !not_above }, !invalid, above)
+}
+
 /// The sum of f(v) over `x` in a fixed order: in order, or for a long
 /// vector the sums of its SCAN_CHUNK-long chunks (on every core) added in
 /// order, the same on any number of threads. The dataset-wide sums of the
@@ -138,28 +177,31 @@ pub(crate) fn ordered_sum_by(n: usize, term: impl Fn(usize) -> f64 + Sync) -> f6
 
 /// Observation weights against the data: one vector per dataset, each as
 /// long as its dataset, every weight finite and >= 0, and some weight > 0
-/// in every dataset. `first` is the 1-based index of `data[0]`.
-pub fn check_weights(data: &[&[f64]], weights: &[Vec<f64>], first: usize) -> Result<()> {
+/// in every dataset. `first` is the 1-based index of `data[0]`. Returns
+/// each dataset's [`WeightFacts`], from the same one pass.
+pub fn check_weights(data: &[&[f64]], weights: &[Vec<f64>], first: usize) -> Result<Vec<WeightFacts>> {
     if weights.len() != data.len() {
         return Err(Error::arg("weights", format!("must hold one weight vector per dataset ({}), not {}", data.len(), weights.len())));
     }
-    let check = |d: usize, x: &[f64], w: &[f64]| -> Result<()> {
+    let check = |d: usize, x: &[f64], w: &[f64]| -> Result<WeightFacts> {
         let which = first + d;
         if w.len() != x.len() {
             return Err(Error::arg("weights", format!("dataset {which} has {} observations but {} weights", x.len(), w.len())));
         }
-        if let Some(i) = first_where(w, |v| !nonnegative_finite(v)) {
+        let (facts, valid, some_positive) = weight_facts(w);
+        if !valid {
+            let i = first_where(w, |v| !nonnegative_finite(v)).unwrap_or(0);
             let value = if w[i].is_nan() { "missing (NA or NaN)".to_string() } else { num(w[i]) };
             return Err(Error::arg("weights", format!("weight {} of dataset {which} is {value}; weights must be finite and non-negative", i + 1)));
         }
-        if !x.is_empty() && first_where(w, above_zero).is_none() {
+        if !x.is_empty() && !some_positive {
             return Err(Error::arg("weights", format!("every weight of dataset {which} is 0")));
         }
-        Ok(())
+        Ok(facts)
     };
-    // The first bad dataset, checking many datasets in parallel.
-    let bad = data.par_iter().zip(weights.par_iter()).enumerate().map(|(d, (x, w))| check(d, x, w)).find_first(|r| r.is_err());
-    bad.unwrap_or(Ok(()))
+    // Many datasets in parallel; the error names the first bad one.
+    let checked: Vec<Result<WeightFacts>> = data.par_iter().zip(weights.par_iter()).enumerate().map(|(d, (x, w))| check(d, x, w)).collect();
+    checked.into_iter().collect()
 }
 
 /// Datasets longer than this are scanned in parallel chunks of this size.
@@ -308,9 +350,15 @@ pub fn unfittable_reason(family: Family, x: &[f64], components: usize) -> Option
 
 /// [`unfittable_reason`] of the observations whose weight is not 0.
 pub fn unfittable_weighted(family: Family, x: &[f64], weights: Option<&[f64]>, components: usize) -> Option<String> {
+    let all_positive = weights.is_none_or(|w| first_where(w, |wi| !above_zero(wi)).is_none());
+    unfittable_given(family, x, weights, all_positive, components)
+}
+
+/// [`unfittable_weighted`] where whether every weight is > 0 is known.
+pub(crate) fn unfittable_given(family: Family, x: &[f64], weights: Option<&[f64]>, all_positive: bool, components: usize) -> Option<String> {
     match weights {
         None => unfittable_reason(family, x, components),
-        Some(w) if first_where(w, |wi| !above_zero(wi)).is_none() => unfittable_reason(family, x, components),
+        Some(_) if all_positive => unfittable_reason(family, x, components),
         Some(w) => {
             let kept: Vec<f64> = x.iter().zip(w).filter(|(_, &wi)| wi > 0.0).map(|(&xi, _)| xi).collect();
             unfittable_reason(family, &kept, components).map(|why| format!("{why} (of weight > 0)"))
@@ -329,6 +377,32 @@ mod tests {
         v.extend([f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -f64::NAN, f64::from_bits(0x7ff0_0000_0000_07a2), f64::from_bits(0x7ff0_0000_0000_0001)]);
         v.extend([super::super::IG_MIN, super::super::IG_MAX, super::super::IG_MIN.next_down(), super::super::IG_MAX.next_up()]);
         v
+    }
+
+    /// The one pass's total is weight_total's bits, and its tests are
+    /// nonnegative_finite and above_zero over every weight, short and
+    /// long, with each edge value at the start, middle or end.
+    #[test]
+    fn weight_facts_are_the_separate_tests() {
+        for n in [1, 1000, 4 * SCAN_CHUNK + 3, 9 * SCAN_CHUNK + 17] {
+            let mut w: Vec<f64> = (0..n).map(|i| (i % 5) as f64 * 0.3 + 0.1).collect();
+            for at in [0, n / 2, n - 1] {
+                for &v in edge_values().iter().chain(&[0.7]) {
+                    let keep = w[at];
+                    w[at] = v;
+                    let (facts, valid, some) = weight_facts(&w);
+                    assert_eq!(facts.total.to_bits(), weight_total(&w).to_bits(), "n = {n}, {v:e} at {at}");
+                    assert_eq!(facts.all_positive, w.iter().all(|&x| above_zero(x)), "n = {n}, {v:e} at {at}");
+                    assert_eq!(valid, w.iter().all(|&x| nonnegative_finite(x)), "n = {n}, {v:e} at {at}");
+                    assert_eq!(some, w.iter().any(|&x| above_zero(x)), "n = {n}, {v:e} at {at}");
+                    w[at] = keep;
+                }
+            }
+        }
+        // All zeros: valid, none positive.
+        let zeros = vec![0.0; 10];
+        let (facts, valid, some) = weight_facts(&zeros);
+        assert_eq!((facts.all_positive, valid, some), (false, true, false));
     }
 
     /// Each family's vectorised test finds the value the plain one does,

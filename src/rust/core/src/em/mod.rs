@@ -31,7 +31,7 @@ pub use constraints::Constraints;
 pub use config::{CheckedEmConfig, EmConfig, Precision, StartMethod, Starts};
 pub use select::{select_many, Criterion, Selection};
 pub use density::{component_log_densities, mixture_log_density, posterior_at};
-pub use data::{check_range, check_weights, min_observations, unfittable_reason, unfittable_weighted, validate, validate_all, weight_total, Prepared};
+pub use data::{check_range, check_weights, WeightFacts, min_observations, unfittable_reason, unfittable_weighted, validate, validate_all, weight_total, Prepared};
 pub use family::{Family, FamilyInfo, MStepFailure, Natural, IG_MAX, IG_MIN, NORMAL_MAX_SUM_SQUARES, NORMAL_MIN_MEAN_SQUARE};
 pub use fit::{best_start, FitStatus, MixFit, MixParams, StartFit};
 pub use starts::{initial_values, kmeanspp_start, random_start};
@@ -85,9 +85,7 @@ pub(crate) fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Ex
     let t0 = std::time::Instant::now();
     check_memory(data, configs, exec.backend, exec.threads)?;
     exec.install(|| validate_all(config.family, data, config.dataset_offset + 1))??;
-    if let Some(w) = &config.weights {
-        data::check_weights(data, w, config.dataset_offset + 1)?;
-    }
+    let facts = config.weights.as_ref().map(|w| data::check_weights(data, w, config.dataset_offset + 1)).transpose()?;
     if let Some(c) = &config.censoring {
         exec.install(|| censored::check(data, c, config.family, config.dataset_offset + 1))??;
     }
@@ -105,7 +103,7 @@ pub(crate) fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Ex
     }
     let mut fits = match exec.backend {
         Backend::Cpu => cpu::fit_models(data, configs, exec)?,
-        Backend::Cuda => gpu::fit_models(data, configs, exec)?,
+        Backend::Cuda => gpu::fit_models(data, configs, exec, facts.as_deref())?,
     };
     if !config.keep_trace {
         fits.iter_mut().flatten().for_each(|f| f.trace = Vec::new());

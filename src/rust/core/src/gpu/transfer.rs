@@ -77,6 +77,17 @@ impl Device {
     /// out)` writes bytes [at, at + out.len()) of the source into the
     /// staging half the previous-but-one copy has left.
     fn stage_up(&self, bytes: usize, dst: u64, fill: impl Fn(usize, &mut [u8]) + Sync) -> Result<()> {
+        self.stage_up_while(bytes, dst, |at, out| {
+            fill(at, out);
+            true
+        })
+        .map(|_| ())
+    }
+
+    /// [`Device::stage_up`] while `fill` returns true: a chunk it returns
+    /// false for is not copied, nor any after it. Returns whether every
+    /// chunk was.
+    fn stage_up_while(&self, bytes: usize, dst: u64, fill: impl Fn(usize, &mut [u8]) -> bool + Sync) -> Result<bool> {
         let e = |e| self.err("copying to the device", e);
         self.with_staging(|st| {
             self.ctx.bind_to_thread().map_err(e)?;
@@ -85,7 +96,10 @@ impl Device {
                 let (len, h) = (CHUNK.min(bytes - at), (st.next + k) % 2);
                 st.done[h].synchronize().map_err(e)?;
                 let half = &mut buf[h * CHUNK..h * CHUNK + len];
-                fill(at, half);
+                if !fill(at, half) {
+                    st.next = (st.next + k) % 2;
+                    return Ok(false);
+                }
                 // SAFETY: dst + [at, at + len) lies in the caller's device
                 // buffer (freed, if at all, in stream order after the copy);
                 // the half is pinned, kept for the process, and untouched
@@ -96,7 +110,7 @@ impl Device {
             st.next = (st.next + bytes.div_ceil(CHUNK)) % 2;
             // No wait here: the caller's values are in the staging buffer,
             // and the next user of a half waits for its event first.
-            Ok(())
+            Ok(true)
         })
     }
 
@@ -172,8 +186,7 @@ impl Device {
             return self.upload_new(one);
         }
         let size = std::mem::size_of::<T>();
-        // starts[i]: the byte where part i begins; the last entry is the total.
-        let starts: Vec<usize> = std::iter::once(0).chain(parts.iter().scan(0, |at, p| { *at += p.len() * size; Some(*at) })).collect();
+        let starts = starts_of(parts, size);
         let total = starts[parts.len()];
         // SAFETY: the upload writes every value.
         let mut d = unsafe { self.stream.alloc::<T>(total / size) }.map_err(|e| self.err("allocating a copy", e))?;
@@ -182,6 +195,22 @@ impl Device {
             self.stage_up(total, ptr, |at, out| fill_from_parts(parts, &starts, at, out))?;
         }
         Ok(d)
+    }
+
+    /// `parts` end to end in a new device buffer as float32s, converted as
+    /// the staging chunks are filled (half the bytes of
+    /// [`Device::upload_parts_new`]), or None, found on the way, when some
+    /// value is not a float32 exactly.
+    pub fn upload_parts_f32_new(&self, parts: &[&[f64]]) -> Result<Option<CudaSlice<f32>>> {
+        let starts = starts_of(parts, 1);
+        let total = starts[parts.len()];
+        // SAFETY: the upload writes every value (or the buffer is dropped).
+        let mut d = unsafe { self.stream.alloc::<f32>(total.max(1)) }.map_err(|e| self.err("allocating a copy", e))?;
+        let exact = {
+            let (ptr, _sync) = d.device_ptr_mut(&self.stream);
+            self.stage_up_while(4 * total, ptr, |at, out| fill_f32_from_parts(parts, &starts, at / 4, out))?
+        };
+        Ok(exact.then_some(d))
     }
 
     /// `a` (rows x cols, row-major, in host memory) on the device,
@@ -337,7 +366,12 @@ impl Device {
     }
 }
 
-/// `dst` = `src` (as long), in parallel.
+/// Where each of `parts` begins laid end to end, in units of `unit` per
+/// value (bytes, or values for 1), then the total.
+fn starts_of<T>(parts: &[&[T]], unit: usize) -> Vec<usize> {
+    std::iter::once(0).chain(parts.iter().scan(0, |at, p| { *at += p.len() * unit; Some(*at) })).collect()
+}
+
 /// Bytes [at, at + out.len()) of `parts` laid end to end (part i from
 /// byte starts[i]) into `out`, the parts' pieces copied in parallel.
 fn fill_from_parts<T: Copy + Sync>(parts: &[&[T]], starts: &[usize], at: usize, out: &mut [u8]) {
@@ -360,6 +394,35 @@ fn fill_from_parts<T: Copy + Sync>(parts: &[&[T]], starts: &[usize], at: usize, 
     }
 }
 
+/// Values [at, at + out.len() / 4) of `parts` laid end to end (part i
+/// from value starts[i]) into `out` as little-endian float32s, the
+/// pieces converted in parallel; whether each is a float32 exactly (its
+/// float32 the same number: NaNs are not).
+pub(crate) fn fill_f32_from_parts(parts: &[&[f64]], starts: &[usize], at: usize, out: &mut [u8]) -> bool {
+    let end = at + out.len() / 4;
+    let mut pieces = Vec::new();
+    let mut rest = out;
+    let mut i = starts.partition_point(|&s| s <= at) - 1;
+    while !rest.is_empty() {
+        let from = at.max(starts[i]) - starts[i];
+        let len = (end.min(starts[i + 1]) - starts[i]) - from;
+        let (piece, tail) = rest.split_at_mut(4 * len);
+        pieces.extend(piece.chunks_mut(4 * GRAIN).zip(parts[i][from..from + len].chunks(GRAIN)));
+        rest = tail;
+        i += 1;
+    }
+    pieces.into_par_iter().all(|(o, v)| {
+        let mut inexact = false;
+        for (o, &x) in o.chunks_exact_mut(4).zip(v) {
+            let f = x as f32;
+            inexact |= f as f64 != x;
+            o.copy_from_slice(&f.to_le_bytes());
+        }
+        !inexact
+    })
+}
+
+/// `dst` = `src` (as long), in parallel.
 fn par_copy(dst: &mut [u8], src: &[u8]) {
     dst.par_chunks_mut(GRAIN * 8).zip(src.par_chunks(GRAIN * 8)).for_each(|(o, i)| o.copy_from_slice(i));
 }
@@ -398,7 +461,7 @@ fn decode(b: &[u8], w: usize, out: &mut [u32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{as_bytes, decode, encode, fill_from_parts, width_for};
+    use super::{as_bytes, decode, encode, fill_f32_from_parts, fill_from_parts, starts_of, width_for};
 
     #[test]
     fn widths_hold_every_value_and_the_sentinel() {
@@ -429,18 +492,56 @@ mod tests {
         assert_eq!(back, [u32::MAX, 0x0201]);
     }
 
+    /// Parts of the given lengths holding step, 2 step, 3 step, ... end to end.
+    fn counted_parts(lens: &[usize], step: f64) -> Vec<Vec<f64>> {
+        let mut next = 0.0;
+        lens.iter().map(|&n| (0..n).map(|_| { next += step; next }).collect()).collect()
+    }
+
+    #[test]
+    fn float32_chunks_are_the_parts_converted_end_to_end() {
+        // As below, in values: every chunk of float32 bytes, from anywhere,
+        // is the concatenation's values as float32s.
+        let parts = counted_parts(&[0, 3, 1, 0, 17, 5, 64, 2, 0, 9, 70_000], 0.5);
+        let refs: Vec<&[f64]> = parts.iter().map(|p| &p[..]).collect();
+        let whole: Vec<f32> = parts.concat().iter().map(|&v| v as f32).collect();
+        let starts = starts_of(&refs, 1);
+        for chunk in [1, 7, 100, 65_537, whole.len()] {
+            for first in [0, 1, 5, 200] {
+                let mut at = first;
+                while at < whole.len() {
+                    let len = chunk.min(whole.len() - at);
+                    let mut out = vec![0u8; 4 * len];
+                    assert!(fill_f32_from_parts(&refs, &starts, at, &mut out));
+                    assert_eq!(out, as_bytes(&whole[at..at + len]), "chunk {chunk} at {at}");
+                    at += len;
+                }
+            }
+        }
+        // A value that is no float32 is reported, in the piece that holds it
+        // and not elsewhere; so is a NaN. Float32's extremes and subnormals
+        // are exact.
+        for bad in [0.1, f64::NAN, 1.0 + f64::EPSILON, 1e-50, 1e39] {
+            let mut part = vec![1.0, f32::MAX as f64, f32::MIN_POSITIVE as f64 / 8.0, 0.0, -0.0, 3.5];
+            part.push(bad);
+            let refs: Vec<&[f64]> = vec![&part];
+            let starts = [0, part.len()];
+            let mut out = vec![0u8; 4 * part.len()];
+            assert!(!fill_f32_from_parts(&refs, &starts, 0, &mut out), "{bad:e}");
+            assert!(fill_f32_from_parts(&refs, &starts, 0, &mut out[..24]), "{bad:e}");
+        }
+    }
+
     #[test]
     fn chunks_filled_from_parts_are_the_parts_end_to_end() {
         // Parts of many lengths (empty ones among them), read in chunks of
         // every size from one byte to more than the whole, starting
         // anywhere: each chunk is the concatenation's bytes.
-        let lens = [0usize, 3, 1, 0, 0, 17, 5, 64, 2, 0, 9];
-        let mut next = 0.0;
-        let parts: Vec<Vec<f64>> = lens.iter().map(|&n| (0..n).map(|_| { next += 1.5; next }).collect()).collect();
+        let parts = counted_parts(&[0, 3, 1, 0, 0, 17, 5, 64, 2, 0, 9], 1.5);
         let refs: Vec<&[f64]> = parts.iter().map(|p| &p[..]).collect();
         let whole: Vec<f64> = parts.concat();
         let bytes = as_bytes(&whole);
-        let starts: Vec<usize> = std::iter::once(0).chain(refs.iter().scan(0, |at, p| { *at += 8 * p.len(); Some(*at) })).collect();
+        let starts = starts_of(&refs, 8);
         assert_eq!(starts[refs.len()], bytes.len());
         for chunk in [1, 7, 8, 24, 100, bytes.len()] {
             for first in [0, 1, 5, 8, 200] {

@@ -12,7 +12,7 @@ use crate::gpu::Device;
 
 use super::super::config::CheckedEmConfig;
 use super::pairs::{gather, split_trace, starting_values, DatasetExtras, Outputs, Pairs};
-use super::warp::{upload_censored, upload_values};
+use super::warp::{upload_censored, upload_values, upload_weights, DeviceWeights};
 use crate::gpu::Kernel;
 
 use super::{em_function, held_values, CHECK_EVERY, LARGE_THREADS, LAUNCH_WORK, NULL, ST_MAX_ITERS, ST_RUNNING};
@@ -24,7 +24,16 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pa
     let partial_len = nstat + 2;
     let up = gather(config.family, data, extras, &pairs.dataset[range.clone()]);
     let n_pairs = range.len();
-    let grid_fn = em_function(dev, config, Kernel::EmGrid)?;
+    let s = &dev.stream;
+    let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
+    // Through pinned memory: 80 MB for 10^7 observations, at the bus's rate;
+    // the weights first, as they decide the kernel (float32 when exact).
+    let t0 = Instant::now();
+    let d_x = upload_values(dev, s, &up, true)?;
+    let d_w = upload_weights(dev, s, &up, true)?;
+    s.synchronize().map_err(e("copying data"))?;
+    *upload_secs += t0.elapsed().as_secs_f64();
+    let grid_fn = em_function(dev, config, DeviceWeights::kind(d_w.as_ref()), Kernel::EmGrid)?;
     // Whole waves of resident blocks (their number per SM depends on the
     // family's registers), about two of them over all the pairs.
     let resident = grid_fn.occupancy_max_active_blocks_per_multiprocessor(LARGE_THREADS, 0, None).map_err(|err| dev.err("reading em_grid's occupancy", err))?;
@@ -37,14 +46,6 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pa
     for (p, init) in init.chunks(nstat).enumerate() {
         state[p * state_len..p * state_len + nstat].copy_from_slice(init);
     }
-    let s = &dev.stream;
-    let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
-    // Through pinned memory: 80 MB for 10^7 observations, at the bus's rate.
-    let t0 = Instant::now();
-    let d_x = upload_values(dev, s, &up, true)?;
-    let d_w = if up.w.is_empty() { None } else { Some(dev.upload_parts_new(&up.w)?) };
-    s.synchronize().map_err(e("copying data"))?;
-    *upload_secs += t0.elapsed().as_secs_f64();
     let d_tot = s.clone_htod(&up.totals).map_err(e("copying data"))?;
     let d_off = s.clone_htod(&up.offsets).map_err(e("copying data"))?;
     let d_len = s.clone_htod(&up.lengths).map_err(e("copying data"))?;
@@ -69,10 +70,7 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pa
         let first = (iter == 0) as i32;
         let mut launch = s.launch_builder(&grid_fn);
         launch.arg(&d_x);
-        match &d_w {
-            Some(w) => launch.arg(w),
-            None => launch.arg(&NULL),
-        };
+        DeviceWeights::push(d_w.as_ref(), &mut launch);
         launch.arg(&d_tot).arg(&d_off).arg(&d_len).arg(&d_cen).arg(&d_pd).arg(&mut d_state).arg(&mut d_partial).arg(&mut d_arrivals).arg(&first);
         launch.arg(&mut d_trace).arg(&d_pg).arg(&max_iters).arg(&epsilon);
         match &d_held {
@@ -83,7 +81,11 @@ pub(super) fn run_grid(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pa
             Some((c, starts)) => launch.arg(c).arg(starts),
             None => launch.arg(&NULL).arg(&NULL),
         };
-        // SAFETY: arguments match em_grid in kernels/em.cu (the weights a
+        // As the CPU's em::cpu::run_iterations: with a fixed number of
+        // iterations and no trace, only the last log-likelihood is read.
+        let ll_wanted = (config.epsilon > 0.0 || config.keep_trace || iter == config.max_iters) as i32;
+        launch.arg(&ll_wanted);
+        // SAFETY: arguments match em_grid in kernels/em.cu, ll_wanted last (the weights a
         // null pointer when unweighted: only EM_WEIGHTED kernels read them,
         // and so for the held values and censored intervals); partial holds
         // pairs x blocks_x x (3M + 2) doubles, state pairs x (3M + 4),

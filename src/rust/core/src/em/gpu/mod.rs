@@ -26,12 +26,12 @@ use crate::gpu::{self, timing, Device, Kernel};
 
 use super::config::{CheckedEmConfig, Precision};
 use super::censored;
-use super::data::unfittable_weighted;
+use super::data::{unfittable_given, WeightFacts};
 use super::family::Family;
 use super::fit::{best_start, failure, FitStatus, MixFit, MixParams, StartFit};
 use super::starts::initial_values;
 
-use pairs::{DatasetExtras, Outputs, Pairs, Slot};
+use pairs::{DatasetExtras, KernelWeights, Outputs, Pairs, Slot};
 use plan::plan_launches;
 use warp::{collect_warp, launch_warp, prepare_warp, upload_resident, DeviceData, WarpInFlight};
 
@@ -45,23 +45,19 @@ pub const SMALL_MAX_N: usize = 6000;
 
 /// Shared memory of em_warp per observation: its float64 features, and
 /// their float32 copy with `precision = "mixed"` or the weight when weighted.
-fn shared_bytes_per_observation(config: &CheckedEmConfig) -> usize {
-    match (weighted_kernels(config), kernel_precision(config)) {
+/// (Weights are float64 there, whichever way they were copied.)
+fn shared_bytes_per_observation(config: &CheckedEmConfig, weighted: bool) -> usize {
+    match (weighted, kernel_precision(config, weighted)) {
         (false, Precision::Double) => 16,
         _ => 24,
     }
 }
 
-/// Whether the kernels read observation weights.
-fn weighted_kernels(config: &CheckedEmConfig) -> bool {
-    config.weights.is_some()
-}
-
 /// The precision the kernels run: float64 with weights or censored data
 /// (as the CPU's em::cpu::run_start, which has no weighted or censored
 /// mixed E-step).
-fn kernel_precision(config: &CheckedEmConfig) -> Precision {
-    if weighted_kernels(config) || config.censoring.is_some() { Precision::Double } else { config.precision }
+fn kernel_precision(config: &CheckedEmConfig, weighted: bool) -> Precision {
+    if weighted || config.censoring.is_some() { Precision::Double } else { config.precision }
 }
 
 /// The held values the constrained kernels read (EM_CONSTRAINED): alpha,
@@ -112,7 +108,9 @@ const INLINE_TRACE_STARTS: usize = 4;
 /// Fit every dataset with every configuration (one per candidate number
 /// of components, all with the same starts) on the usable CUDA devices:
 /// one launch plan over all of them. Returns the fits per configuration.
-pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> Result<Vec<Vec<MixFit>>> {
+/// `facts`: what em::data::check_weights found of the weights, if the fit
+/// has them and they were checked (else they are read again).
+pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec, facts: Option<&[WeightFacts]>) -> Result<Vec<Vec<MixFit>>> {
     if let Some(config) = configs.iter().find(|c| c.components > MAX_GPU_COMPONENTS) {
         return Err(Error::BackendUnavailable(format!(
             "the GPU kernels fit up to {MAX_GPU_COMPONENTS} components, not {}; use the CPU backend",
@@ -128,12 +126,13 @@ pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> 
             .enumerate()
             .map(|(k, (range, dev))| {
                 let part = &data[range.clone()];
+                let facts = facts.map(|f| &f[range.clone()]);
                 let first = configs[0].dataset_offset + range.start;
                 let monitor = &exec.monitor;
                 // Host work (starts, copies, results) runs on the call's
                 // threads, each device with its share of them.
                 let parts = ranges.len();
-                scope.spawn(move || exec.install_part(k, parts, || fit_on_device(dev, part, first, configs, monitor)).and_then(|r| r))
+                scope.spawn(move || exec.install_part(k, parts, || fit_on_device(dev, part, first, configs, facts, monitor)).and_then(|r| r))
             })
             .collect();
         handles
@@ -151,19 +150,19 @@ pub fn fit_models(data: &[&[f64]], configs: &[CheckedEmConfig], exec: &Exec) -> 
     Ok(fits)
 }
 
-fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[CheckedEmConfig], monitor: &Monitor) -> Result<Vec<Vec<MixFit>>> {
+fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[CheckedEmConfig], facts: Option<&[WeightFacts]>, monitor: &Monitor) -> Result<Vec<Vec<MixFit>>> {
     let n_starts = configs[0].starts_per_dataset();
     let t0 = Instant::now();
-    let extras = DatasetExtras::new(data, first, &configs[0]);
+    let extras = DatasetExtras::new(data, first, &configs[0], facts);
     timing::record("weights and censoring", t0);
-    let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / shared_bytes_per_observation(&configs[0]));
+    let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / shared_bytes_per_observation(&configs[0], extras.weighted));
     let t0 = Instant::now();
     let (mut small, mut large) = (Pairs::default(), Pairs::default());
     // slots[model][dataset]: where that dataset's starts of that model went.
     let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(configs.len());
     for (k, config) in configs.iter().enumerate() {
         let m = config.components;
-        let unfittable: Vec<Option<String>> = data.par_iter().enumerate().map(|(d, x)| unfittable_weighted(config.family, x, config.weights_of(first + d), m)).collect();
+        let unfittable: Vec<Option<String>> = data.par_iter().enumerate().map(|(d, x)| unfittable_given(config.family, x, config.weights_of(first + d), extras.all_positive(d), m)).collect();
         // Every pair is held on the host (estimated by em::memory_needed),
         // reserved fallibly by `extend`.
         let (mut to_small, mut to_large) = (Vec::new(), Vec::new());
@@ -422,19 +421,20 @@ pub fn em_prelude(family: Family) -> String {
 
 /// The kernel variant of a configuration: `precision = "mixed"` compiles
 /// em_warp with EM_MIXED (the grid kernels always run float64), weights
-/// EM_WEIGHTED, censored data EM_CENSORED, constraints
-/// EM_CONSTRAINED.
-fn em_function(dev: &Device, config: &CheckedEmConfig, kernel: Kernel) -> Result<CudaFunction> {
+/// EM_WEIGHTED (and EM_WEIGHTS_FLOAT when they are read as float32),
+/// censored data EM_CENSORED, constraints EM_CONSTRAINED.
+fn em_function(dev: &Device, config: &CheckedEmConfig, weights: KernelWeights, kernel: Kernel) -> Result<CudaFunction> {
     let prelude = em_prelude(config.family);
-    dev.function_with(kernel, Some((config.family.name(), &prelude)), &em_defines(config, kernel))
+    dev.function_with(kernel, Some((config.family.name(), &prelude)), &em_defines(config, weights, kernel))
 }
 
-fn em_defines(config: &CheckedEmConfig, kernel: Kernel) -> Vec<(&'static str, i64)> {
+fn em_defines(config: &CheckedEmConfig, weights: KernelWeights, kernel: Kernel) -> Vec<(&'static str, i64)> {
     let mut defines = vec![("EM_M", config.components as i64)];
-    if weighted_kernels(config) {
-        defines.push(("EM_WEIGHTED", 1));
-    } else if kernel_precision(config) == Precision::Mixed && kernel == Kernel::EmWarp {
-        defines.push(("EM_MIXED", 1));
+    match weights {
+        KernelWeights::Float => defines.extend([("EM_WEIGHTED", 1), ("EM_WEIGHTS_FLOAT", 1)]),
+        KernelWeights::Double => defines.push(("EM_WEIGHTED", 1)),
+        KernelWeights::None if kernel_precision(config, false) == Precision::Mixed && kernel == Kernel::EmWarp => defines.push(("EM_MIXED", 1)),
+        KernelWeights::None => {}
     }
     if config.censoring.is_some() {
         defines.push(("EM_CENSORED", 1));

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use super::super::censored::CensoredObs;
 use super::super::config::CheckedEmConfig;
 use super::super::family::Family;
-use super::super::data::weight_total;
+use super::super::data::{weight_facts, WeightFacts};
 use super::super::starts::initial_values;
 use crate::error::Result;
 use crate::memory;
@@ -156,54 +156,88 @@ pub(super) fn starting_values(data: &[&[f64]], pairs: &Pairs, range: Range<usize
 /// on the CPU (em::data::Prepared::try_censored): unweighted, its exact
 /// observations alone are used (its values are uploaded as they are and
 /// the censored ones left out on the device: [`Uploaded::skip`]);
-/// weighted, its censored observations' stand-ins weigh 0. Its total
-/// counts every observation, and the kernels add the intervals' share to
-/// the E-step.
+/// weighted, or when every observation is censored, its censored
+/// observations' stand-ins weigh 0. Its total counts every observation,
+/// and the kernels add the intervals' share to the E-step.
 pub(super) struct DatasetExtras<'a> {
     /// The positions of the dataset's values that the kernels leave out
     /// (its censored ones, increasing).
     skips: Vec<Option<&'a [usize]>>,
     weights: Vec<Option<Cow<'a, [f64]>>>,
     totals: Vec<f64>,
+    /// Whether every weight given for the dataset is > 0 (true unweighted).
+    positive: Vec<bool>,
     censored: Vec<Option<CensoredObs>>,
     /// Whether the fit has censored data (its kernels read the intervals).
     pub(super) censored_fit: bool,
+    /// Whether the kernels read weights: then every dataset has them.
+    pub(super) weighted: bool,
+}
+
+/// Whether and how the kernels read observation weights (kernels/em.cu,
+/// EM_WEIGHTED and EM_WEIGHTS_FLOAT): as float32 when every weight of a
+/// launch's data is one exactly (counts, say: half the bytes to copy and
+/// read), decided as they are copied (`warp::upload_weights`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KernelWeights {
+    None,
+    Float,
+    Double,
 }
 
 /// One dataset's entries of [`DatasetExtras`].
-type Extra<'a> = (Option<&'a [usize]>, Option<Cow<'a, [f64]>>, f64, Option<CensoredObs>);
+type Extra<'a> = (Option<&'a [usize]>, Option<Cow<'a, [f64]>>, WeightFacts, Option<CensoredObs>);
 
 impl<'a> DatasetExtras<'a> {
-    /// The extras of `data`, whose first dataset has global index `first`.
-    pub(super) fn new(data: &[&'a [f64]], first: usize, config: &'a CheckedEmConfig) -> Self {
+    /// The extras of `data`, whose first dataset has global index `first`;
+    /// `facts`: what em::data::check_weights found of their given weights
+    /// (found again if None).
+    pub(super) fn new(data: &[&'a [f64]], first: usize, config: &'a CheckedEmConfig, facts: Option<&[WeightFacts]>) -> Self {
+        // An unweighted dataset whose every observation is censored is
+        // fitted with weights (its stand-ins weigh 0), so then the whole
+        // call's kernels read weights, 1 where none were given.
+        let all_censored = |d: usize, x: &[f64]| config.censoring_of(first + d).is_some_and(|c| c.index.len() == x.len());
+        let weighted = config.weights.is_some() || data.par_iter().enumerate().any(|(d, x)| all_censored(d, x));
         let per_dataset: Vec<Extra<'a>> = data
             .par_iter()
             .enumerate()
             .map(|(d, x)| {
-                let given = config.weights_of(first + d);
+                let ones = WeightFacts { total: x.len() as f64, all_positive: true };
+                let (given, known): (Option<Cow<'a, [f64]>>, WeightFacts) = match config.weights_of(first + d) {
+                    Some(w) => (Some(Cow::Borrowed(w)), facts.map_or_else(|| weight_facts(w).0, |f| f[d])),
+                    None if weighted => (Some(Cow::Owned(vec![1.0; x.len()])), ones),
+                    None => (None, ones),
+                };
                 let Some(c) = config.censoring_of(first + d) else {
-                    return (None, given.map(Cow::Borrowed), given.map_or(x.len() as f64, weight_total), None);
+                    return (None, given, known, None);
                 };
                 match given {
-                    // As Prepared::try_censored: the exact observations alone,
-                    // unless every observation is censored.
-                    None if c.index.len() < x.len() => (Some(&c.index[..]), None, x.len() as f64, Some(CensoredObs::new(c, None))),
-                    _ => {
-                        let mut w = given.map_or_else(|| vec![1.0; x.len()], <[f64]>::to_vec);
-                        let total = weight_total(&w);
+                    // As Prepared::try_censored: the exact observations alone.
+                    None => (Some(&c.index[..]), None, known, Some(CensoredObs::new(c, None))),
+                    Some(given) => {
+                        let mut w = given.into_owned();
                         let obs = CensoredObs::new(c, Some(&w));
                         c.index.iter().for_each(|&i| w[i] = 0.0);
-                        (None, Some(Cow::Owned(w)), total, Some(obs))
+                        (None, Some(Cow::Owned(w)), known, Some(obs))
                     }
                 }
             })
             .collect();
         let n = data.len();
-        let mut extras = DatasetExtras { skips: Vec::with_capacity(n), weights: Vec::with_capacity(n), totals: Vec::with_capacity(n), censored: Vec::with_capacity(n), censored_fit: config.censoring.is_some() };
-        for (v, w, total, c) in per_dataset {
+        let mut extras = DatasetExtras {
+            skips: Vec::with_capacity(n),
+            weights: Vec::with_capacity(n),
+            totals: Vec::with_capacity(n),
+            positive: Vec::with_capacity(n),
+            censored: Vec::with_capacity(n),
+            censored_fit: config.censoring.is_some(),
+            weighted,
+        };
+        for (v, w, facts, c) in per_dataset {
             extras.skips.push(v);
             extras.weights.push(w);
-            extras.totals.push(total);
+            extras.totals.push(facts.total);
+            extras.positive.push(facts.all_positive);
             extras.censored.push(c);
         }
         extras
@@ -218,7 +252,12 @@ impl<'a> DatasetExtras<'a> {
         self.skips[d].unwrap_or(&[])
     }
 
-    /// Dataset d's total weight ([`weight_total`] of its weights, or its
+    /// Whether every weight given for dataset d is > 0 (true unweighted).
+    pub(super) fn all_positive(&self, d: usize) -> bool {
+        self.positive[d]
+    }
+
+    /// Dataset d's total weight (`em::data::weight_total` of its weights, or its
     /// length when unweighted).
     pub(super) fn total(&self, d: usize) -> f64 {
         self.totals[d]
@@ -353,8 +392,41 @@ pub(super) fn split_trace(trace: &[f64], iterations: &[i32], max_iters: usize) -
 
 #[cfg(test)]
 mod tests {
-    use super::{starting_values, Pairs};
+    use super::{starting_values, DatasetExtras, Pairs};
+    use crate::em::censored::Censoring;
     use crate::em::{initial_values, EmConfig, Family};
+
+    /// Whether the kernels read weights, and what each dataset then has:
+    /// 1 for a dataset without weights in a call that has them (one whose
+    /// every observation is censored), its stand-ins 0.
+    #[test]
+    fn every_dataset_has_weights_when_one_needs_them() {
+        let xs = [vec![1.0, 2.0, 3.0, 4.0], vec![0.5, 1.5, 2.5]];
+        let data: Vec<&[f64]> = xs.iter().map(|x| &x[..]).collect();
+        let kind = |config: EmConfig| {
+            let config = config.check().unwrap();
+            let facts = config.weights.as_ref().map(|w| crate::em::check_weights(&data, w, 1).unwrap());
+            let extras = DatasetExtras::new(&data, 0, &config, facts.as_deref());
+            let again = DatasetExtras::new(&data, 0, &config, None);
+            assert_eq!((&extras.totals, &extras.positive), (&again.totals, &again.positive));
+            let weights: Vec<Option<Vec<f64>>> = (0..data.len()).map(|d| extras.weights_of(d).map(<[f64]>::to_vec)).collect();
+            (extras.weighted, weights, extras.totals.clone())
+        };
+        let base = || EmConfig::new(Family::Normal, 2);
+        assert_eq!(kind(base()), (false, vec![None, None], vec![4.0, 3.0]));
+        let given = vec![vec![0.0, 2.0, 1.0, 3.0], vec![1.0, 0.25, 1e6]];
+        assert_eq!(kind(base().weights(given.clone())), (true, vec![Some(given[0].clone()), Some(given[1].clone())], vec![6.0, 1e6 + 1.25]));
+        // One dataset partly censored (its exact values alone), then every
+        // observation of the other: weights for both.
+        let part = Censoring { index: vec![3], lower: vec![3.5], upper: vec![f64::INFINITY] };
+        let all = Censoring { index: vec![0, 1, 2], lower: vec![0.0, 1.0, 2.0], upper: vec![1.0, 2.0, 3.0] };
+        let (k, w, totals) = kind(base().censoring(vec![part.clone(), Censoring::default()]));
+        assert_eq!((k, w, totals), (false, vec![None, None], vec![4.0, 3.0]));
+        let (k, w, totals) = kind(base().censoring(vec![part, all]));
+        assert!(k);
+        assert_eq!(w, vec![Some(vec![1.0, 1.0, 1.0, 0.0]), Some(vec![0.0; 3])]);
+        assert_eq!(totals, vec![4.0, 3.0]);
+    }
 
     #[test]
     fn starting_values_are_each_pairs_initial_values_in_its_slot() {

@@ -5,14 +5,15 @@ use std::ops::Range;
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
+use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::gpu::{Device, Kernel};
 
 use super::super::config::CheckedEmConfig;
 use super::super::family::Family;
-use super::pairs::{concatenate, gather, split_trace, starting_values, DatasetExtras, Outputs, Pairs, Uploaded};
+use super::pairs::{concatenate, gather, split_trace, starting_values, DatasetExtras, KernelWeights, Outputs, Pairs, Uploaded};
 use super::{em_function, held_values, NULL, WARPS_PER_BLOCK};
 
 /// Most pairs (starts of one dataset) in one block: its warps take them in
@@ -27,7 +28,7 @@ const MAX_BLOCK_PAIRS: usize = 32;
 /// a launch's own copy of its datasets.
 pub(super) struct DeviceData {
     x: CudaSlice<f64>,
-    w: Option<CudaSlice<f64>>,
+    w: Option<DeviceWeights>,
     totals: CudaSlice<f64>,
     offsets: CudaSlice<i64>,
     lengths: CudaSlice<i32>,
@@ -35,6 +36,69 @@ pub(super) struct DeviceData {
     /// The censored intervals and where each dataset's start (None unless
     /// the fit has censored data).
     cens: Option<(CudaSlice<f64>, CudaSlice<i64>)>,
+}
+
+/// Observation weights on the device, as the kernels read them
+/// ([`KernelWeights`]).
+pub(super) enum DeviceWeights {
+    Double(CudaSlice<f64>),
+    Float(CudaSlice<f32>),
+}
+
+impl DeviceWeights {
+    /// How kernels read `w`.
+    pub(super) fn kind(w: Option<&DeviceWeights>) -> KernelWeights {
+        match w {
+            None => KernelWeights::None,
+            Some(DeviceWeights::Float(_)) => KernelWeights::Float,
+            Some(DeviceWeights::Double(_)) => KernelWeights::Double,
+        }
+    }
+
+    /// Push `w` as a kernel's `weights` argument (a null pointer when
+    /// unweighted: only EM_WEIGHTED kernels read it).
+    pub(super) fn push<'a>(w: Option<&'a DeviceWeights>, launch: &mut LaunchArgs<'a>) {
+        match w {
+            Some(DeviceWeights::Double(w)) => launch.arg(w),
+            Some(DeviceWeights::Float(w)) => launch.arg(w),
+            None => launch.arg(&NULL),
+        };
+    }
+}
+
+/// The weights of `up` on the device (None when unweighted): as float32s
+/// when every one is a float32 exactly (found while converting them,
+/// without a pass of its own), else as float64s; through `s` or, when
+/// `staged`, the device's pinned staging buffer (its own stream).
+pub(super) fn upload_weights(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Result<Option<DeviceWeights>> {
+    if up.w.is_empty() {
+        return Ok(None);
+    }
+    let float = if staged {
+        dev.upload_parts_f32_new(&up.w)?
+    } else {
+        let mut w = vec![0.0f32; up.w.iter().map(|p| p.len()).sum()];
+        let mut pieces = Vec::with_capacity(up.w.len());
+        let mut rest = &mut w[..];
+        for part in &up.w {
+            let (piece, tail) = rest.split_at_mut(part.len());
+            pieces.push((piece, *part));
+            rest = tail;
+        }
+        let exact = pieces.into_par_iter().all(|(piece, part)| {
+            let mut inexact = false;
+            for (f, &v) in piece.iter_mut().zip(part) {
+                *f = v as f32;
+                inexact |= *f as f64 != v;
+            }
+            !inexact
+        });
+        if exact { Some(s.clone_htod(&w).map_err(|err| dev.err("copying data", err))?) } else { None }
+    };
+    Ok(Some(match float {
+        Some(w) => DeviceWeights::Float(w),
+        None => DeviceWeights::Double(upload_parts(dev, s, &up.w, staged)?),
+    }))
 }
 
 /// Upload every dataset of `data` once.
@@ -71,7 +135,7 @@ fn upload(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, staged: bool) -> Res
     let e = |err| dev.err("copying data", err);
     Ok(DeviceData {
         x: upload_values(dev, s, up, staged)?,
-        w: if up.w.is_empty() { None } else { Some(upload_parts(dev, s, &up.w, staged)?) },
+        w: upload_weights(dev, s, up, staged)?,
         totals: s.clone_htod(&up.totals).map_err(e)?,
         offsets: s.clone_htod(&up.offsets).map_err(e)?,
         lengths: s.clone_htod(&up.lengths).map_err(e)?,
@@ -152,8 +216,6 @@ pub(super) struct WarpInFlight {
 pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, config: &CheckedEmConfig, record_trace: bool, resident: Option<&DeviceData>) -> Result<WarpInFlight> {
     let nstat = 3 * config.components;
     let n_pairs = job.n_pairs;
-    let smem = (super::shared_bytes_per_observation(config) * job.max_n) as u32;
-    let f = em_function(dev, config, Kernel::EmWarp)?;
     let s = stream;
     let e = |what: &str| { let what = what.to_string(); move |err| dev.err(&what, err) };
     let uploaded = match resident {
@@ -180,7 +242,6 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
         out.trace = Some(s.alloc_zeros::<f64>(n_pairs * config.max_iters).map_err(e("allocating the trace"))?);
     }
     let (max_iters, epsilon) = (config.max_iters as i32, config.epsilon);
-    let cfg = LaunchConfig { grid_dim: (job.block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
     let inputs = &out._inputs;
     let on_device = match (resident, &inputs.0) {
         (Some(r), _) => r,
@@ -188,12 +249,13 @@ pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, 
         (None, None) => return Err(Error::Internal("an em_warp launch without its data".into())),
     };
     let DeviceData { x, w, totals, offsets, lengths, centres, cens } = on_device;
+    let weights = DeviceWeights::kind(w.as_ref());
+    let smem = (super::shared_bytes_per_observation(config, weights != KernelWeights::None) * job.max_n) as u32;
+    let f = em_function(dev, config, weights, Kernel::EmWarp)?;
+    let cfg = LaunchConfig { grid_dim: (job.block_dataset.len() as u32, 1, 1), block_dim: (32 * WARPS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: smem };
     let mut launch = s.launch_builder(&f);
     launch.arg(x);
-    match w {
-        Some(w) => launch.arg(w),
-        None => launch.arg(&NULL),
-    };
+    DeviceWeights::push(w.as_ref(), &mut launch);
     launch
         .arg(totals).arg(offsets).arg(lengths).arg(centres).arg(&inputs.1[0]).arg(&inputs.1[1]).arg(&inputs.1[2]).arg(&inputs.2)
         .arg(&mut out.params).arg(&mut out.loglik).arg(&mut out.iterations).arg(&mut out.status);
