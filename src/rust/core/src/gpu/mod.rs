@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 
 pub use kernels::{kernel_source, kernel_source_with, Kernel, KERNELS};
 pub use transfer::width_for;
+pub(crate) use transfer::parts_as_f32;
 
 /// What was found of one CUDA device.
 #[derive(Debug, Clone, PartialEq)]

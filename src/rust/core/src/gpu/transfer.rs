@@ -208,7 +208,14 @@ impl Device {
         let mut d = unsafe { self.stream.alloc::<f32>(total.max(1)) }.map_err(|e| self.err("allocating a copy", e))?;
         let exact = {
             let (ptr, _sync) = d.device_ptr_mut(&self.stream);
-            self.stage_up_while(4 * total, ptr, |at, out| fill_f32_from_parts(parts, &starts, at / 4, out))?
+            self.stage_up_while(4 * total, ptr, |at, out| {
+                // SAFETY: any bytes are a valid f32; the halves start at
+                // multiples of CHUNK in a page-aligned buffer, and every
+                // chunk is a multiple of 4 bytes long (checked below).
+                let (head, values, tail) = unsafe { out.align_to_mut::<f32>() };
+                assert!(head.is_empty() && tail.is_empty(), "staging chunks hold whole float32s");
+                fill_f32_from_parts(parts, &starts, at / 4, values)
+            })?
         };
         Ok(exact.then_some(d))
     }
@@ -394,29 +401,37 @@ fn fill_from_parts<T: Copy + Sync>(parts: &[&[T]], starts: &[usize], at: usize, 
     }
 }
 
-/// Values [at, at + out.len() / 4) of `parts` laid end to end (part i
-/// from value starts[i]) into `out` as little-endian float32s, the
-/// pieces converted in parallel; whether each is a float32 exactly (its
-/// float32 the same number: NaNs are not).
-pub(crate) fn fill_f32_from_parts(parts: &[&[f64]], starts: &[usize], at: usize, out: &mut [u8]) -> bool {
-    let end = at + out.len() / 4;
+/// `parts` end to end as float32s in host memory, or None when some value
+/// is not a float32 exactly (for a copy that does not go through the
+/// staging buffer).
+pub(crate) fn parts_as_f32(parts: &[&[f64]]) -> Option<Vec<f32>> {
+    let starts = starts_of(parts, 1);
+    let mut out = vec![0.0f32; starts[parts.len()]];
+    fill_f32_from_parts(parts, &starts, 0, &mut out).then_some(out)
+}
+
+/// Values [at, at + out.len()) of `parts` laid end to end (part i from
+/// value starts[i]) into `out` as float32s, the pieces converted in
+/// parallel; whether each is a float32 exactly (its float32 the same
+/// number: NaNs are not).
+fn fill_f32_from_parts(parts: &[&[f64]], starts: &[usize], at: usize, out: &mut [f32]) -> bool {
+    let end = at + out.len();
     let mut pieces = Vec::new();
     let mut rest = out;
     let mut i = starts.partition_point(|&s| s <= at) - 1;
     while !rest.is_empty() {
         let from = at.max(starts[i]) - starts[i];
         let len = (end.min(starts[i + 1]) - starts[i]) - from;
-        let (piece, tail) = rest.split_at_mut(4 * len);
-        pieces.extend(piece.chunks_mut(4 * GRAIN).zip(parts[i][from..from + len].chunks(GRAIN)));
+        let (piece, tail) = rest.split_at_mut(len);
+        pieces.extend(piece.chunks_mut(GRAIN).zip(parts[i][from..from + len].chunks(GRAIN)));
         rest = tail;
         i += 1;
     }
     pieces.into_par_iter().all(|(o, v)| {
         let mut inexact = false;
-        for (o, &x) in o.chunks_exact_mut(4).zip(v) {
-            let f = x as f32;
-            inexact |= f as f64 != x;
-            o.copy_from_slice(&f.to_le_bytes());
+        for (o, &x) in o.iter_mut().zip(v) {
+            *o = x as f32;
+            inexact |= *o as f64 != x;
         }
         !inexact
     })
@@ -511,9 +526,9 @@ mod tests {
                 let mut at = first;
                 while at < whole.len() {
                     let len = chunk.min(whole.len() - at);
-                    let mut out = vec![0u8; 4 * len];
+                    let mut out = vec![0.0f32; len];
                     assert!(fill_f32_from_parts(&refs, &starts, at, &mut out));
-                    assert_eq!(out, as_bytes(&whole[at..at + len]), "chunk {chunk} at {at}");
+                    assert_eq!(as_bytes(&out), as_bytes(&whole[at..at + len]), "chunk {chunk} at {at}");
                     at += len;
                 }
             }
@@ -526,9 +541,9 @@ mod tests {
             part.push(bad);
             let refs: Vec<&[f64]> = vec![&part];
             let starts = [0, part.len()];
-            let mut out = vec![0u8; 4 * part.len()];
+            let mut out = vec![0.0f32; part.len()];
             assert!(!fill_f32_from_parts(&refs, &starts, 0, &mut out), "{bad:e}");
-            assert!(fill_f32_from_parts(&refs, &starts, 0, &mut out[..24]), "{bad:e}");
+            assert!(fill_f32_from_parts(&refs, &starts, 0, &mut out[..6]), "{bad:e}");
         }
     }
 

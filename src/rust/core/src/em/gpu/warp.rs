@@ -6,7 +6,6 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
-use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::gpu::{Device, Kernel};
@@ -77,23 +76,7 @@ pub(super) fn upload_weights(dev: &Device, s: &Arc<CudaStream>, up: &Uploaded, s
     let float = if staged {
         dev.upload_parts_f32_new(&up.w)?
     } else {
-        let mut w = vec![0.0f32; up.w.iter().map(|p| p.len()).sum()];
-        let mut pieces = Vec::with_capacity(up.w.len());
-        let mut rest = &mut w[..];
-        for part in &up.w {
-            let (piece, tail) = rest.split_at_mut(part.len());
-            pieces.push((piece, *part));
-            rest = tail;
-        }
-        let exact = pieces.into_par_iter().all(|(piece, part)| {
-            let mut inexact = false;
-            for (f, &v) in piece.iter_mut().zip(part) {
-                *f = v as f32;
-                inexact |= *f as f64 != v;
-            }
-            !inexact
-        });
-        if exact { Some(s.clone_htod(&w).map_err(|err| dev.err("copying data", err))?) } else { None }
+        crate::gpu::parts_as_f32(&up.w).map(|w| s.clone_htod(&w)).transpose().map_err(|err| dev.err("copying data", err))?
     };
     Ok(Some(match float {
         Some(w) => DeviceWeights::Float(w),
