@@ -21,14 +21,35 @@
 // pass's theta.
 //
 // Each step's sums over states run in a different order from the CPU's
-// (tiles of HMB_BK, partial row sums per column tile), so results agree
-// with the CPU to rounding; every sum has a fixed order, so they are
-// deterministic.
+// (tiles of HMB_BK, partial row sums per chunk of 16 columns), so results
+// agree with the CPU to rounding; every sum has a fixed order, the same in
+// both tilings (HMB_RESIDENT), so they are deterministic and do not depend
+// on the batch.
 
 #define HMB_BM 32           // rows (sequences) per tile
-#define HMB_BN 64           // columns (states) per tile
+// Columns (states) per tile, and where the right operand (the transitions)
+// is read. HMB_RESIDENT 0: streamed from L2 at every step with the left
+// operand. HMB_RESIDENT 1: each block keeps one column tile for the whole
+// launch and holds those HMB_BN columns (all N rows) in shared memory, read
+// once; a step then reads only the left operand, so narrow tiles spread a
+// few sequences over every multiprocessor (N = 1,024 with 64 sequences: 128
+// tiles of 16 columns instead of 32 of 64). The host compiles both.
+#ifndef HMB_BN
+#define HMB_BN 64
+#endif
+#ifndef HMB_RESIDENT
+#define HMB_RESIDENT 0
+#endif
+static_assert(HMB_BN % 16 == 0, "a warp's columns are whole 16 x 8 fragments");
+// A row's sum over states is kept as partial sums of HMB_CHUNK columns
+// (hmb_chunk_sum), added in chunk order: the same order whatever the tile
+// width, so both tilings give identical results.
+#define HMB_CHUNK 16
+#define HMB_CHUNKS(N) (((N) + HMB_CHUNK - 1) / HMB_CHUNK)
 #define HMB_BK 16           // states summed per shared-memory stage
-#define HMB_STAGES 3        // stages of a group's copy pipeline
+#ifndef HMB_STAGES
+#define HMB_STAGES 3        // stages of a group's copy pipeline (4 for narrow tiles where they fit)
+#endif
 #define HMB_GROUP 128       // threads of a group (4 warps)
 #define HMB_GROUPS 4        // groups of a block, each summing every 4th stage
 #define HMB_THREADS (HMB_GROUP * HMB_GROUPS)
@@ -86,7 +107,9 @@ struct HmbRows {
 // The stage buffers of one group (dynamic shared memory holds HMB_GROUPS).
 struct HmbStage {
     __align__(16) double a[HMB_STAGES][HMB_BM][HMB_AS];  // left operand (row, k)
+#if !HMB_RESIDENT
     __align__(16) double b[HMB_STAGES][HMB_BK][HMB_BS];  // right operand (k, column)
+#endif
 };
 
 static_assert(HMB_BM * (HMB_BN + 1) <= sizeof(HmbStage) / sizeof(double), "a stage buffer holds a tile");
@@ -97,17 +120,21 @@ struct HmbShared {
 };
 
 // The products run on the FP64 tensor cores (mma m16n8k4): warp w of a
-// group owns the 16 x 32 block of tile rows 16 (w / 2) + 0..15 and columns
-// 32 (w % 2) + 0..31 (four 16 x 8 output fragments). Lane l (g = l / 4,
-// c = l % 4) holds, for q = 0..15, row hmb_out_row(q) = 16 (w / 2) + g +
-// 8 (q / 8) and column hmb_out_col(q) = 32 (w % 2) + 8 ((q / 2) % 4) + 2c
-// + q % 2. Group 0 holds the tile's sums after hmb_tile_product and
-// writes the outputs.
-#define HMB_OUT 16
+// group owns the 16 x HMB_BN / 2 block of tile rows 16 (w / 2) + 0..15 and
+// columns HMB_BN / 2 (w % 2) + 0..HMB_BN / 2 - 1 (HMB_NF 16 x 8 output
+// fragments). Lane l (g = l / 4, c = l % 4) holds, for q < HMB_OUT, row
+// hmb_out_row(q) = 16 (w / 2) + g + 8 (q / (2 HMB_NF)) and column
+// hmb_out_col(q) = HMB_BN / 2 (w % 2) + 8 ((q / 2) % HMB_NF) + 2c + q % 2.
+// Group 0 holds the tile's sums after hmb_tile_product and writes the
+// outputs.
+#define HMB_NF (HMB_BN / 16)
+#define HMB_OUT (4 * HMB_NF)
 __device__ __forceinline__ int hmb_gtid() { return threadIdx.x & (HMB_GROUP - 1); }
 __device__ __forceinline__ int hmb_warp() { return hmb_gtid() >> 5; }
-__device__ __forceinline__ int hmb_out_row(int q) { return 16 * (hmb_warp() >> 1) + ((threadIdx.x & 31) >> 2) + 8 * (q >> 3); }
-__device__ __forceinline__ int hmb_out_col(int q) { return 32 * (hmb_warp() & 1) + 8 * ((q >> 1) & 3) + 2 * (threadIdx.x & 3) + (q & 1); }
+__device__ __forceinline__ int hmb_out_row(int q) { return 16 * (hmb_warp() >> 1) + ((threadIdx.x & 31) >> 2) + 8 * (q / (2 * HMB_NF)); }
+__device__ __forceinline__ int hmb_out_col(int q) {
+    return (HMB_BN / 2) * (hmb_warp() & 1) + 8 * ((q >> 1) % HMB_NF) + 2 * (threadIdx.x & 3) + (q & 1);
+}
 
 // d = a x b + d for one 8 x 8 x 4 fragment (see hmb_out_row). Before
 // sm_80 (no FP64 mma), the same sums by shuffles.
@@ -200,54 +227,97 @@ __device__ __forceinline__ void hmb_load_right(double (*dst)[HMB_BS], const doub
     }
 }
 
+#if HMB_RESIDENT
+// Index of (k, column c) in a block's resident slice: rows of HMB_BN, with
+// c stored at c ^ 8 (k % 2), so that a fragment's 4 k x 8 columns hit
+// every bank pair exactly twice (optimal) without padding.
+__device__ __forceinline__ int hmb_res_at(int k, int c) { return k * HMB_BN + (c ^ ((k & 1) << 3)); }
+
+// Fill a block's resident slice: columns col0.. of `right` (N x N,
+// row-major), rows up to N rounded up to HMB_BK, zeros outside N x N.
+__device__ void hmb_load_resident(double* __restrict__ res, const double* __restrict__ right, int N, int col0) {
+    const int krows = (N + HMB_BK - 1) / HMB_BK * HMB_BK;
+    for (int i = threadIdx.x; i < krows * HMB_BN; i += blockDim.x) {
+        const int k = i / HMB_BN, c = i % HMB_BN, j = col0 + c;
+        res[hmb_res_at(k, c)] = (k < N && j < N) ? right[(long long)k * N + j] : 0.0;
+    }
+    __syncthreads();
+}
+#endif
+
 // One HMB_BK-deep stage of a warp's products (see hmb_out_row): the left
-// operand `a` by row, the right `b` by k.
-__device__ __forceinline__ void hmb_stage_mma(const double (*a)[HMB_AS], const double (*b)[HMB_BS], double acc[HMB_OUT]) {
+// operand `a` by row; the right one `b`, the stage buffer (by k) or, with
+// HMB_RESIDENT, the block's slice, whose rows k0.. this stage sums.
+__device__ __forceinline__ void hmb_stage_mma(const double (*a)[HMB_AS], const double* __restrict__ b, int k0, double acc[HMB_OUT]) {
     const int tid = hmb_gtid(), w = tid >> 5, g = (tid & 31) >> 2, kq = tid & 3;
-    const int arow = 16 * (w >> 1) + g, bcol = 32 * (w & 1) + g;
+    const int arow = 16 * (w >> 1) + g, bcol = (HMB_BN / 2) * (w & 1) + g;
 #pragma unroll
     for (int k4 = 0; k4 < HMB_BK; k4 += 4) {
         const double a0 = a[arow][k4 + kq], a1 = a[arow + 8][k4 + kq];
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-            hmb_mma16(acc[2 * j], acc[2 * j + 1], acc[8 + 2 * j], acc[9 + 2 * j], a0, a1, b[k4 + kq][8 * j + bcol]);
+        for (int j = 0; j < HMB_NF; ++j) {
+#if HMB_RESIDENT
+            const double bv = b[hmb_res_at(k0 + k4 + kq, 8 * j + bcol)];
+#else
+            const double bv = b[(k4 + kq) * HMB_BS + 8 * j + bcol];
+#endif
+            hmb_mma16(acc[2 * j], acc[2 * j + 1], acc[2 * HMB_NF + 2 * j], acc[2 * HMB_NF + 2 * j + 1], a0, a1, bv);
+        }
     }
 }
 
+// The left operand of a tile's product: L(r, k) = src[(row0 + r) *
+// HMB_LD(N) + k] for rows below `run` and, with `len` (shared), whose len
+// is positive; zeros for the others.
+struct HmbLeft {
+    const double* src;
+    int row0, run;
+    const long long* len;
+};
+
+// Copy stage k0 of a tile's product into group buffer `buf` of `st`: the
+// left operand's rows by 16-byte copies (ld and k0 are even), L2 only, as
+// other blocks wrote src during this launch; without HMB_RESIDENT, the
+// right operand's block too.
+__device__ __forceinline__ void hmb_stage_load(HmbStage& st, int buf, int k0, int N, const HmbLeft& l, const double* __restrict__ right,
+                                               int col0) {
+    const int tid = hmb_gtid();
+    const long long ld = HMB_LD(N);
+#pragma unroll
+    for (int q = 0; q < HMB_BM * HMB_BK / 2 / HMB_GROUP; ++q) {
+        const int idx = tid + HMB_GROUP * q, r = idx / (HMB_BK / 2), k = 2 * (idx % (HMB_BK / 2));
+        const bool ok = l.row0 + r < l.run && (l.len == nullptr || l.len[r] > 0) && k0 + k < N;
+        hmb_copy_l2(&st.a[buf][r][k], ok ? l.src + (l.row0 + r) * ld + k0 + k : l.src, ok);
+    }
+#if !HMB_RESIDENT
+    hmb_load_right(st.b[buf], right, N, k0, col0, tid);
+#endif
+}
+
+// Group g sums stages g, g + HMB_GROUPS, ... of k: rounds of the groups
+// (every group runs as many; a group past N idles) and group g's k0 at a round.
+__device__ __forceinline__ int hmb_rounds(int N) { return (N + HMB_BK * HMB_GROUPS - 1) / (HMB_BK * HMB_GROUPS); }
+__device__ __forceinline__ int hmb_stage_k0(int round) { return (threadIdx.x / HMB_GROUP) * HMB_BK + round * HMB_BK * HMB_GROUPS; }
+
 // acc (hmb_out_row / hmb_out_col) = L x R over k in [0, N) for the tile at
-// (row0, col0), where L(r, k) = src[(row0 + r) * HMB_LD(N) + k] (zeros for
-// rows with len 0) and R(k, c) = right[k * N + col0 + c] (zeros for
-// columns >= N). Group g sums stages g, g + HMB_GROUPS, ... through its own
-// HMB_STAGES-deep pipeline of asynchronous copies, synchronised by its own
-// barrier, so the four groups (four warps per scheduler) never wait for
-// one another; their sums are then added in group order into group 0's
-// `acc` (deterministic).
-__device__ void hmb_tile_product(int N, int row0, int col0, const double* __restrict__ src,
-                                 const double* __restrict__ right, const HmbShared& sh, HmbStage* stages,
+// (l.row0, col0), where L is HmbLeft's and R(k, c) = right[k * N + col0 +
+// c] (zeros for columns >= N; with HMB_RESIDENT, `right` is the block's
+// slice of those columns, hmb_res_at). Group g sums stages g, g +
+// HMB_GROUPS, ... through its own HMB_STAGES-deep pipeline of asynchronous
+// copies, synchronised by its own barrier, so the four groups (four warps
+// per scheduler) never wait for one another; their sums are then added in
+// group order into group 0's `acc` (deterministic).
+__device__ void hmb_tile_product(int N, const HmbLeft& l, const double* __restrict__ right, int col0, HmbStage* stages,
                                  double acc[HMB_OUT])
 {
     const int tid = hmb_gtid(), group = threadIdx.x / HMB_GROUP;
     HmbStage& st = stages[group];
-    const long long ld = HMB_LD(N);
 #pragma unroll
     for (int q = 0; q < HMB_OUT; ++q) acc[q] = 0.0;
-    auto load = [&](int buf, int k0) {
-        // Left: 16-byte copies (ld and k0 are even); L2 only, as other
-        // blocks wrote src during this launch.
-#pragma unroll
-        for (int q = 0; q < HMB_BM * HMB_BK / 2 / HMB_GROUP; ++q) {
-            const int idx = tid + HMB_GROUP * q, r = idx / (HMB_BK / 2), k = 2 * (idx % (HMB_BK / 2));
-            const bool ok = sh.rows.len[r] > 0 && k0 + k < N;
-            hmb_copy_l2(&st.a[buf][r][k], ok ? src + (row0 + r) * ld + k0 + k : src, ok);
-        }
-        hmb_load_right(st.b[buf], right, N, k0, col0, tid);
-    };
-    // Every group runs the same number of rounds (a group past N idles).
-    const int stride = HMB_BK * HMB_GROUPS, kg = group * HMB_BK;
-    const int rounds = (N + stride - 1) / stride;
+    const int rounds = hmb_rounds(N);
 #pragma unroll
     for (int s = 0; s < HMB_STAGES - 1; ++s) {
-        if (s < rounds && kg + s * stride < N) load(s, kg + s * stride);
+        if (s < rounds && hmb_stage_k0(s) < N) hmb_stage_load(st, s, hmb_stage_k0(s), N, l, right, col0);
         hmb_copy_commit();
     }
     for (int round = 0; round < rounds; ++round) {
@@ -256,12 +326,19 @@ __device__ void hmb_tile_product(int N, int row0, int col0, const double* __rest
         // refilled next (read at round - 1) is free.
         hmb_group_sync(group);
         const int next = round + HMB_STAGES - 1;
-        if (next < rounds && kg + next * stride < N) load(next % HMB_STAGES, kg + next * stride);
+        if (next < rounds && hmb_stage_k0(next) < N) hmb_stage_load(st, next % HMB_STAGES, hmb_stage_k0(next), N, l, right, col0);
         hmb_copy_commit();
-        if (kg + round * stride < N) hmb_stage_mma(st.a[round % HMB_STAGES], st.b[round % HMB_STAGES], acc);
+        if (hmb_stage_k0(round) < N) {
+#if HMB_RESIDENT
+            const double* b = right;
+#else
+            const double* b = &st.b[round % HMB_STAGES][0][0];
+#endif
+            hmb_stage_mma(st.a[round % HMB_STAGES], b, hmb_stage_k0(round), acc);
+        }
     }
     // Sum the groups' tiles into group 0, in group order (each group's own
-    // stage buffers hold its 32 x 64 sums).
+    // stage buffers hold its sums).
     static_assert(HMB_OUT * HMB_GROUP <= sizeof(HmbStage) / sizeof(double), "stage buffers hold a group's sums");
     __syncthreads();
     double* mine = &st.a[0][0][0];
@@ -279,11 +356,15 @@ __device__ void hmb_tile_product(int N, int row0, int col0, const double* __rest
     }
 }
 
-// Sum of x over the 4 lanes sharing an output row within a warp
-// (butterfly, the same order everywhere).
-__device__ __forceinline__ double hmb_row_sum(double x) {
-    x += __shfl_xor_sync(FULL_MASK, x, 1);
-    return x + __shfl_xor_sync(FULL_MASK, x, 2);
+// Sum of one row's HMB_CHUNK consecutive values v[0..16), in the order
+// the mma layout made natural when it was summed in registers: each of 4
+// lanes adds its columns (2c, 2c + 1, 8 + 2c, 9 + 2c), then the lanes by
+// pairs. Every tiling sums a chunk this way.
+__device__ __forceinline__ double hmb_chunk_sum(const double* v) {
+    double l[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) l[c] = ((v[2 * c] + v[2 * c + 1]) + v[8 + 2 * c]) + v[9 + 2 * c];
+    return (l[0] + l[1]) + (l[2] + l[3]);
 }
 
 // The per-row arrays of a batch, sorted by decreasing length (the host
@@ -323,20 +404,46 @@ __device__ HmbGrid hmb_grid(int N, int rows, const long long* __restrict__ row_l
     return {col_tiles, ((rows + HMB_BM - 1) / HMB_BM) * col_tiles, rows > 0 ? row_len[0] : 0};
 }
 
-// Sum over the column tiles of row `row`'s partial sums (fixed order).
-__device__ __forceinline__ double hmb_scale(const double* __restrict__ ps, int col_tiles, int rows, int row) {
-    double c = 0.0;
-#pragma unroll 8
-    for (int q = 0; q < col_tiles; ++q) c += __ldcg(&ps[(long long)q * rows + row]);
-    return c;
+// The scale of row `row` (0 unless `was`): the sum of its chunk sums
+// (ps[row * chunks + m]), read by a half-warp at once (lane l holds chunks
+// l, l + 16, ...) and added by a butterfly: a fixed order, the same
+// whatever the tiling, and every lane of the half ends with the same
+// value. Every lane of the warp calls it (the shuffles are unconditional).
+__device__ __forceinline__ double hmb_row_scale(const double* __restrict__ ps, int chunks, int row, bool was) {
+    double x = 0.0;
+    if (was)
+        for (int m = threadIdx.x & 15; m < chunks; m += 16) x += __ldcg(&ps[(long long)row * chunks + m]);
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
+    return x;
+}
+
+// Doubles of a block's stage buffers.
+#define HMB_STAGE_DOUBLES (HMB_GROUPS * (int)(sizeof(HmbStage) / sizeof(double)))
+
+// The right operand of a launch's products: `right` itself, or with
+// HMB_RESIDENT the block's slice of its column tile, loaded here (the grid
+// is a multiple of the column tiles, so a block's tiles share one column
+// tile). Every thread calls it.
+__device__ const double* hmb_right(const double* __restrict__ right, int N, int col_tiles, double* dynamic) {
+#if HMB_RESIDENT
+    double* res = dynamic + HMB_STAGE_DOUBLES;
+    hmb_load_resident(res, right, N, (blockIdx.x % col_tiles) * HMB_BN);
+    return res;
+#else
+    return right;
+#endif
 }
 
 // Scaled forward pass of a batch of `rows` sequences (HmbBatch's arrays;
-// sym[base + rel + t] is symbol t of a row). buf0/buf1: rows x HMB_LD(N) each, zeroed once (unnormalised alphas
-// of the previous and current step); psum: 2 x ceil(N / HMB_BN) x rows (row
-// sums per column tile, by step parity); llacc: rows; bar: 2 zeroed
-// counters. With alpha and scale, every scaled alpha and scale is stored
-// as by hmm_forward. loglik[s - s0] = log P(sequence), -inf when impossible.
+// sym[base + rel + t] is symbol t of a row). buf0/buf1: rows x HMB_LD(N)
+// each, zeroed once (unnormalised alphas of the previous and current step);
+// psum: 2 x rows x HMB_CHUNKS(N) (each row's sums by chunk of columns,
+// by step parity); llacc: rows; bar: 2 zeroed counters. With alpha and scale, every
+// scaled alpha and scale is stored as by hmm_forward. loglik[s - s0] = log
+// P(sequence), -inf when impossible. With HMB_RESIDENT, the grid is a
+// multiple of ceil(N / HMB_BN) and dynamic shared memory also holds the
+// slice (N rounded up to HMB_BK rows of HMB_BN).
 extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
     int N, const double* __restrict__ start, const double* __restrict__ trans,
     const double* __restrict__ emis_k, const unsigned* __restrict__ sym, long long base, int rows,
@@ -349,55 +456,62 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
 {
     const double theta = hmb_theta(mins);
     __shared__ HmbShared sh;
-    __shared__ double red[2][HMB_BM];
     extern __shared__ double hmb_dynamic[];
     HmbStage* stages = reinterpret_cast<HmbStage*>(hmb_dynamic);
     const HmbBatch bt = {row_rel, row_len, row_seq, running};
     const HmbGrid gr = hmb_grid(N, rows, row_len);
-    const int col_tiles = gr.col_tiles, tiles = gr.tiles;
+    const int col_tiles = gr.col_tiles, tiles = gr.tiles, chunks = HMB_CHUNKS(N);
     const long long Tmax = gr.longest;
     const long long ld = HMB_LD(N);
+    const double* right = hmb_right(trans, N, col_tiles, hmb_dynamic);
     for (long long t = 0; t <= Tmax; ++t) {
         // Step t computes the rows running at t, and finishes step t - 1
         // (scales, stored alphas, log-likelihoods) for the rows running
         // then, a superset (lengths are sorted).
         const double* cur = ((t - 1) & 1) ? buf1 : buf0;
         double* nxt = (t & 1) ? buf1 : buf0;
-        double* ps = psum + (t & 1) * (long long)col_tiles * rows;
-        const double* prev_ps = psum + ((t - 1) & 1) * (long long)col_tiles * rows;
+        double* ps = psum + (t & 1) * (long long)chunks * rows;
+        const double* prev_ps = psum + ((t - 1) & 1) * (long long)chunks * rows;
         const int run_prev = t > 0 ? running[t - 1] : 0;
         const int run = t < Tmax ? running[t] : 0;
         const int run_any = t > 0 ? run_prev : run;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int row0 = (tile / col_tiles) * HMB_BM, ct = tile % col_tiles, col0 = ct * HMB_BN;
             if (row0 >= run_any) continue;
+            // A half-warp per row (all rows at once): its scale
+            // (hmb_row_scale), then its first lane fills the row's data. The
+            // __syncthreads also waits for the previous tile's use of sh.
+            static_assert(HMB_THREADS / 16 == HMB_BM, "a half-warp per row");
             __syncthreads();
-            for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
-                const int row = row0 + r;
+            {
+                const int r = threadIdx.x >> 4, row = row0 + r;
                 const bool was = row < run_prev, now = row < run;
-                // Independent loads: the row's data and its partial sums.
-                const double c = was ? hmb_scale(prev_ps, col_tiles, rows, row) : 0.0;
+                // Loads independent of the scale's, issued first.
                 const long long rel = (was || now) ? bt.rel[row] : 0, len = (was || now) ? bt.len[row] : 0;
+                const long long erow = now ? (long long)sym[base + rel + t] * N : -1;
                 const int seq = was ? bt.seq[row] : 0;
-                sh.rows.rel[r] = rel;
-                sh.rows.len[r] = now ? len : 0;
-                // An impossible row stays all zeros (and its scale 0).
-                sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
-                sh.rows.erow[r] = now ? (long long)sym[base + rel + t] * N : -1;
-                if (was && ct == 0) {
-                    // c NaN: uncertain (NaN from then on); 0: impossible.
-                    const double l = (t == 1 ? 0.0 : llacc[row]) + (c > 0.0 ? log(c) : c == c && theta <= 1.0 ? HMM_NEG_INF : HMM_NAN);
-                    llacc[row] = l;
-                    if (scale && c > 0.0) scale[rel + t - 1] = c;
-                    if (len == t) loglik[seq] = l;
+                const double c = hmb_row_scale(prev_ps, chunks, row, was);
+                if ((threadIdx.x & 15) == 0) {
+                    sh.rows.rel[r] = rel;
+                    sh.rows.len[r] = now ? len : 0;
+                    // An impossible row stays all zeros (and its scale 0).
+                    sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
+                    sh.rows.erow[r] = erow;
+                    if (was && ct == 0) {
+                        // c NaN: uncertain (NaN from then on); 0: impossible.
+                        const double l = (t == 1 ? 0.0 : llacc[row]) + (c > 0.0 ? log(c) : c == c && theta <= 1.0 ? HMM_NEG_INF : HMM_NAN);
+                        llacc[row] = l;
+                        if (scale && c > 0.0) scale[rel + t - 1] = c;
+                        if (len == t) loglik[seq] = l;
+                    }
+                    sh.rows.was[r] = was;
                 }
-                sh.rows.was[r] = was;
             }
             __syncthreads();
             // Step t: nxt = (cur A) / c_{t-1} .* e(o_t), or start .* e(o_0).
             const bool step = row0 < run;
             double acc[HMB_OUT];
-            if (step && t > 0) hmb_tile_product(N, row0, col0, cur, trans, sh, stages, acc);
+            if (step && t > 0) hmb_tile_product(N, {cur, row0, run, nullptr}, right, col0, stages, acc);
             if (threadIdx.x >= HMB_GROUP) {
                 // The other groups store step t - 1's scaled alphas while
                 // group 0 writes step t.
@@ -411,25 +525,49 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
                 continue;
             }
             if (!step) continue;
-            // A row's columns are split over two warps: each adds its half
-            // (red[warp % 2][row]), then the halves are added in order.
-            double part[2] = {0.0, 0.0};
+            // Each row's chunk sums (hmb_chunk_sum's order) of the terms: x,
+            // NaN below the certificate, 0 at columns >= N.
+            double term[HMB_OUT];
 #pragma unroll
             for (int q = 0; q < HMB_OUT; ++q) {
                 const int r = hmb_out_row(q), j = col0 + hmb_out_col(q);
+                term[q] = 0.0;
                 if (sh.rows.len[r] > 0 && j < N) {
                     const double x = (t > 0 ? acc[q] * sh.rows.mul[r] : start[j]) * emis_k[sh.rows.erow[r] + j];
                     nxt[(row0 + r) * ld + j] = x;
-                    part[q >> 3] += (x > 0.0 && x < theta) ? HMM_NAN : x;
+                    term[q] = (x > 0.0 && x < theta) ? HMM_NAN : x;
                 }
             }
+#if HMB_NF >= 2
+            // A warp holds whole chunks (fragments 2m and 2m + 1 of a row):
+            // each lane adds its four columns, then the four lanes of the row
+            // by pairs, in registers.
+#pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const double p = hmb_row_sum(part[h]);
-                if ((threadIdx.x & 3) == 0) red[hmb_warp() & 1][hmb_out_row(8 * h)] = p;
+#pragma unroll
+                for (int m = 0; m < HMB_NF / 2; ++m) {
+                    const int q = 4 * m + 2 * HMB_NF * h;
+                    double l = ((term[q] + term[q + 1]) + term[q + 2]) + term[q + 3];
+                    l += __shfl_xor_sync(FULL_MASK, l, 1);
+                    l += __shfl_xor_sync(FULL_MASK, l, 2);
+                    const int r = hmb_out_row(q), col = col0 + hmb_out_col(q) - 2 * (threadIdx.x & 3);
+                    if ((threadIdx.x & 3) == 0 && sh.rows.len[r] > 0 && col < N)
+                        ps[(long long)(row0 + r) * chunks + col / HMB_CHUNK] = l;
+                }
             }
+#else
+            // A chunk spans two warps: through group 0's stage buffers
+            // (free after the product), a thread per (row, chunk).
+            double (*terms)[HMB_BN + 1] = reinterpret_cast<double (*)[HMB_BN + 1]>(&stages[0].a[0][0][0]);
+#pragma unroll
+            for (int q = 0; q < HMB_OUT; ++q) terms[hmb_out_row(q)][hmb_out_col(q)] = term[q];
             hmb_group_sync(0);
-            if (threadIdx.x < HMB_BM && sh.rows.len[threadIdx.x] > 0)
-                ps[(long long)ct * rows + row0 + threadIdx.x] = red[0][threadIdx.x] + red[1][threadIdx.x];
+            for (int p = hmb_gtid(); p < HMB_BM * (HMB_BN / HMB_CHUNK); p += HMB_GROUP) {
+                const int r = p / (HMB_BN / HMB_CHUNK), m = p % (HMB_BN / HMB_CHUNK);
+                if (sh.rows.len[r] > 0 && col0 + HMB_CHUNK * m < N)
+                    ps[(long long)(row0 + r) * chunks + col0 / HMB_CHUNK + m] = hmb_chunk_sum(&terms[r][HMB_CHUNK * m]);
+            }
+#endif
         }
         if (t < Tmax) hmb_grid_sync(bar);
     }
@@ -462,6 +600,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
     const int col_tiles = gr.col_tiles, tiles = gr.tiles;
     const long long Tmax = gr.longest;
     const long long ld = HMB_LD(N);
+    const double* right = hmb_right(trans_t, N, col_tiles, hmb_dynamic);
     // Last step: beta = 1, gamma = alpha, w = B(o_{len-1}) / c_{len-1};
     // impossible rows: NaN / zero rows.
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -520,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
             }
             __syncthreads();
             double acc[HMB_OUT];
-            hmb_tile_product(N, row0, col0, cur, trans_t, sh, stages, acc);
+            hmb_tile_product(N, {cur, row0, run, sh.rows.len}, right, col0, stages, acc);
             // Group 0 holds beta_hat in the mma layout (a warp's store
             // would touch 8 rows at stride 2). Through shared memory (group
             // 0's stage buffers, free after the product) every thread of

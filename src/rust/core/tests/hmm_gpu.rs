@@ -339,6 +339,47 @@ fn batched_results_do_not_depend_on_the_batch() {
 }
 
 #[test]
+fn both_tilings_give_identical_results() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // The batched passes' two tilings (32 x 64 tiles streamed; 32 x 16
+    // tiles whose transitions stay in shared memory) add every sum in the
+    // same order: identical log-likelihoods, posteriors and Baum-Welch
+    // counts, and both agree with the CPU. N = 300 and 1,030 (neither a
+    // multiple of 16), zeros in the tables (impossible sequences), rows of
+    // a second, partial row tile, lengths from 1 so rows finish at every
+    // step. Forcing is process-wide; other tests running meanwhile get
+    // the same results either way.
+    struct Unforce;
+    impl Drop for Unforce {
+        fn drop(&mut self) {
+            hmm::gpu::force_tiling(None);
+        }
+    }
+    let _unforce = Unforce;
+    for (n, v, count, longest, key) in [(300, 12, 45, 30, 610u64), (1030, 20, 70, 24, 620)] {
+        let model = random_model(n, v, key, true);
+        let (seqs, _) = hmm::simulate(&model, &lengths(count, longest, key + 1), key + 2);
+        let mut runs = Vec::new();
+        for tiling in [hmm::gpu::Tiling::Wide, hmm::gpu::Tiling::Narrow] {
+            hmm::gpu::force_tiling(Some(tiling));
+            // Bits: NaN posteriors (impossible sequences) must match too.
+            let bits = |x: Vec<f64>| x.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            let ll = hmm::loglik(&model, &seqs, &cuda()).unwrap();
+            let post = bits(hmm::posterior(&model, &seqs, &cuda()).unwrap().probs);
+            let (step, step_ll) = hmm::baum_welch_step(&model, &seqs, &Default::default(), &cuda()).unwrap();
+            runs.push((ll, post, step, step_ll));
+            compare_passes(&model, &seqs, &format!("N={n}, {tiling:?} tiles"));
+        }
+        assert!(runs[0].0.iter().any(|l| l.is_finite()), "N={n}: some sequences are possible");
+        assert_eq!(runs[0].0, runs[1].0, "N={n}: log-likelihoods by tiling");
+        assert_eq!(runs[0].1, runs[1].1, "N={n}: posteriors by tiling");
+        assert_eq!((&runs[0].2, runs[0].3), (&runs[1].2, runs[1].3), "N={n}: a Baum-Welch step by tiling");
+    }
+}
+
+#[test]
 fn baum_welch_with_many_states_matches_the_cpu() {
     if !gpu_or_skip() {
         return;

@@ -172,7 +172,8 @@ fn hmm_batched_kernels_compile() {
     if !nvrtc_or_skip() {
         return;
     }
-    check("hmm_batched", &[vec![]]);
+    // Both tilings (batched.rs's Tiling).
+    check("hmm_batched", &[vec![], vec![("HMB_BN", 16), ("HMB_RESIDENT", 1), ("HMB_STAGES", 3)], vec![("HMB_BN", 16), ("HMB_RESIDENT", 1), ("HMB_STAGES", 4)]]);
 }
 
 /// The scan kernels for the smallest, a middle and the largest N.

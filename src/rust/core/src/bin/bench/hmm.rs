@@ -26,15 +26,30 @@ pub struct Case {
 }
 
 pub fn run(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    force_tiling()?;
     if case.gaussian {
         return bench_gaussian(case.states, case.seqs, case.length, backends, threads, json);
     }
     bench_hmm(case.states, case.seqs, case.length, case.symbols, backends, threads, json)
 }
 
+/// `BULKEM_BENCH_TILING=wide|narrow`: the batched passes' tiling wherever
+/// it fits (unset: chosen by the shape), to compare the two in one call.
+fn force_tiling() -> Result<(), String> {
+    use bulkem_core::hmm::gpu::{force_tiling, Tiling};
+    match std::env::var("BULKEM_BENCH_TILING").as_deref() {
+        Err(_) => {}
+        Ok("wide") => force_tiling(Some(Tiling::Wide)),
+        Ok("narrow") => force_tiling(Some(Tiling::Narrow)),
+        Ok(other) => return Err(format!("BULKEM_BENCH_TILING={other}: wide or narrow")),
+    }
+    Ok(())
+}
+
 /// The cases: the CPU target (1 thread), then the two GPU cases,
 /// categorical and Gaussian.
 pub fn suite(backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    force_tiling()?;
     bench_hmm(10, 50, 100, 10, &[Backend::Cpu], 1, json)?;
     bench_hmm(512, 512, 16, 512, backends, threads, json)?;
     bench_hmm(32, 10_000, 1000, 16, backends, threads, json)?;

@@ -7,23 +7,115 @@
 //! from L2 at every step of every sequence.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gpu::{Device, Kernel};
 
 use super::super::sequences::Sequences;
 use super::err;
 use super::memory::{DeviceLogTables, DeviceSeqs, DeviceTables};
 
-/// Tile of hmm_batched.cu: rows (sequences) and columns (states); threads
-/// (HMB_THREADS) and dynamic shared memory (HMB_GROUPS stage buffers of
-/// HMB_STAGES x (32 x 20 + 16 x 68) doubles) of a block.
+/// Rows (sequences) of hmm_batched.cu's tiles (HMB_BM), threads of a
+/// block (HMB_THREADS), and columns of a row's partial sums (HMB_CHUNK).
 const ROWS: usize = 32;
-const COLS: usize = 64;
 const THREADS: u32 = 512;
-const STAGE_SMEM: usize = 4 * 3 * (32 * 20 + 16 * 68) * 8;
+const CHUNK: usize = 16;
+/// Shared memory of a block that is not the dynamic part: the kernels'
+/// static arrays (HmbShared, the backward's t_of: about 1.3 KB), with room.
+const STATIC_SMEM: usize = 4096;
+
+/// How the batched forward and backward passes tile a step
+/// (hmm_batched.cu's HMB_BN and HMB_RESIDENT). Both add every sum in the
+/// same order, so the choice changes the speed, never the results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tiling {
+    /// Tiles of 32 x 64; both operands read from L2 at every step.
+    Wide,
+    /// Tiles of 32 x 16; each block keeps one column tile, whose slice of
+    /// the transitions (N x 16) it holds in shared memory for the whole
+    /// pass, so a step reads only the state vectors. Four times the tiles
+    /// of `Wide`: a few sequences with many states fill the device.
+    Narrow,
+}
+
+impl Tiling {
+    /// Columns of a tile (HMB_BN).
+    fn cols(self) -> usize {
+        match self {
+            Tiling::Wide => 64,
+            Tiling::Narrow => 16,
+        }
+    }
+
+    /// Stages of a group's copy pipeline (HMB_STAGES) for N states where a
+    /// block may have `limit` bytes of dynamic shared memory: narrow tiles
+    /// stream only the state vectors, whose copies are bound by their
+    /// latency, so they take a fourth stage where it fits (N <= 1,136 on an
+    /// H200).
+    fn stages(self, n: usize, limit: usize) -> usize {
+        match self {
+            Tiling::Wide => 3,
+            Tiling::Narrow if Self::narrow_smem(n, 4) <= limit => 4,
+            Tiling::Narrow => 3,
+        }
+    }
+
+    fn defines(self, n: usize, limit: usize) -> Vec<(&'static str, i64)> {
+        match self {
+            Tiling::Wide => vec![],
+            Tiling::Narrow => vec![("HMB_BN", 16), ("HMB_RESIDENT", 1), ("HMB_STAGES", self.stages(n, limit) as i64)],
+        }
+    }
+
+    /// Dynamic shared memory of a block for N states: HMB_GROUPS stage
+    /// buffers of HMB_STAGES x (32 x 20 [+ 16 x 68]) doubles, and with
+    /// `Narrow` the slice (N rounded up to 16 rows of 16).
+    fn smem(self, n: usize, limit: usize) -> usize {
+        match self {
+            Tiling::Wide => 4 * 3 * (32 * 20 + 16 * 68) * 8,
+            Tiling::Narrow => Self::narrow_smem(n, self.stages(n, limit)),
+        }
+    }
+
+    fn narrow_smem(n: usize, stages: usize) -> usize {
+        (4 * stages * 32 * 20 + n.next_multiple_of(16) * 16) * 8
+    }
+
+    /// Tiles of one step over `rows` sequences of N states.
+    fn tiles(self, n: usize, rows: usize) -> usize {
+        rows.div_ceil(ROWS) * n.div_ceil(self.cols())
+    }
+}
+
+/// A tiling that the batched passes use wherever it fits, in place of the
+/// one the shape chooses (0: none, 1: Wide, 2: Narrow): for tests and
+/// benchmarks that compare the two.
+static FORCED_TILING: AtomicU8 = AtomicU8::new(0);
+
+/// Make the batched passes use `tiling` wherever it fits (None: choose by
+/// the shape). Results do not change; tests check that they do not.
+#[doc(hidden)]
+pub fn force_tiling(tiling: Option<Tiling>) {
+    FORCED_TILING.store(
+        match tiling {
+            None => 0,
+            Some(Tiling::Wide) => 1,
+            Some(Tiling::Narrow) => 2,
+        },
+        Ordering::Relaxed,
+    );
+}
+
+fn forced_tiling() -> Option<Tiling> {
+    match FORCED_TILING.load(Ordering::Relaxed) {
+        1 => Some(Tiling::Wide),
+        2 => Some(Tiling::Narrow),
+        _ => None,
+    }
+}
 
 /// Row stride of the kernels' state-vector buffers (HMB_LD: N rounded up
 /// to even, for 16-byte copies).
@@ -99,9 +191,10 @@ struct BySymbol {
 }
 
 /// Tiles of one step of the batched forward (and backward) pass over
-/// `rows` sequences of N states.
+/// `rows` sequences of N states, counted as wide tiles (what the rule that
+/// spreads a pass over devices was measured with).
 pub(super) fn forward_tiles(n: usize, rows: usize) -> usize {
-    rows.div_ceil(ROWS) * n.div_ceil(COLS)
+    Tiling::Wide.tiles(n, rows)
 }
 
 /// Tiles of one step of hmm_viterbi_batched over `rows` sequences.
@@ -119,9 +212,49 @@ pub(super) struct Batched {
     psum: CudaSlice<f64>,
     llacc: CudaSlice<f64>,
     bar: CudaSlice<u32>,
+    /// The kernels' defines and dynamic shared memory for the tiling.
+    defines: Vec<(&'static str, i64)>,
+    smem: usize,
     /// Blocks of a launch: every tile of a step at once if they fit, and
-    /// never more than can be resident (the barrier needs all of them).
+    /// never more than can be resident (the barrier needs all of them);
+    /// with `Narrow`, a multiple of the column tiles.
     grid: u32,
+}
+
+/// Dynamic shared memory a block of the batched passes may have.
+fn dynamic_smem_limit(dev: &Device) -> usize {
+    dev.max_shared_per_block.saturating_sub(STATIC_SMEM)
+}
+
+/// A tiling's grid for N states and at most `rows` rows a batch, and the
+/// doubles the busiest block reads from L2 at a step (None: it does not
+/// fit the device).
+fn plan_tiling(dev: &Device, tiling: Tiling, n: usize, rows: usize) -> Result<Option<(u32, usize)>> {
+    let e = err(dev, "preparing the batched passes");
+    let limit = dynamic_smem_limit(dev);
+    let smem = tiling.smem(n, limit);
+    if tiling == Tiling::Narrow && smem > limit {
+        return Ok(None);
+    }
+    let mut per_sm = u32::MAX;
+    for kernel in [Kernel::HmmForwardBatched, Kernel::HmmBackwardBatched] {
+        let f = dev.function(kernel, &tiling.defines(n, limit))?;
+        per_sm = per_sm.min(f.occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None).map_err(&e)?);
+    }
+    let capacity = (dev.multiprocessors * per_sm) as usize;
+    let (row_tiles, col_tiles) = (rows.div_ceil(ROWS), n.div_ceil(tiling.cols()));
+    Ok(match tiling {
+        Tiling::Wide => {
+            let grid = tiling.tiles(n, rows).clamp(1, capacity.max(1));
+            Some((grid as u32, tiling.tiles(n, rows).div_ceil(grid) * (ROWS * n + n * tiling.cols())))
+        }
+        // Each block keeps one column tile: the grid is whole rows of them.
+        Tiling::Narrow if capacity >= col_tiles => {
+            let row_groups = row_tiles.min(capacity / col_tiles).max(1);
+            Some(((col_tiles * row_groups) as u32, row_tiles.div_ceil(row_groups) * ROWS * n))
+        }
+        Tiling::Narrow => None,
+    })
 }
 
 impl Batched {
@@ -143,12 +276,17 @@ impl Batched {
         crate::gpu::timing::record("plan uploads", t0);
         let t0 = std::time::Instant::now();
         let rows = ranges.iter().map(|r| r.len()).max().unwrap_or(1).max(1);
-        let col_tiles = n.div_ceil(COLS);
-        let fwd = dev.function(Kernel::HmmForwardBatched, &[])?;
-        let bwd = dev.function(Kernel::HmmBackwardBatched, &[])?;
-        let resident = |f: &cudarc::driver::CudaFunction| f.occupancy_max_active_blocks_per_multiprocessor(THREADS, STAGE_SMEM, None).map_err(&e);
-        let per_sm = resident(&fwd)?.min(resident(&bwd)?).max(1);
-        let grid = (forward_tiles(n, rows) as u32).clamp(1, dev.multiprocessors * per_sm);
+        // The tiling whose busiest block reads the least at a step (the
+        // steps are bound by those reads and their latency), unless one is
+        // forced; Wide always fits.
+        let wide = plan_tiling(dev, Tiling::Wide, n, rows)?.ok_or_else(|| Error::BackendUnavailable("internal: no grid for the batched passes".into()))?;
+        let narrow = plan_tiling(dev, Tiling::Narrow, n, rows)?;
+        let (tiling, grid) = match (forced_tiling(), narrow) {
+            (Some(Tiling::Wide), _) | (_, None) => (Tiling::Wide, wide.0),
+            (Some(Tiling::Narrow), Some((g, _))) => (Tiling::Narrow, g),
+            (None, Some((g, reads))) if reads < wide.1 => (Tiling::Narrow, g),
+            (None, Some(_)) => (Tiling::Wide, wide.0),
+        };
         crate::gpu::timing::record("plan functions", t0);
         Ok(Batched {
             n,
@@ -156,15 +294,17 @@ impl Batched {
             batches,
             buf0: s.alloc_zeros::<f64>(rows * row_stride(n)).map_err(&e)?,
             buf1: s.alloc_zeros::<f64>(rows * row_stride(n)).map_err(&e)?,
-            psum: s.alloc_zeros::<f64>(2 * col_tiles * rows).map_err(&e)?,
+            psum: s.alloc_zeros::<f64>(2 * n.div_ceil(CHUNK) * rows).map_err(&e)?,
             llacc: s.alloc_zeros::<f64>(rows).map_err(&e)?,
             bar: s.alloc_zeros::<u32>(2).map_err(&e)?,
+            defines: tiling.defines(n, dynamic_smem_limit(dev)),
+            smem: tiling.smem(n, dynamic_smem_limit(dev)),
             grid,
         })
     }
 
     fn config(&self) -> LaunchConfig {
-        LaunchConfig { grid_dim: (self.grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: STAGE_SMEM as u32 }
+        LaunchConfig { grid_dim: (self.grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: self.smem as u32 }
     }
 
     /// Forward pass over batch `b`: log-likelihoods (by sequence - s0) and,
@@ -178,7 +318,7 @@ impl Batched {
         store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
         loglik: &mut CudaSlice<f64>,
     ) -> Result<()> {
-        let f = dev.function(Kernel::HmmForwardBatched, &[])?;
+        let f = dev.function(Kernel::HmmForwardBatched, &self.defines)?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
         let null: u64 = 0;
@@ -196,12 +336,13 @@ impl Batched {
         // order and type; rel, len and seq hold `rows` entries, running
         // longest + 1, as HmbBatch describes; buf0/buf1 hold rows x
         // row_stride(N) doubles, zeroed at allocation (the pad column is
-        // never written), psum 2 x ceil(N / COLS) x rows,
+        // never written), psum 2 x ceil(N / CHUNK) x rows,
         // llacc rows, bar two counters left at zero arrivals by every
         // launch; alpha and scale (or null) hold N and 1 doubles per symbol
         // of the batch, loglik one per sequence. The launch is cooperative
         // with no more blocks than can be resident, as the kernel's grid
-        // barrier requires; mins holds two keys.
+        // barrier requires (with Narrow, a multiple of the column tiles, and
+        // the slice in the dynamic shared memory); mins holds two keys.
         unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching hmm_forward_batched"))?;
         Ok(())
     }
@@ -222,7 +363,7 @@ impl Batched {
         gamma: &mut CudaSlice<f64>,
         tmp: Option<&mut CudaSlice<f64>>,
     ) -> Result<()> {
-        let f = dev.function(Kernel::HmmBackwardBatched, &[])?;
+        let f = dev.function(Kernel::HmmBackwardBatched, &self.defines)?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
         let null: u64 = 0;
@@ -248,7 +389,7 @@ impl Batched {
     pub(super) fn count_emissions(&self, dev: &Device, seqs: &DeviceSeqs, b: usize, loglik: &CudaSlice<f64>, gamma: &CudaSlice<f64>, counts: &mut CudaSlice<f64>) -> Result<()> {
         let batch = &self.batches[b];
         let Some(by) = &batch.by_symbol else {
-            return Err(crate::error::Error::BackendUnavailable("internal: the batched plan has no symbol index".into()));
+            return Err(Error::BackendUnavailable("internal: the batched plan has no symbol index".into()));
         };
         let f = dev.function(Kernel::HmmCountEmissions, &[])?;
         // HMB_COUNT_THREADS: the kernel stages that many positions at a time.
@@ -350,7 +491,7 @@ fn by_symbol(dev: &Device, seqs: &Sequences, symbols: &[u32], range: &Range<usiz
 /// state vectors, partial sums, a log-likelihood per sequence) fit the
 /// memory share of the device.
 pub(super) fn row_batches(dev: &Device, count: usize, n: usize) -> Result<Vec<Range<usize>>> {
-    let per_row = (2 * row_stride(n) + 2 * n.div_ceil(COLS) + 2) * 8;
+    let per_row = (2 * row_stride(n) + 2 * n.div_ceil(CHUNK) + 2) * 8;
     let rows = ((dev.free_memory()? as f64 * super::MEMORY_SHARE) as usize / per_row).max(1);
     Ok((0..count).step_by(rows).map(|a| a..(a + rows).min(count)).collect())
 }

@@ -61,6 +61,8 @@ mod scan;
 mod shares;
 
 #[doc(hidden)]
+pub use batched::{force_tiling, Tiling};
+#[doc(hidden)]
 pub use resident::{with_resident_passes, ResidentPass};
 pub use density::with_resident_density;
 pub use scan::{e_step as scan_e_step, loglik as scan_loglik, posterior as scan_posterior, viterbi as scan_viterbi, ChunkLen, SCAN_MAX_STATES};
