@@ -73,21 +73,19 @@ __device__ __forceinline__ double hmb_theta(const unsigned long long* __restrict
     return phi > 0.0 && phi < HMB_POS_INF ? 0x1p-960 / phi : HMB_POS_INF;
 }
 
-// Grid-wide barrier: bar[0] counts arrivals, bar[1] is the generation.
-// Safe only under a cooperative launch (all blocks resident).
-__device__ void hmb_grid_sync(unsigned* bar) {
+// Grid-wide barrier: *bar counts every block's arrivals over the launch,
+// and the k-th barrier is passed when it reaches k x gridDim.x (no reset,
+// so the last block to arrive does no more than the others). Launches that
+// share `bar` have the same grid and pass whole barriers, so the count is
+// a multiple of the grid when each starts (zero when allocated); 64 bits
+// never wrap. Safe only under a cooperative launch (all blocks resident).
+__device__ void hmb_grid_sync(unsigned long long* bar) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned* gen = bar + 1;
-        const unsigned g = *gen;
+        const unsigned long long grid = gridDim.x;
         __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (*gen == g) {
-            }
+        const unsigned long long target = (atomicAdd(bar, 1ull) / grid + 1) * grid;
+        while (*(volatile unsigned long long*)bar < target) {
         }
         __threadfence();
     }
@@ -439,7 +437,7 @@ __device__ const double* hmb_right(const double* __restrict__ right, int N, int 
 // sym[base + rel + t] is symbol t of a row). buf0/buf1: rows x HMB_LD(N)
 // each, zeroed once (unnormalised alphas of the previous and current step);
 // psum: 2 x rows x HMB_CHUNKS(N) (each row's sums by chunk of columns,
-// by step parity); llacc: rows; bar: 2 zeroed counters. With alpha and scale, every
+// by step parity); llacc: rows; bar: hmb_grid_sync's counter. With alpha and scale, every
 // scaled alpha and scale is stored as by hmm_forward. loglik[s - s0] = log
 // P(sequence), -inf when impossible. With HMB_RESIDENT, the grid is a
 // multiple of ceil(N / HMB_BN) and dynamic shared memory also holds the
@@ -450,7 +448,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
     const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
     const int* __restrict__ row_seq, const int* __restrict__ running,
     double* __restrict__ buf0, double* __restrict__ buf1, double* __restrict__ psum,
-    double* __restrict__ llacc, unsigned* __restrict__ bar,
+    double* __restrict__ llacc, unsigned long long* __restrict__ bar,
     double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
     const unsigned long long* __restrict__ mins)
 {
@@ -588,7 +586,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
     const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
     const int* __restrict__ row_seq, const int* __restrict__ running,
     double* __restrict__ buf0, double* __restrict__ buf1,
-    unsigned* __restrict__ bar, const double* __restrict__ alpha, const double* __restrict__ scale,
+    unsigned long long* __restrict__ bar, const double* __restrict__ alpha, const double* __restrict__ scale,
     const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ tmp_out)
 {
     __shared__ HmbShared sh;
@@ -1099,7 +1097,7 @@ __device__ void hmv_first_max(const double* __restrict__ x, const double* __rest
 // Viterbi over a batch of `rows` sequences (HmbBatch's arrays, sorted by
 // decreasing length; sym[base + rel + t] is symbol t of a row): lp / lpt
 // from hmm_vit_pad, vals holds P doubles per symbol of the batch (every
-// entry a row reads is written first), bar two zeroed counters. Then a
+// entry a row reads is written first), bar a zeroed hmb_grid_sync counter. Then a
 // block per row walks back: path as hmm.cu's Viterbi kernels lay it out
 // (HMV_NO_STATE throughout for an impossible sequence), logp[s - s0].
 extern "C" __global__ void __launch_bounds__(HMV_THREADS) hmm_viterbi_batched(
@@ -1107,7 +1105,7 @@ extern "C" __global__ void __launch_bounds__(HMV_THREADS) hmm_viterbi_batched(
     const double* __restrict__ lemis_k, const unsigned* __restrict__ sym, long long base, int rows,
     const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
     const int* __restrict__ row_seq, const int* __restrict__ running,
-    double* __restrict__ vals, unsigned* __restrict__ bar, unsigned* __restrict__ path, double* __restrict__ logp)
+    double* __restrict__ vals, unsigned long long* __restrict__ bar, unsigned* __restrict__ path, double* __restrict__ logp)
 {
     __shared__ long long prev[HMV_BM], out[HMV_BM], erow[HMV_BM];
     extern __shared__ double hmb_dynamic[];

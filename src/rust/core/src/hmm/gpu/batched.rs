@@ -211,7 +211,8 @@ pub(super) struct Batched {
     buf1: CudaSlice<f64>,
     psum: CudaSlice<f64>,
     llacc: CudaSlice<f64>,
-    bar: CudaSlice<u32>,
+    /// hmb_grid_sync's arrival count, shared by the plan's launches (one grid).
+    bar: CudaSlice<u64>,
     /// The kernels' defines and dynamic shared memory for the tiling.
     defines: Vec<(&'static str, i64)>,
     smem: usize,
@@ -296,7 +297,7 @@ impl Batched {
             buf1: s.alloc_zeros::<f64>(rows * row_stride(n)).map_err(&e)?,
             psum: s.alloc_zeros::<f64>(2 * n.div_ceil(CHUNK) * rows).map_err(&e)?,
             llacc: s.alloc_zeros::<f64>(rows).map_err(&e)?,
-            bar: s.alloc_zeros::<u32>(2).map_err(&e)?,
+            bar: s.alloc_zeros::<u64>(1).map_err(&e)?,
             defines: tiling.defines(n, dynamic_smem_limit(dev)),
             smem: tiling.smem(n, dynamic_smem_limit(dev)),
             grid,
@@ -337,8 +338,8 @@ impl Batched {
         // longest + 1, as HmbBatch describes; buf0/buf1 hold rows x
         // row_stride(N) doubles, zeroed at allocation (the pad column is
         // never written), psum 2 x ceil(N / CHUNK) x rows,
-        // llacc rows, bar two counters left at zero arrivals by every
-        // launch; alpha and scale (or null) hold N and 1 doubles per symbol
+        // llacc rows, bar an arrival count that every launch of this plan
+        // (one grid) leaves at a multiple of the grid; alpha and scale (or null) hold N and 1 doubles per symbol
         // of the batch, loglik one per sequence. The launch is cooperative
         // with no more blocks than can be resident, as the kernel's grid
         // barrier requires (with Narrow, a multiple of the column tiles, and
@@ -444,7 +445,7 @@ pub(super) fn viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &Dev
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(VIT_THREADS, VIT_SMEM, None).map_err(&e)?.max(1);
     let tiles = viterbi_tiles(n, rows.count);
     let cfg = LaunchConfig { grid_dim: ((tiles as u32).clamp(1, dev.multiprocessors * per_sm), 1, 1), block_dim: (VIT_THREADS, 1, 1), shared_mem_bytes: VIT_SMEM as u32 };
-    let mut bar = s.alloc_zeros::<u32>(2).map_err(&e)?;
+    let mut bar = s.alloc_zeros::<u64>(1).map_err(&e)?;
     let count = rows.count as i32;
     let mut launch = s.launch_builder(&f);
     launch.arg(&n_i).arg(&p_i).arg(&tabs.start).arg(&lp).arg(&lpt).arg(&tabs.emis).arg(&seqs.sym).arg(&rows.base).arg(&count);
@@ -454,8 +455,8 @@ pub(super) fn viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &Dev
     // order and type; start holds N log probabilities, lp and lpt P x P
     // (hmm_vit_pad), emis V x N (or a row per position); the row arrays are
     // HmbBatch's (Rows); vals holds P doubles per symbol of the batch, path
-    // one state per symbol, logp one value per sequence; bar is two zeroed
-    // counters. The launch is cooperative with no more blocks than can be
+    // one state per symbol, logp one value per sequence; bar is a zeroed
+    // arrival count. The launch is cooperative with no more blocks than can be
     // resident, as the kernel's grid barrier requires.
     unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching hmm_viterbi_batched"))?;
     Ok(())
