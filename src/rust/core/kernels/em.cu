@@ -272,15 +272,18 @@ __device__ double censored_obs(double lo, double hi, double wt, const double* p,
 // component's tail, not for all of them in turn (the gamma's and Poisson's
 // tails iterate). With few intervals a group has several lanes, which
 // share the tail's iterations (sp_inc_gamma_cf_group): 16 for M = 2 and
-// one interval. The sums, added to S (already the warp's total), and the
-// log-likelihood are the same in every lane.
-__device__ double warp_e_step_censored(const double* cens, int count, const double* p, double centre, double* S) {
+// one interval. `pooled`, where the block has computed this warp's parts
+// (pool_tails: count * M <= EM_POOL, lane q's (interval, component) part
+// at pooled[3 q]), replaces the tails. The sums, added to S (already the
+// warp's total), and the log-likelihood are the same in every lane.
+__device__ double warp_e_step_censored(const double* cens, int count, const double* p, double centre, double* S,
+                                       const double* pooled = nullptr) {
     const double inf = __longlong_as_double(0x7ff0000000000000LL);
     const int lane = threadIdx.x & 31;
     // Lanes per (interval, component): the largest power of 2 with every
     // interval in one round, at most 32 / M.
     int lanes = 1;
-    while (2 * lanes * EM_M * count <= 32 && 2 * lanes * EM_M <= 32) lanes *= 2;
+    while (!pooled && 2 * lanes * EM_M * count <= 32 && 2 * lanes * EM_M <= 32) lanes *= 2;
     const int group = lane / lanes, r = lane % lanes;
     const int per = 32 / (EM_M * lanes), j = group % EM_M, slot = group / EM_M;
     double c0 = 0.0, c1 = 0.0, c2 = 0.0, ll = 0.0;
@@ -290,7 +293,11 @@ __device__ double warp_e_step_censored(const double* cens, int count, const doub
         double part[3] = {0.0, 0.0, 0.0};
         double lg = -inf;
         if (wt != 0.0) {
-            interval(cens[3 * i], cens[3 * i + 1], p[EM_M + j], p[2 * EM_M + j], centre, part, lanes);
+            if (pooled) {
+                for (int k = 0; k < 3; ++k) part[k] = pooled[3 * (i * EM_M + j) + k];
+            } else {
+                interval(cens[3 * i], cens[3 * i + 1], p[EM_M + j], p[2 * EM_M + j], centre, part, lanes);
+            }
             lg = log(p[j]) + log(part[0]);
         }
         // (Lanes past the last whole interval read some lane's log; theirs is unused.)
@@ -318,6 +325,33 @@ __device__ double warp_e_step_censored(const double* cens, int count, const doub
         S[k] += warp_sum(mine);
     }
     return warp_sum(ll);
+}
+
+// A censored dataset with few intervals (count * M <= EM_POOL) has its
+// tails computed by the block's last warp alone (the tail warp), each of
+// the other warps' (interval, component) parts on a lane of its own (warp
+// w's q-th at parts[w][3 q]), while those warps take the exact
+// observations' E-step. Each lane runs its tail alone (the sequential
+// continued fraction, as the CPU does). A warp that computes its own M
+// tails takes a whole round of instructions for them (for M = 2 and one
+// time-out, 16 lanes sharing each continued fraction: about 2,800
+// instructions a warp and iteration, a third of the gamma's censored
+// kernel; Nsight Compute on an H200, BENCHMARKS.md, issue 25); here the
+// block's 14 tails take one round, and off the E-step's path. EM_POOL
+// bounds the tail warp's work to two rounds (7 warps' 8 tails each); more
+// intervals fill a warp's own round (warp_e_step_censored).
+// need[w]: warp w takes an E-step now.
+#define EM_POOL 8
+__device__ void pool_tails(const double* cens, int count, const double (*params)[NSTAT], const bool* need, double centre,
+                           double (*parts)[3 * EM_POOL]) {
+    const int per = count * EM_M;
+    for (int r = threadIdx.x & 31; r < (EM_WARPS - 1) * per; r += 32) {
+        const int w = r / per, q = r % per, i = q / EM_M, j = q % EM_M;
+        if (!need[w] || cens[3 * i + 2] == 0.0) continue;
+        double part[3];
+        interval(cens[3 * i], cens[3 * i + 1], params[w][EM_M + j], params[w][2 * EM_M + j], centre, part, 1);
+        for (int k = 0; k < 3; ++k) parts[w][3 * q + k] = part[k];
+    }
 }
 #endif
 
@@ -743,24 +777,6 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
 }
 #endif
 
-#ifdef EM_CENSORED
-// The whole E-step of a dataset with censored observations: the exact ones
-// (unweighted, they are the dataset's values without the censored ones;
-// weighted, the censored ones' stand-ins weigh 0), then the intervals at p.
-// DIRECT: as warp_e_step's (unweighted only).
-template <bool DIRECT = false>
-__device__ double warp_e_step_censored_data(const double2* uv, const double* wt, int n, const double* A, const double* B,
-                                            const double* C, const double* cens, int count, const double* p, double centre,
-                                            double* S) {
-#ifdef EM_WEIGHTED
-    const double exact = warp_e_step_weighted(uv, wt, n, A, B, C, S);
-#else
-    const double exact = warp_e_step<DIRECT>(uv, n, A, B, C, S);
-#endif
-    return exact + warp_e_step_censored(cens, count, p, centre, S);
-}
-#endif
-
 // 256 threads (EM_WARPS = 8 warps). Minimum blocks per SM, by M (it caps registers at
 // 65536 / (256 x blocks)): 3 (80 registers) fits M <= 2 without spills. For
 // M >= 3 the parameters sit in shared memory, and ptxas (NVRTC 13, sm_90)
@@ -801,6 +817,10 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     extern __shared__ double2 uv[];  // the dataset's features (u, v)
     __shared__ int next_pair;
     __shared__ double params[EM_WARPS][NSTAT];
+#ifdef EM_CENSORED
+    __shared__ bool step_need[EM_WARPS];
+    __shared__ double pool_parts[EM_WARPS][3 * EM_POOL];
+#endif
     const int d = block_dataset[blockIdx.x];
     const int n = lengths[d];
     const double* xd = x + offsets[d];
@@ -857,129 +877,190 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     const double sum_u = warp_sum(su_local), sum_v = warp_sum(sv_local);
 #endif
 
-    for (;;) {
-        int k = 0;
-        if (lane == 0) k = atomicAdd(&next_pair, 1);
-        k = __shfl_sync(FULL_MASK, k, 0);
-        if (k >= pairs) break;
-        const int pair = block_pair0[blockIdx.x] + k;
-
-        // The parameters live in shared memory (one row per warp, every lane
-        // writing the same values): they are read once per iteration, and
-        // registers are what limits the blocks per SM for M >= 4.
-        double* p = params[threadIdx.x >> 5];
-        double A[EM_M], B[EM_M], C[EM_M], S[NSTAT];
-#pragma unroll
-        for (int j = 0; j < NSTAT; ++j) p[j] = init[(long long)pair * NSTAT + j];
-        __syncwarp();
-        double* my_trace = trace ? trace + (long long)pair * max_iters : nullptr;
-
-        naturals_warp(p, centre, A, B, C);
+    // The parameters live in shared memory (one row per warp, every lane
+    // writing the same values): they are read once per iteration, and
+    // registers are what limits the blocks per SM for M >= 4.
+    double* p = params[threadIdx.x >> 5];
+    double A[EM_M], B[EM_M], C[EM_M], S[NSTAT];
+    double* my_trace = nullptr;
+    int pair = -1, iter = 0, status = ST_RUNNING;
+    double ll = 0.0;
 #ifdef EM_MIXED
-        // Mixed E-steps until the change of the log-likelihood is within its
-        // float32 noise; then, if epsilon is below that noise (and not 0),
-        // float64 from a float64 E-step at the same parameters (as
-        // em::cpu::run_iterations).
-        const double noise = MIXED_NOISE * sqrt((double)n);
-        const bool polish = epsilon > 0.0 && epsilon < noise;
-        bool mixed_now = true;
+    // Mixed E-steps until the change of the log-likelihood is within its
+    // float32 noise; then, if epsilon is below that noise (and not 0),
+    // float64 from a float64 E-step at the same parameters (as
+    // em::cpu::run_iterations).
+    const double noise = MIXED_NOISE * sqrt((double)n);
+    const bool polish = epsilon > 0.0 && epsilon < noise;
+    bool mixed_now = true;
 #define E_STEP_NOW(S) (mixed_now ? warp_e_step_mixed<true>(uv, uvf, n, A, B, C, sum_u, sum_v, S) : warp_e_step(uv, n, A, B, C, S))
-#elif defined(EM_CENSORED) && defined(EM_WEIGHTS_ONLY)
-        // As below, the exact observations with the differenced coefficients
-        // in a fixed-iteration fit.
-        const bool fixed = !(epsilon > 0.0);
-#define E_STEP_NOW(S)                                                                                 \
-    (fixed ? warp_e_step_censored_data<true>(uv, wt, n, A, B, C, cd, n_cens, p, centre, S)           \
-           : warp_e_step_censored_data(uv, wt, n, A, B, C, cd, n_cens, p, centre, S))
 #elif defined(EM_CENSORED)
-#define E_STEP_NOW(S) warp_e_step_censored_data(uv, wt, n, A, B, C, cd, n_cens, p, centre, S)
+    // The exact observations' share (unweighted, they are the dataset's
+    // values without the censored ones; weighted, the censored ones'
+    // stand-ins weigh 0), taken before the intervals' (at p): `exact`.
+#if defined(EM_WEIGHTS_ONLY)
+    // As below, the differenced coefficients in a fixed-iteration fit.
+    const bool fixed = !(epsilon > 0.0);
+#define EXACT_NOW(S) (fixed ? warp_e_step<true>(uv, n, A, B, C, S) : warp_e_step(uv, n, A, B, C, S))
+#elif defined(EM_WEIGHTED)
+#define EXACT_NOW(S) warp_e_step_weighted(uv, wt, n, A, B, C, S)
+#else
+#define EXACT_NOW(S) warp_e_step(uv, n, A, B, C, S)
+#endif
+#define E_STEP_NOW(S) (exact + warp_e_step_censored(cd, n_cens, p, centre, S, pooled))
 #elif defined(EM_WEIGHTED)
 #define E_STEP_NOW(S) warp_e_step_weighted(uv, wt, n, A, B, C, S)
 #elif defined(EM_WEIGHTS_ONLY)
-        // A fixed number of iterations (epsilon 0) takes d = l1 - l0 from the
-        // differenced coefficients throughout (e_obs_weights).
-        const bool fixed = !(epsilon > 0.0);
+    // A fixed number of iterations (epsilon 0) takes d = l1 - l0 from the
+    // differenced coefficients throughout (e_obs_weights).
+    const bool fixed = !(epsilon > 0.0);
 #define E_STEP_NOW(S) (fixed ? warp_e_step<true>(uv, n, A, B, C, S) : warp_e_step(uv, n, A, B, C, S))
 #else
 #define E_STEP_NOW(S) warp_e_step(uv, n, A, B, C, S)
 #endif
-        double ll = E_STEP_NOW(S) + shared_k;
-        int status = isfinite(ll) ? ST_RUNNING : ST_BAD_START;
-        int iter = 0;
 #if defined(EM_WEIGHTS_ONLY) || (defined(EM_WEIGHTED) && !defined(EM_CENSORED))
-        // Nothing reads the log-likelihood of an iteration but the last
-        // when the iterations are fixed and no trace is kept.
-        const bool ll_each = epsilon > 0.0 || my_trace != nullptr;
-#endif
-        while (status == ST_RUNNING && iter < max_iters) {
-            ++iter;
-#ifdef EM_CONSTRAINED
-            status = m_step_warp_constrained(S, centre, held, p);
-#else
-            status = m_step_warp(S, total, centre, p);
-#endif
-            if (status != ST_RUNNING) break;
-            naturals_warp(p, centre, A, B, C);
-#if defined(EM_WEIGHTED) && !defined(EM_CENSORED)
-            if (!ll_each && iter < max_iters) {
-                if (!isfinite(warp_e_step_weighted<false>(uv, wt, n, A, B, C, S))) { status = ST_NONFINITE; break; }
-                continue;
-            }
-#endif
-#ifdef EM_WEIGHTS_ONLY
-            if (!ll_each && iter < max_iters) {
-#ifdef EM_MIXED
-                warp_e_step_mixed<false>(uv, uvf, n, A, B, C, sum_u, sum_v, S);
-#else
-                warp_e_step_weights(uv, n, A, B, C, S);
+    // Nothing reads the log-likelihood of an iteration but the last
+    // when the iterations are fixed and no trace is kept.
+    bool ll_each = true;
 #endif
 #ifdef EM_CENSORED
-                // The intervals' sums added; their log-likelihood (-inf
-                // where no component gives an interval probability) is
-                // cheap beside their tails, and tells what ll would.
-                const double cens_ll = warp_e_step_censored(cd, n_cens, p, centre, S);
-                if (!isfinite(cens_ll)) { status = ST_NONFINITE; break; }
+    // Few intervals: the last warp computes the others' tails (pool_tails).
+    const bool pool = n_cens * EM_M <= EM_POOL;
+    const bool tail_warp = pool && (threadIdx.x >> 5) == EM_WARPS - 1;
+    const double* pooled = pool ? pool_parts[threadIdx.x >> 5] : nullptr;
 #endif
-                if (!sums_finite(S)) { status = ST_NONFINITE; break; }
-                continue;
+
+    // A step is one E-step of each warp that has a pair: at the pair's
+    // starting values, or after its next M-step. A warp whose pair is done
+    // writes it out and takes the next, so it idles only once none is left.
+    // Censored kernels take their steps together, so that the tail warp
+    // computes the step's tails (pool_tails) beside the exact observations'
+    // E-steps, between two barriers.
+    for (;;) {
+        bool need = false;
+        while (!need) {
+            if (pair >= 0) {
+                if (status == ST_RUNNING && iter < max_iters) {
+                    ++iter;
+#ifdef EM_CONSTRAINED
+                    status = m_step_warp_constrained(S, centre, held, p);
+#else
+                    status = m_step_warp(S, total, centre, p);
+#endif
+                    if (status == ST_RUNNING) {
+                        naturals_warp(p, centre, A, B, C);
+                        need = true;
+                        continue;
+                    }
+                }
+                if (status == ST_RUNNING) status = ST_MAX_ITERS;
+#ifdef EM_MIXED
+                // The reported log-likelihood is float64's: one more E-step at the
+                // final parameters when the last one was mixed.
+                if (mixed_now && (status == ST_CONVERGED || status == ST_MAX_ITERS)) {
+                    ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
+                    if (!isfinite(ll)) status = ST_NONFINITE;
+                    else if (my_trace && lane == 0 && iter > 0) my_trace[iter - 1] = ll;
+                }
+#endif
+                if (lane == 0) {
+                    for (int j = 0; j < NSTAT; ++j) out_params[(long long)pair * NSTAT + j] = p[j];
+                    out_ll[pair] = ll;
+                    out_iters[pair] = iter;
+                    out_status[pair] = status;
+                }
+                pair = -1;
             }
+#ifdef EM_CENSORED
+            if (tail_warp) break;
+#endif
+            int k = 0;
+            if (lane == 0) k = atomicAdd(&next_pair, 1);
+            k = __shfl_sync(FULL_MASK, k, 0);
+            if (k >= pairs) break;
+            pair = block_pair0[blockIdx.x] + k;
+#pragma unroll
+            for (int j = 0; j < NSTAT; ++j) p[j] = init[(long long)pair * NSTAT + j];
+            __syncwarp();
+            my_trace = trace ? trace + (long long)pair * max_iters : nullptr;
+            naturals_warp(p, centre, A, B, C);
+            iter = 0;
+            status = ST_RUNNING;
 #ifdef EM_MIXED
-            // The last iteration's E-step is the float64 one after the loop.
-            if (!ll_each) continue;
+            mixed_now = true;
 #endif
+#if defined(EM_WEIGHTS_ONLY) || (defined(EM_WEIGHTED) && !defined(EM_CENSORED))
+            ll_each = epsilon > 0.0 || my_trace != nullptr;
 #endif
-            double new_ll = E_STEP_NOW(S) + shared_k;
-            double change = fabs(new_ll - ll);
+            need = true;
+        }
+#ifdef EM_CENSORED
+        if (lane == 0) step_need[threadIdx.x >> 5] = need;
+        if (!__syncthreads_or(need)) break;
+        double exact = 0.0;
+        if (tail_warp) {
+            pool_tails(cd, n_cens, params, step_need, centre, pool_parts);
+        } else if (need) {
+#ifdef EM_WEIGHTS_ONLY
+            if (iter > 0 && !ll_each && iter < max_iters) warp_e_step_weights(uv, n, A, B, C, S);
+            else
+#endif
+                exact = EXACT_NOW(S);
+        }
+        if (pool) __syncthreads();
+        if (!need) continue;
+#else
+        if (!need) break;
+#endif
+        if (iter == 0) {
+            ll = E_STEP_NOW(S) + shared_k;
+            if (!isfinite(ll)) status = ST_BAD_START;
+            continue;
+        }
+#if defined(EM_WEIGHTED) && !defined(EM_CENSORED)
+        if (!ll_each && iter < max_iters) {
+            if (!isfinite(warp_e_step_weighted<false>(uv, wt, n, A, B, C, S))) status = ST_NONFINITE;
+            continue;
+        }
+#endif
+#ifdef EM_WEIGHTS_ONLY
+        if (!ll_each && iter < max_iters) {
 #ifdef EM_MIXED
-            if (mixed_now && polish && change < noise) {
-                mixed_now = false;
-                new_ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
-                change = __longlong_as_double(0x7ff0000000000000LL);  // +inf: no stop here
-            }
+            warp_e_step_mixed<false>(uv, uvf, n, A, B, C, sum_u, sum_v, S);
+#elif !defined(EM_CENSORED)
+            warp_e_step_weights(uv, n, A, B, C, S);
+#else
+            // The intervals' sums added to the exact ones' (taken above);
+            // their log-likelihood (-inf where no component gives an
+            // interval probability) is cheap beside their tails, and tells
+            // what ll would.
+            const double cens_ll = warp_e_step_censored(cd, n_cens, p, centre, S, pooled);
+            if (!isfinite(cens_ll)) { status = ST_NONFINITE; continue; }
 #endif
-            if (!isfinite(new_ll)) { status = ST_NONFINITE; break; }
-            if (my_trace && lane == 0) my_trace[iter - 1] = new_ll;
-            ll = new_ll;
-            if (change < epsilon) status = ST_CONVERGED;
+            if (!sums_finite(S)) status = ST_NONFINITE;
+            continue;
         }
-        if (status == ST_RUNNING) status = ST_MAX_ITERS;
 #ifdef EM_MIXED
-        // The reported log-likelihood is float64's: one more E-step at the
-        // final parameters when the last one was mixed.
-        if (mixed_now && (status == ST_CONVERGED || status == ST_MAX_ITERS)) {
-            ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
-            if (!isfinite(ll)) status = ST_NONFINITE;
-            else if (my_trace && lane == 0 && iter > 0) my_trace[iter - 1] = ll;
+        // The last iteration's E-step is the float64 one as the pair ends.
+        if (!ll_each) continue;
+#endif
+#endif
+        double new_ll = E_STEP_NOW(S) + shared_k;
+        double change = fabs(new_ll - ll);
+#ifdef EM_MIXED
+        if (mixed_now && polish && change < noise) {
+            mixed_now = false;
+            new_ll = warp_e_step(uv, n, A, B, C, S) + shared_k;
+            change = __longlong_as_double(0x7ff0000000000000LL);  // +inf: no stop here
         }
 #endif
-#undef E_STEP_NOW
-        if (lane == 0) {
-            for (int j = 0; j < NSTAT; ++j) out_params[(long long)pair * NSTAT + j] = p[j];
-            out_ll[pair] = ll;
-            out_iters[pair] = iter;
-            out_status[pair] = status;
-        }
+        if (!isfinite(new_ll)) { status = ST_NONFINITE; continue; }
+        if (my_trace && lane == 0) my_trace[iter - 1] = new_ll;
+        ll = new_ll;
+        if (change < epsilon) status = ST_CONVERGED;
     }
+#undef E_STEP_NOW
+#undef EXACT_NOW
 }
 
 // ---------------------------------------------------------------------------

@@ -543,20 +543,30 @@ fn gpu_censored_fits_match_cpu() {
                 problems.extend(check_all(&format!("{family:?} censored equal, epsilon {eps}"), &data, base().constraints(c)));
             }
         }
-        // A time-out alone: one interval a dataset, whose tails the lanes of
-        // a component share (16 of them for M = 2, 8 for M = 3).
-        for m in [2, 3] {
+        // Time-outs alone: one interval a dataset, or two (a second, later
+        // time-out for the odd observations), whose tails the block's tail
+        // warp computes for the other warps (kernels/em.cu, pool_tails).
+        for (m, timeouts) in [(2, 1), (3, 1), (2, 2), (3, 2)] {
             let (mut data, mut censoring) = (Vec::new(), Vec::new());
             for x in &datasets(family, m, &sizes, 91) {
                 let mut sorted = x.clone();
                 sorted.sort_by(f64::total_cmp);
-                let (y, cens) = common::censor(x, sorted[sorted.len() * 4 / 5], None);
+                let (mut y, mut cens) = common::censor(x, sorted[sorted.len() * 4 / 5], None);
+                if timeouts == 2 {
+                    let later = sorted[sorted.len() * 9 / 10];
+                    for (k, &i) in cens.index.iter().enumerate() {
+                        if i % 2 == 1 && x[i] > later {
+                            cens.lower[k] = later;
+                            y[i] = later;
+                        }
+                    }
+                }
                 data.push(y);
                 censoring.push(cens);
             }
             for (iters, eps, starts) in [(25, 0.0, 6), (500, 1e-8, 4)] {
                 let config = EmConfig::new(family, m).random_inits(starts).seed(9).max_iters(iters).epsilon(eps).censoring(censoring.clone());
-                problems.extend(check_all(&format!("{family:?} M = {m} time-out, epsilon {eps}"), &data, config));
+                problems.extend(check_all(&format!("{family:?} M = {m}, {timeouts} time-out(s), epsilon {eps}"), &data, config));
             }
         }
         // Every observation of some datasets binned (interval-censored), the
