@@ -14,7 +14,7 @@
 // fam_second_given_first (constraints) and fam_upper_tail / fam_lower_tail
 // (censored data; their last argument, lanes, is how many lanes of the warp
 // call them together with the same arguments, which an iterative tail may
-// share out), next to the family's Rust definition (src/em/family/<family>.rs). Double
+// share out; FAM_TAILS_ITERATE where they do, pool_tails), next to the family's Rust definition (src/em/family/<family>.rs). Double
 // precision throughout. The arithmetic mirrors the CPU backend (src/em/cpu.rs),
 // which is the reference: log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x).
 
@@ -282,7 +282,7 @@ __device__ double warp_e_step_censored(const double* cens, int count, const doub
     const double inf = __longlong_as_double(0x7ff0000000000000LL);
     const int lane = threadIdx.x & 31;
     // Lanes per (interval, component): the largest power of 2 with every
-    // interval in one round, at most 32 / M.
+    // interval in one round, at most 32 / M (1 with pooled parts).
     int lanes = 1;
     while (!pooled && 2 * lanes * EM_M * count <= 32 && 2 * lanes * EM_M <= 32) lanes *= 2;
     const int group = lane / lanes, r = lane % lanes;
@@ -802,10 +802,11 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
 #endif
 
 // A block holds the starts (pairs) of one dataset, block_pairs of them; its
-// warps take the next pair from a shared counter, so a warp whose start
-// converged early runs another instead of idling, and the dataset is staged
-// once for all of them. A pair's result does not depend on which warp ran
-// it (each warp sums in its own fixed lane order).
+// warps (but a tail warp, pool_tails) take the next pair from a shared
+// counter, so a warp whose start converged early runs another instead of
+// idling, and the dataset is staged once for all of them. A pair's result
+// does not depend on which warp ran it (each warp sums in its own fixed
+// lane order).
 extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_warp(
     const double* __restrict__ x, const weight_t* __restrict__ weights, const double* __restrict__ totals,
     const long long* __restrict__ offsets, const int* __restrict__ lengths,
@@ -925,8 +926,16 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     bool ll_each = true;
 #endif
 #ifdef EM_CENSORED
-    // Few intervals: the last warp computes the others' tails (pool_tails).
-    const bool pool = n_cens * EM_M <= EM_POOL;
+    // Few intervals of a family whose tails iterate (the gamma's and the
+    // Poisson's): the last warp computes the others' tails (pool_tails).
+    // Closed-form tails cost a warp less than its share of the E-steps
+    // (the inverse Gaussian's censored call took the same time either way,
+    // BENCHMARKS.md, issue 25).
+#ifdef FAM_TAILS_ITERATE
+    const bool pool = n_cens > 0 && n_cens * EM_M <= EM_POOL;
+#else
+    const bool pool = false;
+#endif
     const bool tail_warp = pool && (threadIdx.x >> 5) == EM_WARPS - 1;
     const double* pooled = pool ? pool_parts[threadIdx.x >> 5] : nullptr;
 #endif
@@ -934,9 +943,9 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
     // A step is one E-step of each warp that has a pair: at the pair's
     // starting values, or after its next M-step. A warp whose pair is done
     // writes it out and takes the next, so it idles only once none is left.
-    // Censored kernels take their steps together, so that the tail warp
-    // computes the step's tails (pool_tails) beside the exact observations'
-    // E-steps, between two barriers.
+    // Censored kernels with a tail warp take their steps together, so that
+    // it computes the step's tails (pool_tails) beside the exact
+    // observations' E-steps, between two barriers.
     for (;;) {
         bool need = false;
         while (!need) {
@@ -996,8 +1005,12 @@ extern "C" __global__ void __launch_bounds__(32 * EM_WARPS, EM_MIN_BLOCKS) em_wa
             need = true;
         }
 #ifdef EM_CENSORED
-        if (lane == 0) step_need[threadIdx.x >> 5] = need;
-        if (!__syncthreads_or(need)) break;
+        if (pool) {
+            if (lane == 0) step_need[threadIdx.x >> 5] = need;
+            if (!__syncthreads_or(need)) break;
+        } else if (!need) {
+            break;
+        }
         double exact = 0.0;
         if (tail_warp) {
             pool_tails(cd, n_cens, params, step_need, centre, pool_parts);

@@ -203,6 +203,8 @@ __device__ int fam_first_given_second(double sw, double su, double sv, double ce
 }
 // Censored data (upper_tail, lower_tail above).
 #define FAM_UPPER_TAIL
+// The tails iterate (sp_inc_gamma): a block's warps pool them (em_warp's pool_tails).
+#define FAM_TAILS_ITERATE
 __device__ void fam_upper_tail(double c, double shape, double rate, double centre, double* t, int lanes) {
     const double scale = rate * exp(centre);
     if (!(c > 0.0)) {

@@ -77,6 +77,11 @@ fn held_values(config: &CheckedEmConfig) -> Option<Vec<f64>> {
 /// The argument of a pointer a kernel variant does not read (null).
 const NULL: u64 = 0;
 const WARPS_PER_BLOCK: usize = 8;
+/// Shared memory per block set aside for em_warp's static arrays; the
+/// dataset (dynamic) gets the rest. At most 4.6 KB: the exp and ln tables
+/// (0.5 + 1 KB), the parameters' and the pooled tails' rows (1.5 KB each
+/// for M = 8) and a few words.
+const STATIC_SHARED: usize = 8192;
 /// Upper bound of observation-iterations per launch (about 0.25 s at the
 /// target rate), so interrupts are seen promptly and no launch runs long.
 const LAUNCH_WORK: f64 = 4e10;
@@ -155,7 +160,7 @@ fn fit_on_device(dev: &Device, data: &[&[f64]], first: usize, configs: &[Checked
     let t0 = Instant::now();
     let extras = DatasetExtras::new(data, first, &configs[0], facts);
     timing::record("weights and censoring", t0);
-    let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(1024) / shared_bytes_per_observation(&configs[0], extras.weighted));
+    let small_max = SMALL_MAX_N.min(dev.max_shared_per_block.saturating_sub(STATIC_SHARED) / shared_bytes_per_observation(&configs[0], extras.weighted));
     let t0 = Instant::now();
     let (mut small, mut large) = (Pairs::default(), Pairs::default());
     // slots[model][dataset]: where that dataset's starts of that model went.
