@@ -38,6 +38,10 @@ static SEXP keep_condition(SEXP condition, void *caught) {
     return R_NilValue;
 }
 
+static void check_events(void *caught) {
+    R_tryCatchError(process_events, NULL, keep_condition, caught);
+}
+
 // Non-zero when the computation should stop. A Ctrl-C is not consumed
 // here: it stays pending, and R raises it as an interrupt condition once
 // the call has returned (see bulkem_raise_interrupt). Events are processed
@@ -53,7 +57,15 @@ int bulkem_interrupt_pending(void) {
     int caught = 0;
     Rboolean suspended = R_interrupts_suspended;
     R_interrupts_suspended = TRUE;
-    R_tryCatchError(process_events, NULL, keep_condition, &caught);
+    // Inside a top-level context too: no jump that the error handler does
+    // not take (a restart, say) can cross the Rust frames that called us,
+    // whose worker threads would go on using them.
+    if (!R_ToplevelExec(check_events, &caught)) {
+        caught = 1;
+        // Nothing kept to raise again: a general message instead.
+        if (stop_condition != NULL) R_ReleaseObject(stop_condition);
+        stop_condition = NULL;
+    }
     R_interrupts_suspended = suspended;
     if (R_interrupts_pending) {
         stop_reason = 1;

@@ -205,6 +205,7 @@ fn new_pool(n: usize, name: impl FnMut(usize) -> String + 'static) -> Result<Arc
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(n)
         .thread_name(name)
+        .start_handler(|_| block_async_signals())
         .build()
         .map_err(|e| Error::BackendUnavailable(format!("cannot start {n} CPU threads: {e}")))?;
     Ok(Arc::new(pool))
@@ -245,6 +246,31 @@ fn cpu_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
     Ok(pool)
 }
 
+/// Block, in the calling thread, every signal the kernel may deliver to
+/// any thread of the process (SIGINT, SIGCHLD, SIGPIPE, SIGALRM, ...), so
+/// that it goes to the host's own thread instead. A host such as R runs its
+/// handlers (and those of its packages) on whichever thread takes the
+/// signal, and some of them touch the interpreter's state (R's SIGPIPE
+/// handler raises an R error, for one): on one of our threads that is two
+/// threads in R at once. Faults a thread causes itself (SIGSEGV, SIGBUS,
+/// SIGFPE, SIGILL, SIGTRAP, SIGSYS) stay unblocked: blocking them would
+/// turn a crash report into a silent kill. Called at the start of every
+/// thread bulkem starts (rayon's and `run_polled`'s; threads started from
+/// those inherit the mask).
+pub fn block_async_signals() {
+    #[cfg(unix)]
+    // SAFETY: sigfillset and sigdelset write only the local set;
+    // pthread_sigmask changes only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS] {
+            libc::sigdelset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Run `work` on a background thread while the calling thread calls
 /// `poll(items_done)` every `interval`. When `poll` returns false the monitor
 /// is cancelled and the workers stop at their next check.
@@ -260,6 +286,8 @@ pub fn run_polled<T: Send>(
     std::thread::scope(|scope| {
         let (done, finished) = std::sync::mpsc::channel();
         let handle = scope.spawn(move || {
+            // Threads this one starts (devices', CUDA's) inherit its mask.
+            block_async_signals();
             let out = work();
             // The receiver outlives this thread; a send cannot fail.
             let _ = done.send(());
@@ -299,6 +327,36 @@ mod tests {
         );
         assert_eq!(out, Err(Error::Interrupted));
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    /// Whether the calling thread blocks `sig`.
+    #[cfg(unix)]
+    fn blocked(sig: libc::c_int) -> bool {
+        // SAFETY: reads this thread's mask into a local set.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+            libc::sigismember(&set, sig) == 1
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn our_threads_leave_the_host_its_signals() {
+        let host = [libc::SIGINT, libc::SIGCHLD, libc::SIGPIPE, libc::SIGALRM, libc::SIGUSR1, libc::SIGTERM];
+        let faults = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL];
+        let mask = || (host.map(blocked), faults.map(blocked));
+        // The test harness's thread is the host's here: nothing blocked.
+        assert_eq!(mask(), ([false; 6], [false; 4]));
+        let monitor = Monitor::new();
+        let (polled, pooled) = run_polled(&monitor, Duration::from_millis(5), || (mask(), Exec::cpu().threads(3).within(mask)), |_| true);
+        assert_eq!(polled, ([true; 6], [false; 4]));
+        assert_eq!(pooled, ([true; 6], [false; 4]));
+        // Every thread of a pool built on the host's thread, too.
+        let pool = cpu_pool(5).unwrap();
+        let masks: Vec<_> = pool.broadcast(|_| mask());
+        assert!(masks.iter().all(|m| *m == ([true; 6], [false; 4])), "{masks:?}");
+        assert_eq!(mask(), ([false; 6], [false; 4]));
     }
 
     #[test]

@@ -65,8 +65,10 @@ pub fn run_in_session<T: Send>(backend: Backend, threads: usize, work: impl FnOn
     // threads (a Slurm job's allotment, say), none on rayon's global pool.
     bulkem_core::exec::run_polled(&monitor, POLL, || exec.within(|| work(&exec)), |_| {
         // SAFETY: called on R's main thread, which is blocked in this call;
-        // the C helper runs R_CheckUserInterrupt inside R_ToplevelExec, so
-        // no R error or longjmp can cross these Rust frames.
+        // the C helper processes R's events inside R_ToplevelExec and
+        // R_tryCatchError, so no R error or longjmp can cross these Rust
+        // frames. The workers block the signals R handles
+        // (exec::block_async_signals), so R's handlers run on this thread.
         unsafe { bulkem_interrupt_pending() == 0 }
     })
 }
