@@ -271,9 +271,10 @@ __device__ double censored_obs(double lo, double hi, double wt, const double* p,
 // logs by shuffles, so a dataset with one time-out waits for its slowest
 // component's tail, not for all of them in turn (the gamma's and Poisson's
 // tails iterate). With few intervals a group has several lanes, which
-// share the tail's iterations (sp_inc_gamma_cf_group): 2 for 9 to 16
-// (interval, component) pairs (fewer go to the tail warp, pool_tails, in
-// em_warp). `pooled`, where the block has computed this warp's parts
+// share the tail's iterations (sp_inc_gamma_cf_group): 16 for M = 2 and
+// one interval, 2 for 9 to 16 (interval, component) pairs (where the tails
+// iterate, 8 or fewer go to the tail warp instead: pool_tails, in em_warp).
+// `pooled`, where the block has computed this warp's parts
 // (pool_tails: count * M <= EM_POOL, lane q's (interval, component) part
 // at pooled[3 q]), replaces the tails. The sums, added to S (already the
 // warp's total), and the log-likelihood are the same in every lane.
