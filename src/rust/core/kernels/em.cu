@@ -788,13 +788,18 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
 // issue 16): 2 blocks for M = 5 took 499 ms per launch against 660 with 1.
 // Censored data with M <= 2 run 4 blocks: their tails are calls, whose
 // latency the fourth block's warps hide (the gamma's censored kernels 1.04
-// -> 0.98 s on an H200; BENCHMARKS.md, issue 25).
+// -> 0.98 s on an H200; BENCHMARKS.md, issue 25). Censored data with M = 3
+// run 2: with 1 the compiler took registers enough for only one block, and
+// the gamma's censored kernels took 0.98-0.99 s against 0.68 (20,000
+// datasets; 3 blocks 0.63-0.65, not yet run by the device tests).
 // Definable with -DEM_MIN_BLOCKS for experiments.
 #ifndef EM_MIN_BLOCKS
 #if EM_M <= 2 && defined(EM_CENSORED)
 #define EM_MIN_BLOCKS 4
 #elif EM_M <= 2
 #define EM_MIN_BLOCKS 3
+#elif EM_M == 3 && defined(EM_CENSORED)
+#define EM_MIN_BLOCKS 2
 #elif EM_M == 5
 #define EM_MIN_BLOCKS 2
 #else

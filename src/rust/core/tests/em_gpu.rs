@@ -3,12 +3,26 @@
 //! log-likelihoods to 1e-10. Skipped (with a note) where no device is usable.
 
 mod common;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
 use common::{cuda, gpu_or_skip};
 
 use bulkem_core::em::{fit_many, select_many, simulate, Criterion, EmConfig, Family, FitStatus, MixFit, MixParams, Precision};
 use bulkem_core::exec::Exec;
 use bulkem_core::tolerances::{GPU_CPU_LOGLIK_REL, GPU_CPU_PARAM_REL};
 
+
+/// Tests hold this shared, but the one that times a call, which holds it
+/// alone.
+static GPU: RwLock<()> = RwLock::new(());
+
+fn gpu_shared() -> Option<RwLockReadGuard<'static, ()>> {
+    gpu_or_skip().then(|| GPU.read().unwrap_or_else(|e| e.into_inner()))
+}
+
+fn gpu_alone() -> Option<RwLockWriteGuard<'static, ()>> {
+    gpu_or_skip().then(|| GPU.write().unwrap_or_else(|e| e.into_inner()))
+}
 
 fn rel(a: f64, b: f64) -> f64 {
     if a == b { 0.0 } else { (a - b).abs() / b.abs().max(1e-300) }
@@ -187,7 +201,7 @@ fn assert_agree(problems: Vec<String>) {
 
 #[test]
 fn gpu_matches_cpu_fixed_iterations() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     // n from 3 to beyond the shared-memory limit (grid path), with
     // unfittable datasets mixed in.
     let sizes = [3usize, 5, 8, 40, 200, 2000, 2001, 5999, 6001, 20_000];
@@ -206,7 +220,7 @@ fn gpu_matches_cpu_fixed_iterations() {
 
 #[test]
 fn gpu_weighted_fits_match_cpu() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     // Both kernel paths (shared memory up to 6,000 observations, the grid
     // beyond), integer weights with zeros and fractional weights. No n = 40:
     // with weights down to 0.1 its gamma M = 2 fit collapses a component
@@ -244,7 +258,7 @@ fn gpu_weighted_fits_match_cpu() {
 
 #[test]
 fn gpu_chooses_the_same_number_of_components_and_parameters_as_cpu() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     // One launch plan over M = 1..5, both kernel paths (n up to 8,000),
     // every criterion.
     let sizes: Vec<usize> = (0..40).map(|i| 150 + 200 * i).collect();
@@ -283,7 +297,7 @@ fn gpu_chooses_the_same_number_of_components_and_parameters_as_cpu() {
 
 #[test]
 fn gpu_matches_cpu_converged() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     let sizes: Vec<usize> = (0..60).map(|i| 100 + 173 * i).collect();
     let mut problems = Vec::new();
     for family in Family::ALL {
@@ -298,7 +312,7 @@ fn gpu_matches_cpu_converged() {
 
 #[test]
 fn gpu_fits_ten_million_observations() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     let data = datasets(Family::InvGauss, 2, &[10_000_000], 5);
     let config = EmConfig::new(Family::InvGauss, 2).random_inits(1).seed(1).max_iters(20).epsilon(0.0);
     assert_agree(check_all("InvGauss M=2 n=1e7", &data, config));
@@ -306,7 +320,7 @@ fn gpu_fits_ten_million_observations() {
 
 #[test]
 fn gpu_failures_match_cpu() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     // Starts that collapse: heavily tied data with a few outliers.
     let mut data: Vec<Vec<f64>> = (0..20).map(|i| {
         let mut x = vec![1.0; 200];
@@ -324,7 +338,7 @@ fn gpu_failures_match_cpu() {
 
 #[test]
 fn gpu_inits_and_posterior() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     let data = datasets(Family::Normal, 2, &[500, 800], 9);
     let init = MixParams { alpha: vec![0.5, 0.5], mu: vec![-1.0, 5.0], scale: vec![1.0, 1.0] };
     let config = EmConfig::new(Family::Normal, 2).inits(vec![init]).max_iters(300).epsilon(1e-10).keep_posterior(true);
@@ -336,9 +350,10 @@ fn gpu_inits_and_posterior() {
 
 #[test]
 fn gpu_stops_within_a_second_of_an_interrupt_inside_one_large_dataset() {
-    if !gpu_or_skip() {
-        return;
-    }
+    // Alone: calls in one process share the device threads' pools, and a
+    // thread that waits for its own loop may run another call's job
+    // meanwhile, which would delay this call's stop by that job's time.
+    let Some(_gpu) = gpu_alone() else { return };
     use std::sync::Arc;
     use std::time::{Duration, Instant};
     // One dataset of 10^7 observations (the grid path), 100 starts, 1000
@@ -370,7 +385,7 @@ fn gpu_stops_within_a_second_of_an_interrupt_inside_one_large_dataset() {
 /// kernels in float64), and agrees with the CPU's mixed fit as closely.
 #[test]
 fn gpu_mixed_precision_matches_double() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     let sizes = [150usize, 2000, 5999, 8000];
     let mut bad = Vec::new();
     for family in Family::ALL {
@@ -399,7 +414,7 @@ fn gpu_mixed_precision_matches_double() {
 #[test]
 fn gpu_bootstrap_matches_cpu() {
     use bulkem_core::em::bootstrap::{lrt_replicates, se_replicates, Resample};
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     // Fixed iterations, so that both backends run the same EM steps on the
     // same replicates (drawn on the host from keyed streams).
     for family in [Family::InvGauss, Family::Normal, Family::Poisson] {
@@ -435,7 +450,7 @@ fn gpu_censored_bootstrap_matches_cpu() {
     use bulkem_core::em::bootstrap::{lrt_replicates, se_replicates, Resample};
     use bulkem_core::em::censored::Censoring;
     use bulkem_core::em::replicate_censoring::plans;
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     for family in [Family::InvGauss, Family::Normal] {
         let raw = datasets(family, 2, &[400, 3000], 43);
         // A time-out at each dataset's 80th percentile.
@@ -478,7 +493,7 @@ fn gpu_censored_bootstrap_matches_cpu() {
 #[test]
 fn gpu_constrained_fits_match_cpu() {
     use bulkem_core::em::Constraints;
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     // Both kernel paths; one second parameter shared by every component,
     // and a held weight with a held first parameter (at its true value).
     let sizes = [200usize, 2000, 8000];
@@ -508,7 +523,7 @@ fn gpu_constrained_fits_match_cpu() {
 
 #[test]
 fn gpu_censored_fits_match_cpu() {
-    if !gpu_or_skip() { return; }
+    let Some(_gpu) = gpu_shared() else { return };
     // Both kernel paths: values above the 80th percentile right-censored
     // there, every 7th value interval-censored in a bin around itself; unweighted,
     // weighted, and with a shared second parameter.

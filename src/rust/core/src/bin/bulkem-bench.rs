@@ -2,11 +2,11 @@
 //!
 //! ```text
 //! bulkem-bench em [--family invgauss|gamma] [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E]
-//!                 [--precision double|mixed] [--weighted yes] [--equal yes] [--timeout C]
+//!                 [--precision double|mixed] [--weighted yes] [--equal yes] [--timeout C] [--components M]
 //!                 [--backend cpu|cuda|both] [--cpu-datasets K] [--threads T]
 //!                 [--json FILE]   (mixed: also fits in float64, untimed, and compares the fits;
 //!                 weights 1, 2, 3, 1, ...; equal: one shared second parameter; timeout: values
-//!                 above C right-censored at C)
+//!                 above C right-censored at C; M components fitted, 2 by default)
 //! bulkem-bench em-suite [--json FILE]      the cases of the GPU issue, both backends
 //! bulkem-bench select [--datasets D] [--n N] [--starts S] [--iters I] [--epsilon E1,E2]
 //!                     [--components 1,2,3,4,5] [--criterion BIC|ICL|AIC] [--backend cpu|cuda|both]
@@ -78,6 +78,8 @@ struct Case {
     equal: bool,
     /// Observations above this value right-censored there.
     timeout: Option<f64>,
+    /// Components fitted (the data are the two-component demo mixture).
+    components: usize,
 }
 
 struct Row {
@@ -115,7 +117,7 @@ fn right_censored(x: &[f64], c: f64) -> Censoring {
 fn run(case: &Case, data: &[Vec<f64>], backend: Backend, threads: usize) -> Result<(Row, Vec<MixFit>), String> {
     let refs: Vec<&[f64]> = data.iter().map(|d| &d[..]).collect();
     let config_for = |data: &[Vec<f64>]| {
-        let config = EmConfig::new(case.family, 2).random_inits(case.starts).max_iters(case.iters).epsilon(case.epsilon).precision(case.precision).seed(1);
+        let config = EmConfig::new(case.family, case.components).random_inits(case.starts).max_iters(case.iters).epsilon(case.epsilon).precision(case.precision).seed(1);
         let config = if case.weighted { config.weights(data.iter().map(|x| (0..x.len()).map(|i| (1 + i % 3) as f64).collect()).collect()) } else { config };
         let config = if case.equal { config.constraints(Constraints { equal_second: true, ..Default::default() }) } else { config };
         let config = match case.timeout {
@@ -213,8 +215,8 @@ fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::
         );
         writeln!(
             json,
-            "{{\"area\":\"em\",\"case\":\"{}\",\"backend\":\"{}\",\"datasets\":{},\"n\":{},\"starts\":{},\"max_iters\":{},\"epsilon\":{},\"precision\":\"{}\",\"weighted\":{},\"equal\":{},\"timeout\":{},\"mean_iters\":{:.2},\"threads\":{},\"seconds\":{:.6},\"obs_iters_per_s\":{:.1},\"failed\":{}}}",
-            case.name, row.backend, part.len(), case.n, case.starts, case.iters, case.epsilon, case.precision.name(), case.weighted, case.equal, case.timeout.map_or("null".to_string(), |c| c.to_string()), row.mean_iters, row.threads, row.seconds, rate, row.failed
+            "{{\"area\":\"em\",\"case\":\"{}\",\"backend\":\"{}\",\"datasets\":{},\"n\":{},\"starts\":{},\"max_iters\":{},\"epsilon\":{},\"precision\":\"{}\",\"weighted\":{},\"equal\":{},\"timeout\":{},\"components\":{},\"mean_iters\":{:.2},\"threads\":{},\"seconds\":{:.6},\"obs_iters_per_s\":{:.1},\"failed\":{}}}",
+            case.name, row.backend, part.len(), case.n, case.starts, case.iters, case.epsilon, case.precision.name(), case.weighted, case.equal, case.timeout.map_or("null".to_string(), |c| c.to_string()), case.components, row.mean_iters, row.threads, row.seconds, rate, row.failed
         )
         .map_err(|e| e.to_string())?;
     }
@@ -222,7 +224,7 @@ fn bench(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::
 }
 
 fn suite() -> Vec<Case> {
-    let c = |name: &str, datasets, n, starts, iters, epsilon, cpu_datasets| Case { name: name.into(), family: Family::InvGauss, datasets, n, starts, iters, epsilon, cpu_datasets, precision: Precision::Double, weighted: false, equal: false, timeout: None };
+    let c = |name: &str, datasets, n, starts, iters, epsilon, cpu_datasets| Case { name: name.into(), family: Family::InvGauss, datasets, n, starts, iters, epsilon, cpu_datasets, precision: Precision::Double, weighted: false, equal: false, timeout: None, components: 2 };
     vec![
         c("40k x100 starts x100 it", 40_000, 2000, 100, 100, 0.0, 200),
         Case { family: Family::Gamma, ..c("40k gamma x100 st x100 it", 40_000, 2000, 100, 100, 0.0, 200) },
@@ -254,7 +256,7 @@ fn main() {
         }
         let mut reduce_opts = reduce_bench::Options { log2_sizes: vec![20, 22, 24, 26, 28, 30], reps: 20, backend: "both".into(), threads: 0, sweep: false };
         let mut hmm_case = hmm_bench::Case { states: 10, seqs: 50, length: 100, symbols: 10, gaussian: false };
-        let mut case = Case { name: "custom".into(), family: Family::InvGauss, datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX, precision: Precision::Double, weighted: false, equal: false, timeout: None };
+        let mut case = Case { name: "custom".into(), family: Family::InvGauss, datasets: 200, n: 2000, starts: 10, iters: 100, epsilon: 0.0, cpu_datasets: usize::MAX, precision: Precision::Double, weighted: false, equal: false, timeout: None, components: 2 };
         let (mut backend, mut threads, mut json) = ("cpu".to_string(), 0usize, "bench-results.jsonl".to_string());
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -265,6 +267,7 @@ fn main() {
                 "--n" => case.n = num()?,
                 "--starts" => case.starts = num()?,
                 "--iters" => case.iters = num()?,
+                "--components" => case.components = num()?,
                 "--cpu-datasets" => case.cpu_datasets = num()?,
                 "--epsilon" => case.epsilon = value.parse().map_err(|_| format!("--epsilon: not a number: {value}"))?,
                 "--weighted" => case.weighted = value == "yes",

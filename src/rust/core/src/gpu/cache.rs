@@ -86,7 +86,10 @@ pub fn write(dir: &Path, key: &str, ptx: &str) {
     if fs::create_dir_all(dir).is_err() {
         return;
     }
-    let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
+    // Unique per write: threads of one process may store one key at once.
+    static WRITES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("{key}.{}.{n}.tmp", std::process::id()));
     let written = fs::File::create(&tmp).and_then(|mut f| {
         f.write_all(ptx.as_bytes())?;
         f.write_all(trailer(key).as_bytes())

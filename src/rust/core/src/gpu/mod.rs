@@ -345,18 +345,18 @@ impl Device {
     pub fn function_with(&self, kernel: Kernel, prelude: Option<(&str, &str)>, defines: &[(&str, i64)]) -> Result<CudaFunction> {
         let (file, name) = kernel.location();
         let key = format!("{file}{defines:?}{}", prelude.map_or("", |p| p.0));
-        let module = {
-            let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
-            match modules.get(&key) {
-                Some(m) => m.clone(),
-                None => {
-                    let src = kernel_source_with(file, prelude.map_or("", |p| p.1))
-                        .ok_or_else(|| Error::BackendUnavailable(format!("no kernel file {file}")))?;
-                    let ptx = compile_cached(&src, self.arch, defines).map_err(Error::BackendUnavailable)?;
-                    let m = self.ctx.load_module(ptx).map_err(|e| self.err("loading kernels", e))?;
-                    modules.insert(key, m.clone());
-                    m
-                }
+        let cached = self.modules.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        let module = match cached {
+            Some(m) => m,
+            None => {
+                // Compiled outside the lock, so that calls on other threads
+                // compile their variants at the same time; of two compiles of
+                // one variant, the first one stored is kept.
+                let src = kernel_source_with(file, prelude.map_or("", |p| p.1))
+                    .ok_or_else(|| Error::BackendUnavailable(format!("no kernel file {file}")))?;
+                let ptx = compile_cached(&src, self.arch, defines).map_err(Error::BackendUnavailable)?;
+                let m = self.ctx.load_module(ptx).map_err(|e| self.err("loading kernels", e))?;
+                self.modules.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert(m).clone()
             }
         };
         let f = module.load_function(name).map_err(|e| self.err(&format!("finding kernel {name}"), e))?;

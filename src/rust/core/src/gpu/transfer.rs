@@ -61,16 +61,33 @@ fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
 
 impl Device {
     /// Run `f` with this device's staging buffer (made on first use, kept
-    /// for the process).
+    /// for the process). The buffer is taken out of its slot for the copy,
+    /// not used under the lock: the copies fill and read it in parallel, and
+    /// a rayon thread that waits for its loop may run another call's whole
+    /// job meanwhile, whose copy would then wait for a lock that this very
+    /// thread holds (concurrent calls in one process deadlocked so). A copy
+    /// that finds the slot empty makes a buffer of its own; of two put back,
+    /// one is kept.
     fn with_staging<R>(&self, f: impl FnOnce(&mut Staging) -> Result<R>) -> Result<R> {
-        let mut guard = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.is_none() {
-            *guard = Some(Staging::new(self)?);
+        let slot = || self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let taken = slot().take();
+        let mut st = match taken {
+            Some(st) => st,
+            None => Staging::new(self)?,
+        };
+        let out = f(&mut st);
+        let mut kept = slot();
+        if kept.is_none() {
+            *kept = Some(st);
+        } else {
+            drop(kept);
+            // Its last copies may still read it: wait for them before the
+            // pinned memory is freed.
+            for done in &st.done {
+                done.synchronize().map_err(|e| self.err("copying to the device", e))?;
+            }
         }
-        match guard.as_mut() {
-            Some(st) => f(st),
-            None => Err(crate::error::Error::Internal("no staging buffer".into())),
-        }
+        out
     }
 
     /// Copy `bytes` bytes to device address `dst`, chunk by chunk: `fill(at,
