@@ -65,7 +65,7 @@ impl Device {
     /// not used under the lock: the copies fill and read it in parallel, and
     /// a rayon thread that waits for its loop may run another call's whole
     /// job meanwhile, whose copy would then wait for a lock that this very
-    /// thread holds (concurrent calls in one process deadlocked so). A copy
+    /// thread holds (a deadlock open to concurrent calls in one process). A copy
     /// that finds the slot empty makes a buffer of its own; of two put back,
     /// one is kept.
     fn with_staging<R>(&self, f: impl FnOnce(&mut Staging) -> Result<R>) -> Result<R> {
