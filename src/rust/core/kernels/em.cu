@@ -780,27 +780,29 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
 #endif
 
 // 256 threads (EM_WARPS = 8 warps). Minimum blocks per SM, by M (it caps registers at
-// 65536 / (256 x blocks)): 3 (80 registers) fits M <= 2 without spills. For
-// M >= 3 the parameters sit in shared memory, and ptxas (NVRTC 13, sm_90)
-// needs 102 / 120 / 125 registers for M = 3 / 4 / 5 without spills once M = 5
-// is asked for 2 blocks, so M = 3..5 all run 2 blocks (16 warps) per SM;
-// M >= 6 would spill at 2 and keep 1. Measured on an H100 (BENCHMARKS.md,
-// issue 16): 2 blocks for M = 5 took 499 ms per launch against 660 with 1.
+// 65536 / (256 x blocks)): 3 (80 registers) fits M <= 2 without spills.
 // Censored data with M <= 2 run 4 blocks: their tails are calls, whose
 // latency the fourth block's warps hide (the gamma's censored kernels 1.04
-// -> 0.98 s on an H200; BENCHMARKS.md, issue 25). Censored data with M = 3
-// run 2: with 1 the compiler took registers enough for only one block, and
-// the gamma's censored kernels took 0.98-0.99 s against 0.68 (20,000
-// datasets; 3 blocks 0.63-0.65, not yet run by the device tests).
-// Definable with -DEM_MIN_BLOCKS for experiments.
+// -> 0.98 s on an H200; BENCHMARKS.md, issue 25). M = 3..6 run 2 blocks
+// (128 registers). Asked for 1, ptxas (NVRTC 13.0, sm_90) takes more than
+// 128 in many of their variants, which leaves room for one block (8 warps)
+// per SM: 130-139 for M = 4 (the gamma's, every mixed-precision kernel,
+// censored ones), 155-181 for M = 6, and 188-252 for the censored gamma and
+// Poisson (the tails' iterations). Asked for 2 they need 117-128, without
+// spills but for those censored kernels (600-2,100 bytes) and a few
+// constrained or mixed ones (4-236). Timed on GPUs: M = 5, 2 blocks 499 ms
+// per launch against 660 with 1 (H100, issue 16); the censored gamma with
+// M = 3, 204 registers and 1 block against 128 and 2 (856 bytes of
+// spills), 0.98-0.99 s of kernels against 0.68 (H200, issue 25; 3 blocks
+// 0.63-0.65, not yet run by the device tests). M >= 7 keeps 1 (spills of
+// 56-2,200 bytes at 2; not timed). Definable with -DEM_MIN_BLOCKS for
+// experiments.
 #ifndef EM_MIN_BLOCKS
 #if EM_M <= 2 && defined(EM_CENSORED)
 #define EM_MIN_BLOCKS 4
 #elif EM_M <= 2
 #define EM_MIN_BLOCKS 3
-#elif EM_M == 3 && defined(EM_CENSORED)
-#define EM_MIN_BLOCKS 2
-#elif EM_M == 5
+#elif EM_M <= 6
 #define EM_MIN_BLOCKS 2
 #else
 #define EM_MIN_BLOCKS 1
