@@ -14,7 +14,8 @@
 // fam_second_given_first (constraints) and fam_upper_tail / fam_lower_tail
 // (censored data; their last argument, lanes, is how many lanes of the warp
 // call them together with the same arguments, which an iterative tail may
-// share out; FAM_TAILS_ITERATE where they do, pool_tails), next to the family's Rust definition (src/em/family/<family>.rs). Double
+// share out; the host defines FAM_TAILS_ITERATE where they do, pool_tails),
+// next to the family's Rust definition (src/em/family/<family>.rs). Double
 // precision throughout. The arithmetic mirrors the CPU backend (src/em/cpu.rs),
 // which is the reference: log(alpha_j f_j(x)) = a_j + b_j*u + c_j*v + k(x).
 
@@ -341,9 +342,10 @@ __device__ double warp_e_step_censored(const double* cens, int count, const doub
 // kernel; Nsight Compute on an H200, BENCHMARKS.md, issue 25); here the
 // block's 14 tails take one round, and off the E-step's path. EM_POOL
 // bounds the tail warp's work to two rounds (7 warps' 8 tails each); more
-// intervals fill a warp's own round (warp_e_step_censored).
+// intervals fill a warp's own round (warp_e_step_censored). EM_POOL and
+// FAM_TAILS_ITERATE come from the host (em_prelude), which gives such a
+// block one pair fewer (em::gpu::warp::prepare_warp).
 // need[w]: warp w takes an E-step now.
-#define EM_POOL 8
 __device__ void pool_tails(const double* cens, int count, const double (*params)[NSTAT], const bool* need, double centre,
                            double (*parts)[3 * EM_POOL]) {
     const int per = count * EM_M;
@@ -781,26 +783,28 @@ __device__ double warp_e_step_mixed(const double2* uv, const float2* uvf, int n,
 
 // 256 threads (EM_WARPS = 8 warps). Minimum blocks per SM, by M (it caps registers at
 // 65536 / (256 x blocks)): 3 (80 registers) fits M <= 2 without spills.
-// Censored data with M <= 2 run 4 blocks: their tails are calls, whose
-// latency the fourth block's warps hide (the gamma's censored kernels 1.04
-// -> 0.98 s on an H200; BENCHMARKS.md, issue 25). M = 3..6 run 2 blocks
-// (128 registers). Asked for 1, ptxas (NVRTC 13.0, sm_90) takes more than
-// 128 in many of their variants, which leaves room for one block (8 warps)
-// per SM: 130-139 for M = 4 (the gamma's, every mixed-precision kernel,
-// censored ones), 155-181 for M = 6, and 188-252 for the censored gamma and
-// Poisson (the tails' iterations). Asked for 2 they need 117-128, without
-// spills but for those censored kernels (600-2,100 bytes) and a few
-// constrained or mixed ones (4-236). Timed on GPUs: M = 5, 2 blocks 499 ms
-// per launch against 660 with 1 (H100, issue 16); the censored gamma with
-// M = 3, 204 registers and 1 block against 128 and 2 (856 bytes of
-// spills), 0.98-0.99 s of kernels against 0.68 (H200, issue 25; 3 blocks
-// 0.63-0.65, not yet run by the device tests). M >= 7 keeps 1 (spills of
-// 56-2,200 bytes at 2; not timed). Definable with -DEM_MIN_BLOCKS for
-// experiments.
+// Censored data with M <= 2 run 4 blocks, and with M = 3 run 3 where the
+// tails iterate: their tails are calls, whose latency more blocks' warps
+// hide, spills and all (H200, issue 25: the gamma's censored M <= 2
+// kernels 1.04 -> 0.98 s;
+// M = 3, 80 registers and 1,456 bytes of spills, 0.63-0.66 s of kernels
+// against 0.68-0.72 at 2 blocks, 128 registers and 856 bytes). M = 3..6
+// otherwise run 2 blocks (128 registers). Asked for 1, ptxas (NVRTC 13.0,
+// sm_90) takes more than 128 in many of their variants, which leaves room
+// for one block (8 warps) per SM: 130-139 for M = 4 (the gamma's, every
+// mixed-precision kernel, censored ones), 155-181 for M = 6, and 188-252
+// for the censored gamma and Poisson (the tails' iterations). Asked for 2
+// they need 117-128, without spills but for those censored kernels
+// (600-2,100 bytes) and a few constrained or mixed ones (4-236). Timed on
+// an H200 against 1 block (20,000 datasets, BENCHMARKS.md): the gamma's
+// M = 4 kernels 0.65-0.68 s against 0.97, M = 6 0.96-0.97 against 1.17,
+// censored M = 6 1.18-1.20 against 1.61-1.64; M = 5 499 ms per launch
+// against 660 on an H100 (issue 16). M >= 7 keeps 1 (spills of 56-2,200
+// bytes at 2; not timed). Definable with -DEM_MIN_BLOCKS for experiments.
 #ifndef EM_MIN_BLOCKS
 #if EM_M <= 2 && defined(EM_CENSORED)
 #define EM_MIN_BLOCKS 4
-#elif EM_M <= 2
+#elif EM_M <= 2 || (EM_M == 3 && defined(EM_CENSORED) && defined(FAM_TAILS_ITERATE))
 #define EM_MIN_BLOCKS 3
 #elif EM_M <= 6
 #define EM_MIN_BLOCKS 2

@@ -31,6 +31,11 @@ impl FamilyDef for Gamma {
         &INFO
     }
 
+    // sp_inc_gamma's series and continued fraction.
+    fn tails_iterate(&self) -> bool {
+        true
+    }
+
     fn observation_problem(&self, x: f64) -> Option<&'static str> {
         (x <= 0.0).then_some("gamma data must be strictly positive")
     }
@@ -203,8 +208,6 @@ __device__ int fam_first_given_second(double sw, double su, double sv, double ce
 }
 // Censored data (upper_tail, lower_tail above).
 #define FAM_UPPER_TAIL
-// The tails iterate (sp_inc_gamma): a block's warps pool them (em_warp's pool_tails).
-#define FAM_TAILS_ITERATE
 __device__ void fam_upper_tail(double c, double shape, double rate, double centre, double* t, int lanes) {
     const double scale = rate * exp(centre);
     if (!(c > 0.0)) {

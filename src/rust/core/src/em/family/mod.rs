@@ -146,6 +146,14 @@ pub(crate) trait FamilyDef: Sync {
     fn lower_tail(&self, _c: f64, _first: f64, _second: f64, _centre: f64) -> Option<[f64; 3]> {
         None
     }
+    /// Whether the tails iterate (a series or continued fraction, as the
+    /// incomplete gamma function's): on the GPU the last warp of a block
+    /// then computes the tails of a dataset with few intervals for the
+    /// others (kernels/em.cu, pool_tails), so that block takes one pair
+    /// fewer (em::gpu::warp::prepare_warp).
+    fn tails_iterate(&self) -> bool {
+        false
+    }
     /// Log-density (log-probability for counts) in its textbook form:
     /// the reference for tests and for predictions on new data.
     fn log_density(&self, x: f64, first: f64, second: f64) -> f64;
@@ -286,6 +294,11 @@ impl Family {
     /// [`FamilyDef::upper_tail`]).
     pub fn censorable(self) -> bool {
         self.def().upper_tail(f64::NEG_INFINITY, 1.0, 1.0, 0.0).is_some()
+    }
+
+    /// See [`FamilyDef::tails_iterate`].
+    pub(crate) fn tails_iterate(self) -> bool {
+        self.def().tails_iterate()
     }
 
     /// See [`FamilyDef::first_given_second`] (constraints).

@@ -29,6 +29,11 @@ impl FamilyDef for Poisson {
         &INFO
     }
 
+    // sp_inc_gamma's series and continued fraction.
+    fn tails_iterate(&self) -> bool {
+        true
+    }
+
     fn observation_problem(&self, x: f64) -> Option<&'static str> {
         if x < 0.0 || x.fract() != 0.0 {
             Some("Poisson data must be counts (whole numbers >= 0)")
@@ -140,8 +145,6 @@ __device__ __forceinline__ int fam_m_step(double sw, double su, double sv, doubl
 }
 // Censored counts (upper_tail, lower_tail above).
 #define FAM_UPPER_TAIL
-// The tails iterate (sp_inc_gamma): a block's warps pool them (em_warp's pool_tails).
-#define FAM_TAILS_ITERATE
 __device__ void fam_upper_tail(double c, double lambda, double second, double centre, double* t, int lanes) {
     const double k = floor(c) + 1.0;
     t[1] = lambda; t[2] = 0.0;

@@ -77,6 +77,10 @@ fn held_values(config: &CheckedEmConfig) -> Option<Vec<f64>> {
 /// The argument of a pointer a kernel variant does not read (null).
 const NULL: u64 = 0;
 const WARPS_PER_BLOCK: usize = 8;
+/// A censored dataset whose (interval, component) tails number at most
+/// this, in a family whose tails iterate, has them computed by its block's
+/// last warp for the others (kernels/em.cu, pool_tails; EM_POOL there).
+const POOL_TAILS: usize = 8;
 /// Shared memory per block set aside for em_warp's static arrays; the
 /// dataset (dynamic) gets the rest. At most 4.6 KB: the exp and ln tables
 /// (0.5 + 1 KB), the parameters' and the pooled tails' rows (1.5 KB each
@@ -409,16 +413,18 @@ enum Path {
 }
 
 
-/// What the core writes before kernels/em.cu: the status codes and launch
-/// sizes the host also uses, the EM's arithmetic helpers
+/// What the core writes before kernels/em.cu: the status codes, launch
+/// sizes and family facts the host also uses, the EM's arithmetic helpers
 /// (kernels/em_math.cuh), then the family's CUDA block.
 pub fn em_prelude(family: Family) -> String {
     format!(
         "#define ST_RUNNING {ST_RUNNING}\n#define ST_CONVERGED {ST_CONVERGED}\n#define ST_MAX_ITERS {ST_MAX_ITERS}\n\
          #define ST_BAD_START {ST_BAD_START}\n#define ST_EMPTY {ST_EMPTY}\n#define ST_COLLAPSED {ST_COLLAPSED}\n\
-         #define ST_NONFINITE {ST_NONFINITE}\n#define EM_WARPS {WARPS_PER_BLOCK}\n#define TWO_PI {:e}\n#define FAM_SECOND {}\n{}\n{}",
+         #define ST_NONFINITE {ST_NONFINITE}\n#define EM_WARPS {WARPS_PER_BLOCK}\n#define EM_POOL {POOL_TAILS}\n#define TWO_PI {:e}\n\
+         #define FAM_SECOND {}\n{}{}\n{}",
         std::f64::consts::TAU,
         family.info().second.is_some() as i32,
+        if family.tails_iterate() { "#define FAM_TAILS_ITERATE\n" } else { "" },
         include_str!("../../../kernels/em_math.cuh"),
         family.cuda_source()
     )

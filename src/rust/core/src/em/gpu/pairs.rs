@@ -252,6 +252,13 @@ impl<'a> DatasetExtras<'a> {
         self.skips[d].unwrap_or(&[])
     }
 
+    /// Whether dataset d's block in em_warp has a tail warp, which takes
+    /// no pair (kernels/em.cu's pool: intervals whose tails iterate, at
+    /// most POOL_TAILS of them with the components').
+    pub(super) fn tail_warp(&self, family: Family, components: usize, d: usize) -> bool {
+        family.tails_iterate() && self.censored[d].as_ref().is_some_and(|c| !c.lower.is_empty() && c.lower.len() * components <= super::POOL_TAILS)
+    }
+
     /// Whether every weight given for dataset d is > 0 (true unweighted).
     pub(super) fn all_positive(&self, d: usize) -> bool {
         self.positive[d]

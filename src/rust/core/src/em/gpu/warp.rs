@@ -152,7 +152,11 @@ pub(super) struct WarpJob<'a> {
 }
 
 /// `target_blocks`: blocks that fill the device; a block then holds between
-/// WARPS_PER_BLOCK and MAX_BLOCK_PAIRS consecutive pairs of one dataset.
+/// WARPS_PER_BLOCK and MAX_BLOCK_PAIRS consecutive pairs of one dataset,
+/// one fewer where its last warp computes the tails and takes no pair
+/// (few blocks per dataset: its 7 working warps would take 8 pairs in
+/// two rounds, which made small censored calls 1.5x their uncensored
+/// time, BENCHMARKS.md).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], extras: &'a DatasetExtras<'a>, pairs: &Pairs, range: Range<usize>, first: usize, config: &'a CheckedEmConfig, resident: bool, target_blocks: usize) -> WarpJob<'a> {
     let (init, no_start) = starting_values(data, pairs, range.clone(), first, config);
@@ -166,9 +170,11 @@ pub(super) fn prepare_warp<'a>(data: &[&'a [f64]], extras: &'a DatasetExtras<'a>
         (up, pd, max_n)
     };
     let per_block = range.len().div_ceil(target_blocks.max(1)).clamp(WARPS_PER_BLOCK, MAX_BLOCK_PAIRS) as i32;
+    let working = (WARPS_PER_BLOCK - 1) as i32;
     let (mut block_dataset, mut block_pair0, mut block_pairs) = (vec![], vec![], vec![]);
     for (i, &d) in pair_dataset.iter().enumerate() {
-        let open = block_dataset.last() == Some(&d) && *block_pairs.last().unwrap_or(&0) < per_block;
+        let tail_warp = per_block == WARPS_PER_BLOCK as i32 && extras.tail_warp(config.family, config.components, datasets[i]);
+        let open = block_dataset.last() == Some(&d) && *block_pairs.last().unwrap_or(&0) < if tail_warp { working } else { per_block };
         if open {
             *block_pairs.last_mut().expect("open block") += 1;
         } else {
@@ -288,3 +294,39 @@ pub(super) fn collect_warp(dev: &Device, out: WarpInFlight, config: &CheckedEmCo
     })
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::{prepare_warp, Pairs};
+    use crate::em::censored::Censoring;
+    use crate::em::gpu::pairs::DatasetExtras;
+    use crate::em::{EmConfig, Family};
+
+    /// A block whose last warp computes the tails (few intervals of the
+    /// gamma's iterating tails) takes one pair fewer when blocks are
+    /// small, so its 7 working warps finish in one round; every other
+    /// block keeps its pairs.
+    #[test]
+    fn blocks_with_a_tail_warp_take_one_pair_fewer() {
+        let xs: Vec<Vec<f64>> = (0..4).map(|d| (1..=60).map(|i| 0.3 + ((i * (d + 3)) % 23) as f64 / 4.0).collect()).collect();
+        let data: Vec<&[f64]> = xs.iter().map(|x| &x[..]).collect();
+        let censor = |count: usize| Censoring { index: (0..count).collect(), lower: xs[0][..count].to_vec(), upper: vec![f64::INFINITY; count] };
+        // Pooled (1 and 4 intervals x 2 components <= 8), too many to pool (5), none.
+        let censoring = vec![censor(1), censor(4), censor(5), Censoring::default()];
+        let layout = |family: Family, target_blocks: usize| {
+            let config = EmConfig::new(family, 2).random_inits(10).censoring(censoring.clone()).check().unwrap();
+            let extras = DatasetExtras::new(&data, 0, &config, None);
+            let mut pairs = Pairs::default();
+            pairs.extend(0, &[0, 1, 2, 3], 10).unwrap();
+            let job = prepare_warp(&data, &extras, &pairs, 0..pairs.len(), 0, &config, false, target_blocks);
+            assert_eq!(job.block_pairs.iter().sum::<i32>() as usize, pairs.len());
+            (job.block_dataset, job.block_pairs)
+        };
+        assert_eq!(layout(Family::Gamma, 1000), (vec![0, 0, 1, 1, 2, 2, 3, 3], vec![7, 3, 7, 3, 8, 2, 8, 2]));
+        assert_eq!(layout(Family::Poisson, 1000).1, vec![7, 3, 7, 3, 8, 2, 8, 2]);
+        // Closed-form tails: no tail warp.
+        assert_eq!(layout(Family::InvGauss, 1000).1, vec![8, 2, 8, 2, 8, 2, 8, 2]);
+        // Larger blocks (few targets) are left as they are.
+        assert_eq!(layout(Family::Gamma, 2), (vec![0, 1, 2, 3], vec![10; 4]));
+    }
+}
