@@ -19,6 +19,9 @@ use crate::error::Result;
 const CHUNK: usize = 4 << 20;
 /// Values a host thread encodes or decodes at a time.
 const GRAIN: usize = 1 << 16;
+/// Bytes a host thread copies at a time: a staging chunk is 32 of them, so
+/// every core of a 16-core host takes part in its fill.
+const COPY_GRAIN: usize = 128 << 10;
 
 /// A device's pinned staging buffer (two halves of `CHUNK` bytes) and,
 /// for each half, an event recorded after the last copy that used it.
@@ -414,7 +417,10 @@ fn fill_from_parts<T: Copy + Sync>(parts: &[&[T]], starts: &[usize], at: usize, 
     }
     match pieces.as_mut_slice() {
         [(piece, src)] => par_copy(piece, src),
-        _ => pieces.into_par_iter().for_each(|(piece, src)| piece.copy_from_slice(src)),
+        _ => {
+            let grains: Vec<_> = pieces.into_iter().flat_map(|(piece, src)| piece.chunks_mut(COPY_GRAIN).zip(src.chunks(COPY_GRAIN))).collect();
+            grains.into_par_iter().for_each(|(o, i)| o.copy_from_slice(i));
+        }
     }
 }
 
@@ -456,7 +462,7 @@ fn fill_f32_from_parts(parts: &[&[f64]], starts: &[usize], at: usize, out: &mut 
 
 /// `dst` = `src` (as long), in parallel.
 fn par_copy(dst: &mut [u8], src: &[u8]) {
-    dst.par_chunks_mut(GRAIN * 8).zip(src.par_chunks(GRAIN * 8)).for_each(|(o, i)| o.copy_from_slice(i));
+    dst.par_chunks_mut(COPY_GRAIN).zip(src.par_chunks(COPY_GRAIN)).for_each(|(o, i)| o.copy_from_slice(i));
 }
 
 /// `v` as little-endian integers of `w` bytes (1 or 2) into `out`.
