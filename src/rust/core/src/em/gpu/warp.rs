@@ -294,7 +294,6 @@ pub(super) fn collect_warp(dev: &Device, out: WarpInFlight, config: &CheckedEmCo
     })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::{prepare_warp, Pairs};
