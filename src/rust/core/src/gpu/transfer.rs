@@ -400,7 +400,8 @@ fn starts_of<T>(parts: &[&[T]], unit: usize) -> Vec<usize> {
 }
 
 /// Bytes [at, at + out.len()) of `parts` laid end to end (part i from
-/// byte starts[i]) into `out`, the parts' pieces copied in parallel.
+/// byte starts[i]) into `out`, in pieces of at most COPY_GRAIN copied in
+/// parallel (as fill_f32_from_parts).
 fn fill_from_parts<T: Copy + Sync>(parts: &[&[T]], starts: &[usize], at: usize, out: &mut [u8]) {
     let end = at + out.len();
     let mut pieces = Vec::new();
@@ -411,17 +412,11 @@ fn fill_from_parts<T: Copy + Sync>(parts: &[&[T]], starts: &[usize], at: usize, 
         let from = at.max(starts[i]) - starts[i];
         let len = (end.min(starts[i + 1]) - starts[i]) - from;
         let (piece, tail) = rest.split_at_mut(len);
-        pieces.push((piece, &src[from..from + len]));
+        pieces.extend(piece.chunks_mut(COPY_GRAIN).zip(src[from..from + len].chunks(COPY_GRAIN)));
         rest = tail;
         i += 1;
     }
-    match pieces.as_mut_slice() {
-        [(piece, src)] => par_copy(piece, src),
-        _ => {
-            let grains: Vec<_> = pieces.into_iter().flat_map(|(piece, src)| piece.chunks_mut(COPY_GRAIN).zip(src.chunks(COPY_GRAIN))).collect();
-            grains.into_par_iter().for_each(|(o, i)| o.copy_from_slice(i));
-        }
-    }
+    pieces.into_par_iter().for_each(|(o, i)| o.copy_from_slice(i));
 }
 
 /// `parts` end to end as float32s in host memory, or None when some value
@@ -592,6 +587,23 @@ mod tests {
                     at += len;
                 }
             }
+        }
+    }
+
+    /// Parts longer than a thread's copy (COPY_GRAIN) are split among
+    /// threads: the chunk is still the concatenation's bytes.
+    #[test]
+    fn long_parts_are_copied_in_grains() {
+        let long = super::COPY_GRAIN / 8;
+        let parts = counted_parts(&[3 * long + 5, 2, long, 0, long - 1], 0.25);
+        let refs: Vec<&[f64]> = parts.iter().map(|p| &p[..]).collect();
+        let whole: Vec<f64> = parts.concat();
+        let bytes = as_bytes(&whole);
+        let starts = starts_of(&refs, 8);
+        for (at, len) in [(0, bytes.len()), (13, bytes.len() - 13), (8 * long - 3, 2 * super::COPY_GRAIN + 7)] {
+            let mut out = vec![0u8; len];
+            fill_from_parts(&refs, &starts, at, &mut out);
+            assert_eq!(out, &bytes[at..at + len], "{len} bytes at {at}");
         }
     }
 }
