@@ -88,3 +88,33 @@ fn layouts_transpose_and_take_logs() {
         }
     }
 }
+
+/// Uploads of every size queued one after another without waiting (the
+/// staging ring places each after the pieces still crossing the bus),
+/// then packed arrays: every value arrives, none is overwritten by a later
+/// upload's fill.
+#[test]
+fn interleaved_uploads_and_packed_arrays_arrive_whole() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    let s = &dev.stream;
+    let lens = [3usize, 1 << 18, 17, (1 << 19) + 1, 5, 1 << 20, 1, 600_000, 2, (1 << 20) + 3, 9, 100];
+    let sent: Vec<Vec<f64>> = lens.iter().enumerate().map(|(k, &n)| (0..n).map(|i| (k * 1_000_003 + i) as f64 * 0.5).collect()).collect();
+    let copies: Vec<_> = sent.iter().map(|v| dev.upload_new(v).expect("upload")).collect();
+    for (k, (v, d)) in sent.iter().zip(&copies).enumerate() {
+        assert_eq!(&s.clone_dtoh(d).expect("copy back"), v, "upload {k} of {} values", v.len());
+    }
+    let (a, b, c): (Vec<i64>, Vec<i32>, Vec<u8>) = ((0..1001).map(|i| i * 3 - 7).collect(), vec![], (0..33).collect());
+    let (buf, at) = dev.upload_packed(&[gpu::bytes_of(&a), gpu::bytes_of(&b), gpu::bytes_of(&c)]).expect("packed upload");
+    let bytes = s.clone_dtoh(&buf).expect("copy back");
+    let base = at[0];
+    assert!(at.iter().all(|&p| p % 16 == 0) && at[0] < at[1] && at[1] < at[2]);
+    let at = |k: usize| (at[k] - base) as usize;
+    assert_eq!(&bytes[at(0)..at(0) + 8 * a.len()], gpu::bytes_of(&a));
+    assert_eq!(&bytes[at(2)..at(2) + c.len()], &c[..]);
+    let (zeros, at) = dev.alloc_zeros_packed(&[24, 0, 4096]).expect("scratch");
+    assert_eq!(at.len(), 3);
+    assert!(s.clone_dtoh(&zeros).expect("copy back").iter().all(|&x| x == 0));
+}

@@ -93,6 +93,7 @@ pub enum Kernel {
     HmmCountEmissions,
     HmmXiGemm,
     HmmMStep,
+    HmmTableMins,
     HmmEmissionRows,
     HmmEmissionRowsThread,
     HmmSequenceShifts,
@@ -111,7 +112,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 57] = [
+    pub const ALL: [Kernel; 58] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -154,6 +155,7 @@ impl Kernel {
         Kernel::HmmCountEmissions,
         Kernel::HmmXiGemm,
         Kernel::HmmMStep,
+        Kernel::HmmTableMins,
         Kernel::HmmEmissionRows,
         Kernel::HmmEmissionRowsThread,
         Kernel::HmmSequenceShifts,
@@ -217,6 +219,7 @@ impl Kernel {
             HmmCountEmissions => ("hmm_batched", "hmm_count_emissions"),
             HmmXiGemm => ("hmm_batched", "hmm_xi_gemm"),
             HmmMStep => ("hmm_batched", "hmm_m_step"),
+            HmmTableMins => ("hmm_batched", "hmm_table_mins"),
             HmmEmissionRows => ("hmm_emission", "hmm_emission_rows"),
             HmmEmissionRowsThread => ("hmm_emission", "hmm_emission_rows_thread"),
             HmmSequenceShifts => ("hmm_emission", "hmm_sequence_shifts"),

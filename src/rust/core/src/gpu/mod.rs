@@ -5,6 +5,7 @@
 
 pub mod cache;
 mod kernels;
+mod staging;
 mod transfer;
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use crate::error::{Error, Result};
 
 pub use kernels::{kernel_source, kernel_source_with, Kernel, KERNELS};
-pub use transfer::width_for;
+pub use transfer::{bytes_of, width_for};
 pub(crate) use transfer::parts_as_f32;
 
 /// What was found of one CUDA device.
@@ -56,8 +57,12 @@ pub struct Device {
     pub max_shared_per_block: usize,
     arch: &'static str,
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
+    /// Functions found in the modules, their shared-memory limit raised:
+    /// finding one takes three driver calls, and a call at 512 states
+    /// looks up eight.
+    functions: Mutex<HashMap<String, CudaFunction>>,
     /// Pinned host memory for copies (`transfer`), made on first use.
-    staging: Mutex<Option<transfer::Staging>>,
+    staging: Mutex<Option<staging::Staging>>,
 }
 
 /// Oldest compute capability the kernels target (double-precision atomics,
@@ -195,6 +200,7 @@ fn open_device(ordinal: usize, have_nvrtc: bool) -> std::result::Result<Device, 
         max_shared_per_block: smem.max(0) as usize,
         arch: arch_name(cc),
         modules: Mutex::new(HashMap::new()),
+        functions: Mutex::new(HashMap::new()),
         staging: Mutex::new(None),
     })
 }
@@ -345,6 +351,10 @@ impl Device {
     pub fn function_with(&self, kernel: Kernel, prelude: Option<(&str, &str)>, defines: &[(&str, i64)]) -> Result<CudaFunction> {
         let (file, name) = kernel.location();
         let key = format!("{file}{defines:?}{}", prelude.map_or("", |p| p.0));
+        let f_key = format!("{key} {name}");
+        if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(&f_key) {
+            return Ok(f.clone());
+        }
         let cached = self.modules.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
         let module = match cached {
             Some(m) => m,
@@ -361,7 +371,7 @@ impl Device {
         };
         let f = module.load_function(name).map_err(|e| self.err(&format!("finding kernel {name}"), e))?;
         self.allow_all_shared(&f)?;
-        Ok(f)
+        Ok(self.functions.lock().unwrap_or_else(|e| e.into_inner()).entry(f_key).or_insert(f).clone())
     }
 
     /// Raise `f`'s dynamic shared-memory limit to all the device allows

@@ -1,46 +1,24 @@
 //! Copies between host memory and a device at the bus's speed: through a
-//! pinned staging buffer per device (a copy from pageable memory goes
-//! through the driver's own bounce buffer at a fraction of the bus's rate,
-//! and fresh host memory costs a page fault per 4 KiB on first touch), in
-//! chunks that the host fills or reads in parallel while the previous
-//! chunk crosses the bus, and with small integers (symbols below V, states
-//! below N) sent as 1 or 2 bytes each and widened or narrowed on the
-//! device (kernels/transfer.cu).
+//! pinned staging buffer per device (`staging`; a copy from pageable
+//! memory goes through the driver's own bounce buffer at a fraction of the
+//! bus's rate, and fresh host memory costs a page fault per 4 KiB on first
+//! touch), in chunks that the host fills or reads in parallel while the
+//! previous chunk crosses the bus, and with small integers (symbols below
+//! V, states below N) sent as 1 or 2 bytes each and widened or narrowed on
+//! the device (kernels/transfer.cu).
 
-use cudarc::driver::{result, CudaEvent, CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use cudarc::driver::{result, CudaEvent, CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use rayon::prelude::*;
 
+use super::staging::{Staging, CHUNK};
 use super::{Device, Kernel};
 use crate::error::Result;
 
-/// Bytes of each half of a device's staging buffer: large enough that a
-/// copy runs near the bus's rate, small enough that the first chunk's
-/// fill (not overlapped) is short.
-const CHUNK: usize = 4 << 20;
 /// Values a host thread encodes or decodes at a time.
 const GRAIN: usize = 1 << 16;
 /// Bytes a host thread copies at a time: a staging chunk is 32 of them, so
 /// every core of a 16-core host takes part in its fill.
 const COPY_GRAIN: usize = 128 << 10;
-
-/// A device's pinned staging buffer (two halves of `CHUNK` bytes) and,
-/// for each half, an event recorded after the last copy that used it.
-pub(super) struct Staging {
-    buf: PinnedHostSlice<u8>,
-    done: [CudaEvent; 2],
-    /// The half the next upload starts with: consecutive small uploads
-    /// alternate, so one is filled while the other's copy runs.
-    next: usize,
-}
-
-impl Staging {
-    fn new(dev: &Device) -> Result<Self> {
-        let e = |e| dev.err("allocating pinned host memory", e);
-        // SAFETY: the buffer is written (by the host or a copy) before it is read.
-        let buf = unsafe { dev.ctx.alloc_pinned_with_flags::<u8>(2 * CHUNK, 0) }.map_err(e)?;
-        Ok(Staging { buf, done: [dev.ctx.new_event(None).map_err(e)?, dev.ctx.new_event(None).map_err(e)?], next: 0 })
-    }
-}
 
 /// Bytes per value for integers below `bound`: 1, 2 or 4. With `sentinel`,
 /// the narrow width's all-ones value is kept for u32::MAX.
@@ -56,7 +34,7 @@ pub fn width_for(bound: u64, sentinel: bool) -> usize {
 }
 
 /// The bytes of plain values (u32, f64, ...).
-fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+pub fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
     // SAFETY: T is a plain value type (no padding, any bytes valid to read);
     // the slice covers exactly the values' memory.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
@@ -86,16 +64,14 @@ impl Device {
             drop(kept);
             // Its last copies may still read it: wait for them before the
             // pinned memory is freed.
-            for done in &st.done {
-                done.synchronize().map_err(|e| self.err("copying to the device", e))?;
-            }
+            st.drain(self)?;
         }
         out
     }
 
     /// Copy `bytes` bytes to device address `dst`, chunk by chunk: `fill(at,
-    /// out)` writes bytes [at, at + out.len()) of the source into the
-    /// staging half the previous-but-one copy has left.
+    /// out)` writes bytes [at, at + out.len()) of the source into a piece
+    /// of the staging ring that no copy in flight reads.
     fn stage_up(&self, bytes: usize, dst: u64, fill: impl Fn(usize, &mut [u8]) + Sync) -> Result<()> {
         self.stage_up_while(bytes, dst, |at, out| {
             fill(at, out);
@@ -111,59 +87,75 @@ impl Device {
         let e = |e| self.err("copying to the device", e);
         self.with_staging(|st| {
             self.ctx.bind_to_thread().map_err(e)?;
-            let buf = st.buf.as_mut_slice().map_err(e)?;
-            for (k, at) in (0..bytes).step_by(CHUNK).enumerate() {
-                let (len, h) = (CHUNK.min(bytes - at), (st.next + k) % 2);
-                st.done[h].synchronize().map_err(e)?;
-                let half = &mut buf[h * CHUNK..h * CHUNK + len];
-                if !fill(at, half) {
-                    st.next = (st.next + k) % 2;
+            for at in (0..bytes).step_by(CHUNK) {
+                let len = CHUNK.min(bytes - at);
+                let p = st.place(self, len)?;
+                let piece = &mut st.buf.as_mut_slice().map_err(e)?[p..p + len];
+                if !fill(at, piece) {
                     return Ok(false);
                 }
                 // SAFETY: dst + [at, at + len) lies in the caller's device
                 // buffer (freed, if at all, in stream order after the copy);
-                // the half is pinned, kept for the process, and untouched
-                // until the event recorded next has passed.
-                unsafe { result::memcpy_htod_async(dst + at as u64, &*half, self.stream.cu_stream()) }.map_err(e)?;
-                st.done[h].record(&self.stream).map_err(e)?;
+                // the piece is pinned, kept for the process, and not written
+                // again until the event pushed next has passed.
+                unsafe { result::memcpy_htod_async(dst + at as u64, &*piece, self.stream.cu_stream()) }.map_err(e)?;
+                st.push(self, p, len)?;
             }
-            st.next = (st.next + bytes.div_ceil(CHUNK)) % 2;
             // No wait here: the caller's values are in the staging buffer,
-            // and the next user of a half waits for its event first.
+            // and the next user of a piece waits for its event first.
             Ok(true)
         })
     }
 
     /// Copy `bytes` bytes from device address `src` (after the work queued
-    /// on the stream), chunk by chunk: `take(at, bytes)` gets bytes [at,
-    /// at + bytes.len()) while the next chunk crosses the bus.
+    /// on the stream), chunk by chunk through two pieces of the staging
+    /// ring: `take(at, bytes)` gets bytes [at, at + bytes.len()) while the
+    /// next chunk crosses the bus.
     fn stage_down(&self, src: u64, bytes: usize, mut take: impl FnMut(usize, &[u8])) -> Result<()> {
         let e = |e| self.err("copying from the device", e);
+        if bytes == 0 {
+            return Ok(());
+        }
         self.with_staging(|st| {
             self.ctx.bind_to_thread().map_err(e)?;
-            let buf = st.buf.as_mut_slice().map_err(e)?;
             let chunks = bytes.div_ceil(CHUNK);
             let len = |k: usize| CHUNK.min(bytes - k * CHUNK);
-            let enqueue = |k: usize, buf: &mut [u8], done: &CudaEvent| -> Result<()> {
-                let h = k % 2;
-                // SAFETY: src + [k CHUNK, + len) lies in the caller's device
-                // buffer; the half is pinned and not read until `done`
-                // (recorded after this copy) has passed.
-                unsafe { result::memcpy_dtoh_async(&mut buf[h * CHUNK..h * CHUNK + len(k)], src + (k * CHUNK) as u64, self.stream.cu_stream()) }.map_err(e)?;
-                done.record(&self.stream).map_err(e)
-            };
-            for k in 0..chunks.min(2) {
-                enqueue(k, buf, &st.done[k % 2])?;
-            }
-            for k in 0..chunks {
-                let h = k % 2;
-                st.done[h].synchronize().map_err(e)?;
-                take(k * CHUNK, &buf[h * CHUNK..h * CHUNK + len(k)]);
-                if k + 2 < chunks {
-                    enqueue(k + 2, buf, &st.done[h])?;
+            // Both pieces are read here before this returns (nothing stays
+            // in flight).
+            let p = st.place(self, 2 * len(0))?;
+            let done = [st.event(self)?, st.event(self)?];
+            let out = (|| {
+                let buf = &mut st.buf.as_mut_slice().map_err(e)?[p..p + 2 * len(0)];
+                let enqueue = |k: usize, buf: &mut [u8], done: &CudaEvent| -> Result<()> {
+                    let h = (k % 2) * len(0);
+                    // SAFETY: src + [k CHUNK, + len) lies in the caller's
+                    // device buffer; the piece is pinned and not read until
+                    // `done` (recorded after this copy) has passed.
+                    unsafe { result::memcpy_dtoh_async(&mut buf[h..h + len(k)], src + (k * CHUNK) as u64, self.stream.cu_stream()) }.map_err(e)?;
+                    done.record(&self.stream).map_err(e)
+                };
+                for k in 0..chunks.min(2) {
+                    enqueue(k, buf, &done[k % 2])?;
                 }
+                for k in 0..chunks {
+                    let h = (k % 2) * len(0);
+                    done[k % 2].synchronize().map_err(e)?;
+                    take(k * CHUNK, &buf[h..h + len(k)]);
+                    if k + 2 < chunks {
+                        enqueue(k + 2, buf, &done[k % 2])?;
+                    }
+                }
+                Ok(())
+            })();
+            // On an error a copy may still write the pieces: wait for it
+            // before they are reused.
+            for ev in done {
+                if out.is_err() {
+                    ev.synchronize().map_err(e)?;
+                }
+                st.give(ev);
             }
-            Ok(())
+            out
         })
     }
 
@@ -181,7 +173,7 @@ impl Device {
 
     /// Upload plain values into `dst` (at least as long).
     pub fn upload<T: Copy + Sync>(&self, values: &[T], dst: &mut CudaViewMut<T>) -> Result<()> {
-        let src = as_bytes(values);
+        let src = bytes_of(values);
         let (ptr, _sync) = dst.device_ptr_mut(&self.stream);
         self.stage_up(src.len(), ptr, |at, out| {
             let len = out.len();
@@ -215,6 +207,33 @@ impl Device {
             self.stage_up(total, ptr, |at, out| fill_from_parts(parts, &starts, at, out))?;
         }
         Ok(d)
+    }
+
+    /// Small arrays of bytes (`bytes_of`) in one new device buffer, each
+    /// from a multiple of 16 bytes, in one copy; and the device address of
+    /// each. The addresses are valid while the buffer is kept, for launches
+    /// on this device's stream (the buffer is freed in stream order).
+    pub fn upload_packed(&self, parts: &[&[u8]]) -> Result<(CudaSlice<u8>, Vec<u64>)> {
+        let pad = [0u8; PACK_ALIGN];
+        let starts = packed_starts(parts.iter().map(|p| p.len()));
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(2 * parts.len());
+        for (k, p) in parts.iter().enumerate() {
+            pieces.push(p);
+            pieces.push(&pad[..starts[k + 1] - starts[k] - p.len()]);
+        }
+        let buf = self.upload_parts_new(&pieces)?;
+        let base = buf.device_ptr(&self.stream).0;
+        Ok((buf, starts[..parts.len()].iter().map(|&s| base + s as u64).collect()))
+    }
+
+    /// Zeroed device arrays of `bytes` bytes each in one allocation (one
+    /// allocation and one clear instead of one each), laid out as
+    /// [`Device::upload_packed`] lays its parts; and the address of each.
+    pub fn alloc_zeros_packed(&self, bytes: &[usize]) -> Result<(CudaSlice<u8>, Vec<u64>)> {
+        let starts = packed_starts(bytes.iter().copied());
+        let buf = self.stream.alloc_zeros::<u8>(starts[bytes.len()]).map_err(|e| self.err("allocating scratch memory", e))?;
+        let base = buf.device_ptr(&self.stream).0;
+        Ok((buf, starts[..bytes.len()].iter().map(|&s| base + s as u64).collect()))
     }
 
     /// `parts` end to end in a new device buffer as float32s, converted as
@@ -393,6 +412,16 @@ impl Device {
     }
 }
 
+/// Alignment of each array packed into one device buffer (16-byte loads).
+const PACK_ALIGN: usize = 16;
+
+/// Where arrays of the given byte lengths begin packed end to end, each
+/// from a multiple of PACK_ALIGN and at least PACK_ALIGN long (distinct
+/// addresses, even when empty), then the total.
+fn packed_starts(lens: impl Iterator<Item = usize>) -> Vec<usize> {
+    std::iter::once(0).chain(lens.scan(0, |at, len| { *at += len.next_multiple_of(PACK_ALIGN).max(PACK_ALIGN); Some(*at) })).collect()
+}
+
 /// Where each of `parts` begins laid end to end, in units of `unit` per
 /// value (bytes, or values for 1), then the total.
 fn starts_of<T>(parts: &[&[T]], unit: usize) -> Vec<usize> {
@@ -408,7 +437,7 @@ fn fill_from_parts<T: Copy + Sync>(parts: &[&[T]], starts: &[usize], at: usize, 
     let mut rest = out;
     let mut i = starts.partition_point(|&s| s <= at) - 1;
     while !rest.is_empty() {
-        let src = as_bytes(parts[i]);
+        let src = bytes_of(parts[i]);
         let from = at.max(starts[i]) - starts[i];
         let len = (end.min(starts[i + 1]) - starts[i]) - from;
         let (piece, tail) = rest.split_at_mut(len);
@@ -494,7 +523,7 @@ fn decode(b: &[u8], w: usize, out: &mut [u32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{as_bytes, decode, encode, fill_f32_from_parts, fill_from_parts, starts_of, width_for};
+    use super::{bytes_of, decode, encode, fill_f32_from_parts, fill_from_parts, packed_starts, starts_of, width_for, PACK_ALIGN};
 
     #[test]
     fn widths_hold_every_value_and_the_sentinel() {
@@ -546,7 +575,7 @@ mod tests {
                     let len = chunk.min(whole.len() - at);
                     let mut out = vec![0.0f32; len];
                     assert!(fill_f32_from_parts(&refs, &starts, at, &mut out));
-                    assert_eq!(as_bytes(&out), as_bytes(&whole[at..at + len]), "chunk {chunk} at {at}");
+                    assert_eq!(bytes_of(&out), bytes_of(&whole[at..at + len]), "chunk {chunk} at {at}");
                     at += len;
                 }
             }
@@ -573,7 +602,7 @@ mod tests {
         let parts = counted_parts(&[0, 3, 1, 0, 0, 17, 5, 64, 2, 0, 9], 1.5);
         let refs: Vec<&[f64]> = parts.iter().map(|p| &p[..]).collect();
         let whole: Vec<f64> = parts.concat();
-        let bytes = as_bytes(&whole);
+        let bytes = bytes_of(&whole);
         let starts = starts_of(&refs, 8);
         assert_eq!(starts[refs.len()], bytes.len());
         for chunk in [1, 7, 8, 24, 100, bytes.len()] {
@@ -598,12 +627,23 @@ mod tests {
         let parts = counted_parts(&[3 * long + 5, 2, long, 0, long - 1], 0.25);
         let refs: Vec<&[f64]> = parts.iter().map(|p| &p[..]).collect();
         let whole: Vec<f64> = parts.concat();
-        let bytes = as_bytes(&whole);
+        let bytes = bytes_of(&whole);
         let starts = starts_of(&refs, 8);
         for (at, len) in [(0, bytes.len()), (13, bytes.len() - 13), (8 * long - 3, 2 * super::COPY_GRAIN + 7)] {
             let mut out = vec![0u8; len];
             fill_from_parts(&refs, &starts, at, &mut out);
             assert_eq!(out, &bytes[at..at + len], "{len} bytes at {at}");
+        }
+    }
+
+    #[test]
+    fn packed_arrays_are_aligned_apart_and_in_order() {
+        let lens = [0, 1, 16, 17, 3, 0, 64];
+        let starts = packed_starts(lens.iter().copied());
+        assert_eq!(starts, vec![0, 16, 32, 48, 80, 96, 112, 176]);
+        for (k, &len) in lens.iter().enumerate() {
+            assert_eq!(starts[k] % PACK_ALIGN, 0);
+            assert!(starts[k] + len <= starts[k + 1] && starts[k] < starts[k + 1]);
         }
     }
 }

@@ -8,11 +8,12 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
 
 use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use crate::error::{Error, Result};
-use crate::gpu::{Device, Kernel};
+use crate::gpu::{bytes_of, Device, Kernel};
 
 use super::super::sequences::Sequences;
 use super::err;
@@ -131,47 +132,53 @@ pub(super) struct Rows {
     base: i64,
     /// Rows (the batch's sequences).
     count: usize,
-    /// First symbol (batch-relative), length and index - range.start of each row.
-    rel: CudaSlice<i64>,
-    len: CudaSlice<i64>,
-    seq: CudaSlice<i32>,
-    /// running[t]: rows whose length exceeds t, for t in 0..=longest.
-    running: CudaSlice<i32>,
+    /// The kernels' four row arrays in one copy (four small copies cost
+    /// four times the driver calls; `row_arrays`): first symbol
+    /// (batch-relative, i64), length (i64) and index - range.start (i32) of
+    /// each row, then running[t], the rows whose length exceeds t (i32), for
+    /// t in 0..=longest. Kept for `at`; freed in stream order after every
+    /// launch that reads it.
+    _arrays: CudaSlice<u8>,
+    /// Where each array starts in `_arrays`, as device addresses.
+    at: [u64; 4],
 }
 
 impl Rows {
     /// The rows of batch `range` of `seqs`, on the device.
     pub(super) fn new(dev: &Device, seqs: &Sequences, range: &Range<usize>) -> Result<Self> {
-        let len = |q: usize| seqs.offsets[q + 1] - seqs.offsets[q];
-        let mut order: Vec<usize> = range.clone().collect();
-        order.sort_by_key(|&q| (std::cmp::Reverse(len(q)), q));
-        let base = seqs.offsets[range.start];
-        let rel: Vec<i64> = order.iter().map(|&q| (seqs.offsets[q] - base) as i64).collect();
-        let lens: Vec<i64> = order.iter().map(|&q| len(q) as i64).collect();
-        let seq: Vec<i32> = order.iter().map(|&q| (q - range.start) as i32).collect();
-        let longest = lens.first().copied().unwrap_or(0) as usize;
-        let mut running = vec![0i32; longest + 1];
-        let mut r = order.len();
-        for (t, slot) in running.iter_mut().enumerate() {
-            while r > 0 && lens[r - 1] as usize <= t {
-                r -= 1;
-            }
-            *slot = r as i32;
-        }
-        Ok(Rows {
-            base: base as i64,
-            count: order.len(),
-            rel: dev.upload_new(&rel)?,
-            len: dev.upload_new(&lens)?,
-            seq: dev.upload_new(&seq)?,
-            running: dev.upload_new(&running)?,
-        })
+        let (rel, len, seq, running) = row_arrays(seqs, range);
+        let (arrays, at) = dev.upload_packed(&[bytes_of(&rel), bytes_of(&len), bytes_of(&seq), bytes_of(&running)])?;
+        Ok(Rows { base: seqs.offsets[range.start] as i64, count: range.len(), _arrays: arrays, at: [at[0], at[1], at[2], at[3]] })
     }
 
     /// Push the row arrays (rel, len, seq, running), as the kernels take them.
     fn push<'a>(&'a self, launch: &mut LaunchArgs<'a>) {
-        launch.arg(&self.rel).arg(&self.len).arg(&self.seq).arg(&self.running);
+        launch.arg(&self.at[0]).arg(&self.at[1]).arg(&self.at[2]).arg(&self.at[3]);
     }
+}
+
+/// The row arrays of batch `range` of `seqs` as [`Rows`] keeps them (its
+/// rows sorted by decreasing length, ties by index): each row's first
+/// symbol (batch-relative), length and index - range.start, and running[t]
+/// for t in 0..=longest.
+fn row_arrays(seqs: &Sequences, range: &Range<usize>) -> (Vec<i64>, Vec<i64>, Vec<i32>, Vec<i32>) {
+    let len = |q: usize| seqs.offsets[q + 1] - seqs.offsets[q];
+    let mut order: Vec<usize> = range.clone().collect();
+    order.sort_by_key(|&q| (std::cmp::Reverse(len(q)), q));
+    let base = seqs.offsets[range.start];
+    let rel: Vec<i64> = order.iter().map(|&q| (seqs.offsets[q] - base) as i64).collect();
+    let lens: Vec<i64> = order.iter().map(|&q| len(q) as i64).collect();
+    let seq: Vec<i32> = order.iter().map(|&q| (q - range.start) as i32).collect();
+    let longest = lens.first().copied().unwrap_or(0) as usize;
+    let mut running = vec![0i32; longest + 1];
+    let mut r = order.len();
+    for (t, slot) in running.iter_mut().enumerate() {
+        while r > 0 && lens[r - 1] as usize <= t {
+            r -= 1;
+        }
+        *slot = r as i32;
+    }
+    (rel, lens, seq, running)
 }
 
 /// One batch of the forward-backward passes: its rows and, for counting,
@@ -185,9 +192,10 @@ struct Batch {
 /// Positions of a batch grouped by symbol (CSR), batch-relative, with the
 /// sequence (- s0) of each.
 struct BySymbol {
-    off: CudaSlice<i64>,
-    pos: CudaSlice<i64>,
-    seq: CudaSlice<i32>,
+    /// off (i64), pos (i64) and seq (i32), in one copy; kept for `at`.
+    _arrays: CudaSlice<u8>,
+    /// Where off, pos and seq start, as device addresses.
+    at: [u64; 3],
 }
 
 /// Tiles of one step of the batched forward (and backward) pass over
@@ -207,12 +215,13 @@ pub(super) struct Batched {
     n: usize,
     v: usize,
     batches: Vec<Batch>,
-    buf0: CudaSlice<f64>,
-    buf1: CudaSlice<f64>,
-    psum: CudaSlice<f64>,
-    llacc: CudaSlice<f64>,
-    /// hmb_grid_sync's arrival count, shared by the plan's launches (one grid).
-    bar: CudaSlice<u64>,
+    /// Zeroed scratch memory, kept for `scratch`: one allocation.
+    _scratch: CudaSlice<u8>,
+    /// The addresses of the two state-vector buffers (buf0, buf1), the
+    /// partial sums (psum), the log-likelihood accumulators (llacc) and
+    /// hmb_grid_sync's arrival count (bar), shared by the plan's launches
+    /// (one grid), in `_scratch`.
+    scratch: Scratch,
     /// The kernels' defines and dynamic shared memory for the tiling.
     defines: Vec<(&'static str, i64)>,
     smem: usize,
@@ -220,6 +229,16 @@ pub(super) struct Batched {
     /// never more than can be resident (the barrier needs all of them);
     /// with `Narrow`, a multiple of the column tiles.
     grid: u32,
+}
+
+/// Device addresses of the batched passes' scratch arrays (see
+/// [`Batched`]).
+struct Scratch {
+    buf0: u64,
+    buf1: u64,
+    psum: u64,
+    llacc: u64,
+    bar: u64,
 }
 
 /// Dynamic shared memory a block of the batched passes may have.
@@ -237,11 +256,24 @@ fn plan_tiling(dev: &Device, tiling: Tiling, n: usize, rows: usize) -> Result<Op
     if tiling == Tiling::Narrow && smem > limit {
         return Ok(None);
     }
-    let mut per_sm = u32::MAX;
-    for kernel in [Kernel::HmmForwardBatched, Kernel::HmmBackwardBatched] {
-        let f = dev.function(kernel, &tiling.defines(n, limit))?;
-        per_sm = per_sm.min(f.occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None).map_err(&e)?);
-    }
+    // Kept per device, tiling and N: four driver calls each time cost
+    // more than a small call's plan.
+    type Known = Vec<((usize, Tiling, usize), u32)>;
+    static PER_SM: Mutex<Known> = Mutex::new(Vec::new());
+    let key = (dev.info.ordinal, tiling, n);
+    let known = PER_SM.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(k, _)| *k == key).map(|&(_, p)| p);
+    let per_sm = match known {
+        Some(p) => p,
+        None => {
+            let mut per_sm = u32::MAX;
+            for kernel in [Kernel::HmmForwardBatched, Kernel::HmmBackwardBatched] {
+                let f = dev.function(kernel, &tiling.defines(n, limit))?;
+                per_sm = per_sm.min(f.occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None).map_err(&e)?);
+            }
+            PER_SM.lock().unwrap_or_else(|e| e.into_inner()).push((key, per_sm));
+            per_sm
+        }
+    };
     let capacity = (dev.multiprocessors * per_sm) as usize;
     let (row_tiles, col_tiles) = (rows.div_ceil(ROWS), n.div_ceil(tiling.cols()));
     Ok(match tiling {
@@ -263,8 +295,6 @@ impl Batched {
     /// `count_symbols`: the sequences' symbols, whose positions are indexed
     /// by symbol for hmm_count_emissions (None: no counts by symbol).
     pub(super) fn new(dev: &Device, n: usize, v: usize, seqs: &Sequences, ranges: &[Range<usize>], count_symbols: Option<&[u32]>) -> Result<Self> {
-        let s = &dev.stream;
-        let e = err(dev, "preparing the batched passes");
         let t0 = std::time::Instant::now();
         let mut batches = Vec::with_capacity(ranges.len());
         for range in ranges {
@@ -289,15 +319,13 @@ impl Batched {
             (None, Some(_)) => (Tiling::Wide, wide.0),
         };
         crate::gpu::timing::record("plan functions", t0);
+        let (scratch, at) = dev.alloc_zeros_packed(&[8 * rows * row_stride(n), 8 * rows * row_stride(n), 8 * 2 * n.div_ceil(CHUNK) * rows, 8 * rows, 8])?;
         Ok(Batched {
             n,
             v,
             batches,
-            buf0: s.alloc_zeros::<f64>(rows * row_stride(n)).map_err(&e)?,
-            buf1: s.alloc_zeros::<f64>(rows * row_stride(n)).map_err(&e)?,
-            psum: s.alloc_zeros::<f64>(2 * n.div_ceil(CHUNK) * rows).map_err(&e)?,
-            llacc: s.alloc_zeros::<f64>(rows).map_err(&e)?,
-            bar: s.alloc_zeros::<u64>(1).map_err(&e)?,
+            _scratch: scratch,
+            scratch: Scratch { buf0: at[0], buf1: at[1], psum: at[2], llacc: at[3], bar: at[4] },
             defines: tiling.defines(n, dynamic_smem_limit(dev)),
             smem: tiling.smem(n, dynamic_smem_limit(dev)),
             grid,
@@ -327,7 +355,8 @@ impl Batched {
         let mut launch = dev.stream.launch_builder(&f);
         launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&batch.rows.base).arg(&rows);
         batch.rows.push(&mut launch);
-        launch.arg(&mut self.buf0).arg(&mut self.buf1).arg(&mut self.psum).arg(&mut self.llacc).arg(&mut self.bar);
+        let sc = &self.scratch;
+        launch.arg(&sc.buf0).arg(&sc.buf1).arg(&sc.psum).arg(&sc.llacc).arg(&sc.bar);
         match store {
             Some((alpha, scale)) => launch.arg(alpha).arg(scale),
             None => launch.arg(&null).arg(&null),
@@ -372,7 +401,8 @@ impl Batched {
         let mut launch = dev.stream.launch_builder(&f);
         launch.arg(&n_i).arg(&tables.trans_t).arg(&tables.emis).arg(&seqs.sym).arg(&batch.rows.base).arg(&rows);
         batch.rows.push(&mut launch);
-        launch.arg(&mut self.buf0).arg(&mut self.buf1).arg(&mut self.bar).arg(alpha).arg(scale).arg(loglik).arg(gamma);
+        let sc = &self.scratch;
+        launch.arg(&sc.buf0).arg(&sc.buf1).arg(&sc.bar).arg(alpha).arg(scale).arg(loglik).arg(gamma);
         match tmp {
             Some(t) => launch.arg(t),
             None => launch.arg(&null),
@@ -398,9 +428,10 @@ impl Batched {
         let cfg = LaunchConfig { grid_dim: (self.v as u32 + 1, self.n.div_ceil(threads as usize) as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let (n_i, v_i, s0, s1) = (self.n as i32, self.v as i32, batch.range.start as i32, batch.range.end as i32);
         let mut launch = dev.stream.launch_builder(&f);
-        launch.arg(&n_i).arg(&v_i).arg(&by.off).arg(&by.pos).arg(&by.seq).arg(&seqs.off).arg(&s0).arg(&s1).arg(loglik).arg(gamma).arg(counts);
+        launch.arg(&n_i).arg(&v_i).arg(&by.at[0]).arg(&by.at[1]).arg(&by.at[2]).arg(&seqs.off).arg(&s0).arg(&s1).arg(loglik).arg(gamma).arg(counts);
         // SAFETY: the arguments match hmm_count_emissions's parameters in
-        // order and type; by.off holds V + 1 offsets into by.pos and by.seq
+        // order and type (by.at: the addresses of off, pos and seq in the
+        // batch's kept arrays); off holds V + 1 offsets into pos and seq
         // (one entry per symbol of the batch); gamma holds N doubles per
         // symbol of the batch, loglik one per sequence; counts holds
         // N + N*N + V*N doubles.
@@ -485,7 +516,8 @@ fn by_symbol(dev: &Device, seqs: &Sequences, symbols: &[u32], range: &Range<usiz
         }
     }
     // An empty batch cannot happen (sequences are non-empty), so pos is too.
-    Ok(BySymbol { off: dev.upload_new(&off)?, pos: dev.upload_new(&pos)?, seq: dev.upload_new(&seq)? })
+    let (arrays, at) = dev.upload_packed(&[bytes_of(&off), bytes_of(&pos), bytes_of(&seq)])?;
+    Ok(BySymbol { _arrays: arrays, at: [at[0], at[1], at[2]] })
 }
 
 /// Consecutive batches of the sequences 0..count whose row buffers (two

@@ -154,3 +154,20 @@ pub(super) fn launch_xi_gemm(dev: &Device, n: usize, v: usize, alpha: &CudaSlice
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_xi_gemm"))?;
     Ok(())
 }
+
+/// hmm_table_mins: the smallest positive start-or-transition and emission
+/// probabilities of `start` (N), `trans` (N x N) and `emis` (N x V, any
+/// order) as keys into `mins` (zeroed).
+pub(super) fn launch_table_mins(dev: &Device, n: usize, start: &CudaSlice<f64>, trans: &CudaSlice<f64>, emis: &CudaSlice<f64>, mins: &mut CudaSlice<u64>) -> Result<()> {
+    let f = dev.function(Kernel::HmmTableMins, &[])?;
+    let (n_i, n_emis) = (n as i32, emis.len() as i64);
+    let blocks = (n + n * n).max(emis.len()).div_ceil(256 * 4).clamp(1, 8 * dev.multiprocessors as usize);
+    let cfg = LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let mut launch = dev.stream.launch_builder(&f);
+    launch.arg(&n_i).arg(&n_emis).arg(start).arg(trans).arg(emis).arg(mins);
+    // SAFETY: hmm_table_mins(N, n_emis, start, trans, emis, mins): start
+    // holds N doubles, trans N * N, emis n_emis, mins two keys (zeroed);
+    // blocks of 256 threads (whole warps).
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_table_mins"))?;
+    Ok(())
+}

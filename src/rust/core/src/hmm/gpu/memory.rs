@@ -12,8 +12,8 @@ use crate::gpu::Device;
 use super::super::emission::Categorical;
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
-use super::super::tables;
 use super::batched::{vit_stride, Rows};
+use super::launch::launch_table_mins;
 use super::plan::viterbi_batched;
 use super::{err, WARP_MAX_STATES};
 
@@ -65,12 +65,21 @@ pub(super) fn min_key(p: f64) -> u64 {
     if p > 0.0 && p.is_finite() { !p.to_bits() } else { 0 }
 }
 
+/// The model's tables on the device, their smallest probabilities found
+/// there (`launch_table_mins`): a model at N = 512 has half a million
+/// probabilities, which the host would scan before its copy could start.
+/// The transposes are made on the device, from the model as the caller
+/// holds it.
 pub(super) fn upload_tables(dev: &Device, model: &HmmModel) -> Result<DeviceTables> {
-    upload_tables_with(dev, model, tables::smallest(model))
+    let (n, v) = (model.n_states, model.emission.n_symbols);
+    let (start, trans, emis_raw) = (dev.upload_new(&model.start)?, dev.upload_new(&model.trans)?, dev.upload_new(&model.emission.probs)?);
+    let mut mins = dev.stream.alloc_zeros::<u64>(2).map_err(err(dev, "copying the model"))?;
+    launch_table_mins(dev, n, &start, &trans, &emis_raw, &mut mins)?;
+    Ok(DeviceTables { trans_t: dev.layout(&trans, n, n, true, false)?, emis: dev.layout(&emis_raw, n, v, true, false)?, start, trans, mins })
 }
 
-/// [`upload_tables`] with the model's smallest probabilities known. The
-/// transposes are made on the device, from the model as the caller holds it.
+/// [`upload_tables`] with the model's smallest probabilities known (the
+/// caller needed them on the host).
 pub(super) fn upload_tables_with(dev: &Device, model: &HmmModel, (a, e_min): (f64, f64)) -> Result<DeviceTables> {
     let (n, v) = (model.n_states, model.emission.n_symbols);
     let trans = dev.upload_new(&model.trans)?;

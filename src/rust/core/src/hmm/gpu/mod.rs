@@ -28,8 +28,12 @@
 //! sequence the scaled recursions cannot certify comes back with
 //! log-likelihood NaN, and the host computes it on the CPU in log space
 //! (its log-likelihood, posteriors or counts; a fit then runs that
-//! iteration's M-step on the host). A model whose positive probabilities
-//! multiply below the double range (`theta > 1`) runs on the CPU entirely.
+//! iteration's M-step on the host). The forward pass and Baum-Welch find
+//! the model's smallest probabilities on the device (`hmm_table_mins`):
+//! for a model whose positive probabilities multiply below the double
+//! range (`theta > 1`) every sequence comes back uncertain. Posteriors,
+//! and log-likelihoods parallel in time, check `theta` on the host first
+//! and run such a model on the CPU entirely.
 //!
 //! Files: `plan` sizes the work (kernel family, shared memory, grids,
 //! batches), `memory` holds what is uploaded (sequences, tables, buffers),
@@ -130,15 +134,14 @@ fn device() -> Result<&'static Device> {
 pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64>> {
     check_size(model.n_states, seqs.len())?;
     let t0 = std::time::Instant::now();
-    let small = tables::smallest(model);
-    gpu::timing::record("smallest", t0);
-    if tables::theta_of(small) > 1.0 {
-        return cpu::loglik(&Tables::new(model)?, seqs, exec);
-    }
     if scan::chosen(device()?, model, seqs, 0)? {
+        // Few states: the host's scan of the tables costs nothing here.
+        if tables::theta(model) > 1.0 {
+            return cpu::loglik(&Tables::new(model)?, seqs, exec);
+        }
         return scan::loglik(model, seqs, None, exec);
     }
-    let mut out = loglik_into(seqs, model.n_states, exec, |sh, out| passes::loglik_device(sh, model, small, exec, out))?;
+    let mut out = loglik_into(seqs, model.n_states, exec, |sh, out| passes::loglik_device(sh, model, exec, out))?;
     settle_logliks(model, seqs, &mut out, exec)?;
     gpu::timing::record("whole GPU call", t0);
     Ok(out)
@@ -324,8 +327,10 @@ pub fn baum_welch_step(model: &HmmModel, seqs: &Sequences, pseudocount: f64, exe
         gpu::timing::record("e-step", t0);
         let t0 = std::time::Instant::now();
         engine.m_step(&fit)?;
+        gpu::timing::record("m-step", t0);
+        let t0 = std::time::Instant::now();
         let next = engine.model(false)?;
-        gpu::timing::record("m-step and model", t0);
+        gpu::timing::record("model", t0);
         return Ok((next, ll));
     }
     let (counts, ll) = e_step_shares(&shares, seqs, model, exec, |sh, serve| serve(&mut DeviceEngine::new(sh.dev, n, v, &sh.seqs, sh.obs, exec)?))?;

@@ -17,7 +17,7 @@ use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::batched::{row_batches, Batched};
 use super::launch::{launch_forward, launch_viterbi, launch_xi_gemm};
-use super::memory::{upload, upload_log_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
+use super::memory::{upload, upload_log_tables, upload_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
 use super::rows::DeviceDensity;
 use super::shares::ShareSeqs;
 use super::plan::{backward_smem, batched_path, batches, grid, threads_for, viterbi_bytes_per_symbol, warp_grid, warp_path, xi_splits};
@@ -294,9 +294,9 @@ impl<'a> Passes<'a> {
 }
 
 /// The kernels' log-likelihoods of share `sh` into `out` (NaN: uncertain).
-pub(super) fn loglik_device(sh: &ShareSeqs<u32>, model: &HmmModel, small: (f64, f64), exec: &Exec, out: &mut [f64]) -> Result<()> {
+pub(super) fn loglik_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, out: &mut [f64]) -> Result<()> {
     let t0 = std::time::Instant::now();
-    let tables = upload_tables_with(sh.dev, model, small)?;
+    let tables = upload_tables(sh.dev, model)?;
     crate::gpu::timing::record("tables", t0);
     let t0 = std::time::Instant::now();
     let d_seqs = upload(sh.dev, &sh.seqs, sh.obs, model.emission.n_symbols)?;
