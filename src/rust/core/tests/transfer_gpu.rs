@@ -107,14 +107,14 @@ fn interleaved_uploads_and_packed_arrays_arrive_whole() {
         assert_eq!(&s.clone_dtoh(d).expect("copy back"), v, "upload {k} of {} values", v.len());
     }
     let (a, b, c): (Vec<i64>, Vec<i32>, Vec<u8>) = ((0..1001).map(|i| i * 3 - 7).collect(), vec![], (0..33).collect());
-    let (buf, at) = dev.upload_packed(&[gpu::bytes_of(&a), gpu::bytes_of(&b), gpu::bytes_of(&c)]).expect("packed upload");
+    let (buf, at) = dev.upload_packed([gpu::bytes_of(&a), gpu::bytes_of(&b), gpu::bytes_of(&c)]).expect("packed upload");
     let bytes = s.clone_dtoh(&buf).expect("copy back");
     let base = at[0];
     assert!(at.iter().all(|&p| p % 16 == 0) && at[0] < at[1] && at[1] < at[2]);
     let at = |k: usize| (at[k] - base) as usize;
     assert_eq!(&bytes[at(0)..at(0) + 8 * a.len()], gpu::bytes_of(&a));
     assert_eq!(&bytes[at(2)..at(2) + c.len()], &c[..]);
-    let (zeros, at) = dev.alloc_zeros_packed(&[24, 0, 4096]).expect("scratch");
+    let (zeros, at) = dev.alloc_zeros_packed([24, 0, 4096]).expect("scratch");
     assert_eq!(at.len(), 3);
     assert!(s.clone_dtoh(&zeros).expect("copy back").iter().all(|&x| x == 0));
 }

@@ -213,27 +213,27 @@ impl Device {
     /// from a multiple of 16 bytes, in one copy; and the device address of
     /// each. The addresses are valid while the buffer is kept, for launches
     /// on this device's stream (the buffer is freed in stream order).
-    pub fn upload_packed(&self, parts: &[&[u8]]) -> Result<(CudaSlice<u8>, Vec<u64>)> {
+    pub fn upload_packed<const K: usize>(&self, parts: [&[u8]; K]) -> Result<(CudaSlice<u8>, [u64; K])> {
         let pad = [0u8; PACK_ALIGN];
         let starts = packed_starts(parts.iter().map(|p| p.len()));
-        let mut pieces: Vec<&[u8]> = Vec::with_capacity(2 * parts.len());
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(2 * K);
         for (k, p) in parts.iter().enumerate() {
             pieces.push(p);
             pieces.push(&pad[..starts[k + 1] - starts[k] - p.len()]);
         }
         let buf = self.upload_parts_new(&pieces)?;
         let base = buf.device_ptr(&self.stream).0;
-        Ok((buf, starts[..parts.len()].iter().map(|&s| base + s as u64).collect()))
+        Ok((buf, std::array::from_fn(|k| base + starts[k] as u64)))
     }
 
     /// Zeroed device arrays of `bytes` bytes each in one allocation (one
     /// allocation and one clear instead of one each), laid out as
     /// [`Device::upload_packed`] lays its parts; and the address of each.
-    pub fn alloc_zeros_packed(&self, bytes: &[usize]) -> Result<(CudaSlice<u8>, Vec<u64>)> {
-        let starts = packed_starts(bytes.iter().copied());
-        let buf = self.stream.alloc_zeros::<u8>(starts[bytes.len()]).map_err(|e| self.err("allocating scratch memory", e))?;
+    pub fn alloc_zeros_packed<const K: usize>(&self, bytes: [usize; K]) -> Result<(CudaSlice<u8>, [u64; K])> {
+        let starts = packed_starts(bytes.into_iter());
+        let buf = self.stream.alloc_zeros::<u8>(starts[K]).map_err(|e| self.err("allocating scratch memory", e))?;
         let base = buf.device_ptr(&self.stream).0;
-        Ok((buf, starts[..bytes.len()].iter().map(|&s| base + s as u64).collect()))
+        Ok((buf, std::array::from_fn(|k| base + starts[k] as u64)))
     }
 
     /// `parts` end to end in a new device buffer as float32s, converted as

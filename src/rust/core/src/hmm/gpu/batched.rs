@@ -147,8 +147,8 @@ impl Rows {
     /// The rows of batch `range` of `seqs`, on the device.
     pub(super) fn new(dev: &Device, seqs: &Sequences, range: &Range<usize>) -> Result<Self> {
         let (rel, len, seq, running) = row_arrays(seqs, range);
-        let (arrays, at) = dev.upload_packed(&[bytes_of(&rel), bytes_of(&len), bytes_of(&seq), bytes_of(&running)])?;
-        Ok(Rows { base: seqs.offsets[range.start] as i64, count: range.len(), _arrays: arrays, at: [at[0], at[1], at[2], at[3]] })
+        let (arrays, at) = dev.upload_packed([bytes_of(&rel), bytes_of(&len), bytes_of(&seq), bytes_of(&running)])?;
+        Ok(Rows { base: seqs.offsets[range.start] as i64, count: range.len(), _arrays: arrays, at })
     }
 
     /// Push the row arrays (rel, len, seq, running), as the kernels take them.
@@ -319,13 +319,13 @@ impl Batched {
             (None, Some(_)) => (Tiling::Wide, wide.0),
         };
         crate::gpu::timing::record("plan functions", t0);
-        let (scratch, at) = dev.alloc_zeros_packed(&[8 * rows * row_stride(n), 8 * rows * row_stride(n), 8 * 2 * n.div_ceil(CHUNK) * rows, 8 * rows, 8])?;
+        let (scratch, [buf0, buf1, psum, llacc, bar]) = dev.alloc_zeros_packed([8 * rows * row_stride(n), 8 * rows * row_stride(n), 8 * 2 * n.div_ceil(CHUNK) * rows, 8 * rows, 8])?;
         Ok(Batched {
             n,
             v,
             batches,
             _scratch: scratch,
-            scratch: Scratch { buf0: at[0], buf1: at[1], psum: at[2], llacc: at[3], bar: at[4] },
+            scratch: Scratch { buf0, buf1, psum, llacc, bar },
             defines: tiling.defines(n, dynamic_smem_limit(dev)),
             smem: tiling.smem(n, dynamic_smem_limit(dev)),
             grid,
@@ -516,8 +516,8 @@ fn by_symbol(dev: &Device, seqs: &Sequences, symbols: &[u32], range: &Range<usiz
         }
     }
     // An empty batch cannot happen (sequences are non-empty), so pos is too.
-    let (arrays, at) = dev.upload_packed(&[bytes_of(&off), bytes_of(&pos), bytes_of(&seq)])?;
-    Ok(BySymbol { _arrays: arrays, at: [at[0], at[1], at[2]] })
+    let (arrays, at) = dev.upload_packed([bytes_of(&off), bytes_of(&pos), bytes_of(&seq)])?;
+    Ok(BySymbol { _arrays: arrays, at })
 }
 
 /// Consecutive batches of the sequences 0..count whose row buffers (two
