@@ -142,6 +142,47 @@ extern "C" __global__ void hmm_sequence_shifts(
     }
 }
 
+// The certificate's keys of density rows (hmm.cu's hmm_theta reads them)
+// from hmm_sequence_shifts' per-sequence sums, on the device so that the
+// forward pass follows without a round trip to the host (the host reads
+// the shifts with the results). Dense transitions (`dense`): `big` for
+// both, unless a fit's E-step (`counting`) has a sequence whose first
+// scale is below `dense_min`; else the smallest positive start or
+// transition probability (`chain_min`) and the smallest row minimum. A
+// key is the value's bits inverted, 0 for none (memory.rs, min_key). One
+// block.
+__device__ __forceinline__ unsigned long long hmm_min_key(double p) {
+    return p > 0.0 && p < HMM_EMIS_INF ? ~(unsigned long long)__double_as_longlong(p) : 0ULL;
+}
+extern "C" __global__ void hmm_density_keys(
+    int count, int dense, int counting, double dense_min, double big, double chain_min,
+    const double* __restrict__ min_all, const double* __restrict__ first_scale,
+    unsigned long long* __restrict__ keys)
+{
+    __shared__ double mins[32];
+    __shared__ int bads[32];
+    double mn = HMM_EMIS_INF;
+    int bad = 0;
+    for (int s = threadIdx.x; s < count; s += blockDim.x) {
+        mn = fmin(mn, min_all[s]);
+        bad |= !(first_scale[s] >= dense_min);
+    }
+    mn = hmm_warp_min(mn);
+    bad = __any_sync(0xffffffffu, bad);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { mins[warp] = mn; bads[warp] = bad; }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) { mn = fmin(mn, mins[w]); bad |= bads[w]; }
+    if (dense && !(counting && bad)) {
+        keys[0] = hmm_min_key(big);
+        keys[1] = hmm_min_key(big);
+    } else {
+        keys[0] = hmm_min_key(chain_min);
+        keys[1] = hmm_min_key(mn);
+    }
+}
+
 // The emission statistics and start counts of a batch from its posteriors
 // (large N, where the backward pass writes gamma): block (k, y), k < S,
 // adds sum_p gamma_p(i) phi_k(x_p) for states i of the block's y to

@@ -170,6 +170,59 @@ impl Exec {
         }
     }
 
+    /// Run `work` in this call's pool (as [`Exec::within`]) while the
+    /// calling thread calls `poll(items_done)` every `interval`; when
+    /// `poll` returns false the monitor is cancelled and the workers stop
+    /// at their next check. This is how a caller with a single-threaded
+    /// runtime (R) stays responsive: only the calling thread talks to the
+    /// runtime, the workers never do. The work goes to the pool directly:
+    /// a thread started per call to hand it there (as [`run_polled`]
+    /// does) cost a thread's start and two wake-ups per call. For its
+    /// first millisecond the calling thread watches for the result without
+    /// sleeping, so that a short call's result is taken at once.
+    pub fn run_polled<T: Send>(&self, interval: Duration, work: impl FnOnce() -> T + Send, mut poll: impl FnMut(usize) -> bool) -> T {
+        use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+        let monitor = &self.monitor;
+        let pool = match cpu_pool(self.threads) {
+            Ok(pool) if rayon::current_thread_index().is_none() => pool,
+            // No pool (the work's own installs report why), or called on a
+            // pool's thread (whose own queue could hold the job this
+            // thread waits for): a thread of its own.
+            _ => return run_polled(monitor, interval, || self.within(work), poll),
+        };
+        let (done, finished) = std::sync::mpsc::channel();
+        let out = pool.in_place_scope(|scope| {
+            scope.spawn(move |_| {
+                // The receiver outlives the scope; a send cannot fail.
+                let _ = done.send(work());
+            });
+            let watched = std::time::Instant::now();
+            while watched.elapsed() < Duration::from_millis(1) {
+                match finished.try_recv() {
+                    Ok(out) => return Some(out),
+                    Err(TryRecvError::Disconnected) => return None,
+                    Err(TryRecvError::Empty) => std::hint::spin_loop(),
+                }
+            }
+            loop {
+                match finished.recv_timeout(interval) {
+                    Ok(out) => return Some(out),
+                    // The work panicked: the scope raises its panic here.
+                    Err(RecvTimeoutError::Disconnected) => return None,
+                    Err(RecvTimeoutError::Timeout) => {
+                        if !monitor.is_cancelled() && !poll(monitor.done()) {
+                            monitor.cancel();
+                        }
+                    }
+                }
+            }
+        });
+        match out {
+            Some(out) => out,
+            None => unreachable!("a polled call's work ended without its result and without a panic"),
+        }
+    }
+
     /// Run `work` in pool `part` of `parts` (kept for later calls), with a
     /// `parts`-th of this call's threads (at least one): for each of several
     /// threads that drive a device each. Their jobs block on the device for
@@ -273,7 +326,8 @@ pub fn block_async_signals() {
 
 /// Run `work` on a background thread while the calling thread calls
 /// `poll(items_done)` every `interval`. When `poll` returns false the monitor
-/// is cancelled and the workers stop at their next check.
+/// is cancelled and the workers stop at their next check. (Calls from R go
+/// through [`Exec::run_polled`], which hands the work to the pool itself.)
 ///
 /// This is how a caller with a single-threaded runtime (R) stays responsive:
 /// only the calling thread talks to the runtime, the workers never do.
@@ -352,11 +406,38 @@ mod tests {
         let (polled, pooled) = run_polled(&monitor, Duration::from_millis(5), || (mask(), Exec::cpu().threads(3).within(mask)), |_| true);
         assert_eq!(polled, ([true; 6], [false; 4]));
         assert_eq!(pooled, ([true; 6], [false; 4]));
+        assert_eq!(Exec::cpu().threads(4).run_polled(Duration::from_millis(5), mask, |_| true), ([true; 6], [false; 4]));
         // Every thread of a pool built on the host's thread, too.
         let pool = cpu_pool(5).unwrap();
         let masks: Vec<_> = pool.broadcast(|_| mask());
         assert!(masks.iter().all(|m| *m == ([true; 6], [false; 4])), "{masks:?}");
         assert_eq!(mask(), ([false; 6], [false; 4]));
+    }
+
+    #[test]
+    fn pooled_polling_cancels_long_work_and_returns_quick_work_at_once() {
+        let exec = Exec::cpu().threads(2);
+        let started = std::time::Instant::now();
+        let out = exec.run_polled(
+            Duration::from_millis(5),
+            || {
+                while !exec.monitor.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // On the call's pool, not a thread of its own.
+                (rayon::current_num_threads(), exec.monitor.check())
+            },
+            |_| started.elapsed() < Duration::from_millis(30),
+        );
+        assert_eq!(out, (2, Err(Error::Interrupted)));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let exec = Exec::cpu().threads(2);
+        let started = std::time::Instant::now();
+        assert_eq!(exec.run_polled(Duration::from_secs(5), || 7, |_| true), 7);
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // A panic in the work reaches the caller.
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec.run_polled(Duration::from_millis(5), || -> i32 { panic!("in the work") }, |_| true)));
+        assert!(caught.is_err());
     }
 
     #[test]

@@ -118,3 +118,51 @@ fn interleaved_uploads_and_packed_arrays_arrive_whole() {
     assert_eq!(at.len(), 3);
     assert!(s.clone_dtoh(&zeros).expect("copy back").iter().all(|&x| x == 0));
 }
+
+/// Downloads in pieces (at least four, each copied out while the next
+/// cross the bus) into one array and into several new ones laid end to
+/// end, of lengths that cut the pieces anywhere, parts empty and parts
+/// smaller than a piece included: every value comes back bit for bit, and
+/// nothing past the values is written.
+#[test]
+fn downloads_in_pieces_and_into_parts_come_back_whole() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    let s = &dev.stream;
+    for lens in [[1usize, 0, 2], [512, 512 * 512, 512 * 512], [0, (1 << 20) + 7, 3], [5_000_001, 0, 0], [8191, 8193, 3 << 20]] {
+        let total: usize = lens.iter().sum();
+        let v: Vec<f64> = (0..total).map(|i| (i as f64 * 0.37).cos() * 1e-200f64.powf((i % 5) as f64 / 5.0)).collect();
+        let d = s.clone_htod(&v).expect("copy");
+        let mut whole = vec![0.25f64; total + 1];
+        dev.download(&d.slice(..), &mut whole[..total]).expect("download");
+        assert!(whole[..total].iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "download of {total}");
+        assert_eq!(whole[total], 0.25, "a download wrote past its values");
+        let parts = dev.download_new_parts(&d.slice(..), lens).expect("download into parts");
+        assert_eq!(parts.each_ref().map(|p| p.len()), lens);
+        let back: Vec<f64> = parts.concat();
+        assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "download into parts {lens:?}");
+    }
+}
+
+/// A float32 upload after uploads of odd byte lengths (symbols sent as
+/// one byte each) starts aligned in the staging ring and arrives whole.
+#[test]
+fn float32_uploads_after_odd_lengths_arrive_whole() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    let s = &dev.stream;
+    for odd in [1usize, 3, 8191] {
+        let v = values(odd, 16, false);
+        let mut d = s.alloc_zeros::<u32>(odd).expect("device memory");
+        dev.upload_small(&v, 16, &mut d.slice_mut(..)).expect("upload of one byte each");
+        let w: Vec<f64> = (0..1001).map(|i| i as f64 * 0.25).collect();
+        let f = dev.upload_parts_f32_new(&[&w[..500], &w[500..]]).expect("float32 upload").expect("every value a float32");
+        let back = s.clone_dtoh(&f).expect("copy back");
+        assert!(back.iter().zip(&w).all(|(&a, &b)| a as f64 == b), "after {odd} bytes");
+        assert_eq!(s.clone_dtoh(&d).expect("copy back"), v);
+    }
+}

@@ -2,10 +2,9 @@
 //! main thread polls R for a user interrupt and cancels the work if one came.
 
 use std::os::raw::c_int;
-use std::sync::Arc;
 use std::time::Duration;
 
-use bulkem_core::exec::{choose_backend, Backend, BackendRequest, Exec, Job, Monitor};
+use bulkem_core::exec::{choose_backend, Backend, BackendRequest, Exec, Job};
 use bulkem_core::ErrorKind;
 use extendr_api::prelude::*;
 use extendr_api::Result;
@@ -59,11 +58,11 @@ pub fn backend_for(request: &str, job: &Job) -> Result<Backend> {
 /// Run `work` with an [`Exec`] for `backend` and `threads`, cancelling it
 /// when the user interrupts R.
 pub fn run_in_session<T: Send>(backend: Backend, threads: usize, work: impl FnOnce(&Exec) -> T + Send) -> T {
-    let monitor = Arc::new(Monitor::new());
-    let exec = Exec { backend, ..Exec::cpu().threads(threads).with_monitor(monitor.clone()) };
+    // A fresh monitor: this call's progress and cancellation.
+    let exec = Exec { backend, ..Exec::cpu().threads(threads) };
     // The call runs in its pool: every parallel loop in it on the call's
     // threads (a Slurm job's allotment, say), none on rayon's global pool.
-    bulkem_core::exec::run_polled(&monitor, POLL, || exec.within(|| work(&exec)), |_| {
+    exec.run_polled(POLL, || work(&exec), |_| {
         // SAFETY: called on R's main thread, which is blocked in this call;
         // the C helper processes R's events inside R_ToplevelExec and
         // R_tryCatchError, so no R error or longjmp can cross these Rust

@@ -97,6 +97,7 @@ pub enum Kernel {
     HmmEmissionRows,
     HmmEmissionRowsThread,
     HmmSequenceShifts,
+    HmmDensityKeys,
     HmmCountStats,
     HmmPositions,
     HmmScanProducts,
@@ -112,7 +113,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 58] = [
+    pub const ALL: [Kernel; 59] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -159,6 +160,7 @@ impl Kernel {
         Kernel::HmmEmissionRows,
         Kernel::HmmEmissionRowsThread,
         Kernel::HmmSequenceShifts,
+        Kernel::HmmDensityKeys,
         Kernel::HmmCountStats,
         Kernel::HmmPositions,
         Kernel::HmmScanProducts,
@@ -223,6 +225,7 @@ impl Kernel {
             HmmEmissionRows => ("hmm_emission", "hmm_emission_rows"),
             HmmEmissionRowsThread => ("hmm_emission", "hmm_emission_rows_thread"),
             HmmSequenceShifts => ("hmm_emission", "hmm_sequence_shifts"),
+            HmmDensityKeys => ("hmm_emission", "hmm_density_keys"),
             HmmCountStats => ("hmm_emission", "hmm_count_stats"),
             HmmPositions => ("hmm_emission", "hmm_positions"),
             HmmScanProducts => ("hmm_scan", "hmm_scan_products"),

@@ -152,6 +152,17 @@ fn open_device(ordinal: usize, have_nvrtc: bool) -> std::result::Result<Device, 
             return Err(info);
         }
     };
+    // cudarc's event tracking gives every buffer two events (made at its
+    // allocation, destroyed at its free) and, once a context has a stream
+    // of its own, records or waits on one for every buffer a launch or copy
+    // takes: dozens of driver calls per HMM call, each a round trip to the
+    // driver, for an ordering the single stream already gives.
+    // SAFETY: every buffer is used on its device's one stream (`stream`),
+    // except in EM's launches on two streams, which order them explicitly
+    // (em::gpu::run_all: the second stream waits for the first before its
+    // first launch, and the first for the second before any buffer the
+    // launches read can be freed).
+    unsafe { ctx.disable_event_tracking() };
     let query = || -> std::result::Result<(String, (i32, i32), usize, i32, i32), String> {
         Ok((
             guarded("reading its name", || ctx.name())?,

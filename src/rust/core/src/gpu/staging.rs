@@ -19,11 +19,14 @@ use crate::error::Result;
 pub(super) const CHUNK: usize = 4 << 20;
 /// Bytes of the ring: two chunks, so that one is filled while the other
 /// crosses the bus.
-const RING: usize = 2 * CHUNK;
+pub(super) const RING: usize = 2 * CHUNK;
 /// Pieces in flight that follow each other and together span at most this
 /// many bytes share one entry (the later copy's event: the stream runs
 /// copies in order), so that many small uploads leave few events to wait for.
 const MERGE: usize = 256 << 10;
+/// Every piece starts at a multiple of this many bytes (after a piece of
+/// odd length, a float32 piece would otherwise start unaligned).
+const ALIGN: usize = 64;
 
 /// Where the next pieces of a ring of `cap` bytes go. `flight` holds the
 /// pieces whose copies may still run, oldest first, each with a tag (the
@@ -40,9 +43,11 @@ impl<T> Ring<T> {
         Ring { cap, head: 0, flight: VecDeque::new() }
     }
 
-    /// The start of `len` (at most the ring's size) free bytes, or None
-    /// while the oldest piece in flight must be retired first.
+    /// The start (a multiple of [`ALIGN`]) of `len` (at most the ring's
+    /// size) free bytes, or None while the oldest piece in flight must be
+    /// retired first.
     pub(super) fn place(&self, len: usize) -> Option<usize> {
+        let len = len.next_multiple_of(ALIGN);
         debug_assert!(len <= self.cap, "a piece larger than the ring");
         let Some(&(tail, _, _)) = self.flight.front() else { return Some(0) };
         if self.head > tail {
@@ -66,6 +71,7 @@ impl<T> Ring<T> {
     /// `tag` is retired. A piece that directly follows a small newest piece
     /// joins it and takes its tag; the tag it replaces is returned.
     pub(super) fn push(&mut self, at: usize, len: usize, tag: T) -> Option<T> {
+        let len = len.next_multiple_of(ALIGN);
         self.head = at + len;
         if let Some(back) = self.flight.back_mut() {
             if back.1 == at && at + len - back.0 <= MERGE {
@@ -151,7 +157,7 @@ impl Staging {
 
 #[cfg(test)]
 mod tests {
-    use super::{Ring, MERGE};
+    use super::{Ring, ALIGN, MERGE};
 
     /// The ring as the staging buffer drives it: place (retiring the oldest
     /// until a place is found), then push. Returns the place, the tags
@@ -187,6 +193,7 @@ mod tests {
             let (at, retired, replaced) = take(&mut r, len, tag);
             live.retain(|p| !retired.contains(&p.2));
             assert!(at + len <= cap, "piece {tag} past the end");
+            assert_eq!(at % ALIGN, 0, "piece {tag} unaligned");
             assert!(live.iter().all(|p| p.1 <= at || at + len <= p.0), "piece {tag} ({len} bytes at {at}) over a piece in flight");
             // A piece that joined the newest entry is retired with it.
             if let Some(old) = replaced {
@@ -203,7 +210,8 @@ mod tests {
         // Two large pieces and small ones after them: nothing is retired.
         assert_eq!(take(&mut r, half / 2, 0), (0, vec![], None));
         assert_eq!(take(&mut r, 8, 1), (half / 2, vec![], None));
-        assert_eq!(take(&mut r, half / 2, 2), (half / 2 + 8, vec![], None));
+        // (Each piece starts aligned: the 8 bytes take ALIGN.)
+        assert_eq!(take(&mut r, half / 2, 2), (half / 2 + ALIGN, vec![], None));
         for k in 3..10 {
             assert!(take(&mut r, 100, k).1.is_empty());
         }

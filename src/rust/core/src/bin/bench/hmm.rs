@@ -106,19 +106,19 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let exec = Exec { backend, ..Exec::cpu().threads(threads) };
     let s = |e: bulkem_core::Error| e.to_string();
     bulkem_core::gpu::timing::take();
-    let fwd = median_time(|| exec.within(|| hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s)))?;
+    let fwd = median_time(|| as_r(&exec, || hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let fwd_phases = last_phases();
-    let vit = median_time(|| exec.within(|| hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s)))?;
+    let vit = median_time(|| as_r(&exec, || hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let vit_phases = last_phases();
     // What the R glue calls: the paths as they crossed the bus, which it
     // widens into the vectors R allocated (R's share, inst/bench/hmm_from_r.R).
-    let vit_bus = median_time(|| exec.within(|| hmm::viterbi_paths(model, seqs, &exec).map(|_| ()).map_err(s)))?;
-    let post = median_time(|| exec.within(|| hmm::posterior(model, seqs, &exec).map(|_| ()).map_err(s)))?;
+    let vit_bus = median_time(|| as_r(&exec, || hmm::viterbi_paths(model, seqs, &exec).map(|_| ()).map_err(s)))?;
+    let post = median_time(|| as_r(&exec, || hmm::posterior(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let post_phases = last_phases();
     // What an R call receives: the posteriors laid out into one fresh
     // column-major matrix per sequence (the glue's hmm::layout), NA for NaN.
     let post_r = median_time(|| {
-        exec.within(|| {
+        as_r(&exec, || {
             let p = hmm::posterior(model, seqs, &exec).map_err(s)?;
             let mut mats: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
             let mut outs: Vec<&mut [f64]> = mats.iter_mut().map(|x| &mut x[..]).collect();
@@ -126,17 +126,26 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
             Ok::<(), String>(())
         })
     })?;
-    let bw = median_time(|| exec.within(|| hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s)))?;
+    let bw = median_time(|| as_r(&exec, || hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s)))?;
     let bw_phases = last_phases();
     let config = HmmFitConfig::<E>::for_emission(n, model.emission.shape()).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
-    let fit5 = median_time(|| exec.within(|| hmm::fit(seqs, &config, &exec).map(|_| ()).map_err(s)))?;
+    let fit5 = median_time(|| as_r(&exec, || hmm::fit(seqs, &config, &exec).map(|_| ()).map_err(s)))?;
+    let fit_phases = last_phases();
     let threads_used = if threads == 0 { available_threads() } else { threads };
     println!(
         "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms (as the glue takes the paths {:.3} ms), posterior {:.3} ms (into R's matrices {:.3} ms), baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
         backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, vit_bus * 1e3, post * 1e3, post_r * 1e3, bw * 1e3, fit5 * 1e3
     );
     if backend == Backend::Cuda {
-        println!("    phases of the last run (ms): forward {fwd_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}");
+        // What every call pays to hand its work to the call's thread pool
+        // and take the result back, with no work.
+        let within = median_time(|| exec.within(|| Ok::<(), String>(())))?;
+        let polled = median_time(|| as_r(&exec, || Ok::<(), String>(())))?;
+        let threaded = median_time(|| bulkem_core::exec::run_polled(&exec.monitor, POLL, || exec.within(|| Ok::<(), String>(())), |_| true))?;
+        println!(
+            "    phases of the last run (ms): forward {fwd_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}; fit {fit_phases}; round trips of an empty call: in the pool {:.3}, as R calls {:.3}, through a thread of its own {:.3}",
+            within * 1e3, polled * 1e3, threaded * 1e3
+        );
     }
     writeln!(
         json,
@@ -166,6 +175,15 @@ fn hmm_problem(n: usize, v: usize, m: usize, t: usize) -> (HmmModel, Sequences) 
     let symbols = (0..m * t).map(|_| rng.below(v as u64) as u32).collect();
     let seqs = Sequences::from_lengths(symbols, &vec![t; m]).unwrap_or_default();
     (model, seqs)
+}
+
+/// How often R's main thread polls for an interrupt (the glue's POLL).
+const POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// `work` run as the R glue runs a call: in the call's pool, the calling
+/// thread waiting for it (`Exec::run_polled`).
+fn as_r<T: Send>(exec: &Exec, work: impl FnOnce() -> T + Send) -> T {
+    exec.run_polled(POLL, work, |_| true)
 }
 
 /// The phases `gpu::timing` recorded in the last run of a

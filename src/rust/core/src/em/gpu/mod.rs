@@ -364,6 +364,23 @@ fn run_all(dev: &Device, data: &[&[f64]], extras: &DatasetExtras, pairs: &Pairs,
         0 | 1 => vec![dev.stream.clone()],
         _ => vec![dev.stream.clone(), dev.ctx.new_stream().map_err(|e| dev.err("creating a stream", e))?],
     };
+    // The device's event tracking is off (gpu::open_device): the second
+    // stream waits for the first (the resident data's upload), and, below,
+    // the first for the second before anything the launches read is freed.
+    if let [first, second] = &streams[..] {
+        second.join(first).map_err(|e| dev.err("ordering two streams", e))?;
+    }
+    let out = run_warp_launches(dev, chunks, data, extras, pairs, first, configs, trace, resident, monitor, &streams, all);
+    if let [first, second] = &streams[..] {
+        first.join(second).map_err(|e| dev.err("ordering two streams", e))?;
+    }
+    out
+}
+
+/// The launches of [`run_all`]'s shared-memory path, alternating between
+/// `streams`, each queued before the previous one is read back.
+#[allow(clippy::too_many_arguments)]
+fn run_warp_launches(dev: &Device, chunks: Vec<std::ops::Range<usize>>, data: &[&[f64]], extras: &DatasetExtras, pairs: &Pairs, first: usize, configs: &[CheckedEmConfig], trace: bool, resident: Option<&DeviceData>, monitor: &Monitor, streams: &[std::sync::Arc<cudarc::driver::CudaStream>], mut all: Vec<Outputs>) -> Result<Vec<Outputs>> {
     // Each launch's starting values are drawn (on the thread pool) while
     // the launch before it is waited for, read back and filed (on a thread
     // of its own): they had taken turns, and once the kernels were fast

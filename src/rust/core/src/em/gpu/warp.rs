@@ -201,7 +201,7 @@ pub(super) struct WarpInFlight {
 }
 
 /// Launches on `stream`; the datasets, when resident, were uploaded on the
-/// device's stream (cudarc's event tracking orders the two).
+/// device's stream (which `stream` waits for: `run_all`).
 pub(super) fn launch_warp(dev: &Device, stream: &Arc<CudaStream>, job: WarpJob, config: &CheckedEmConfig, record_trace: bool, resident: Option<&DeviceData>) -> Result<WarpInFlight> {
     let nstat = 3 * config.components;
     let n_pairs = job.n_pairs;

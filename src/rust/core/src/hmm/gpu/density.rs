@@ -79,8 +79,9 @@ fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E:
     let dt = density.tables(dev, model, &d_seqs.off, seqs.len(), seqs.total(), false)?;
     crate::gpu::timing::record("rows", t0);
     forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec, out)?;
+    let (shift, uncertain) = dt.shifts(dev)?;
     for (s, l) in out.iter_mut().enumerate() {
-        *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
+        *l = shifted(*l, shift[s], uncertain[s]);
     }
     Ok(())
 }
@@ -132,8 +133,9 @@ pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Ob
         let dt = density.tables(dev, model, &off, part.len(), part.total(), false)?;
         let mut passes = Passes::with_density(dev, n, density.stats, &pos, false, n * 8, &density)?;
         passes.posterior_all(&dt.tables, exec, probs, loglik)?;
+        let (shift, uncertain) = dt.shifts(dev)?;
         for (s, l) in loglik.iter_mut().enumerate() {
-            *l = shifted(*l, dt.shift[s], dt.uncertain[s]);
+            *l = shifted(*l, shift[s], uncertain[s]);
         }
         Ok(())
     })?;
@@ -374,8 +376,10 @@ impl<E: Emission> Engine<E> for DensityEngine<'_, E> {
             *chain = Chain::Both;
         }
         let mut ll_all = self.passes.e_step(&dt.tables, &mut self.counts, &exec.monitor)?;
+        // A fit's E-step leaves no sequence uncertain (refresh, counting).
+        let (shift, _) = dt.shifts(dev)?;
         for (s, l) in ll_all.iter_mut().enumerate() {
-            *l = shifted(*l, dt.shift[s], false);
+            *l = shifted(*l, shift[s], false);
         }
         self.tables = Some(dt);
         self.host_counts = None;

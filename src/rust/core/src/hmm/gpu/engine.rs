@@ -26,8 +26,9 @@ use super::shares::ShareEngine;
 /// only per-sequence log-likelihoods to the host.
 pub(super) struct DeviceEngine<'a> {
     passes: Passes<'a>,
-    /// The current model and the previous one (or scratch), swapped by the M-step.
-    tables: [DeviceTables; 2],
+    /// The current model and the previous one (or the M-step's
+    /// destination), swapped by the M-step; None until first written.
+    tables: [Option<DeviceTables>; 2],
     cur: usize,
     counts: CountSlots,
     exec: &'a Exec,
@@ -46,9 +47,14 @@ impl<'a> DeviceEngine<'a> {
     pub(super) fn new(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, symbols: &'a [u32], exec: &'a Exec) -> Result<Self> {
         let passes = Passes::new(dev, n, v, seqs, symbols, true, 0)?;
         let counts = passes.count_slots()?;
-        let tables = [DeviceTables::zeroed(passes.dev, n, v)?, DeviceTables::zeroed(passes.dev, n, v)?];
         let seg = cpu::fit_segment(n, seqs, exec);
-        Ok(DeviceEngine { passes, tables, cur: 0, counts, exec, host_model: None, host_counts: None, seg })
+        Ok(DeviceEngine { passes, tables: [None, None], cur: 0, counts, exec, host_model: None, host_counts: None, seg })
+    }
+
+    /// The current model's tables (or the previous model's).
+    fn tables(&self, previous: bool) -> Result<&DeviceTables> {
+        let k = if previous { 1 - self.cur } else { self.cur };
+        self.tables[k].as_ref().ok_or_else(|| crate::error::Error::Internal("an HMM engine used before its model was loaded".into()))
     }
 
     /// The device's share of the last E-step's counts, on the host.
@@ -76,7 +82,12 @@ impl ShareEngine<Categorical> for DeviceEngine<'_> {
 
 impl Engine for DeviceEngine<'_> {
     fn load(&mut self, model: &HmmModel) -> Result<(f64, Option<usize>)> {
-        self.tables[self.cur] = upload_tables(self.passes.dev, model)?;
+        self.tables[self.cur] = Some(upload_tables(self.passes.dev, model)?);
+        // Kept on the host, though the tables give it back exactly: without
+        // this copy a single Baum-Welch step at N = 512 took 1.6 ms instead
+        // of 2.1 on an H200, but a 5-iteration fit 7.9-8.9 ms instead of
+        // 6.0-6.5, its final model's download going to fresh memory (0.7-0.9
+        // ms against 0.25-0.35 into the blocks this copy had freed).
         self.host_model = Some(model.clone());
         self.e_step()
     }
@@ -95,15 +106,21 @@ impl Engine for DeviceEngine<'_> {
                 None => self.model(false)?,
             };
             let (next, _) = host_m_step(&model, &counts, fit);
-            self.tables[1 - self.cur] = upload_tables(self.passes.dev, &next)?;
+            self.tables[1 - self.cur] = Some(upload_tables(self.passes.dev, &next)?);
             self.cur = 1 - self.cur;
             self.host_model = Some(next);
             return Ok(unfloored);
         }
         let dev = self.passes.dev;
         let (n, v) = (self.passes.n, self.passes.v);
-        let (first, second) = self.tables.split_at_mut(1);
-        let (from, to) = if self.cur == 0 { (&first[0], &mut second[0]) } else { (&second[0], &mut first[0]) };
+        if self.tables[1 - self.cur].is_none() {
+            self.tables[1 - self.cur] = Some(DeviceTables::alloc(dev, n, v)?);
+        }
+        let [a, b] = &mut self.tables;
+        let (from, to) = if self.cur == 0 { (a.as_ref(), b.as_mut()) } else { (b.as_ref(), a.as_mut()) };
+        let (Some(from), Some(to)) = (from, to) else {
+            return Err(crate::error::Error::Internal("an HMM engine's M-step before its model was loaded".into()));
+        };
         let f = dev.function(Kernel::HmmMStep, &[])?;
         let cfg = LaunchConfig { grid_dim: (n as u32 + 1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (n_i, v_i) = (n as i32, v as i32);
@@ -127,7 +144,10 @@ impl Engine for DeviceEngine<'_> {
     fn e_step(&mut self) -> Result<(f64, Option<usize>)> {
         let exec = self.exec;
         exec.monitor.check()?;
-        let mut ll_all = self.passes.e_step(&self.tables[self.cur], &mut self.counts, &exec.monitor)?;
+        let tables = self.tables[self.cur].as_ref().ok_or_else(|| crate::error::Error::Internal("an HMM engine's E-step before its model was loaded".into()))?;
+        let t0 = std::time::Instant::now();
+        let mut ll_all = self.passes.e_step(tables, &mut self.counts, &exec.monitor)?;
+        crate::gpu::timing::record("engine e-step", t0);
         let uncertain: Vec<usize> = (0..ll_all.len()).filter(|&s| ll_all[s].is_nan()).collect();
         self.host_counts = None;
         if !uncertain.is_empty() {
@@ -150,7 +170,9 @@ impl Engine for DeviceEngine<'_> {
     }
 
     fn model(&self, previous: bool) -> Result<HmmModel> {
-        let t = &self.tables[if previous { 1 - self.cur } else { self.cur }];
-        download_model(self.passes.dev, t, self.passes.n, self.passes.v)
+        let t0 = std::time::Instant::now();
+        let m = download_model(self.passes.dev, self.tables(previous)?, self.passes.n, self.passes.v);
+        crate::gpu::timing::record("engine model download", t0);
+        m
     }
 }

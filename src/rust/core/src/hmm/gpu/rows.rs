@@ -18,7 +18,7 @@ use super::super::emission::Emission;
 use super::super::model::HmmModel;
 use super::super::tables::{min_positive, min_positive_and_dense, DENSE_MIN};
 use super::super::sequences::Sequences;
-use super::memory::{min_key, DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
+use super::memory::{DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
 use super::plan::thread_path;
 use super::{err, WARP_MAX_STATES};
 
@@ -34,9 +34,10 @@ pub(crate) struct DeviceDensity {
 }
 
 /// A density's linear tables: the device tables (emis: one row per
-/// position) and, per sequence, the shifts' sum and whether the kernels'
-/// result cannot be certified (its first step, see [`DeviceDensity::tables`]:
-/// computed on the CPU).
+/// position) and, per sequence on the device, the sums from which
+/// [`DensityTables::shifts`] gives each sequence's shift and whether the
+/// kernels' result cannot be certified (its first step, see
+/// [`DeviceDensity::refresh`]: computed on the CPU).
 pub(super) struct DensityTables {
     pub(super) tables: DeviceTables,
     /// Per position: the shift and the row minimum.
@@ -45,8 +46,10 @@ pub(super) struct DensityTables {
     /// Per sequence: the shifts' sum, the smallest row minimum, the first
     /// step's scale (count each, end to end: one copy back).
     sums: CudaSlice<f64>,
-    pub(super) shift: Vec<f64>,
-    pub(super) uncertain: Vec<bool>,
+    count: usize,
+    /// Whether a sequence whose first scale is below DENSE_MIN is
+    /// uncertain (dense transitions, outside a fit's E-step).
+    first_uncertain: bool,
 }
 
 /// Threads per block of hmm_emission_rows and hmm_sequence_shifts (a warp
@@ -76,8 +79,20 @@ impl DensityTables {
         let (n, t) = (model.n_states, &mut self.tables);
         dev.upload(&model.start, &mut t.start.slice_mut(..))?;
         dev.upload(&model.trans, &mut t.trans.slice_mut(..))?;
-        t.trans_t = dev.layout(&t.trans, n, n, true, false)?;
-        Ok(())
+        dev.layout_into(&t.trans, n, n, true, false, &mut t.trans_t.slice_mut(..))
+    }
+}
+
+impl DensityTables {
+    /// Per sequence, the sum of its shifts (added to its log-likelihood)
+    /// and whether the kernels' result is uncertain; read from the device
+    /// after the pass that used the tables.
+    pub(super) fn shifts(&self, dev: &Device) -> Result<(Vec<f64>, Vec<bool>)> {
+        let count = self.count;
+        let sums = dev.stream.clone_dtoh(&self.sums).map_err(err(dev, "reading the shifts"))?;
+        let first = &sums[2 * count..3 * count];
+        let uncertain = first.iter().map(|&c| self.first_uncertain && !(c >= DENSE_MIN)).collect();
+        Ok((sums[..count].to_vec(), uncertain))
     }
 }
 
@@ -202,13 +217,16 @@ impl DeviceDensity {
         let e = err(dev, "allocating the emission rows");
         let emis = self.alloc_rows(dev, n, total)?;
         let zeros = |k: usize| s.alloc_zeros::<f64>(k).map_err(&e);
+        // SAFETY: written by upload_chain (start, trans and trans_t) and
+        // hmm_density_keys (mins) before any kernel reads them.
+        let chain = |k: usize| unsafe { s.alloc::<f64>(k) }.map_err(&e);
         let mut dt = DensityTables {
-            tables: DeviceTables { start: zeros(n)?, trans: zeros(n * n)?, trans_t: zeros(n * n)?, emis, mins: s.alloc_zeros::<u64>(2).map_err(&e)? },
+            tables: DeviceTables { start: chain(n)?, trans: chain(n * n)?, trans_t: chain(n * n)?, emis, mins: unsafe { s.alloc::<u64>(2) }.map_err(&e)? },
             shift_d: zeros(total)?,
             rowmin_d: zeros(total)?,
             sums: zeros(3 * count)?,
-            shift: Vec::new(),
-            uncertain: Vec::new(),
+            count,
+            first_uncertain: false,
         };
         // The summary's pass over the transitions while they cross the bus.
         let t0 = std::time::Instant::now();
@@ -223,38 +241,37 @@ impl DeviceDensity {
 
     /// Recompute `dt` (whose start and transitions are current, `chain`
     /// their summary) for the emission's current parameters: the rows, the
-    /// shifts (to the host) and the certificate.
+    /// shifts and the certificate, all on the device (the host reads the
+    /// shifts after the pass: [`DensityTables::shifts`]).
     ///
     /// The kernels apply the CPU's certificate through their theta test
     /// (hmm_theta: 2^-960 / (a e)). Dense transitions: never after the
     /// first step (a e = 2^1000 makes theta 0), and a sequence whose first
-    /// scale is below DENSE_MIN is marked uncertain here; with `counting`
+    /// scale is below DENSE_MIN is marked uncertain; with `counting`
     /// (a fit's E-step, whose device counts cannot leave one sequence out)
     /// such a sequence makes every sequence take the sparse test instead.
     /// Sparse transitions: a = the smallest positive start or transition
     /// probability, e = the smallest value of a positive density in any
-    /// row (0 after an underflow: every sequence goes to the CPU).
+    /// row (0 after an underflow: every sequence goes to the CPU). The keys
+    /// are chosen by hmm_density_keys.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn refresh(&self, dev: &Device, n: usize, dt: &mut DensityTables, chain: ChainSummary, off: &CudaSlice<i64>, count: usize, total: usize, counting: bool) -> Result<()> {
-        let s = &dev.stream;
         self.fill_rows(dev, n, total, &mut dt.tables.emis, Some((&mut dt.shift_d, &mut dt.rowmin_d)))?;
         self.fill_shifts(dev, n, off, count, dt)?;
-        let sums = s.clone_dtoh(&dt.sums).map_err(err(dev, "reading the shifts"))?;
-        let (shift, rest) = sums.split_at(count);
+        let f = self.function(dev, Kernel::HmmDensityKeys)?;
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let big = f64::from_bits((1023 + 500) << 52);
+        let (count_i, dense_i, counting_i) = (count as i32, chain.dense as i32, counting as i32);
+        let (_, rest) = dt.sums.split_at(count);
         let (min_all, first) = rest.split_at(count);
-        let sparse = (chain.min_positive, min_all.iter().copied().fold(f64::INFINITY, f64::min));
-        let (keys, uncertain) = if chain.dense {
-            let big = f64::from_bits((1023 + 500) << 52);
-            let bad: Vec<bool> = first.iter().map(|&c| !(c >= DENSE_MIN)).collect();
-            if counting && bad.iter().any(|&b| b) { (sparse, vec![false; count]) } else { ((big, big), bad) }
-        } else {
-            (sparse, vec![false; count])
-        };
-        // A zero smallest row value (an underflow) has key 0: no step is
-        // certified, and every sequence goes to the CPU.
-        s.memcpy_htod(&[min_key(keys.0), min_key(keys.1)][..], &mut dt.tables.mins).map_err(err(dev, "copying the model"))?;
-        dt.shift = shift.to_vec();
-        dt.uncertain = uncertain;
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&count_i).arg(&dense_i).arg(&counting_i).arg(&DENSE_MIN).arg(&big).arg(&chain.min_positive).arg(&min_all).arg(&first).arg(&mut dt.tables.mins);
+        // SAFETY: the arguments match hmm_density_keys's parameters in
+        // order and type; min_all and first hold `count` doubles each,
+        // mins two keys; one block of whole warps.
+        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_density_keys"))?;
+        dt.count = count;
+        dt.first_uncertain = chain.dense && !counting;
         Ok(())
     }
 

@@ -298,7 +298,8 @@ pub(crate) fn density_posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
     let (probs, ll, _) = call.forward_backward(&dt.tables, None, None)?;
     let mut lls = call.download(&ll, call.m)?;
     gpu::timing::record("scan", t0);
-    shift(&mut lls, &dt.shift, &dt.uncertain);
+    let (shifts, uncertain) = dt.shifts(call.dev)?;
+    shift(&mut lls, &shifts, &uncertain);
     let mut rows = call.download_rows(&probs, seqs.total() * call.n)?;
     settle_posteriors(model, seqs, &mut rows, &mut lls, exec)?;
     Ok((rows, lls))
@@ -325,7 +326,8 @@ pub(crate) fn density_loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
     let (_, _, ll) = call.bounds(&dt.tables, false)?;
     let mut out = call.download(&ll, call.m)?;
     gpu::timing::record("scan", t0);
-    shift(&mut out, &dt.shift, &dt.uncertain);
+    let (shifts, uncertain) = dt.shifts(call.dev)?;
+    shift(&mut out, &shifts, &uncertain);
     settle_logliks(model, seqs, &mut out, exec)?;
     Ok(out)
 }
@@ -356,7 +358,8 @@ pub(crate) fn density_e_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
     let dt = density.tables(call.dev, model, &call.seqs.off, call.m, seqs.total(), false)?;
     let (_, ll, slots) = call.forward_backward(&dt.tables, Some(stats), Some(&density))?;
     let mut lls = call.download(&ll, call.m)?;
-    shift(&mut lls, &dt.shift, &dt.uncertain);
+    let (shifts, uncertain) = dt.shifts(call.dev)?;
+    shift(&mut lls, &shifts, &uncertain);
     let slots = call.download(&slots.ok_or_else(|| crate::error::Error::Internal("the scan's counts are missing".into()))?, call.plan.chunks * Counts::size(n, stats))?;
     gpu::timing::record("e-step", t0);
     call.settle_counts(model, seqs, &lls, &slots, stats, exec)
