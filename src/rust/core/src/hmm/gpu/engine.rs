@@ -87,8 +87,15 @@ impl Engine for DeviceEngine<'_> {
         // this copy a single Baum-Welch step at N = 512 took 1.6 ms instead
         // of 2.1 on an H200, but a 5-iteration fit 7.9-8.9 ms instead of
         // 6.0-6.5, its final model's download going to fresh memory (0.7-0.9
-        // ms against 0.25-0.35 into the blocks this copy had freed).
-        self.host_model = Some(model.clone());
+        // ms against 0.25-0.35 into the blocks this copy had freed). The
+        // tables are copied by all the call's threads (4 MB at N = 512).
+        let copy = |v: &[f64]| crate::memory::try_copy_par(v, "a copy of the model");
+        self.host_model = Some(HmmModel {
+            n_states: model.n_states,
+            start: model.start.clone(),
+            trans: copy(&model.trans)?,
+            emission: Categorical { n_states: model.emission.n_states, n_symbols: model.emission.n_symbols, probs: copy(&model.emission.probs)? },
+        });
         self.e_step()
     }
 
