@@ -181,7 +181,7 @@ impl Exec {
     /// first millisecond the calling thread watches for the result without
     /// sleeping, so that a short call's result is taken at once.
     pub fn run_polled<T: Send>(&self, interval: Duration, work: impl FnOnce() -> T + Send, mut poll: impl FnMut(usize) -> bool) -> T {
-        use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+        use std::sync::mpsc::TryRecvError;
         let monitor = &self.monitor;
         let pool = match cpu_pool(self.threads) {
             Ok(pool) if rayon::current_thread_index().is_none() => pool,
@@ -204,18 +204,8 @@ impl Exec {
                     Err(TryRecvError::Empty) => std::hint::spin_loop(),
                 }
             }
-            loop {
-                match finished.recv_timeout(interval) {
-                    Ok(out) => return Some(out),
-                    // The work panicked: the scope raises its panic here.
-                    Err(RecvTimeoutError::Disconnected) => return None,
-                    Err(RecvTimeoutError::Timeout) => {
-                        if !monitor.is_cancelled() && !poll(monitor.done()) {
-                            monitor.cancel();
-                        }
-                    }
-                }
-            }
+            // None: the work panicked, and the scope raises its panic here.
+            wait_polling(&finished, interval, monitor, &mut poll)
         });
         match out {
             Some(out) => out,
@@ -324,6 +314,24 @@ pub fn block_async_signals() {
     }
 }
 
+/// What `finished` receives, waking at once when it comes and else every
+/// `interval` to call `poll(items_done)`, cancelling `monitor` when that
+/// returns false; None when its sender went away without a value.
+fn wait_polling<T>(finished: &std::sync::mpsc::Receiver<T>, interval: Duration, monitor: &Monitor, poll: &mut impl FnMut(usize) -> bool) -> Option<T> {
+    use std::sync::mpsc::RecvTimeoutError;
+    loop {
+        match finished.recv_timeout(interval) {
+            Ok(out) => return Some(out),
+            Err(RecvTimeoutError::Disconnected) => return None,
+            Err(RecvTimeoutError::Timeout) => {
+                if !monitor.is_cancelled() && !poll(monitor.done()) {
+                    monitor.cancel();
+                }
+            }
+        }
+    }
+}
+
 /// Run `work` on a background thread while the calling thread calls
 /// `poll(items_done)` every `interval`. When `poll` returns false the monitor
 /// is cancelled and the workers stop at their next check. (Calls from R go
@@ -347,12 +355,8 @@ pub fn run_polled<T: Send>(
             let _ = done.send(());
             out
         });
-        // Wake at once when the work ends, else every `interval` to poll.
-        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(interval) {
-            if !monitor.is_cancelled() && !poll(monitor.done()) {
-                monitor.cancel();
-            }
-        }
+        // Its end (or its panic, raised by the join) wakes this thread.
+        let _ = wait_polling(&finished, interval, monitor, &mut poll);
         match handle.join() {
             Ok(value) => value,
             Err(panic) => std::panic::resume_unwind(panic),

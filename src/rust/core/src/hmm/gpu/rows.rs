@@ -81,9 +81,7 @@ impl DensityTables {
         dev.upload(&model.trans, &mut t.trans.slice_mut(..))?;
         dev.layout_into(&t.trans, n, n, true, false, &mut t.trans_t.slice_mut(..))
     }
-}
 
-impl DensityTables {
     /// Per sequence, the sum of its shifts (added to its log-likelihood)
     /// and whether the kernels' result is uncertain; read from the device
     /// after the pass that used the tables.
