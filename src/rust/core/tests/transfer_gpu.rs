@@ -166,3 +166,24 @@ fn float32_uploads_after_odd_lengths_arrive_whole() {
         assert_eq!(s.clone_dtoh(&d).expect("copy back"), v);
     }
 }
+
+#[test]
+fn memory_shares_cover_small_needs_and_read_large_ones_afresh() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    let free = dev.free_memory().expect("free memory");
+    assert!(free > 0 && free <= dev.info.total_memory + dev.info.total_memory / 4, "free {free} of {}", dev.info.total_memory);
+    // A small need: a quarter of the share at the last reading, at least the need.
+    let quarter = dev.memory_share(0.5, 1 << 20).expect("share");
+    assert_eq!(quarter, (free as f64 * 0.5 * 0.25) as usize);
+    // A need beyond that quarter: the share of a fresh reading, which an
+    // allocation held meanwhile lowers.
+    let held = dev.stream.alloc_zeros::<u8>(free / 8).expect("an eighth of the free memory");
+    let share = dev.memory_share(0.5, quarter + 1).expect("share");
+    assert!(share < (free as f64 * 0.5) as usize && share > (free as f64 * 0.5 * 0.8) as usize, "share {share} of free {free} with {} held", held.len());
+    // The fresh reading is the new last one.
+    let again = dev.memory_share(0.5, 1).expect("share");
+    assert!(again.abs_diff((share as f64 * 0.25) as usize) <= 1, "{again} after a share of {share}");
+}

@@ -146,6 +146,7 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
             "    phases of the last run (ms): forward {fwd_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}; fit {fit_phases}; round trips of an empty call: in the pool {:.3}, as R calls {:.3}, through a thread of its own {:.3}",
             within * 1e3, polled * 1e3, threaded * 1e3
         );
+        println!("    {}", exec.within(driver_costs)?);
     }
     writeln!(
         json,
@@ -175,6 +176,49 @@ fn hmm_problem(n: usize, v: usize, m: usize, t: usize) -> (HmmModel, Sequences) 
     let symbols = (0..m * t).map(|_| rng.below(v as u64) as u32).collect();
     let seqs = Sequences::from_lengths(symbols, &vec![t; m]).unwrap_or_default();
     (model, seqs)
+}
+
+/// What the host steps that every GPU call repeats cost on this machine,
+/// run in the call's pool as a call's are (microseconds, median of 101
+/// after a warm-up): reading the free memory,
+/// a memory share for a small need, a small packed upload (three arrays,
+/// 12 KiB) with its allocation, a small zeroed allocation, and a stream
+/// synchronisation with nothing queued; and the parts of an upload: an
+/// allocation, a copy from pinned memory (12 KiB), an event's record.
+fn driver_costs() -> Result<String, String> {
+    let dev = &bulkem_core::gpu::devices().map_err(|e| e.to_string())?[0];
+    let s = |e: bulkem_core::Error| e.to_string();
+    let d = |e: cudarc::driver::DriverError| e.to_string();
+    let a = vec![1u8; 4096];
+    let mut pinned = unsafe { dev.ctx.alloc_pinned::<u8>(3 * 4096) }.map_err(d)?;
+    pinned.as_mut_slice().map_err(d)?.fill(1);
+    let mut target = dev.stream.alloc_zeros::<u8>(3 * 4096).map_err(d)?;
+    let event = dev.ctx.new_event(None).map_err(d)?;
+    let costs = [
+        ("free memory", micros(|| dev.free_memory().map(|_| ()).map_err(s))?),
+        ("small share", micros(|| dev.memory_share(0.5, 1).map(|_| ()).map_err(s))?),
+        ("packed upload", micros(|| dev.upload_packed([&a[..], &a[..], &a[..]]).map(|_| ()).map_err(s))?),
+        // SAFETY: the buffer is dropped unread.
+        ("allocation", micros(|| unsafe { dev.stream.alloc::<u8>(3 * 4096) }.map(|_| ()).map_err(d))?),
+        ("zeroed allocation", micros(|| dev.stream.alloc_zeros::<f64>(512).map(|_| ()).map_err(d))?),
+        ("pinned copy", micros(|| dev.stream.memcpy_htod(&pinned, &mut target).map_err(d))?),
+        ("event record", micros(|| event.record(&dev.stream).map_err(d))?),
+        ("synchronisation", micros(|| dev.stream.synchronize().map_err(d))?),
+    ];
+    Ok(format!("host steps (us): {}", costs.iter().map(|(k, t)| format!("{k} {t:.1}")).collect::<Vec<_>>().join(", ")))
+}
+
+/// Median microseconds of 101 runs of `f` after one.
+fn micros(mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+    f()?;
+    let mut times = Vec::with_capacity(101);
+    for _ in 0..101 {
+        let t0 = Instant::now();
+        f()?;
+        times.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[50])
 }
 
 /// How often R's main thread polls for an interrupt (the glue's POLL).

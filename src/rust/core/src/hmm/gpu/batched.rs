@@ -151,6 +151,17 @@ impl Rows {
         Ok(Rows { base: seqs.offsets[range.start] as i64, count: range.len(), _arrays: arrays, at })
     }
 
+    /// [`Rows::new`] and the batch's positions grouped by symbol
+    /// (`symbols`: those of all `seqs`; V of them) in the same copy (a
+    /// small upload takes 5-10 us on the GPU host).
+    fn with_symbols(dev: &Device, seqs: &Sequences, range: &Range<usize>, symbols: &[u32], v: usize) -> Result<(Self, BySymbol)> {
+        let (rel, len, seq, running) = row_arrays(seqs, range);
+        let (off, pos, pos_seq) = by_symbol(seqs, symbols, range, v);
+        let (arrays, at) = dev.upload_packed([bytes_of(&rel), bytes_of(&len), bytes_of(&seq), bytes_of(&running), bytes_of(&off), bytes_of(&pos), bytes_of(&pos_seq)])?;
+        let rows = Rows { base: seqs.offsets[range.start] as i64, count: range.len(), _arrays: arrays, at: [at[0], at[1], at[2], at[3]] };
+        Ok((rows, BySymbol { at: [at[4], at[5], at[6]] }))
+    }
+
     /// Push the row arrays (rel, len, seq, running), as the kernels take them.
     fn push<'a>(&'a self, launch: &mut LaunchArgs<'a>) {
         launch.arg(&self.at[0]).arg(&self.at[1]).arg(&self.at[2]).arg(&self.at[3]);
@@ -192,9 +203,8 @@ struct Batch {
 /// Positions of a batch grouped by symbol (CSR), batch-relative, with the
 /// sequence (- s0) of each.
 struct BySymbol {
-    /// off (i64), pos (i64) and seq (i32), in one copy; kept for `at`.
-    _arrays: CudaSlice<u8>,
-    /// Where off, pos and seq start, as device addresses.
+    /// Where off (i64), pos (i64) and seq (i32) start, as device
+    /// addresses in the buffer of the batch's rows (`Rows::with_symbols`).
     at: [u64; 3],
 }
 
@@ -298,11 +308,11 @@ impl Batched {
         let t0 = std::time::Instant::now();
         let mut batches = Vec::with_capacity(ranges.len());
         for range in ranges {
-            let by_symbol = match count_symbols {
-                Some(symbols) => Some(by_symbol(dev, seqs, symbols, range, v)?),
-                None => None,
+            let (rows, by_symbol) = match count_symbols {
+                Some(symbols) => Rows::with_symbols(dev, seqs, range, symbols, v).map(|(r, b)| (r, Some(b)))?,
+                None => (Rows::new(dev, seqs, range)?, None),
             };
-            batches.push(Batch { range: range.clone(), rows: Rows::new(dev, seqs, range)?, by_symbol });
+            batches.push(Batch { range: range.clone(), rows, by_symbol });
         }
         crate::gpu::timing::record("plan uploads", t0);
         let t0 = std::time::Instant::now();
@@ -494,8 +504,9 @@ pub(super) fn viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seqs: &Dev
 }
 
 /// The positions of batch `range` grouped by symbol (`symbols`: those of
-/// all `seqs`), on the device.
-fn by_symbol(dev: &Device, seqs: &Sequences, symbols: &[u32], range: &Range<usize>, v: usize) -> Result<BySymbol> {
+/// all `seqs`; V of them) as CSR: offsets by symbol, batch-relative
+/// positions, and the sequence (- range.start) of each.
+fn by_symbol(seqs: &Sequences, symbols: &[u32], range: &Range<usize>, v: usize) -> (Vec<i64>, Vec<i64>, Vec<i32>) {
     let base = seqs.offsets[range.start];
     let mut off = vec![0i64; v + 1];
     for &k in &symbols[base..seqs.offsets[range.end]] {
@@ -516,8 +527,7 @@ fn by_symbol(dev: &Device, seqs: &Sequences, symbols: &[u32], range: &Range<usiz
         }
     }
     // An empty batch cannot happen (sequences are non-empty), so pos is too.
-    let (arrays, at) = dev.upload_packed([bytes_of(&off), bytes_of(&pos), bytes_of(&seq)])?;
-    Ok(BySymbol { _arrays: arrays, at })
+    (off, pos, seq)
 }
 
 /// Consecutive batches of the sequences 0..count whose row buffers (two
@@ -525,6 +535,6 @@ fn by_symbol(dev: &Device, seqs: &Sequences, symbols: &[u32], range: &Range<usiz
 /// memory share of the device.
 pub(super) fn row_batches(dev: &Device, count: usize, n: usize) -> Result<Vec<Range<usize>>> {
     let per_row = (2 * row_stride(n) + 2 * n.div_ceil(CHUNK) + 2) * 8;
-    let rows = ((dev.free_memory()? as f64 * super::MEMORY_SHARE) as usize / per_row).max(1);
+    let rows = (dev.memory_share(super::MEMORY_SHARE, count.saturating_mul(per_row))? / per_row).max(1);
     Ok((0..count).step_by(rows).map(|a| a..(a + rows).min(count)).collect())
 }

@@ -70,14 +70,17 @@ pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
 
 /// The kernels' log-likelihoods on `dev` into `out` (NaN: uncertain).
 fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec, out: &mut [f64]) -> Result<()> {
+    // The transitions first: they cross the bus while the observations
+    // are prepared.
+    let (mut dt, chain) = DensityTables::new(dev, model, seqs.len(), seqs.total())?;
     let t0 = std::time::Instant::now();
     let pos = positions(seqs)?;
     let density = DeviceDensity::new(dev, &model.emission, values)?;
     let d_seqs = density.positions(dev, &pos)?;
     crate::gpu::timing::record("upload", t0);
     let t0 = std::time::Instant::now();
-    let dt = density.tables(dev, model, &d_seqs.off, seqs.len(), seqs.total(), false)?;
-    crate::gpu::timing::record("rows", t0);
+    density.refresh(dev, model.n_states, &mut dt, chain, &d_seqs.off, seqs.len(), seqs.total(), false)?;
+    crate::gpu::timing::record("rows and shifts", t0);
     forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec, out)?;
     let (shift, uncertain) = dt.shifts(dev)?;
     for (s, l) in out.iter_mut().enumerate() {

@@ -28,7 +28,7 @@ pub(super) fn check_size(n_states: usize, count: usize) -> Result<()> {
 /// Consecutive batches of sequences whose per-symbol storage
 /// (`bytes_per_symbol`) fits the memory share of the device.
 pub(super) fn batches(dev: &Device, seqs: &Sequences, bytes_per_symbol: usize) -> Result<Vec<Range<usize>>> {
-    let budget = (dev.free_memory()? as f64 * MEMORY_SHARE) as usize;
+    let budget = dev.memory_share(MEMORY_SHARE, seqs.total().saturating_mul(bytes_per_symbol))?;
     let max_symbols = (budget / bytes_per_symbol.max(1)).max(1);
     let mut out = Vec::new();
     let mut begin = 0;

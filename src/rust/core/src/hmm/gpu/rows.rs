@@ -73,6 +73,37 @@ impl ChainSummary {
 }
 
 impl DensityTables {
+    /// The tables of `model` over `count` sequences of `total` positions,
+    /// their start and transitions on the way to the device and their
+    /// summary made meanwhile: the rows and shifts follow
+    /// ([`DeviceDensity::refresh`]). A call makes these first, so that the
+    /// transitions (2 MB at N = 512, the largest copy of a forward pass)
+    /// cross the bus while the host prepares the observations.
+    pub(super) fn new<E: Emission>(dev: &Device, model: &HmmModel<E>, count: usize, total: usize) -> Result<(Self, ChainSummary)> {
+        let n = model.n_states;
+        let s = &dev.stream;
+        let e = err(dev, "allocating the emission rows");
+        let emis = alloc_rows(dev, n, total)?;
+        let zeros = |k: usize| s.alloc_zeros::<f64>(k).map_err(&e);
+        // SAFETY: written by upload_chain (start, trans and trans_t) and
+        // hmm_density_keys (mins) before any kernel reads them.
+        let chain = |k: usize| unsafe { s.alloc::<f64>(k) }.map_err(&e);
+        let mut dt = DensityTables {
+            tables: DeviceTables { start: chain(n)?, trans: chain(n * n)?, trans_t: chain(n * n)?, emis, mins: unsafe { s.alloc::<u64>(2) }.map_err(&e)? },
+            shift_d: zeros(total)?,
+            rowmin_d: zeros(total)?,
+            sums: zeros(3 * count)?,
+            count,
+            first_uncertain: false,
+        };
+        // The summary's pass over the transitions while they cross the bus.
+        let t0 = std::time::Instant::now();
+        let (uploaded, chain) = rayon::join(|| dt.upload_chain(dev, model), || ChainSummary::of(model));
+        uploaded?;
+        crate::gpu::timing::record("chain upload and summary", t0);
+        Ok((dt, chain))
+    }
+
     /// Copy the start and transition probabilities of `model` (and the
     /// transpose) into the tables.
     pub(super) fn upload_chain<E: Emission>(&mut self, dev: &Device, model: &HmmModel<E>) -> Result<()> {
@@ -107,7 +138,10 @@ impl DeviceDensity {
             prelude: E::cuda(),
             stats: e.n_stats(),
             obs,
-            ep: RefCell::new(s.clone_htod(&e.device_params()[..]).map_err(&er)?),
+            // Through the staging buffer, as every copy of a call: a copy
+            // from pageable memory waits for the work queued before it (the
+            // transitions' copy, DensityTables::new).
+            ep: RefCell::new(dev.upload_new(&e.device_params()[..])?),
         })
     }
 
@@ -127,12 +161,12 @@ impl DeviceDensity {
         // SAFETY: sym holds total + SYM_PAD entries; the kernel writes the
         // first `total`.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_positions"))?;
-        Ok(DeviceSeqs { sym, off: s.clone_htod(&off[..]).map_err(&e)? })
+        Ok(DeviceSeqs { sym, off: dev.upload_new(&off[..])? })
     }
 
     /// Replace the parameters by those of `e` (after an M-step).
     pub(super) fn set_params<E: Emission>(&self, dev: &Device, e: &E) -> Result<()> {
-        dev.stream.memcpy_htod(&e.device_params()[..], &mut *self.ep.borrow_mut()).map_err(err(dev, "copying the emission"))
+        dev.upload(&e.device_params()[..], &mut self.ep.borrow_mut().slice_mut(..))
     }
 
     /// `kernel` compiled with this emission's block (and HMM_DENSITY for
@@ -178,15 +212,6 @@ impl DeviceDensity {
         Ok(())
     }
 
-    /// A table of `total` x N rows, refused (for the CPU) when it does not
-    /// fit in the free device memory.
-    fn alloc_rows(&self, dev: &Device, n: usize, total: usize) -> Result<CudaSlice<f64>> {
-        if (total * n + 2 * total) * 8 > dev.free_memory()? {
-            return Err(Error::BackendUnavailable(format!("the emission rows of {total} observations x {n} states do not fit in the GPU's free memory; use the CPU")));
-        }
-        dev.stream.alloc_zeros::<f64>(total * n).map_err(err(dev, "allocating the emission rows"))
-    }
-
     /// Per sequence, into `dt.sums`: the sum of its shifts, its smallest row
     /// minimum and its first step's scale.
     fn fill_shifts(&self, dev: &Device, n: usize, off: &CudaSlice<i64>, count: usize, dt: &mut DensityTables) -> Result<()> {
@@ -210,29 +235,9 @@ impl DeviceDensity {
     /// sequences with offsets `off` (`count` of them, `total` positions);
     /// see [`DeviceDensity::refresh`].
     pub(super) fn tables<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, off: &CudaSlice<i64>, count: usize, total: usize, counting: bool) -> Result<DensityTables> {
-        let n = model.n_states;
-        let s = &dev.stream;
-        let e = err(dev, "allocating the emission rows");
-        let emis = self.alloc_rows(dev, n, total)?;
-        let zeros = |k: usize| s.alloc_zeros::<f64>(k).map_err(&e);
-        // SAFETY: written by upload_chain (start, trans and trans_t) and
-        // hmm_density_keys (mins) before any kernel reads them.
-        let chain = |k: usize| unsafe { s.alloc::<f64>(k) }.map_err(&e);
-        let mut dt = DensityTables {
-            tables: DeviceTables { start: chain(n)?, trans: chain(n * n)?, trans_t: chain(n * n)?, emis, mins: unsafe { s.alloc::<u64>(2) }.map_err(&e)? },
-            shift_d: zeros(total)?,
-            rowmin_d: zeros(total)?,
-            sums: zeros(3 * count)?,
-            count,
-            first_uncertain: false,
-        };
-        // The summary's pass over the transitions while they cross the bus.
+        let (mut dt, chain) = DensityTables::new(dev, model, count, total)?;
         let t0 = std::time::Instant::now();
-        let (uploaded, chain) = rayon::join(|| dt.upload_chain(dev, model), || ChainSummary::of(model));
-        uploaded?;
-        crate::gpu::timing::record("chain upload and summary", t0);
-        let t0 = std::time::Instant::now();
-        self.refresh(dev, n, &mut dt, chain, off, count, total, counting)?;
+        self.refresh(dev, model.n_states, &mut dt, chain, off, count, total, counting)?;
         crate::gpu::timing::record("rows and shifts", t0);
         Ok(dt)
     }
@@ -289,7 +294,7 @@ impl DeviceDensity {
     /// The log tables of `model` with rows of log densities at every
     /// position, for any N (the scan's Viterbi reads them).
     pub(super) fn log_rows<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, total: usize) -> Result<DeviceLogTables> {
-        let mut rows = self.alloc_rows(dev, model.n_states, total)?;
+        let mut rows = alloc_rows(dev, model.n_states, total)?;
         self.fill_rows(dev, model.n_states, total, &mut rows, None)?;
         log_model(dev, model, rows)
     }
@@ -299,7 +304,7 @@ impl DeviceDensity {
     pub(super) fn log_tables<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, total: usize) -> Result<DeviceLogTables> {
         let n = model.n_states;
         let rows = if n > WARP_MAX_STATES {
-            let mut rows = self.alloc_rows(dev, n, total)?;
+            let mut rows = alloc_rows(dev, n, total)?;
             self.fill_rows(dev, n, total, &mut rows, None)?;
             rows
         } else {
@@ -338,4 +343,14 @@ fn log_model<E: Emission>(dev: &Device, model: &HmmModel<E>, emis: CudaSlice<f64
     use rayon::prelude::*;
     let ln = |x: &[f64]| x.par_iter().with_min_len(1 << 14).map(|p| p.ln()).collect::<Vec<f64>>();
     Ok(DeviceLogTables { start: dev.upload_new(&ln(&model.start))?, trans: dev.upload_new(&ln(&model.trans))?, emis })
+}
+
+/// A table of `total` x N rows, refused (for the CPU) when it does not
+/// fit in the free device memory.
+fn alloc_rows(dev: &Device, n: usize, total: usize) -> Result<CudaSlice<f64>> {
+    let need = (total * n + 2 * total) * 8;
+    if need > dev.memory_share(1.0, need)? {
+        return Err(Error::BackendUnavailable(format!("the emission rows of {total} observations x {n} states do not fit in the GPU's free memory; use the CPU")));
+    }
+    dev.stream.alloc_zeros::<f64>(total * n).map_err(err(dev, "allocating the emission rows"))
 }

@@ -37,8 +37,8 @@ pub(super) fn chosen<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequ
     if model.n_states > SCAN_MAX_STATES || seqs.len() > dev.multiprocessors as usize || longest < scan::MIN_STEPS || !scan::usable(&model.trans) {
         return Ok(false);
     }
-    let need = seqs.total() as f64 * (bytes_per_step + 4) as f64;
-    Ok(need <= dev.free_memory()? as f64 * MEMORY_SHARE)
+    let need = seqs.total().saturating_mul(bytes_per_step + 4);
+    Ok(need <= dev.memory_share(MEMORY_SHARE, need)?)
 }
 
 /// Whether a fit over `seqs` (N states, V emission counts per state) runs
@@ -50,7 +50,8 @@ pub(super) fn fits<O: Copy>(dev: &Device, n: usize, v: usize, seqs: &Sequences<O
     if n > SCAN_MAX_STATES || seqs.len() > dev.multiprocessors as usize || longest < scan::MIN_STEPS {
         return Ok(false);
     }
-    Ok(seqs.total() as f64 * (bytes_per_step + 4) as f64 + slot_bytes(seqs, n, v) <= dev.free_memory()? as f64 * MEMORY_SHARE)
+    let need = (seqs.total() as f64 * (bytes_per_step + 4) as f64 + slot_bytes(seqs, n, v)).min(usize::MAX as f64) as usize;
+    Ok(need <= dev.memory_share(MEMORY_SHARE, need)?)
 }
 
 /// Device bytes per observation of a density's scanned E-step: the
