@@ -180,11 +180,11 @@ fn hmm_problem(n: usize, v: usize, m: usize, t: usize) -> (HmmModel, Sequences) 
 
 /// What the host steps that every GPU call repeats cost on this machine,
 /// run in the call's pool as a call's are (microseconds, median of 101
-/// after a warm-up): reading the free memory,
-/// a memory share for a small need, a small packed upload (three arrays,
-/// 12 KiB) with its allocation, a small zeroed allocation, and a stream
-/// synchronisation with nothing queued; and the parts of an upload: an
-/// allocation, a copy from pinned memory (12 KiB), an event's record.
+/// after a warm-up): reading the free memory, a memory share for a small
+/// need, a small packed upload (three arrays, 12 KiB) with its allocation,
+/// the parts of such an upload (an allocation, a copy from pinned memory,
+/// an event's record), a small zeroed allocation, and a stream
+/// synchronisation with nothing queued.
 fn driver_costs() -> Result<String, String> {
     let dev = &bulkem_core::gpu::devices().map_err(|e| e.to_string())?[0];
     let s = |e: bulkem_core::Error| e.to_string();
