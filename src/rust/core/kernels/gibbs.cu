@@ -5,14 +5,16 @@
 //                  groups, packed 4 to a warp; 32 for medium groups): the
 //                  lanes sum the group's log-likelihood (log-posterior-
 //                  parallel), the tiles run independently (block-parallel);
-//   hb_beta_block  large groups, a whole block each (split over its threads);
+//   hb_beta_block  large groups, a whole block each (split over its threads),
+//                  and medium ones too when their warps are too few;
 //   hb_scalar_*    the scalars whose log-likelihood sums over every row
 //                  (gamma before hb_global; after it the non-centred mu_k
 //                  and tau_k, the negative binomial's shape and the ordinal
 //                  cut-points), one at a time: each a
 //                  slice update whose candidates are evaluated in batches by
 //                  the whole grid (below, "Scalars summed over every row"),
-//                  or for the non-centred mu_k a Newton step (hb_newton_*);
+//                  or for the non-centred mu_k (and tau_k, on many rows) a
+//                  Newton step (hb_newton_*);
 //   hb_global      one block per chain: mu (conjugate), tau and the
 //                  gaussian's sigma (slice), then the draw is written to the
 //                  device buffer if kept.
@@ -335,7 +337,7 @@ __device__ HbStep hb_slice(double x0, double f0, F& logf, double w, int m, doubl
 // Everything the group updates read.
 struct HbArgs {
     const double* y;
-    const double* x;
+    const double* x;      // n x K, by column (a coefficient's rows contiguous)
     const long long* offsets;
     int G, K, n, ncoord;
     double* beta;         // chains x G x K
@@ -382,16 +384,16 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     double* b = a.beta + ((size_t)c * a.G + g) * K;
     const HbAux inv_var = hb_aux(a, c);
     HbRng rng(a.seed, a.chain0 + c, a.sweep, g);
-    int j_coord = 0;
     double d0 = 0.0, b0 = 0.0, mu = 0.0, inv_tau = 1.0;
     // Correlated: this group's coefficients, as every lane of the tile has
     // them (the slice's decisions are uniform over the tile).
     const double* P = a.prec ? a.prec + (size_t)c * K * K : nullptr;
     double bl[HB_KMAX];
     if (P) for (int j = 0; j < K; ++j) bl[j] = b[j];
+    const double* xj = a.x;  // the coordinate's column
     auto lik = [&](double d) -> double {
         double s = 0.0;
-        for (long long i = r0 + lane; i < r1; i += nthreads) s += hb_loglik(a.y[i], hb_trials(a.trials, i), eta[i] + a.x[i * K + j_coord] * d, inv_var);
+        for (long long i = r0 + lane; i < r1; i += nthreads) s += hb_loglik(a.y[i], hb_trials(a.trials, i), eta[i] + xj[i] * d, inv_var);
         return reduce(s);
     };
     auto post = [&](double v) -> double {
@@ -404,7 +406,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
     double* moved = a.moved + (size_t)c * a.ncoord + (size_t)g * K;
     unsigned long long* stuck_by = a.stuck_by + (size_t)c * a.ncoord + (size_t)g * K;
     for (int j = 0; j < K; ++j) {
-        j_coord = j;
+        xj = a.x + (size_t)j * a.n;
         b0 = b[j];
         if (P) {
             const double pjj = P[j * K + j];
@@ -424,7 +426,7 @@ __device__ void hb_update_group(const HbArgs& a, int c, int g, int lane, int nth
         if (lane == 0 && st.stuck) stuck_by[j] += 1;
         const double delta = st.x - b0;
         if (delta != 0.0) {
-            for (long long i = r0 + lane; i < r1; i += nthreads) eta[i] += a.x[i * K + j] * delta;
+            for (long long i = r0 + lane; i < r1; i += nthreads) eta[i] += xj[i] * delta;
             const double z1 = (st.x - mu) * inv_tau;
             L = st.logf + 0.5 * z1 * z1;
             if (lane == 0) b[j] = st.x;
@@ -470,8 +472,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) hb_beta_tiles(HbArgs a, con
     hb_update_group(a, c, g, lane, tile, reduce);
 }
 
-// One block per (chain, large group).
-extern "C" __global__ void hb_beta_block(HbArgs a, const int* groups, int n_items) {
+// One block per (chain, group): the large groups, 256 threads; medium ones
+// when a warp each would leave the device under-filled, 64 to 256
+// (gpu.rs: medium_threads). The register bound is hb_beta_tiles'.
+extern "C" __global__ void __launch_bounds__(256, 3) hb_beta_block(HbArgs a, const int* groups, int n_items) {
     HB_LOAD_TABLES();
     __shared__ double scratch[32];
     const int c = blockIdx.x / n_items;
@@ -488,6 +492,24 @@ __device__ __forceinline__ double hb_scale_prior(int kind, double a, double b, d
     const double r = s / a;
     if (kind == 4) return -0.5 * (b + 1.0) * log1p(r * r / b);
     return kind == 0 ? -log1p(r * r) : -0.5 * r * r;
+}
+
+// hb_scale_prior at s > 0 with its first and second derivatives in s
+// (prior.rs: log_density_curve; the non-centred tau_j's Newton step).
+__device__ __forceinline__ double hb_scale_prior_curve(int kind, double a, double b, double s, double& d1, double& d2) {
+    if (kind == 3) {
+        d1 = (a - 1.0) / s - b;
+        d2 = -(a - 1.0) / (s * s);
+    } else if (kind == 1) {
+        d1 = -s / (a * a);
+        d2 = -1.0 / (a * a);
+    } else {
+        // Half-t (half-Cauchy: 1 df): -(df + 1)/2 ln(c + s^2), c = df a^2.
+        const double df = kind == 4 ? b : 1.0, q = df * a * a + s * s;
+        d1 = -(df + 1.0) * s / q;
+        d2 = -(df + 1.0) * (df * a * a - s * s) / (q * q);
+    }
+    return hb_scale_prior(kind, a, b, s);
 }
 
 // ---------------------------------------------------------------------------
@@ -948,6 +970,7 @@ struct HbScalar {
     double ffloor;       // sd_j's floor
     double width;        // the slice width when coord < 0
     int fl, fk;
+    int newton;          // a non-centred mu_j or tau_j: a Newton step, not a slice
 };
 
 enum { HB_NEED_F0, HB_STEPPING, HB_SHRINKING, HB_DONE, HB_NEWTON0, HB_NEWTON1 };
@@ -960,6 +983,7 @@ struct HbSliceState {
     int phase, steps_left, steps_right, left_open, right_open;
     int shrinks, evals, stuck, nt, collapse_at;
     int noncentred, skip;  // skip: x0's log density not finite (sweep.rs: non_centred_step)
+    int linear;            // a Newton step of tau_j: x0, x and t[0] are tau_j itself, not its log
     double nf, nmean, nvar;  // a Newton step's log density at x0 and its proposal
     double t[HB_CANDIDATES];  // the batch's candidates
     int at[HB_CANDIDATES];    // and what each is (HB_AT_*)
@@ -1066,22 +1090,26 @@ __device__ void hb_slice_consume(HbSliceState& st, const double* f) {
     }
 }
 
-// The non-centred updates: row i's eta moves by slope x delta, slope =
-// x_ij (mu_j) or x_ij alpha_g (tau_j), alpha_g = (beta_gj - mu_j) / tau_j
+// Row i's slope in tau_j: x_ij alpha_g, alpha_g = (beta_gj - mu_j) / tau_j
 // with `base` = tau_j before the update (beta and mu are unchanged until
-// hb_scalar_groups); delta = t - mu_j or e^t - tau_j. A factor's sd_j
-// likewise (factor.rs: interweave_factor): slope w_ij u_lj / sd_j, l row
-// i's level, delta e^t - sd_j.
-__device__ __forceinline__ double hb_nc_move(const HbArgs& a, const HbGlobal& h, const HbScalar& s, int c, long long i, double t, double base) {
+// hb_scalar_groups).
+__device__ __forceinline__ double hb_nc_tau_slope(const HbArgs& a, const HbGlobal& h, const HbScalar& s, int c, long long i, double base) {
+    const int g = a.row_group[i];
+    return a.x[(size_t)s.j * a.n + i] * ((a.beta[((size_t)c * a.G + g) * a.K + s.j] - h.mu[c * a.K + s.j]) / base);
+}
+
+// The non-centred updates: row i's eta moves by slope x delta, slope =
+// x_ij (mu_j) or x_ij alpha_g (tau_j: hb_nc_tau_slope), delta = t - mu_j
+// or e^t - tau_j (t - tau_j when `linear`: a Newton step of tau_j). A
+// factor's sd_j likewise (factor.rs: interweave_factor): slope w_ij u_lj /
+// sd_j, l row i's level, delta e^t - sd_j.
+__device__ __forceinline__ double hb_nc_move(const HbArgs& a, const HbGlobal& h, const HbScalar& s, int c, long long i, double t, double base, bool linear) {
     if (s.what == HB_S_NC_SD) {
         const double u = s.fu[((size_t)c * s.fl + s.flevel[i]) * s.fk + s.j];
         return s.fw[i * s.fk + s.j] * (u / base) * (exp(t) - base);
     }
-    const double x = a.x[i * a.K + s.j];
-    if (s.what == HB_S_NC_MU) return x * (t - base);
-    const int g = a.row_group[i];
-    const double alpha = (a.beta[((size_t)c * a.G + g) * a.K + s.j] - h.mu[c * a.K + s.j]) / base;
-    return x * alpha * (exp(t) - base);
+    if (s.what == HB_S_NC_MU) return a.x[(size_t)s.j * a.n + i] * (t - base);
+    return hb_nc_tau_slope(a, h, s, c, i, base) * ((linear ? t : exp(t)) - base);
 }
 
 // Whether row i's term depends on the scalar (a cut-point: only rows in
@@ -1098,7 +1126,7 @@ __device__ __forceinline__ bool hb_scalar_uses(const HbArgs& a, const HbScalar& 
 __device__ __forceinline__ double hb_scalar_row(const HbArgs& a, const HbGlobal& h, const HbScalar& s, const HbAux& aux, const double* eta, long long i, double t, double x0, double lgv, int c, double base) {
     const double y = a.y[i];
     if (s.what == HB_S_GAMMA) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + h.z[(size_t)i * h.P + s.j] * (t - x0), aux);
-    if (s.what >= HB_S_NC_MU) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + hb_nc_move(a, h, s, c, i, t, base), aux);
+    if (s.what >= HB_S_NC_MU) return hb_loglik(y, hb_trials(a.trials, i), eta[i] + hb_nc_move(a, h, s, c, i, t, base, false), aux);
     if (s.what == HB_S_SHAPE) {
         const double v = exp(t);
         return lgamma(y + v) - lgv - y * t - (y + v) * hb_softplus(eta[i] - t);
@@ -1152,9 +1180,17 @@ extern "C" __global__ void hb_scalar_start(HbArgs a, HbGlobal h, HbScalar s, int
     }
     st.noncentred = s.what >= HB_S_NC_MU;
     st.skip = 0;
+    st.linear = 0;
 #if HB_FAMILY != 4
-    if (s.what == HB_S_NC_MU) {
-        // A Newton step (hb_newton_decide), from the scalar's own stream.
+    if (s.newton) {
+        // A Newton step (hb_newton_decide), from the scalar's own stream;
+        // tau_j's in tau_j itself (sweep.rs: interweave_with).
+        if (s.what == HB_S_NC_TAU) {
+            st.x0 = st.base;
+            st.lower = h.tau_floor[s.j];
+            st.upper = h.scale_max;
+            st.linear = 1;
+        }
         st.rng = HbRng(a.seed, a.chain0 + c, a.sweep, s.stream);
         st.x = st.t[0] = st.x0;
         st.nt = 1;
@@ -1282,8 +1318,9 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         if (st.skip || st.stuck || !isfinite(st.x)) st.x = st.x0;
         double* value = s.what == HB_S_NC_MU ? &h.mu[c * a.K + s.j] : s.what == HB_S_NC_TAU ? &h.tau[c * a.K + s.j] : &s.fsd[c * s.fk + s.j];
         if (st.x != st.x0) {
-            *value = s.what == HB_S_NC_MU ? st.x : exp(st.x);
-            if (a.adapting && s.coord >= 0) moved[s.coord] += fabs(st.x - st.x0);
+            *value = s.what == HB_S_NC_MU || st.linear ? st.x : exp(st.x);
+            // (tau_j's width is on the log scale, as sweep.rs's.)
+            if (a.adapting && s.coord >= 0) moved[s.coord] += st.linear ? fabs(log(st.x) - log(st.x0)) : fabs(st.x - st.x0);
         }
         if (a.adapt_now && s.coord >= 0) hb_adapt_width(a, w, moved, s.coord);
         if (h.draw_index >= 0) h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = *value;
@@ -1313,17 +1350,19 @@ extern "C" __global__ void hb_scalar_finish(HbArgs a, HbGlobal h, HbScalar s) {
         h.draws[((size_t)c * h.kept + h.draw_index) * h.params + s.draw_at] = s.what == HB_S_SHAPE ? exp(x) : x - h.mu[c * a.K];
 }
 
-// The non-centred mu_j's Newton step (core/src/gibbs/newton.rs): the
-// log density is concave in mu_j for every family but the ordinal, so from
-// x0 the proposal is N(x0 - f'/f'', -1/f''), accepted by Metropolis-
-// Hastings with the reverse proposal built the same way at the candidate.
-// Queued as hb_scalar_start, (hb_newton_eval, hb_newton_decide) at x0 and
-// at the candidate, then hb_scalar_finish, apply and groups as for a slice
-// update: two passes over the rows instead of a slice's batches (33
-// candidates in four rounds).
+// The non-centred mu_j's and tau_j's Newton steps (core/src/gibbs/newton.rs):
+// eta is linear in each, so the log-likelihood is concave in it for every
+// family but the ordinal, and from x0 the proposal is N(x0 - f'/f'',
+// -1/f''), accepted by Metropolis-Hastings with the reverse proposal built
+// the same way at the candidate. Queued as hb_scalar_start,
+// (hb_newton_eval, hb_newton_decide) at x0 and at the candidate, then
+// hb_scalar_finish, apply and groups as for a slice update: two passes
+// over the rows instead of a slice's batches (33 candidates in four
+// rounds).
 //
 // Grid (nb, chains): block b's partial sums of rows b x 256 + tid, strided
-// by the grid, of (f, f' x_ij, f'' x_ij^2) at t[0].
+// by the grid, of (f, f' v, f'' v^2) at t[0], v row i's slope (x_ij, or
+// x_ij alpha_g for tau_j).
 extern "C" __global__ void __launch_bounds__(256) hb_newton_eval(HbArgs a, HbGlobal h, HbScalar s) {
     HB_LOAD_TABLES();
 #if HB_FAMILY != 4
@@ -1334,9 +1373,10 @@ extern "C" __global__ void __launch_bounds__(256) hb_newton_eval(HbArgs a, HbGlo
     const double d = st.t[0] - st.base;
     const double* eta = a.eta + (size_t)c * a.n;
     const HbAux aux = hb_aux(a, c);
+    const bool tau = s.what == HB_S_NC_TAU;
     double acc[3] = {0.0, 0.0, 0.0};
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
-        const double x = a.x[i * a.K + s.j];
+        const double x = tau ? hb_nc_tau_slope(a, h, s, c, i, st.base) : a.x[(size_t)s.j * a.n + i];
         double d1, d2;
         acc[0] += hb_loglik_curve(a.y[i], hb_trials(a.trials, i), eta[i] + x * d, aux, d1, d2);
         acc[1] += d1 * x;
@@ -1356,9 +1396,11 @@ extern "C" __global__ void __launch_bounds__(256) hb_newton_eval(HbArgs a, HbGlo
 #endif
 }
 
-// One block per chain: the sums with mu's prior; at x0 the candidate is
-// drawn, at the candidate it is accepted or not (newton.rs: newton_step).
-// No proposal (a value not finite, a curvature not negative) leaves mu_j.
+// One block per chain: the sums with the scalar's prior; at x0 the
+// candidate is drawn, at the candidate it is accepted or not (newton.rs:
+// newton_step). No proposal (a value not finite, a curvature not negative)
+// leaves the scalar; a candidate outside tau_j's bounds is refused (the
+// target is zero there).
 extern "C" __global__ void hb_newton_decide(HbArgs a, HbGlobal h, HbScalar s) {
 #if HB_FAMILY != 4
     __shared__ double scratch[32];
@@ -1373,16 +1415,26 @@ extern "C" __global__ void hb_newton_decide(HbArgs a, HbGlobal h, HbScalar s) {
         if (threadIdx.x == 0) sums[p] = v;
     }
     if (threadIdx.x != 0) return;
-    const double t = st.t[0], inv_var = 1.0 / (h.mu_sd * h.mu_sd);
-    const double f = sums[0] + hb_scalar_prior(h, s, t);
-    const double d1 = sums[1] - (t - h.mu_mean) * inv_var, d2 = sums[2] - inv_var;
+    const double t = st.t[0];
+    double f = sums[0], d1 = sums[1], d2 = sums[2];
+    if (st.linear) {
+        double p1, p2;
+        f += hb_scale_prior_curve(h.tau_kind, h.tau_scale, h.tau_rate, t, p1, p2);
+        d1 += p1;
+        d2 += p2;
+    } else {
+        const double inv_var = 1.0 / (h.mu_sd * h.mu_sd);
+        f += hb_scalar_prior(h, s, t);
+        d1 -= (t - h.mu_mean) * inv_var;
+        d2 -= inv_var;
+    }
     const double mean = t - d1 / d2, var = -1.0 / d2;
     const bool ok = isfinite(f) && isfinite(mean) && d2 < 0.0 && var > 0.0 && isfinite(var);
     if (st.phase == HB_NEWTON0) {
         st.phase = HB_DONE;
         if (!ok) return;
         const double x1 = mean + sqrt(var) * st.rng.normal();
-        if (!isfinite(x1)) return;
+        if (!isfinite(x1) || x1 < st.lower || x1 > st.upper) return;
         st.nf = f;
         st.nmean = mean;
         st.nvar = var;
@@ -1408,7 +1460,7 @@ extern "C" __global__ void hb_scalar_apply(HbArgs a, HbGlobal h, HbScalar s) {
     if (d == 0.0) return;
     double* eta = a.eta + (size_t)c * a.n;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x)
-        eta[i] += s.what == HB_S_GAMMA ? h.z[(size_t)i * h.P + s.j] * d : hb_nc_move(a, h, s, c, i, st.x, st.base);
+        eta[i] += s.what == HB_S_GAMMA ? h.z[(size_t)i * h.P + s.j] * d : hb_nc_move(a, h, s, c, i, st.x, st.base, st.linear);
 }
 
 // A non-centred update's move of every group's beta_gj (a thread per
@@ -1433,7 +1485,7 @@ extern "C" __global__ void hb_scalar_groups(HbArgs a, HbGlobal h, HbScalar s) {
         b += st.x - st.x0;
     } else {
         const double mu = h.mu[c * a.K + s.j];
-        b = mu + exp(st.x) * ((b - mu) / st.base);
+        b = mu + (st.linear ? st.x : exp(st.x)) * ((b - mu) / st.base);
     }
     if (h.draw_index >= 0) h.draws[((size_t)c * h.kept + h.draw_index) * h.params + (size_t)g * a.K + s.j] = b;
 }

@@ -9,6 +9,7 @@ use bulkem_core::exec::{Exec, Monitor};
 use bulkem_core::gibbs::diagnostics::{diagnose, diagnose_array, ess, ess_bulk, ess_tail, qnorm, rhat};
 use bulkem_core::gibbs::separation::separated_columns;
 use bulkem_core::gibbs::{
+    NEWTON_TAU_ROWS,
     Aux,
     sample, slice_step, stream, Block, CovPrior, Family, HbData, HbglmConfig, HbglmFit, Prior, ScalePrior, SliceSettings, State, Sweeper, Target, SCALE_FLOOR_REL,
 };
@@ -344,7 +345,7 @@ fn geweke(family: Family, draw_y: impl Fn(f64, f64, &mut bulkem_core::gibbs::Rng
     };
     // Successive-conditional chain.
     let mut state = {
-        let sw = Sweeper { data: &data, family, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0, balance: true };
+        let sw = Sweeper { data: &data, family, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0, balance: true, newton_tau_rows: NEWTON_TAU_ROWS };
         sw.init(config.w)
     };
     simulate_y(&mut data, &state, 0);
@@ -352,7 +353,7 @@ fn geweke(family: Family, draw_y: impl Fn(f64, f64, &mut bulkem_core::gibbs::Rng
     let mut chain: Vec<[f64; 6]> = Vec::with_capacity(n_iter);
     for t in 0..n_iter {
         {
-            let sw = Sweeper { data: &data, family, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0, balance: true };
+            let sw = Sweeper { data: &data, family, prior: &prior, slice: SliceSettings::new(1.0), seed: 3, chain: 0, balance: true, newton_tau_rows: NEWTON_TAU_ROWS };
             sw.sweep(&mut state, t, false);
         }
         simulate_y(&mut data, &state, t + 1);
@@ -409,7 +410,7 @@ fn geweke_joint_distribution_check_correlated() {
         }
     };
     let sweeper = |data: &HbData, state: Option<(&mut State, usize)>| {
-        let sw = Sweeper { data, family, prior: &prior, slice: SliceSettings::new(1.0), seed: 5, chain: 0, balance: true };
+        let sw = Sweeper { data, family, prior: &prior, slice: SliceSettings::new(1.0), seed: 5, chain: 0, balance: true, newton_tau_rows: NEWTON_TAU_ROWS };
         match state {
             Some((s, t)) => {
                 sw.sweep(s, t, false);
@@ -667,7 +668,7 @@ fn an_offset_enters_the_linear_predictor() {
     let with = HbData::new(y.clone(), x.clone(), z.clone(), &sizes, 2, 1).unwrap().with_offset(offset.clone()).unwrap();
     let without = HbData::new(y.iter().zip(&offset).map(|(a, b)| a - b).collect(), x, z, &sizes, 2, 1).unwrap();
     let prior = Prior::default();
-    let sw = |d| Sweeper { data: d, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true };
+    let sw = |d| Sweeper { data: d, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true, newton_tau_rows: NEWTON_TAU_ROWS };
     let (a, b) = (sw(&with).init(1.0), sw(&without).init(1.0));
     for ((ea, eb), o) in a.eta.iter().zip(&b.eta).zip(&offset) {
         assert!((ea - eb - o).abs() < 1e-12);
@@ -732,7 +733,7 @@ fn an_overflowing_likelihood_is_refused_up_front_and_counted_as_stuck_if_forced(
     // Driven past the check, the sweeps count stuck updates for each
     // parameter whose log density is not finite.
     let prior = Prior::default();
-    let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true };
+    let sw = Sweeper { data: &data, family: Family::Gaussian, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true, newton_tau_rows: NEWTON_TAU_ROWS };
     let mut state = sw.init(1.0);
     for t in 0..5 {
         sw.sweep(&mut state, t, false);
@@ -927,7 +928,10 @@ fn sbc_with(
             let mut rng = stream(2024, r, 0, Block::Init, 1);
             let (y, truth) = draw_truth(&template, &mut rng);
             let data = build(y);
-            let config = HbglmConfig { prior: prior.clone(), iter: warmup + thin * draws, warmup, thin, chains: 1, seed: 7 + r as u64, ..HbglmConfig::new(family) };
+            // The negative binomial's calibration takes tau_k's Newton step
+            // (on these few rows only when forced); the others the slice.
+            let newton_tau_rows = if family == Family::NegBinomial { 0 } else { NEWTON_TAU_ROWS };
+            let config = HbglmConfig { prior: prior.clone(), iter: warmup + thin * draws, warmup, thin, chains: 1, seed: 7 + r as u64, newton_tau_rows, ..HbglmConfig::new(family) };
             let fit = sample(&data, &config, &Exec::cpu().threads(1)).unwrap();
             truth.iter().enumerate().map(|(s, &t)| (0..draws).filter(|&i| stats(&fit, i)[s] < t).count()).collect()
         })

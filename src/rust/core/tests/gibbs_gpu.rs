@@ -6,7 +6,7 @@ use bulkem_core::exec::{Backend, Exec, Monitor};
 use bulkem_core::gibbs::diagnostics::{diagnose_array, ess_bulk};
 use bulkem_core::gibbs::gpu::{sample_gpu, GpuOptions, TILE8_MAX_ROWS};
 use bulkem_core::gibbs::sweep::SPLIT_GROUP_ROWS;
-use bulkem_core::gibbs::{sample, stream, Block, Family, HbData, HbglmConfig, HbglmFit, Prior, ScalePrior, Target};
+use bulkem_core::gibbs::{sample, stream, Block, Family, HbData, HbglmConfig, HbglmFit, Prior, ScalePrior, Target, NEWTON_TAU_ROWS};
 use bulkem_core::gpu;
 
 fn device() -> bool {
@@ -122,16 +122,21 @@ fn run(family: Family, prior: Prior) {
 }
 
 fn run_on(data: HbData, family: Family, prior: Prior) {
-    let config = HbglmConfig { prior, iter: 1500, warmup: 500, chains: 4, seed: 3, ..HbglmConfig::new(family) };
+    // tau_k's non-centred Newton step on both devices (forced on these
+    // rows), and the slice below.
+    let config = HbglmConfig { prior, iter: 1500, warmup: 500, chains: 4, seed: 3, newton_tau_rows: 0, ..HbglmConfig::new(family) };
     let cpu = sample(&data, &config, &Exec::cpu()).unwrap();
     let exec = Exec { backend: Backend::Cuda, ..Exec::cpu() };
     let gpu_fit = sample(&data, &config, &exec).unwrap();
     assert_eq!(gpu_fit.backend, Backend::Cuda);
     assert_eq!(gpu_fit.stats.stuck, 0);
     agree(&cpu, &gpu_fit, family.name());
-    // Without packing (every group a warp), and with gamma, the shape and
-    // the cut-points summed by the grid (as on many rows), the same posterior.
-    let unbalanced = sample_gpu(&data, &config, &exec, GpuOptions { balance: false, grid_rows: 0, ..GpuOptions::default() }).unwrap();
+    // Without packing (every group a 64-thread block, as medium groups get
+    // when their warps would be too few), with gamma, the shape and the
+    // cut-points summed by the grid (as on many rows), and tau_k's
+    // non-centred slice update, the same posterior.
+    let slice = HbglmConfig { newton_tau_rows: NEWTON_TAU_ROWS, ..config.clone() };
+    let unbalanced = sample_gpu(&data, &slice, &exec, GpuOptions { balance: false, grid_rows: 0, group_threads: 64, ..GpuOptions::default() }).unwrap();
     assert_eq!(unbalanced.stats.stuck, 0);
     agree(&cpu, &unbalanced, "unbalanced, scalars over the grid");
 }

@@ -11,7 +11,7 @@ use bulkem_core::error::ErrorKind;
 use bulkem_core::exec::{Exec, Monitor};
 use bulkem_core::gibbs::slice::SliceSettings;
 use bulkem_core::gibbs::sweep::Sweeper;
-use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior};
+use bulkem_core::gibbs::{sample, Family, HbData, HbglmConfig, Prior, NEWTON_TAU_ROWS};
 
 #[test]
 fn a_cancelled_sweep_stops_at_once_and_a_cancelled_run_within_a_second() {
@@ -23,7 +23,7 @@ fn a_cancelled_sweep_stops_at_once_and_a_cancelled_run_within_a_second() {
     let data = HbData::new(y, x, vec![], &[n / 2, n / 2], 3, 0).unwrap();
     // A sweep that finds the monitor cancelled updates nothing.
     let prior = Prior::default();
-    let sw = Sweeper { data: &data, family: Family::Binomial, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true };
+    let sw = Sweeper { data: &data, family: Family::Binomial, prior: &prior, slice: SliceSettings::new(1.0), seed: 1, chain: 0, balance: true, newton_tau_rows: NEWTON_TAU_ROWS };
     let mut state = sw.init(1.0);
     let before = state.beta.clone();
     let cancelled = Monitor::new();

@@ -141,6 +141,7 @@ fn hbglm_fit_(
             &[ess, rhat, first] => Some(Target { ess, rhat, first: first.max(0.0) as usize }),
             _ => return Err(Error::Other("internal: target must be (ess, rhat, first check)".into())),
         },
+        ..HbglmConfig::new(family)
     };
     let request = BackendRequest::parse(backend).ok_or_else(|| input_error(format!("unknown backend '{backend}'")))?;
     let backend = choose_backend(request, &bulkem_core::gibbs::job(&data, &config)).map_err(r_error)?;

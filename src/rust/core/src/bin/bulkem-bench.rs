@@ -353,7 +353,7 @@ mod gibbs_bench {
     use bulkem_core::exec::{available_threads, Backend, Exec};
     use bulkem_core::gibbs::diagnostics::ess_bulk;
     use bulkem_core::gibbs::gpu::{sample_gpu, GpuOptions, GRID_SCALAR_ROWS};
-    use bulkem_core::gibbs::{sample, stream, Block, CovPrior, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, Sweeper};
+    use bulkem_core::gibbs::{sample, stream, Block, CovPrior, Family, HbData, HbglmConfig, Prior, ScalePrior, SliceSettings, Sweeper, NEWTON_TAU_ROWS};
     use rayon::prelude::*;
 
     struct Opts {
@@ -395,10 +395,12 @@ mod gibbs_bench {
         grid_rows: usize,
         /// GpuOptions::interweave (`--interweave no`: mu and tau centred only).
         interweave: bool,
+        /// GpuOptions::group_threads (0: chosen).
+        group_threads: u32,
     }
 
     fn parse(args: &[String], threads: usize) -> Result<Opts, String> {
-        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, lkj: false, target_ess: None, crossed: 0, crossed_terms: 1, crossed_sd: 0.5, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS, interweave: true };
+        let mut o = Opts { case: "all".into(), groups: 500, n: 500, k: 5, warmup: 500, draws: 1000, chains: 4, big_groups: 4_000_000, sweeps: 10, threads, backends: vec![Backend::Cpu], correlated: false, lkj: false, target_ess: None, crossed: 0, crossed_terms: 1, crossed_sd: 0.5, ordinal: 0, global: 0, grid_rows: GRID_SCALAR_ROWS, interweave: true, group_threads: 0 };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -421,6 +423,7 @@ mod gibbs_bench {
                 "--global" => o.global = num()?,
                 "--grid-rows" => o.grid_rows = num()?,
                 "--interweave" => o.interweave = value == "yes",
+                "--group-threads" => o.group_threads = num()? as u32,
                 "--target-ess" => o.target_ess = Some(value.parse::<f64>().map_err(|_| format!("{flag}: not a number: {value}"))?),
                 "--backend" => {
                     o.backends = match value.as_str() {
@@ -562,10 +565,10 @@ mod gibbs_bench {
         let exec = Exec { backend, ..Exec::cpu().threads(o.threads) };
         bulkem_core::gpu::timing::take();
         let t0 = Instant::now();
-        // --grid-rows or --interweave other than the defaults: the GPU
-        // sampler itself, so that they can be set.
-        let fit = if backend == Backend::Cuda && (o.grid_rows != GRID_SCALAR_ROWS || !o.interweave) {
-            sample_gpu(data, &config, &exec, GpuOptions { grid_rows: o.grid_rows, interweave: o.interweave, ..GpuOptions::default() })
+        // --grid-rows, --interweave or --group-threads other than the
+        // defaults: the GPU sampler itself, so that they can be set.
+        let fit = if backend == Backend::Cuda && (o.grid_rows != GRID_SCALAR_ROWS || !o.interweave || o.group_threads != 0) {
+            sample_gpu(data, &config, &exec, GpuOptions { grid_rows: o.grid_rows, interweave: o.interweave, group_threads: o.group_threads, ..GpuOptions::default() })
         } else {
             sample(data, &config, &exec)
         }
@@ -648,7 +651,7 @@ mod gibbs_bench {
 
     /// Seconds per sweep of one chain after `sweeps / 2` untimed sweeps.
     fn time_per_sweep(data: &HbData, family: Family, prior: &Prior, sweeps: usize, balance: bool) -> f64 {
-        let sw = Sweeper { data, family, prior, slice: SliceSettings::new(1.0), seed: 2, chain: 0, balance };
+        let sw = Sweeper { data, family, prior, slice: SliceSettings::new(1.0), seed: 2, chain: 0, balance, newton_tau_rows: NEWTON_TAU_ROWS };
         let mut state = sw.init(1.0);
         let warm = (sweeps / 2).max(1);
         for t in 0..warm {

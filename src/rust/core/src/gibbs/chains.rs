@@ -59,7 +59,7 @@ pub fn sample_cpu(data: &HbData, config: &HbglmConfig, exec: &Exec) -> Result<Hb
     let (chains, np) = (config.chains, layout.n_params());
     let draws = exec.install(|| memory::try_vec_par(cap.saturating_mul(chains).saturating_mul(np), 0.0, "the draws of hbglm()"))??;
     let sweepers: Vec<Sweeper> = (0..chains)
-        .map(|c| Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance: true })
+        .map(|c| Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance: true, newton_tau_rows: config.newton_tau_rows })
         .collect();
     let states: Vec<State> = exec.install(|| sweepers.par_iter().map(|sw| sw.init(config.w)).collect())?;
     let mut run = (draws, states, vec![SweepStats::default(); chains]);

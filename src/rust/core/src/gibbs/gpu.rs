@@ -2,7 +2,8 @@
 //!
 //! Each sweep queues, without host synchronisation, the group updates
 //! (packed tiles of 8 lanes for groups of up to `TILE8_MAX_ROWS` rows, a warp
-//! per group up to `SPLIT_GROUP_ROWS`, a block per larger group), the other
+//! per group up to `SPLIT_GROUP_ROWS` or a smaller block when warps would be
+//! too few to fill the device, a block per larger group), the other
 //! grouping factors' (each followed by its sds non-centred, `scalar`, as
 //! the CPU's interweaving), gamma's (`scalar`: summed over the rows by the grid),
 //! then one block per chain for mu, tau and sigma, which also writes the
@@ -39,11 +40,16 @@ pub struct GpuOptions {
     /// mu, tau and the factors' sds also updated non-centred, as the CPU does (off: for
     /// measuring what it costs and buys).
     pub interweave: bool,
+    /// Threads per (chain, group) for the groups of more than
+    /// `TILE8_MAX_ROWS` and fewer than `SPLIT_GROUP_ROWS` rows: 32, a warp
+    /// each (`hb_beta_tiles`); 64, 128 or 256, a block each (`hb_beta_block`);
+    /// 0 chooses by [`medium_threads`].
+    pub group_threads: u32,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { balance: true, grid_rows: GRID_SCALAR_ROWS, interweave: true }
+        GpuOptions { balance: true, grid_rows: GRID_SCALAR_ROWS, interweave: true, group_threads: 0 }
     }
 }
 
@@ -247,6 +253,27 @@ fn family_code(f: Family) -> i64 {
     }
 }
 
+/// Rows each thread of a medium group keeps at least, when
+/// [`medium_threads`] widens its group's threads.
+const MIN_ROWS_PER_THREAD: usize = 4;
+
+/// Threads per (chain, medium group): a warp, unless the warps would leave
+/// the device under-filled (fewer threads than it keeps resident, three
+/// blocks a multiprocessor, hb_beta_*'s launch bounds); then twice as many,
+/// up to a block, while every thread keeps `MIN_ROWS_PER_THREAD` rows of
+/// the smallest group. A group's slice updates are a chain of dependent
+/// sums, so with few groups only more threads a group shorten it (500
+/// groups x 4 chains of 500 rows: 2,000 warps on 132 multiprocessors; 64
+/// threads a group took the group updates from 251 to 192 us a sweep).
+pub fn medium_threads(items: usize, min_rows: usize, multiprocessors: u32) -> u32 {
+    let resident = multiprocessors as usize * 3 * THREADS as usize;
+    let mut t = 32u32;
+    while t < THREADS && items * (t as usize) < resident && min_rows >= 2 * t as usize * MIN_ROWS_PER_THREAD {
+        t *= 2;
+    }
+    t
+}
+
 /// Groups by launch class: (tiles of 8, warps, blocks).
 pub fn classify(data: &HbData, balance: bool) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
     let (mut small, mut medium, mut large) = (vec![], vec![], vec![]);
@@ -266,14 +293,15 @@ pub fn classify(data: &HbData, balance: bool) -> (Vec<i32>, Vec<i32>, Vec<i32>) 
 }
 
 /// How the GPU backend parallelises each block for `data`.
-pub fn gpu_plan(data: &HbData, family: Family, balance: bool) -> Vec<BlockPlan> {
+pub fn gpu_plan(data: &HbData, family: Family, balance: bool, group_threads: u32) -> Vec<BlockPlan> {
     let (s, m, l) = classify(data, balance);
+    let medium = if group_threads == 32 { "in a warp each".to_string() } else { format!("in a {group_threads}-thread block each") };
     let mut plan = vec![
         BlockPlan {
             block: "beta",
             regime: "both",
             detail: format!(
-                "one tile per (chain, group), its lanes summing the group's log posterior: {} groups in 8-lane tiles (4 per warp), {} in a warp each, {} in a {}-thread block each",
+                "one tile per (chain, group), its lanes summing the group's log posterior: {} groups in 8-lane tiles (4 per warp), {} {medium}, {} in a {}-thread block each",
                 s.len(), m.len(), l.len(), THREADS
             ),
         },
@@ -338,7 +366,7 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     let (mut u, mut sd): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (vec![vec![]; nf], vec![vec![]; nf]);
     let (mut fcov, mut fprec): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (vec![vec![]; nf], vec![vec![]; nf]);
     for c in 0..chains {
-        let sw = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance };
+        let sw = Sweeper { data, family: config.family, prior: &config.prior, slice: config.slice_settings(), seed: config.seed, chain: config.first_chain + c, balance, newton_tau_rows: config.newton_tau_rows };
         let st = sw.init(config.w);
         beta.extend(st.beta);
         gamma.extend(st.gamma);
@@ -370,7 +398,11 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     let d_gaps = if ncuts > 0 { Some(s.clone_htod(&gaps).map_err(e("copying the state"))?) } else { None };
     let offsets: Vec<i64> = data.offsets.iter().map(|&o| o as i64).collect();
     let d_y = s.clone_htod(&data.y).map_err(e("copying data"))?;
-    let d_x = s.clone_htod(&data.x).map_err(e("copying data"))?;
+    // By column: a coordinate's slice update reads one column of its group's
+    // rows, contiguous this way (by row, a warp's reads spanned K times the
+    // sectors).
+    let x_by_column: Vec<f64> = (0..k).flat_map(|j| data.x.iter().skip(j).step_by(k).copied()).collect();
+    let d_x = s.clone_htod(&x_by_column).map_err(e("copying data"))?;
     let d_z = if p > 0 { s.clone_htod(&data.z).map_err(e("copying data"))? } else { s.alloc_zeros::<f64>(1).map_err(e("allocating"))? };
     let d_off = s.clone_htod(&offsets).map_err(e("copying data"))?;
     let row_group: Vec<i32> = (0..g).flat_map(|q| std::iter::repeat_n(q as i32, data.offsets[q + 1] - data.offsets[q])).collect();
@@ -395,6 +427,12 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
     let d_small = s.clone_htod(&small[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
     let d_medium = s.clone_htod(&medium[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
     let d_large = s.clone_htod(&large[..].iter().copied().chain([0]).collect::<Vec<_>>()).map_err(e("copying groups"))?;
+    let medium_rows = medium.iter().map(|&g| data.rows(g as usize).len()).min().unwrap_or(0);
+    let group_threads = match opts.group_threads {
+        0 => medium_threads(medium.len() * chains, medium_rows, dev.multiprocessors),
+        t @ (32 | 64 | 128 | 256) => t,
+        t => return Err(Error::InvalidArgument { arg: "group_threads", problem: format!("must be 0, 32, 64, 128 or 256, not {t}") }),
+    };
 
     let args = HbArgs {
         y: ptr(&d_y, dev),
@@ -535,7 +573,8 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
             args.adapting = adapting as i32;
             args.adapt_now = (adapting && (t + 1) % SLICE_ADAPT_WINDOW == 0) as i32;
             global.draw_index = if t >= config.warmup && (t - config.warmup + 1) % config.thin == 0 { ((t - config.warmup + 1) / config.thin - 1) as i32 } else { -1 };
-            for (list, d_list, tile) in [(&small, &d_small, 8i32), (&medium, &d_medium, 32i32)] {
+            let tiled: &[(&Vec<i32>, &CudaSlice<i32>, i32)] = if group_threads == 32 { &[(&small, &d_small, 8), (&medium, &d_medium, 32)] } else { &[(&small, &d_small, 8)] };
+            for &(list, d_list, tile) in tiled {
                 if list.is_empty() {
                     continue;
                 }
@@ -550,13 +589,17 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
                 // `items` entries; THREADS is a multiple of the tile width.
                 unsafe { launch.launch(tiles(list.len(), tile as u32)) }.map_err(e("launching hb_beta_tiles"))?;
             }
-            if !large.is_empty() {
-                let items = large.len() as i32;
+            let blocks: &[(&Vec<i32>, &CudaSlice<i32>, u32)] = if group_threads == 32 { &[(&large, &d_large, THREADS)] } else { &[(&medium, &d_medium, group_threads), (&large, &d_large, THREADS)] };
+            for &(list, d_list, threads) in blocks {
+                if list.is_empty() {
+                    continue;
+                }
+                let items = list.len() as i32;
                 let mut launch = s.launch_builder(&f_block);
-                launch.arg(&*args).arg(&d_large).arg(&items);
-                let cfg = LaunchConfig { grid_dim: ((large.len() * chains) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+                launch.arg(&*args).arg(d_list).arg(&items);
+                let cfg = LaunchConfig { grid_dim: ((list.len() * chains) as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
                 // SAFETY: as above, for hb_beta_block(HbArgs, const int*, int),
-                // one block per (chain, large group).
+                // one block of at most 256 threads per (chain, group).
                 unsafe { launch.launch(cfg) }.map_err(e("launching hb_beta_block"))?;
             }
             for (fi, fac) in factors.iter().enumerate() {
@@ -641,11 +684,26 @@ pub fn sample_gpu(data: &HbData, config: &HbglmConfig, exec: &Exec, opts: GpuOpt
         stats,
         stuck,
         sweeps: sweeps * chains,
-        plan: gpu_plan(data, config.family, balance),
+        plan: gpu_plan(data, config.family, balance, group_threads),
         backend: Backend::Cuda,
         bounds,
         separation: Vec::new(),
         target: last.as_ref().map(|(o, _)| o.clone()),
         diagnostics: last.map(|(_, d)| d),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::medium_threads;
+
+    #[test]
+    fn medium_groups_get_more_threads_only_when_their_warps_are_too_few() {
+        // 132 multiprocessors keep 101,376 threads resident.
+        assert_eq!(medium_threads(40_000, 100, 132), 32, "10^4 groups x 4 chains fill the device by warps");
+        assert_eq!(medium_threads(2_000, 500, 132), 64, "500 groups x 4 chains: 64,000 threads by warps");
+        assert_eq!(medium_threads(200, 5_000, 132), 256, "50 groups x 4 chains: as wide as a block");
+        assert_eq!(medium_threads(200, 250, 132), 32, "250 rows would keep fewer than 4 a thread at 64");
+        assert_eq!(medium_threads(200, 600, 132), 128, "600 rows: 4.7 a thread at 128, 2.3 at 256");
+    }
 }

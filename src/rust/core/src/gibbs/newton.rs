@@ -1,17 +1,17 @@
 //! A Metropolis-Hastings step with a Newton proposal, for a scalar whose
 //! log density is concave and sums over every row (the interweaving's
-//! non-centred mu_k). From x0, the proposal is N(x0 - f'/f'', -1/f''): the
+//! non-centred mu_k and tau_k). From x0, the proposal is N(x0 - f'/f'', -1/f''): the
 //! normal that matches the log density's slope and curvature at x0 (one
 //! Newton step, with the curvature's spread). The reverse proposal is built
 //! the same way at the candidate, so the step leaves the target exactly
 //! invariant. Where the target is nearly normal (many rows: the
-//! non-centred mu is pinned by every observation) the candidate is close
+//! non-centred mu and tau are pinned by every observation) the candidate is close
 //! to an exact draw and is almost always accepted; two passes over the rows
 //! replace a slice update's five or more, each of which also evaluates
 //! only the density, not its shape. Far in a tail whose curvature changes
 //! fast (a Poisson's left tail) the proposals overshoot and are refused;
-//! the interweaving's step follows mu's centred update, which keeps mu in
-//! the bulk and moves it regardless.
+//! the interweaving's steps follow the centred updates, which keep mu and
+//! tau in the bulk and move them regardless.
 //!
 //! kernels/gibbs.cu (hb_newton_decide) takes the same step.
 

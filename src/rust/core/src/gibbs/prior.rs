@@ -45,6 +45,20 @@ impl ScalePrior {
             ScalePrior::Fixed(_) => 0.0,
         }
     }
+    /// [`ScalePrior::log_density`] at `s > 0` with its first and second
+    /// derivatives in s (the non-centred tau_k's Newton step, sweep.rs).
+    pub fn log_density_curve(self, s: f64) -> (f64, f64, f64) {
+        let f = self.log_density(s);
+        // Half-t: -(df + 1)/2 ln(c + s^2) with c = df a^2 (half-Cauchy: df = 1).
+        let half_t = |c: f64, df: f64| (f, -(df + 1.0) * s / (c + s * s), -(df + 1.0) * (c - s * s) / ((c + s * s) * (c + s * s)));
+        match self {
+            ScalePrior::HalfCauchy(a) => half_t(a * a, 1.0),
+            ScalePrior::HalfT(a, df) => half_t(df * a * a, df),
+            ScalePrior::HalfNormal(a) => (f, -s / (a * a), -1.0 / (a * a)),
+            ScalePrior::Gamma(a, b) => (f, (a - 1.0) / s - b, -(a - 1.0) / (s * s)),
+            ScalePrior::Fixed(_) => (0.0, 0.0, 0.0),
+        }
+    }
     pub fn fixed(self) -> Option<f64> {
         match self {
             ScalePrior::Fixed(v) => Some(v),
@@ -181,6 +195,25 @@ mod tests {
     use super::*;
     use crate::gibbs::random::{stream, Block};
     use crate::gibbs::slice::{slice_step, SliceSettings};
+
+    #[test]
+    fn scale_prior_curves_are_the_log_density_and_its_derivatives() {
+        let priors = [ScalePrior::HalfCauchy(0.7), ScalePrior::HalfT(2.0, 3.0), ScalePrior::HalfNormal(0.5), ScalePrior::Gamma(4.0, 1.5), ScalePrior::Gamma(0.6, 2.0)];
+        for prior in priors {
+            for s in [0.05, 0.3, 0.7, 1.0, 2.5, 9.0] {
+                let (f, d1, d2) = prior.log_density_curve(s);
+                assert_eq!(f, prior.log_density(s));
+                // Central differences: error O(h^2), relative to the scale.
+                let h = 1e-4 * s;
+                let num1 = (prior.log_density(s + h) - prior.log_density(s - h)) / (2.0 * h);
+                let num2 = (prior.log_density(s + h) - 2.0 * f + prior.log_density(s - h)) / (h * h);
+                let (dh1, dh2) = (prior.log_density_curve(s + h).1, prior.log_density_curve(s - h).1);
+                assert!((d1 - num1).abs() <= 1e-6 * (1.0 + d1.abs()), "{prior:?} at {s}: d1 {d1} vs {num1}");
+                assert!((d2 - (dh1 - dh2) / (2.0 * h)).abs() <= 1e-6 * (1.0 + d2.abs()), "{prior:?} at {s}: d2 {d2}");
+                assert!((d2 - num2).abs() <= 1e-3 * (1.0 + d2.abs()), "{prior:?} at {s}: d2 {d2} vs {num2}");
+            }
+        }
+    }
 
     #[test]
     fn half_t_draws_have_its_quantiles() {

@@ -138,6 +138,8 @@ pub struct Sweeper<'a> {
     /// thread (false; kept to measure what balancing buys with unequal
     /// group sizes).
     pub balance: bool,
+    /// `HbglmConfig::newton_tau_rows`.
+    pub newton_tau_rows: usize,
 }
 
 /// Sum of `f(range)` over fixed chunks of 0..n, in a fixed order.
@@ -636,10 +638,12 @@ impl Sweeper<'_> {
     /// mix slowly when tau_k is small against what the data say of each
     /// group (mu and tau then barely move given beta); these do not. Each
     /// log density sums over every observation, in parallel chunks (as
-    /// gamma's). mu_k's is concave where the family's log-likelihood is
-    /// (every family but the ordinal): there it takes a Newton step
-    /// (newton.rs), two passes over the rows; tau_k's, and the ordinal
-    /// family's mu_k, a slice update. A point whose log density is not
+    /// gamma's). eta is linear in mu_k and in tau_k, so their
+    /// log-likelihoods are concave where the family's is (every family but
+    /// the ordinal): there mu_k takes a Newton step (newton.rs), two passes
+    /// over the rows, and so does tau_k on `newton_tau_rows` rows or more;
+    /// otherwise a slice update (tau_k's on the log scale). A point whose
+    /// log density is not
     /// finite is left to the centred updates (which report it as stuck);
     /// an update that cannot move here is not reported: the centred one
     /// still moves.
@@ -693,18 +697,43 @@ impl Sweeper<'_> {
             if self.prior.tau.fixed().is_some() || self.prior.cov.is_some() {
                 continue;
             }
-            // tau_k on the log scale: eta moves by x_ik alpha_g per unit of
-            // tau_k; log p(u) = log prior(e^u) + u + loglik.
+            // tau_k: eta moves by x_ik alpha_g per unit of tau_k.
             let (mu, t0) = (state.mu[j], state.tau[j]);
             alpha.iter_mut().enumerate().for_each(|(g, a)| *a = (state.beta[g * k + j] - mu) / t0);
             let alpha = &*alpha;
             fill_slope(d, slope, j, |g| alpha[g]);
             let prior = self.prior.tau;
-            let logf = |u: f64| self.moved_loglik(state, slope, u.exp() - t0, aux, monitor) + prior.log_density(u.exp()) + u;
-            let u0 = t0.ln();
-            let settings = SliceSettings { w: state.nc_widths.w[k + j], lower: state.tau_floor[j].ln(), upper: SCALE_MAX.ln(), ..self.slice };
-            if let Some(du) = self.non_centred_step(u0, logf(u0), logf, &settings, rng, stats, monitor)? {
-                let t = (u0 + du).exp();
+            let (floor, ceiling) = (state.tau_floor[j], SCALE_MAX);
+            let moved = if self.family.has_curve() && d.n() >= self.newton_tau_rows {
+                // On many rows (NEWTON_TAU_ROWS), a Newton step in tau
+                // itself, as mu's: eta is linear in tau_k, so the
+                // log-likelihood is concave in it (on the log scale it is
+                // not, far below the mode, where a step would have no
+                // proposal). Outside [floor, SCALE_MAX] the target is zero:
+                // such a candidate is refused.
+                let curve = |t: f64| {
+                    if !(floor..=ceiling).contains(&t) {
+                        return Curve { f: f64::NEG_INFINITY, d1: f64::NAN, d2: f64::NAN };
+                    }
+                    let c = self.moved_curve(state, slope, t - t0, aux, monitor);
+                    let (p, p1, p2) = prior.log_density_curve(t);
+                    Curve { f: c.f + p, d1: c.d1 + p1, d2: c.d2 + p2 }
+                };
+                let c0 = curve(t0);
+                let (t1, moved) = newton_step(t0, &c0, curve, rng);
+                monitor.check()?;
+                stats.scale_evals += 2;
+                moved.then(|| (t1, t1.ln() - t0.ln()))
+            } else {
+                // A slice update on the log scale: log p(u) = log prior(e^u)
+                // + u + loglik.
+                let logf = |u: f64| self.moved_loglik(state, slope, u.exp() - t0, aux, monitor) + prior.log_density(u.exp()) + u;
+                let u0 = t0.ln();
+                let settings = SliceSettings { w: state.nc_widths.w[k + j], lower: floor.ln(), upper: ceiling.ln(), ..self.slice };
+                self.non_centred_step(u0, logf(u0), logf, &settings, rng, stats, monitor)?.map(|du| ((u0 + du).exp(), du))
+            };
+            // The new tau_k and its move on the log scale (the widths').
+            if let Some((t, du)) = moved {
                 state.tau[j] = t;
                 (0..g_count).for_each(|g| state.beta[g * k + j] = mu + t * alpha[g]);
                 move_eta(&mut state.eta, slope, t - t0);

@@ -9,7 +9,8 @@
 //! rounds are queued and hb_scalar_finish does it all with one block per
 //! chain. The non-centred mu_k, whose log density is concave for every
 //! family but the ordinal, takes a Newton step instead (newton.rs): two
-//! rounds of hb_newton_eval and hb_newton_decide, at any number of rows.
+//! rounds of hb_newton_eval and hb_newton_decide, at any number of rows;
+//! tau_k likewise on `HbglmConfig::newton_tau_rows` rows or more.
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
@@ -63,6 +64,7 @@ struct HbScalar {
     width: f64,
     fl: i32,
     fk: i32,
+    newton: i32,
 }
 
 // SAFETY: a plain #[repr(C)] struct of integers and floats matching `struct HbScalar`
@@ -84,6 +86,8 @@ pub(super) struct Scalars {
     rounds: usize,
     /// The non-centred mu_k by a Newton step (the family has its curve).
     newton: bool,
+    /// And tau_k (on `HbglmConfig::newton_tau_rows` rows or more).
+    newton_tau: bool,
     chains: u32,
     nb: u32,
     /// Blocks of THREADS over the groups (hb_scalar_groups).
@@ -188,6 +192,7 @@ impl Scalars {
             level_blocks: data.factors.iter().map(|fac| fac.levels.div_ceil(THREADS as usize).max(1) as u32).collect(),
             rounds: if n >= opts.grid_rows { BATCHES.len() } else { 0 },
             newton: config.family.has_curve(),
+            newton_tau: config.family.has_curve() && n >= config.newton_tau_rows,
             chains: chains as u32,
             nb: nb as u32,
             group_blocks: g.div_ceil(THREADS as usize).max(1) as u32,
@@ -236,10 +241,11 @@ impl Scalars {
             // at its factor's live buffers (n x fk columns, chains x fl x fk
             // effects, chains x fk sds, n levels below fl), and `blocks`
             // covers its fl levels.
+            let newton = (self.newton && sc.what == NC_MU) || (self.newton_tau && sc.what == NC_TAU);
+            let sc = &HbScalar { newton: newton as i32, ..*sc };
             let mut launch = s.launch_builder(start);
             launch.arg(args).arg(global).arg(sc).arg(&cap);
             unsafe { launch.launch(per_chain(32)) }.map_err(e("launching hb_scalar_start"))?;
-            let newton = self.newton && sc.what == NC_MU;
             if newton {
                 // At x0, then at the candidate.
                 for _ in 0..2 {
