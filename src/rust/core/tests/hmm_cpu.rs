@@ -315,8 +315,18 @@ fn impossible_sequences_give_minus_infinity_not_nan() {
     let v = hmm::viterbi(&m, &seqs, &exec).unwrap();
     assert_eq!(v.log_prob, vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY]);
     assert_eq!(v.states, vec![NO_STATE, NO_STATE, NO_STATE, 0, 0, NO_STATE]);
+    let mut paths: Vec<Vec<i32>> = vec![vec![9; 3], vec![9; 2], vec![9; 1]];
+    let mut outs: Vec<&mut [i32]> = paths.iter_mut().map(|x| &mut x[..]).collect();
+    assert_eq!(hmm::viterbi_into(&m, &seqs, &exec, &mut outs, -1).unwrap(), v.log_prob);
+    assert_eq!(paths, vec![vec![-1; 3], vec![1, 1], vec![-1]]);
     let p = hmm::posterior(&m, &seqs, &exec).unwrap();
     assert_eq!(&p.probs[6..10], &[1.0, 0.0, 1.0, 0.0]);
+    // As R receives them: a column-major T x N matrix per sequence, the
+    // impossible ones all `missing`.
+    let mut mats: Vec<Vec<f64>> = [3, 2, 1].iter().map(|t| vec![0.5; t * 2]).collect();
+    let mut outs: Vec<&mut [f64]> = mats.iter_mut().map(|x| &mut x[..]).collect();
+    assert_eq!(hmm::posterior_into(&m, &seqs, &exec, &mut outs, -7.0).unwrap(), p.loglik);
+    assert_eq!(mats, vec![vec![-7.0; 6], vec![1.0, 1.0, 0.0, 0.0], vec![-7.0; 2]]);
     // Baum-Welch from a model that cannot produce a sequence fails, saying which.
     let config = HmmFitConfig::new(2, 2).init(m).check().unwrap();
     let fit = hmm::fit(&seqs, &config, &exec).unwrap();

@@ -57,6 +57,12 @@ fn compare_passes(model: &HmmModel, seqs: &Sequences, what: &str) {
     // allows), which R's glue widens: the same states and log-probabilities.
     let (paths, logp) = hmm::viterbi_paths(model, seqs, &gpu).unwrap();
     assert_eq!((paths.to_vec(), logp), (vb.states.clone(), vb.log_prob.clone()), "{what}: Viterbi paths as sent");
+    // As R's glue takes them: one 1-based vector per sequence.
+    let mut vecs: Vec<Vec<i32>> = seqs.offsets.windows(2).map(|w| vec![0; w[1] - w[0]]).collect();
+    let mut outs: Vec<&mut [i32]> = vecs.iter_mut().map(|x| &mut x[..]).collect();
+    assert_eq!(hmm::viterbi_into(model, seqs, &gpu, &mut outs, -1).unwrap(), vb.log_prob, "{what}: Viterbi log-probabilities with the layout");
+    let want: Vec<i32> = vb.states.iter().map(|&k| if k == hmm::NO_STATE { -1 } else { k as i32 + 1 }).collect();
+    assert!(vecs.concat() == want, "{what}: Viterbi paths laid out");
     for (x, y) in va.log_prob.iter().zip(&vb.log_prob) {
         assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: Viterbi log-prob gpu {y} cpu {x}");
     }
@@ -65,6 +71,16 @@ fn compare_passes(model: &HmmModel, seqs: &Sequences, what: &str) {
     for (x, y) in pa.probs.iter().zip(&pb.probs) {
         assert!((x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-10, "{what}: posterior gpu {y} cpu {x}");
     }
+    // As R's glue takes them: the same values, one matrix per sequence.
+    let n = model.n_states;
+    let mut mats: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
+    let mut outs: Vec<&mut [f64]> = mats.iter_mut().map(|x| &mut x[..]).collect();
+    let ll = hmm::posterior_into(model, seqs, &gpu, &mut outs, -1.0).unwrap();
+    assert_eq!(ll.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), pb.loglik.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{what}: log-likelihoods with the layout");
+    let mut want: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
+    let mut wouts: Vec<&mut [f64]> = want.iter_mut().map(|x| &mut x[..]).collect();
+    hmm::layout::columns_by_sequence(&pb.probs, &seqs.offsets, n, &mut wouts, -1.0);
+    assert!(mats.iter().flatten().map(|x| x.to_bits()).eq(want.iter().flatten().map(|x| x.to_bits())), "{what}: posteriors laid out");
 }
 
 #[test]

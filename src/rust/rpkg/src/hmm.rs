@@ -217,8 +217,7 @@ fn loglik<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, l
 
 /// Viterbi paths as R returns them: one integer vector of 1-based states
 /// per sequence (NA throughout an impossible one), allocated here on R's
-/// thread and filled by the call's threads as the pass ends
-/// (`hmm::layout`).
+/// thread and filled by the call's threads (`hmm::viterbi_into`).
 fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
     let (m, seqs) = prepare::<E>(Pass::Viterbi, start, trans, emission, obs, lengths, threads)?;
     let mut paths: Vec<Robj> = seqs.offsets.windows(2).map(|w| Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), w[1] - w[0])).collect();
@@ -227,9 +226,7 @@ fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, 
         .map(|x| x.as_integer_slice_mut().ok_or_else(|| Error::Other("internal: a Viterbi path is not an integer vector".into())))
         .collect::<Result<_>>()?;
     let log_prob = run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| {
-        let (paths, log_prob) = hmm::viterbi_paths(&m, &seqs, exec)?;
-        hmm::layout::paths_by_sequence(&paths, &seqs.offsets, &mut outs, <i32 as CanBeNA>::na());
-        Ok::<_, bulkem_core::Error>(log_prob)
+        hmm::viterbi_into(&m, &seqs, exec, &mut outs, <i32 as CanBeNA>::na())
     })
     .map_err(r_error)?;
     drop(outs);
@@ -238,7 +235,7 @@ fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, 
 
 /// Posteriors as R returns them: one T x N matrix per sequence (with
 /// `dimnames`, unless NULL), allocated here on R's thread and filled by
-/// the call's threads as the pass ends (`hmm::layout`).
+/// the call's threads (`hmm::posterior_into`).
 #[allow(clippy::too_many_arguments)]
 fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str, dimnames: &Robj) -> Result<List> {
     let (m, seqs) = prepare::<E>(Pass::Posterior, start, trans, emission, obs, lengths, threads)?;
@@ -249,9 +246,7 @@ fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj
         .map(|x| x.as_real_slice_mut().ok_or_else(|| Error::Other("internal: a posterior matrix is not a double vector".into())))
         .collect::<Result<_>>()?;
     let loglik = run_in_session(backend_of::<E::Obs>(backend, n, seqs.total(), 2, threads)?, threads.max(0) as usize, |exec| {
-        let p = hmm::posterior(&m, &seqs, exec)?;
-        hmm::layout::columns_by_sequence(&p.probs, &seqs.offsets, n, &mut outs, <f64 as CanBeNA>::na());
-        Ok::<_, bulkem_core::Error>(p.loglik)
+        hmm::posterior_into(&m, &seqs, exec, &mut outs, <f64 as CanBeNA>::na())
     })
     .map_err(r_error)?;
     drop(outs);

@@ -205,6 +205,17 @@ pub fn viterbi_paths<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
     }
 }
 
+/// [`viterbi_paths`], laid out as a caller keeps them
+/// ([`layout::paths_by_sequence`]: 1-based states, `missing` throughout an
+/// impossible sequence) into `outs`, one buffer per sequence (R's integer
+/// vectors). Returns the paths' log-probabilities. Runs in the calling
+/// thread's pool.
+pub fn viterbi_into<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec, outs: &mut [&mut [i32]], missing: i32) -> Result<Vec<f64>> {
+    let (paths, log_prob) = viterbi_paths(model, seqs, exec)?;
+    layout::paths_by_sequence(&paths, &seqs.offsets, outs, missing);
+    Ok(log_prob)
+}
+
 /// Posterior state probabilities (forward-backward) of every sequence.
 pub fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Posterior> {
     check(Pass::Posterior, model, seqs, exec)?;
@@ -217,6 +228,16 @@ pub fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exe
         },
     };
     Ok(Posterior { probs, loglik })
+}
+
+/// [`posterior`], laid out as a caller keeps it ([`layout::columns_by_sequence`],
+/// NaN as `missing`) into `outs`, one T_s x N buffer per sequence (R's
+/// matrices). Returns the log-likelihoods. Runs in the calling thread's
+/// pool.
+pub fn posterior_into<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec, outs: &mut [&mut [f64]], missing: f64) -> Result<Vec<f64>> {
+    let p = posterior(model, seqs, exec)?;
+    layout::columns_by_sequence(&p.probs, &seqs.offsets, model.n_states, outs, missing);
+    Ok(p.loglik)
 }
 
 /// One Baum-Welch iteration from `model`: the E-step over all sequences and

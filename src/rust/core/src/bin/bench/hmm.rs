@@ -110,22 +110,13 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let fwd_phases = last_phases();
     let vit = median_time(|| as_r(&exec, || hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let vit_phases = last_phases();
-    // What the R glue calls: the paths as they crossed the bus, which it
-    // widens into the vectors R allocated (R's share, inst/bench/hmm_from_r.R).
-    let vit_bus = median_time(|| as_r(&exec, || hmm::viterbi_paths(model, seqs, &exec).map(|_| ()).map_err(s)))?;
+    // What R's calls do: the paths widened into fresh vectors (the glue's
+    // hmm::viterbi_into), the posteriors laid out into fresh matrices
+    // (hmm::posterior_into), NA for impossible sequences.
+    let vit_bus = into_r_time(&exec, &seqs.offsets, 1, |outs| hmm::viterbi_into(model, seqs, &exec, outs, i32::MIN).map(|_| ()).map_err(s))?;
     let post = median_time(|| as_r(&exec, || hmm::posterior(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let post_phases = last_phases();
-    // What an R call receives: the posteriors laid out into one fresh
-    // column-major matrix per sequence (the glue's hmm::layout), NA for NaN.
-    let post_r = median_time(|| {
-        as_r(&exec, || {
-            let p = hmm::posterior(model, seqs, &exec).map_err(s)?;
-            let mut mats: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
-            let mut outs: Vec<&mut [f64]> = mats.iter_mut().map(|x| &mut x[..]).collect();
-            hmm::layout::columns_by_sequence(&p.probs, &seqs.offsets, n, &mut outs, f64::NAN);
-            Ok::<(), String>(())
-        })
-    })?;
+    let post_r = into_r_time(&exec, &seqs.offsets, n, |outs| hmm::posterior_into(model, seqs, &exec, outs, f64::NAN).map(|_| ()).map_err(s))?;
     let bw = median_time(|| as_r(&exec, || hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s)))?;
     let bw_phases = last_phases();
     let config = HmmFitConfig::<E>::for_emission(n, model.emission.shape()).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
@@ -133,7 +124,7 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let fit_phases = last_phases();
     let threads_used = if threads == 0 { available_threads() } else { threads };
     println!(
-        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms (as the glue takes the paths {:.3} ms), posterior {:.3} ms (into R's matrices {:.3} ms), baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
+        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms (into R's vectors {:.3} ms), posterior {:.3} ms (into R's matrices {:.3} ms), baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
         backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, vit_bus * 1e3, post * 1e3, post_r * 1e3, bw * 1e3, fit5 * 1e3
     );
     if backend == Backend::Cuda {
@@ -241,13 +232,67 @@ fn last_phases() -> String {
 
 /// Median seconds of 5 runs after one warm-up run.
 fn median_time<E>(mut f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
-    f()?;
-    let mut times = Vec::new();
-    for _ in 0..5 {
+    median_of(|| {
         let t0 = Instant::now();
         f()?;
-        times.push(t0.elapsed().as_secs_f64());
+        Ok(t0.elapsed().as_secs_f64())
+    })
+}
+
+/// Median seconds of what an R call does with a result of `width` values
+/// per observation: one vector per sequence allocated on the calling thread
+/// as R's allocVector leaves it (malloc'd, unmapped pages: zeroed vectors
+/// cost a memset here that R does not do, 11-13 of 15-18 ms at N = 512 on
+/// an H200's host), then `fill` in the pool, as the glue does. The vectors
+/// are freed outside the timing, as R frees them later.
+fn into_r_time<T: Copy + Send>(exec: &Exec, offsets: &[usize], width: usize, fill: impl Fn(&mut [&mut [T]]) -> Result<(), String> + Sync) -> Result<f64, String> {
+    median_of(|| {
+        let t0 = Instant::now();
+        let mut bufs: Vec<RVector<T>> = offsets.windows(2).map(|w| RVector::new((w[1] - w[0]) * width)).collect();
+        let mut outs: Vec<&mut [T]> = bufs.iter_mut().map(RVector::values).collect();
+        as_r(exec, || fill(&mut outs))?;
+        let elapsed = t0.elapsed().as_secs_f64();
+        drop(outs);
+        drop(bufs);
+        Ok(elapsed)
+    })
+}
+
+/// A vector's memory as R allocates it: uninitialised, from malloc.
+struct RVector<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+impl<T: Copy> RVector<T> {
+    fn new(len: usize) -> Self {
+        let layout = std::alloc::Layout::array::<T>(len.max(1)).expect("a vector R could allocate");
+        // SAFETY: the layout has a nonzero size.
+        let ptr = unsafe { std::alloc::alloc(layout) }.cast::<T>();
+        assert!(!ptr.is_null(), "out of memory");
+        RVector { ptr, len }
     }
+
+    /// The values, every one written by the fill before any is read (as
+    /// the glue does with R's vectors).
+    fn values(&mut self) -> &mut [T] {
+        // SAFETY: ptr holds len values of T, owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl<T> Drop for RVector<T> {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::array::<T>(self.len.max(1)).expect("allocated with it");
+        // SAFETY: allocated in new() with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.cast(), layout) };
+    }
+}
+
+/// Median of 5 of the times `f` returns (seconds), after a warm-up.
+fn median_of<E>(mut f: impl FnMut() -> Result<f64, E>) -> Result<f64, E> {
+    f()?;
+    let mut times = (0..5).map(|_| f()).collect::<Result<Vec<f64>, E>>()?;
     times.sort_by(f64::total_cmp);
     Ok(times[2])
 }
