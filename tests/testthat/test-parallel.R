@@ -37,6 +37,9 @@ future_data <- function() {
 test_that("chunks are contiguous, cover every item once, and are sized from workers and data", {
   expect_identical(chunk_indices(10, 4), list(1:4, 5:8, 9:10))
   expect_identical(chunk_indices(3, 10), list(1:3))
+  # One chunk (taken without split()) and none, as split() gives them.
+  expect_identical(chunk_indices(5, 5), list(1:5))
+  expect_identical(chunk_indices(0, 5), unname(split(integer(), integer())))
   expect_identical(unlist(chunk_indices(1001, 7)), seq_len(1001))
   # About 4 chunks per worker ...
   expect_equal(future_chunk_size(2000, 8 * 2000 * 2000, workers = 2), 250)
