@@ -55,14 +55,17 @@ hmm_memory_ <- function(pass, n_states, emission, n_seqs, lengths, threads, star
 hmm_loglik_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_loglik_, start, trans, emission, obs, lengths, threads, backend)
 
 #' Viterbi: list(path = one integer vector of 1-based states per sequence,
-#' NA for impossible sequences; log_prob).
+#' NA for impossible sequences, or with `simplify` one T x M matrix of them
+#' with `dimnames` unless NULL; log_prob).
 #' @noRd
-hmm_viterbi_ <- function(start, trans, emission, obs, lengths, threads, backend) .Call(wrap__hmm_viterbi_, start, trans, emission, obs, lengths, threads, backend)
+hmm_viterbi_ <- function(start, trans, emission, obs, lengths, threads, backend, simplify, dimnames) .Call(wrap__hmm_viterbi_, start, trans, emission, obs, lengths, threads, backend, simplify, dimnames)
 
 #' Posteriors: list(probs = one T x N matrix per sequence, NA rows for an
-#' impossible sequence, with `dimnames` unless NULL; loglik).
+#' impossible sequence, with `dimnames` unless NULL, or with `simplify` one
+#' T x N x M array of them with `dimnames` unless NULL and attribute
+#' `loglik`; loglik).
 #' @noRd
-hmm_posterior_ <- function(start, trans, emission, obs, lengths, threads, backend, dimnames) .Call(wrap__hmm_posterior_, start, trans, emission, obs, lengths, threads, backend, dimnames)
+hmm_posterior_ <- function(start, trans, emission, obs, lengths, threads, backend, dimnames, simplify) .Call(wrap__hmm_posterior_, start, trans, emission, obs, lengths, threads, backend, dimnames, simplify)
 
 #' Baum-Welch over all sequences. `emission`: list(family, V) (V for a
 #' categorical fit); `init` is NULL or list(start, trans, emission)

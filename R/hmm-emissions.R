@@ -119,7 +119,7 @@ print.bulkem_emission <- function(x, digits = 4, ...) {
 #   relabel(e, states) the emission with these state labels
 #   shape(e)           the glue's emission list for memory estimates and
 #                      fits (only family and, for categorical, V)
-#   to_core(e)         the glue's emission list (row-major matrices)
+#   to_core(e)         the glue's emission list (matrices as R holds them)
 #   from_core(x, states, symbols)  an emission from the glue's list
 #   check_obs(e, seqs, arg, call)  sequences checked and flattened:
 #                      list(obs, lengths, names), obs as the glue takes it
@@ -149,7 +149,7 @@ emission_families <- list(
       e
     },
     shape = function(e) list(family = "categorical", V = ncol(e$probs)),
-    to_core = function(e) list(family = "categorical", emis = as.double(t(e$probs)), V = ncol(e$probs)),
+    to_core = function(e) list(family = "categorical", emis = double_matrix(e$probs), V = ncol(e$probs)),
     from_core = function(x, states, symbols) {
       V <- as.integer(x$V)
       new_emission("categorical", list(probs = matrix(x$emis, length(states), V, byrow = TRUE,

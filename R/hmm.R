@@ -188,7 +188,7 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
   hmm_memory("simulate", length(model$start), fam$shape(em), n, length, 0L, 3L, call, "hmm_simulate")
   lens <- rep_len(as.integer(length), n)
   raw <- call_core(
-    hmm_simulate_(model$start, as.double(t(model$trans)), fam$to_core(em), lens, seed),
+    hmm_simulate_(model$start, double_matrix(model$trans), fam$to_core(em), lens, seed),
     call, "hmm_simulate"
   )
   structure(split_flat(fam$sim_obs(raw$obs), lens), states = split_flat(raw$states, lens))
@@ -288,11 +288,18 @@ hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future")
 #' traced: the same path, for twice the arithmetic, in O(sqrt(T) N) memory.
 #'
 #' @inheritParams hmm_loglik
+#' @param simplify `FALSE` (default) for one path per sequence in a list;
+#'   `TRUE`, for sequences that all have the same length T, for one T x M
+#'   integer matrix with a column per sequence, made in one allocation
+#'   (with 100,000 sequences R's allocation of one vector each costs more
+#'   than the decoding). Sequences of several lengths are then an error.
 #' @return A list with
 #'   \describe{
 #'   \item{`path`}{a list of integer vectors of state codes `1..N` (labels:
 #'     `names(model$start)`), one per sequence; all `NA` for a sequence the
-#'     model cannot produce.}
+#'     model cannot produce. With `simplify = TRUE`, a T x M integer matrix
+#'     of them, a column per sequence (column names: the sequences'
+#'     names).}
 #'   \item{`log_prob`}{the log of the joint probability of each path and its
 #'     sequence (`-Inf` for an impossible sequence).}
 #'   }
@@ -307,17 +314,43 @@ hmm_loglik <- function(model, seqs, use.gpu = NA, parallel = c("none", "future")
 #' exp(v$log_prob)
 #' @export
 hmm_viterbi <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL,
-                        resume = NULL) {
+                        resume = NULL, simplify = FALSE) {
   call <- environment()
   model <- hmm_model(model, "model", call)
   s <- model_seqs(model, seqs, "seqs", call)
-  viterbi_result(hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call, resume = resume), s)
+  simplify <- check_simplify(simplify, s, "seqs", call)
+  viterbi_result(hmm_run("viterbi", model, s, use.gpu, parallel, chunk.size, 1, call, resume = resume,
+                         simplify = simplify), s, simplify)
 }
 
-viterbi_result <- function(raw, s) {
-  list(path = stats::setNames(raw$path, s$names),
-       log_prob = stats::setNames(raw$log_prob, s$names))
+viterbi_result <- function(raw, s, simplify = FALSE) {
+  path <- if (!simplify) {
+    stats::setNames(raw$path, s$names)
+  } else if (is.null(dim(raw$path))) {
+    # Chunks, bound end to end by c().
+    matrix(raw$path, seq_length(s), length(s$lengths), dimnames = if (!is.null(s$names)) list(NULL, s$names))
+  } else {
+    raw$path
+  }
+  list(path = path, log_prob = stats::setNames(raw$log_prob, s$names))
 }
+
+# `simplify` checked, and with TRUE the sequences `s` of one length.
+check_simplify <- function(simplify, s, arg, call) {
+  check_flag(simplify, "simplify", call = call)
+  if (simplify && length(s$lengths) > 1 && any(s$lengths != s$lengths[1])) {
+    i <- which(s$lengths != s$lengths[1])[1]
+    bulkem_abort(c(
+      "{.code simplify = TRUE} needs sequences of one length: the result has a dimension per time step.",
+      x = "Sequence 1 of {.arg {arg}} has {s$lengths[1]} observation{?s}; sequence {i} has {s$lengths[i]}.",
+      i = "Use {.code simplify = FALSE} (the default) for a result per sequence, in a list."
+    ), call = call)
+  }
+  simplify
+}
+
+# The one length of the sequences `s` of a simplified result (0 for none).
+seq_length <- function(s) if (length(s$lengths)) s$lengths[[1]] else 0L
 
 #' Posterior state probabilities of each sequence (forward-backward)
 #'
@@ -331,10 +364,18 @@ viterbi_result <- function(raw, s) {
 #' needs no memory beyond the result.
 #'
 #' @inheritParams hmm_loglik
+#' @param simplify `FALSE` (default) for one matrix per sequence in a list;
+#'   `TRUE`, for sequences that all have the same length T, for one T x N x
+#'   M array (`[t, i, m]`: sequence m's probability of state i at step t),
+#'   made in one allocation (with 100,000 sequences R's allocation of one
+#'   matrix each costs several times the forward-backward pass).
+#'   Sequences of several lengths are then an error.
 #' @return A list of matrices, one per sequence, each with one row per time
 #'   step and one column per state (rows sum to 1); all `NA` for a sequence
 #'   the model cannot produce. Attribute `loglik` holds the log-likelihood of
-#'   each sequence.
+#'   each sequence. With `simplify = TRUE`, a T x N x M array whose
+#'   `[, , m]` is sequence m's matrix (dimnames: `NULL`, the state labels,
+#'   the sequences' names), with the same attribute `loglik`.
 #' @references Rabiner, L. R. (1989). A tutorial on hidden Markov models and
 #'   selected applications in speech recognition. *Proceedings of the IEEE*,
 #'   77(2), 257-286. \doi{10.1109/5.18626}
@@ -344,17 +385,31 @@ viterbi_result <- function(raw, s) {
 #' hmm_posterior(model, list(c(1, 2, 3)), use.gpu = FALSE)[[1]]
 #' @export
 hmm_posterior <- function(model, seqs, use.gpu = NA, parallel = c("none", "future"), chunk.size = NULL,
-                          resume = NULL) {
+                          resume = NULL, simplify = FALSE) {
   call <- environment()
   model <- hmm_model(model, "model", call)
   s <- model_seqs(model, seqs, "seqs", call)
-  posterior_result(hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call, resume = resume), s, model)
+  simplify <- check_simplify(simplify, s, "seqs", call)
+  posterior_result(hmm_run("posterior", model, s, use.gpu, parallel, chunk.size, 2, call, resume = resume,
+                           simplify = simplify), s, model, simplify)
 }
 
 # The glue returns the matrices themselves (filled in parallel, NA for
-# an impossible sequence): R only names them.
-posterior_result <- function(raw, s, model) {
-  structure(stats::setNames(raw$probs, s$names), loglik = stats::setNames(raw$loglik, s$names))
+# an impossible sequence): R only names them. A simplified array comes
+# named from the glue (naming it here would copy it), unless chunks were
+# bound end to end by c().
+posterior_result <- function(raw, s, model, simplify = FALSE) {
+  loglik <- stats::setNames(raw$loglik, s$names)
+  if (!simplify) return(structure(stats::setNames(raw$probs, s$names), loglik = loglik))
+  if (!is.null(dim(raw$probs))) return(raw$probs)
+  structure(array(raw$probs, c(seq_length(s), length(model$start), length(s$lengths)),
+                  dimnames = posterior_dimnames(names(model$start), s$names)),
+            loglik = loglik)
+}
+
+# The dimnames of a simplified posterior array, or NULL.
+posterior_dimnames <- function(states, seq_names) {
+  if (is.null(states) && is.null(seq_names)) NULL else list(NULL, states, seq_names)
 }
 
 #' Fit a hidden Markov model to many sequences (Baum-Welch)
@@ -607,7 +662,7 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   hmm_memory("fit", N, setup$shape, length(s$lengths), s$lengths, starts, 2L, call, "hmm_fit")
   symbols_total <- sum(as.double(s$lengths))
   init_rows <- if (is.null(init)) NULL else
-    list(start = init$start, trans = as.double(t(init$trans)), emission = fam$to_core(init_em))
+    list(start = init$start, trans = double_matrix(init$trans), emission = fam$to_core(init_em))
   # The default floor is NaN, not NA: extendr refuses NA for a double
   # argument ("Must not be NA"), and the glue reads NaN as "none given".
   settings <- list(N = N, emission = setup$shape, area = fam$area, init = init_rows,
@@ -715,12 +770,19 @@ warn_variance_floor <- function(fit, var.floor, call) {
 
 `%||%` <- function(x, y) if (is.null(x)) y else x
 
+# A matrix for the glue, which takes it as R holds it (column by column)
+# and lays it out itself: no copy unless it holds integers.
+double_matrix <- function(m) {
+  if (!is.double(m)) storage.mode(m) <- "double"
+  m
+}
+
 # One pass ("loglik", "viterbi" or "posterior") over the sequences `s`
 # (from check_seqs()), in this session or split by sequences over future
 # workers (map_chunks(), R/parallel.R). Each sequence is computed on its own,
 # so the chunking never changes a result. Returns the core's fields, bound.
 hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call, fn = paste0("hmm_", pass),
-                    resume = NULL) {
+                    resume = NULL, simplify = FALSE) {
   parallel <- match_arg(parallel, c("none", "future"), "parallel", call)
   if (!is.null(chunk.size)) chunk.size <- check_count(chunk.size, "chunk.size", call = call)
   # Here, not only where the chunks run (future workers resolve use.gpu).
@@ -733,12 +795,19 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
   # The whole call's memory, with R's copies of the result, before anything
   # of its size is built or any chunk runs: posteriors and paths are written
   # once, into R's matrices and vectors; log-likelihoods are copied here.
-  hmm_memory(pass, N, fam$shape(em), n, s$lengths, 1L, if (pass == "loglik") 3L else 1L, call, fn)
-  settings <- list(pass = pass, passes = passes, start = model$start, trans = as.double(t(model$trans)),
-                   emission = fam$to_core(em), area = fam$area)
+  # A simplified result from several chunks is bound by c() and made an
+  # array again: three copies.
+  chunked <- parallel == "future" || (!is.null(chunk.size) && chunk.size < n)
+  # The session's threads, read once (0.2 ms a reading on the development VM).
+  threads <- cpu_threads()
+  hmm_memory(pass, N, fam$shape(em), n, s$lengths, 1L, if (pass == "loglik" || (simplify && chunked)) 3L else 1L, call, fn,
+             threads)
+  settings <- list(pass = pass, passes = passes, start = model$start, trans = double_matrix(model$trans),
+                   emission = fam$to_core(em), area = fam$area, simplify = simplify,
+                   seq_names = if (simplify) s$names)
   r <- resumable(fn, "sequences", settings, list(obs = numbers_fingerprint(s$obs), lengths = s$lengths))
   if (!is.null(resume)) resume <- check_resume(resume, r, call)
-  settings <- c(settings, exec_settings(parallel, use.gpu, call))
+  settings <- c(settings, exec_settings(parallel, use.gpu, call, threads))
   if (parallel == "none") {
     # The whole job picks the backend; a worker picks by its chunk.
     settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, total, passes, settings$threads)), call, fn)
@@ -777,8 +846,7 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
 # the largest part, or nothing. `N` states; `shape` the glue's emission
 # list (its family and, categorical, V: the family's shape()); `lengths`
 # one per sequence, or one for all `n`.
-hmm_memory <- function(pass, N, shape, n, lengths, starts, copies, call, fn) {
-  threads <- cpu_threads()
+hmm_memory <- function(pass, N, shape, n, lengths, starts, copies, call, fn, threads = cpu_threads()) {
   call_core(hmm_memory_(pass, as.double(N), shape, as.double(n), as.double(lengths),
                         as.integer(threads), as.double(starts), as.integer(copies)), call, fn)
   invisible(NULL)
@@ -790,9 +858,14 @@ hmm_chunk <- function(part, idx, st) {
   backend <- backend_choice_(st$area, ex$backend, c(length(st$start), sum(as.double(part$lengths)), st$passes, ex$threads))
   out <- switch(st$pass,
     loglik = hmm_loglik_(st$start, st$trans, st$emission, part$obs, part$lengths, ex$threads, backend),
-    viterbi = hmm_viterbi_(st$start, st$trans, st$emission, part$obs, part$lengths, ex$threads, backend),
+    viterbi = hmm_viterbi_(st$start, st$trans, st$emission, part$obs, part$lengths, ex$threads, backend,
+                           isTRUE(st$simplify), if (!is.null(st$seq_names)) list(NULL, st$seq_names[idx])),
     posterior = hmm_posterior_(st$start, st$trans, st$emission, part$obs, part$lengths, ex$threads, backend,
-                               if (!is.null(names(st$start))) list(NULL, names(st$start)))
+                               if (isTRUE(st$simplify)) {
+                                 posterior_dimnames(names(st$start), st$seq_names[idx])
+                               } else if (!is.null(names(st$start))) {
+                                 list(NULL, names(st$start))
+                               }, isTRUE(st$simplify))
   )
   if (st$pass == "loglik") list(loglik = out) else out
 }

@@ -268,11 +268,12 @@ bind_chunks <- function(parts) {
 
 # Where the chunks run, for map_chunks()'s `args`. In this session the
 # backend ("cpu", "cuda" or "auto": the area picks by job size) and threads
-# are fixed here; future workers get what they need to choose their own
-# (chunk_exec()), since a worker may have GPUs or cores this machine lacks.
-exec_settings <- function(parallel, use.gpu, call) {
+# (`threads`, when the caller has read them) are fixed here; future
+# workers get what they need to choose their own (chunk_exec()), since a
+# worker may have GPUs or cores this machine lacks.
+exec_settings <- function(parallel, use.gpu, call, threads = NULL) {
   if (parallel == "none") {
-    return(list(backend = resolve_backend(use.gpu, call), threads = cpu_threads()))
+    return(list(backend = resolve_backend(use.gpu, call), threads = threads %||% cpu_threads()))
   }
   check_future_installed(call)
   list(use.gpu = use.gpu, hosts = worker_hosts(), worker_threads = worker_threads_option(call))

@@ -322,6 +322,13 @@ test_that("parallel = 'future' gives identical Gaussian and Poisson results", {
                    fit_only(pfit))
   expect_identical(hmm_loglik(p, counts, use.gpu = FALSE, parallel = "future", chunk.size = 3),
                    hmm_loglik(p, counts, use.gpu = FALSE))
+  # One array of equal-length sequences, bound from the workers' chunks.
+  eq <- hmm_simulate(g, 9, 12, seed = 4)
+  arr <- hmm_posterior(g, eq, use.gpu = FALSE, simplify = TRUE)
+  expect_identical(hmm_posterior(g, eq, use.gpu = FALSE, simplify = TRUE, parallel = "future", chunk.size = 4), arr)
+  expect_identical(arr[, , 9], hmm_posterior(g, eq, use.gpu = FALSE)[[9]])
+  expect_identical(hmm_viterbi(g, eq, use.gpu = FALSE, simplify = TRUE, parallel = "future", chunk.size = 2),
+                   hmm_viterbi(g, eq, use.gpu = FALSE, simplify = TRUE))
 })
 
 test_that("every method of models and fits works for Gaussian and Poisson emissions", {

@@ -89,6 +89,45 @@ test_that("impossible sequences give -Inf and NA, never NaN", {
   expect_match(fit$message, "sequence 2 is impossible")
 })
 
+test_that("simplify = TRUE gives one array of the per-sequence results, in one chunk or several", {
+  set.seed(5)
+  m <- random_hmm(3, 4, zeros = TRUE)
+  names(m$start) <- c("s1", "s2", "s3")
+  seqs <- stats::setNames(lapply(1:7, function(i) sample.int(4, 6, replace = TRUE)), paste0("q", 1:7))
+  post <- hmm_posterior(m, seqs, use.gpu = FALSE)
+  v <- hmm_viterbi(m, seqs, use.gpu = FALSE)
+  for (size in list(NULL, 2, 7)) {
+    a <- hmm_posterior(m, seqs, use.gpu = FALSE, simplify = TRUE, chunk.size = size)
+    expect_identical(dim(a), c(6L, 3L, 7L))
+    expect_identical(dimnames(a), list(NULL, c("s1", "s2", "s3"), paste0("q", 1:7)))
+    for (i in seq_along(seqs)) expect_identical(a[, , i], post[[i]])
+    expect_identical(attr(a, "loglik"), attr(post, "loglik"))
+    vs <- hmm_viterbi(m, seqs, use.gpu = FALSE, simplify = TRUE, chunk.size = size)
+    expect_identical(dim(vs$path), c(6L, 7L))
+    expect_identical(colnames(vs$path), paste0("q", 1:7))
+    for (i in seq_along(seqs)) expect_identical(vs$path[, i], v$path[[i]])
+    expect_identical(vs$log_prob, v$log_prob)
+  }
+  # Unnamed sequences and states: no dimnames but the states'.
+  u <- hmm_posterior(textbook(), list(1:3, c(3, 3, 1)), use.gpu = FALSE, simplify = TRUE)
+  expect_identical(dimnames(u), list(NULL, c("Healthy", "Fever"), NULL))
+  expect_null(names(attr(u, "loglik")))
+  expect_null(dimnames(hmm_viterbi(textbook(), list(1:3, 1:3), use.gpu = FALSE, simplify = TRUE)$path))
+  # An impossible sequence is NA in its slice only.
+  imp <- hmm(c(1, 0), diag(2), diag(2))
+  ai <- hmm_posterior(imp, list(c(1, 1), c(1, 2)), use.gpu = FALSE, simplify = TRUE)
+  expect_true(all(is.na(ai[, , 2])) && !any(is.nan(ai)) && !anyNA(ai[, , 1]))
+  expect_identical(hmm_viterbi(imp, list(c(1, 1), c(1, 2)), use.gpu = FALSE, simplify = TRUE)$path,
+                   matrix(c(1L, 1L, NA, NA), 2))
+  # Sequences of several lengths, and a non-flag, are errors.
+  expect_error(hmm_posterior(m, list(1:3, 1:2), use.gpu = FALSE, simplify = TRUE),
+               "sequence 2 has 2", class = "bulkem_error_input")
+  expect_error(hmm_viterbi(m, list(1:3, 1:2), use.gpu = FALSE, simplify = TRUE),
+               "one length", class = "bulkem_error_input")
+  expect_error(hmm_viterbi(m, list(1:3), use.gpu = FALSE, simplify = NA), class = "bulkem_error_input")
+  expect_error(hmm_posterior(m, list(1:3), use.gpu = FALSE, simplify = "yes"), class = "bulkem_error_input")
+})
+
 test_that("hmm_simulate is reproducible and returns the hidden states", {
   m <- textbook()
   a <- hmm_simulate(m, 5, c(1, 2, 3, 4, 100), seed = 3)

@@ -58,6 +58,48 @@ extern "C" __global__ void layout_f64(const double* __restrict__ a, int rows, in
     }
 }
 
+// Time-major rows (n values per observation) as one column-major T_s x n
+// matrix per sequence, at the same place in `out`, NaN as the value whose
+// bits are `missing` (R's NA): the posteriors as R's matrices hold them,
+// so that they cross the bus straight into R's memory with no pass on the
+// host (src/hmm/gpu/passes.rs). Sequences first .. first + count, their
+// observations off[s] .. off[s + 1], the rows from row off[first]. One
+// block per sequence (grid-striding), 32 x 32 tiles through shared memory
+// as layout_f64, blockDim (32, 8).
+extern "C" __global__ void columns_by_sequence_f64(const double* __restrict__ rows, const long long* __restrict__ off, int first, int count, int n,
+                                                   unsigned long long missing, double* __restrict__ out)
+{
+    __shared__ double tile[32][33];
+    const double na = __longlong_as_double((long long)missing);
+    const long long base = off[first];
+    const int tiles_c = (n + 31) / 32;
+    for (int s = blockIdx.x; s < count; s += gridDim.x) {
+        const long long a = off[first + s], t = off[first + s + 1] - a;
+        const double* src = rows + (a - base) * n;
+        double* dst = out + (a - base) * n;
+        const long long tiles = ((t + 31) / 32) * tiles_c;
+        for (long long k = 0; k < tiles; ++k) {
+            const long long r0 = (k / tiles_c) * 32;
+            const int c0 = (int)(k % tiles_c) * 32;
+            for (int i = threadIdx.y; i < 32; i += 8) {
+                const long long r = r0 + i;
+                const int c = c0 + threadIdx.x;
+                if (r < t && c < n) tile[i][threadIdx.x] = src[r * n + c];
+            }
+            __syncthreads();
+            for (int i = threadIdx.y; i < 32; i += 8) {
+                const int c = c0 + i;
+                const long long r = r0 + threadIdx.x;
+                if (r < t && c < n) {
+                    const double v = tile[threadIdx.x][i];
+                    dst[(long long)c * t + r] = v != v ? na : v;
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
 // Datasets laid end to end, less some of each one's values: part d is
 // full[full_off[d] .. full_off[d + 1]) less the positions skip[skip_start[d]
 // .. skip_start[d + 1]) (increasing, relative to the part), into

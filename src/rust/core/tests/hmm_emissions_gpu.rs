@@ -8,7 +8,7 @@
 //! Skipped (with a note) where no device is usable.
 
 mod common;
-use common::{cuda, gpu_or_skip};
+use common::{check_posterior_layout, cuda, gpu_or_skip, posterior_laid_out};
 
 use bulkem_core::exec::Exec;
 use bulkem_core::hmm::emission::{Rows, Space};
@@ -85,6 +85,9 @@ fn compare_passes<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, wh
     for (x, y) in pa.probs.iter().zip(&pb.probs) {
         assert!((x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-10, "{what}: posterior gpu {y} cpu {x}");
     }
+    // Into the caller's matrices (laid out on the device, NaN as the value
+    // given): bit for bit the posteriors above laid out on the host.
+    check_posterior_layout(model, seqs, &gpu, &pb, what);
 }
 
 /// log P(path, sequence).
@@ -253,6 +256,7 @@ fn shares_agree(split: &Exec) {
         let (a, b) = (hmm::posterior(model, seqs, &one).unwrap(), hmm::posterior(model, seqs, split).unwrap());
         assert!(a.probs.iter().zip(&b.probs).all(|(x, y)| x == y || (x.is_nan() && y.is_nan())), "{what}: posteriors");
         assert_eq!(a.loglik, b.loglik, "{what}: posterior loglik");
+        assert_eq!(posterior_laid_out(model, seqs, split), posterior_laid_out(model, seqs, &one), "{what}: posteriors into matrices");
         let ((ma, la), (mb, lb)) = (hmm::baum_welch_step(init, seqs, &Default::default(), &one).unwrap(), hmm::baum_welch_step(init, seqs, &Default::default(), split).unwrap());
         assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "{what}: one step split {lb} one {la}");
         let flat = |m: &HmmModel<E>| [m.start.clone(), m.trans.clone(), params(&m.emission)].concat();
@@ -291,6 +295,7 @@ fn shares_agree(split: &Exec) {
         assert_eq!((a.states, a.log_prob), (b.states, b.log_prob), "categorical N={n}: Viterbi");
         let (a, b) = (hmm::posterior(&cat, &seqs, &one).unwrap(), hmm::posterior(&cat, &seqs, &split).unwrap());
         assert_eq!((a.probs, a.loglik), (b.probs, b.loglik), "categorical N={n}: posteriors");
+        assert_eq!(posterior_laid_out(&cat, &seqs, &split), posterior_laid_out(&cat, &seqs, &one), "categorical N={n}: posteriors into matrices");
         let ((ma, la), (mb, lb)) = (hmm::baum_welch_step(&cat, &seqs, &Default::default(), &one).unwrap(), hmm::baum_welch_step(&cat, &seqs, &Default::default(), &split).unwrap());
         assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "categorical N={n}: one step split {lb} one {la}");
         for (x, y) in [ma.start, ma.trans, ma.emission.probs].concat().iter().zip(&[mb.start, mb.trans, mb.emission.probs].concat()) {

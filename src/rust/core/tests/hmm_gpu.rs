@@ -4,7 +4,7 @@
 //! device is usable.
 
 mod common;
-use common::{cuda, gpu_or_skip, path_logp};
+use common::{check_posterior_layout, cuda, gpu_or_skip, path_logp};
 
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::{choose_backend, Backend, BackendRequest, Exec};
@@ -72,15 +72,7 @@ fn compare_passes(model: &HmmModel, seqs: &Sequences, what: &str) {
         assert!((x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-10, "{what}: posterior gpu {y} cpu {x}");
     }
     // As R's glue takes them: the same values, one matrix per sequence.
-    let n = model.n_states;
-    let mut mats: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
-    let mut outs: Vec<&mut [f64]> = mats.iter_mut().map(|x| &mut x[..]).collect();
-    let ll = hmm::posterior_into(model, seqs, &gpu, &mut outs, -1.0).unwrap();
-    assert_eq!(ll.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), pb.loglik.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{what}: log-likelihoods with the layout");
-    let mut want: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
-    let mut wouts: Vec<&mut [f64]> = want.iter_mut().map(|x| &mut x[..]).collect();
-    hmm::layout::columns_by_sequence(&pb.probs, &seqs.offsets, n, &mut wouts, -1.0);
-    assert!(mats.iter().flatten().map(|x| x.to_bits()).eq(want.iter().flatten().map(|x| x.to_bits())), "{what}: posteriors laid out");
+    check_posterior_layout(model, seqs, &gpu, &pb, what);
 }
 
 #[test]

@@ -143,7 +143,21 @@ fn downloads_in_pieces_and_into_parts_come_back_whole() {
         assert_eq!(parts.each_ref().map(|p| p.len()), lens);
         let back: Vec<f64> = parts.concat();
         assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "download into parts {lens:?}");
+        let mut mine: Vec<Vec<f64>> = lens.iter().map(|&n| vec![0.5; n]).collect();
+        let mut outs: Vec<&mut [f64]> = mine.iter_mut().map(|p| &mut p[..]).collect();
+        dev.download_parts(&d.slice(..), &mut outs).expect("download into the caller's parts");
+        assert!(mine.concat().iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "download into the caller's parts {lens:?}");
     }
+    // Many small parts (a piece covers thousands), some empty, the source
+    // longer than the parts.
+    let lens: Vec<usize> = (0..100_000).map(|i| (i * 7919) % 13).collect();
+    let total: usize = lens.iter().sum();
+    let v: Vec<f64> = (0..total + 9).map(|i| i as f64 + 0.5).collect();
+    let d = s.clone_htod(&v).expect("copy");
+    let mut mine: Vec<Vec<f64>> = lens.iter().map(|&n| vec![-1.0; n]).collect();
+    let mut outs: Vec<&mut [f64]> = mine.iter_mut().map(|p| &mut p[..]).collect();
+    dev.download_parts(&d.slice(..), &mut outs).expect("download into many parts");
+    assert_eq!(mine.concat(), v[..total], "download into 100,000 parts");
 }
 
 /// A float32 upload after uploads of odd byte lengths (symbols sent as

@@ -20,8 +20,8 @@ use crate::session::{backend_for, input_error, r_error, run_in_session};
 trait FromR: Emission {
     /// The emission of `n_states` states from R's list (a density's number
     /// of states is its parameters'; HmmModel::with_emission checks it
-    /// against `start`).
-    fn from_r(list: &List, n_states: usize) -> Result<Self>;
+    /// against `start`), a matrix laid out by `threads` threads.
+    fn from_r(list: &List, n_states: usize, threads: i32) -> Result<Self>;
     /// The emission as R's list.
     fn to_r(&self) -> List;
     /// The fit's shape from R's emission list (the family and, for a
@@ -45,9 +45,27 @@ fn count_of(list: &List, name: &str) -> Result<usize> {
     Ok(count(x))
 }
 
+/// `work` in the call's pool of `threads` threads (0: all): the layout and
+/// checks of a model's tables, which take milliseconds on one thread at
+/// 512 states. R's objects are read before, on R's thread.
+fn in_pool<T: Send>(threads: i32, work: impl FnOnce() -> T + Send) -> T {
+    Exec::cpu().threads(threads.max(0) as usize).within(work)
+}
+
+/// R's `rows` x `cols` matrix (column-major, as R holds it) row by row, as
+/// the core takes it; as it is when not rows x cols long (the core then
+/// refuses its length). Runs in the calling thread's pool.
+fn rows_of(a: &[f64], rows: usize, cols: usize) -> bulkem_core::Result<Vec<f64>> {
+    hmm::row_major(a, rows, cols).unwrap_or_else(|| Ok(a.to_vec()))
+}
+
 impl FromR for Categorical {
-    fn from_r(list: &List, n_states: usize) -> Result<Self> {
-        Categorical::new(n_states, count_of(list, "V")?, doubles(list, "emis")?).map_err(r_error)
+    /// `emis`: R's N x V matrix of probabilities.
+    fn from_r(list: &List, n_states: usize, threads: i32) -> Result<Self> {
+        let v = count_of(list, "V")?;
+        let emis = list.dollar("emis")?;
+        let emis = emis.as_real_slice().ok_or_else(|| internal("emission$emis must be a double matrix"))?;
+        in_pool(threads, || Categorical::new(n_states, v, rows_of(emis, n_states, v)?)).map_err(r_error)
     }
     fn to_r(&self) -> List {
         list!(family = Self::NAME, emis = self.probs.clone(), V = self.n_symbols as i32)
@@ -69,7 +87,7 @@ fn numbers_from_r(obs: &Robj) -> Result<Vec<f64>> {
 }
 
 impl FromR for Gaussian {
-    fn from_r(list: &List, _: usize) -> Result<Self> {
+    fn from_r(list: &List, _: usize, _: i32) -> Result<Self> {
         Gaussian::new(doubles(list, "mean")?, doubles(list, "sd")?).map_err(r_error)
     }
     fn to_r(&self) -> List {
@@ -87,7 +105,7 @@ impl FromR for Gaussian {
 }
 
 impl FromR for Poisson {
-    fn from_r(list: &List, _: usize) -> Result<Self> {
+    fn from_r(list: &List, _: usize, _: i32) -> Result<Self> {
         Poisson::new(doubles(list, "rate")?).map_err(r_error)
     }
     fn to_r(&self) -> List {
@@ -122,9 +140,11 @@ macro_rules! by_family {
     };
 }
 
-fn model<E: FromR>(start: &[f64], trans: &[f64], emission: &List) -> Result<HmmModel<E>> {
-    let e = E::from_r(emission, start.len())?;
-    HmmModel::with_emission(start.to_vec(), trans.to_vec(), e).map_err(r_error)
+/// The model from R's start vector, transition matrix (N x N, as R holds
+/// it) and emission list; its matrices laid out by `threads` threads.
+fn model<E: FromR>(start: &[f64], trans: &[f64], emission: &List, threads: i32) -> Result<HmmModel<E>> {
+    let e = E::from_r(emission, start.len(), threads)?;
+    in_pool(threads, || HmmModel::with_emission(start.to_vec(), rows_of(trans, start.len(), start.len())?, e)).map_err(r_error)
 }
 
 /// Flat observations and the sequence lengths -> Sequences.
@@ -207,7 +227,7 @@ fn hmm_memory_(pass: &str, n_states: f64, emission: List, n_seqs: f64, lengths: 
 /// The model and sequences of a pass, after its memory check.
 fn prepare<E: FromR>(pass: Pass, start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32) -> Result<(HmmModel<E>, Sequences<E::Obs>)> {
     ensure(pass, start.len(), n_stats(emission)?, lengths_of(lengths), threads, 1)?;
-    Ok((model::<E>(start, trans, emission)?, sequences::<E>(obs, lengths, threads)?))
+    Ok((model::<E>(start, trans, emission, threads)?, sequences::<E>(obs, lengths, threads)?))
 }
 
 fn loglik<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<Vec<f64>> {
@@ -216,39 +236,68 @@ fn loglik<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, l
 }
 
 /// Viterbi paths as R returns them: one integer vector of 1-based states
-/// per sequence (NA throughout an impossible one), allocated here on R's
-/// thread and filled by the call's threads (`hmm::viterbi_into`).
-fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
+/// per sequence (NA throughout an impossible one), or with `simplify` one
+/// T x M integer matrix of them (sequences of one length T; `dimnames`
+/// unless NULL), allocated here on R's thread and filled by the call's
+/// threads (`hmm::viterbi_into`).
+#[allow(clippy::too_many_arguments)]
+fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str, simplify: bool, dimnames: &Robj) -> Result<List> {
     let (m, seqs) = prepare::<E>(Pass::Viterbi, start, trans, emission, obs, lengths, threads)?;
+    let run = |outs: &mut [&mut [i32]]| {
+        run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| hmm::viterbi_into(&m, &seqs, exec, outs, <i32 as CanBeNA>::na())).map_err(r_error)
+    };
+    if simplify {
+        let mut path = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), seqs.total());
+        let all = path.as_integer_slice_mut().ok_or_else(|| internal("the Viterbi paths are not an integer vector"))?;
+        let log_prob = run(&mut per_sequence(all, &seqs.offsets, 1))?;
+        let dim = [equal_length(&seqs.offsets)? as i32, seqs.len() as i32];
+        path.set_attrib("dim", dim.to_vec())?;
+        if !dimnames.is_null() {
+            path.set_attrib("dimnames", dimnames.clone())?;
+        }
+        return Ok(list!(path = path, log_prob = log_prob));
+    }
     let mut paths: Vec<Robj> = seqs.offsets.windows(2).map(|w| Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), w[1] - w[0])).collect();
-    let mut outs: Vec<&mut [i32]> = paths
-        .iter_mut()
-        .map(|x| x.as_integer_slice_mut().ok_or_else(|| Error::Other("internal: a Viterbi path is not an integer vector".into())))
-        .collect::<Result<_>>()?;
-    let log_prob = run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| {
-        hmm::viterbi_into(&m, &seqs, exec, &mut outs, <i32 as CanBeNA>::na())
-    })
-    .map_err(r_error)?;
+    let mut outs: Vec<&mut [i32]> = paths.iter_mut().map(|x| x.as_integer_slice_mut().ok_or_else(|| internal("a Viterbi path is not an integer vector"))).collect::<Result<_>>()?;
+    let log_prob = run(&mut outs)?;
     drop(outs);
     Ok(list!(path = List::from_values(paths), log_prob = log_prob))
 }
 
 /// Posteriors as R returns them: one T x N matrix per sequence (with
-/// `dimnames`, unless NULL), allocated here on R's thread and filled by
-/// the call's threads (`hmm::posterior_into`).
+/// `dimnames`, unless NULL), or with `simplify` one T x N x M array of
+/// them (sequences of one length T; `dimnames` of its three dimensions
+/// unless NULL, and the log-likelihoods as its attribute `loglik`, named
+/// as its third dimension: R would copy the array to set them),
+/// allocated here on R's thread and filled by the call's threads
+/// (`hmm::posterior_into`).
 #[allow(clippy::too_many_arguments)]
-fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str, dimnames: &Robj) -> Result<List> {
+fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str, dimnames: &Robj, simplify: bool) -> Result<List> {
     let (m, seqs) = prepare::<E>(Pass::Posterior, start, trans, emission, obs, lengths, threads)?;
     let n = m.n_states;
+    let run = |outs: &mut [&mut [f64]]| {
+        run_in_session(backend_of::<E::Obs>(backend, n, seqs.total(), 2, threads)?, threads.max(0) as usize, |exec| hmm::posterior_into(&m, &seqs, exec, outs, <f64 as CanBeNA>::na())).map_err(r_error)
+    };
+    if simplify {
+        let mut probs = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Doubles), seqs.total() * n);
+        let all = probs.as_real_slice_mut().ok_or_else(|| internal("the posterior array is not a double vector"))?;
+        let loglik = run(&mut per_sequence(all, &seqs.offsets, n))?;
+        let dim = [equal_length(&seqs.offsets)? as i32, n as i32, seqs.len() as i32];
+        probs.set_attrib("dim", dim.to_vec())?;
+        let mut ll = Robj::from(loglik.clone());
+        if !dimnames.is_null() {
+            probs.set_attrib("dimnames", dimnames.clone())?;
+            let names = List::try_from(dimnames.clone())?.elt(2)?;
+            if !names.is_null() {
+                ll.set_attrib("names", names)?;
+            }
+        }
+        probs.set_attrib("loglik", ll)?;
+        return Ok(list!(probs = probs, loglik = loglik));
+    }
     let mut matrices: Vec<Robj> = seqs.offsets.windows(2).map(|w| Robj::alloc_matrix(extendr_api::rtype_to_sxp(Rtype::Doubles), (w[1] - w[0]) as i32, n as i32)).collect();
-    let mut outs: Vec<&mut [f64]> = matrices
-        .iter_mut()
-        .map(|x| x.as_real_slice_mut().ok_or_else(|| Error::Other("internal: a posterior matrix is not a double vector".into())))
-        .collect::<Result<_>>()?;
-    let loglik = run_in_session(backend_of::<E::Obs>(backend, n, seqs.total(), 2, threads)?, threads.max(0) as usize, |exec| {
-        hmm::posterior_into(&m, &seqs, exec, &mut outs, <f64 as CanBeNA>::na())
-    })
-    .map_err(r_error)?;
+    let mut outs: Vec<&mut [f64]> = matrices.iter_mut().map(|x| x.as_real_slice_mut().ok_or_else(|| internal("a posterior matrix is not a double vector"))).collect::<Result<_>>()?;
+    let loglik = run(&mut outs)?;
     drop(outs);
     if !dimnames.is_null() {
         for x in &mut matrices {
@@ -256,6 +305,33 @@ fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj
         }
     }
     Ok(list!(probs = List::from_values(matrices), loglik = loglik))
+}
+
+fn internal(what: &str) -> Error {
+    Error::Other(format!("internal: {what}"))
+}
+
+/// One R vector cut into each sequence's part (`width` values per
+/// observation; the sequences at `offsets`).
+fn per_sequence<'a, T>(mut all: &'a mut [T], offsets: &[usize], width: usize) -> Vec<&'a mut [T]> {
+    offsets
+        .windows(2)
+        .map(|w| {
+            let (head, rest) = std::mem::take(&mut all).split_at_mut((w[1] - w[0]) * width);
+            all = rest;
+            head
+        })
+        .collect()
+}
+
+/// The one length of all sequences (0 for none), for a result with a
+/// dimension per time step; R checked that there is one.
+fn equal_length(offsets: &[usize]) -> Result<usize> {
+    let t = offsets.get(1).copied().unwrap_or(0);
+    if offsets.windows(2).any(|w| w[1] - w[0] != t) {
+        return Err(internal("simplify = TRUE with sequences of several lengths"));
+    }
+    Ok(t)
 }
 
 /// log P(sequence) per sequence. `obs`: integer symbol codes (categorical)
@@ -268,21 +344,24 @@ fn hmm_loglik_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths:
 }
 
 /// Viterbi: list(path = one integer vector of 1-based states per sequence,
-/// NA for impossible sequences; log_prob).
+/// NA for impossible sequences, or with `simplify` one T x M matrix of them
+/// with `dimnames` unless NULL; log_prob).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
-fn hmm_viterbi_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<List> {
-    by_family!(&emission, viterbi(start, trans, &emission, &obs, lengths, threads, backend))
+fn hmm_viterbi_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str, simplify: bool, dimnames: Robj) -> Result<List> {
+    by_family!(&emission, viterbi(start, trans, &emission, &obs, lengths, threads, backend, simplify, &dimnames))
 }
 
 /// Posteriors: list(probs = one T x N matrix per sequence, NA rows for an
-/// impossible sequence, with `dimnames` unless NULL; loglik).
+/// impossible sequence, with `dimnames` unless NULL, or with `simplify` one
+/// T x N x M array of them with `dimnames` unless NULL and attribute
+/// `loglik`; loglik).
 /// @noRd
 #[extendr]
 #[allow(clippy::too_many_arguments)]
-fn hmm_posterior_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str, dimnames: Robj) -> Result<List> {
-    by_family!(&emission, posterior(start, trans, &emission, &obs, lengths, threads, backend, &dimnames))
+fn hmm_posterior_(start: &[f64], trans: &[f64], emission: List, obs: Robj, lengths: &[i32], threads: i32, backend: &str, dimnames: Robj, simplify: bool) -> Result<List> {
+    by_family!(&emission, posterior(start, trans, &emission, &obs, lengths, threads, backend, &dimnames, simplify))
 }
 
 fn model_list<E: FromR>(m: &HmmModel<E>) -> List {
@@ -318,8 +397,11 @@ fn fit<E: FromR>(obs: &Robj, lengths: &[i32], emission: &List, init: &Robj, a: &
         let list = init.as_list().ok_or_else(|| Error::Other("internal: init must be a list".into()))?;
         let get = |name: &str| doubles(&list, name);
         let e = list.dollar("emission")?.as_list().ok_or_else(|| Error::Other("internal: init$emission must be a list".into()))?;
-        let m = E::from_r(&e, a.n_states)
-            .and_then(|e| HmmModel::with_emission(get("start")?, get("trans")?, e).map_err(r_error))
+        let m = E::from_r(&e, a.n_states, a.threads)
+            .and_then(|e| {
+                let (start, trans) = (get("start")?, get("trans")?);
+                in_pool(a.threads, || HmmModel::with_emission(start, rows_of(&trans, a.n_states, a.n_states)?, e)).map_err(r_error)
+            })
             .map_err(|e| input_error(e.to_string().replacen('`', "`init$", 1)))?;
         config = config.init(m);
     }
@@ -382,7 +464,7 @@ fn hmm_fit_(
 
 fn simulate<E: FromR>(start: &[f64], trans: &[f64], emission: &List, lengths: &[i32], seed: f64) -> Result<List> {
     ensure(Pass::Simulate, start.len(), n_stats(emission)?, lengths_of(lengths), 0, 1)?;
-    let m = model::<E>(start, trans, emission)?;
+    let m = model::<E>(start, trans, emission, 0)?;
     let lengths: Vec<usize> = lengths_of(lengths).collect();
     // Every core (simulation is cheap; its time is the memory it fills).
     let (seqs, states) = run_in_session(Backend::Cpu, 0, |exec| hmm::simulate_with(&m, &lengths, seed as u64, exec)).map_err(r_error)?;

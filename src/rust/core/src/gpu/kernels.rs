@@ -109,11 +109,12 @@ pub enum Kernel {
     WidenU32,
     NarrowU32,
     LayoutF64,
+    ColumnsBySequenceF64,
     CompactF64,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 59] = [
+    pub const ALL: [Kernel; 60] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -172,6 +173,7 @@ impl Kernel {
         Kernel::WidenU32,
         Kernel::NarrowU32,
         Kernel::LayoutF64,
+        Kernel::ColumnsBySequenceF64,
         Kernel::CompactF64,
     ];
 
@@ -237,6 +239,7 @@ impl Kernel {
             WidenU32 => ("transfer", "widen_u32"),
             NarrowU32 => ("transfer", "narrow_u32"),
             LayoutF64 => ("transfer", "layout_f64"),
+            ColumnsBySequenceF64 => ("transfer", "columns_by_sequence_f64"),
             CompactF64 => ("transfer", "compact_f64"),
         }
     }

@@ -187,6 +187,27 @@ impl Device {
         })
     }
 
+    /// `src` into `outs` laid end to end (as long as they are together),
+    /// each piece copied out while the next crosses the bus: the
+    /// posteriors straight into R's matrices.
+    pub fn download_parts<T: Copy + Send + Sync>(&self, src: &CudaView<T>, outs: &mut [&mut [T]]) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        let total: usize = outs.iter().map(|o| o.len()).sum();
+        assert!(src.len() >= total, "a download's source holds its values");
+        let starts = std::iter::once(0).chain(outs.iter().scan(0, |at, o| { *at += o.len() * size; Some(*at) })).collect::<Vec<_>>();
+        let mut bytes: Vec<&mut [MaybeUninit<u8>]> = outs
+            .iter_mut()
+            .map(|o| {
+                // SAFETY: T is a plain value type; the view covers exactly
+                // o's bytes and borrows them uniquely; any byte written is
+                // a byte of some T written whole (every T is written).
+                unsafe { std::slice::from_raw_parts_mut(o.as_mut_ptr().cast::<MaybeUninit<u8>>(), o.len() * size) }
+            })
+            .collect();
+        let (ptr, _sync) = src.device_ptr(&self.stream);
+        self.stage_down(ptr, total * size, |at, b| take_into_parts(&mut bytes, &starts, at, b))
+    }
+
     /// `src` in `lens.len()` new host vectors of `lens` values, laid end
     /// to end there, in one transfer: a model's three arrays after one
     /// wait, each piece copied out while the next crosses the bus. The
@@ -345,6 +366,31 @@ impl Device {
         // out hold rows x cols doubles (checked above); the grid covers them
         // in 32 x 32 tiles with blocks of (32, 8) threads.
         unsafe { launch.launch(cfg) }.map_err(|e| self.err("launching layout_f64", e))?;
+        Ok(())
+    }
+
+    /// `rows` (time-major, `n` values per observation) as one column-major
+    /// T_s x n matrix per sequence, at the same place in `out`, NaN as
+    /// `missing`: sequences first .. first + count, at `off` (observation
+    /// offsets on the device), the rows from row off[first]
+    /// (kernels/transfer.cu, columns_by_sequence_f64).
+    #[allow(clippy::too_many_arguments)]
+    pub fn columns_by_sequence(&self, rows: &CudaSlice<f64>, off: &CudaSlice<i64>, first: usize, count: usize, n: usize, missing: f64, out: &mut CudaSlice<f64>) -> Result<()> {
+        if count == 0 || n == 0 {
+            return Ok(());
+        }
+        assert!(first + count < off.len() && rows.len() <= out.len(), "a layout's sequences and rows fit their buffers");
+        let f = self.function(Kernel::ColumnsBySequenceF64, &[])?;
+        let (first_i, count_i, n_i, bits) = (first as i32, count as i32, n as i32, missing.to_bits());
+        let cfg = LaunchConfig { grid_dim: (count.min(1 << 20) as u32, 1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        let mut launch = self.stream.launch_builder(&f);
+        launch.arg(rows).arg(off).arg(&first_i).arg(&count_i).arg(&n_i).arg(&bits).arg(out);
+        // SAFETY: columns_by_sequence_f64(rows, off, first, count, n,
+        // missing, out): off holds offsets first ..= first + count (checked
+        // above); rows and out hold the (off[first + count] - off[first]) x
+        // n values of those sequences (the caller's batch); blocks of (32, 8)
+        // threads, grid-striding over the sequences.
+        unsafe { launch.launch(cfg) }.map_err(|e| self.err("launching columns_by_sequence_f64", e))?;
         Ok(())
     }
 
@@ -523,9 +569,11 @@ fn take_into_parts(outs: &mut [&mut [MaybeUninit<u8>]], starts: &[usize], at: us
     let end = at + bytes.len();
     let mut pieces = Vec::new();
     let mut rest = bytes;
-    for (i, out) in outs.iter_mut().enumerate() {
-        if starts[i + 1] <= at || starts[i] >= end {
-            continue;
+    // The first out that ends past `at` (a piece may cover few of many).
+    let first = starts[1..].partition_point(|&s| s <= at);
+    for (i, out) in outs.iter_mut().enumerate().skip(first) {
+        if starts[i] >= end {
+            break;
         }
         let from = at.max(starts[i]) - starts[i];
         let len = end.min(starts[i + 1]) - starts[i] - from;

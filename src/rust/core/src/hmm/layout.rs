@@ -64,6 +64,50 @@ pub fn columns_by_sequence(rows: &[f64], offsets: &[usize], n: usize, out: &mut 
     });
 }
 
+/// Where a posterior pass writes its probabilities.
+pub(crate) enum PosteriorOut<'a, 'b> {
+    /// Time-major rows, N values per observation (NaN rows for an
+    /// impossible sequence).
+    Rows(&'a mut [f64]),
+    /// One T_s x N column-major buffer per sequence (R's matrices), NaN as
+    /// the value given ([`columns_by_sequence`]).
+    Columns(&'a mut [&'b mut [f64]], f64),
+}
+
+impl<'b> PosteriorOut<'_, 'b> {
+    /// The parts of consecutive groups of `counts` sequences (each group's
+    /// `values` values in all), for the shares of a call.
+    pub(crate) fn parts(&mut self, counts: &[usize], values: &[usize]) -> Vec<PosteriorOut<'_, 'b>> {
+        match self {
+            PosteriorOut::Rows(rows) => split_by(rows, values).into_iter().map(PosteriorOut::Rows).collect(),
+            PosteriorOut::Columns(outs, missing) => {
+                let missing = *missing;
+                split_by(outs, counts).into_iter().map(|o| PosteriorOut::Columns(o, missing)).collect()
+            }
+        }
+    }
+
+    /// Sequence s's rows (time-major, its T_s x N values; the sequences at
+    /// `offsets`) in their place.
+    pub(crate) fn put(&mut self, s: usize, offsets: &[usize], n: usize, rows: &[f64]) {
+        match self {
+            PosteriorOut::Rows(all) => all[offsets[s] * n..offsets[s + 1] * n].copy_from_slice(rows),
+            PosteriorOut::Columns(outs, missing) => columns_by_sequence(rows, &[0, offsets[s + 1] - offsets[s]], n, &mut [&mut *outs[s]], *missing),
+        }
+    }
+}
+
+/// `v` in consecutive parts of `lens` items.
+fn split_by<'a, T>(mut v: &'a mut [T], lens: &[usize]) -> Vec<&'a mut [T]> {
+    let mut parts = Vec::with_capacity(lens.len());
+    for &len in lens {
+        let (head, rest) = std::mem::take(&mut v).split_at_mut(len);
+        parts.push(head);
+        v = rest;
+    }
+    parts
+}
+
 /// Sequence s's part of the flat Viterbi `paths` (0-based states, the
 /// sequences at `offsets`) into `out[s]` as 1-based states, [`NO_STATE`]
 /// as `missing`. Runs in the calling thread's pool.

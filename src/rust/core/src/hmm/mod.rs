@@ -68,7 +68,7 @@ pub use paths::Paths;
 pub use sequences::{flatten_codes, flatten_values, zero_based, Codes, Sequences};
 pub use simulate::{simulate, simulate_with};
 pub use size::{HmmJob, Pass};
-pub use tables::{LogTables, Tables};
+pub use tables::{row_major, LogTables, Tables};
 pub use viterbi::NO_STATE;
 
 use crate::error::{Error, Result};
@@ -224,7 +224,7 @@ pub fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exe
         Backend::Cpu => cpu::posterior(&Tables::new(model)?, seqs, exec)?,
         Backend::Cuda => match on_device(model, seqs)? {
             OnDevice::Categorical(m, s) => gpu::posterior(m, s, exec)?,
-            OnDevice::Density(values) => gpu::density_posterior(model, seqs, values, exec)?,
+            OnDevice::Density(values) => gpu::density_posterior(model, seqs, values, exec, None)?,
         },
     };
     Ok(Posterior { probs, loglik })
@@ -234,7 +234,20 @@ pub fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exe
 /// NaN as `missing`) into `outs`, one T_s x N buffer per sequence (R's
 /// matrices). Returns the log-likelihoods. Runs in the calling thread's
 /// pool.
+///
+/// On the GPU the kernels' posteriors are laid out on the device and cross
+/// the bus straight into `outs`, with no host buffer of all of them in
+/// between.
 pub fn posterior_into<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec, outs: &mut [&mut [f64]], missing: f64) -> Result<Vec<f64>> {
+    if exec.backend == Backend::Cuda {
+        check(Pass::Posterior, model, seqs, exec)?;
+        let cols = Some((outs, missing));
+        return Ok(match on_device(model, seqs)? {
+            OnDevice::Categorical(m, s) => gpu::posterior_to(m, s, exec, cols)?,
+            OnDevice::Density(values) => gpu::density_posterior(model, seqs, values, exec, cols)?,
+        }
+        .1);
+    }
     let p = posterior(model, seqs, exec)?;
     layout::columns_by_sequence(&p.probs, &seqs.offsets, model.n_states, outs, missing);
     Ok(p.loglik)

@@ -135,3 +135,28 @@ pub fn path_logp(m: &bulkem_core::hmm::HmmModel, seq: &[u32], path: &[u32]) -> f
 
 #[allow(dead_code)]
 pub mod diagnostic_cases;
+
+/// `hmm::posterior_into` into one matrix per sequence on `exec` is bit for
+/// bit `posterior` (the plain pass's result) laid out on the host, NaN as
+/// -1 (`what` names the case).
+#[allow(dead_code)]
+pub fn check_posterior_layout<E: bulkem_core::hmm::Emission>(model: &bulkem_core::hmm::HmmModel<E>, seqs: &bulkem_core::hmm::Sequences<E::Obs>, exec: &Exec, posterior: &bulkem_core::hmm::Posterior, what: &str) {
+    let (mats, ll) = posterior_laid_out(model, seqs, exec);
+    assert_eq!(ll.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), posterior.loglik.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{what}: log-likelihoods with the layout");
+    let n = model.n_states;
+    let mut want: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
+    let mut outs: Vec<&mut [f64]> = want.iter_mut().map(|x| &mut x[..]).collect();
+    bulkem_core::hmm::layout::columns_by_sequence(&posterior.probs, &seqs.offsets, n, &mut outs, -1.0);
+    assert!(mats.iter().flatten().eq(want.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>().iter()), "{what}: posteriors laid out");
+}
+
+/// The posteriors into one matrix per sequence (`hmm::posterior_into`, NaN
+/// as -1), as bits, and the log-likelihoods.
+#[allow(dead_code)]
+pub fn posterior_laid_out<E: bulkem_core::hmm::Emission>(model: &bulkem_core::hmm::HmmModel<E>, seqs: &bulkem_core::hmm::Sequences<E::Obs>, exec: &Exec) -> (Vec<Vec<u64>>, Vec<f64>) {
+    let n = model.n_states;
+    let mut mats: Vec<Vec<f64>> = seqs.offsets.windows(2).map(|w| vec![0.0; (w[1] - w[0]) * n]).collect();
+    let mut outs: Vec<&mut [f64]> = mats.iter_mut().map(|x| &mut x[..]).collect();
+    let ll = bulkem_core::hmm::posterior_into(model, seqs, exec, &mut outs, -1.0).unwrap();
+    (mats.iter().map(|m| m.iter().map(|x| x.to_bits()).collect()).collect(), ll)
+}

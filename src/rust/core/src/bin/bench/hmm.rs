@@ -108,15 +108,27 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     bulkem_core::gpu::timing::take();
     let fwd = median_time(|| as_r(&exec, || hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let fwd_phases = last_phases();
+    // And with the model made as the glue makes it from R's matrices
+    // (column-major: laid out row by row, then checked).
+    let from_r = ColumnMajor::of(model);
+    let fwd_r = median_time(|| {
+        let m = from_r.model(model, &exec).map_err(s)?;
+        as_r(&exec, || hmm::loglik(&m, seqs, &exec).map(|_| ()).map_err(s))
+    })?;
+    let model_phases = last_phases_from(MODEL_FROM_R);
     let vit = median_time(|| as_r(&exec, || hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let vit_phases = last_phases();
     // What R's calls do: the paths widened into fresh vectors (the glue's
     // hmm::viterbi_into), the posteriors laid out into fresh matrices
     // (hmm::posterior_into), NA for impossible sequences.
-    let vit_bus = into_r_time(&exec, &seqs.offsets, 1, |outs| hmm::viterbi_into(model, seqs, &exec, outs, i32::MIN).map(|_| ()).map_err(s))?;
+    let vit_fill = |outs: &mut [&mut [i32]]| hmm::viterbi_into(model, seqs, &exec, outs, i32::MIN).map(|_| ()).map_err(s);
+    let vit_bus = into_r_time(&exec, &seqs.offsets, 1, RResult::PerSequence, vit_fill)?;
+    let vit_one = into_r_time(&exec, &seqs.offsets, 1, RResult::OneArray, vit_fill)?;
     let post = median_time(|| as_r(&exec, || hmm::posterior(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let post_phases = last_phases();
-    let post_r = into_r_time(&exec, &seqs.offsets, n, |outs| hmm::posterior_into(model, seqs, &exec, outs, f64::NAN).map(|_| ()).map_err(s))?;
+    let post_fill = |outs: &mut [&mut [f64]]| hmm::posterior_into(model, seqs, &exec, outs, f64::NAN).map(|_| ()).map_err(s);
+    let post_r = into_r_time(&exec, &seqs.offsets, n, RResult::PerSequence, post_fill)?;
+    let post_one = into_r_time(&exec, &seqs.offsets, n, RResult::OneArray, post_fill)?;
     let bw = median_time(|| as_r(&exec, || hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s)))?;
     let bw_phases = last_phases();
     let config = HmmFitConfig::<E>::for_emission(n, model.emission.shape()).init(model.clone()).max_iters(5).epsilon(0.0).check().map_err(s)?;
@@ -124,8 +136,8 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let fit_phases = last_phases();
     let threads_used = if threads == 0 { available_threads() } else { threads };
     println!(
-        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms, viterbi {:.3} ms (into R's vectors {:.3} ms), posterior {:.3} ms (into R's matrices {:.3} ms), baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
-        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, vit * 1e3, vit_bus * 1e3, post * 1e3, post_r * 1e3, bw * 1e3, fit5 * 1e3
+        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms (model from R's matrices {:.3} ms), viterbi {:.3} ms (into R's vectors {:.3} ms, one R matrix {:.3} ms), posterior {:.3} ms (into R's matrices {:.3} ms, one R array {:.3} ms), baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
+        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, fwd_r * 1e3, vit * 1e3, vit_bus * 1e3, vit_one * 1e3, post * 1e3, post_r * 1e3, post_one * 1e3, bw * 1e3, fit5 * 1e3
     );
     if backend == Backend::Cuda {
         // What every call pays to hand its work to the call's thread pool
@@ -134,15 +146,15 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
         let polled = median_time(|| as_r(&exec, || Ok::<(), String>(())))?;
         let threaded = median_time(|| bulkem_core::exec::run_polled(&exec.monitor, POLL, || exec.within(|| Ok::<(), String>(())), |_| true))?;
         println!(
-            "    phases of the last run (ms): forward {fwd_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}; fit {fit_phases}; round trips of an empty call: in the pool {:.3}, as R calls {:.3}, through a thread of its own {:.3}",
+            "    phases of the last run (ms): forward {fwd_phases}; forward with the model from R's matrices {model_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}; fit {fit_phases}; round trips of an empty call: in the pool {:.3}, as R calls {:.3}, through a thread of its own {:.3}",
             within * 1e3, polled * 1e3, threaded * 1e3
         );
         println!("    {}", exec.within(driver_costs)?);
     }
     writeln!(
         json,
-        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"viterbi_ms\":{:.4},\"viterbi_paths_ms\":{:.4},\"posterior_ms\":{:.4},\"posterior_r_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
-        backend.name(), fwd * 1e3, vit * 1e3, vit_bus * 1e3, post * 1e3, post_r * 1e3, bw * 1e3, fit5 * 1e3
+        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"forward_r_model_ms\":{:.4},\"viterbi_ms\":{:.4},\"viterbi_paths_ms\":{:.4},\"posterior_ms\":{:.4},\"posterior_r_ms\":{:.4},\"posterior_array_ms\":{:.4},\"viterbi_matrix_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
+        backend.name(), fwd * 1e3, fwd_r * 1e3, vit * 1e3, vit_bus * 1e3, post * 1e3, post_r * 1e3, post_one * 1e3, vit_one * 1e3, bw * 1e3, fit5 * 1e3
     )
     .map_err(|e| e.to_string())
 }
@@ -225,8 +237,17 @@ fn as_r<T: Send>(exec: &Exec, work: impl FnOnce() -> T + Send) -> T {
 /// [`median_time`] (ms), and the slate cleared: every run records the same
 /// phases, each starting with "validation".
 fn last_phases() -> String {
+    last_phases_from("validation")
+}
+
+/// The phase that starts a run of the forward pass with the model made as
+/// from R's matrices.
+const MODEL_FROM_R: &str = "model from R's matrices";
+
+/// [`last_phases`] of runs that each start with phase `first`.
+fn last_phases_from(first: &str) -> String {
     let all = bulkem_core::gpu::timing::take();
-    let last = all.iter().rposition(|(p, _)| *p == "validation").unwrap_or(0);
+    let last = all.iter().rposition(|(p, _)| *p == first).unwrap_or(0);
     all[last..].iter().map(|(p, t)| format!("{p} {:.3}", t * 1e3)).collect::<Vec<_>>().join(", ")
 }
 
@@ -239,17 +260,93 @@ fn median_time<E>(mut f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
     })
 }
 
+/// A model's matrices as R holds them (column by column): the transitions,
+/// and a categorical emission's probabilities.
+struct ColumnMajor {
+    trans: Vec<f64>,
+    emis: Option<Vec<f64>>,
+}
+
+impl ColumnMajor {
+    fn of<E: Emission>(model: &HmmModel<E>) -> Self {
+        let n = model.n_states;
+        let cols = |a: &[f64], rows: usize, cols: usize| (0..rows * cols).map(|k| a[(k % rows) * cols + k / rows]).collect::<Vec<f64>>();
+        let emis = (model as &dyn std::any::Any).downcast_ref::<HmmModel>().map(|m| cols(&m.emission.probs, n, m.emission.n_symbols));
+        ColumnMajor { trans: cols(&model.trans, n, n), emis }
+    }
+
+    /// The model as the R glue makes it from these (`hmm::row_major`, then
+    /// the model's checks, in the call's pool); `model` gives the rest.
+    fn model<E: Emission>(&self, model: &HmmModel<E>, exec: &Exec) -> bulkem_core::Result<HmmModel<E>> {
+        bulkem_core::gpu::timing::record(MODEL_FROM_R, Instant::now());
+        Exec::cpu().threads(exec.threads).within(|| self.model_here(model))
+    }
+
+    fn model_here<E: Emission>(&self, model: &HmmModel<E>) -> bulkem_core::Result<HmmModel<E>> {
+        let n = model.n_states;
+        let rows = |a: &[f64], r: usize, c: usize| hmm::row_major(a, r, c).expect("a matrix of its size");
+        // A categorical emission from its column-major probabilities; the
+        // others' few parameters as they are.
+        let emission = match (&self.emis, (&model.emission as &dyn std::any::Any).downcast_ref::<hmm::Categorical>()) {
+            (Some(cm), Some(cat)) => {
+                let t0 = Instant::now();
+                let probs = rows(cm, n, cat.n_symbols)?;
+                bulkem_core::gpu::timing::record("emission layout", t0);
+                let t0 = Instant::now();
+                let made: Box<dyn std::any::Any> = Box::new(hmm::Categorical::new(n, cat.n_symbols, probs)?);
+                bulkem_core::gpu::timing::record("emission checks", t0);
+                *made.downcast::<E>().expect("the emission is categorical")
+            }
+            _ => model.emission.clone(),
+        };
+        let t0 = Instant::now();
+        let trans = rows(&self.trans, n, n)?;
+        bulkem_core::gpu::timing::record("transitions layout", t0);
+        let t0 = Instant::now();
+        let m = HmmModel::with_emission(model.start.clone(), trans, emission);
+        bulkem_core::gpu::timing::record("model checks", t0);
+        m
+    }
+}
+
+/// How an R call returns a pass's values: one vector per sequence (the
+/// default), or one array of them all (`simplify = TRUE`, sequences of
+/// one length).
+#[derive(Clone, Copy)]
+enum RResult {
+    PerSequence,
+    OneArray,
+}
+
 /// Median seconds of what an R call does with a result of `width` values
-/// per observation: one vector per sequence allocated on the calling thread
-/// as R's allocVector leaves it (malloc'd, unmapped pages: zeroed vectors
+/// per observation: its vectors (`shape`) allocated on the calling thread
+/// as R's allocVector leaves them (malloc'd, unmapped pages: zeroed vectors
 /// cost a memset here that R does not do, 11-13 of 15-18 ms at N = 512 on
 /// an H200's host), then `fill` in the pool, as the glue does. The vectors
 /// are freed outside the timing, as R frees them later.
-fn into_r_time<T: Copy + Send>(exec: &Exec, offsets: &[usize], width: usize, fill: impl Fn(&mut [&mut [T]]) -> Result<(), String> + Sync) -> Result<f64, String> {
+fn into_r_time<T: Copy + Send>(exec: &Exec, offsets: &[usize], width: usize, shape: RResult, fill: impl Fn(&mut [&mut [T]]) -> Result<(), String> + Sync) -> Result<f64, String> {
     median_of(|| {
         let t0 = Instant::now();
-        let mut bufs: Vec<RVector<T>> = offsets.windows(2).map(|w| RVector::new((w[1] - w[0]) * width)).collect();
-        let mut outs: Vec<&mut [T]> = bufs.iter_mut().map(RVector::values).collect();
+        let total = offsets.last().copied().unwrap_or(0) * width;
+        let mut bufs: Vec<RVector<T>> = match shape {
+            RResult::PerSequence => offsets.windows(2).map(|w| RVector::new((w[1] - w[0]) * width)).collect(),
+            RResult::OneArray => vec![RVector::new(total)],
+        };
+        let mut outs: Vec<&mut [T]> = match shape {
+            RResult::PerSequence => bufs.iter_mut().map(RVector::values).collect(),
+            RResult::OneArray => {
+                // The glue cuts the array into each sequence's matrix.
+                let mut rest = bufs[0].values();
+                offsets
+                    .windows(2)
+                    .map(|w| {
+                        let (head, tail) = std::mem::take(&mut rest).split_at_mut((w[1] - w[0]) * width);
+                        rest = tail;
+                        head
+                    })
+                    .collect()
+            }
+        };
         as_r(exec, || fill(&mut outs))?;
         let elapsed = t0.elapsed().as_secs_f64();
         drop(outs);

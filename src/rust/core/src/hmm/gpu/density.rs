@@ -26,12 +26,12 @@ use super::super::tables::{Tables, DENSE_MIN};
 use super::batched::{row_batches, Batched};
 use super::launch::{launch_forward, launch_viterbi};
 use super::memory::viterbi_buffers;
-use super::passes::{forward_all, viterbi_all, CountSlots, Passes};
+use super::passes::{forward_all, posterior_bytes, viterbi_all, CountSlots, Passes};
 use super::plan::{batched_path, batches, viterbi_bytes_per_symbol};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
 use super::rows::{ChainSummary, DensityTables, DeviceDensity};
-use super::shares::{e_step_shares, fit_shares, shares, work, PassKind, ShareEngine, ShareSeqs, Spread};
+use super::shares::{e_step_shares, fit_shares, shares, work, ShareEngine, ShareSeqs, Spread};
 use super::{device, err};
 
 /// The offsets of `seqs` (no symbols: on the device, position p is symbol
@@ -120,30 +120,39 @@ fn viterbi_as<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values
 }
 
 /// Posteriors (time-major, NaN rows for impossible sequences) and
-/// log-likelihoods.
-pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+/// log-likelihoods; with `cols`, laid out into the caller's matrices
+/// instead (`super::posterior_as`).
+pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec, cols: Option<super::Columns<'_, '_>>) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    if super::scan::chosen(device()?, model, seqs, 16 * model.n_states)? {
-        return super::scan::density_posterior(model, seqs, values, exec);
-    }
     let n = model.n_states;
-    let (mut probs, mut loglik) = super::rows_into(seqs, n, PassKind::Posterior, "the posterior probabilities", exec, |sh, probs, loglik| {
-        let (dev, part) = (sh.dev, &*sh.seqs);
-        let pos = positions(part)?;
-        let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, &sh.range))?;
-        // The rows first: the passes plan their batches in the memory left.
-        let off = upload_offsets(dev, part)?;
-        let dt = density.tables(dev, model, &off, part.len(), part.total(), false)?;
-        let mut passes = Passes::with_density(dev, n, density.stats, &pos, false, n * 8, &density)?;
-        passes.posterior_all(&dt.tables, exec, probs, loglik)?;
-        let (shift, uncertain) = dt.shifts(dev)?;
-        for (s, l) in loglik.iter_mut().enumerate() {
-            *l = shifted(*l, shift[s], uncertain[s]);
-        }
-        Ok(())
-    })?;
-    super::settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
-    Ok((probs, loglik))
+    super::posterior_as(
+        seqs,
+        n,
+        cols,
+        || {
+            if super::scan::chosen(device()?, model, seqs, 16 * model.n_states)? {
+                return super::scan::density_posterior(model, seqs, values, exec).map(Some);
+            }
+            Ok(None)
+        },
+        |out| {
+            super::posterior_shares(model, seqs, exec, out, |sh, out, loglik| {
+                let (dev, part) = (sh.dev, &*sh.seqs);
+                let pos = positions(part)?;
+                let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, &sh.range))?;
+                // The rows first: the passes plan their batches in the memory left.
+                let off = upload_offsets(dev, part)?;
+                let dt = density.tables(dev, model, &off, part.len(), part.total(), false)?;
+                let mut passes = Passes::with_density(dev, n, density.stats, &pos, false, posterior_bytes(n, &out), &density)?;
+                passes.posterior_all(&dt.tables, exec, out, loglik)?;
+                let (shift, uncertain) = dt.shifts(dev)?;
+                for (s, l) in loglik.iter_mut().enumerate() {
+                    *l = shifted(*l, shift[s], uncertain[s]);
+                }
+                Ok(())
+            })
+        },
+    )
 }
 
 /// The engine of one share (the call's sequences when there is one) with

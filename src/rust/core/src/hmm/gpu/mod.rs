@@ -82,6 +82,7 @@ use super::config::CheckedHmmFitConfig;
 use super::cpu;
 use super::emission::{Emission, EmissionFit};
 use super::model::HmmModel;
+use super::layout::{self, PosteriorOut};
 use super::paths::Paths;
 use passes::PathsOut;
 use super::sequences::Sequences;
@@ -201,18 +202,86 @@ where
 /// Posterior state probabilities (time-major, NaN rows for impossible
 /// sequences) and per-sequence log-likelihoods.
 pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec<f64>, Vec<f64>)> {
+    posterior_to(model, seqs, exec, None)
+}
+
+/// [`posterior`], or with `cols` its probabilities laid out into the
+/// caller's matrices (`layout::PosteriorOut::Columns`; the rows returned
+/// are then empty).
+pub fn posterior_to(model: &HmmModel, seqs: &Sequences, exec: &Exec, cols: Option<Columns<'_, '_>>) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
     let small = tables::smallest(model);
-    if tables::theta_of(small) > 1.0 {
-        return cpu::posterior(&Tables::new(model)?, seqs, exec);
+    posterior_as(
+        seqs,
+        model.n_states,
+        cols,
+        || {
+            if tables::theta_of(small) > 1.0 {
+                return cpu::posterior(&Tables::new(model)?, seqs, exec).map(Some);
+            }
+            if scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
+                return scan::posterior(model, seqs, None, exec).map(Some);
+            }
+            Ok(None)
+        },
+        |out| posterior_shares(model, seqs, exec, out, |sh, out, loglik| passes::posterior_device(sh, model, small, exec, out, loglik)),
+    )
+}
+
+/// A caller's matrices, one per sequence, and the value NaN becomes.
+pub type Columns<'a, 'b> = (&'a mut [&'b mut [f64]], f64);
+
+/// The posteriors from `elsewhere` (the CPU or the scan, as rows) when it
+/// gives them, else from `kernels` (writing where they are told): as
+/// time-major rows, or laid out into `cols` (the rows then empty). With
+/// `cols` the kernels write into the caller's matrices themselves, with
+/// no host buffer of all the rows in between (its first touch and the
+/// layout out of it cost as much as the pass: BENCHMARKS.md).
+fn posterior_as<O: Copy>(
+    seqs: &Sequences<O>,
+    n: usize,
+    cols: Option<Columns<'_, '_>>,
+    elsewhere: impl FnOnce() -> Result<Option<(Vec<f64>, Vec<f64>)>>,
+    kernels: impl FnOnce(PosteriorOut<'_, '_>) -> Result<Vec<f64>>,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    if let Some((probs, loglik)) = elsewhere()? {
+        return Ok(match cols {
+            Some((outs, missing)) => {
+                layout::columns_by_sequence(&probs, &seqs.offsets, n, outs, missing);
+                (Vec::new(), loglik)
+            }
+            None => (probs, loglik),
+        });
     }
-    if scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
-        return scan::posterior(model, seqs, None, exec);
+    match cols {
+        Some((outs, missing)) => Ok((Vec::new(), kernels(PosteriorOut::Columns(outs, missing))?)),
+        None => {
+            let t0 = std::time::Instant::now();
+            let mut probs = crate::hmm::passes::zeroed::<f64>(seqs.total() * n, "the posterior probabilities")?;
+            crate::gpu::timing::record("result memory", t0);
+            let loglik = kernels(PosteriorOut::Rows(&mut probs))?;
+            Ok((probs, loglik))
+        }
     }
+}
+
+/// The kernels' posteriors into `out`, each share's written by `pass` into
+/// its part of it, the sequences the kernels left uncertain recomputed on
+/// the CPU; the log-likelihoods.
+fn posterior_shares<E, F>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec, mut out: PosteriorOut<'_, '_>, pass: F) -> Result<Vec<f64>>
+where
+    E: Emission,
+    F: Fn(&ShareSeqs<E::Obs>, PosteriorOut<'_, '_>, &mut [f64]) -> Result<()> + Sync,
+{
     let n = model.n_states;
-    let (mut probs, mut loglik) = rows_into(seqs, n, PassKind::Posterior, "the posterior probabilities", exec, |sh, probs, loglik| passes::posterior_device(sh, model, small, exec, probs, loglik))?;
-    settle_posteriors(model, seqs, &mut probs, &mut loglik, exec)?;
-    Ok((probs, loglik))
+    let shares = shares(seqs, exec, Spread::pass(device()?, seqs, n, PassKind::Posterior))?;
+    let mut loglik = vec![0.0; seqs.len()];
+    let (per_seq, values) = share_lens(&shares, seqs, n);
+    let (per_seq, values): (Vec<usize>, Vec<usize>) = (per_seq.collect(), values.collect());
+    let work = out.parts(&per_seq, &values).into_iter().zip(cut(&mut loglik, per_seq.iter().copied())).collect();
+    on_shares(&shares, seqs, exec, work, |sh, (out, loglik)| pass(sh, out, loglik))?;
+    settle_posteriors(model, seqs, &mut out, &mut loglik, exec)?;
+    Ok(loglik)
 }
 
 /// One value per sequence of `seqs` (N states), each share's written by
@@ -229,20 +298,10 @@ where
     Ok(out)
 }
 
-/// Values of type T per observation (`what` names them, for a memory
-/// error) and one log-likelihood per sequence of `seqs` (N states), each
-/// share's written by `pass` into its parts of them: Viterbi paths (1 per
-/// observation, `kind` Viterbi) or posteriors (N, `kind` Posterior).
-fn rows_into<O, T, F>(seqs: &Sequences<O>, n: usize, kind: PassKind, what: &str, exec: &Exec, pass: F) -> Result<(Vec<T>, Vec<f64>)>
-where
-    O: Copy + Send + Sync,
-    T: crate::hmm::passes::Zero + Send,
-    F: Fn(&ShareSeqs<O>, &mut [T], &mut [f64]) -> Result<()> + Sync,
-{
-    rows_per(seqs, n, kind, if kind == PassKind::Posterior { n } else { 1 }, what, exec, pass)
-}
-
-/// [`rows_into`] with `per_obs` values per observation.
+/// Values of type T per observation, `per_obs` each (`what` names them,
+/// for a memory error), and one log-likelihood per sequence of `seqs` (N
+/// states), each share's written by `pass` into its parts of them: the
+/// Viterbi paths (`kind` Viterbi).
 fn rows_per<O, T, F>(seqs: &Sequences<O>, n: usize, kind: PassKind, per_obs: usize, what: &str, exec: &Exec, pass: F) -> Result<(Vec<T>, Vec<f64>)>
 where
     O: Copy + Send + Sync,
@@ -260,8 +319,9 @@ where
 }
 
 /// Recompute on the CPU (in log space where needed) the posteriors of the
-/// sequences whose log-likelihood the kernels left NaN (uncertain).
-pub(super) fn settle_posteriors<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, probs: &mut [f64], loglik: &mut [f64], exec: &Exec) -> Result<()> {
+/// sequences whose log-likelihood the kernels left NaN (uncertain), into
+/// their places in `out`.
+pub(super) fn settle_posteriors<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, out: &mut PosteriorOut<'_, '_>, loglik: &mut [f64], exec: &Exec) -> Result<()> {
     let n = model.n_states;
     let mut tab = None;
     for s in 0..seqs.len() {
@@ -271,8 +331,9 @@ pub(super) fn settle_posteriors<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
                 tab = Some(Tables::new(model)?);
             }
             let Some(tab) = tab.as_ref() else { continue };
-            let rows = &mut probs[seqs.offsets[s] * n..seqs.offsets[s + 1] * n];
-            loglik[s] = cpu::posterior_of(tab, seqs.get(s), rows, &exec.monitor)?;
+            let mut rows = vec![0.0; (seqs.offsets[s + 1] - seqs.offsets[s]) * n];
+            loglik[s] = cpu::posterior_of(tab, seqs.get(s), &mut rows, &exec.monitor)?;
+            out.put(s, &seqs.offsets, n, &rows);
         }
     }
     Ok(())

@@ -13,6 +13,7 @@ use crate::exec::Exec;
 use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
+use super::super::layout::PosteriorOut;
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::batched::{row_batches, Batched};
@@ -399,19 +400,40 @@ pub(super) fn prefault<T: crate::hmm::passes::Zero + Send>(v: &mut [T]) {
     v.par_chunks_mut(1 << 16).for_each(|c| unsafe { std::ptr::write_bytes(c.as_mut_ptr(), 0, c.len()) });
 }
 
-/// The kernels' posteriors and log-likelihoods of share `sh` into `probs`
+/// The kernels' posteriors and log-likelihoods of share `sh` into `out`
 /// and `loglik` (NaN: uncertain).
-pub(super) fn posterior_device(sh: &ShareSeqs<u32>, model: &HmmModel, small: (f64, f64), exec: &Exec, probs: &mut [f64], loglik: &mut [f64]) -> Result<()> {
+pub(super) fn posterior_device(sh: &ShareSeqs<u32>, model: &HmmModel, small: (f64, f64), exec: &Exec, out: PosteriorOut<'_, '_>, loglik: &mut [f64]) -> Result<()> {
     let n = model.n_states;
-    let mut passes = Passes::new(sh.dev, n, model.emission.n_symbols, &sh.seqs, sh.obs, false, n * 8)?;
+    let mut passes = Passes::new(sh.dev, n, model.emission.n_symbols, &sh.seqs, sh.obs, false, posterior_bytes(n, &out))?;
     let tables = upload_tables_with(passes.dev, model, small)?;
-    passes.posterior_all(&tables, exec, probs, loglik)
+    passes.posterior_all(&tables, exec, out, loglik)
+}
+
+/// Device bytes a posterior pass into `out` keeps per observation besides
+/// the passes' own: the posteriors, and for the caller's matrices their
+/// per-sequence layout beside them.
+pub(super) fn posterior_bytes(n: usize, out: &PosteriorOut<'_, '_>) -> usize {
+    match out {
+        PosteriorOut::Rows(_) => n * 8,
+        PosteriorOut::Columns(..) => 2 * n * 8,
+    }
+}
+
+/// Write zeros over `out` in parallel (`prefault`).
+fn prefault_out(out: &mut PosteriorOut<'_, '_>) {
+    use rayon::prelude::*;
+    match out {
+        PosteriorOut::Rows(rows) => prefault(rows),
+        PosteriorOut::Columns(outs, _) => outs.par_iter_mut().with_min_len(16).for_each(|o| prefault(o)),
+    }
 }
 
 impl Passes<'_> {
-    /// Posteriors (N per observation, into `probs`) and log-likelihoods
-    /// (into `loglik`) of all sequences with `tables`.
-    pub(super) fn posterior_all(&mut self, tables: &DeviceTables, exec: &Exec, probs: &mut [f64], loglik: &mut [f64]) -> Result<()> {
+    /// Posteriors (N per observation, into `out`) and log-likelihoods
+    /// (into `loglik`) of all sequences with `tables`. Into the caller's
+    /// matrices, each batch is laid out on the device
+    /// (`Device::columns_by_sequence`) and crosses the bus into them.
+    pub(super) fn posterior_all(&mut self, tables: &DeviceTables, exec: &Exec, mut out: PosteriorOut<'_, '_>, loglik: &mut [f64]) -> Result<()> {
         let (dev, seqs, n) = (self.dev, self.seqs, self.n);
         // Summed over the batches, for the bench's phases.
         let (mut kernels, mut copies) = (0.0, 0.0);
@@ -426,15 +448,29 @@ impl Passes<'_> {
             // into them at 8-9 GB/s at N = 512 on an H200, page by page).
             let ll = rayon::in_place_scope(|sc| {
                 if b == 0 {
-                    let fresh = &mut *probs;
-                    sc.spawn(move |_| prefault(fresh));
+                    let fresh = &mut out;
+                    sc.spawn(move |_| prefault_out(fresh));
                 }
                 self.run_batch(tables, b, Some(&mut gamma), None)
             })?;
-            let t1 = std::time::Instant::now();
-            dev.download(&gamma.slice(..), &mut probs[sym0 * n..sym1 * n])?;
-            kernels += (t1 - t0).as_secs_f64();
-            copies += t1.elapsed().as_secs_f64();
+            match &mut out {
+                PosteriorOut::Rows(probs) => {
+                    let t1 = std::time::Instant::now();
+                    dev.download(&gamma.slice(..), &mut probs[sym0 * n..sym1 * n])?;
+                    kernels += (t1 - t0).as_secs_f64();
+                    copies += t1.elapsed().as_secs_f64();
+                }
+                PosteriorOut::Columns(outs, missing) => {
+                    // SAFETY: columns_by_sequence writes every value.
+                    let mut cols = unsafe { dev.stream.alloc::<f64>((sym1 - sym0) * n) }.map_err(err(dev, "allocating results"))?;
+                    dev.columns_by_sequence(&gamma, self.offsets(), range.start, range.len(), n, *missing, &mut cols)?;
+                    drop(gamma);
+                    let t1 = std::time::Instant::now();
+                    dev.download_parts(&cols.slice(..), &mut outs[range.clone()])?;
+                    kernels += (t1 - t0).as_secs_f64();
+                    copies += t1.elapsed().as_secs_f64();
+                }
+            }
             loglik[range.clone()].copy_from_slice(&ll);
             exec.monitor.add_done(range.len());
         }

@@ -14,6 +14,7 @@ use crate::gpu::{self, Device, Kernel};
 use super::super::backward::Counts;
 use super::super::cpu;
 use super::super::emission::Emission;
+use super::super::layout::PosteriorOut;
 use super::super::model::HmmModel;
 use super::super::scan::{self, Chunks};
 use super::super::sequences::Sequences;
@@ -287,7 +288,7 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, len: ChunkLen, exec: &Exec)
     let mut lls = call.download(&ll, call.m)?;
     gpu::timing::record("scan", t0);
     let mut rows = call.download_rows(&probs, seqs.total() * n)?;
-    settle_posteriors(model, seqs, &mut rows, &mut lls, exec)?;
+    settle_posteriors(model, seqs, &mut PosteriorOut::Rows(&mut rows), &mut lls, exec)?;
     Ok((rows, lls))
 }
 
@@ -302,7 +303,7 @@ pub(crate) fn density_posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequenc
     let (shifts, uncertain) = dt.shifts(call.dev)?;
     shift(&mut lls, &shifts, &uncertain);
     let mut rows = call.download_rows(&probs, seqs.total() * call.n)?;
-    settle_posteriors(model, seqs, &mut rows, &mut lls, exec)?;
+    settle_posteriors(model, seqs, &mut PosteriorOut::Rows(&mut rows), &mut lls, exec)?;
     Ok((rows, lls))
 }
 
