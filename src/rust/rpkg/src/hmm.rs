@@ -249,7 +249,7 @@ fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, 
     if simplify {
         let mut path = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), seqs.total());
         let all = path.as_integer_slice_mut().ok_or_else(|| internal("the Viterbi paths are not an integer vector"))?;
-        let log_prob = run(&mut per_sequence(all, &seqs.offsets, 1))?;
+        let log_prob = run(&mut hmm::layout::per_sequence(all, &seqs.offsets, 1))?;
         let dim = [equal_length(&seqs.offsets)? as i32, seqs.len() as i32];
         path.set_attrib("dim", dim.to_vec())?;
         if !dimnames.is_null() {
@@ -281,7 +281,7 @@ fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj
     if simplify {
         let mut probs = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Doubles), seqs.total() * n);
         let all = probs.as_real_slice_mut().ok_or_else(|| internal("the posterior array is not a double vector"))?;
-        let loglik = run(&mut per_sequence(all, &seqs.offsets, n))?;
+        let loglik = run(&mut hmm::layout::per_sequence(all, &seqs.offsets, n))?;
         let dim = [equal_length(&seqs.offsets)? as i32, n as i32, seqs.len() as i32];
         probs.set_attrib("dim", dim.to_vec())?;
         let mut ll = Robj::from(loglik.clone());
@@ -309,19 +309,6 @@ fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj
 
 fn internal(what: &str) -> Error {
     Error::Other(format!("internal: {what}"))
-}
-
-/// One R vector cut into each sequence's part (`width` values per
-/// observation; the sequences at `offsets`).
-fn per_sequence<'a, T>(mut all: &'a mut [T], offsets: &[usize], width: usize) -> Vec<&'a mut [T]> {
-    offsets
-        .windows(2)
-        .map(|w| {
-            let (head, rest) = std::mem::take(&mut all).split_at_mut((w[1] - w[0]) * width);
-            all = rest;
-            head
-        })
-        .collect()
 }
 
 /// The one length of all sequences (0 for none), for a result with a

@@ -79,10 +79,10 @@ impl<'b> PosteriorOut<'_, 'b> {
     /// `values` values in all), for the shares of a call.
     pub(crate) fn parts(&mut self, counts: &[usize], values: &[usize]) -> Vec<PosteriorOut<'_, 'b>> {
         match self {
-            PosteriorOut::Rows(rows) => split_by(rows, values).into_iter().map(PosteriorOut::Rows).collect(),
+            PosteriorOut::Rows(rows) => cut(rows, values.iter().copied()).into_iter().map(PosteriorOut::Rows).collect(),
             PosteriorOut::Columns(outs, missing) => {
                 let missing = *missing;
-                split_by(outs, counts).into_iter().map(|o| PosteriorOut::Columns(o, missing)).collect()
+                cut(outs, counts.iter().copied()).into_iter().map(|o| PosteriorOut::Columns(o, missing)).collect()
             }
         }
     }
@@ -97,15 +97,24 @@ impl<'b> PosteriorOut<'_, 'b> {
     }
 }
 
-/// `v` in consecutive parts of `lens` items.
-fn split_by<'a, T>(mut v: &'a mut [T], lens: &[usize]) -> Vec<&'a mut [T]> {
-    let mut parts = Vec::with_capacity(lens.len());
-    for &len in lens {
+/// `v` in consecutive parts of `lens` items (the rest, if any, left out).
+pub fn cut<T>(mut v: &mut [T], lens: impl IntoIterator<Item = usize>) -> Vec<&mut [T]> {
+    let lens = lens.into_iter();
+    let mut parts = Vec::with_capacity(lens.size_hint().0);
+    for len in lens {
         let (head, rest) = std::mem::take(&mut v).split_at_mut(len);
         parts.push(head);
         v = rest;
     }
     parts
+}
+
+/// One buffer of every sequence's values end to end (`width` per
+/// observation; the sequences at `offsets`: R's array of them) cut into
+/// each sequence's part, as [`columns_by_sequence`] and the passes'
+/// `_into` functions take them.
+pub fn per_sequence<'a, T>(all: &'a mut [T], offsets: &[usize], width: usize) -> Vec<&'a mut [T]> {
+    cut(all, offsets.windows(2).map(|w| (w[1] - w[0]) * width))
 }
 
 /// Sequence s's part of the flat Viterbi `paths` (0-based states, the
@@ -142,6 +151,15 @@ pub fn paths_by_sequence(paths: &Paths, offsets: &[usize], out: &mut [&mut [i32]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_buffer_cuts_into_each_sequences_part() {
+        let mut all: Vec<u32> = (0..14).collect();
+        // Sequences of 2, 0 and 5 observations, 2 values each.
+        let parts = per_sequence(&mut all, &[0, 2, 2, 7], 2);
+        assert_eq!(parts.iter().map(|p| p.to_vec()).collect::<Vec<_>>(), vec![vec![0, 1, 2, 3], vec![], (4..14).collect()]);
+        assert_eq!(cut(&mut [1, 2, 3][..], [1, 1]).len(), 2);
+    }
 
     #[test]
     fn each_path_becomes_its_one_based_vector() {

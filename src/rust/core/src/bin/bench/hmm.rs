@@ -334,18 +334,8 @@ fn into_r_time<T: Copy + Send>(exec: &Exec, offsets: &[usize], width: usize, sha
         };
         let mut outs: Vec<&mut [T]> = match shape {
             RResult::PerSequence => bufs.iter_mut().map(RVector::values).collect(),
-            RResult::OneArray => {
-                // The glue cuts the array into each sequence's matrix.
-                let mut rest = bufs[0].values();
-                offsets
-                    .windows(2)
-                    .map(|w| {
-                        let (head, tail) = std::mem::take(&mut rest).split_at_mut((w[1] - w[0]) * width);
-                        rest = tail;
-                        head
-                    })
-                    .collect()
-            }
+            // The glue cuts the array into each sequence's matrix.
+            RResult::OneArray => hmm::layout::per_sequence(bufs[0].values(), offsets, width),
         };
         as_r(exec, || fill(&mut outs))?;
         let elapsed = t0.elapsed().as_secs_f64();

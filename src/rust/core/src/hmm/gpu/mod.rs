@@ -74,7 +74,7 @@ pub(crate) use density::{baum_welch_step as density_baum_welch_step, fit as dens
 
 use engine::DeviceEngine;
 use plan::check_size;
-use shares::{cut, e_step_shares, fit_shares, on_shares, share_lens, shares, work, PassKind, ShareSeqs, Spread};
+use shares::{e_step_shares, fit_shares, on_shares, share_lens, shares, work, PassKind, ShareSeqs, Spread};
 
 use super::backward::Counts;
 use super::baum_welch::{fit_with, m_step, Engine, HmmFit};
@@ -82,7 +82,7 @@ use super::config::CheckedHmmFitConfig;
 use super::cpu;
 use super::emission::{Emission, EmissionFit};
 use super::model::HmmModel;
-use super::layout::{self, PosteriorOut};
+use super::layout::{self, cut, PosteriorOut};
 use super::paths::Paths;
 use passes::PathsOut;
 use super::sequences::Sequences;

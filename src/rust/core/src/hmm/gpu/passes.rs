@@ -453,12 +453,11 @@ impl Passes<'_> {
                 }
                 self.run_batch(tables, b, Some(&mut gamma), None)
             })?;
-            match &mut out {
+            let t1 = match &mut out {
                 PosteriorOut::Rows(probs) => {
                     let t1 = std::time::Instant::now();
                     dev.download(&gamma.slice(..), &mut probs[sym0 * n..sym1 * n])?;
-                    kernels += (t1 - t0).as_secs_f64();
-                    copies += t1.elapsed().as_secs_f64();
+                    t1
                 }
                 PosteriorOut::Columns(outs, missing) => {
                     // SAFETY: columns_by_sequence writes every value.
@@ -467,10 +466,11 @@ impl Passes<'_> {
                     drop(gamma);
                     let t1 = std::time::Instant::now();
                     dev.download_parts(&cols.slice(..), &mut outs[range.clone()])?;
-                    kernels += (t1 - t0).as_secs_f64();
-                    copies += t1.elapsed().as_secs_f64();
+                    t1
                 }
-            }
+            };
+            kernels += (t1 - t0).as_secs_f64();
+            copies += t1.elapsed().as_secs_f64();
             loglik[range.clone()].copy_from_slice(&ll);
             exec.monitor.add_done(range.len());
         }

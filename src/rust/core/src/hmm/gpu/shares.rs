@@ -134,18 +134,6 @@ pub(super) fn shares<O: Copy>(seqs: &Sequences<O>, exec: &Exec, spread: Spread) 
     Ok(ranges.into_iter().enumerate().map(|(k, range)| Share { dev: &devices[k % devices.len()], range }).collect())
 }
 
-/// `out` cut into consecutive parts of `lens` entries (the shares' parts
-/// of a result the call allocated once).
-pub(super) fn cut<T>(mut out: &mut [T], lens: impl Iterator<Item = usize>) -> Vec<&mut [T]> {
-    let mut parts = Vec::new();
-    for len in lens {
-        let (head, rest) = std::mem::take(&mut out).split_at_mut(len);
-        parts.push(head);
-        out = rest;
-    }
-    parts
-}
-
 /// The shares' sequence counts and observation counts times `per`.
 pub(super) fn share_lens<'a, O: Copy>(shares: &'a [Share], seqs: &'a Sequences<O>, per: usize) -> (impl Iterator<Item = usize> + 'a, impl Iterator<Item = usize> + 'a) {
     (shares.iter().map(|s| s.range.len()), shares.iter().map(move |s| (seqs.offsets[s.range.end] - seqs.offsets[s.range.start]) * per))
