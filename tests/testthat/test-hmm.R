@@ -128,6 +128,34 @@ test_that("simplify = TRUE gives one array of the per-sequence results, in one c
   expect_error(hmm_posterior(m, list(1:3), use.gpu = FALSE, simplify = "yes"), class = "bulkem_error_input")
 })
 
+test_that("a model changed between calls gives its own results and is checked again", {
+  # The core keeps the last models it was given (laid out, checked, on the
+  # device) and finds them by their values: a matrix changed in place must
+  # not be taken for the one kept.
+  m <- hmm(c(0.5, 0.3, 0.2), matrix(c(.8, .1, .1, .2, .7, .1, .3, .3, .4), 3, byrow = TRUE),
+           matrix(c(.5, .5, .2, .8, .9, .1), 3, byrow = TRUE))
+  s <- list(c(1, 2, 2, 1, 1), c(2, 2), 1)
+  again <- function(m) hmm(m$start, unname(m$trans), unname(m$emis))
+  first <- hmm_loglik(m, s, use.gpu = FALSE)
+  expect_identical(hmm_loglik(m, s, use.gpu = FALSE), first)
+  m$trans[1, ] <- c(0.1, 0.1, 0.8)
+  changed <- hmm_loglik(m, s, use.gpu = FALSE)
+  expect_identical(changed, hmm_loglik(again(m), s, use.gpu = FALSE))
+  expect_false(isTRUE(all.equal(changed, first)))
+  m$emis[2, ] <- c(0.6, 0.4)
+  expect_identical(hmm_posterior(m, s, use.gpu = FALSE), hmm_posterior(again(m), s, use.gpu = FALSE))
+  expect_identical(hmm_viterbi(m, s, use.gpu = FALSE), hmm_viterbi(again(m), s, use.gpu = FALSE))
+  m$trans[2, 2] <- 0.9
+  expect_error(hmm_loglik(m, s, use.gpu = FALSE), "row 2 must sum to 1", class = "bulkem_error_input")
+  g <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE), emission = gaussian_emission(c(0, 3), c(1, 1)))
+  x <- list(c(0.1, 2.5, 3.2), c(-1, 0))
+  before <- hmm_loglik(g, x, use.gpu = FALSE)
+  g$emission$mean[2] <- 2
+  expect_identical(hmm_loglik(g, x, use.gpu = FALSE),
+                   hmm_loglik(hmm(g$start, unname(g$trans), emission = gaussian_emission(c(0, 2), c(1, 1))), x, use.gpu = FALSE))
+  expect_false(isTRUE(all.equal(hmm_loglik(g, x, use.gpu = FALSE), before)))
+})
+
 test_that("hmm_simulate is reproducible and returns the hidden states", {
   m <- textbook()
   a <- hmm_simulate(m, 5, c(1, 2, 3, 4, 100), seed = 3)

@@ -2,6 +2,9 @@
 //! a published textbook example, an independent log-space forward pass, and
 //! the properties of Baum-Welch (monotone, recovers a known model).
 
+mod common;
+use common::{check_kept_models, nudged};
+
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::Exec;
 use bulkem_core::hmm::{self, HmmFitConfig, HmmModel, Sequences, NO_STATE};
@@ -688,4 +691,14 @@ fn memory_the_machine_lacks_is_refused_before_allocating() {
     assert!(post.bytes() >= 72_000_000_000);
     let vit = hmm::HmmJob::new(hmm::Pass::Viterbi, 3000, 8, [3_000_000usize].into_iter(), 1);
     assert!(vit.bytes() < post.bytes(), "Viterbi back-pointers are 2 bytes and segmented when short of memory");
+}
+
+#[test]
+fn kept_models_keep_their_tables_and_their_results() {
+    for (n, v) in [(3, 4), (40, 7)] {
+        let model = random_model(n, v, 70 + n as u64, true);
+        let lens: Vec<usize> = (0..20).map(|k| 1 + k % 9).collect();
+        let seqs = hmm::simulate(&model, &lens, 5).0;
+        check_kept_models(&model, &nudged(&model, 0.5), &seqs, &Exec::cpu(), &format!("N = {n}"));
+    }
 }

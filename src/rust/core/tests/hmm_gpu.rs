@@ -4,7 +4,7 @@
 //! device is usable.
 
 mod common;
-use common::{check_posterior_layout, cuda, gpu_or_skip, path_logp};
+use common::{check_kept_models, check_posterior_layout, cuda, gpu_or_skip, nudged, path_logp};
 
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::{choose_backend, Backend, BackendRequest, Exec};
@@ -478,6 +478,19 @@ fn unreachable_states_give_no_nan() {
         assert!(p.probs.iter().all(|x| x.is_finite()), "N={n}: NaN posteriors");
         let (next, _) = hmm::baum_welch_step(&m, &seqs, &Default::default(), &cuda()).unwrap();
         assert!(next.trans.iter().chain(&next.emission.probs).all(|x| x.is_finite()), "N={n}: {:?}", &next.trans[..4]);
+    }
+}
+
+#[test]
+fn kept_models_keep_their_device_tables_and_their_results() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // A warp kernel's size and the batched kernels' (512 states).
+    for (n, v, count) in [(8, 5, 300), (512, 64, 40)] {
+        let model = random_model(n, v, 41 + n as u64, false);
+        let seqs = hmm::simulate(&model, &lengths(count, 30, 3), 9).0;
+        check_kept_models(&model, &nudged(&model, 0.5), &seqs, &cuda(), &format!("N = {n}"));
     }
 }
 

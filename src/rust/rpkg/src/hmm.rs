@@ -1,12 +1,16 @@
 //! hmm_*(): R values -> HmmModel / Sequences, results -> flat R vectors
 //! (split and reshaped in R), but posteriors straight into one R matrix per
-//! sequence (their size made R's reshaping the slowest part of a call). Matrices cross the boundary row-major: R
-//! passes t(m) and rebuilds with matrix(byrow = TRUE). An emission crosses
+//! sequence (their size made R's reshaping the slowest part of a call). A
+//! model's matrices cross as R holds them (column-major) and are laid out
+//! row by row here, in the call's pool, unless the core kept the model from
+//! an earlier call with the same values (`hmm::find_kept_model`). An emission crosses
 //! as list(family = <name>, <parameters>...) ([`FromR`]); each entry point
 //! dispatches once on the family ([`by_family!`]) to code generic over the
 //! core's `Emission`. Every entry point checks the call's memory (the
 //! core's estimate, with the copies the glue and R make of the result)
 //! before converting anything.
+
+use std::sync::Arc;
 
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::{Backend, Exec};
@@ -24,6 +28,9 @@ trait FromR: Emission {
     fn from_r(list: &List, n_states: usize, threads: i32) -> Result<Self>;
     /// The emission as R's list.
     fn to_r(&self) -> List;
+    /// What `from_r` makes the emission from: R's double vectors in the
+    /// list, and its shape as numbers (a model's key: `hmm::keep_model`).
+    fn parameters(list: &List) -> Result<(Vec<Robj>, Vec<f64>)>;
     /// The fit's shape from R's emission list (the family and, for a
     /// categorical emission, V).
     fn shape_from_r(list: &List) -> Result<Self::Shape>;
@@ -70,6 +77,9 @@ impl FromR for Categorical {
     fn to_r(&self) -> List {
         list!(family = Self::NAME, emis = self.probs.clone(), V = self.n_symbols as i32)
     }
+    fn parameters(list: &List) -> Result<(Vec<Robj>, Vec<f64>)> {
+        Ok((vec![list.dollar("emis")?], vec![count_of(list, "V")? as f64]))
+    }
     fn shape_from_r(list: &List) -> Result<usize> {
         count_of(list, "V")
     }
@@ -93,6 +103,9 @@ impl FromR for Gaussian {
     fn to_r(&self) -> List {
         list!(family = Self::NAME, mean = self.mean.clone(), sd = self.sd.clone())
     }
+    fn parameters(list: &List) -> Result<(Vec<Robj>, Vec<f64>)> {
+        Ok((vec![list.dollar("mean")?, list.dollar("sd")?], Vec::new()))
+    }
     fn shape_from_r(_: &List) -> Result<()> {
         Ok(())
     }
@@ -110,6 +123,9 @@ impl FromR for Poisson {
     }
     fn to_r(&self) -> List {
         list!(family = Self::NAME, rate = self.rate.clone())
+    }
+    fn parameters(list: &List) -> Result<(Vec<Robj>, Vec<f64>)> {
+        Ok((vec![list.dollar("rate")?], Vec::new()))
     }
     fn shape_from_r(_: &List) -> Result<()> {
         Ok(())
@@ -141,10 +157,22 @@ macro_rules! by_family {
 }
 
 /// The model from R's start vector, transition matrix (N x N, as R holds
-/// it) and emission list; its matrices laid out by `threads` threads.
-fn model<E: FromR>(start: &[f64], trans: &[f64], emission: &List, threads: i32) -> Result<HmmModel<E>> {
+/// it) and emission list, its matrices laid out by `threads` threads; or
+/// the one an earlier call made from the same values (`hmm::keep_model`:
+/// R passes the same model call after call, and its layout, checks and
+/// copy to the device cost more than a pass at 512 states).
+fn model<E: FromR>(start: &[f64], trans: &[f64], emission: &List, threads: i32) -> Result<Arc<HmmModel<E>>> {
+    let (params, shape) = E::parameters(emission)?;
+    let mut tables = vec![start, trans, &shape[..]];
+    for p in &params {
+        tables.push(p.as_real_slice().ok_or_else(|| internal("an emission parameter must be a double vector"))?);
+    }
+    if let Some(m) = in_pool(threads, || hmm::find_kept_model::<E>(&tables)) {
+        return Ok(m);
+    }
     let e = E::from_r(emission, start.len(), threads)?;
-    in_pool(threads, || HmmModel::with_emission(start.to_vec(), rows_of(trans, start.len(), start.len())?, e)).map_err(r_error)
+    let m = in_pool(threads, || HmmModel::with_emission(start.to_vec(), rows_of(trans, start.len(), start.len())?, e)).map_err(r_error)?;
+    Ok(in_pool(threads, || hmm::keep_model(&tables, m)))
 }
 
 /// Flat observations and the sequence lengths -> Sequences.
@@ -225,7 +253,7 @@ fn hmm_memory_(pass: &str, n_states: f64, emission: List, n_seqs: f64, lengths: 
 }
 
 /// The model and sequences of a pass, after its memory check.
-fn prepare<E: FromR>(pass: Pass, start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32) -> Result<(HmmModel<E>, Sequences<E::Obs>)> {
+fn prepare<E: FromR>(pass: Pass, start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32) -> Result<(Arc<HmmModel<E>>, Sequences<E::Obs>)> {
     ensure(pass, start.len(), n_stats(emission)?, lengths_of(lengths), threads, 1)?;
     Ok((model::<E>(start, trans, emission, threads)?, sequences::<E>(obs, lengths, threads)?))
 }

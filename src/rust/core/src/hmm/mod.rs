@@ -25,6 +25,11 @@
 //! than sequences and at least 6N of them. Forward, posteriors, Viterbi and
 //! Baum-Welch's E-step take it.
 //!
+//! A caller that passes the same model call after call (R, whose matrices
+//! must be laid out and checked every time) keeps it ([`keep_model`],
+//! found again by its values with [`find_kept_model`]): the passes then
+//! make its CPU tables and device tables once.
+//!
 //! ```
 //! use bulkem_core::exec::Exec;
 //! use bulkem_core::hmm::{self, HmmModel, Sequences};
@@ -44,6 +49,7 @@ mod config;
 pub mod cpu;
 pub mod emission;
 mod forward;
+mod kept;
 pub mod layout;
 pub mod gpu;
 mod model;
@@ -63,6 +69,7 @@ pub use backward::Counts;
 pub use baum_welch::{m_step, random_model, try_random_model, HmmFit};
 pub use config::{CheckedHmmFitConfig, HmmFitConfig};
 pub use emission::{Categorical, Emission, EmissionFit, EmissionKind, Gaussian, Poisson};
+pub use kept::{find_kept_model, forget_kept_models, keep_model};
 pub use model::HmmModel;
 pub use paths::Paths;
 pub use sequences::{flatten_codes, flatten_values, zero_based, Codes, Sequences};
@@ -158,6 +165,17 @@ fn density_values<E: Emission>(seqs: &Sequences<E::Obs>) -> Result<&[f64]> {
     }
 }
 
+/// The CPU's tables of `model`, made once for a kept model
+/// ([`keep_model`]).
+fn host_tables<E: Emission>(model: &HmmModel<E>) -> Result<kept::KeptForm<Tables<E>>> {
+    kept::kept_form(model, kept::HOST, || Tables::new(model))
+}
+
+/// The CPU's log tables of `model`, made once for a kept model.
+fn host_log_tables<E: Emission>(model: &HmmModel<E>) -> Result<kept::KeptForm<LogTables<E>>> {
+    kept::kept_form(model, kept::HOST, || LogTables::new(model))
+}
+
 /// A categorical result as the generic type it is.
 fn generic<T: 'static, U: 'static>(x: T) -> Result<U> {
     (Box::new(x) as Box<dyn Any>).downcast::<U>().map(|b| *b).map_err(|_| Error::Internal("a GPU result of the wrong type".into()))
@@ -167,8 +185,8 @@ fn generic<T: 'static, U: 'static>(x: T) -> Result<U> {
 pub fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Vec<f64>> {
     check(Pass::Loglik, model, seqs, exec)?;
     match exec.backend {
-        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_loglik(&Tables::new(model)?, seqs, exec),
-        Backend::Cpu => cpu::loglik(&Tables::new(model)?, seqs, exec),
+        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_loglik(&*host_tables(model)?, seqs, exec),
+        Backend::Cpu => cpu::loglik(&*host_tables(model)?, seqs, exec),
         Backend::Cuda => match on_device(model, seqs)? {
             OnDevice::Categorical(m, s) => gpu::loglik(m, s, exec),
             OnDevice::Density(values) => gpu::density_loglik(model, seqs, values, exec),
@@ -180,8 +198,8 @@ pub fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: 
 pub fn viterbi<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Viterbi> {
     check(Pass::Viterbi, model, seqs, exec)?;
     let (states, log_prob) = match exec.backend {
-        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_viterbi(&LogTables::new(model)?, seqs, exec)?,
-        Backend::Cpu => cpu::viterbi(&LogTables::new(model)?, seqs, exec)?,
+        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_viterbi(&*host_log_tables(model)?, seqs, exec)?,
+        Backend::Cpu => cpu::viterbi(&*host_log_tables(model)?, seqs, exec)?,
         Backend::Cuda => match on_device(model, seqs)? {
             OnDevice::Categorical(m, s) => gpu::viterbi(m, s, exec)?,
             OnDevice::Density(values) => gpu::density_viterbi(model, seqs, values, exec)?,
@@ -220,8 +238,8 @@ pub fn viterbi_into<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, 
 pub fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Posterior> {
     check(Pass::Posterior, model, seqs, exec)?;
     let (probs, loglik) = match exec.backend {
-        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_posterior(&Tables::new(model)?, seqs, exec)?,
-        Backend::Cpu => cpu::posterior(&Tables::new(model)?, seqs, exec)?,
+        Backend::Cpu if scan::cpu_chosen(model, seqs, exec) => scan::cpu_posterior(&*host_tables(model)?, seqs, exec)?,
+        Backend::Cpu => cpu::posterior(&*host_tables(model)?, seqs, exec)?,
         Backend::Cuda => match on_device(model, seqs)? {
             OnDevice::Categorical(m, s) => gpu::posterior(m, s, exec)?,
             OnDevice::Density(values) => gpu::density_posterior(model, seqs, values, exec, None)?,
@@ -263,11 +281,11 @@ pub fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs
     match exec.backend {
         Backend::Cpu => {
             let (counts, ll, _) = if scan::cpu_chosen(model, seqs, exec) {
-                scan::cpu_e_step(&Tables::new(model)?, seqs, exec)?
+                scan::cpu_e_step(&*host_tables(model)?, seqs, exec)?
             } else {
                 let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.emission.n_stats()));
                 let seg = cpu::fit_segment(model.n_states, seqs, exec);
-                cpu::e_step(&Tables::new(model)?, seqs, &chunks, seg, exec)?
+                cpu::e_step(&*host_tables(model)?, seqs, &chunks, seg, exec)?
             };
             Ok((m_step(model, &counts, &fit).0, ll))
         }

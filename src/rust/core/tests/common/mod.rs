@@ -160,3 +160,61 @@ pub fn posterior_laid_out<E: bulkem_core::hmm::Emission>(model: &bulkem_core::hm
     let ll = bulkem_core::hmm::posterior_into(model, seqs, exec, &mut outs, -1.0).unwrap();
     (mats.iter().map(|m| m.iter().map(|x| x.to_bits()).collect()).collect(), ll)
 }
+
+/// A pass's results as bits: log-likelihoods, Viterbi paths with their
+/// log-probabilities, posteriors with their log-likelihoods.
+#[allow(dead_code)]
+pub fn pass_bits(model: &bulkem_core::hmm::HmmModel, seqs: &bulkem_core::hmm::Sequences, exec: &Exec) -> Vec<u64> {
+    use bulkem_core::hmm;
+    let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<u64>>();
+    let mut all = bits(&hmm::loglik(model, seqs, exec).unwrap());
+    let v = hmm::viterbi(model, seqs, exec).unwrap();
+    all.extend(v.states.iter().map(|&s| s as u64));
+    all.extend(bits(&v.log_prob));
+    let p = hmm::posterior(model, seqs, exec).unwrap();
+    all.extend(bits(&p.probs));
+    all.extend(bits(&p.loglik));
+    all
+}
+
+/// Kept models ([`bulkem_core::hmm::keep_model`]) on `exec`: every pass
+/// with a kept `model`, run twice, gives the bits of the same model not
+/// kept; `changed` (one value of `model` changed, as R changes a matrix in
+/// place) is not found under `model`'s tables, and once kept gives its own
+/// results; `model` kept still gives its own after it.
+#[allow(dead_code)]
+pub fn check_kept_models(model: &bulkem_core::hmm::HmmModel, changed: &bulkem_core::hmm::HmmModel, seqs: &bulkem_core::hmm::Sequences, exec: &Exec, what: &str) {
+    use bulkem_core::hmm;
+    let tables = |m: &hmm::HmmModel| vec![m.start.clone(), m.trans.clone(), m.emission.probs.clone()];
+    let (t1, t2) = (tables(model), tables(changed));
+    let (k1, k2): (Vec<&[f64]>, Vec<&[f64]>) = (t1.iter().map(|t| &t[..]).collect(), t2.iter().map(|t| &t[..]).collect());
+    let (want1, want2) = (pass_bits(model, seqs, exec), pass_bits(changed, seqs, exec));
+    assert!(want1 != want2, "{what}: the changed model must give other results");
+    let kept = match hmm::find_kept_model(&k1) {
+        Some(m) => m,
+        None => hmm::keep_model(&k1, model.clone()),
+    };
+    for round in 0..2 {
+        assert!(pass_bits(&kept, seqs, exec) == want1, "{what}: a kept model's results, round {round}");
+        let again = hmm::find_kept_model::<hmm::Categorical>(&k1).expect("a model just kept");
+        assert!(std::sync::Arc::ptr_eq(&again, &kept), "{what}: the kept model found again");
+    }
+    if hmm::find_kept_model::<hmm::Categorical>(&k2).is_none() {
+        let other = hmm::keep_model(&k2, changed.clone());
+        assert!(pass_bits(&other, seqs, exec) == want2, "{what}: the changed model's results");
+    }
+    assert!(pass_bits(&kept, seqs, exec) == want1, "{what}: the first model's results after the second");
+}
+
+/// `model` with a fraction `by` of row 0's largest transition moved to the
+/// next state's.
+#[allow(dead_code)]
+pub fn nudged(model: &bulkem_core::hmm::HmmModel, by: f64) -> bulkem_core::hmm::HmmModel {
+    let mut m = model.clone();
+    let n = m.n_states;
+    let j = (0..n).max_by(|&a, &b| m.trans[a].total_cmp(&m.trans[b])).unwrap_or(0);
+    let d = m.trans[j] * by;
+    m.trans[j] -= d;
+    m.trans[(j + 1) % n] += d;
+    m
+}

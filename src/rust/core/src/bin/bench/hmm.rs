@@ -8,6 +8,7 @@
 //! device, as the peer's are (`DeviceTimes` says what is inside).
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bulkem_core::exec::{available_threads, Backend, Exec};
@@ -109,13 +110,22 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let fwd = median_time(|| as_r(&exec, || hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let fwd_phases = last_phases();
     // And with the model made as the glue makes it from R's matrices
-    // (column-major: laid out row by row, then checked).
+    // (column-major: laid out row by row, then checked), kept between calls
+    // as the glue keeps it, and made anew every call (a call with a new
+    // model, or the glue before it kept them).
     let from_r = ColumnMajor::of(model);
     let fwd_r = median_time(|| {
         let m = from_r.model(model, &exec).map_err(s)?;
-        as_r(&exec, || hmm::loglik(&m, seqs, &exec).map(|_| ()).map_err(s))
+        as_r(&exec, || hmm::loglik(&*m, seqs, &exec).map(|_| ()).map_err(s))
     })?;
     let model_phases = last_phases_from(MODEL_FROM_R);
+    let fwd_r_new = median_time(|| {
+        hmm::forget_kept_models();
+        let m = from_r.model(model, &exec).map_err(s)?;
+        as_r(&exec, || hmm::loglik(&*m, seqs, &exec).map(|_| ()).map_err(s))
+    })?;
+    let new_model_phases = last_phases_from(MODEL_FROM_R);
+    hmm::forget_kept_models();
     let vit = median_time(|| as_r(&exec, || hmm::viterbi(model, seqs, &exec).map(|_| ()).map_err(s)))?;
     let vit_phases = last_phases();
     // What R's calls do: the paths widened into fresh vectors (the glue's
@@ -136,8 +146,8 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let fit_phases = last_phases();
     let threads_used = if threads == 0 { available_threads() } else { threads };
     println!(
-        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms (model from R's matrices {:.3} ms), viterbi {:.3} ms (into R's vectors {:.3} ms, one R matrix {:.3} ms), posterior {:.3} ms (into R's matrices {:.3} ms, one R array {:.3} ms), baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
-        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, fwd_r * 1e3, vit * 1e3, vit_bus * 1e3, vit_one * 1e3, post * 1e3, post_r * 1e3, post_one * 1e3, bw * 1e3, fit5 * 1e3
+        "hmm {label} N={n} M={m} T={t} {} ({} thread{}): forward {:.3} ms (model from R's matrices, kept {:.3} ms, new each call {:.3} ms), viterbi {:.3} ms (into R's vectors {:.3} ms, one R matrix {:.3} ms), posterior {:.3} ms (into R's matrices {:.3} ms, one R array {:.3} ms), baum-welch iter {:.3} ms, fit 5 iters {:.3} ms",
+        backend.name(), threads_used, if threads_used == 1 { "" } else { "s" }, fwd * 1e3, fwd_r * 1e3, fwd_r_new * 1e3, vit * 1e3, vit_bus * 1e3, vit_one * 1e3, post * 1e3, post_r * 1e3, post_one * 1e3, bw * 1e3, fit5 * 1e3
     );
     if backend == Backend::Cuda {
         // What every call pays to hand its work to the call's thread pool
@@ -146,15 +156,15 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
         let polled = median_time(|| as_r(&exec, || Ok::<(), String>(())))?;
         let threaded = median_time(|| bulkem_core::exec::run_polled(&exec.monitor, POLL, || exec.within(|| Ok::<(), String>(())), |_| true))?;
         println!(
-            "    phases of the last run (ms): forward {fwd_phases}; forward with the model from R's matrices {model_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}; fit {fit_phases}; round trips of an empty call: in the pool {:.3}, as R calls {:.3}, through a thread of its own {:.3}",
+            "    phases of the last run (ms): forward {fwd_phases}; forward with the model from R's matrices, kept {model_phases}, new {new_model_phases}; viterbi {vit_phases}; posterior {post_phases}; baum-welch iter {bw_phases}; fit {fit_phases}; round trips of an empty call: in the pool {:.3}, as R calls {:.3}, through a thread of its own {:.3}",
             within * 1e3, polled * 1e3, threaded * 1e3
         );
         println!("    {}", exec.within(driver_costs)?);
     }
     writeln!(
         json,
-        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"forward_r_model_ms\":{:.4},\"viterbi_ms\":{:.4},\"viterbi_paths_ms\":{:.4},\"posterior_ms\":{:.4},\"posterior_r_ms\":{:.4},\"posterior_array_ms\":{:.4},\"viterbi_matrix_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
-        backend.name(), fwd * 1e3, fwd_r * 1e3, vit * 1e3, vit_bus * 1e3, post * 1e3, post_r * 1e3, post_one * 1e3, vit_one * 1e3, bw * 1e3, fit5 * 1e3
+        "{{\"area\":\"hmm\",\"emission\":\"{label}\",\"backend\":\"{}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads_used},\"forward_ms\":{:.4},\"forward_r_model_ms\":{:.4},\"forward_r_new_model_ms\":{:.4},\"viterbi_ms\":{:.4},\"viterbi_paths_ms\":{:.4},\"posterior_ms\":{:.4},\"posterior_r_ms\":{:.4},\"posterior_array_ms\":{:.4},\"viterbi_matrix_ms\":{:.4},\"baum_welch_iter_ms\":{:.4},\"fit5_ms\":{:.4}}}",
+        backend.name(), fwd * 1e3, fwd_r * 1e3, fwd_r_new * 1e3, vit * 1e3, vit_bus * 1e3, post * 1e3, post_r * 1e3, post_one * 1e3, vit_one * 1e3, bw * 1e3, fit5 * 1e3
     )
     .map_err(|e| e.to_string())
 }
@@ -261,25 +271,50 @@ fn median_time<E>(mut f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
 }
 
 /// A model's matrices as R holds them (column by column): the transitions,
-/// and a categorical emission's probabilities.
+/// and a categorical emission's probabilities; and the values the glue
+/// keys a kept model by (start, transitions, the emission's shape and
+/// parameters).
 struct ColumnMajor {
     trans: Vec<f64>,
     emis: Option<Vec<f64>>,
+    key: Vec<Vec<f64>>,
 }
 
 impl ColumnMajor {
     fn of<E: Emission>(model: &HmmModel<E>) -> Self {
         let n = model.n_states;
         let cols = |a: &[f64], rows: usize, cols: usize| (0..rows * cols).map(|k| a[(k % rows) * cols + k / rows]).collect::<Vec<f64>>();
-        let emis = (model as &dyn std::any::Any).downcast_ref::<HmmModel>().map(|m| cols(&m.emission.probs, n, m.emission.n_symbols));
-        ColumnMajor { trans: cols(&model.trans, n, n), emis }
+        let emission = &model.emission as &dyn std::any::Any;
+        let emis = emission.downcast_ref::<hmm::Categorical>().map(|c| cols(&c.probs, n, c.n_symbols));
+        let trans = cols(&model.trans, n, n);
+        let params = match (&emis, emission.downcast_ref::<hmm::Categorical>(), emission.downcast_ref::<Gaussian>()) {
+            (Some(cm), Some(c), _) => vec![vec![c.n_symbols as f64], cm.clone()],
+            (_, _, Some(g)) => vec![Vec::new(), g.mean.clone(), g.sd.clone()],
+            _ => panic!("the bench keys categorical and Gaussian emissions only"),
+        };
+        let key = [vec![model.start.clone(), trans.clone()], params].concat();
+        ColumnMajor { trans, emis, key }
     }
 
-    /// The model as the R glue makes it from these (`hmm::row_major`, then
-    /// the model's checks, in the call's pool); `model` gives the rest.
-    fn model<E: Emission>(&self, model: &HmmModel<E>, exec: &Exec) -> bulkem_core::Result<HmmModel<E>> {
+    /// The model as the R glue makes it from these: the kept one
+    /// (`hmm::find_kept_model`), or laid out (`hmm::row_major`), checked
+    /// and kept, in the call's pool; `model` gives the rest.
+    fn model<E: Emission>(&self, model: &HmmModel<E>, exec: &Exec) -> bulkem_core::Result<Arc<HmmModel<E>>> {
         bulkem_core::gpu::timing::record(MODEL_FROM_R, Instant::now());
-        Exec::cpu().threads(exec.threads).within(|| self.model_here(model))
+        let key: Vec<&[f64]> = self.key.iter().map(|k| &k[..]).collect();
+        Exec::cpu().threads(exec.threads).within(|| {
+            let t0 = Instant::now();
+            let found = hmm::find_kept_model::<E>(&key);
+            bulkem_core::gpu::timing::record("kept model looked up", t0);
+            if let Some(m) = found {
+                return Ok(m);
+            }
+            let m = self.model_here(model)?;
+            let t0 = Instant::now();
+            let kept = hmm::keep_model(&key, m);
+            bulkem_core::gpu::timing::record("model kept", t0);
+            Ok(kept)
+        })
     }
 
     fn model_here<E: Emission>(&self, model: &HmmModel<E>) -> bulkem_core::Result<HmmModel<E>> {

@@ -13,6 +13,7 @@ use crate::exec::Exec;
 use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
+use super::super::kept::kept_form;
 use super::super::layout::PosteriorOut;
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
@@ -301,7 +302,7 @@ impl<'a> Passes<'a> {
 /// The kernels' log-likelihoods of share `sh` into `out` (NaN: uncertain).
 pub(super) fn loglik_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, out: &mut [f64]) -> Result<()> {
     let t0 = std::time::Instant::now();
-    let tables = upload_tables(sh.dev, model)?;
+    let tables = kept_form(model, sh.dev.info.ordinal, || upload_tables(sh.dev, model))?;
     crate::gpu::timing::record("tables", t0);
     let t0 = std::time::Instant::now();
     let d_seqs = upload(sh.dev, &sh.seqs, sh.obs, model.emission.n_symbols)?;
@@ -345,7 +346,7 @@ pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTable
 /// `paths` and `logp`; one launch per batch.
 pub(super) fn viterbi_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, paths: PathsOut<'_>, logp: &mut [f64]) -> Result<()> {
     let t0 = std::time::Instant::now();
-    let tabs = upload_log_tables(sh.dev, model)?;
+    let tabs = kept_form(model, sh.dev.info.ordinal, || upload_log_tables(sh.dev, model))?;
     let d_seqs = upload(sh.dev, &sh.seqs, sh.obs, model.emission.n_symbols)?;
     crate::gpu::timing::record("upload", t0);
     viterbi_all(sh.dev, model.n_states, &tabs, &d_seqs, &sh.seqs, None, exec, paths, logp)
@@ -405,7 +406,7 @@ pub(super) fn prefault<T: crate::hmm::passes::Zero + Send>(v: &mut [T]) {
 pub(super) fn posterior_device(sh: &ShareSeqs<u32>, model: &HmmModel, small: (f64, f64), exec: &Exec, out: PosteriorOut<'_, '_>, loglik: &mut [f64]) -> Result<()> {
     let n = model.n_states;
     let mut passes = Passes::new(sh.dev, n, model.emission.n_symbols, &sh.seqs, sh.obs, false, posterior_bytes(n, &out))?;
-    let tables = upload_tables_with(passes.dev, model, small)?;
+    let tables = kept_form(model, sh.dev.info.ordinal, || upload_tables_with(sh.dev, model, small))?;
     passes.posterior_all(&tables, exec, out, loglik)
 }
 

@@ -1,0 +1,264 @@
+//! Models kept between calls. A caller such as R passes the same model's
+//! tables call after call, as it holds them: each call laid them out row
+//! by row and checked them (0.4-1.2 ms at 512 states on an H200's host) and
+//! the GPU passes copied them to the device (0.21-0.26 ms for 4.2 MB), more
+//! than the forward pass itself. [`keep_model`] keeps the last few models
+//! made from a caller's tables with a copy of those tables: a call whose
+//! tables are equal bit for bit gets the same model back, and the GPU
+//! passes find its device tables already made ([`kept_form`]). The key is
+//! the tables' bits, so a model changed in place is never taken for the
+//! one kept; an error building a model keeps nothing.
+
+use std::any::{Any, TypeId};
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rayon::prelude::*;
+
+use crate::error::Result;
+
+use super::emission::Emission;
+use super::model::HmmModel;
+
+/// Models kept at once: a session alternating between a few models (a
+/// fit's and its candidates) keeps them all.
+const KEPT_MODELS: usize = 4;
+
+/// The largest tables kept (values): 2^23 doubles, 64 MiB, a 2,048-state
+/// model with as many symbols. Larger models cost more to run than to lay out, and a copy of
+/// them would double what the caller already holds.
+const MAX_KEPT_VALUES: usize = 1 << 23;
+
+/// Tables compared on one thread below this many values.
+const PARALLEL_COMPARE: usize = 1 << 16;
+
+/// What is kept of one model.
+struct Entry {
+    emission: TypeId,
+    tables: Vec<Vec<f64>>,
+    /// An `HmmModel<E>` of the emission type `emission`.
+    model: Arc<dyn Any + Send + Sync>,
+    /// Its forms: (where, the form's type, the form).
+    forms: Mutex<Vec<(usize, TypeId, Arc<dyn Any + Send + Sync>)>>,
+}
+
+/// Kept models, most recently used first.
+struct KeptModels(Mutex<Vec<Arc<Entry>>>);
+
+/// The process's kept models.
+static KEPT: KeptModels = KeptModels::new();
+
+/// The same bits, value for value (so -0 and 0, or two NaNs of different
+/// payloads, differ: a miss, never a false match).
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    let same = |(x, y): (&[f64], &[f64])| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() < PARALLEL_COMPARE {
+        return same((a, b));
+    }
+    a.par_chunks(PARALLEL_COMPARE / 4).zip(b.par_chunks(PARALLEL_COMPARE / 4)).all(same)
+}
+
+/// The model a previous call made from the caller's `tables` (every value
+/// the model was made from, in any layout), if their bits are the same;
+/// compared in the calling thread's pool.
+pub fn find_kept_model<E: Emission>(tables: &[&[f64]]) -> Option<Arc<HmmModel<E>>> {
+    KEPT.find(tables)
+}
+
+/// `model`, made from the caller's `tables`, kept for the next calls with
+/// the same (see [`find_kept_model`]), unless they are too large to copy.
+pub fn keep_model<E: Emission>(tables: &[&[f64]], model: HmmModel<E>) -> Arc<HmmModel<E>> {
+    KEPT.keep(tables, model)
+}
+
+/// Where a form of a model lives: a device's ordinal, or the host.
+pub(crate) const HOST: usize = usize::MAX;
+
+/// `model`'s form `T` at `place` (a device's ordinal, or [`HOST`]): made
+/// by `make` once for a kept model ([`keep_model`]) and kept with it, made
+/// every call for any other. A form must be read-only to its users.
+pub(crate) fn kept_form<E: Emission, T: Any + Send + Sync>(model: &HmmModel<E>, place: usize, make: impl FnOnce() -> Result<T>) -> Result<KeptForm<T>> {
+    KEPT.kept_form(model, place, make)
+}
+
+/// Forgets every kept model and its device forms (for a caller that must
+/// free the devices' memory).
+pub fn forget_kept_models() {
+    KEPT.list().clear();
+}
+
+impl KeptModels {
+    const fn new() -> Self {
+        KeptModels(Mutex::new(Vec::new()))
+    }
+
+    fn list(&self) -> MutexGuard<'_, Vec<Arc<Entry>>> {
+        // A panic while the list was held leaves it valid (every change is
+        // one insertion or removal).
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn find<E: Emission>(&self, tables: &[&[f64]]) -> Option<Arc<HmmModel<E>>> {
+        let emission = TypeId::of::<E>();
+        // Compared outside the lock: another thread's call waits only for
+        // the list's changes.
+        let candidates: Vec<Arc<Entry>> = self.list().iter().filter(|e| e.emission == emission && e.tables.len() == tables.len()).cloned().collect();
+        let entry = candidates.into_iter().find(|e| e.tables.iter().zip(tables).all(|(k, t)| same_bits(k, t)))?;
+        let model = Arc::clone(&entry.model).downcast::<HmmModel<E>>().ok()?;
+        let mut list = self.list();
+        if let Some(at) = list.iter().position(|e| Arc::ptr_eq(e, &entry)) {
+            let e = list.remove(at);
+            list.insert(0, e);
+        }
+        Some(model)
+    }
+
+    fn keep<E: Emission>(&self, tables: &[&[f64]], model: HmmModel<E>) -> Arc<HmmModel<E>> {
+        let model = Arc::new(model);
+        if tables.iter().map(|t| t.len()).sum::<usize>() > MAX_KEPT_VALUES {
+            return model;
+        }
+        let entry = Entry {
+            emission: TypeId::of::<E>(),
+            tables: tables.iter().map(|t| t.to_vec()).collect(),
+            model: Arc::clone(&model) as Arc<dyn Any + Send + Sync>,
+            forms: Mutex::new(Vec::new()),
+        };
+        let mut list = self.list();
+        list.insert(0, Arc::new(entry));
+        list.truncate(KEPT_MODELS);
+        model
+    }
+
+    fn kept_form<E: Emission, T: Any + Send + Sync>(&self, model: &HmmModel<E>, place: usize, make: impl FnOnce() -> Result<T>) -> Result<KeptForm<T>> {
+        let address = model as *const HmmModel<E> as *const ();
+        let entry = self.list().iter().find(|e| Arc::as_ptr(&e.model) as *const () == address).cloned();
+        let Some(entry) = entry else {
+            return make().map(KeptForm::Made);
+        };
+        let form = TypeId::of::<T>();
+        // Held while the form is made, so that two threads make it once.
+        let mut forms = entry.forms.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, f)) = forms.iter().find(|(d, t, _)| *d == place && *t == form) {
+            return Ok(KeptForm::Kept(Arc::clone(f), PhantomData));
+        }
+        let made: Arc<dyn Any + Send + Sync> = Arc::new(make()?);
+        forms.push((place, form, Arc::clone(&made)));
+        Ok(KeptForm::Kept(made, PhantomData))
+    }
+}
+
+/// A form of a model: the kept one, or one made for this call.
+pub(crate) enum KeptForm<T> {
+    Kept(Arc<dyn Any + Send + Sync>, PhantomData<T>),
+    Made(T),
+}
+
+impl<T: 'static> Deref for KeptForm<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self {
+            KeptForm::Kept(form, _) => form.downcast_ref::<T>().expect("kept under its own type"),
+            KeptForm::Made(form) => form,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hmm::Categorical;
+
+    fn build(count: &std::cell::Cell<usize>, trans: &[f64]) -> Result<HmmModel<Categorical>> {
+        count.set(count.get() + 1);
+        HmmModel::new(vec![0.5, 0.5], trans.to_vec(), vec![0.25, 0.75, 0.5, 0.5], 2)
+    }
+
+    impl KeptModels {
+        /// As a caller uses them: the kept model, or `build`'s kept.
+        fn model(&self, tables: &[&[f64]], build: impl FnOnce() -> Result<HmmModel<Categorical>>) -> Result<Arc<HmmModel<Categorical>>> {
+            match self.find(tables) {
+                Some(m) => Ok(m),
+                None => Ok(self.keep(tables, build()?)),
+            }
+        }
+    }
+
+    #[test]
+    fn equal_bits_reuse_a_model_and_other_bits_do_not() {
+        let kept = KeptModels::new();
+        let made = std::cell::Cell::new(0);
+        let trans = [0.9, 0.1, 0.2, 0.8];
+        let a = kept.model(&[&trans], || build(&made, &trans)).unwrap();
+        let b = kept.model(&[&trans], || build(&made, &trans)).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(made.get(), 1);
+        // One value changed (as R changes a matrix in place): a new model.
+        let changed = [0.9, 0.1, 0.3, 0.7];
+        let c = kept.model(&[&changed], || build(&made, &changed)).unwrap();
+        assert_eq!(made.get(), 2);
+        assert_eq!(c.trans, changed);
+        // -0 is not 0 to the key.
+        let signed = [0.9, 0.1, 0.2, 0.8, -0.0];
+        let unsigned = [0.9, 0.1, 0.2, 0.8, 0.0];
+        kept.model(&[&trans, &signed[4..]], || build(&made, &trans)).unwrap();
+        kept.model(&[&trans, &unsigned[4..]], || build(&made, &trans)).unwrap();
+        assert_eq!(made.get(), 4);
+    }
+
+    #[test]
+    fn errors_are_not_kept_and_old_models_leave() {
+        let kept = KeptModels::new();
+        let made = std::cell::Cell::new(0);
+        let bad = [0.9, 0.9, 0.2, 0.8];
+        assert!(kept.model(&[&bad], || build(&made, &bad)).is_err());
+        assert!(kept.model(&[&bad], || build(&made, &bad)).is_err());
+        assert_eq!(made.get(), 2);
+        let rows: Vec<[f64; 4]> = (0..=KEPT_MODELS).map(|k| [1.0 - k as f64 / 16.0, k as f64 / 16.0, 0.5, 0.5]).collect();
+        for r in &rows {
+            kept.model(&[r], || build(&made, r)).unwrap();
+        }
+        // The first has left; the last is kept.
+        let before = made.get();
+        kept.model(&[&rows[KEPT_MODELS]], || build(&made, &rows[KEPT_MODELS])).unwrap();
+        assert_eq!(made.get(), before);
+        kept.model(&[&rows[0]], || build(&made, &rows[0])).unwrap();
+        assert_eq!(made.get(), before + 1);
+    }
+
+    #[test]
+    fn device_forms_are_made_once_for_a_kept_model_only() {
+        let kept = KeptModels::new();
+        let made = std::cell::Cell::new(0);
+        let trans = [0.6, 0.4, 0.2, 0.8];
+        let model = kept.model(&[&trans], || build(&made, &trans)).unwrap();
+        let forms = std::cell::Cell::new(0);
+        for _ in 0..3 {
+            let f = kept.kept_form(&*model, 0, || Ok(forms.replace(forms.get() + 1))).unwrap();
+            assert_eq!(*f, 0);
+        }
+        assert_eq!(forms.get(), 1);
+        // Another device: its own form.
+        kept.kept_form(&*model, 1, || Ok(forms.replace(forms.get() + 1))).unwrap();
+        assert_eq!(forms.get(), 2);
+        let own = build(&made, &trans).unwrap();
+        for _ in 0..2 {
+            kept.kept_form(&own, 0, || Ok(forms.replace(forms.get() + 1))).unwrap();
+        }
+        assert_eq!(forms.get(), 4);
+    }
+
+    #[test]
+    fn large_tables_compare_in_parallel() {
+        let a: Vec<f64> = (0..3 * PARALLEL_COMPARE + 5).map(|k| k as f64).collect();
+        let mut b = a.clone();
+        assert!(same_bits(&a, &b));
+        *b.last_mut().unwrap() = -1.0;
+        assert!(!same_bits(&a, &b));
+        assert!(!same_bits(&a, &a[1..]));
+    }
+}
