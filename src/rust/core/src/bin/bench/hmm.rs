@@ -285,11 +285,12 @@ impl ColumnMajor {
         let n = model.n_states;
         let cols = |a: &[f64], rows: usize, cols: usize| (0..rows * cols).map(|k| a[(k % rows) * cols + k / rows]).collect::<Vec<f64>>();
         let emission = &model.emission as &dyn std::any::Any;
-        let emis = emission.downcast_ref::<hmm::Categorical>().map(|c| cols(&c.probs, n, c.n_symbols));
+        let cat = emission.downcast_ref::<hmm::Categorical>();
+        let emis = cat.map(|c| cols(&c.probs, n, c.n_symbols));
         let trans = cols(&model.trans, n, n);
-        let params = match (&emis, emission.downcast_ref::<hmm::Categorical>(), emission.downcast_ref::<Gaussian>()) {
-            (Some(cm), Some(c), _) => vec![vec![c.n_symbols as f64], cm.clone()],
-            (_, _, Some(g)) => vec![Vec::new(), g.mean.clone(), g.sd.clone()],
+        let params = match (cat.zip(emis.as_ref()), emission.downcast_ref::<Gaussian>()) {
+            (Some((c, cm)), _) => vec![vec![c.n_symbols as f64], cm.clone()],
+            (None, Some(g)) => vec![Vec::new(), g.mean.clone(), g.sd.clone()],
             _ => panic!("the bench keys categorical and Gaussian emissions only"),
         };
         let key = [vec![model.start.clone(), trans.clone()], params].concat();

@@ -82,6 +82,7 @@ use super::config::CheckedHmmFitConfig;
 use super::cpu;
 use super::emission::{Emission, EmissionFit};
 use super::model::HmmModel;
+use super::kept::{kept_form, HOST};
 use super::layout::{self, cut, PosteriorOut};
 use super::paths::Paths;
 use passes::PathsOut;
@@ -138,7 +139,7 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
     if scan::chosen(device()?, model, seqs, 0)? {
         // Few states: the host's scan of the tables costs nothing here.
         if tables::theta(model) > 1.0 {
-            return cpu::loglik(&Tables::new(model)?, seqs, exec);
+            return cpu::loglik(&*super::host_tables(model)?, seqs, exec);
         }
         return scan::loglik(model, seqs, None, exec);
     }
@@ -153,7 +154,7 @@ pub fn loglik(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<Vec<f64
 pub(super) fn settle_logliks<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, out: &mut [f64], exec: &Exec) -> Result<()> {
     let uncertain: Vec<usize> = (0..out.len()).filter(|&s| out[s].is_nan()).collect();
     if !uncertain.is_empty() {
-        let tab = Tables::new(model)?;
+        let tab = super::host_tables(model)?;
         for (s, l) in uncertain.iter().zip(cpu::loglik_of(&tab, seqs, &uncertain, exec)?) {
             out[*s] = l;
         }
@@ -210,14 +211,14 @@ pub fn posterior(model: &HmmModel, seqs: &Sequences, exec: &Exec) -> Result<(Vec
 /// are then empty).
 pub fn posterior_to(model: &HmmModel, seqs: &Sequences, exec: &Exec, cols: Option<Columns<'_, '_>>) -> Result<(Vec<f64>, Vec<f64>)> {
     check_size(model.n_states, seqs.len())?;
-    let small = tables::smallest(model);
+    let small = kept_form(model, HOST, || Ok(Smallest(tables::smallest(model))))?.0;
     posterior_as(
         seqs,
         model.n_states,
         cols,
         || {
             if tables::theta_of(small) > 1.0 {
-                return cpu::posterior(&Tables::new(model)?, seqs, exec).map(Some);
+                return cpu::posterior(&*super::host_tables(model)?, seqs, exec).map(Some);
             }
             if scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
                 return scan::posterior(model, seqs, None, exec).map(Some);
@@ -227,6 +228,10 @@ pub fn posterior_to(model: &HmmModel, seqs: &Sequences, exec: &Exec, cols: Optio
         |out| posterior_shares(model, seqs, exec, out, |sh, out, loglik| passes::posterior_device(sh, model, small, exec, out, loglik)),
     )
 }
+
+/// A model's smallest probabilities (`tables::smallest`), a scan of the
+/// whole model on the host: made once for a kept model.
+struct Smallest((f64, f64));
 
 /// A caller's matrices, one per sequence, and the value NaN becomes.
 pub type Columns<'a, 'b> = (&'a mut [&'b mut [f64]], f64);
