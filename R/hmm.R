@@ -17,9 +17,10 @@
 #' Those functions keep the last four models they were given (laid out,
 #' checked and, on a GPU, copied to the device; models of up to 2^23
 #' parameters, 64 MiB) and find them again by their values, compared bit
-#' for bit: repeated calls with one model skip that work, most of a call
-#' at 512 states (BENCHMARKS.md). A model changed in any way, in place
-#' included, is a new model and is checked again.
+#' for bit while the pass already runs on the model they resemble (its
+#' result is dropped if they differ): repeated calls with one model skip
+#' that work, most of a call at 512 states (BENCHMARKS.md). A model changed
+#' in any way, in place included, is a new model and is checked again.
 #'
 #' State labels come from `names(start)`, `rownames(trans)`,
 #' `colnames(trans)` or the emission's (`rownames(emis)`, `names(mean)`,

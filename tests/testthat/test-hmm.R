@@ -156,6 +156,38 @@ test_that("a model changed between calls gives its own results and is checked ag
   expect_false(isTRUE(all.equal(hmm_loglik(g, x, use.gpu = FALSE), before)))
 })
 
+test_that("a kept model changed in place where its sample does not look gives its own results", {
+  # A pass starts on the kept model that matches a sample of the values
+  # (64 a table) while all are compared: two transitions of row 4, at
+  # positions the sample skips, moved each call.
+  forward <- function(m, x) {
+    a <- m$start * m$emis[, x[1]]
+    ll <- log(sum(a))
+    a <- a / sum(a)
+    for (o in x[-1]) {
+      a <- drop(a %*% m$trans) * m$emis[, o]
+      ll <- ll + log(sum(a))
+      a <- a / sum(a)
+    }
+    ll
+  }
+  set.seed(11)
+  n <- 40
+  A <- matrix(runif(n * n), n)
+  B <- matrix(runif(n * 5), n)
+  m <- hmm(rep(1 / n, n), A / rowSums(A), B / rowSums(B))
+  s <- replicate(4, sample.int(5, 30, TRUE), simplify = FALSE)
+  ref <- function(m) vapply(s, function(x) forward(m, x), 0)
+  expect_equal(hmm_loglik(m, s, use.gpu = FALSE), ref(m), tolerance = 1e-12)
+  for (k in 1:3) {
+    d <- m$trans[4, 8] / 2
+    m$trans[4, 8] <- m$trans[4, 8] - d
+    m$trans[4, 9] <- m$trans[4, 9] + d
+    for (again in 1:2) expect_equal(hmm_loglik(m, s, use.gpu = FALSE), ref(m), tolerance = 1e-12)
+    expect_equal(attr(hmm_posterior(m, s, use.gpu = FALSE), "loglik"), ref(m), tolerance = 1e-12)
+  }
+})
+
 test_that("hmm_simulate is reproducible and returns the hidden states", {
   m <- textbook()
   a <- hmm_simulate(m, 5, c(1, 2, 3, 4, 100), seed = 3)

@@ -699,6 +699,11 @@ fn kept_models_keep_their_tables_and_their_results() {
         let model = random_model(n, v, 70 + n as u64, true);
         let lens: Vec<usize> = (0..20).map(|k| 1 + k % 9).collect();
         let seqs = hmm::simulate(&model, &lens, 5).0;
-        check_kept_models(&model, &nudged(&model, 0.5), &seqs, &Exec::cpu(), &format!("N = {n}"));
+        check_kept_models(&model, &nudged(&model, 0.5), &seqs, &Exec::cpu(), &format!("N = {n}"), |e| e.probs.clone());
+        // The same chain with Gaussian emissions.
+        let g = hmm::Gaussian::new((0..n).map(|k| k as f64).collect(), vec![0.8; n]).unwrap();
+        let model = HmmModel::with_emission(model.start.clone(), model.trans.clone(), g).unwrap();
+        let seqs = hmm::simulate(&model, &lens, 6).0;
+        check_kept_models(&model, &nudged(&model, 0.5), &seqs, &Exec::cpu(), &format!("Gaussian, N = {n}"), |g| [g.mean.clone(), g.sd.clone()].concat());
     }
 }

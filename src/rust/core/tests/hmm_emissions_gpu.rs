@@ -8,7 +8,7 @@
 //! Skipped (with a note) where no device is usable.
 
 mod common;
-use common::{check_posterior_layout, cuda, gpu_or_skip, posterior_laid_out};
+use common::{check_kept_models, check_posterior_layout, cuda, gpu_or_skip, nudged, posterior_laid_out};
 
 use bulkem_core::exec::Exec;
 use bulkem_core::hmm::emission::{Rows, Space};
@@ -151,6 +151,22 @@ fn gaussian_passes_and_fits_match_the_cpu() {
         // (and zeros that it fills: sparse, then dense transitions).
         compare_fits_with(&gaussian(n, key + 60, 8.0, true), &seqs, gaussian_params, 0.5, &format!("gaussian fit N={n}, pseudocount"));
     }
+}
+
+#[test]
+fn kept_density_models_keep_their_device_tables_and_their_results() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // A warp per sequence, a block per sequence, the batched kernels.
+    for n in [8, 40, 512] {
+        let model = gaussian(n, 90 + n as u64, 6.0, false);
+        let (seqs, _) = hmm::simulate(&model, &lengths(24, 40, n as u64), 7);
+        check_kept_models(&model, &nudged(&model, 0.5), &seqs, &cuda(), &format!("Gaussian, N = {n}"), gaussian_params);
+    }
+    let model = poisson(40, 3, true);
+    let (seqs, _) = hmm::simulate(&model, &lengths(24, 40, 3), 8);
+    check_kept_models(&model, &nudged(&model, 0.5), &seqs, &cuda(), "Poisson, N = 40", poisson_params);
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! sequence (their size made R's reshaping the slowest part of a call). A
 //! model's matrices cross as R holds them (column-major) and are laid out
 //! row by row here, in the call's pool, unless the core kept the model from
-//! an earlier call with the same values (`hmm::find_kept_model`). An emission crosses
+//! an earlier call with the same values: a pass then runs on it at once,
+//! the values compared beside it (`hmm::on_kept_model`). An emission crosses
 //! as list(family = <name>, <parameters>...) ([`FromR`]); each entry point
 //! dispatches once on the family ([`by_family!`]) to code generic over the
 //! core's `Emission`. Every entry point checks the call's memory (the
@@ -156,6 +157,17 @@ macro_rules! by_family {
     };
 }
 
+/// The values R's model is keyed by (`hmm::keep_model`): start, the
+/// transitions as R holds them, the emission's shape and its parameters
+/// (R's vectors `params`).
+fn model_key<'a>(start: &'a [f64], trans: &'a [f64], shape: &'a [f64], params: &'a [Robj]) -> Result<Vec<&'a [f64]>> {
+    let mut tables = vec![start, trans, shape];
+    for p in params {
+        tables.push(p.as_real_slice().ok_or_else(|| internal("an emission parameter must be a double vector"))?);
+    }
+    Ok(tables)
+}
+
 /// The model from R's start vector, transition matrix (N x N, as R holds
 /// it) and emission list, its matrices laid out by `threads` threads; or
 /// the one an earlier call made from the same values (`hmm::keep_model`:
@@ -163,16 +175,29 @@ macro_rules! by_family {
 /// copy to the device cost more than a pass at 512 states).
 fn model<E: FromR>(start: &[f64], trans: &[f64], emission: &List, threads: i32) -> Result<Arc<HmmModel<E>>> {
     let (params, shape) = E::parameters(emission)?;
-    let mut tables = vec![start, trans, &shape[..]];
-    for p in &params {
-        tables.push(p.as_real_slice().ok_or_else(|| internal("an emission parameter must be a double vector"))?);
-    }
+    let tables = model_key(start, trans, &shape, &params)?;
     if let Some(m) = in_pool(threads, || hmm::find_kept_model::<E>(&tables)) {
         return Ok(m);
     }
     let e = E::from_r(emission, start.len(), threads)?;
     let m = in_pool(threads, || HmmModel::with_emission(start.to_vec(), rows_of(trans, start.len(), start.len())?, e)).map_err(r_error)?;
     Ok(in_pool(threads, || hmm::keep_model(&tables, m)))
+}
+
+/// `pass` of R's model on `backend`, run as [`run_in_session`] runs a
+/// call: on the model an earlier call kept for the same values, in one
+/// hand-off to the call's pool, the values compared beside the pass
+/// (`hmm::on_kept_model`); else on the model made from R's ([`model`]),
+/// in a second.
+fn on_model<E: FromR, T: Send>(start: &[f64], trans: &[f64], emission: &List, threads: i32, backend: Backend, mut pass: impl FnMut(&HmmModel<E>, &Exec) -> T + Send) -> Result<T> {
+    let (params, shape) = E::parameters(emission)?;
+    let tables = model_key(start, trans, &shape, &params)?;
+    let threads_used = threads.max(0) as usize;
+    if let Some(out) = run_in_session(backend, threads_used, |exec| hmm::on_kept_model(&tables, exec, |m| pass(m, exec))) {
+        return Ok(out);
+    }
+    let m = model::<E>(start, trans, emission, threads)?;
+    Ok(run_in_session(backend, threads_used, |exec| pass(&m, exec)))
 }
 
 /// Flat observations and the sequence lengths -> Sequences.
@@ -252,15 +277,18 @@ fn hmm_memory_(pass: &str, n_states: f64, emission: List, n_seqs: f64, lengths: 
         .map_err(r_error)
 }
 
-/// The model and sequences of a pass, after its memory check.
-fn prepare<E: FromR>(pass: Pass, start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32) -> Result<(Arc<HmmModel<E>>, Sequences<E::Obs>)> {
+/// The sequences of a pass, after its memory check, and its backend.
+fn prepare<E: FromR>(pass: Pass, start: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<(Sequences<E::Obs>, Backend)> {
     ensure(pass, start.len(), n_stats(emission)?, lengths_of(lengths), threads, 1)?;
-    Ok((model::<E>(start, trans, emission, threads)?, sequences::<E>(obs, lengths, threads)?))
+    let seqs = sequences::<E>(obs, lengths, threads)?;
+    let passes = if pass == Pass::Posterior { 2 } else { 1 };
+    let backend = backend_of::<E::Obs>(backend, start.len(), seqs.total(), passes, threads)?;
+    Ok((seqs, backend))
 }
 
 fn loglik<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<Vec<f64>> {
-    let (m, seqs) = prepare::<E>(Pass::Loglik, start, trans, emission, obs, lengths, threads)?;
-    run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| hmm::loglik(&m, &seqs, exec)).map_err(r_error)
+    let (seqs, backend) = prepare::<E>(Pass::Loglik, start, emission, obs, lengths, threads, backend)?;
+    on_model::<E, _>(start, trans, emission, threads, backend, |m, exec| hmm::loglik(m, &seqs, exec))?.map_err(r_error)
 }
 
 /// Viterbi paths as R returns them: one integer vector of 1-based states
@@ -270,10 +298,8 @@ fn loglik<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, l
 /// threads (`hmm::viterbi_into`).
 #[allow(clippy::too_many_arguments)]
 fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str, simplify: bool, dimnames: &Robj) -> Result<List> {
-    let (m, seqs) = prepare::<E>(Pass::Viterbi, start, trans, emission, obs, lengths, threads)?;
-    let run = |outs: &mut [&mut [i32]]| {
-        run_in_session(backend_of::<E::Obs>(backend, m.n_states, seqs.total(), 1, threads)?, threads.max(0) as usize, |exec| hmm::viterbi_into(&m, &seqs, exec, outs, <i32 as CanBeNA>::na())).map_err(r_error)
-    };
+    let (seqs, backend) = prepare::<E>(Pass::Viterbi, start, emission, obs, lengths, threads, backend)?;
+    let run = |outs: &mut [&mut [i32]]| on_model::<E, _>(start, trans, emission, threads, backend, |m, exec| hmm::viterbi_into(m, &seqs, exec, outs, <i32 as CanBeNA>::na()))?.map_err(r_error);
     if simplify {
         let mut path = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), seqs.total());
         let all = path.as_integer_slice_mut().ok_or_else(|| internal("the Viterbi paths are not an integer vector"))?;
@@ -301,11 +327,9 @@ fn viterbi<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, 
 /// (`hmm::posterior_into`).
 #[allow(clippy::too_many_arguments)]
 fn posterior<E: FromR>(start: &[f64], trans: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str, dimnames: &Robj, simplify: bool) -> Result<List> {
-    let (m, seqs) = prepare::<E>(Pass::Posterior, start, trans, emission, obs, lengths, threads)?;
-    let n = m.n_states;
-    let run = |outs: &mut [&mut [f64]]| {
-        run_in_session(backend_of::<E::Obs>(backend, n, seqs.total(), 2, threads)?, threads.max(0) as usize, |exec| hmm::posterior_into(&m, &seqs, exec, outs, <f64 as CanBeNA>::na())).map_err(r_error)
-    };
+    let (seqs, backend) = prepare::<E>(Pass::Posterior, start, emission, obs, lengths, threads, backend)?;
+    let n = start.len();
+    let run = |outs: &mut [&mut [f64]]| on_model::<E, _>(start, trans, emission, threads, backend, |m, exec| hmm::posterior_into(m, &seqs, exec, outs, <f64 as CanBeNA>::na()))?.map_err(r_error);
     if simplify {
         let mut probs = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Doubles), seqs.total() * n);
         let all = probs.as_real_slice_mut().ok_or_else(|| internal("the posterior array is not a double vector"))?;

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rayon::prelude::*;
 
 use crate::error::Result;
+use crate::exec::{Exec, Monitor};
 
 use super::emission::Emission;
 use super::model::HmmModel;
@@ -33,6 +34,11 @@ const MAX_KEPT_VALUES: usize = 1 << 23;
 /// Tables compared on one thread below this many values.
 const PARALLEL_COMPARE: usize = 1 << 16;
 
+/// Values of each table a kept model's tables must match (evenly spaced,
+/// the last included) to run a pass on it before they are all compared
+/// ([`on_kept_model`]).
+const SAMPLE: usize = 64;
+
 /// What is kept of one model.
 struct Entry {
     emission: TypeId,
@@ -41,6 +47,24 @@ struct Entry {
     model: Arc<dyn Any + Send + Sync>,
     /// Its forms: (where, the form's type, the form).
     forms: Mutex<Vec<(usize, TypeId, Arc<dyn Any + Send + Sync>)>>,
+}
+
+impl Entry {
+    /// `tables`, the same bits as this entry's (compared in the calling
+    /// thread's pool).
+    fn same_tables(&self, tables: &[&[f64]]) -> bool {
+        self.tables.len() == tables.len() && self.tables.iter().zip(tables).all(|(k, t)| same_bits(k, t))
+    }
+
+    /// Tables of the same sizes as this entry's, whose sampled values
+    /// ([`SAMPLE`]) have the same bits: a candidate to compare in full.
+    fn looks_like(&self, tables: &[&[f64]]) -> bool {
+        self.tables.len() == tables.len()
+            && self.tables.iter().zip(tables).all(|(k, t)| {
+                let (n, s) = (t.len(), SAMPLE.min(t.len()));
+                k.len() == n && (0..s).map(|i| i * (n - 1) / (s - 1).max(1)).all(|i| k[i].to_bits() == t[i].to_bits())
+            })
+    }
 }
 
 /// Kept models, most recently used first.
@@ -75,6 +99,22 @@ pub fn keep_model<E: Emission>(tables: &[&[f64]], model: HmmModel<E>) -> Arc<Hmm
     KEPT.keep(tables, model)
 }
 
+/// `pass` run on the model a previous call made from `tables`, if one is
+/// kept: the kept model whose tables match a sample of `tables` runs its
+/// pass at once while its tables are compared with `tables` bit for bit
+/// beside it, on the pool's other threads (a separate lookup first cost a
+/// third of a forward pass at 512 states). The pass's result comes back
+/// only if all their bits are the same. (Where several kept models match
+/// the sample, their tables are compared first.) None: no kept model has
+/// these tables; `exec`'s monitor was then cancelled if a pass had started
+/// on one that differed after the sample, to stop it, and the caller runs
+/// the pass again with a fresh monitor on the model it makes. Call it in
+/// `exec`'s pool; `pass` must overwrite all that a run on another model
+/// wrote.
+pub fn on_kept_model<E: Emission, T: Send>(tables: &[&[f64]], exec: &Exec, pass: impl FnOnce(&HmmModel<E>) -> T + Send) -> Option<T> {
+    KEPT.on_kept(tables, &exec.monitor, pass)
+}
+
 /// Where a form of a model lives: a device's ordinal, or the host.
 pub(crate) const HOST: usize = usize::MAX;
 
@@ -107,14 +147,49 @@ impl KeptModels {
         // Compared outside the lock: another thread's call waits only for
         // the list's changes.
         let candidates: Vec<Arc<Entry>> = self.list().iter().filter(|e| e.emission == emission && e.tables.len() == tables.len()).cloned().collect();
-        let entry = candidates.into_iter().find(|e| e.tables.iter().zip(tables).all(|(k, t)| same_bits(k, t)))?;
+        let entry = candidates.into_iter().find(|e| e.same_tables(tables))?;
         let model = Arc::clone(&entry.model).downcast::<HmmModel<E>>().ok()?;
+        self.to_front(&entry);
+        Some(model)
+    }
+
+    fn on_kept<E: Emission, T: Send>(&self, tables: &[&[f64]], monitor: &Monitor, pass: impl FnOnce(&HmmModel<E>) -> T + Send) -> Option<T> {
+        let emission = TypeId::of::<E>();
+        let alike: Vec<Arc<Entry>> = self.list().iter().filter(|e| e.emission == emission && e.looks_like(tables)).cloned().collect();
+        if alike.len() > 1 {
+            // Models alike in the sample (one changed in a few values):
+            // the one whose tables are the same, if any, then its pass.
+            let entry = alike.into_iter().find(|e| e.same_tables(tables))?;
+            let model = Arc::clone(&entry.model).downcast::<HmmModel<E>>().ok()?;
+            self.to_front(&entry);
+            return Some(pass(&model));
+        }
+        let entry = alike.into_iter().next()?;
+        let model = Arc::clone(&entry.model).downcast::<HmmModel<E>>().ok()?;
+        let (out, same) = rayon::join(
+            || pass(&model),
+            || {
+                let same = entry.same_tables(tables);
+                if !same {
+                    monitor.cancel();
+                }
+                same
+            },
+        );
+        if !same {
+            return None;
+        }
+        self.to_front(&entry);
+        Some(out)
+    }
+
+    /// `entry` made the most recently used.
+    fn to_front(&self, entry: &Arc<Entry>) {
         let mut list = self.list();
-        if let Some(at) = list.iter().position(|e| Arc::ptr_eq(e, &entry)) {
+        if let Some(at) = list.iter().position(|e| Arc::ptr_eq(e, entry)) {
             let e = list.remove(at);
             list.insert(0, e);
         }
-        Some(model)
     }
 
     fn keep<E: Emission>(&self, tables: &[&[f64]], model: HmmModel<E>) -> Arc<HmmModel<E>> {
@@ -172,6 +247,7 @@ impl<T: 'static> Deref for KeptForm<T> {
 mod tests {
     use super::*;
     use crate::hmm::Categorical;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn build(count: &std::cell::Cell<usize>, trans: &[f64]) -> Result<HmmModel<Categorical>> {
         count.set(count.get() + 1);
@@ -250,6 +326,62 @@ mod tests {
             kept.kept_form(&own, 0, || Ok(forms.replace(forms.get() + 1))).unwrap();
         }
         assert_eq!(forms.get(), 4);
+    }
+
+    #[test]
+    fn a_pass_on_a_kept_model_returns_only_when_all_its_tables_match() {
+        let kept = KeptModels::new();
+        let made = std::cell::Cell::new(0);
+        // Large enough that the sample skips most values and the
+        // comparison runs in parallel.
+        let n = 3 * PARALLEL_COMPARE + 7;
+        let trans = [0.9, 0.1, 0.2, 0.8];
+        let extra: Vec<f64> = (0..n).map(|k| k as f64 / 3.0).collect();
+        let model = kept.model(&[&trans, &extra], || build(&made, &trans)).unwrap();
+        let exec = Exec::cpu().threads(2);
+        let on = |tables: &[&[f64]], exec: &Exec, runs: &AtomicUsize| {
+            exec.within(|| {
+                kept.on_kept(tables, &exec.monitor, |m: &HmmModel<Categorical>| {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                    m as *const HmmModel<Categorical> as usize
+                })
+            })
+        };
+        let runs = AtomicUsize::new(0);
+        assert_eq!(on(&[&trans, &extra], &exec, &runs), Some(Arc::as_ptr(&model) as usize));
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
+        assert!(!exec.monitor.is_cancelled());
+        // A value the sample skips, changed: the pass may have run, its
+        // result is dropped and the call's monitor cancelled.
+        let mut changed = extra.clone();
+        changed[n / 2 + 1] = -1.0;
+        assert!((0..SAMPLE).all(|i| i * (n - 1) / (SAMPLE - 1) != n / 2 + 1));
+        assert_eq!(on(&[&trans, &changed], &exec, &runs), None);
+        assert!(exec.monitor.is_cancelled());
+        // -0 for 0 in a sampled value, another size, or another emission
+        // type: no candidate, no pass.
+        let fresh = Exec::cpu().threads(2);
+        let runs = AtomicUsize::new(0);
+        let mut signed = extra.clone();
+        signed[0] = -0.0;
+        assert_eq!(on(&[&trans, &signed], &fresh, &runs), None);
+        assert_eq!(on(&[&trans, &extra[1..]], &fresh, &runs), None);
+        assert_eq!(on(&[&trans], &fresh, &runs), None);
+        let other = fresh.within(|| kept.on_kept(&[&trans, &extra], &fresh.monitor, |_: &HmmModel<crate::hmm::Gaussian>| runs.fetch_add(1, Ordering::Relaxed)));
+        assert_eq!(other, None);
+        assert_eq!(runs.load(Ordering::Relaxed), 0);
+        assert!(!fresh.monitor.is_cancelled());
+        // The kept model is still found by its own tables.
+        assert_eq!(on(&[&trans, &extra], &fresh, &runs), Some(Arc::as_ptr(&model) as usize));
+        assert_eq!(made.get(), 1);
+        // Two kept models alike in the sample: each call runs on its own.
+        let second = kept.model(&[&trans, &changed], || build(&made, &trans)).unwrap();
+        assert!(!Arc::ptr_eq(&model, &second));
+        for _ in 0..2 {
+            assert_eq!(on(&[&trans, &extra], &fresh, &runs), Some(Arc::as_ptr(&model) as usize));
+            assert_eq!(on(&[&trans, &changed], &fresh, &runs), Some(Arc::as_ptr(&second) as usize));
+        }
+        assert!(!fresh.monitor.is_cancelled());
     }
 
     #[test]

@@ -27,8 +27,9 @@
 //!
 //! A caller that passes the same model call after call (R, whose matrices
 //! must be laid out and checked every time) keeps it ([`keep_model`],
-//! found again by its values with [`find_kept_model`]): the passes then
-//! make its CPU tables and device tables once.
+//! found again by its values with [`find_kept_model`], or run on at once
+//! while its values are compared beside the pass with [`on_kept_model`]):
+//! the passes then make its CPU tables and device tables once.
 //!
 //! ```
 //! use bulkem_core::exec::Exec;
@@ -69,7 +70,7 @@ pub use backward::Counts;
 pub use baum_welch::{m_step, random_model, try_random_model, HmmFit};
 pub use config::{CheckedHmmFitConfig, HmmFitConfig};
 pub use emission::{Categorical, Emission, EmissionFit, EmissionKind, Gaussian, Poisson};
-pub use kept::{find_kept_model, forget_kept_models, keep_model};
+pub use kept::{find_kept_model, forget_kept_models, keep_model, on_kept_model};
 pub use model::HmmModel;
 pub use paths::Paths;
 pub use sequences::{flatten_codes, flatten_values, zero_based, Codes, Sequences};

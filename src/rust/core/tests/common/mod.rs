@@ -164,28 +164,35 @@ pub fn posterior_laid_out<E: bulkem_core::hmm::Emission>(model: &bulkem_core::hm
 /// A pass's results as bits: log-likelihoods, Viterbi paths with their
 /// log-probabilities, posteriors with their log-likelihoods.
 #[allow(dead_code)]
-pub fn pass_bits(model: &bulkem_core::hmm::HmmModel, seqs: &bulkem_core::hmm::Sequences, exec: &Exec) -> Vec<u64> {
+pub fn pass_bits<E: bulkem_core::hmm::Emission>(model: &bulkem_core::hmm::HmmModel<E>, seqs: &bulkem_core::hmm::Sequences<E::Obs>, exec: &Exec) -> Vec<u64> {
+    try_pass_bits(model, seqs, exec).unwrap()
+}
+
+/// [`pass_bits`], or the first pass's error.
+#[allow(dead_code)]
+pub fn try_pass_bits<E: bulkem_core::hmm::Emission>(model: &bulkem_core::hmm::HmmModel<E>, seqs: &bulkem_core::hmm::Sequences<E::Obs>, exec: &Exec) -> bulkem_core::Result<Vec<u64>> {
     use bulkem_core::hmm;
     let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<u64>>();
-    let mut all = bits(&hmm::loglik(model, seqs, exec).unwrap());
-    let v = hmm::viterbi(model, seqs, exec).unwrap();
+    let mut all = bits(&hmm::loglik(model, seqs, exec)?);
+    let v = hmm::viterbi(model, seqs, exec)?;
     all.extend(v.states.iter().map(|&s| s as u64));
     all.extend(bits(&v.log_prob));
-    let p = hmm::posterior(model, seqs, exec).unwrap();
+    let p = hmm::posterior(model, seqs, exec)?;
     all.extend(bits(&p.probs));
     all.extend(bits(&p.loglik));
-    all
+    Ok(all)
 }
 
 /// Kept models ([`bulkem_core::hmm::keep_model`]) on `exec`: every pass
 /// with a kept `model`, run twice, gives the bits of the same model not
 /// kept; `changed` (one value of `model` changed, as R changes a matrix in
 /// place) is not found under `model`'s tables, and once kept gives its own
-/// results; `model` kept still gives its own after it.
+/// results; `model` kept still gives its own after it. A model is keyed
+/// by its start, its transitions and `params` of its emission.
 #[allow(dead_code)]
-pub fn check_kept_models(model: &bulkem_core::hmm::HmmModel, changed: &bulkem_core::hmm::HmmModel, seqs: &bulkem_core::hmm::Sequences, exec: &Exec, what: &str) {
+pub fn check_kept_models<E: bulkem_core::hmm::Emission>(model: &bulkem_core::hmm::HmmModel<E>, changed: &bulkem_core::hmm::HmmModel<E>, seqs: &bulkem_core::hmm::Sequences<E::Obs>, exec: &Exec, what: &str, params: impl Fn(&E) -> Vec<f64>) {
     use bulkem_core::hmm;
-    let tables = |m: &hmm::HmmModel| vec![m.start.clone(), m.trans.clone(), m.emission.probs.clone()];
+    let tables = |m: &hmm::HmmModel<E>| vec![m.start.clone(), m.trans.clone(), params(&m.emission)];
     let (t1, t2) = (tables(model), tables(changed));
     let (k1, k2): (Vec<&[f64]>, Vec<&[f64]>) = (t1.iter().map(|t| &t[..]).collect(), t2.iter().map(|t| &t[..]).collect());
     let (want1, want2) = (pass_bits(model, seqs, exec), pass_bits(changed, seqs, exec));
@@ -196,20 +203,38 @@ pub fn check_kept_models(model: &bulkem_core::hmm::HmmModel, changed: &bulkem_co
     };
     for round in 0..2 {
         assert!(pass_bits(&kept, seqs, exec) == want1, "{what}: a kept model's results, round {round}");
-        let again = hmm::find_kept_model::<hmm::Categorical>(&k1).expect("a model just kept");
+        let again = hmm::find_kept_model::<E>(&k1).expect("a model just kept");
         assert!(std::sync::Arc::ptr_eq(&again, &kept), "{what}: the kept model found again");
     }
-    if hmm::find_kept_model::<hmm::Categorical>(&k2).is_none() {
+    if hmm::find_kept_model::<E>(&k2).is_none() {
         let other = hmm::keep_model(&k2, changed.clone());
         assert!(pass_bits(&other, seqs, exec) == want2, "{what}: the changed model's results");
     }
     assert!(pass_bits(&kept, seqs, exec) == want1, "{what}: the first model's results after the second");
+    // Run as R's glue runs a kept model: the pass started at once, its
+    // tables compared beside it; each model gets its own results, and a
+    // model kept under neither's tables none (the pass stopped).
+    let fresh = || Exec { monitor: std::sync::Arc::new(bulkem_core::exec::Monitor::new()), ..exec.clone() };
+    let on_kept = |k: &[&[f64]]| {
+        let e = fresh();
+        let out = e.within(|| hmm::on_kept_model(k, &e, |m: &hmm::HmmModel<E>| try_pass_bits(m, seqs, &e)));
+        (out.map(|r| r.expect("a kept model's passes")), e.monitor.is_cancelled())
+    };
+    for _ in 0..2 {
+        assert!(on_kept(&k1) == (Some(want1.clone()), false), "{what}: a kept model's pass beside its lookup");
+        assert!(on_kept(&k2) == (Some(want2.clone()), false), "{what}: the changed model's pass beside its lookup");
+    }
+    let mut t3 = t1.clone();
+    let last = t3[1].len() - 2;
+    t3[1][last] += 1e-3;
+    let k3: Vec<&[f64]> = t3.iter().map(|t| &t[..]).collect();
+    assert!(on_kept(&k3).0.is_none(), "{what}: tables kept for no model run no pass");
 }
 
 /// `model` with a fraction `by` of row 0's largest transition moved to the
 /// next state's.
 #[allow(dead_code)]
-pub fn nudged(model: &bulkem_core::hmm::HmmModel, by: f64) -> bulkem_core::hmm::HmmModel {
+pub fn nudged<E: bulkem_core::hmm::Emission>(model: &bulkem_core::hmm::HmmModel<E>, by: f64) -> bulkem_core::hmm::HmmModel<E> {
     let mut m = model.clone();
     let n = m.n_states;
     let j = (0..n).max_by(|&a, &b| m.trans[a].total_cmp(&m.trans[b])).unwrap_or(0);

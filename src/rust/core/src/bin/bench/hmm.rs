@@ -11,7 +11,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bulkem_core::exec::{available_threads, Backend, Exec};
+use bulkem_core::exec::{available_threads, Backend, Exec, Monitor};
 use bulkem_core::hmm::gpu::ResidentPass;
 use bulkem_core::hmm::{self, Emission, Gaussian, HmmFitConfig, HmmModel, Sequences};
 use bulkem_core::rng::KeyedStream;
@@ -111,18 +111,15 @@ fn bench_passes<E: Emission>(label: &str, model: &HmmModel<E>, seqs: &Sequences<
     let fwd_phases = last_phases();
     // And with the model made as the glue makes it from R's matrices
     // (column-major: laid out row by row, then checked), kept between calls
-    // as the glue keeps it, and made anew every call (a call with a new
-    // model, or the glue before it kept them).
+    // as the glue keeps it (the pass run on it while its values are
+    // compared), and made anew every call (a model's first call).
     let from_r = ColumnMajor::of(model);
-    let fwd_r = median_time(|| {
-        let m = from_r.model(model, &exec).map_err(s)?;
-        as_r(&exec, || hmm::loglik(&*m, seqs, &exec).map(|_| ()).map_err(s))
-    })?;
+    let forward_from_r = || from_r.run(model, &exec, |m, exec| hmm::loglik(m, seqs, exec).map(|_| ()).map_err(s)).map_err(s)?;
+    let fwd_r = median_time(forward_from_r)?;
     let model_phases = last_phases_from(MODEL_FROM_R);
     let fwd_r_new = median_time(|| {
         hmm::forget_kept_models();
-        let m = from_r.model(model, &exec).map_err(s)?;
-        as_r(&exec, || hmm::loglik(&*m, seqs, &exec).map(|_| ()).map_err(s))
+        forward_from_r()
     })?;
     let new_model_phases = last_phases_from(MODEL_FROM_R);
     hmm::forget_kept_models();
@@ -297,11 +294,35 @@ impl ColumnMajor {
         ColumnMajor { trans, emis, key }
     }
 
+    /// `pass` as the R glue runs it on the model from these: in one
+    /// hand-off to the call's pool on the kept model
+    /// (`hmm::on_kept_model`), else on the model made as [`Self::model`]
+    /// makes it, in a second; each with a fresh monitor, as R's calls.
+    fn run<E: Emission, T: Send>(&self, model: &HmmModel<E>, exec: &Exec, pass: impl Fn(&HmmModel<E>, &Exec) -> T + Sync) -> bulkem_core::Result<T> {
+        bulkem_core::gpu::timing::record(MODEL_FROM_R, Instant::now());
+        let key: Vec<&[f64]> = self.key.iter().map(|k| &k[..]).collect();
+        let fresh = || Exec { monitor: Arc::new(Monitor::new()), ..exec.clone() };
+        let call = fresh();
+        let t0 = Instant::now();
+        if let Some(out) = as_r(&call, || hmm::on_kept_model(&key, &call, |m| pass(m, &call))) {
+            bulkem_core::gpu::timing::record("pass on the kept model", t0);
+            return Ok(out);
+        }
+        bulkem_core::gpu::timing::record("no kept model", t0);
+        let t0 = Instant::now();
+        let m = self.model(model, exec)?;
+        bulkem_core::gpu::timing::record("model made", t0);
+        let call = fresh();
+        let t0 = Instant::now();
+        let out = as_r(&call, || pass(&m, &call));
+        bulkem_core::gpu::timing::record("pass on the model made", t0);
+        Ok(out)
+    }
+
     /// The model as the R glue makes it from these: the kept one
     /// (`hmm::find_kept_model`), or laid out (`hmm::row_major`), checked
     /// and kept, in the call's pool; `model` gives the rest.
     fn model<E: Emission>(&self, model: &HmmModel<E>, exec: &Exec) -> bulkem_core::Result<Arc<HmmModel<E>>> {
-        bulkem_core::gpu::timing::record(MODEL_FROM_R, Instant::now());
         let key: Vec<&[f64]> = self.key.iter().map(|k| &k[..]).collect();
         Exec::cpu().threads(exec.threads).within(|| {
             let t0 = Instant::now();

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Device, Kernel};
 
 use super::super::emission::Emission;
+use super::super::kept::{kept_form, KeptForm};
 use super::super::model::HmmModel;
 use super::super::tables::{min_positive, min_positive_and_dense, DENSE_MIN};
 use super::super::sequences::Sequences;
@@ -72,45 +73,98 @@ impl ChainSummary {
     }
 }
 
+/// A model's start and transitions on a device (and the transposed
+/// transitions), with their summary: made once for a kept model
+/// ([`kept_form`]), whose calls then copy them on the device.
+pub(super) struct DeviceChain {
+    start: CudaSlice<f64>,
+    trans: CudaSlice<f64>,
+    trans_t: CudaSlice<f64>,
+    summary: ChainSummary,
+}
+
+impl DeviceChain {
+    /// The chain of `model` on its way to the device, its summary made
+    /// meanwhile.
+    fn new<E: Emission>(dev: &Device, model: &HmmModel<E>) -> Result<Self> {
+        let n = model.n_states;
+        let e = err(dev, "allocating the transitions");
+        // SAFETY: written by upload_chain_into before any kernel reads them.
+        let chain = |k: usize| unsafe { dev.stream.alloc::<f64>(k) }.map_err(&e);
+        let (mut start, mut trans, mut trans_t) = (chain(n)?, chain(n * n)?, chain(n * n)?);
+        // The summary's pass over the transitions while they cross the bus.
+        let (uploaded, summary) = rayon::join(|| upload_chain_into(dev, model, &mut start, &mut trans, &mut trans_t), || ChainSummary::of(model));
+        uploaded?;
+        Ok(DeviceChain { start, trans, trans_t, summary })
+    }
+}
+
+/// Copy the start and transition probabilities of `model` (and the
+/// transpose) to the device.
+fn upload_chain_into<E: Emission>(dev: &Device, model: &HmmModel<E>, start: &mut CudaSlice<f64>, trans: &mut CudaSlice<f64>, trans_t: &mut CudaSlice<f64>) -> Result<()> {
+    let n = model.n_states;
+    dev.upload(&model.start, &mut start.slice_mut(..))?;
+    dev.upload(&model.trans, &mut trans.slice_mut(..))?;
+    dev.layout_into(trans, n, n, true, false, &mut trans_t.slice_mut(..))
+}
+
+/// A model's log start and transitions on a device, for Viterbi: made
+/// once for a kept model, as [`DeviceChain`].
+pub(super) struct DeviceLogChain {
+    start: CudaSlice<f64>,
+    trans: CudaSlice<f64>,
+}
+
+/// `n` values of a kept model's form on the device, copied there for a
+/// call that owns its tables (2 x 2 MB at 512 states: microseconds, where
+/// the copy from the host took a tenth of a forward pass).
+fn owned(dev: &Device, kept: &CudaSlice<f64>, n: usize) -> Result<CudaSlice<f64>> {
+    let e = err(dev, "copying a kept model's tables");
+    // SAFETY: written by the copy below before any kernel reads it.
+    let mut out = unsafe { dev.stream.alloc::<f64>(n) }.map_err(&e)?;
+    dev.stream.memcpy_dtod(kept, &mut out).map_err(&e)?;
+    Ok(out)
+}
+
 impl DensityTables {
     /// The tables of `model` over `count` sequences of `total` positions,
-    /// their start and transitions on the way to the device and their
-    /// summary made meanwhile: the rows and shifts follow
-    /// ([`DeviceDensity::refresh`]). A call makes these first, so that the
-    /// transitions (2 MB at N = 512, the largest copy of a forward pass)
-    /// cross the bus while the host prepares the observations.
+    /// their start and transitions on the way to the device (or copied
+    /// there from a kept model's, [`DeviceChain`]) and their summary: the
+    /// rows and shifts follow ([`DeviceDensity::refresh`]). A call makes
+    /// these first, so that the transitions (2 MB at N = 512, the largest
+    /// copy of a forward pass) cross the bus while the host prepares the
+    /// observations.
     pub(super) fn new<E: Emission>(dev: &Device, model: &HmmModel<E>, count: usize, total: usize) -> Result<(Self, ChainSummary)> {
         let n = model.n_states;
         let s = &dev.stream;
         let e = err(dev, "allocating the emission rows");
         let emis = alloc_rows(dev, n, total)?;
         let zeros = |k: usize| s.alloc_zeros::<f64>(k).map_err(&e);
-        // SAFETY: written by upload_chain (start, trans and trans_t) and
-        // hmm_density_keys (mins) before any kernel reads them.
-        let chain = |k: usize| unsafe { s.alloc::<f64>(k) }.map_err(&e);
-        let mut dt = DensityTables {
-            tables: DeviceTables { start: chain(n)?, trans: chain(n * n)?, trans_t: chain(n * n)?, emis, mins: unsafe { s.alloc::<u64>(2) }.map_err(&e)? },
+        let t0 = std::time::Instant::now();
+        let (start, trans, trans_t, summary) = match kept_form(model, dev.info.ordinal, || DeviceChain::new(dev, model))? {
+            KeptForm::Made(c) => (c.start, c.trans, c.trans_t, c.summary),
+            kept => (owned(dev, &kept.start, n)?, owned(dev, &kept.trans, n * n)?, owned(dev, &kept.trans_t, n * n)?, kept.summary),
+        };
+        crate::gpu::timing::record("chain upload and summary", t0);
+        // SAFETY: mins is written by hmm_density_keys before any kernel
+        // reads it.
+        let mins = unsafe { s.alloc::<u64>(2) }.map_err(&e)?;
+        let dt = DensityTables {
+            tables: DeviceTables { start, trans, trans_t, emis, mins },
             shift_d: zeros(total)?,
             rowmin_d: zeros(total)?,
             sums: zeros(3 * count)?,
             count,
             first_uncertain: false,
         };
-        // The summary's pass over the transitions while they cross the bus.
-        let t0 = std::time::Instant::now();
-        let (uploaded, chain) = rayon::join(|| dt.upload_chain(dev, model), || ChainSummary::of(model));
-        uploaded?;
-        crate::gpu::timing::record("chain upload and summary", t0);
-        Ok((dt, chain))
+        Ok((dt, summary))
     }
 
     /// Copy the start and transition probabilities of `model` (and the
     /// transpose) into the tables.
     pub(super) fn upload_chain<E: Emission>(&mut self, dev: &Device, model: &HmmModel<E>) -> Result<()> {
-        let (n, t) = (model.n_states, &mut self.tables);
-        dev.upload(&model.start, &mut t.start.slice_mut(..))?;
-        dev.upload(&model.trans, &mut t.trans.slice_mut(..))?;
-        dev.layout_into(&t.trans, n, n, true, false, &mut t.trans_t.slice_mut(..))
+        let t = &mut self.tables;
+        upload_chain_into(dev, model, &mut t.start, &mut t.trans, &mut t.trans_t)
     }
 
     /// Per sequence, the sum of its shifts (added to its log-likelihood)
@@ -341,8 +395,15 @@ impl DeviceDensity {
 /// took 13.8 ms from host on an H200, now 7.9, of which 5.9 on the device).
 fn log_model<E: Emission>(dev: &Device, model: &HmmModel<E>, emis: CudaSlice<f64>) -> Result<DeviceLogTables> {
     use rayon::prelude::*;
-    let ln = |x: &[f64]| x.par_iter().with_min_len(1 << 14).map(|p| p.ln()).collect::<Vec<f64>>();
-    Ok(DeviceLogTables { start: dev.upload_new(&ln(&model.start))?, trans: dev.upload_new(&ln(&model.trans))?, emis })
+    let n = model.n_states;
+    let make = || {
+        let ln = |x: &[f64]| x.par_iter().with_min_len(1 << 14).map(|p| p.ln()).collect::<Vec<f64>>();
+        Ok(DeviceLogChain { start: dev.upload_new(&ln(&model.start))?, trans: dev.upload_new(&ln(&model.trans))? })
+    };
+    Ok(match kept_form(model, dev.info.ordinal, make)? {
+        KeptForm::Made(c) => DeviceLogTables { start: c.start, trans: c.trans, emis },
+        kept => DeviceLogTables { start: owned(dev, &kept.start, n)?, trans: owned(dev, &kept.trans, n * n)?, emis },
+    })
 }
 
 /// A table of `total` x N rows, refused (for the CPU) when it does not
