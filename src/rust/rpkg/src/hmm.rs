@@ -86,7 +86,7 @@ impl FromR for Categorical {
     }
     fn obs_from_r(obs: &Robj, threads: usize) -> Result<Vec<u32>> {
         let codes = obs.as_integer_slice().ok_or_else(|| Error::Other("internal: symbols must be an integer vector".into()))?;
-        Exec::cpu().threads(threads).within(|| hmm::zero_based(codes)).ok_or_else(|| input_error("sequences have an invalid symbol; symbols are whole numbers from 1"))
+        hmm::zero_based(codes, &Exec::cpu().threads(threads)).ok_or_else(|| input_error("sequences have an invalid symbol; symbols are whole numbers from 1"))
     }
     fn obs_to_r(obs: &[u32]) -> Robj {
         Integers::from_values(obs.iter().map(|&k| Rint::from(k as i32 + 1))).into()
@@ -537,7 +537,7 @@ fn hmm_symbol_codes_(seqs: List, n_symbols: f64, threads: i32) -> Result<Robj> {
     let max_code = if n_symbols.is_nan() || n_symbols < 1.0 { i32::MAX } else { n_symbols.min(i32::MAX as f64) as i32 };
     let mut out = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Integers), total);
     let slice = out.as_integer_slice_mut().ok_or_else(|| Error::Other("internal: codes are not an integer vector".into()))?;
-    let ok = Exec::cpu().threads(threads.max(0) as usize).within(|| hmm::flatten_codes(&parts, max_code, slice));
+    let ok = hmm::flatten_codes(&parts, max_code, slice, &Exec::cpu().threads(threads.max(0) as usize));
     Ok(if ok { out } else { Robj::from(()) })
 }
 
@@ -553,7 +553,7 @@ fn hmm_numeric_obs_(seqs: List, threads: i32) -> Result<Robj> {
     let total: usize = parts.iter().map(hmm::Codes::len).sum();
     let mut out = Robj::alloc_vector(extendr_api::rtype_to_sxp(Rtype::Doubles), total);
     let slice = out.as_real_slice_mut().ok_or_else(|| Error::Other("internal: observations are not a double vector".into()))?;
-    let ok = Exec::cpu().threads(threads.max(0) as usize).within(|| hmm::flatten_values(&parts, slice));
+    let ok = hmm::flatten_values(&parts, slice, &Exec::cpu().threads(threads.max(0) as usize));
     Ok(if ok { out } else { Robj::from(()) })
 }
 

@@ -4,6 +4,7 @@
 //! emissions and numbers (`f64`) for densities.
 
 use crate::error::{Error, Result};
+use crate::exec::Exec;
 
 /// Sequence `s` is `symbols[offsets[s]..offsets[s + 1]]`.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -152,21 +153,19 @@ impl Codes<'_> {
 const CODES_GRAIN: usize = 1 << 16;
 
 /// `parts` concatenated into `out` (as long as all of them) as one-based
-/// integer codes, in parallel (the calling thread's pool), each checked:
-/// an integer or a whole double from 1 to `max_code` (R's NA integer, the
-/// smallest i32, is below 1). Returns false, with `out` partly written, when any is not:
-/// the caller then finds and reports it (this pass only says whether all
-/// are valid, which costs one read and one write per value).
-pub fn flatten_codes(parts: &[Codes], max_code: i32, out: &mut [i32]) -> bool {
-    use rayon::prelude::*;
-    let mut outs = split_like(parts, out);
+/// integer codes, each checked: an integer or a whole double from 1 to
+/// `max_code` (R's NA integer, the smallest i32, is below 1); in `exec`'s
+/// pool ([`all_chunks`]). Returns false, with `out` partly written, when
+/// any is not: the caller then finds and reports it (this pass only says
+/// whether all are valid, which costs one read and one write per value).
+pub fn flatten_codes(parts: &[Codes], max_code: i32, out: &mut [i32], exec: &Exec) -> bool {
     let top = max_code as f64;
-    parts.par_iter().zip(outs.par_iter_mut()).all(|(p, o)| match *p {
-        Codes::Ints(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
+    all_chunks(parts, out, exec, |p, o| match p {
+        Codes::Ints(x) => {
             o.copy_from_slice(x);
             x.iter().all(|&k| k >= 1 && k <= max_code)
-        }),
-        Codes::Doubles(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
+        }
+        Codes::Doubles(x) => {
             let mut ok = true;
             for (o, &v) in o.iter_mut().zip(x) {
                 // NaN fails every comparison.
@@ -174,29 +173,62 @@ pub fn flatten_codes(parts: &[Codes], max_code: i32, out: &mut [i32]) -> bool {
                 *o = v as i32;
             }
             ok
-        }),
+        }
     })
 }
 
 /// `parts` concatenated into `out` (as long as all of them) as doubles, in
-/// parallel (the calling thread's pool): the observations of a density
-/// emission. Returns false, with `out` partly written, when an integer
-/// part holds R's NA (the smallest i32), which the caller reports; doubles
-/// are copied as they are (NA and NaN included).
-pub fn flatten_values(parts: &[Codes], out: &mut [f64]) -> bool {
-    use rayon::prelude::*;
-    let mut outs = split_like(parts, out);
-    parts.par_iter().zip(outs.par_iter_mut()).all(|(p, o)| match *p {
-        Codes::Ints(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| {
+/// `exec`'s pool ([`all_chunks`]): the observations of a density emission.
+/// Returns false, with `out` partly written, when an integer part holds
+/// R's NA (the smallest i32), which the caller reports; doubles are copied
+/// as they are (NA and NaN included).
+pub fn flatten_values(parts: &[Codes], out: &mut [f64], exec: &Exec) -> bool {
+    all_chunks(parts, out, exec, |p, o| match p {
+        Codes::Ints(x) => {
             for (o, &k) in o.iter_mut().zip(x) {
                 *o = k as f64;
             }
             !x.contains(&i32::MIN)
-        }),
+        }
         Codes::Doubles(x) => {
-            o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).for_each(|(o, x)| o.copy_from_slice(x));
+            o.copy_from_slice(x);
             true
         }
+    })
+}
+
+/// One-based codes as zero-based symbols, in `exec`'s pool
+/// ([`all_chunks`]); None if one is below 1.
+pub fn zero_based(codes: &[i32], exec: &Exec) -> Option<Vec<u32>> {
+    let mut out = vec![0u32; codes.len()];
+    let ok = all_chunks(&[Codes::Ints(codes)], &mut out, exec, |c, o| {
+        let Codes::Ints(c) = c else { return false };
+        let mut ok = true;
+        for (o, &k) in o.iter_mut().zip(c) {
+            ok &= k >= 1;
+            *o = k.wrapping_sub(1) as u32;
+        }
+        ok
+    });
+    ok.then_some(out)
+}
+
+/// Whether `each` holds for every chunk of at most [`CODES_GRAIN`] values
+/// of `parts` with its piece of `out` (as long as all of them), run in
+/// `exec`'s pool; on the calling thread when all of them fit one chunk (a
+/// call's few symbols: a hand-off to the pool cost more than they do).
+fn all_chunks<T: Send>(parts: &[Codes], out: &mut [T], exec: &Exec, each: impl Fn(Codes, &mut [T]) -> bool + Sync) -> bool {
+    use rayon::prelude::*;
+    let small = out.len() <= CODES_GRAIN;
+    let mut outs = split_like(parts, out);
+    if small {
+        return parts.iter().zip(outs.iter_mut()).all(|(p, o)| each(*p, o));
+    }
+    exec.within(|| {
+        parts.par_iter().zip(outs.par_iter_mut()).all(|(p, o)| match *p {
+            Codes::Ints(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| each(Codes::Ints(x), o)),
+            Codes::Doubles(x) => o.par_chunks_mut(CODES_GRAIN).zip(x.par_chunks(CODES_GRAIN)).all(|(o, x)| each(Codes::Doubles(x), o)),
+        })
     })
 }
 
@@ -211,22 +243,6 @@ fn split_like<'o, T>(parts: &[Codes], out: &'o mut [T]) -> Vec<&'o mut [T]> {
         rest = tail;
     }
     outs
-}
-
-/// One-based codes as zero-based symbols, in parallel; None if one is
-/// below 1.
-pub fn zero_based(codes: &[i32]) -> Option<Vec<u32>> {
-    use rayon::prelude::*;
-    let mut out = vec![0u32; codes.len()];
-    let ok = out.par_chunks_mut(CODES_GRAIN).zip(codes.par_chunks(CODES_GRAIN)).all(|(o, c)| {
-        let mut ok = true;
-        for (o, &k) in o.iter_mut().zip(c) {
-            ok &= k >= 1;
-            *o = k.wrapping_sub(1) as u32;
-        }
-        ok
-    });
-    ok.then_some(out)
 }
 
 #[cfg(test)]
@@ -245,42 +261,60 @@ mod tests {
     }
     #[test]
     fn codes_are_flattened_checked_and_made_zero_based() {
-        use super::{flatten_codes, zero_based, Codes};
+        use super::{flatten_codes, zero_based, Codes, Exec};
         let na = i32::MIN;
         let big: Vec<i32> = (0..200_000).map(|i| 1 + i % 7).collect();
         let ints = [1, 2, 3];
         let doubles = [4.0, 5.0];
         let parts = [Codes::Ints(&ints), Codes::Doubles(&doubles), Codes::Ints(&big)];
         let mut out = vec![0; 5 + big.len()];
-        assert!(flatten_codes(&parts, 7, &mut out));
+        let exec = Exec::cpu().threads(2);
+        assert!(flatten_codes(&parts, 7, &mut out, &exec));
         assert_eq!(&out[..5], &[1, 2, 3, 4, 5]);
         assert_eq!(&out[5..], &big[..]);
-        assert_eq!(zero_based(&out[..5]), Some(vec![0, 1, 2, 3, 4]));
-        assert_eq!(zero_based(&[1, 0]), None);
+        // A few values on the calling thread, many in the pool: the same.
+        let mut small = vec![0; 5];
+        assert!(flatten_codes(&parts[..2], 7, &mut small, &exec));
+        assert_eq!(small, &out[..5]);
+        assert_eq!(zero_based(&out[..5], &exec), Some(vec![0, 1, 2, 3, 4]));
+        assert_eq!(zero_based(&[1, 0], &exec), None);
+        let zb = zero_based(&out, &exec).unwrap();
+        assert!(zb.len() == out.len() && zb.iter().zip(&out).all(|(&z, &k)| z as i32 == k - 1));
+        let mut late = out.clone();
+        late[150_000] = 0;
+        assert_eq!(zero_based(&late, &exec), None);
         // Each kind of bad value, alone in a long part.
         let bad_ints = [0, na, 8];
         for b in bad_ints {
             let mut x = big.clone();
             x[123_456] = b;
             let mut out = vec![0; x.len()];
-            assert!(!flatten_codes(&[Codes::Ints(&x)], 7, &mut out), "{b}");
+            assert!(!flatten_codes(&[Codes::Ints(&x)], 7, &mut out, &exec), "{b}");
+            let mut few = vec![0; 4];
+            assert!(!flatten_codes(&[Codes::Ints(&[1, 2]), Codes::Ints(&[3, b])], 7, &mut few, &exec), "{b}, few");
         }
         for b in [0.0, 1.5, f64::NAN, 8.0, f64::INFINITY, -1.0] {
             let mut x: Vec<f64> = big.iter().map(|&k| k as f64).collect();
             x[77_777] = b;
             let mut out = vec![0; x.len()];
-            assert!(!flatten_codes(&[Codes::Doubles(&x)], 7, &mut out), "{b}");
+            assert!(!flatten_codes(&[Codes::Doubles(&x)], 7, &mut out, &exec), "{b}");
+            let mut few = vec![0; 2];
+            assert!(!flatten_codes(&[Codes::Doubles(&[1.0, b])], 7, &mut few, &exec), "{b}, few");
         }
     }
 
     #[test]
     fn values_are_flattened_as_doubles_and_integer_na_refused() {
-        use super::{flatten_values, Codes};
+        use super::{flatten_values, Codes, Exec};
         let big: Vec<i32> = (0..200_000).map(|i| i % 11 - 5).collect();
         let doubles = [0.5, f64::NAN, -2.25];
         let parts = [Codes::Doubles(&doubles), Codes::Ints(&big), Codes::Ints(&[7])];
         let mut out = vec![0.0; 4 + big.len()];
-        assert!(flatten_values(&parts, &mut out));
+        let exec = Exec::cpu().threads(2);
+        assert!(flatten_values(&parts, &mut out, &exec));
+        let mut few = vec![0.0; 3];
+        assert!(flatten_values(&parts[..1], &mut few, &exec) && few[0] == 0.5 && few[1].is_nan());
+        assert!(!flatten_values(&[Codes::Ints(&[1, i32::MIN])], &mut few[..2], &exec));
         assert_eq!(out[0], 0.5);
         assert!(out[1].is_nan());
         assert_eq!(out[2], -2.25);
@@ -289,7 +323,7 @@ mod tests {
         let mut x = big.clone();
         x[150_000] = i32::MIN;
         let mut out = vec![0.0; x.len()];
-        assert!(!flatten_values(&[Codes::Ints(&x)], &mut out));
+        assert!(!flatten_values(&[Codes::Ints(&x)], &mut out, &exec));
     }
 
 }
