@@ -774,6 +774,133 @@ extern "C" __global__ void hmm_forward_thread(
     hmm_forward_thread_n<HMM_TN>(start, trans, emis_k, sym, off, s0, s1, alpha, scale, loglik, mins);
 }
 
+// The emission counts of position p (symbol o) in state i with posterior g
+// into a thread's interleaved counts (count c at acc[c * stride]; emission
+// count (k, i) is c = k * TN + i), as HMM_ADD_EMISSION.
+#ifdef HMM_DENSITY
+#define HMM_ADD_EMISSION_T(acc, stride, TN, o, p, i, g) \
+    do { \
+        const double x_ = obs[p]; \
+        for (int k_ = 0; k_ < HMM_STATS; ++k_) (acc)[((long long)k_ * (TN) + (i)) * (stride)] += (g) * hmm_emis_feature(k_, x_, (i), ep); \
+    } while (0)
+#else
+#define HMM_ADD_EMISSION_T(acc, stride, TN, o, p, i, g) ((acc)[((long long)(o) * (TN) + (i)) * (stride)] += (g))
+#endif
+
+// hmm_backward_warp for N = TN: a thread per sequence, its beta in
+// registers, the transitions in shared memory (read at one address by
+// every thread). Counting, a thread keeps its start and transition counts
+// in registers and its emission counts (V * TN, by symbol) in its own
+// column of shared memory (count c of thread x at counts[c * blockDim.x +
+// x]: no bank conflicts); at the end the block adds its threads' counts in
+// thread order into accumulator `partial + blockIdx.x * (TN + TN*TN +
+// V*TN)` (the same layout as hmm_backward_warp's). Sums over states run in
+// increasing order. Shared: TN * TN doubles, plus blockDim.x * (TN + TN*TN
+// + V*TN) when counting.
+template <int TN>
+__device__ __forceinline__ void hmm_backward_thread_n(
+    int V, const double* __restrict__ trans, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
+    const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
+    const double* __restrict__ obs, const double* __restrict__ ep)
+{
+    extern __shared__ double sm[];
+    double* a = sm;
+    const int size = TN + TN * TN + V * TN, bd = blockDim.x;
+    double* counts = sm + TN * TN;
+    double* mine = counts + threadIdx.x;  // count c at mine[c * bd]
+    double* emis_counts = mine + (long long)(TN + TN * TN) * bd;
+    for (int k = threadIdx.x; k < TN * TN; k += bd) a[k] = trans[k];
+    if (partial)
+        for (int c = 0; c < size; ++c) mine[(long long)c * bd] = 0.0;
+    __syncthreads();
+    double st[TN], xi[TN][TN];
+#pragma unroll
+    for (int i = 0; i < TN; ++i) {
+        st[i] = 0.0;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) xi[i][j] = 0.0;
+    }
+    const long long base = off[s0];
+    for (int s = s0 + blockIdx.x * bd + threadIdx.x; s < s1; s += gridDim.x * bd) {
+        const long long b = off[s];
+        const long long T = off[s + 1] - b;
+        const long long rel = b - base;
+        if (!hmm_alive(loglik[s - s0])) {
+            if (gamma)
+                for (long long k = 0; k < T * TN; ++k) gamma[rel * TN + k] = HMM_NAN;
+            continue;
+        }
+        double beta[TN];
+        {
+            const double* al = alpha + (rel + T - 1) * TN;
+#pragma unroll
+            for (int i = 0; i < TN; ++i) {
+                beta[i] = 1.0;
+                const double g = al[i];
+                if (gamma) gamma[(rel + T - 1) * TN + i] = g;
+                if (partial) {
+                    HMM_ADD_EMISSION_T(emis_counts, bd, TN, sym[b + T - 1], b + T - 1, i, g);
+                    if (T == 1) st[i] += g;
+                }
+            }
+        }
+        for (long long t = T - 2; t >= 0; --t) {
+            // w_j = beta_{t+1}(j) e_j(o_{t+1}) / c_{t+1}, as hmm_backward_warp.
+            const double* e = emis_k + (long long)sym[b + t + 1] * TN;
+            const double r = 1.0 / scale[rel + t + 1];
+            const double* al = alpha + (rel + t) * TN;
+            double w[TN], at[TN];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) w[j] = beta[j] * (e[j] * r);
+#pragma unroll
+            for (int i = 0; i < TN; ++i) at[i] = al[i];
+            const unsigned o = sym[b + t];
+#pragma unroll
+            for (int i = 0; i < TN; ++i) {
+                double sum = 0.0;
+#pragma unroll
+                for (int j = 0; j < TN; ++j) sum = fma(a[i * TN + j], w[j], sum);
+                beta[i] = at[i] == 0.0 ? 0.0 : sum;
+                const double g = at[i] * beta[i];
+                if (gamma) gamma[(rel + t) * TN + i] = g;
+                if (partial) {
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) xi[i][j] = fma(at[i], w[j], xi[i][j]);
+                    HMM_ADD_EMISSION_T(emis_counts, bd, TN, o, b + t, i, g);
+                    if (t == 0) st[i] += g;
+                }
+            }
+        }
+    }
+    if (!partial) return;
+#pragma unroll
+    for (int i = 0; i < TN; ++i) {
+        mine[(long long)i * bd] = st[i];
+#pragma unroll
+        for (int j = 0; j < TN; ++j) mine[(long long)(TN + i * TN + j) * bd] = xi[i][j];
+    }
+    __syncthreads();
+    // Added, not stored: a slot collects every batch of the E-step.
+    double* slot = partial + (long long)blockIdx.x * size;
+    for (int c = threadIdx.x; c < size; c += bd) {
+        double sum = 0.0;
+        for (int x = 0; x < bd; ++x) sum += counts[(long long)c * bd + x];
+        slot[c] += sum;
+    }
+}
+
+extern "C" __global__ void hmm_backward_thread(
+    int N, int V, const double* __restrict__ trans, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, const long long* __restrict__ off, int s0, int s1,
+    const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ partial,
+    const double* __restrict__ obs, const double* __restrict__ ep)
+{
+    hmm_backward_thread_n<HMM_TN>(V, trans, emis_k, sym, off, s0, s1, alpha, scale, loglik, gamma, partial, obs, ep);
+}
+
 // The log emission of state j for key k (a symbol, or a density's
 // observation), as HMM_VIT_ROW for lane j.
 #ifdef HMM_DENSITY

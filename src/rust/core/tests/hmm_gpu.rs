@@ -80,7 +80,7 @@ fn passes_match_the_cpu() {
     if !gpu_or_skip() {
         return;
     }
-    // N <= 8 (a thread per sequence for forward and Viterbi), N <= 32 (a
+    // N <= 8 (a thread per sequence for every pass), N <= 32 (a
     // warp per sequence), N above a warp (a block per sequence, tables in
     // shared memory), and N = 200 (transitions in global memory: several
     // sequences per block).
@@ -257,8 +257,9 @@ fn baum_welch_matches_the_cpu() {
     if !gpu_or_skip() {
         return;
     }
-    // Warp kernels (N <= 32), block kernels with shared accumulators (V too
-    // large for the warp kernels' emission counts), and N = 40.
+    // Thread kernels (N <= 8), warp kernels (N <= 32), block kernels with
+    // shared accumulators (V too large for the thread and warp kernels'
+    // emission counts), and N = 40.
     for (key, &(n, v)) in [(2usize, 3usize), (6, 5), (32, 16), (8, 300), (40, 6)].iter().enumerate() {
         let truth = random_model(n, v, 100 + key as u64, false);
         let (seqs, _) = hmm::simulate(&truth, &lengths(2000, 200, 7 + key as u64), 9);
@@ -414,6 +415,33 @@ fn stuck_model(n: usize, v: usize, key: u64) -> HmmModel {
     let r = random_model(n, v, key, false);
     let trans = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
     HmmModel::new(r.start, trans, r.emission.probs, v).unwrap()
+}
+
+#[test]
+fn thread_kernels_take_several_sequences_each() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // More sequences than the thread kernels' largest grid has threads
+    // (132 x 16 blocks of 128 on an H100), so each thread runs several and
+    // adds all their counts into its block's accumulator. For the
+    // posteriors, a model that makes many of them impossible (state 0,
+    // where every sequence starts and stays, never emits symbol 3).
+    let (seqs, _) = hmm::simulate(&random_model(3, 4, 34, false), &lengths(300_000, 5, 32), 35);
+    let mut stuck = random_model(3, 4, 31, false);
+    stuck.start = vec![1.0, 0.0, 0.0];
+    stuck.trans[..3].copy_from_slice(&[1.0, 0.0, 0.0]);
+    stuck.emission.probs[..4].copy_from_slice(&[0.5, 0.25, 0.25, 0.0]);
+    let ll = hmm::loglik(&stuck, &seqs, &Exec::cpu()).unwrap();
+    assert!(ll.iter().any(|l| *l == f64::NEG_INFINITY) && ll.iter().any(|l| l.is_finite()), "both kinds of sequence");
+    let (pa, pb) = (hmm::posterior(&stuck, &seqs, &Exec::cpu()).unwrap(), hmm::posterior(&stuck, &seqs, &cuda()).unwrap());
+    for (x, y) in pa.probs.iter().zip(&pb.probs) {
+        assert!((x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-10, "posterior gpu {y} cpu {x}");
+    }
+    let model = random_model(3, 4, 31, false);
+    let ((ma, la), (mb, lb)) = (hmm::baum_welch_step(&model, &seqs, &Default::default(), &Exec::cpu()).unwrap(), hmm::baum_welch_step(&model, &seqs, &Default::default(), &cuda()).unwrap());
+    assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "one step: gpu {lb} cpu {la}");
+    compare_models(&ma, &mb, "one step over 300,000 sequences");
 }
 
 #[test]

@@ -84,6 +84,7 @@ pub enum Kernel {
     HmmViterbi,
     HmmViterbiWarp,
     HmmForwardThread,
+    HmmBackwardThread,
     HmmViterbiThread,
     HmmViterbiBatched,
     HmmVitPad,
@@ -114,7 +115,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 60] = [
+    pub const ALL: [Kernel; 61] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -148,6 +149,7 @@ impl Kernel {
         Kernel::HmmViterbi,
         Kernel::HmmViterbiWarp,
         Kernel::HmmForwardThread,
+        Kernel::HmmBackwardThread,
         Kernel::HmmViterbiThread,
         Kernel::HmmViterbiBatched,
         Kernel::HmmVitPad,
@@ -214,6 +216,7 @@ impl Kernel {
             HmmViterbi => ("hmm", "hmm_viterbi"),
             HmmViterbiWarp => ("hmm", "hmm_viterbi_warp"),
             HmmForwardThread => ("hmm", "hmm_forward_thread"),
+            HmmBackwardThread => ("hmm", "hmm_backward_thread"),
             HmmViterbiThread => ("hmm", "hmm_viterbi_thread"),
             HmmViterbiBatched => ("hmm_batched", "hmm_viterbi_batched"),
             HmmVitPad => ("hmm_batched", "hmm_vit_pad"),

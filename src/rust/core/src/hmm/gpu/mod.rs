@@ -111,7 +111,7 @@ const XI_ROWS: usize = 256;
 /// one warp each, used for N <= WARP_MAX_STATES.
 const WARPS: usize = 4;
 const WARP_MAX_STATES: usize = 32;
-/// Largest N of the thread-per-sequence forward and Viterbi kernels
+/// Largest N of the thread-per-sequence forward, backward and Viterbi kernels
 /// (hmm_*_thread: a sequence's state vector in one thread's registers) and
 /// of the thread-per-position density rows (hmm_emission_rows_thread,
 /// HMM_ROW_THREAD_MAX), and their threads per block.

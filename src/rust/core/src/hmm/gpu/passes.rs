@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::error::{Error, Result};
 use crate::exec::Exec;
@@ -22,7 +22,7 @@ use super::launch::{launch_forward, launch_viterbi, launch_xi_gemm};
 use super::memory::{upload, upload_log_tables, upload_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
 use super::rows::DeviceDensity;
 use super::shares::ShareSeqs;
-use super::plan::{backward_smem, batched_path, batches, grid, threads_for, viterbi_bytes_per_symbol, warp_grid, warp_path, xi_splits};
+use super::plan::{backward_smem, batched_path, batches, grid, thread_backward, thread_backward_grid, thread_backward_smem, threads_for, viterbi_bytes_per_symbol, warp_grid, warp_path, xi_splits};
 use super::{err, PARTIAL_SHARE, WARPS};
 
 /// Baum-Welch count accumulators on the device (`slots` of N + N*N + V*N
@@ -46,7 +46,9 @@ pub(super) struct Passes<'a> {
     pub(super) symbols: &'a [u32],
     d_seqs: DeviceSeqs,
     batches: Vec<Range<usize>>,
-    /// N <= 32: a warp per sequence, one accumulator per warp.
+    /// N <= 8: a thread per sequence, one accumulator per block.
+    thread: bool,
+    /// Else N <= 32: a warp per sequence, one accumulator per warp.
     warp: bool,
     /// Large N: the batched kernels (start and emission counts from the
     /// posteriors, transition counts by hmm_xi_gemm).
@@ -84,9 +86,10 @@ impl<'a> Passes<'a> {
 
     #[allow(clippy::too_many_arguments)]
     fn with(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, symbols: &'a [u32], d_seqs: DeviceSeqs, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
-        let warp = warp_path(dev, n, v, counts);
-        let large = !warp && batched_path(dev, n);
-        let xi_gemm = counts && !warp && (large || !backward_smem(dev, n, v, true).2);
+        let thread = thread_backward(dev, n, v, counts);
+        let warp = !thread && warp_path(dev, n, v, counts);
+        let large = !thread && !warp && batched_path(dev, n);
+        let xi_gemm = counts && !thread && !warp && (large || !backward_smem(dev, n, v, true).2);
         let mut per_symbol = (n + 1) * 8 + extra_per_symbol + if xi_gemm { n * 8 } else { 0 };
         if large {
             // Two state vectors per sequence (at most per symbol), posteriors.
@@ -107,7 +110,7 @@ impl<'a> Passes<'a> {
         let ll = s.alloc_zeros::<f64>(rows).map_err(&e)?;
         let gamma = if large && counts { Some(s.alloc_zeros::<f64>(largest * n).map_err(&e)?) } else { None };
         let tmp = if xi_gemm { Some(s.alloc_zeros::<f64>(largest * n).map_err(&e)?) } else { None };
-        Ok(Passes { dev, n, v, seqs, symbols, d_seqs, batches, warp, batched, alpha, scale, ll, gamma, tmp, density })
+        Ok(Passes { dev, n, v, seqs, symbols, d_seqs, batches, thread, warp, batched, alpha, scale, ll, gamma, tmp, density })
     }
 
     /// Count accumulators for this plan's E-steps.
@@ -124,6 +127,8 @@ impl<'a> Passes<'a> {
         let slots = if self.batched.is_some() {
             // Slot 0 collects start and emission counts; hmm_xi_gemm's splits.
             xi_splits(dev, n, max_symbols)?
+        } else if self.thread {
+            by_memory(thread_backward_grid(dev, max_batch))?
         } else if self.warp {
             // Whole blocks of warps.
             let slots = by_memory(warp_grid(dev, max_batch) * WARPS as u32)?;
@@ -166,6 +171,10 @@ impl<'a> Passes<'a> {
             return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
         }
         launch_forward(dev, n, tables, &self.d_seqs, &range, Some((&mut self.alpha, &mut self.scale)), &mut self.ll)?;
+        if self.thread {
+            self.backward_thread(tables, &range, gamma, counts.map(|c| (&mut c.partial, c.slots)))?;
+            return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
+        }
         if self.warp {
             self.backward_warp(tables, &range, gamma, counts.map(|c| (&mut c.partial, c.slots)))?;
             return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
@@ -231,6 +240,27 @@ impl<'a> Passes<'a> {
         s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"))
     }
 
+    /// hmm_backward_thread over one batch (N <= 8), after its forward pass.
+    fn backward_thread(&self, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<(&mut CudaSlice<f64>, u32)>) -> Result<()> {
+        let (dev, n) = (self.dev, self.n);
+        let defines = [("HMM_TN", n as i64)];
+        let f = match self.density {
+            Some(d) => d.function_defining(dev, Kernel::HmmBackwardThread, &defines)?,
+            None => dev.function(Kernel::HmmBackwardThread, &defines)?,
+        };
+        let mut blocks = thread_backward_grid(dev, range.len());
+        if let Some((_, slots)) = &partial {
+            blocks = blocks.min(*slots);
+        }
+        let smem = thread_backward_smem(n, self.v, partial.is_some());
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (super::THREAD_BLOCK, 1, 1), shared_mem_bytes: smem as u32 };
+        // SAFETY: hmm_backward_thread (compiled for N = n by HMM_TN) takes
+        // hmm_backward_warp's parameters; partial (or null) holds at least
+        // `blocks` accumulators (one per block); shared memory holds the
+        // transitions and, when counting, the block's threads' counts.
+        unsafe { self.launch_small_backward(&f, "launching hmm_backward_thread", cfg, tables, range, gamma, partial.map(|(p, _)| p)) }
+    }
+
     /// hmm_backward_warp over one batch (N <= 32), after its forward pass.
     fn backward_warp(&self, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<(&mut CudaSlice<f64>, u32)>) -> Result<()> {
         let dev = self.dev;
@@ -244,10 +274,25 @@ impl<'a> Passes<'a> {
             blocks = blocks.min(slots / WARPS as u32).max(1);
         }
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
+        // SAFETY: partial (or null) holds at least blocks x WARPS
+        // accumulators (one per warp); shared memory holds a 32-double
+        // slice per warp and, when counting, V x 32 emission counts per warp.
+        unsafe { self.launch_small_backward(&f, "launching hmm_backward_warp", cfg, tables, range, gamma, partial.map(|(p, _)| p)) }
+    }
+
+    /// Launch `f`, hmm_backward_warp or hmm_backward_thread (the same
+    /// parameters), over one batch after its forward pass.
+    ///
+    /// # Safety
+    /// `cfg` gives the kernel the shared memory it reads and no more
+    /// blocks (or warps, for hmm_backward_warp) than `partial` holds
+    /// accumulators.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_small_backward(&self, f: &CudaFunction, what: &'static str, cfg: LaunchConfig, tables: &DeviceTables, range: &Range<usize>, gamma: Option<&mut CudaSlice<f64>>, partial: Option<&mut CudaSlice<f64>>) -> Result<()> {
         let (n_i, v_i, s0, s1) = (self.n as i32, self.v as i32, range.start as i32, range.end as i32);
         let null: u64 = 0;
         let ep = self.density.map(|d| d.ep.borrow());
-        let mut launch = dev.stream.launch_builder(&f);
+        let mut launch = self.dev.stream.launch_builder(f);
         launch.arg(&n_i).arg(&v_i).arg(&tables.trans).arg(&tables.emis).arg(&self.d_seqs.sym).arg(&self.d_seqs.off).arg(&s0).arg(&s1);
         launch.arg(&self.alpha).arg(&self.scale).arg(&self.ll);
         match gamma {
@@ -255,21 +300,20 @@ impl<'a> Passes<'a> {
             None => launch.arg(&null),
         };
         match partial {
-            Some((p, _)) => launch.arg(p),
+            Some(p) => launch.arg(p),
             None => launch.arg(&null),
         };
         match (self.density, ep.as_deref()) {
             (Some(d), Some(ep)) => launch.arg(&d.obs).arg(ep),
             _ => launch.arg(&null).arg(&null),
         };
-        // SAFETY: the arguments match hmm_backward_warp's parameters in
-        // order and type; alpha, scale and ll were filled by the forward
-        // pass of this batch; gamma (or null) holds N doubles per symbol of
-        // the batch; partial (or null) holds at least blocks x WARPS
-        // accumulators of N + N*N + V*N doubles (one per warp); shared
-        // memory holds a 32-double slice per warp and, when counting, V x 32
-        // emission counts per warp; obs and ep as for hmm_backward.
-        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_backward_warp"))?;
+        // SAFETY: the arguments match the kernels' parameters in order and
+        // type; alpha, scale and ll were filled by the forward pass of this
+        // batch; gamma (or null) holds N doubles per symbol of the batch;
+        // accumulators hold N + N*N + V*N doubles each; obs and ep (a
+        // density's, compiled with its block) as for hmm_backward; the
+        // caller vouches for the grid and shared memory.
+        unsafe { launch.launch(cfg) }.map_err(err(self.dev, what))?;
         Ok(())
     }
 
