@@ -179,16 +179,23 @@ fn model<E: FromR>(start: &[f64], trans: &[f64], emission: &List, threads: i32) 
     if let Some(m) = in_pool(threads, || hmm::find_kept_model::<E>(&tables)) {
         return Ok(m);
     }
+    made_model(start, trans, emission, &tables, threads)
+}
+
+/// The model made from R's values (laid out and checked by `threads`
+/// threads) and kept under their key `tables` ([`model_key`]).
+fn made_model<E: FromR>(start: &[f64], trans: &[f64], emission: &List, tables: &[&[f64]], threads: i32) -> Result<Arc<HmmModel<E>>> {
     let e = E::from_r(emission, start.len(), threads)?;
     let m = in_pool(threads, || HmmModel::with_emission(start.to_vec(), rows_of(trans, start.len(), start.len())?, e)).map_err(r_error)?;
-    Ok(in_pool(threads, || hmm::keep_model(&tables, m)))
+    Ok(in_pool(threads, || hmm::keep_model(tables, m)))
 }
 
 /// `pass` of R's model on `backend`, run as [`run_in_session`] runs a
 /// call: on the model an earlier call kept for the same values, in one
 /// hand-off to the call's pool, the values compared beside the pass
-/// (`hmm::on_kept_model`); else on the model made from R's ([`model`]),
-/// in a second.
+/// (`hmm::on_kept_model`); else on the model made from R's and kept
+/// ([`made_model`]: no other kept model can match, as one whose values all
+/// match also matches `on_kept_model`'s sample), in a second.
 fn on_model<E: FromR, T: Send>(start: &[f64], trans: &[f64], emission: &List, threads: i32, backend: Backend, mut pass: impl FnMut(&HmmModel<E>, &Exec) -> T + Send) -> Result<T> {
     let (params, shape) = E::parameters(emission)?;
     let tables = model_key(start, trans, &shape, &params)?;
@@ -196,7 +203,7 @@ fn on_model<E: FromR, T: Send>(start: &[f64], trans: &[f64], emission: &List, th
     if let Some(out) = run_in_session(backend, threads_used, |exec| hmm::on_kept_model(&tables, exec, |m| pass(m, exec))) {
         return Ok(out);
     }
-    let m = model::<E>(start, trans, emission, threads)?;
+    let m = made_model::<E>(start, trans, emission, &tables, threads)?;
     Ok(run_in_session(backend, threads_used, |exec| pass(&m, exec)))
 }
 

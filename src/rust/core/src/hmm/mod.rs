@@ -278,7 +278,9 @@ pub fn posterior_into<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>
 pub fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, fit: &EmissionFit, exec: &Exec) -> Result<(HmmModel<E>, f64)> {
     check(Pass::Fit, model, seqs, exec)?;
     let mut fit = *fit;
+    let t0 = std::time::Instant::now();
     E::resolve(&mut fit, seqs);
+    crate::gpu::timing::record("emission fit resolved", t0);
     match exec.backend {
         Backend::Cpu => {
             let (counts, ll, _) = if scan::cpu_chosen(model, seqs, exec) {

@@ -296,7 +296,7 @@ impl ColumnMajor {
 
     /// `pass` as the R glue runs it on the model from these: in one
     /// hand-off to the call's pool on the kept model
-    /// (`hmm::on_kept_model`), else on the model made as [`Self::model`]
+    /// (`hmm::on_kept_model`), else on the model made as [`Self::made`]
     /// makes it, in a second; each with a fresh monitor, as R's calls.
     fn run<E: Emission, T: Send>(&self, model: &HmmModel<E>, exec: &Exec, pass: impl Fn(&HmmModel<E>, &Exec) -> T + Sync) -> bulkem_core::Result<T> {
         bulkem_core::gpu::timing::record(MODEL_FROM_R, Instant::now());
@@ -310,7 +310,7 @@ impl ColumnMajor {
         }
         bulkem_core::gpu::timing::record("no kept model", t0);
         let t0 = Instant::now();
-        let m = self.model(model, exec)?;
+        let m = self.made(model, exec)?;
         bulkem_core::gpu::timing::record("model made", t0);
         let call = fresh();
         let t0 = Instant::now();
@@ -319,18 +319,12 @@ impl ColumnMajor {
         Ok(out)
     }
 
-    /// The model as the R glue makes it from these: the kept one
-    /// (`hmm::find_kept_model`), or laid out (`hmm::row_major`), checked
-    /// and kept, in the call's pool; `model` gives the rest.
-    fn model<E: Emission>(&self, model: &HmmModel<E>, exec: &Exec) -> bulkem_core::Result<Arc<HmmModel<E>>> {
+    /// The model as the R glue makes it from these when none is kept for
+    /// them: laid out (`hmm::row_major`), checked and kept, in the call's
+    /// pool; `model` gives the rest.
+    fn made<E: Emission>(&self, model: &HmmModel<E>, exec: &Exec) -> bulkem_core::Result<Arc<HmmModel<E>>> {
         let key: Vec<&[f64]> = self.key.iter().map(|k| &k[..]).collect();
         Exec::cpu().threads(exec.threads).within(|| {
-            let t0 = Instant::now();
-            let found = hmm::find_kept_model::<E>(&key);
-            bulkem_core::gpu::timing::record("kept model looked up", t0);
-            if let Some(m) = found {
-                return Ok(m);
-            }
             let m = self.model_here(model)?;
             let t0 = Instant::now();
             let kept = hmm::keep_model(&key, m);

@@ -224,15 +224,21 @@ pub(crate) fn scale_logs(buf: &mut [f64], extra: f64) -> Row<'_> {
 /// Mean and variance of every observation (two passes), for random starts
 /// and default floors.
 pub(crate) fn moments(data: &Sequences<f64>) -> (f64, f64) {
-    use rayon::prelude::*;
-    // Chunk sums in parallel, added in chunk order: the same bits for any
-    // number of threads.
-    const CHUNK: usize = 1 << 16;
-    let sum = |f: &(dyn Fn(f64) -> f64 + Sync)| -> f64 { data.symbols.par_chunks(CHUNK).map(|c| c.iter().map(|&x| f(x)).sum::<f64>()).collect::<Vec<f64>>().iter().sum() };
     let n = data.symbols.len().max(1) as f64;
-    let mean = sum(&|x| x) / n;
-    let var = sum(&|x| (x - mean) * (x - mean)) / n;
+    let mean = chunk_sum(&data.symbols, |x| x) / n;
+    let var = chunk_sum(&data.symbols, |x| (x - mean) * (x - mean)) / n;
     (mean, var)
+}
+
+/// The sum of `f` over `xs`: chunk sums in parallel, added in chunk order,
+/// so the same bits for any number of threads. `f` is a type parameter,
+/// inlined into the loop: as a `dyn Fn` its call per value made the two
+/// sums of [`moments`] over 20 million values take 171-183 ms on one
+/// thread, against 40-60 (the same bits).
+fn chunk_sum(xs: &[f64], f: impl Fn(f64) -> f64 + Sync) -> f64 {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    xs.par_chunks(CHUNK).map(|c| c.iter().map(|&x| f(x)).sum::<f64>()).collect::<Vec<f64>>().iter().sum()
 }
 
 /// A uniformly drawn observation of `data` (0.0 when there is none).

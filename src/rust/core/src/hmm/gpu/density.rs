@@ -197,6 +197,10 @@ pub(crate) fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences
         engine.m_step(fit)?;
         let next = engine.model(false)?;
         crate::gpu::timing::record("m-step and model", t0);
+        let t0 = std::time::Instant::now();
+        drop(engine);
+        drop(density);
+        crate::gpu::timing::record("device memory released", t0);
         return Ok((next, ll));
     }
     let (counts, ll) = e_step_shares(&shares, seqs, model, exec, |sh, serve| build_engine(sh, &model.emission, values, seqs, exec, serve))?;
