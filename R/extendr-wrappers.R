@@ -93,12 +93,15 @@ hmm_simulate_ <- function(start, trans, emission, lengths, seed) .Call(wrap__hmm
 hmm_symbol_codes_ <- function(seqs, n_symbols, threads) .Call(wrap__hmm_symbol_codes_, seqs, n_symbols, threads)
 
 #' The observations `seqs` of a density emission (a list of integer or
-#' double vectors) as one double vector, copied by the call's threads;
-#' NULL when a sequence is not a plain, non-empty integer or double vector
-#' or an integer one holds NA: R then says which (check_numeric_seqs()),
-#' and checks the values either way.
+#' double vectors) as one double vector, copied and checked by the call's
+#' threads against the emission `family` (finite numbers, counts). NULL
+#' when a sequence is not a plain, non-empty integer or double vector, an
+#' integer one holds NA, or a value fails: R then says which
+#' (check_numeric_seqs()). R's own whole-vector tests of the flat vector
+#' (anyNA(), min(), max(): one thread each) took 0.07 s per 2 x 10^7
+#' observations here.
 #' @noRd
-hmm_numeric_obs_ <- function(seqs, threads) .Call(wrap__hmm_numeric_obs_, seqs, threads)
+hmm_numeric_obs_ <- function(seqs, family, threads) .Call(wrap__hmm_numeric_obs_, seqs, family, threads)
 
 #' Keep compiled GPU kernels in directory `dir` ("" for none); R sets it
 #' before GPU work (R/backend.R, kernel_cache_dir()).

@@ -201,7 +201,7 @@ emission_families <- list(
     to_core = function(e) list(family = "gaussian", mean = as.double(e$mean), sd = as.double(e$sd)),
     from_core = function(x, states, symbols) new_emission("gaussian", list(mean = x$mean, sd = x$sd), states),
     check_obs = function(e, seqs, arg, call) {
-      check_numeric_seqs(seqs, arg, "finite number", function(x) is.finite(x), call, by_range = TRUE)
+      check_numeric_seqs(seqs, arg, "gaussian", "finite number", function(x) is.finite(x), call, by_range = TRUE)
     },
     sim_obs = function(obs) as.double(obs),
     df = function(e) 2L * length(e$mean),
@@ -216,7 +216,7 @@ emission_families <- list(
     },
     fit_setup = function(seqs, init, n.symbols, call) {
       no_symbols(n.symbols, "gaussian", call)
-      list(s = check_numeric_seqs(seqs, "seqs", "finite number", function(x) is.finite(x), call, by_range = TRUE),
+      list(s = check_numeric_seqs(seqs, "seqs", "gaussian", "finite number", function(x) is.finite(x), call, by_range = TRUE),
            shape = list(family = "gaussian"), symbols = NULL)
     },
     var_floor = TRUE
@@ -237,7 +237,7 @@ emission_families <- list(
     to_core = function(e) list(family = "poisson", rate = as.double(e$rate)),
     from_core = function(x, states, symbols) new_emission("poisson", list(rate = x$rate), states),
     check_obs = function(e, seqs, arg, call) {
-      check_numeric_seqs(seqs, arg, "count (a whole number >= 0)", is_count, call)
+      check_numeric_seqs(seqs, arg, "poisson", "count (a whole number >= 0)", is_count, call)
     },
     # Integer vectors when every count fits in one, else doubles (counts up
     # to 2^53 are exact doubles).
@@ -254,7 +254,7 @@ emission_families <- list(
     },
     fit_setup = function(seqs, init, n.symbols, call) {
       no_symbols(n.symbols, "poisson", call)
-      list(s = check_numeric_seqs(seqs, "seqs", "count (a whole number >= 0)", is_count, call),
+      list(s = check_numeric_seqs(seqs, "seqs", "poisson", "count (a whole number >= 0)", is_count, call),
            shape = list(family = "poisson"), symbols = NULL)
     },
     var_floor = FALSE
@@ -392,21 +392,22 @@ check_seq_list <- function(seqs, arg, kinds, ok_type, noun, call) {
 }
 
 # Sequences of numbers (Gaussian and Poisson observations): numeric vectors
-# whose every value passes `ok` (`what`: one valid value, for the message).
-# list(obs = doubles, lengths, names).
-# `ok(x)`: TRUE for each good value; `by_range`: values are good when the
-# smallest and largest are (is.finite), so 10^7 of them cost two passes
-# without a logical vector of their size.
-check_numeric_seqs <- function(seqs, arg, what, ok, call, by_range = FALSE) {
-  # A list of plain numeric vectors (the common case) is typed and
-  # flattened by the core's threads in one call; anything else takes
-  # R's checks, which say what is wrong.
-  flat <- if (is.list(seqs) && !is.object(seqs) && length(seqs) > 0) hmm_numeric_obs_(seqs, cpu_threads())
-  if (is.null(flat)) {
-    seqs <- check_seq_list(seqs, arg, c("numeric vectors", "a numeric vector"),
-                           function(x) is.numeric(x) && !is.factor(x), "observation", call)
-    flat <- as.double(unlist(seqs, use.names = FALSE))
-  }
+# whose every value is an observation of the emission `family` (`what`: one
+# valid value, for the message). list(obs = doubles, lengths, names).
+# The core tests the values as it flattens them (the family's own test);
+# when that fails, R's tests find what and where: `ok(x)`, TRUE for each
+# good value; `by_range`: values are good when the smallest and largest
+# are (is.finite), so 10^7 of them cost two passes without a logical
+# vector of their size.
+check_numeric_seqs <- function(seqs, arg, family, what, ok, call, by_range = FALSE) {
+  # A list of plain numeric vectors of valid observations (the common
+  # case) is typed, flattened and checked by the core's threads in one
+  # call; anything else takes R's checks, which say what is wrong.
+  flat <- if (is.list(seqs) && !is.object(seqs) && length(seqs) > 0) hmm_numeric_obs_(seqs, family, cpu_threads())
+  if (!is.null(flat)) return(list(obs = flat, lengths = lengths(seqs), names = names(seqs)))
+  seqs <- check_seq_list(seqs, arg, c("numeric vectors", "a numeric vector"),
+                         function(x) is.numeric(x) && !is.factor(x), "observation", call)
+  flat <- as.double(unlist(seqs, use.names = FALSE))
   lens <- lengths(seqs)
   # Whole-vector tests first; positions only on failure (10^7 observations).
   has_na <- anyNA(flat)

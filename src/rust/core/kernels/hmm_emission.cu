@@ -113,32 +113,40 @@ extern "C" __global__ void hmm_positions(long long total, unsigned* __restrict__
 
 // Per sequence s of [s0, s1): the sum of its positions' shifts, the
 // smallest row minimum and the first step's scale sum_j start_j e_j(o_1)
-// (linear rows). One warp per sequence; lanes sum strided positions, then
-// a fixed shuffle tree, so the sums are deterministic.
+// (linear rows). One block per sequence (a warp where sequences are short,
+// up to 1,024 threads where they are long: one sequence of 262,144 steps
+// was one warp's 8,192 loads in a row); threads sum strided positions, then
+// a fixed tree (warp shuffles, the warps in order), so the sums are
+// deterministic.
 extern "C" __global__ void hmm_sequence_shifts(
     int N, const long long* __restrict__ off, int s0, int s1, const double* __restrict__ shift,
     const double* __restrict__ rowmin, const double* __restrict__ start, const double* __restrict__ rows,
     double* __restrict__ shift_sum, double* __restrict__ min_all, double* __restrict__ first_scale)
 {
-    const int lane = threadIdx.x & 31;
-    const int warps = (gridDim.x * blockDim.x) >> 5;
-    for (int s = s0 + (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5); s < s1; s += warps) {
+    __shared__ double part_sum[32], part_min[32], part_c[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int s = s0 + (int)blockIdx.x; s < s1; s += gridDim.x) {
         const long long b = off[s], e = off[s + 1];
         double sum = 0.0, mn = HMM_EMIS_INF;
-        for (long long p = b + lane; p < e; p += 32) {
+        for (long long p = b + threadIdx.x; p < e; p += blockDim.x) {
             sum += shift[p];
             mn = fmin(mn, rowmin[p]);
         }
         double c = 0.0;
-        for (int j = lane; j < N; j += 32) c += start[j] * rows[b * N + j];
+        for (int j = threadIdx.x; j < N; j += blockDim.x) c += start[j] * rows[b * N + j];
         sum = warp_sum(sum);
         mn = hmm_warp_min(mn);
         c = warp_sum(c);
-        if (lane == 0) {
+        if (lane == 0) { part_sum[warp] = sum; part_min[warp] = mn; part_c[warp] = c; }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < warps; ++w) { sum += part_sum[w]; mn = fmin(mn, part_min[w]); c += part_c[w]; }
             shift_sum[s - s0] = sum;
             min_all[s - s0] = mn;
             first_scale[s - s0] = c;
         }
+        // The partials are read before the next sequence writes them.
+        __syncthreads();
     }
 }
 

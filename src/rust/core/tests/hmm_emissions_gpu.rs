@@ -247,6 +247,54 @@ fn impossible_counts_agree() {
     assert_eq!(hmm::loglik(&m, &seqs, &cuda()).unwrap(), vec![0.0, f64::NEG_INFINITY, f64::NEG_INFINITY]);
 }
 
+/// An invalid observation (NaN, an infinity, a negative or fractional
+/// count) sent to the GPU is tested on its way there, not before: every
+/// pass refuses it with the CPU's error, wherever it lies (the first
+/// staging chunk, a later one, the last value), in each GPU path (a
+/// thread, a warp or a block per sequence, the scan of one long sequence,
+/// sequences split into shares).
+#[test]
+fn invalid_observations_are_refused_as_on_the_cpu() {
+    if !gpu_or_skip() {
+        return;
+    }
+    fn refused<E: Emission<Obs = f64>>(model: &HmmModel<E>, seqs: &Sequences<f64>, bad: f64, what: &str) {
+        let total = seqs.total();
+        // Staging chunks hold 524,288 doubles.
+        for at in [3, 524_288 + 17, total - 1].into_iter().filter(|&at| at < total) {
+            let mut s = seqs.clone();
+            s.symbols[at] = bad;
+            let expected = hmm::loglik(model, &s, &Exec::cpu()).unwrap_err().to_string();
+            assert!(expected.contains("position"), "{what}: {expected}");
+            for exec in [cuda(), Exec { gpu_parts: 3, ..cuda() }] {
+                let why = |r: Result<(), bulkem_core::Error>| r.expect_err(what).to_string();
+                assert_eq!(why(hmm::loglik(model, &s, &exec).map(|_| ())), expected, "{what} {bad} at {at}: loglik");
+                assert_eq!(why(hmm::viterbi(model, &s, &exec).map(|_| ())), expected, "{what} {bad} at {at}: Viterbi");
+                assert_eq!(why(hmm::viterbi_paths(model, &s, &exec).map(|_| ())), expected, "{what} {bad} at {at}: Viterbi paths");
+                assert_eq!(why(hmm::posterior(model, &s, &exec).map(|_| ())), expected, "{what} {bad} at {at}: posteriors");
+                assert_eq!(why(hmm::baum_welch_step(model, &s, &Default::default(), &exec).map(|_| ())), expected, "{what} {bad} at {at}: Baum-Welch step");
+            }
+        }
+        // Valid again, after copies stopped part way: the CPU's results.
+        let (a, b) = (hmm::loglik(model, seqs, &Exec::cpu()).unwrap(), hmm::loglik(model, seqs, &cuda()).unwrap());
+        assert!(a.iter().zip(&b).all(|(x, y)| rel(*y, *x) <= GPU_CPU_LOGLIK_REL), "{what}: valid again");
+    }
+    for (key, (n, count, max)) in [(3usize, 3000usize, 400usize), (20, 2000, 600), (70, 400, 3000), (4, 1, 700_000)].into_iter().enumerate() {
+        let key = key as u64 + 90;
+        let model = gaussian(n, key, 8.0, false);
+        let lens = if count == 1 { vec![max] } else { lengths(count, max, key) };
+        let (seqs, _) = hmm::simulate(&model, &lens, key);
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            refused(&model, &seqs, bad, &format!("gaussian N={n} M={count}"));
+        }
+        let model = poisson(n, key, false);
+        let (seqs, _) = hmm::simulate(&model, &lens, key);
+        for bad in [-1.0, 2.5, f64::NAN] {
+            refused(&model, &seqs, bad, &format!("poisson N={n} M={count}"));
+        }
+    }
+}
+
 /// The sequences spread over several shares (a fit over every visible
 /// device by default; here also three shares given to the devices in turn) give every
 /// sequence's log-likelihood, path and posteriors exactly as one share on

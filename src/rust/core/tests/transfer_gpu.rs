@@ -1,6 +1,7 @@
 //! Copies through the pinned staging buffer (src/gpu/transfer.rs): small
 //! integers sent as 1, 2 or 4 bytes and plain values come back bit for bit,
-//! over lengths of one chunk, several, and not a whole number of them.
+//! over lengths of one piece, several, more than the ring holds, and not a
+//! whole number of them; values tested on their way stop the copy.
 //! Skipped (with a note) where no device is usable.
 
 #[allow(dead_code)] // only gpu_or_skip of the shared helpers
@@ -30,8 +31,9 @@ fn small_integers_round_trip_at_every_width() {
     let dev = &gpu::devices().expect("a device")[0];
     let s = &dev.stream;
     // Widths 1, 2, 4 on the way up (bounds 256, 65,536, 2^32) and down
-    // (255 and 65,535 keep a sentinel); lengths across the 4 MiB chunks.
-    for (bound, n) in [(256u64, 1usize), (16, 9_000_001), (256, 4 << 20), (65_536, 3_000_017), (1 << 32, 2_500_001)] {
+    // (255 and 65,535 keep a sentinel); lengths across the pieces (2 MiB
+    // doubling to 16 MiB) and past the 48 MiB ring.
+    for (bound, n) in [(256u64, 1usize), (16, 9_000_001), (256, 4 << 20), (65_536, 3_000_017), (1 << 32, 2_500_001), (256, 70_000_003), (65_536, 30_000_001)] {
         let v = values(n, bound, false);
         let mut d = s.alloc_zeros::<u32>(n + 3).expect("device memory");
         dev.upload_small(&v, bound, &mut d.slice_mut(0..n)).expect("upload");
@@ -54,7 +56,7 @@ fn plain_values_round_trip() {
     }
     let dev = &gpu::devices().expect("a device")[0];
     let s = &dev.stream;
-    for n in [1usize, 1000, (1 << 19) + 5, 3 << 20] {
+    for n in [1usize, 1000, (1 << 19) + 5, 3 << 20, (12 << 20) + 3] {
         let v: Vec<f64> = (0..n).map(|i| (i as f64).sin() * 1e300f64.powf((i % 3) as f64 / 3.0)).collect();
         let mut d = s.alloc_zeros::<f64>(n).expect("device memory");
         dev.upload(&v, &mut d.slice_mut(..)).expect("upload");
@@ -63,6 +65,30 @@ fn plain_values_round_trip() {
         let mut down = vec![0.5f64; n];
         dev.download(&d.slice(..), &mut down).expect("download");
         assert!(down.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "download, n {n}");
+    }
+}
+
+/// `upload_tested`: every value tested as its piece is filled; all valid,
+/// the values arrive bit for bit; one invalid, in the first piece, a later
+/// one or the last value, the copy says so.
+#[test]
+fn tested_uploads_arrive_whole_or_stop() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    let s = &dev.stream;
+    for n in [1usize, 5000, (1 << 18) + 1, (12 << 20) + 3] {
+        let v: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).cos()).collect();
+        let mut d = s.alloc_zeros::<f64>(n).expect("device memory");
+        assert!(dev.upload_tested(&v, &v, f64::is_finite, &mut d.slice_mut(..)).expect("upload"), "n {n}");
+        let back = s.clone_dtoh(&d).expect("copy back");
+        assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()), "tested upload, n {n}");
+        for at in [0, n / 2, n - 1] {
+            let mut w = v.clone();
+            w[at] = f64::NAN;
+            assert!(!dev.upload_tested(&w, &w, f64::is_finite, &mut d.slice_mut(..)).expect("upload"), "n {n}, NaN at {at}");
+        }
     }
 }
 

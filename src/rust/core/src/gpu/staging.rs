@@ -13,13 +13,20 @@ use cudarc::driver::{CudaEvent, PinnedHostSlice};
 use super::Device;
 use crate::error::Result;
 
-/// Bytes of the largest piece an upload or download copies at once: large
-/// enough that a copy runs near the bus's rate, small enough that the
-/// first piece's fill (not overlapped) is short.
-pub(super) const CHUNK: usize = 4 << 20;
-/// Bytes of the ring: two chunks, so that one is filled while the other
-/// crosses the bus.
-pub(super) const RING: usize = 2 * CHUNK;
+/// Bytes of the largest piece an upload or download copies at once. Each
+/// piece costs a fill by every host thread (a fork and a join) and a
+/// copy's launch: with 4 MB pieces and a ring of two, 160 MB crossed at
+/// 19-23 GB/s on an H200's PCIe 5 link, whose pinned copies run at 55
+/// GB/s; with 16 MB pieces and a ring of three, at 44-50 GB/s
+/// (BENCHMARKS.md, "The staging ring sized by measurement").
+pub(super) const CHUNK: usize = 16 << 20;
+/// Bytes of an upload's first piece: its fill is not overlapped by a copy,
+/// so an upload's pieces start at this size and double up to [`CHUNK`].
+/// Every piece starts at a multiple of it.
+pub(super) const FIRST_CHUNK: usize = 2 << 20;
+/// Bytes of the ring: three chunks, so that one is filled while the other
+/// two cross the bus.
+pub(super) const RING: usize = 3 * CHUNK;
 /// Pieces in flight that follow each other and together span at most this
 /// many bytes share one entry (the later copy's event: the stream runs
 /// copies in order), so that many small uploads leave few events to wait for.

@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use super::staging::{Staging, CHUNK, RING};
+use super::staging::{Staging, CHUNK, FIRST_CHUNK, RING};
 use super::{Device, Kernel};
 use crate::error::Result;
 
@@ -93,8 +93,7 @@ impl Device {
         let e = |e| self.err("copying to the device", e);
         self.with_staging(|st| {
             self.ctx.bind_to_thread().map_err(e)?;
-            for at in (0..bytes).step_by(CHUNK) {
-                let len = CHUNK.min(bytes - at);
+            for (at, len) in up_pieces(bytes) {
                 let p = st.place(self, len)?;
                 let piece = &mut st.buf.as_mut_slice().map_err(e)?[p..p + len];
                 if !fill(at, piece) {
@@ -254,6 +253,32 @@ impl Device {
         })
     }
 
+    /// [`Device::upload`] with each value tested by `ok` as its chunk is
+    /// filled, so the values are read once for the copy and the test: a
+    /// density's observations, checked on their way to the device instead
+    /// of in a pass of their own before it (1.5-2.2 ms per 160 MB on the
+    /// GPU host). `tested` is `values` as the type `ok` takes (the same
+    /// memory). Returns false, with the copy stopped at that chunk, when
+    /// a value fails.
+    pub fn upload_tested<T: Copy + Sync, U: Copy + Sync>(&self, values: &[T], tested: &[U], ok: impl Fn(U) -> bool + Sync, dst: &mut CudaViewMut<T>) -> Result<bool> {
+        let size = std::mem::size_of::<T>();
+        assert!(size == std::mem::size_of::<U>() && values.len() == tested.len() && values.as_ptr() as usize == tested.as_ptr() as usize, "the tested values are the copied ones");
+        assert!(FIRST_CHUNK % size == 0 && COPY_GRAIN % size == 0, "staging pieces hold whole values");
+        let (ptr, _sync) = dst.device_ptr_mut(&self.stream);
+        self.stage_up_while(std::mem::size_of_val(values), ptr, |at, out| {
+            let tested = &tested[at / size..(at + out.len()) / size];
+            let piece = |(o, t): (&mut [u8], &[U])| {
+                o.copy_from_slice(bytes_of(t));
+                // A whole piece without stopping early: no branch per value.
+                t.iter().fold(true, |all, &x| all & ok(x))
+            };
+            if out.len() <= COPY_GRAIN {
+                return piece((out, tested));
+            }
+            out.par_chunks_mut(COPY_GRAIN).zip(tested.par_chunks(COPY_GRAIN / size)).all(piece)
+        })
+    }
+
     /// Plain values in a new device buffer.
     pub fn upload_new<T: cudarc::driver::DeviceRepr + Copy + Sync>(&self, values: &[T]) -> Result<CudaSlice<T>> {
         // SAFETY: the upload writes every value.
@@ -321,9 +346,9 @@ impl Device {
         let exact = {
             let (ptr, _sync) = d.device_ptr_mut(&self.stream);
             self.stage_up_while(4 * total, ptr, |at, out| {
-                // SAFETY: any bytes are a valid f32; the halves start at
-                // multiples of CHUNK in a page-aligned buffer, and every
-                // chunk is a multiple of 4 bytes long (checked below).
+                // SAFETY: any bytes are a valid f32; the pieces start at
+                // multiples of 64 bytes in a page-aligned buffer, and every
+                // piece is a multiple of 4 bytes long (checked below).
                 let (head, values, tail) = unsafe { out.align_to_mut::<f32>() };
                 assert!(head.is_empty() && tail.is_empty(), "staging chunks hold whole float32s");
                 fill_f32_from_parts(parts, &starts, at / 4, values)
@@ -627,6 +652,20 @@ fn fill_f32_from_parts(parts: &[&[f64]], starts: &[usize], at: usize, out: &mut 
         return pieces.into_iter().all(exact);
     }
     pieces.into_par_iter().all(exact)
+}
+
+/// The pieces (start, length) of an upload of `bytes` bytes: from
+/// [`FIRST_CHUNK`] bytes, each twice the last, up to [`CHUNK`]; each
+/// starts at a multiple of FIRST_CHUNK.
+fn up_pieces(bytes: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut next = (0, FIRST_CHUNK);
+    std::iter::from_fn(move || {
+        let (at, len) = next;
+        (at < bytes).then(|| {
+            next = (at + len, (2 * len).min(CHUNK));
+            (at, len.min(bytes - at))
+        })
+    })
 }
 
 /// `dst` = `src` (as long), in parallel.

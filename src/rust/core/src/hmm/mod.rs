@@ -135,11 +135,26 @@ pub fn validate<E: Emission>(shape: &E::Shape, seqs: &Sequences<E::Obs>) -> Resu
 }
 
 /// Validate the sequences against the model and check the call's memory.
+/// A density's observations bound for a GPU are tested on their way there
+/// instead (`gpu::rows::DeviceDensity::new`), which reads them once for
+/// the copy and the test.
 fn check<E: Emission>(pass: Pass, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<()> {
     let t0 = std::time::Instant::now();
-    exec.install(|| validate::<E>(&model.emission.shape(), seqs))??;
+    if tested_on_device::<E>(exec) {
+        seqs.validate_layout()?;
+    } else {
+        exec.install(|| validate::<E>(&model.emission.shape(), seqs))??;
+    }
     crate::gpu::timing::record("validation", t0);
     HmmJob::of(pass, model.n_states, model.emission.n_stats(), seqs, exec.threads).ensure()
+}
+
+/// Whether a call's observations are tested on their way to the device
+/// rather than before ([`check`]): a density's, on a GPU that is there
+/// (without one the call fails, and an invalid observation is the error
+/// to give first).
+fn tested_on_device<E: Emission>(exec: &Exec) -> bool {
+    matches!(exec.backend, Backend::Cuda) && !E::cuda().is_empty() && crate::gpu::devices().is_ok()
 }
 
 /// How the GPU runs an emission: a categorical one through its tables by

@@ -88,6 +88,21 @@ impl<O: Copy> Sequences<O> {
         self.offsets.last().copied().unwrap_or(0)
     }
 
+    /// The checks of [`Sequences::validate_with`] that do not read the
+    /// observations: at least one sequence, none empty, consistent offsets.
+    pub fn validate_layout(&self) -> Result<()> {
+        if self.is_empty() {
+            return Err(Error::arg("seqs", "must contain at least one sequence"));
+        }
+        if self.offsets[0] != 0 || self.offsets.windows(2).any(|w| w[1] < w[0]) || *self.offsets.last().unwrap_or(&0) != self.symbols.len() {
+            return Err(Error::arg("seqs", "has inconsistent offsets (internal error)"));
+        }
+        if let Some(s) = self.offsets.windows(2).position(|w| w[1] == w[0]) {
+            return Err(Error::InvalidSequence { sequence: s + 1, problem: "is empty; every sequence needs at least one observation".into() });
+        }
+        Ok(())
+    }
+
     /// At least one sequence, each non-empty, every observation accepted by
     /// `ok`; `bad` says what is wrong with one ("symbol 7"), and the error
     /// gives the 1-based sequence and position, and `rule`. The
@@ -98,15 +113,7 @@ impl<O: Copy> Sequences<O> {
         O: Sync,
     {
         use rayon::prelude::*;
-        if self.is_empty() {
-            return Err(Error::arg("seqs", "must contain at least one sequence"));
-        }
-        if self.offsets[0] != 0 || self.offsets.windows(2).any(|w| w[1] < w[0]) || *self.offsets.last().unwrap_or(&0) != self.symbols.len() {
-            return Err(Error::arg("seqs", "has inconsistent offsets (internal error)"));
-        }
-        if let Some(s) = self.offsets.windows(2).position(|w| w[1] == w[0]) {
-            return Err(Error::InvalidSequence { sequence: s + 1, problem: "is empty; every sequence needs at least one observation".into() });
-        }
+        self.validate_layout()?;
         // `ok` over whole chunks without stopping early: no branch per
         // observation, so the test vectorises.
         if self.symbols.par_chunks(1 << 16).all(|c| c.iter().fold(true, |all, &o| all & ok(o))) {
@@ -177,22 +184,28 @@ pub fn flatten_codes(parts: &[Codes], max_code: i32, out: &mut [i32], exec: &Exe
     })
 }
 
-/// `parts` concatenated into `out` (as long as all of them) as doubles, in
-/// `exec`'s pool ([`all_chunks`]): the observations of a density emission.
-/// Returns false, with `out` partly written, when an integer part holds
-/// R's NA (the smallest i32), which the caller reports; doubles are copied
-/// as they are (NA and NaN included).
-pub fn flatten_values(parts: &[Codes], out: &mut [f64], exec: &Exec) -> bool {
+/// `parts` concatenated into `out` (as long as all of them) as doubles,
+/// each tested by `ok` (a density emission's [`Emission::obs_ok`]), in
+/// `exec`'s pool ([`all_chunks`]): the observations of a density emission,
+/// read once for the copy and the test. Returns false, with `out` partly
+/// written, when an integer part holds R's NA (the smallest i32) or a value
+/// fails `ok`: the caller then finds and reports it.
+///
+/// [`Emission::obs_ok`]: super::emission::Emission::obs_ok
+pub fn flatten_values(parts: &[Codes], ok: impl Fn(f64) -> bool + Sync, out: &mut [f64], exec: &Exec) -> bool {
     all_chunks(parts, out, exec, |p, o| match p {
         Codes::Ints(x) => {
+            let mut all = true;
             for (o, &k) in o.iter_mut().zip(x) {
                 *o = k as f64;
+                all &= (k != i32::MIN) & ok(*o);
             }
-            !x.contains(&i32::MIN)
+            all
         }
         Codes::Doubles(x) => {
             o.copy_from_slice(x);
-            true
+            // A whole chunk without stopping early: no branch per value.
+            x.iter().fold(true, |all, &v| all & ok(v))
         }
     })
 }
@@ -304,17 +317,21 @@ mod tests {
     }
 
     #[test]
-    fn values_are_flattened_as_doubles_and_integer_na_refused() {
+    fn values_are_flattened_as_doubles_tested_and_integer_na_refused() {
         use super::{flatten_values, Codes, Exec};
+        use crate::hmm::{Emission, Gaussian, Poisson};
+        let any = |_: f64| true;
+        let finite: fn(f64) -> bool = |x| Gaussian::obs_ok(&(), x);
+        let count: fn(f64) -> bool = |x| Poisson::obs_ok(&(), x);
         let big: Vec<i32> = (0..200_000).map(|i| i % 11 - 5).collect();
         let doubles = [0.5, f64::NAN, -2.25];
         let parts = [Codes::Doubles(&doubles), Codes::Ints(&big), Codes::Ints(&[7])];
         let mut out = vec![0.0; 4 + big.len()];
         let exec = Exec::cpu().threads(2);
-        assert!(flatten_values(&parts, &mut out, &exec));
+        assert!(flatten_values(&parts, any, &mut out, &exec));
         let mut few = vec![0.0; 3];
-        assert!(flatten_values(&parts[..1], &mut few, &exec) && few[0] == 0.5 && few[1].is_nan());
-        assert!(!flatten_values(&[Codes::Ints(&[1, i32::MIN])], &mut few[..2], &exec));
+        assert!(flatten_values(&parts[..1], any, &mut few, &exec) && few[0] == 0.5 && few[1].is_nan());
+        assert!(!flatten_values(&[Codes::Ints(&[1, i32::MIN])], any, &mut few[..2], &exec));
         assert_eq!(out[0], 0.5);
         assert!(out[1].is_nan());
         assert_eq!(out[2], -2.25);
@@ -323,7 +340,24 @@ mod tests {
         let mut x = big.clone();
         x[150_000] = i32::MIN;
         let mut out = vec![0.0; x.len()];
-        assert!(!flatten_values(&[Codes::Ints(&x)], &mut out, &exec));
+        assert!(!flatten_values(&[Codes::Ints(&x)], any, &mut out, &exec));
+        // The emission's test, on few values (the calling thread) and on
+        // many (the pool), in doubles and integers.
+        assert!(!flatten_values(&parts[..1], finite, &mut few, &exec));
+        let mut out = vec![0.0; 1 + big.len()];
+        assert!(flatten_values(&parts[1..], finite, &mut out, &exec));
+        assert!(!flatten_values(&parts[1..], count, &mut out, &exec), "negative integers are not counts");
+        let counts: Vec<i32> = big.iter().map(|k| k.abs()).collect();
+        let mut out = vec![0.0; counts.len()];
+        assert!(flatten_values(&[Codes::Ints(&counts)], count, &mut out, &exec));
+        let many: Vec<f64> = (0..300_000).map(|i| (i % 13) as f64).collect();
+        let mut out = vec![0.0; many.len()];
+        assert!(flatten_values(&[Codes::Doubles(&many)], count, &mut out, &exec) && out == many);
+        for (bad, ok) in [(f64::INFINITY, finite), (f64::NAN, finite), (-1.0, count), (2.5, count), (f64::NAN, count)] {
+            let mut x = many.clone();
+            x[234_567] = bad;
+            assert!(!flatten_values(&[Codes::Doubles(&x)], ok, &mut out, &exec), "{bad}");
+        }
     }
 
 }

@@ -62,20 +62,22 @@ pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
     if super::scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
         return super::scan::density_loglik(model, seqs, values, exec);
     }
-    let mut out = super::loglik_into(seqs, model.n_states, exec, |sh, out| loglik_on(sh.dev, model, &sh.seqs, values_of(values, seqs, &sh.range), exec, out))?;
+    let mut out = super::loglik_into(seqs, model.n_states, exec, |sh, out| loglik_on(sh, model, values, seqs, exec, out))?;
     super::settle_logliks(model, seqs, &mut out, exec)?;
     crate::gpu::timing::record("whole GPU call", t0);
     Ok(out)
 }
 
-/// The kernels' log-likelihoods on `dev` into `out` (NaN: uncertain).
-fn loglik_on<E: Emission>(dev: &Device, model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], exec: &Exec, out: &mut [f64]) -> Result<()> {
+/// The kernels' log-likelihoods of share `sh` of the sequences `all`
+/// (`values`: theirs, flat) into `out` (NaN: uncertain).
+fn loglik_on<E: Emission>(sh: &ShareSeqs<E::Obs>, model: &HmmModel<E>, values: &[f64], all: &Sequences<E::Obs>, exec: &Exec, out: &mut [f64]) -> Result<()> {
+    let (dev, seqs) = (sh.dev, &*sh.seqs);
     // The transitions first: they cross the bus while the observations
     // are prepared.
     let (mut dt, chain) = DensityTables::new(dev, model, seqs.len(), seqs.total())?;
     let t0 = std::time::Instant::now();
     let pos = positions(seqs)?;
-    let density = DeviceDensity::new(dev, &model.emission, values)?;
+    let density = DeviceDensity::new(dev, &model.emission, values_of(values, all, &sh.range), sh.obs, all)?;
     let d_seqs = density.positions(dev, &pos)?;
     crate::gpu::timing::record("upload", t0);
     let t0 = std::time::Instant::now();
@@ -111,7 +113,7 @@ fn viterbi_as<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values
     super::paths_into(seqs, model.n_states, narrow, exec, |sh, paths, logp| {
         let t0 = std::time::Instant::now();
         let pos = positions(&sh.seqs)?;
-        let density = DeviceDensity::new(sh.dev, &model.emission, values_of(values, seqs, &sh.range))?;
+        let density = DeviceDensity::new(sh.dev, &model.emission, values_of(values, seqs, &sh.range), sh.obs, seqs)?;
         let d_seqs = density.positions(sh.dev, &pos)?;
         crate::gpu::timing::record("upload", t0);
         let tabs = density.log_tables(sh.dev, model, sh.seqs.total())?;
@@ -139,7 +141,7 @@ pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Ob
             super::posterior_shares(model, seqs, exec, out, |sh, out, loglik| {
                 let (dev, part) = (sh.dev, &*sh.seqs);
                 let pos = positions(part)?;
-                let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, &sh.range))?;
+                let density = DeviceDensity::new(dev, &model.emission, values_of(values, seqs, &sh.range), sh.obs, seqs)?;
                 // The rows first: the passes plan their batches in the memory left.
                 let off = upload_offsets(dev, part)?;
                 let dt = density.tables(dev, model, &off, part.len(), part.total(), false)?;
@@ -160,7 +162,7 @@ pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Ob
 fn build_engine<E: Emission>(sh: &ShareSeqs<E::Obs>, probe: &E, values: &[f64], all: &Sequences<E::Obs>, exec: &Exec, serve: &mut dyn FnMut(&mut dyn ShareEngine<E>) -> Result<()>) -> Result<()> {
     let (dev, n) = (sh.dev, probe.n_states());
     let pos = positions(&sh.seqs)?;
-    let density = DeviceDensity::new(dev, probe, values_of(values, all, &sh.range))?;
+    let density = DeviceDensity::new(dev, probe, values_of(values, all, &sh.range), sh.obs, all)?;
     let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, &density)?;
     let mut engine = DensityEngine::new(passes, &density, &sh.seqs, sh.obs, exec)?;
     serve(&mut engine)
@@ -186,7 +188,7 @@ pub(crate) fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences
         let t0 = std::time::Instant::now();
         let dev = one.dev;
         let pos = positions(seqs)?;
-        let density = DeviceDensity::new(dev, &model.emission, values)?;
+        let density = DeviceDensity::new(dev, &model.emission, values, &seqs.symbols, seqs)?;
         let passes = Passes::with_density(dev, n, density.stats, &pos, true, n * 8, &density)?;
         let mut engine = DensityEngine::new(passes, &density, seqs, &seqs.symbols, exec)?;
         crate::gpu::timing::record("upload", t0);
@@ -498,7 +500,7 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
     let (count, total) = (seqs.len(), seqs.total());
     let pos = positions(seqs)?;
     let exec = Exec { backend: crate::exec::Backend::Cuda, ..Exec::cpu() };
-    let density = DeviceDensity::new(dev, &model.emission, values)?;
+    let density = DeviceDensity::new(dev, &model.emission, values, &seqs.symbols, seqs)?;
     {
         let d_seqs = density.positions(dev, &pos)?;
         let mut dt = density.tables(dev, model, &d_seqs.off, count, total, false)?;

@@ -53,8 +53,8 @@ pub(super) struct DensityTables {
     first_uncertain: bool,
 }
 
-/// Threads per block of hmm_emission_rows and hmm_sequence_shifts (a warp
-/// per position or sequence), and of hmm_emission_rows_thread.
+/// Threads per block of hmm_emission_rows (a warp per position) and of
+/// hmm_emission_rows_thread.
 const ROW_THREADS: u32 = 256;
 
 /// What the certificate needs of the start and transition probabilities
@@ -180,13 +180,22 @@ impl DensityTables {
 }
 
 impl DeviceDensity {
-    /// Upload the observations (`values`, flat) and the parameters of `e`.
-    pub(super) fn new<E: Emission>(dev: &Device, e: &E, values: &[f64]) -> Result<Self> {
+    /// Upload the observations (`values`, flat; `tested`, the same memory
+    /// as the emission's observations) and the parameters of `e`. Each
+    /// observation is tested by [`Emission::obs_ok`] on its way (a GPU
+    /// call's values are checked here, not before: `hmm::check`); when one
+    /// fails, nothing more is copied and the error is validation's of the
+    /// call's sequences `all`.
+    pub(super) fn new<E: Emission>(dev: &Device, e: &E, values: &[f64], tested: &[E::Obs], all: &Sequences<E::Obs>) -> Result<Self> {
         let s = &dev.stream;
         let er = err(dev, "copying the observations");
         // Padded as the symbols are (the warp kernels read ahead).
         let mut obs = s.alloc_zeros::<f64>(values.len() + SYM_PAD).map_err(&er)?;
-        dev.upload(values, &mut obs.slice_mut(0..values.len()))?;
+        let shape = e.shape();
+        if !dev.upload_tested(values, tested, |o| E::obs_ok(&shape, o), &mut obs.slice_mut(0..values.len()))? {
+            super::super::validate::<E>(&shape, all)?;
+            return Err(Error::Internal("an observation failed its test on the way to the device but not in validation".into()));
+        }
         Ok(DeviceDensity {
             name: E::NAME,
             prelude: E::cuda(),
@@ -270,8 +279,11 @@ impl DeviceDensity {
     /// minimum and its first step's scale.
     fn fill_shifts(&self, dev: &Device, n: usize, off: &CudaSlice<i64>, count: usize, dt: &mut DensityTables) -> Result<()> {
         let f = self.function(dev, Kernel::HmmSequenceShifts)?;
-        let blocks = count.div_ceil((ROW_THREADS / 32) as usize).clamp(1, dev.multiprocessors as usize * 64) as u32;
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+        // A block per sequence: a warp for short sequences, more threads
+        // for long ones (a warp per 2,048 positions, at most 1,024).
+        let per_seq = dt.shift_d.len() / count.max(1);
+        let threads = (32 * per_seq.div_ceil(2048)).clamp(32, 1024) as u32;
+        let cfg = LaunchConfig { grid_dim: (count.clamp(1, 1 << 20) as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let (n_i, s0, s1) = (n as i32, 0i32, count as i32);
         let (mut a, mut bc) = dt.sums.split_at_mut(count);
         let (mut b, mut c) = bc.split_at_mut(count);

@@ -130,7 +130,7 @@ impl<'a> Call<'a> {
     fn density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, values: &[f64], len: Option<usize>) -> Result<(Self, DeviceDensity)> {
         let dev = device()?;
         let t0 = std::time::Instant::now();
-        let density = DeviceDensity::new(dev, &model.emission, values)?;
+        let density = DeviceDensity::new(dev, &model.emission, values, &seqs.symbols, seqs)?;
         let pos = Sequences { symbols: Vec::new(), offsets: seqs.offsets.clone() };
         let d_seqs = density.positions(dev, &pos)?;
         let plan = plan(dev, seqs, model.n_states, len)?;
