@@ -404,7 +404,7 @@ check_numeric_seqs <- function(seqs, arg, family, what, ok, call, by_range = FAL
   # case) is typed, flattened and checked by the core's threads in one
   # call; anything else takes R's checks, which say what is wrong.
   flat <- if (is.list(seqs) && !is.object(seqs) && length(seqs) > 0) hmm_numeric_obs_(seqs, family, cpu_threads())
-  if (!is.null(flat)) return(list(obs = flat, lengths = lengths(seqs), names = names(seqs)))
+  if (!is.null(flat)) return(list(obs = flat, lengths = lengths(seqs, use.names = FALSE), names = names(seqs)))
   seqs <- check_seq_list(seqs, arg, c("numeric vectors", "a numeric vector"),
                          function(x) is.numeric(x) && !is.factor(x), "observation", call)
   flat <- as.double(unlist(seqs, use.names = FALSE))

@@ -518,13 +518,27 @@ test_that("sequences of codes are read in parallel as R would flatten them, and 
 test_that("numeric sequences are read by the core as R would flatten them, and odd ones get R's message", {
   g <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE), emission = gaussian_emission(c(-1, 1), c(1, 1)))
   seqs <- list(a = c(0.5, -1.25, 2), b = 3L, c = rnorm(70000))
-  s <- check_numeric_seqs(seqs, "seqs", "finite number", is.finite, call = environment())
+  s <- check_numeric_seqs(seqs, "seqs", "gaussian", "finite number", is.finite, call = environment())
   expect_identical(s$obs, as.double(unlist(seqs, use.names = FALSE)))
   expect_identical(s$lengths, c(3L, 1L, 70000L))
   expect_identical(s$names, c("a", "b", "c"))
   expect_identical(hmm_loglik(g, seqs, use.gpu = FALSE), hmm_loglik(g, lapply(seqs, as.double), use.gpu = FALSE))
   expect_error(hmm_loglik(g, list(1, c(2L, NA)), use.gpu = FALSE), "Sequence 2 has NA at position 2",
                class = "bulkem_error_input")
+  # A value the core's test refuses as it flattens (many values: in its
+  # threads) is found and named by R's checks.
+  long <- seqs
+  long$c[65537] <- Inf
+  expect_error(hmm_loglik(g, long, use.gpu = FALSE), "Sequence 3 has Inf at position 65537", class = "bulkem_error_input")
+  long$c[65537] <- NaN
+  expect_error(hmm_loglik(g, long, use.gpu = FALSE), "Sequence 3 has NaN at position 65537", class = "bulkem_error_input")
+  p <- hmm(c(0.5, 0.5), matrix(c(0.9, 0.1, 0.2, 0.8), 2, byrow = TRUE), emission = poisson_emission(c(1, 5)))
+  counts <- list(1:5, rep(c(0, 3), 40000))
+  expect_equal(length(hmm_loglik(p, counts, use.gpu = FALSE)), 2)
+  counts[[2]][70001] <- 2.5
+  expect_error(hmm_loglik(p, counts, use.gpu = FALSE), "Sequence 2 has 2.5 at position 70001", class = "bulkem_error_input")
+  counts[[2]][70001] <- -1
+  expect_error(hmm_loglik(p, counts, use.gpu = FALSE), "Sequence 2 has -1 at position 70001", class = "bulkem_error_input")
   expect_error(hmm_loglik(g, list(1, matrix(1, 2, 2)), use.gpu = FALSE), "Sequence 2", class = "bulkem_error_input")
   expect_error(hmm_loglik(g, list(1, factor("a")), use.gpu = FALSE), "Sequence 2", class = "bulkem_error_input")
   expect_error(hmm_loglik(g, list(1, Sys.Date()), use.gpu = FALSE), "Sequence 2", class = "bulkem_error_input")
