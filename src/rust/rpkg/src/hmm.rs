@@ -93,9 +93,9 @@ impl FromR for Categorical {
     }
 }
 
-/// R's flat observations as the core's vector, copied by `threads`
-/// threads: on one, the copy of 20 million values and the page faults of
-/// its fresh memory cost more than a GPU pass over them.
+/// R's flat observations as the core's vector, copied by the call's
+/// `threads` threads (was one), which also take the page faults of its
+/// fresh memory.
 fn numbers_from_r(obs: &Robj, threads: usize) -> Result<Vec<f64>> {
     let x = obs.as_real_slice().ok_or_else(|| Error::Other("internal: observations must be a double vector".into()))?;
     let mut out = vec![0.0; x.len()];
