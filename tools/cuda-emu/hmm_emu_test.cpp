@@ -257,14 +257,14 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
     auto thread_kernels = [&]<int TN>() {
         double* nulw = nullptr;
         vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0), gamma(S * N, 0.0);
-        emu_launch({std::min(G, 2u), 1, 1}, 32, TN * TN * 8, hmm_forward_thread_n<TN>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
+        emu_launch({std::min(G, 2u), 1, 1}, 32, TN * TN * 8, hmm_forward_thread_n<TN>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta, nulw, nulw);
         for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d thread forward seq %d: %.17g vs %.17g", N, s, ll[s], ref[s].ll);
         emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, nulw);
         for (int s = 0; s < M; ++s)
             for (long long k = 0; k < (off[s + 1] - off[s]) * N; ++k)
                 CHECK(close(gamma[off[s] * N + k], ref[s].ll == -INFINITY ? NAN : ref[s].gamma[k], 1e-12), "N=%d thread gamma seq %d k %lld: %g vs %g", N, s, k, gamma[off[s] * N + k], ref[s].gamma[k]);
         vector<double> l2(M - 3, 0.0);
-        emu_launch({1, 1, 1}, 32, TN * TN * 8, hmm_forward_thread_n<TN>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, nulw, nulw, l2.data(), theta);
+        emu_launch({1, 1, 1}, 32, TN * TN * 8, hmm_forward_thread_n<TN>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, nulw, nulw, l2.data(), theta, nulw, nulw);
         for (int s = 3; s < M; ++s) CHECK(l2[s - 3] == ll[s] || (std::isnan(l2[s - 3]) && std::isnan(ll[s])), "N=%d thread forward batch seq %d", N, s);
         vector<unsigned char> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M, 0.0);
         emu_launch({std::min(G, 2u), 1, 1}, 32, TN * TN * 8, hmm_viterbi_thread_n<TN>, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), 0, M, back.data(), path.data(), logp.data(), nulw, nulw);
@@ -323,7 +323,7 @@ static void run_certificate_case() {
             vector<double> partial(4 * size, 0.0);
             if (warp) {
                 if (warp == 2)
-                    emu_launch({1, 1, 1}, 32, 4 * 8, hmm_forward_thread_n<2>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
+                    emu_launch({1, 1, 1}, 32, 4 * 8, hmm_forward_thread_n<2>, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta, nulw, nulw);
                 else
                     emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, 2, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
                 emu_launch({1, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, 2, 2, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, nulw);

@@ -12,6 +12,18 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
+// The largest and smallest value over the 32 lanes of a warp (every lane
+// gets it; fmax and fmin skip NaN).
+__device__ __forceinline__ double warp_max(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+__device__ __forceinline__ double warp_min(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmin(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
 // Sum over a block: every thread gets the same total, in a fixed order.
 // `scratch` holds at least one double per warp.
 __device__ double block_sum(double v, double* scratch) {

@@ -15,20 +15,12 @@
 
 #define HMM_EMIS_INF __longlong_as_double(0x7ff0000000000000ULL)
 
-__device__ __forceinline__ double hmm_warp_max(double v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
-
-__device__ __forceinline__ double hmm_warp_min(double v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmin(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
-
 // The rows of positions [0, total): rows[p * N + j]. Linear rows
 // (log_space == 0) also give shift[p] and rowmin[p], the smallest value of
 // a state with a positive density (0 when one underflowed, and for a row
-// whose densities are all 0). One warp per position, lanes over states.
+// whose densities are all 0), and may leave the rows out (rows null: the
+// forward kernel of N <= 8 computes them). One warp per position, lanes
+// over states.
 extern "C" __global__ void hmm_emission_rows(
     int N, long long total, const double* __restrict__ obs, const double* __restrict__ ep,
     int log_space, double* __restrict__ rows, double* __restrict__ shift, double* __restrict__ rowmin)
@@ -44,16 +36,16 @@ extern "C" __global__ void hmm_emission_rows(
         }
         double top = HMM_NEG_INF;
         for (int j = lane; j < N; j += 32) top = fmax(top, hmm_emis_log(ep, N, j, x));
-        top = hmm_warp_max(top);
+        top = warp_max(top);
         const bool none = !(top > HMM_NEG_INF);
         double mn = HMM_EMIS_INF;
         for (int j = lane; j < N; j += 32) {
             const double l = hmm_emis_log(ep, N, j, x);
             const double v = none ? 0.0 : exp(l - top);
             if (l > HMM_NEG_INF && v < mn) mn = v;
-            rows[p * N + j] = v;
+            if (rows) rows[p * N + j] = v;
         }
-        mn = hmm_warp_min(mn);
+        mn = warp_min(mn);
         if (lane == 0) {
             shift[p] = none ? 0.0 : top + k;
             rowmin[p] = none ? 0.0 : mn;
@@ -96,7 +88,7 @@ extern "C" __global__ void hmm_emission_rows_thread(
             if (j < N) {
                 const double v = none ? 0.0 : exp(l[j] - top);
                 if (l[j] > HMM_NEG_INF && v < mn) mn = v;
-                rows[p * N + j] = v;
+                if (rows) rows[p * N + j] = v;
             }
         }
         shift[p] = none ? 0.0 : top + k;
@@ -113,15 +105,17 @@ extern "C" __global__ void hmm_positions(long long total, unsigned* __restrict__
 
 // Per sequence s of [s0, s1): the sum of its positions' shifts, the
 // smallest row minimum and the first step's scale sum_j start_j e_j(o_1)
-// (linear rows). One block per sequence (a warp where sequences are short,
-// up to 1,024 threads where they are long: one sequence of 262,144 steps
-// was one warp's 8,192 loads in a row); threads sum strided positions, then
-// a fixed tree (warp shuffles, the warps in order), so the sums are
-// deterministic.
+// (linear rows; with rows null, N <= 32, the first row is computed from
+// the observation `obs` as hmm_emission_rows computes it). One block per
+// sequence (a warp where sequences are short, up to 1,024 threads where
+// they are long: one sequence of 262,144 steps was one warp's 8,192 loads
+// in a row); threads sum strided positions, then a fixed tree (warp
+// shuffles, the warps in order), so the sums are deterministic.
 extern "C" __global__ void hmm_sequence_shifts(
     int N, const long long* __restrict__ off, int s0, int s1, const double* __restrict__ shift,
     const double* __restrict__ rowmin, const double* __restrict__ start, const double* __restrict__ rows,
-    double* __restrict__ shift_sum, double* __restrict__ min_all, double* __restrict__ first_scale)
+    double* __restrict__ shift_sum, double* __restrict__ min_all, double* __restrict__ first_scale,
+    const double* __restrict__ obs, const double* __restrict__ ep)
 {
     __shared__ double part_sum[32], part_min[32], part_c[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -133,9 +127,16 @@ extern "C" __global__ void hmm_sequence_shifts(
             mn = fmin(mn, rowmin[p]);
         }
         double c = 0.0;
-        for (int j = threadIdx.x; j < N; j += blockDim.x) c += start[j] * rows[b * N + j];
+        if (rows) {
+            for (int j = threadIdx.x; j < N; j += blockDim.x) c += start[j] * rows[b * N + j];
+        } else if (warp == 0) {
+            const bool on = lane < N;
+            const double l = on ? hmm_emis_log(ep, N, lane, obs[b]) : HMM_NEG_INF;
+            const double top = warp_max(l);
+            if (on && top > HMM_NEG_INF) c = start[lane] * exp(l - top);
+        }
         sum = warp_sum(sum);
-        mn = hmm_warp_min(mn);
+        mn = warp_min(mn);
         c = warp_sum(c);
         if (lane == 0) { part_sum[warp] = sum; part_min[warp] = mn; part_c[warp] = c; }
         __syncthreads();
@@ -175,7 +176,7 @@ extern "C" __global__ void hmm_density_keys(
         mn = fmin(mn, min_all[s]);
         bad |= !(first_scale[s] >= dense_min);
     }
-    mn = hmm_warp_min(mn);
+    mn = warp_min(mn);
     bad = __any_sync(0xffffffffu, bad);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) { mins[warp] = mn; bads[warp] = bad; }

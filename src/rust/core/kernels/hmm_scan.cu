@@ -37,11 +37,6 @@
 __device__ __forceinline__ double scan_pow2(int e) { return __hiloint2double((1023 + e) << 20, 0); }
 #define SCAN_FLOOR scan_pow2(-500)
 
-__device__ __forceinline__ double warp_max(double v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
-
 // One row of a chunk's product over steps [b, e), starting from state i:
 // sum-product (MAXPLUS false: linear tables, rescaled; returns false when
 // uncertain) or max-plus (log tables). Writes the row to out and its log

@@ -63,9 +63,11 @@ extern "C" __global__ void layout_f64(const double* __restrict__ a, int rows, in
 // bits are `missing` (R's NA): the posteriors as R's matrices hold them,
 // so that they cross the bus straight into R's memory with no pass on the
 // host (src/hmm/gpu/passes.rs). Sequences first .. first + count, their
-// observations off[s] .. off[s + 1], the rows from row off[first]. One
-// block per sequence (grid-striding), 32 x 32 tiles through shared memory
-// as layout_f64, blockDim (32, 8).
+// observations off[s] .. off[s + 1], the rows from row off[first]. Blocks
+// stride over the sequences (x) and over a sequence's tiles (y: few long
+// sequences, one block each, left the device idle: one sequence of 262,144
+// steps took milliseconds), 32 x 32 tiles through shared memory as
+// layout_f64, blockDim (32, 8).
 extern "C" __global__ void columns_by_sequence_f64(const double* __restrict__ rows, const long long* __restrict__ off, int first, int count, int n,
                                                    unsigned long long missing, double* __restrict__ out)
 {
@@ -78,7 +80,7 @@ extern "C" __global__ void columns_by_sequence_f64(const double* __restrict__ ro
         const double* src = rows + (a - base) * n;
         double* dst = out + (a - base) * n;
         const long long tiles = ((t + 31) / 32) * tiles_c;
-        for (long long k = 0; k < tiles; ++k) {
+        for (long long k = blockIdx.y; k < tiles; k += gridDim.y) {
             const long long r0 = (k / tiles_c) * 32;
             const int c0 = (int)(k % tiles_c) * 32;
             for (int i = threadIdx.y; i < 32; i += 8) {

@@ -115,6 +115,40 @@ fn layouts_transpose_and_take_logs() {
     }
 }
 
+/// The posteriors' layout on the device (one column-major matrix per
+/// sequence, NaN as the value given) is the host's, bit for bit: one long
+/// sequence (its tiles spread over blocks), a few with more than 32 states,
+/// many short ones, and a batch that starts past the first sequence.
+#[test]
+fn columns_by_sequence_is_the_hosts_layout() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let dev = &gpu::devices().expect("a device")[0];
+    for (lens, n, first) in [(vec![100_003usize], 8usize, 0usize), (vec![5, 40_000, 70, 33], 33, 1), (vec![3; 5_000], 3, 0)] {
+        let mut offsets = vec![0usize];
+        for l in &lens {
+            offsets.push(offsets.last().unwrap() + l);
+        }
+        let total = *offsets.last().unwrap();
+        let rows: Vec<f64> = (0..total * n).map(|i| if i % 1_001 == 7 { f64::NAN } else { (i % 97) as f64 / 7.0 }).collect();
+        // The batch of sequences first.., its rows from row offsets[first].
+        let from = offsets[first];
+        let batch: Vec<usize> = offsets[first..].iter().map(|o| o - from).collect();
+        let mut want: Vec<Vec<f64>> = lens[first..].iter().map(|l| vec![0.0; l * n]).collect();
+        let mut outs: Vec<&mut [f64]> = want.iter_mut().map(|x| &mut x[..]).collect();
+        bulkem_core::hmm::layout::columns_by_sequence(&rows[from * n..], &batch, n, &mut outs, -1.0);
+        let d_rows = dev.stream.clone_htod(&rows[from * n..]).expect("rows");
+        let off: Vec<i64> = offsets.iter().map(|&o| o as i64).collect();
+        let d_off = dev.stream.clone_htod(&off).expect("offsets");
+        let mut d_out = dev.stream.alloc_zeros::<f64>(d_rows.len()).expect("output");
+        dev.columns_by_sequence(&d_rows, &d_off, first, lens.len() - first, n, -1.0, &mut d_out).expect("layout");
+        let got = dev.stream.clone_dtoh(&d_out).expect("copy back");
+        let want: Vec<u64> = want.iter().flatten().map(|x| x.to_bits()).collect();
+        assert!(got.iter().map(|x| x.to_bits()).eq(want.into_iter()), "{} sequences, N = {n}, from sequence {first}", lens.len());
+    }
+}
+
 /// Uploads of every size queued one after another without waiting (the
 /// staging ring places each after the pieces still crossing the bus),
 /// then packed arrays: every value arrives, none is overwritten by a later

@@ -407,14 +407,17 @@ impl Device {
         assert!(first + count < off.len() && rows.len() <= out.len(), "a layout's sequences and rows fit their buffers");
         let f = self.function(Kernel::ColumnsBySequenceF64, &[])?;
         let (first_i, count_i, n_i, bits) = (first as i32, count as i32, n as i32, missing.to_bits());
-        let cfg = LaunchConfig { grid_dim: (count.min(1 << 20) as u32, 1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        // Few sequences: their tiles split over blocks too (grid y), eight
+        // blocks per multiprocessor in all.
+        let split = (8 * self.multiprocessors as usize).div_ceil(count).clamp(1, 65_535) as u32;
+        let cfg = LaunchConfig { grid_dim: (count.min(1 << 20) as u32, split, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
         let mut launch = self.stream.launch_builder(&f);
         launch.arg(rows).arg(off).arg(&first_i).arg(&count_i).arg(&n_i).arg(&bits).arg(out);
         // SAFETY: columns_by_sequence_f64(rows, off, first, count, n,
         // missing, out): off holds offsets first ..= first + count (checked
         // above); rows and out hold the (off[first + count] - off[first]) x
         // n values of those sequences (the caller's batch); blocks of (32, 8)
-        // threads, grid-striding over the sequences.
+        // threads, grid-striding over the sequences (x) and their tiles (y).
         unsafe { launch.launch(cfg) }.map_err(|e| self.err("launching columns_by_sequence_f64", e))?;
         Ok(())
     }

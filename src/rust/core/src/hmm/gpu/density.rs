@@ -30,7 +30,7 @@ use super::passes::{forward_all, posterior_bytes, viterbi_all, CountSlots, Passe
 use super::plan::{batched_path, batches, viterbi_bytes_per_symbol};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
-use super::rows::{ChainSummary, DensityTables, DeviceDensity};
+use super::rows::{rows_computed, ChainSummary, DensityTables, DeviceDensity};
 use super::shares::{e_step_shares, fit_shares, shares, work, ShareEngine, ShareSeqs, Spread};
 use super::{device, err};
 
@@ -73,17 +73,19 @@ pub(crate) fn loglik<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>,
 fn loglik_on<E: Emission>(sh: &ShareSeqs<E::Obs>, model: &HmmModel<E>, values: &[f64], all: &Sequences<E::Obs>, exec: &Exec, out: &mut [f64]) -> Result<()> {
     let (dev, seqs) = (sh.dev, &*sh.seqs);
     // The transitions first: they cross the bus while the observations
-    // are prepared.
-    let (mut dt, chain) = DensityTables::new(dev, model, seqs.len(), seqs.total())?;
+    // are prepared. No table of rows where the forward kernel computes
+    // them.
+    let computed = rows_computed(model.n_states);
+    let (mut dt, chain) = DensityTables::new(dev, model, seqs.len(), seqs.total(), !computed)?;
     let t0 = std::time::Instant::now();
     let pos = positions(seqs)?;
     let density = DeviceDensity::new(dev, &model.emission, values_of(values, all, &sh.range), sh.obs, all)?;
-    let d_seqs = density.positions(dev, &pos)?;
+    let d_seqs = if computed { density.offsets(dev, &pos)? } else { density.positions(dev, &pos)? };
     crate::gpu::timing::record("upload", t0);
     let t0 = std::time::Instant::now();
     density.refresh(dev, model.n_states, &mut dt, chain, &d_seqs.off, seqs.len(), seqs.total(), false)?;
     crate::gpu::timing::record("rows and shifts", t0);
-    forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec, out)?;
+    forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec, out, computed.then_some(&density))?;
     let (shift, uncertain) = dt.shifts(dev)?;
     for (s, l) in out.iter_mut().enumerate() {
         *l = shifted(*l, shift[s], uncertain[s]);
@@ -131,13 +133,11 @@ pub(crate) fn posterior<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Ob
         seqs,
         n,
         cols,
-        || {
-            if super::scan::chosen(device()?, model, seqs, 16 * model.n_states)? {
-                return super::scan::density_posterior(model, seqs, values, exec).map(Some);
-            }
-            Ok(None)
-        },
+        || Ok(None),
         |out| {
+            if super::scan::chosen(device()?, model, seqs, 16 * model.n_states)? {
+                return super::scan::density_posterior(model, seqs, values, exec, out);
+            }
             super::posterior_shares(model, seqs, exec, out, |sh, out, loglik| {
                 let (dev, part) = (sh.dev, &*sh.seqs);
                 let pos = positions(part)?;
@@ -503,7 +503,11 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
     let density = DeviceDensity::new(dev, &model.emission, values, &seqs.symbols, seqs)?;
     {
         let d_seqs = density.positions(dev, &pos)?;
-        let mut dt = density.tables(dev, model, &d_seqs.off, count, total, false)?;
+        // As a call's forward pass: no table of rows where the kernel
+        // computes them (loglik_on).
+        let computed = rows_computed(n);
+        let (mut dt, chain) = DensityTables::new(dev, model, count, total, !computed)?;
+        density.refresh(dev, n, &mut dt, chain, &d_seqs.off, count, total, false)?;
         let all = 0..count;
         if batched_path(dev, n) {
             let ranges = row_batches(dev, count, n)?;
@@ -525,7 +529,7 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
             sync()?;
             run(super::ResidentPass::Forward, &mut || {
                 density.recompute_rows(dev, n, &mut dt, &d_seqs.off, count, total)?;
-                launch_forward(dev, n, &dt.tables, &d_seqs, &all, None, &mut ll)?;
+                launch_forward(dev, n, &dt.tables, &d_seqs, &all, None, &mut ll, computed.then_some(&density))?;
                 sync()
             })?;
         }

@@ -20,7 +20,10 @@ use super::{err, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 /// Launch hmm_forward (or hmm_forward_thread for N <= 8, hmm_forward_warp
 /// for N <= 32; large N goes to the batched kernels instead) over
 /// sequences `range`; with `store`, alphas and
-/// scales of the batch are kept in (alpha, scale).
+/// scales of the batch are kept in (alpha, scale). With `density` (N <=
+/// 8, [`super::rows::rows_computed`]), the kernel computes each position's
+/// row from its observation (`tables.emis` unused, `seqs.sym` unread).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn launch_forward(
     dev: &Device,
     n: usize,
@@ -29,6 +32,7 @@ pub(super) fn launch_forward(
     range: &Range<usize>,
     store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
     loglik: &mut CudaSlice<f64>,
+    density: Option<&DeviceDensity>,
 ) -> Result<()> {
     let base = (2 * n + 32) * 8;
     let trans_smem = base + n * n * 8 <= smem_limit(dev);
@@ -44,7 +48,12 @@ pub(super) fn launch_forward(
         let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
         (Kernel::HmmForward, cfg)
     };
-    let f = if thread { dev.function(name, &[("HMM_TN", n as i64)])? } else { dev.function(name, &[])? };
+    let f = match density {
+        Some(d) if thread => d.function_defining(dev, name, &[("HMM_TN", n as i64)])?,
+        Some(_) => return Err(crate::error::Error::Internal(format!("a density's rows computed in the forward kernel at {n} states"))),
+        None if thread => dev.function(name, &[("HMM_TN", n as i64)])?,
+        None => dev.function(name, &[])?,
+    };
     let (n_i, s0, s1, flag) = (n as i32, range.start as i32, range.end as i32, trans_smem as i32);
     let null: u64 = 0;
     let s = &dev.stream;
@@ -59,9 +68,18 @@ pub(super) fn launch_forward(
         launch.arg(&flag);
     }
     launch.arg(&tables.mins);
+    let ep = density.map(|d| d.ep.borrow());
+    if thread {
+        match (density, ep.as_deref()) {
+            (Some(d), Some(ep)) => launch.arg(&d.obs).arg(ep),
+            _ => launch.arg(&null).arg(&null),
+        };
+    }
     // SAFETY: the arguments match the parameters of hmm_forward (or of
     // hmm_forward_warp and hmm_forward_thread, which have no trans_smem
-    // flag; the latter compiled for this N) in order and type;
+    // flag; the latter compiled for this N, taking a density's obs and ep,
+    // its observations and parameters, compiled with its block, or null)
+    // in order and type;
     // mins holds two keys;
     // the tables hold N, N*N and V*N doubles, the symbols are < V
     // (validated), off has one entry per sequence + 1 and s0 < s1 index it;

@@ -220,12 +220,14 @@ pub fn posterior_to(model: &HmmModel, seqs: &Sequences, exec: &Exec, cols: Optio
             if tables::theta_of(small) > 1.0 {
                 return cpu::posterior(&*super::host_tables(model)?, seqs, exec).map(Some);
             }
-            if scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
-                return scan::posterior(model, seqs, None, exec).map(Some);
-            }
             Ok(None)
         },
-        |out| posterior_shares(model, seqs, exec, out, |sh, out, loglik| passes::posterior_device(sh, model, small, exec, out, loglik)),
+        |out| {
+            if scan::chosen(device()?, model, seqs, 8 * model.n_states)? {
+                return scan::posterior_into(model, seqs, None, exec, out);
+            }
+            posterior_shares(model, seqs, exec, out, |sh, out, loglik| passes::posterior_device(sh, model, small, exec, out, loglik))
+        },
     )
 }
 
@@ -236,12 +238,13 @@ struct Smallest((f64, f64));
 /// A caller's matrices, one per sequence, and the value NaN becomes.
 pub type Columns<'a, 'b> = (&'a mut [&'b mut [f64]], f64);
 
-/// The posteriors from `elsewhere` (the CPU or the scan, as rows) when it
-/// gives them, else from `kernels` (writing where they are told): as
-/// time-major rows, or laid out into `cols` (the rows then empty). With
-/// `cols` the kernels write into the caller's matrices themselves, with
-/// no host buffer of all the rows in between (its first touch and the
-/// layout out of it cost as much as the pass: BENCHMARKS.md).
+/// The posteriors from `elsewhere` (the CPU, as rows) when it gives them,
+/// else from `kernels` (the scan or the passes, writing where they are
+/// told): as time-major rows, or laid out into `cols` (the rows then
+/// empty). With `cols` the kernels write into the caller's matrices
+/// themselves, with no host buffer of all the rows in between (its first
+/// touch and the layout out of it cost as much as the pass:
+/// BENCHMARKS.md).
 fn posterior_as<O: Copy>(
     seqs: &Sequences<O>,
     n: usize,

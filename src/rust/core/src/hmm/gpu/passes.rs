@@ -170,7 +170,7 @@ impl<'a> Passes<'a> {
             }
             return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
         }
-        launch_forward(dev, n, tables, &self.d_seqs, &range, Some((&mut self.alpha, &mut self.scale)), &mut self.ll)?;
+        launch_forward(dev, n, tables, &self.d_seqs, &range, Some((&mut self.alpha, &mut self.scale)), &mut self.ll, None)?;
         if self.thread {
             self.backward_thread(tables, &range, gamma, counts.map(|c| (&mut c.partial, c.slots)))?;
             return s.clone_dtoh(&self.ll.slice(0..range.len())).map_err(err(dev, "reading results"));
@@ -351,13 +351,14 @@ pub(super) fn loglik_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, 
     let t0 = std::time::Instant::now();
     let d_seqs = upload(sh.dev, &sh.seqs, sh.obs, model.emission.n_symbols)?;
     crate::gpu::timing::record("upload", t0);
-    forward_all(sh.dev, model.n_states, model.emission.n_symbols, &tables, &d_seqs, &sh.seqs, exec, out)
+    forward_all(sh.dev, model.n_states, model.emission.n_symbols, &tables, &d_seqs, &sh.seqs, exec, out, None)
 }
 
 /// The forward kernels' log-likelihoods of all `seqs` (on the device as
-/// `d_seqs`) with `tables`, into `out`; `v` symbols.
+/// `d_seqs`) with `tables`, into `out`; `v` symbols. With `density` (N <=
+/// 8), the kernel computes the density's rows (see [`launch_forward`]).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec, out: &mut [f64]) -> Result<()> {
+pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec, out: &mut [f64], density: Option<&DeviceDensity>) -> Result<()> {
     let s = &dev.stream;
     if batched_path(dev, n) {
         let t0 = std::time::Instant::now();
@@ -380,7 +381,7 @@ pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTable
         return Ok(());
     }
     let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
-    launch_forward(dev, n, tables, d_seqs, &(0..seqs.len()), None, &mut ll)?;
+    launch_forward(dev, n, tables, d_seqs, &(0..seqs.len()), None, &mut ll, density)?;
     s.memcpy_dtoh(&ll, out).map_err(err(dev, "reading results"))?;
     exec.monitor.add_done(seqs.len());
     exec.monitor.check()
@@ -465,7 +466,7 @@ pub(super) fn posterior_bytes(n: usize, out: &PosteriorOut<'_, '_>) -> usize {
 }
 
 /// Write zeros over `out` in parallel (`prefault`).
-fn prefault_out(out: &mut PosteriorOut<'_, '_>) {
+pub(super) fn prefault_out(out: &mut PosteriorOut<'_, '_>) {
     use rayon::prelude::*;
     match out {
         PosteriorOut::Rows(rows) => prefault(rows),

@@ -66,7 +66,7 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
         let mut ll = s.alloc_zeros::<f64>(seqs.len()).map_err(err(dev, "allocating results"))?;
         sync()?;
         run(ResidentPass::Forward, &mut || {
-            launch_forward(dev, n, &tables, &d_seqs, &all, None, &mut ll)?;
+            launch_forward(dev, n, &tables, &d_seqs, &all, None, &mut ll, None)?;
             sync()
         })?;
     }

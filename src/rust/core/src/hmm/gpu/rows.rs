@@ -23,6 +23,14 @@ use super::memory::{DeviceLogTables, DeviceSeqs, DeviceTables, SYM_PAD};
 use super::plan::thread_path;
 use super::{err, WARP_MAX_STATES};
 
+/// Whether the forward kernel at `n` states computes a density's rows
+/// from its observations (the thread kernel: kernels/hmm.cu,
+/// hmm_forward_thread_n, says why not the others), so that a forward pass
+/// needs no table of rows ([`DensityTables::new`]).
+pub(super) fn rows_computed(n: usize) -> bool {
+    thread_path(n)
+}
+
 /// A density emission's observations, parameters and kernels.
 pub(crate) struct DeviceDensity {
     /// Cache key and source of the emission's device block.
@@ -40,7 +48,10 @@ pub(crate) struct DeviceDensity {
 /// kernels' result cannot be certified (its first step, see
 /// [`DeviceDensity::refresh`]: computed on the CPU).
 pub(super) struct DensityTables {
+    /// `emis` holds no rows when the forward kernels compute them
+    /// ([`DensityTables::new`]).
     pub(super) tables: DeviceTables,
+    rows: bool,
     /// Per position: the shift and the row minimum.
     shift_d: CudaSlice<f64>,
     rowmin_d: CudaSlice<f64>,
@@ -133,12 +144,14 @@ impl DensityTables {
     /// rows and shifts follow ([`DeviceDensity::refresh`]). A call makes
     /// these first, so that the transitions (2 MB at N = 512, the largest
     /// copy of a forward pass) cross the bus while the host prepares the
-    /// observations.
-    pub(super) fn new<E: Emission>(dev: &Device, model: &HmmModel<E>, count: usize, total: usize) -> Result<(Self, ChainSummary)> {
+    /// observations. Without `rows` (a forward pass whose kernel computes
+    /// each row where it uses it: [`rows_computed`]) the table of rows is
+    /// left out.
+    pub(super) fn new<E: Emission>(dev: &Device, model: &HmmModel<E>, count: usize, total: usize, rows: bool) -> Result<(Self, ChainSummary)> {
         let n = model.n_states;
         let s = &dev.stream;
         let e = err(dev, "allocating the emission rows");
-        let emis = alloc_rows(dev, n, total)?;
+        let emis = if rows { alloc_rows(dev, n, total)? } else { s.alloc_zeros::<f64>(1).map_err(&e)? };
         let zeros = |k: usize| s.alloc_zeros::<f64>(k).map_err(&e);
         let t0 = std::time::Instant::now();
         let (start, trans, trans_t, summary) = match kept_form(model, dev.info.ordinal, || DeviceChain::new(dev, model))? {
@@ -151,6 +164,7 @@ impl DensityTables {
         let mins = unsafe { s.alloc::<u64>(2) }.map_err(&e)?;
         let dt = DensityTables {
             tables: DeviceTables { start, trans, trans_t, emis, mins },
+            rows,
             shift_d: zeros(total)?,
             rowmin_d: zeros(total)?,
             sums: zeros(3 * count)?,
@@ -227,6 +241,15 @@ impl DeviceDensity {
         Ok(DeviceSeqs { sym, off: dev.upload_new(&off[..])? })
     }
 
+    /// The sequences with offsets `seqs.offsets` for kernels that read the
+    /// observations, not positions ([`rows_computed`]: no table of rows);
+    /// `sym` is one zero, unread.
+    pub(super) fn offsets(&self, dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
+        let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
+        let sym = dev.stream.alloc_zeros::<u32>(1).map_err(err(dev, "copying sequences"))?;
+        Ok(DeviceSeqs { sym, off: dev.upload_new(&off[..])? })
+    }
+
     /// Replace the parameters by those of `e` (after an M-step).
     pub(super) fn set_params<E: Emission>(&self, dev: &Device, e: &E) -> Result<()> {
         dev.upload(&e.device_params()[..], &mut self.ep.borrow_mut().slice_mut(..))
@@ -248,9 +271,9 @@ impl DeviceDensity {
     }
 
     /// Fill `rows` (N values per position) with the rows of all `total`
-    /// positions: linear (`extra`: every position's shift and row minimum)
-    /// or log (`extra` None).
-    fn fill_rows(&self, dev: &Device, n: usize, total: usize, rows: &mut CudaSlice<f64>, extra: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>) -> Result<()> {
+    /// positions: linear (`extra`: every position's shift and row minimum;
+    /// `rows` None: those alone) or log (`extra` None).
+    fn fill_rows(&self, dev: &Device, n: usize, total: usize, rows: Option<&mut CudaSlice<f64>>, extra: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>) -> Result<()> {
         let s = &dev.stream;
         let null: u64 = 0;
         // A thread per position for few states, else a warp (the same values).
@@ -261,7 +284,11 @@ impl DeviceDensity {
         let (n_i, total_i, log_i) = (n as i32, total as i64, extra.is_none() as i32);
         let ep = self.ep.borrow();
         let mut launch = s.launch_builder(&f);
-        launch.arg(&n_i).arg(&total_i).arg(&self.obs).arg(&*ep).arg(&log_i).arg(rows);
+        launch.arg(&n_i).arg(&total_i).arg(&self.obs).arg(&*ep).arg(&log_i);
+        match rows {
+            Some(rows) => launch.arg(rows),
+            None => launch.arg(&null),
+        };
         match extra {
             Some((shift, rowmin)) => launch.arg(shift).arg(rowmin),
             None => launch.arg(&null).arg(&null),
@@ -269,14 +296,16 @@ impl DeviceDensity {
         // SAFETY: the arguments match hmm_emission_rows's parameters (and
         // hmm_emission_rows_thread's, the same, for N <= 8) in order and
         // type; obs holds `total` values, ep the emission's parameters for
-        // N states (its block reads N of each), rows total x N doubles,
-        // shift and rowmin (linear rows) total each.
+        // N states (its block reads N of each), rows total x N doubles or
+        // null (linear rows only), shift and rowmin (linear rows) total
+        // each.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_emission_rows"))?;
         Ok(())
     }
 
     /// Per sequence, into `dt.sums`: the sum of its shifts, its smallest row
-    /// minimum and its first step's scale.
+    /// minimum and its first step's scale (from its first row, or its first
+    /// observation when `dt` has no rows).
     fn fill_shifts(&self, dev: &Device, n: usize, off: &CudaSlice<i64>, count: usize, dt: &mut DensityTables) -> Result<()> {
         let f = self.function(dev, Kernel::HmmSequenceShifts)?;
         // A block per sequence: a warp for short sequences, more threads
@@ -287,12 +316,22 @@ impl DeviceDensity {
         let (n_i, s0, s1) = (n as i32, 0i32, count as i32);
         let (mut a, mut bc) = dt.sums.split_at_mut(count);
         let (mut b, mut c) = bc.split_at_mut(count);
+        let null: u64 = 0;
+        let ep = self.ep.borrow();
         let mut launch = dev.stream.launch_builder(&f);
-        launch.arg(&n_i).arg(off).arg(&s0).arg(&s1).arg(&dt.shift_d).arg(&dt.rowmin_d).arg(&dt.tables.start).arg(&dt.tables.emis).arg(&mut a).arg(&mut b).arg(&mut c);
+        launch.arg(&n_i).arg(off).arg(&s0).arg(&s1).arg(&dt.shift_d).arg(&dt.rowmin_d).arg(&dt.tables.start);
+        if dt.rows {
+            launch.arg(&dt.tables.emis);
+        } else {
+            assert!(n <= WARP_MAX_STATES, "a first row computed by one warp");
+            launch.arg(&null);
+        }
+        launch.arg(&mut a).arg(&mut b).arg(&mut c).arg(&self.obs).arg(&*ep);
         // SAFETY: the arguments match hmm_sequence_shifts's parameters;
-        // off holds count + 1 offsets into shift, rowmin and the rows (N
-        // values per position), start N values, the outputs `count`
-        // doubles each.
+        // off holds count + 1 offsets into shift, rowmin, obs and the rows
+        // (N values per position; or null, N <= 32: the first row computed
+        // from obs and ep, the emission's parameters for N states), start N
+        // values, the outputs `count` doubles each.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_sequence_shifts"))?;
         Ok(())
     }
@@ -301,7 +340,7 @@ impl DeviceDensity {
     /// sequences with offsets `off` (`count` of them, `total` positions);
     /// see [`DeviceDensity::refresh`].
     pub(super) fn tables<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, off: &CudaSlice<i64>, count: usize, total: usize, counting: bool) -> Result<DensityTables> {
-        let (mut dt, chain) = DensityTables::new(dev, model, count, total)?;
+        let (mut dt, chain) = DensityTables::new(dev, model, count, total, true)?;
         let t0 = std::time::Instant::now();
         self.refresh(dev, model.n_states, &mut dt, chain, off, count, total, counting)?;
         crate::gpu::timing::record("rows and shifts", t0);
@@ -325,8 +364,7 @@ impl DeviceDensity {
     /// are chosen by hmm_density_keys.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn refresh(&self, dev: &Device, n: usize, dt: &mut DensityTables, chain: ChainSummary, off: &CudaSlice<i64>, count: usize, total: usize, counting: bool) -> Result<()> {
-        self.fill_rows(dev, n, total, &mut dt.tables.emis, Some((&mut dt.shift_d, &mut dt.rowmin_d)))?;
-        self.fill_shifts(dev, n, off, count, dt)?;
+        self.recompute_rows(dev, n, dt, off, count, total)?;
         let f = self.function(dev, Kernel::HmmDensityKeys)?;
         let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
         let big = f64::from_bits((1023 + 500) << 52);
@@ -344,24 +382,26 @@ impl DeviceDensity {
         Ok(())
     }
 
-    /// The rows and shifts of `dt` again (the model and certificate as
-    /// they are): what a pass over the observations computes first. For
-    /// the benchmark's device-resident timing.
+    /// The rows (where `dt` keeps them) and shifts of `dt` again (the model
+    /// and certificate as they are): what a pass over the observations
+    /// computes first ([`DeviceDensity::refresh`], and the benchmark's
+    /// device-resident timing).
     pub(super) fn recompute_rows(&self, dev: &Device, n: usize, dt: &mut DensityTables, off: &CudaSlice<i64>, count: usize, total: usize) -> Result<()> {
-        self.fill_rows(dev, n, total, &mut dt.tables.emis, Some((&mut dt.shift_d, &mut dt.rowmin_d)))?;
+        let rows = if dt.rows { Some(&mut dt.tables.emis) } else { None };
+        self.fill_rows(dev, n, total, rows, Some((&mut dt.shift_d, &mut dt.rowmin_d)))?;
         self.fill_shifts(dev, n, off, count, dt)
     }
 
     /// Log rows of all `total` positions into `rows` (for Viterbi).
     pub(super) fn recompute_log_rows(&self, dev: &Device, n: usize, total: usize, rows: &mut CudaSlice<f64>) -> Result<()> {
-        self.fill_rows(dev, n, total, rows, None)
+        self.fill_rows(dev, n, total, Some(rows), None)
     }
 
     /// The log tables of `model` with rows of log densities at every
     /// position, for any N (the scan's Viterbi reads them).
     pub(super) fn log_rows<E: Emission>(&self, dev: &Device, model: &HmmModel<E>, total: usize) -> Result<DeviceLogTables> {
         let mut rows = alloc_rows(dev, model.n_states, total)?;
-        self.fill_rows(dev, model.n_states, total, &mut rows, None)?;
+        self.fill_rows(dev, model.n_states, total, Some(&mut rows), None)?;
         log_model(dev, model, rows)
     }
 
@@ -371,7 +411,7 @@ impl DeviceDensity {
         let n = model.n_states;
         let rows = if n > WARP_MAX_STATES {
             let mut rows = alloc_rows(dev, n, total)?;
-            self.fill_rows(dev, n, total, &mut rows, None)?;
+            self.fill_rows(dev, n, total, Some(&mut rows), None)?;
             rows
         } else {
             dev.stream.alloc_zeros::<f64>(1).map_err(err(dev, "allocating the emission rows"))?
