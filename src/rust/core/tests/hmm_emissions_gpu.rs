@@ -255,6 +255,32 @@ fn impossible_counts_agree() {
 /// staging chunk, a later one, the last value), in each GPU path (a
 /// thread, a warp or a block per sequence, the scan of one long sequence,
 /// sequences split into shares).
+/// A forward pass whose rows are computed piece by piece while the
+/// observations cross the bus (several staging pieces: 2, 4, 8 and 16 MB)
+/// gives the CPU's log-likelihoods, for the thread-per-position rows (9-32
+/// states) and the warp-per-position ones (more).
+#[test]
+fn rows_made_during_the_upload_give_the_cpus_logliks() {
+    if !gpu_or_skip() {
+        return;
+    }
+    for (key, n) in [(0u64, 9usize), (1, 32), (2, 40)] {
+        let model = gaussian(n, key + 200, 8.0, false);
+        let (seqs, _) = hmm::simulate(&model, &lengths(6000, 1000, key), key);
+        assert!(seqs.total() > 2_500_000, "past four staging pieces");
+        let (a, b) = (hmm::loglik(&model, &seqs, &Exec::cpu()).unwrap(), hmm::loglik(&model, &seqs, &cuda()).unwrap());
+        for (s, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "gaussian N={n}: loglik of sequence {s}: gpu {y} cpu {x}");
+        }
+    }
+    let model = poisson(12, 210, false);
+    let (seqs, _) = hmm::simulate(&model, &lengths(6000, 1000, 3), 3);
+    let (a, b) = (hmm::loglik(&model, &seqs, &Exec::cpu()).unwrap(), hmm::loglik(&model, &seqs, &cuda()).unwrap());
+    for (s, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "poisson N=12: loglik of sequence {s}: gpu {y} cpu {x}");
+    }
+}
+
 #[test]
 fn invalid_observations_are_refused_as_on_the_cpu() {
     if !gpu_or_skip() {

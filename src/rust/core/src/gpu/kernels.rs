@@ -97,6 +97,7 @@ pub enum Kernel {
     HmmTableMins,
     HmmEmissionRows,
     HmmEmissionRowsThread,
+    HmmEmissionRowsThreadWide,
     HmmSequenceShifts,
     HmmDensityKeys,
     HmmCountStats,
@@ -115,7 +116,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 61] = [
+    pub const ALL: [Kernel; 62] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -162,6 +163,7 @@ impl Kernel {
         Kernel::HmmTableMins,
         Kernel::HmmEmissionRows,
         Kernel::HmmEmissionRowsThread,
+        Kernel::HmmEmissionRowsThreadWide,
         Kernel::HmmSequenceShifts,
         Kernel::HmmDensityKeys,
         Kernel::HmmCountStats,
@@ -229,6 +231,7 @@ impl Kernel {
             HmmTableMins => ("hmm_batched", "hmm_table_mins"),
             HmmEmissionRows => ("hmm_emission", "hmm_emission_rows"),
             HmmEmissionRowsThread => ("hmm_emission", "hmm_emission_rows_thread"),
+            HmmEmissionRowsThreadWide => ("hmm_emission", "hmm_emission_rows_thread_wide"),
             HmmSequenceShifts => ("hmm_emission", "hmm_sequence_shifts"),
             HmmDensityKeys => ("hmm_emission", "hmm_density_keys"),
             HmmCountStats => ("hmm_emission", "hmm_count_stats"),

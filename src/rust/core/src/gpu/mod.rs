@@ -53,6 +53,11 @@ pub struct Device {
     pub info: DeviceInfo,
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
+    /// A second stream, for kernels that run while `stream` copies (a
+    /// density's rows computed from the observations already on the
+    /// device while the rest cross the bus), ordered against `stream` by
+    /// events where it is used.
+    pub aside: Arc<CudaStream>,
     pub multiprocessors: u32,
     pub max_shared_per_block: usize,
     arch: &'static str,
@@ -167,7 +172,9 @@ fn open_device(ordinal: usize, have_nvrtc: bool) -> std::result::Result<Device, 
     // except in EM's launches on two streams, which order them explicitly
     // (em::gpu::run_all: the second stream waits for the first before its
     // first launch, and the first for the second before any buffer the
-    // launches read can be freed).
+    // launches read can be freed), and a density's rows computed on
+    // `aside` (hmm::gpu::rows: each piece's kernel waits for its copy, and
+    // `stream` for those kernels before anything else).
     unsafe { ctx.disable_event_tracking() };
     let query = || -> std::result::Result<(String, (i32, i32), usize, i32, i32), String> {
         Ok((
@@ -198,7 +205,7 @@ fn open_device(ordinal: usize, have_nvrtc: bool) -> std::result::Result<Device, 
         info.reason = "the NVRTC library (libnvrtc), needed to compile the kernels, was not found".into();
         return Err(info);
     }
-    let stream = match guarded("creating a stream", || ctx.new_stream()) {
+    let (stream, aside) = match guarded("creating its streams", || Ok((ctx.new_stream()?, ctx.new_stream()?))) {
         Ok(s) => s,
         Err(e) => {
             info.reason = e;
@@ -213,6 +220,7 @@ fn open_device(ordinal: usize, have_nvrtc: bool) -> std::result::Result<Device, 
         info,
         ctx,
         stream,
+        aside,
         multiprocessors: sms.max(1) as u32,
         max_shared_per_block: smem.max(0) as usize,
         arch: arch_name(cc),

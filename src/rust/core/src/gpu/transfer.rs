@@ -9,6 +9,7 @@
 
 use cudarc::driver::{result, CudaEvent, CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use std::mem::MaybeUninit;
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -25,6 +26,14 @@ const COPY_GRAIN: usize = 128 << 10;
 /// piece is (every value type's size divides it).
 const DOWN_PIECES: usize = 4;
 const DOWN_GRAIN: usize = 64 << 10;
+/// Bytes of the largest copy of an upload whose pieces are followed by
+/// work on another stream ([`Device::upload_tested_then`]): the work that
+/// follows the last copy runs after the whole upload, so it is kept short
+/// (the rows of 4 MB of observations at 32 states, 0.08 ms on an H200,
+/// where the last 16 MB chunk of 80 MB held 14 MB). Copies queued back to
+/// back in 4 MB pieces crossed at 53 GB/s, as one copy (55; BENCHMARKS.md,
+/// "The staging ring sized by measurement").
+const QUEUED_COPY: usize = 4 << 20;
 
 /// Bytes per value for integers below `bound`: 1, 2 or 4. With `sentinel`,
 /// the narrow width's all-ones value is kept for u32::MAX.
@@ -79,17 +88,19 @@ impl Device {
     /// out)` writes bytes [at, at + out.len()) of the source into a piece
     /// of the staging ring that no copy in flight reads.
     fn stage_up(&self, bytes: usize, dst: u64, fill: impl Fn(usize, &mut [u8]) + Sync) -> Result<()> {
-        self.stage_up_while(bytes, dst, |at, out| {
+        let fill = |at, out: &mut [u8]| {
             fill(at, out);
             true
-        })
-        .map(|_| ())
+        };
+        self.stage_up_while(bytes, dst, fill, None).map(|_| ())
     }
 
     /// [`Device::stage_up`] while `fill` returns true: a chunk it returns
     /// false for is not copied, nor any after it. Returns whether every
-    /// chunk was.
-    fn stage_up_while(&self, bytes: usize, dst: u64, fill: impl Fn(usize, &mut [u8]) -> bool + Sync) -> Result<bool> {
+    /// chunk was. With `queued`, a chunk crosses in copies of at most
+    /// [`QUEUED_COPY`] bytes, and `queued(bytes)` runs after each is
+    /// queued, with the bytes it covers.
+    fn stage_up_while(&self, bytes: usize, dst: u64, fill: impl Fn(usize, &mut [u8]) -> bool + Sync, mut queued: Option<&mut dyn FnMut(Range<usize>) -> Result<()>>) -> Result<bool> {
         let e = |e| self.err("copying to the device", e);
         self.with_staging(|st| {
             self.ctx.bind_to_thread().map_err(e)?;
@@ -99,11 +110,19 @@ impl Device {
                 if !fill(at, piece) {
                     return Ok(false);
                 }
-                // SAFETY: dst + [at, at + len) lies in the caller's device
-                // buffer (freed, if at all, in stream order after the copy);
-                // the piece is pinned, kept for the process, and not written
-                // again until the event pushed next has passed.
-                unsafe { result::memcpy_htod_async(dst + at as u64, &*piece, self.stream.cu_stream()) }.map_err(e)?;
+                let copy = if queued.is_some() { QUEUED_COPY } else { len };
+                for (k, part) in piece.chunks(copy).enumerate() {
+                    let from = at + k * copy;
+                    // SAFETY: dst + [at, at + len) lies in the caller's
+                    // device buffer (freed, if at all, in stream order
+                    // after the copy); the piece is pinned, kept for the
+                    // process, and not written again until the event
+                    // pushed next has passed.
+                    unsafe { result::memcpy_htod_async(dst + from as u64, part, self.stream.cu_stream()) }.map_err(e)?;
+                    if let Some(q) = queued.as_mut() {
+                        q(from..from + part.len())?;
+                    }
+                }
                 st.push(self, p, len)?;
             }
             // No wait here: the caller's values are in the staging buffer,
@@ -261,10 +280,23 @@ impl Device {
     /// memory). Returns false, with the copy stopped at that chunk, when
     /// a value fails.
     pub fn upload_tested<T: Copy + Sync, U: Copy + Sync>(&self, values: &[T], tested: &[U], ok: impl Fn(U) -> bool + Sync, dst: &mut CudaViewMut<T>) -> Result<bool> {
+        self.upload_tested_as(values, tested, ok, dst, None)
+    }
+
+    /// [`Device::upload_tested`], with `queued(range)` run after the copy of
+    /// each piece, values `range`, is queued on the stream: work on another
+    /// stream that waits for it can use those values while the later
+    /// pieces cross the bus.
+    pub fn upload_tested_then<T: Copy + Sync, U: Copy + Sync>(&self, values: &[T], tested: &[U], ok: impl Fn(U) -> bool + Sync, dst: &mut CudaViewMut<T>, queued: &mut dyn FnMut(Range<usize>) -> Result<()>) -> Result<bool> {
+        self.upload_tested_as(values, tested, ok, dst, Some(queued))
+    }
+
+    fn upload_tested_as<T: Copy + Sync, U: Copy + Sync>(&self, values: &[T], tested: &[U], ok: impl Fn(U) -> bool + Sync, dst: &mut CudaViewMut<T>, queued: Option<&mut dyn FnMut(Range<usize>) -> Result<()>>) -> Result<bool> {
         let size = std::mem::size_of::<T>();
         assert!(size == std::mem::size_of::<U>() && values.len() == tested.len() && values.as_ptr() as usize == tested.as_ptr() as usize, "the tested values are the copied ones");
         assert!(FIRST_CHUNK % size == 0 && COPY_GRAIN % size == 0, "staging pieces hold whole values");
         let (ptr, _sync) = dst.device_ptr_mut(&self.stream);
+        let mut queued_values = queued.map(|q| move |bytes: Range<usize>| q(bytes.start / size..bytes.end / size));
         self.stage_up_while(std::mem::size_of_val(values), ptr, |at, out| {
             let tested = &tested[at / size..(at + out.len()) / size];
             let piece = |(o, t): (&mut [u8], &[U])| {
@@ -276,7 +308,7 @@ impl Device {
                 return piece((out, tested));
             }
             out.par_chunks_mut(COPY_GRAIN).zip(tested.par_chunks(COPY_GRAIN / size)).all(piece)
-        })
+        }, queued_values.as_mut().map(|q| q as &mut dyn FnMut(Range<usize>) -> Result<()>))
     }
 
     /// Plain values in a new device buffer.
@@ -352,7 +384,7 @@ impl Device {
                 let (head, values, tail) = unsafe { out.align_to_mut::<f32>() };
                 assert!(head.is_empty() && tail.is_empty(), "staging chunks hold whole float32s");
                 fill_f32_from_parts(parts, &starts, at / 4, values)
-            })?
+            }, None)?
         };
         Ok(exact.then_some(d))
     }
@@ -728,6 +760,7 @@ fn decode(b: &[u8], w: usize, out: &mut [u32]) {
 #[cfg(test)]
 mod tests {
     use std::mem::MaybeUninit;
+use std::ops::Range;
 
     use super::{bytes_of, decode, encode, fill_f32_from_parts, fill_from_parts, packed_starts, starts_of, take_into_parts, width_for, PACK_ALIGN};
 

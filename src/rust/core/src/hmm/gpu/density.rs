@@ -12,7 +12,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::error::{Error, Result};
 use crate::exec::Exec;
-use crate::gpu::{Device, Kernel};
+use crate::gpu::Kernel;
 
 use super::super::backward::Counts;
 use super::super::baum_welch::{fit_with, m_step, Engine, HmmFit};
@@ -30,7 +30,7 @@ use super::passes::{forward_all, posterior_bytes, viterbi_all, CountSlots, Passe
 use super::plan::{batched_path, batches, viterbi_bytes_per_symbol};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
-use super::rows::{rows_computed, ChainSummary, DensityTables, DeviceDensity};
+use super::rows::{rows_computed, upload_offsets, ChainSummary, DensityTables, DeviceDensity};
 use super::shares::{e_step_shares, fit_shares, shares, work, ShareEngine, ShareSeqs, Spread};
 use super::{device, err};
 
@@ -74,17 +74,18 @@ fn loglik_on<E: Emission>(sh: &ShareSeqs<E::Obs>, model: &HmmModel<E>, values: &
     let (dev, seqs) = (sh.dev, &*sh.seqs);
     // The transitions first: they cross the bus while the observations
     // are prepared. No table of rows where the forward kernel computes
-    // them.
+    // them. The rows of the observations already on the device are
+    // computed while the rest cross the bus.
     let computed = rows_computed(model.n_states);
     let (mut dt, chain) = DensityTables::new(dev, model, seqs.len(), seqs.total(), !computed)?;
     let t0 = std::time::Instant::now();
     let pos = positions(seqs)?;
-    let density = DeviceDensity::new(dev, &model.emission, values_of(values, all, &sh.range), sh.obs, all)?;
+    let density = DeviceDensity::with_rows(dev, &model.emission, values_of(values, all, &sh.range), sh.obs, all, model.n_states, &mut dt)?;
     let d_seqs = if computed { density.offsets(dev, &pos)? } else { density.positions(dev, &pos)? };
-    crate::gpu::timing::record("upload", t0);
+    crate::gpu::timing::record("upload and rows", t0);
     let t0 = std::time::Instant::now();
-    density.refresh(dev, model.n_states, &mut dt, chain, &d_seqs.off, seqs.len(), seqs.total(), false)?;
-    crate::gpu::timing::record("rows and shifts", t0);
+    density.certify(dev, model.n_states, &mut dt, chain, &d_seqs.off, seqs.len(), false)?;
+    crate::gpu::timing::record("shifts", t0);
     forward_all(dev, model.n_states, density.stats, &dt.tables, &d_seqs, &pos, exec, out, computed.then_some(&density))?;
     let (shift, uncertain) = dt.shifts(dev)?;
     for (s, l) in out.iter_mut().enumerate() {
@@ -207,11 +208,6 @@ pub(crate) fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences
     }
     let (counts, ll) = e_step_shares(&shares, seqs, model, exec, |sh, serve| build_engine(sh, &model.emission, values, seqs, exec, serve))?;
     Ok((m_step(model, &counts, fit).0, ll))
-}
-
-fn upload_offsets<O: Copy>(dev: &Device, seqs: &Sequences<O>) -> Result<CudaSlice<i64>> {
-    let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
-    dev.upload_new(&off)
 }
 
 /// Baum-Welch with a density emission: the observations, the passes'

@@ -113,8 +113,8 @@ const WARPS: usize = 4;
 const WARP_MAX_STATES: usize = 32;
 /// Largest N of the thread-per-sequence forward, backward and Viterbi kernels
 /// (hmm_*_thread: a sequence's state vector in one thread's registers) and
-/// of the thread-per-position density rows (hmm_emission_rows_thread,
-/// HMM_ROW_THREAD_MAX), and their threads per block.
+/// of the thread-per-position density rows of HMM_ROW_THREAD_MAX states
+/// (hmm_emission_rows_thread), and their threads per block.
 const THREAD_MAX_STATES: usize = 8;
 const THREAD_BLOCK: u32 = 128;
 /// Blocks per multiprocessor of the warp kernels (they stride over the

@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 use crate::error::{Error, Result};
 use crate::gpu::{Device, Kernel};
@@ -64,9 +64,12 @@ pub(super) struct DensityTables {
     first_uncertain: bool,
 }
 
-/// Threads per block of hmm_emission_rows (a warp per position) and of
-/// hmm_emission_rows_thread.
+/// Threads per block of hmm_emission_rows (a warp per position).
 const ROW_THREADS: u32 = 256;
+/// Threads per block of hmm_emission_rows_thread(_wide) (a thread per
+/// position, N <= 32): their shared tile of rows, POSITION_THREADS x (N | 1)
+/// doubles, stays under 48 KB.
+const POSITION_THREADS: u32 = 128;
 
 /// What the certificate needs of the start and transition probabilities
 /// (see [`Certificate`](super::super::tables::Certificate)): the smallest
@@ -201,25 +204,67 @@ impl DeviceDensity {
     /// fails, nothing more is copied and the error is validation's of the
     /// call's sequences `all`.
     pub(super) fn new<E: Emission>(dev: &Device, e: &E, values: &[f64], tested: &[E::Obs], all: &Sequences<E::Obs>) -> Result<Self> {
+        Self::uploaded(dev, e, values, tested, all, None)
+    }
+
+    /// [`DeviceDensity::new`], with the rows (where `dt` keeps them), shifts
+    /// and row minima of `dt` (N states) computed as the observations
+    /// arrive: each piece's on the device's second stream once its copy is
+    /// done, so that the rows of the first pieces are computed while the
+    /// later ones cross the bus (at N = 32, 1.5 ms of rows beside the 1.8
+    /// ms upload of 80 MB on an H200). [`DeviceDensity::certify`] then does
+    /// the rest of [`DeviceDensity::refresh`].
+    pub(super) fn with_rows<E: Emission>(dev: &Device, e: &E, values: &[f64], tested: &[E::Obs], all: &Sequences<E::Obs>, n: usize, dt: &mut DensityTables) -> Result<Self> {
+        Self::uploaded(dev, e, values, tested, all, Some((n, dt)))
+    }
+
+    fn uploaded<E: Emission>(dev: &Device, e: &E, values: &[f64], tested: &[E::Obs], all: &Sequences<E::Obs>, fill: Option<(usize, &mut DensityTables)>) -> Result<Self> {
         let s = &dev.stream;
         let er = err(dev, "copying the observations");
-        // Padded as the symbols are (the warp kernels read ahead).
-        let mut obs = s.alloc_zeros::<f64>(values.len() + SYM_PAD).map_err(&er)?;
-        let shape = e.shape();
-        if !dev.upload_tested(values, tested, |o| E::obs_ok(&shape, o), &mut obs.slice_mut(0..values.len()))? {
-            super::super::validate::<E>(&shape, all)?;
-            return Err(Error::Internal("an observation failed its test on the way to the device but not in validation".into()));
-        }
-        Ok(DeviceDensity {
+        let mut density = DeviceDensity {
             name: E::NAME,
             prelude: E::cuda(),
             stats: e.n_stats(),
-            obs,
-            // Through the staging buffer, as every copy of a call: a copy
-            // from pageable memory waits for the work queued before it (the
-            // transitions' copy, DensityTables::new).
+            // Padded as the symbols are (the warp kernels read ahead).
+            obs: s.alloc_zeros::<f64>(values.len() + SYM_PAD).map_err(&er)?,
+            // Before the observations, which the rows' kernels may read as
+            // they arrive; through the staging buffer, as every copy of a
+            // call: a copy from pageable memory waits for the work queued
+            // before it (the transitions' copy, DensityTables::new).
             ep: RefCell::new(dev.upload_new(&e.device_params()[..])?),
-        })
+        };
+        let shape = e.shape();
+        let ok = |o| E::obs_ok(&shape, o);
+        let uploaded = match fill {
+            None => dev.upload_tested(values, tested, ok, &mut density.obs.slice_mut(0..values.len()))?,
+            Some((n, dt)) => {
+                let f = density.function(dev, rows_kernel(n, dt.rows).0)?;
+                let (obs, ep) = (density.obs.device_ptr(s).0, density.ep.borrow().device_ptr(s).0);
+                let out = RowsOut::of(dev, dt);
+                let aside = &dev.aside;
+                let mut piece = |range: Range<usize>| -> Result<()> {
+                    let copied = s.record_event(Some(NO_TIMING)).map_err(err(dev, "ordering the rows after their copy"))?;
+                    aside.wait(&copied).map_err(err(dev, "ordering the rows after their copy"))?;
+                    // SAFETY: obs holds the call's values (their copy
+                    // queued before the event `aside` waits for), ep the
+                    // emission's parameters, out the tables of all of them
+                    // (allocated on `s` before that event).
+                    unsafe { launch_rows(dev, aside, &f, n, range, obs, ep, out) }
+                };
+                let uploaded = dev.upload_tested_then(values, tested, ok, &mut density.obs.slice_mut(0..values.len()), &mut piece);
+                // Whatever happened, nothing on `s` (a later kernel, or
+                // the freeing of these tables) runs before the rows do.
+                let done = aside.record_event(Some(NO_TIMING)).and_then(|ev| s.wait(&ev)).map_err(err(dev, "ordering the rows before the pass"));
+                let uploaded = uploaded?;
+                done?;
+                uploaded
+            }
+        };
+        if !uploaded {
+            super::super::validate::<E>(&shape, all)?;
+            return Err(Error::Internal("an observation failed its test on the way to the device but not in validation".into()));
+        }
+        Ok(density)
     }
 
     /// The sequences with offsets `seqs.offsets` as positions on the
@@ -228,7 +273,6 @@ impl DeviceDensity {
         let s = &dev.stream;
         let e = err(dev, "copying sequences");
         let total = seqs.total();
-        let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
         let mut sym = s.alloc_zeros::<u32>(total + SYM_PAD).map_err(&e)?;
         let f = self.function(dev, Kernel::HmmPositions)?;
         let cfg = LaunchConfig { grid_dim: (total.div_ceil(256).clamp(1, dev.multiprocessors as usize * 32) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
@@ -238,16 +282,15 @@ impl DeviceDensity {
         // SAFETY: sym holds total + SYM_PAD entries; the kernel writes the
         // first `total`.
         unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_positions"))?;
-        Ok(DeviceSeqs { sym, off: dev.upload_new(&off[..])? })
+        Ok(DeviceSeqs { sym, off: upload_offsets(dev, seqs)? })
     }
 
     /// The sequences with offsets `seqs.offsets` for kernels that read the
     /// observations, not positions ([`rows_computed`]: no table of rows);
     /// `sym` is one zero, unread.
     pub(super) fn offsets(&self, dev: &Device, seqs: &Sequences) -> Result<DeviceSeqs> {
-        let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
         let sym = dev.stream.alloc_zeros::<u32>(1).map_err(err(dev, "copying sequences"))?;
-        Ok(DeviceSeqs { sym, off: dev.upload_new(&off[..])? })
+        Ok(DeviceSeqs { sym, off: upload_offsets(dev, seqs)? })
     }
 
     /// Replace the parameters by those of `e` (after an M-step).
@@ -275,32 +318,14 @@ impl DeviceDensity {
     /// `rows` None: those alone) or log (`extra` None).
     fn fill_rows(&self, dev: &Device, n: usize, total: usize, rows: Option<&mut CudaSlice<f64>>, extra: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>) -> Result<()> {
         let s = &dev.stream;
-        let null: u64 = 0;
-        // A thread per position for few states, else a warp (the same values).
-        let (kernel, per_block) = if thread_path(n) { (Kernel::HmmEmissionRowsThread, ROW_THREADS) } else { (Kernel::HmmEmissionRows, ROW_THREADS / 32) };
-        let f = self.function(dev, kernel)?;
-        let blocks = total.div_ceil(per_block as usize).max(1);
-        let cfg = LaunchConfig { grid_dim: (blocks.min(dev.multiprocessors as usize * 64) as u32, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
-        let (n_i, total_i, log_i) = (n as i32, total as i64, extra.is_none() as i32);
-        let ep = self.ep.borrow();
-        let mut launch = s.launch_builder(&f);
-        launch.arg(&n_i).arg(&total_i).arg(&self.obs).arg(&*ep).arg(&log_i);
-        match rows {
-            Some(rows) => launch.arg(rows),
-            None => launch.arg(&null),
-        };
-        match extra {
-            Some((shift, rowmin)) => launch.arg(shift).arg(rowmin),
-            None => launch.arg(&null).arg(&null),
-        };
-        // SAFETY: the arguments match hmm_emission_rows's parameters (and
-        // hmm_emission_rows_thread's, the same, for N <= 8) in order and
-        // type; obs holds `total` values, ep the emission's parameters for
-        // N states (its block reads N of each), rows total x N doubles or
-        // null (linear rows only), shift and rowmin (linear rows) total
-        // each.
-        unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_emission_rows"))?;
-        Ok(())
+        let f = self.function(dev, rows_kernel(n, rows.is_some()).0)?;
+        let addr = |x: &mut CudaSlice<f64>| x.device_ptr_mut(s).0;
+        let (shift, rowmin) = extra.map_or((0, 0), |(a, b)| (addr(a), addr(b)));
+        let out = RowsOut { rows: rows.map_or(0, addr), shift, rowmin };
+        let (obs, ep) = (self.obs.device_ptr(s).0, self.ep.borrow().device_ptr(s).0);
+        // SAFETY: obs holds `total` values, ep the emission's parameters,
+        // rows total x N doubles, shift and rowmin `total` each.
+        unsafe { launch_rows(dev, s, &f, n, 0..total, obs, ep, out) }
     }
 
     /// Per sequence, into `dt.sums`: the sum of its shifts, its smallest row
@@ -364,7 +389,16 @@ impl DeviceDensity {
     /// are chosen by hmm_density_keys.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn refresh(&self, dev: &Device, n: usize, dt: &mut DensityTables, chain: ChainSummary, off: &CudaSlice<i64>, count: usize, total: usize, counting: bool) -> Result<()> {
-        self.recompute_rows(dev, n, dt, off, count, total)?;
+        self.fill_linear_rows(dev, n, total, dt)?;
+        self.certify(dev, n, dt, chain, off, count, counting)
+    }
+
+    /// [`DeviceDensity::refresh`] after the rows, shifts and row minima
+    /// (made by [`DeviceDensity::with_rows`]): the shifts' sums and the
+    /// certificate.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn certify(&self, dev: &Device, n: usize, dt: &mut DensityTables, chain: ChainSummary, off: &CudaSlice<i64>, count: usize, counting: bool) -> Result<()> {
+        self.fill_shifts(dev, n, off, count, dt)?;
         let f = self.function(dev, Kernel::HmmDensityKeys)?;
         let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
         let big = f64::from_bits((1023 + 500) << 52);
@@ -387,9 +421,14 @@ impl DeviceDensity {
     /// computes first ([`DeviceDensity::refresh`], and the benchmark's
     /// device-resident timing).
     pub(super) fn recompute_rows(&self, dev: &Device, n: usize, dt: &mut DensityTables, off: &CudaSlice<i64>, count: usize, total: usize) -> Result<()> {
-        let rows = if dt.rows { Some(&mut dt.tables.emis) } else { None };
-        self.fill_rows(dev, n, total, rows, Some((&mut dt.shift_d, &mut dt.rowmin_d)))?;
+        self.fill_linear_rows(dev, n, total, dt)?;
         self.fill_shifts(dev, n, off, count, dt)
+    }
+
+    /// `dt`'s rows (where it keeps them), shifts and row minima.
+    fn fill_linear_rows(&self, dev: &Device, n: usize, total: usize, dt: &mut DensityTables) -> Result<()> {
+        let rows = if dt.rows { Some(&mut dt.tables.emis) } else { None };
+        self.fill_rows(dev, n, total, rows, Some((&mut dt.shift_d, &mut dt.rowmin_d)))
     }
 
     /// Log rows of all `total` positions into `rows` (for Viterbi).
@@ -465,5 +504,82 @@ fn alloc_rows(dev: &Device, n: usize, total: usize) -> Result<CudaSlice<f64>> {
     if need > dev.memory_share(1.0, need)? {
         return Err(Error::BackendUnavailable(format!("the emission rows of {total} observations x {n} states do not fit in the GPU's free memory; use the CPU")));
     }
-    dev.stream.alloc_zeros::<f64>(total * n).map_err(err(dev, "allocating the emission rows"))
+    // SAFETY: every caller fills the table (fill_rows writes all total x N
+    // entries) before a kernel reads it. Not zeroed: at N = 32 and 10^7
+    // positions that was a 2.56 GB memset.
+    unsafe { dev.stream.alloc::<f64>(total * n) }.map_err(err(dev, "allocating the emission rows"))
+}
+
+/// `seqs`' offsets on the device, as the kernels take them (i64).
+pub(super) fn upload_offsets<O: Copy>(dev: &Device, seqs: &Sequences<O>) -> Result<CudaSlice<i64>> {
+    let off: Vec<i64> = seqs.offsets.iter().map(|&o| o as i64).collect();
+    dev.upload_new(&off)
+}
+
+/// Events that order two streams, never timed.
+const NO_TIMING: cudarc::driver::sys::CUevent_flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+
+/// Device addresses a pass over a density's positions writes: the whole
+/// table of rows (0: none kept) and the shifts and row minima (0: log
+/// rows, which have none), from position 0.
+#[derive(Clone, Copy)]
+struct RowsOut {
+    rows: u64,
+    shift: u64,
+    rowmin: u64,
+}
+
+impl RowsOut {
+    fn of(dev: &Device, dt: &mut DensityTables) -> Self {
+        let s = &dev.stream;
+        let rows = if dt.rows { dt.tables.emis.device_ptr_mut(s).0 } else { 0 };
+        RowsOut { rows, shift: dt.shift_d.device_ptr_mut(s).0, rowmin: dt.rowmin_d.device_ptr_mut(s).0 }
+    }
+}
+
+/// The kernel that computes the rows of N states (into a table or not:
+/// `rows`), its threads per block, positions per block and shared bytes.
+/// A thread per position up to 32 states (its rows through a shared tile),
+/// else a warp (the same values).
+fn rows_kernel(n: usize, rows: bool) -> (Kernel, u32, u32, u32) {
+    if n <= WARP_MAX_STATES {
+        let kernel = if thread_path(n) { Kernel::HmmEmissionRowsThread } else { Kernel::HmmEmissionRowsThreadWide };
+        let tile = if rows { POSITION_THREADS as usize * (n | 1) * 8 } else { 0 };
+        (kernel, POSITION_THREADS, POSITION_THREADS, tile as u32)
+    } else {
+        (Kernel::HmmEmissionRows, ROW_THREADS, ROW_THREADS / 32, 0)
+    }
+}
+
+/// Launch `f`, the [`rows_kernel`] of N states, on `stream` over the
+/// positions `range`: observations from device address `obs`, the
+/// emission's parameters at `ep`, into `out` (linear rows when it has
+/// shifts, else log rows).
+///
+/// # Safety
+/// `obs` holds the values of every position in `range` and `ep` the
+/// emission's parameters of N states; `out`'s tables hold every position
+/// in `range` (N doubles each for rows); all are ordered on `stream`
+/// before this launch.
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_rows(dev: &Device, stream: &CudaStream, f: &CudaFunction, n: usize, range: Range<usize>, obs: u64, ep: u64, out: RowsOut) -> Result<()> {
+    let (_, threads, per_block, shared) = rows_kernel(n, out.rows != 0);
+    let count = range.len();
+    if count == 0 {
+        return Ok(());
+    }
+    let blocks = count.div_ceil(per_block as usize);
+    let cfg = LaunchConfig { grid_dim: (blocks.min(dev.multiprocessors as usize * 64) as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: shared };
+    // Each address from the range's first position (0 stays null).
+    let from = |base: u64, width: usize| if base == 0 { 0 } else { base + (range.start * width * 8) as u64 };
+    let (obs, rows, shift, rowmin) = (from(obs, 1), from(out.rows, n), from(out.shift, 1), from(out.rowmin, 1));
+    let (n_i, count_i, log_i) = (n as i32, count as i64, (out.shift == 0) as i32);
+    let mut launch = stream.launch_builder(f);
+    launch.arg(&n_i).arg(&count_i).arg(&obs).arg(&ep).arg(&log_i).arg(&rows).arg(&shift).arg(&rowmin);
+    // SAFETY: the arguments match hmm_emission_rows's parameters (and
+    // hmm_emission_rows_thread(_wide)'s, the same) in order and type, the
+    // addresses as the caller promises; the thread kernels' tile is
+    // `shared` bytes, block x (N | 1) doubles.
+    unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_emission_rows"))?;
+    Ok(())
 }
