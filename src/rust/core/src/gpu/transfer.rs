@@ -760,7 +760,6 @@ fn decode(b: &[u8], w: usize, out: &mut [u32]) {
 #[cfg(test)]
 mod tests {
     use std::mem::MaybeUninit;
-use std::ops::Range;
 
     use super::{bytes_of, decode, encode, fill_f32_from_parts, fill_from_parts, packed_starts, starts_of, take_into_parts, width_for, PACK_ALIGN};
 
