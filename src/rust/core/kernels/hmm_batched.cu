@@ -79,15 +79,33 @@ __device__ __forceinline__ double hmb_theta(const unsigned long long* __restrict
 // share `bar` have the same grid and pass whole barriers, so the count is
 // a multiple of the grid when each starts (zero when allocated); 64 bits
 // never wrap. Safe only under a cooperative launch (all blocks resident).
+// The block's writes are published by thread 0's release add (after the
+// block barrier, which orders them before it) and the other blocks' are
+// seen through its acquire loads (before the block barrier that releases
+// the block): CUTLASS's grid barrier. Two full fences instead cost 1-4%
+// of a batched pass at N = 1,024 (BENCHMARKS.md).
 __device__ void hmb_grid_sync(unsigned long long* bar) {
     __syncthreads();
     if (threadIdx.x == 0) {
         const unsigned long long grid = gridDim.x;
+        unsigned long long old, now;
+#if __CUDA_ARCH__ >= 700
+        asm volatile("atom.add.release.gpu.u64 %0, [%1], 1;" : "=l"(old) : "l"(bar) : "memory");
+#else
         __threadfence();
-        const unsigned long long target = (atomicAdd(bar, 1ull) / grid + 1) * grid;
-        while (*(volatile unsigned long long*)bar < target) {
-        }
+        old = atomicAdd(bar, 1ull);
+#endif
+        const unsigned long long target = (old / grid + 1) * grid;
+        do {
+#if __CUDA_ARCH__ >= 700
+            asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(now) : "l"(bar) : "memory");
+#else
+            now = *(volatile unsigned long long*)bar;
+#endif
+        } while (now < target);
+#if __CUDA_ARCH__ < 700
         __threadfence();
+#endif
     }
     __syncthreads();
 }
