@@ -39,3 +39,41 @@ __device__ double block_sum(double v, double* scratch) {
     return total;
 }
 
+
+// d += a x b for one 8 x 8 x 4 fragment of the FP64 tensor cores (mma
+// m8n8k4): lane l (g = l / 4, q = l % 4) holds a = A[g][q], b = B[q][g]
+// and (d0, d1) = D[g][2q], D[g][2q + 1]. Before sm_80 (no FP64 mma), the
+// same sums by shuffles.
+__device__ __forceinline__ void mma_f64_8x8x4(double& d0, double& d1, double a, double b) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+                 : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
+#else
+    const int lane = threadIdx.x & 31, row = lane >> 2, col = 2 * (lane & 3);
+    for (int k = 0; k < 4; ++k) {
+        const double x = __shfl_sync(FULL_MASK, a, row * 4 + k);
+        d0 = fma(x, __shfl_sync(FULL_MASK, b, col * 4 + k), d0);
+        d1 = fma(x, __shfl_sync(FULL_MASK, b, (col + 1) * 4 + k), d1);
+    }
+#endif
+}
+
+// d += a x b for one 16 x 8 x 16 fragment (mma m16n8k16, sm_90): lane l
+// (g = l / 4, q = l % 4) holds a[v] = A[g + 8 (v % 2)][q + 4 (v / 2)],
+// b[v] = B[q + 4v][g], and (d0, d1, d2, d3) = D[g][2q], D[g][2q + 1],
+// D[g + 8][2q], D[g + 8][2q + 1]. Before sm_90, as 8 x 8 x 4 fragments.
+__device__ __forceinline__ void mma_f64_16x8x16(double& d0, double& d1, double& d2, double& d3, const double (&a)[8],
+                                                const double (&b)[4]) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, "
+                 "{%12, %13, %14, %15}, {%0, %1, %2, %3};"
+                 : "+d"(d0), "+d"(d1), "+d"(d2), "+d"(d3)
+                 : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]),
+                   "d"(b[2]), "d"(b[3]));
+#else
+    for (int i = 0; i < 4; ++i) {
+        mma_f64_8x8x4(d0, d1, a[2 * i], b[i]);
+        mma_f64_8x8x4(d2, d3, a[2 * i + 1], b[i]);
+    }
+#endif
+}

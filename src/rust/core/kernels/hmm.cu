@@ -9,7 +9,8 @@
 // Arithmetic follows the CPU reference (core/src/hmm/forward.rs,
 // backward.rs, viterbi.rs) term by term, each state's sum running over the
 // other states in increasing order (the *_warp kernels split it into four
-// interleaved chains, and their forward scales after the product);
+// interleaved chains, hmm_forward_mma sums on the tensor cores, and the
+// forward passes of both scale after the product);
 // products are fused into the sums (fma), and the sums over states of a
 // step (the scales) are reduced in a different order, so forward-backward
 // results agree with the CPU to rounding. Viterbi only adds and compares, so its values and paths are
@@ -500,6 +501,193 @@ extern "C" __global__ void hmm_forward_warp(
             x = y * (r * e);
         }
         if (lane == 0) loglik[s - s0] = dead ? ll : ll + log(m);
+    }
+}
+
+// hmm_forward_warp for many sequences, on the FP64 tensor cores: a warp
+// runs 16 sequences at once as the rows of a 16 x 32 matrix of state
+// vectors, so a step's product by the 32 x 32 transitions is 8 mma
+// m16n8k16 instead of 32 fma a lane for each sequence. Lane l (g = l / 4,
+// q = l % 4) holds rows g and g + 8 (h = 0, 1), states hmm_mma_state(q,
+// k), k < 8, of each: the columns the product's output fragment gives it,
+// and, with the transitions' rows taken in that order, the entries its
+// input fragment needs, so no value crosses lanes but the scale's sum (two
+// shuffles in the quad). The transitions' fragments stay in registers. A
+// warp's sequences run to the longest of them; a row whose sequence has
+// ended (or died) stops storing and is never read again (the rows of a
+// product do not mix). The product runs on the previous step's unscaled
+// vector x, scaled by 1/c afterwards. No shared memory.
+//
+// Its steps are long (a chain of dependent instructions, one or two warps
+// a scheduler), so it is the faster kernel only with enough sequences to
+// fill the device: at N = 32, T = 1,000 on an H200 (categorical) it took
+// 0.94 ms for any count from 264 to 6,336 sequences, hmm_forward_warp 0.39
+// ms at 264, 0.54 at 2,112, 1.06 at 4,224 and 2.62 at 10,000 (this kernel
+// 1.25); the host chooses (plan.rs, forward_mma). The m8n8k4 shape (8
+// sequences a warp) took 1.19 ms at 10,000: on sm_90 ptxas pads it with
+// NOPs, and its pipe bounded it.
+#define HMM_MMA_SEQS 16
+#ifndef HMM_MMA_AHEAD
+#define HMM_MMA_AHEAD 1
+#endif
+
+__device__ __forceinline__ int hmm_mma_state(int q, int k) { return 8 * (k >> 1) + 2 * q + (k & 1); }
+
+// The emission row of symbol o at the lane's states into e, zeros with
+// `ok` false (past the row's sequence) or past N.
+__device__ __forceinline__ void hmm_mma_row(const double* __restrict__ emis_k, unsigned o, int N, int q, bool ok, double (&e)[8]) {
+    const double* row = emis_k + (long long)o * N;
+    if ((N & 1) == 0) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int st = hmm_mma_state(q, 2 * j);
+            const double2 v = ok && st < N ? *reinterpret_cast<const double2*>(row + st) : make_double2(0.0, 0.0);
+            e[2 * j] = v.x;
+            e[2 * j + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const int st = hmm_mma_state(q, k);
+            e[k] = ok && st < N ? row[st] : 0.0;
+        }
+    }
+}
+
+// out[st] = r x[k] for the lane's states st = hmm_mma_state(q, k) < N.
+__device__ __forceinline__ void hmm_mma_store(double* __restrict__ out, int N, int q, const double (&x)[8], double r) {
+    if ((N & 1) == 0) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int st = hmm_mma_state(q, 2 * j);
+            if (st < N) *reinterpret_cast<double2*>(out + st) = make_double2(x[2 * j] * r, x[2 * j + 1] * r);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const int st = hmm_mma_state(q, k);
+            if (st < N) out[st] = x[k] * r;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * HMM_WARPS, 2) hmm_forward_mma(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
+    const unsigned long long* __restrict__ mins)
+{
+    const double theta = hmm_theta(mins);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    // b_frag[s][j][v] = B[q + 4v][g] of 16-deep slice s and columns 8j ..
+    // 8j + 7: P(to 8j + g | from hmm_mma_state(q, 4s + v)).
+    double b_frag[2][4][4];
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int from = hmm_mma_state(q, 4 * s + v), to = 8 * j + g;
+                b_frag[s][j][v] = from < N && to < N ? trans[(long long)from * N + to] : 0.0;
+            }
+    const long long base = off[s0];
+    const int groups = (s1 - s0 + HMM_MMA_SEQS - 1) / HMM_MMA_SEQS;
+    for (int grp = blockIdx.x * HMM_WARPS + warp; grp < groups; grp += gridDim.x * HMM_WARPS) {
+        // Row h: sequence s0 + 16 grp + g + 8h, positions b[h] .. b[h] + T[h] - 1.
+        long long b[2], T[2], tmax = 0;
+        bool valid[2], done[2], dead[2];
+        double m[2], ll[2];  // log P = ll + log(m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int s = s0 + grp * HMM_MMA_SEQS + g + 8 * h;
+            valid[h] = s < s1;
+            b[h] = valid[h] ? off[s] : base;
+            T[h] = valid[h] ? off[s + 1] - b[h] : 0;
+            tmax = max(tmax, T[h]);
+            done[h] = !valid[h];
+            dead[h] = false;
+            m[h] = 1.0;
+            ll[h] = 0.0;
+        }
+        for (int o = 16; o > 0; o >>= 1) tmax = max(tmax, __shfl_xor_sync(FULL_MASK, tmax, o));
+        // The symbol of row h at step t (clamped to its sequence).
+        auto sym_at = [&](int h, long long t) { return sym[b[h] + max(min(t, T[h] - 1), 0LL)]; };
+        double x[2][8];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            double e0[8];
+            hmm_mma_row(emis_k, sym_at(h, 0), N, q, valid[h], e0);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int st = hmm_mma_state(q, k);
+                x[h][k] = st < N ? start[st] * e0[k] : 0.0;
+            }
+        }
+        // Emission rows of steps t .. t + HMM_MMA_AHEAD - 1 in e[0 ..], the
+        // symbols of step t + HMM_MMA_AHEAD in o_ahead: issued that many
+        // steps before they are used, so their latency overlaps the steps'
+        // arithmetic.
+        double e[HMM_MMA_AHEAD][2][8];
+        unsigned o_ahead[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int a = 0; a < HMM_MMA_AHEAD; ++a) hmm_mma_row(emis_k, sym_at(h, 1 + a), N, q, 1 + a < T[h], e[a][h]);
+            o_ahead[h] = sym_at(h, 1 + HMM_MMA_AHEAD);
+        }
+        // Step t: x is step t - 1's unscaled vector, c its scale.
+        for (long long t = 1; t <= tmax; ++t) {
+            double c[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                c[h] = 0.0;
+#pragma unroll
+                for (int k = 0; k < 8; ++k) c[h] += hmm_certified(x[h][k], theta);
+                c[h] += __shfl_xor_sync(FULL_MASK, c[h], 1);
+                c[h] += __shfl_xor_sync(FULL_MASK, c[h], 2);
+            }
+            double y[2][8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) y[0][k] = y[1][k] = 0.0;
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                double a[8];
+#pragma unroll
+                for (int v = 0; v < 8; ++v) a[v] = x[v & 1][4 * s + (v >> 1)];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mma_f64_16x8x16(y[0][2 * j], y[0][2 * j + 1], y[1][2 * j], y[1][2 * j + 1], a, b_frag[s][j]);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                double r = 0.0;
+                if (!done[h]) {
+                    if (!(c[h] > 0.0)) {
+                        dead[h] = done[h] = true;
+                        ll[h] = hmm_dead(c[h], theta);
+                    } else {
+                        const long long rel = b[h] - base;
+                        r = 1.0 / c[h];
+                        hmm_add_log(c[h], m[h], ll[h]);
+                        if (alpha) hmm_mma_store(alpha + (rel + t - 1) * N, N, q, x[h], r);
+                        if (scale && q == 0) scale[rel + t - 1] = c[h];
+                        done[h] = t >= T[h];
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < 8; ++k) x[h][k] = y[h][k] * (r * e[0][h][k]);
+#pragma unroll
+                for (int a = 0; a + 1 < HMM_MMA_AHEAD; ++a)
+#pragma unroll
+                    for (int k = 0; k < 8; ++k) e[a][h][k] = e[a + 1][h][k];
+                hmm_mma_row(emis_k, o_ahead[h], N, q, !done[h] && t + HMM_MMA_AHEAD < T[h], e[HMM_MMA_AHEAD - 1][h]);
+                o_ahead[h] = sym_at(h, t + 1 + HMM_MMA_AHEAD);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            if (valid[h] && q == 0) loglik[grp * HMM_MMA_SEQS + g + 8 * h] = dead[h] ? ll[h] : ll[h] + log(m[h]);
     }
 }
 

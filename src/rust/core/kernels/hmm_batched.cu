@@ -152,22 +152,6 @@ __device__ __forceinline__ int hmb_out_col(int q) {
     return (HMB_BN / 2) * (hmb_warp() & 1) + 8 * ((q >> 1) % HMB_NF) + 2 * (threadIdx.x & 3) + (q & 1);
 }
 
-// d = a x b + d for one 8 x 8 x 4 fragment (see hmb_out_row). Before
-// sm_80 (no FP64 mma), the same sums by shuffles.
-__device__ __forceinline__ void hmb_mma(double& d0, double& d1, double a, double b) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-                 : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
-#else
-    const int lane = threadIdx.x & 31, row = lane >> 2, col = 2 * (lane & 3);
-    for (int k = 0; k < 4; ++k) {
-        const double x = __shfl_sync(FULL_MASK, a, row * 4 + k);
-        d0 = fma(x, __shfl_sync(FULL_MASK, b, col * 4 + k), d0);
-        d1 = fma(x, __shfl_sync(FULL_MASK, b, (col + 1) * 4 + k), d1);
-    }
-#endif
-}
-
 // (d0, d1; d2, d3) += (a0; a1) x b for one 16 x 8 x 4 fragment: rows g and
 // g + 8 of A, as two 8 x 8 x 4 fragments before sm_90.
 __device__ __forceinline__ void hmb_mma16(double& d0, double& d1, double& d2, double& d3, double a0, double a1, double b) {
@@ -175,8 +159,8 @@ __device__ __forceinline__ void hmb_mma16(double& d0, double& d1, double& d2, do
     asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
                  : "+d"(d0), "+d"(d1), "+d"(d2), "+d"(d3) : "d"(a0), "d"(a1), "d"(b));
 #else
-    hmb_mma(d0, d1, a0, b);
-    hmb_mma(d2, d3, a1, b);
+    mma_f64_8x8x4(d0, d1, a0, b);
+    mma_f64_8x8x4(d2, d3, a1, b);
 #endif
 }
 

@@ -107,18 +107,21 @@ fn impossible_sequences_agree_with_many_states() {
     if !gpu_or_skip() {
         return;
     }
-    // N = 200 runs the batched kernels: every state emits symbol 1 only and
-    // stays put, so any sequence containing symbol 2 is impossible.
-    let n = 200;
-    let mut start = vec![0.0; n];
-    start[0] = 1.0;
-    let trans: Vec<f64> = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
-    let emis: Vec<f64> = (0..n).flat_map(|_| [1.0, 0.0]).collect();
-    let m = HmmModel::new(start, trans, emis, 2).unwrap();
-    let seqs = Sequences::from_vecs(&[vec![0u32, 0, 1], vec![0; 40], vec![1], vec![0, 1, 0, 0, 0]]);
-    compare_passes(&m, &seqs, "impossible, N=200");
-    let ll = hmm::loglik(&m, &seqs, &cuda()).unwrap();
-    assert_eq!(ll, vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY, f64::NEG_INFINITY]);
+    // N = 200 runs the batched kernels, N = 24 the warp kernels (a group of
+    // eight sequences, half of them past the last): every state emits
+    // symbol 1 only and stays put, so any sequence containing symbol 2 is
+    // impossible.
+    for n in [200usize, 24] {
+        let mut start = vec![0.0; n];
+        start[0] = 1.0;
+        let trans: Vec<f64> = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
+        let emis: Vec<f64> = (0..n).flat_map(|_| [1.0, 0.0]).collect();
+        let m = HmmModel::new(start, trans, emis, 2).unwrap();
+        let seqs = Sequences::from_vecs(&[vec![0u32, 0, 1], vec![0; 40], vec![1], vec![0, 1, 0, 0, 0]]);
+        compare_passes(&m, &seqs, &format!("impossible, N={n}"));
+        let ll = hmm::loglik(&m, &seqs, &cuda()).unwrap();
+        assert_eq!(ll, vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY, f64::NEG_INFINITY], "N={n}");
+    }
 }
 
 #[test]
@@ -455,11 +458,12 @@ fn tiny_probabilities_and_decaying_states_agree() {
     compare_passes(&tiny, &seqs, "subnormal emission");
     let ll = hmm::loglik(&tiny, &seqs, &cuda()).unwrap();
     assert!((ll[0] - (tiny.start[0].ln() + tiny.emission.probs[0].ln())).abs() < 1e-12);
-    // States whose weights decay below the certificate, on the warp (N = 2,
-    // 8), block (N = 40, 100) and batched (N = 200) kernels: long sequences
-    // come back uncertain and are computed on the host; short ones on the
-    // device.
-    for (key, &n) in [2usize, 8, 40, 100, 200].iter().enumerate() {
+    // States whose weights decay below the certificate, on the thread (N =
+    // 2, 8), warp (N = 20: eight sequences a warp in the forward pass, of
+    // unequal lengths), block (N = 40, 100) and batched (N = 200) kernels:
+    // long sequences come back uncertain and are computed on the host;
+    // short ones on the device.
+    for (key, &n) in [2usize, 8, 40, 100, 200, 20].iter().enumerate() {
         let m = stuck_model(n, 6, 60 + key as u64);
         let (seqs, _) = hmm::simulate(&random_model(n, 6, 70 + key as u64, false), &[5, 2000, 30, 700, 1, 3000], 3);
         compare_passes(&m, &seqs, &format!("stuck N={n}"));
@@ -493,7 +497,7 @@ fn unreachable_states_give_no_nan() {
     }
     // Only state 0 can be reached; every other state alone emits symbol 1
     // with certainty, so its backward value doubles at every step.
-    for n in [2usize, 40, 200] {
+    for n in [2usize, 19, 40, 200] {
         let mut start = vec![0.0; n];
         start[0] = 1.0;
         let trans: Vec<f64> = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
@@ -507,6 +511,32 @@ fn unreachable_states_give_no_nan() {
         let (next, _) = hmm::baum_welch_step(&m, &seqs, &Default::default(), &cuda()).unwrap();
         assert!(next.trans.iter().chain(&next.emission.probs).all(|x| x.is_finite()), "N={n}: {:?}", &next.trans[..4]);
     }
+}
+
+#[test]
+fn many_sequences_agree_sixteen_to_a_warp() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // 20,000 sequences fill the device, so at N <= 32 the forward pass runs
+    // 16 of them a warp on the tensor cores (hmm_forward_mma): odd and even
+    // N, unequal lengths, models with and without zero probabilities, and
+    // uncertain sequences (states that decay: the two long sequences, which
+    // stop their rows of a warp early).
+    for (key, &(n, v)) in [(9usize, 5usize), (32, 16)].iter().enumerate() {
+        let key = 90 + key as u64;
+        let (seqs, _) = hmm::simulate(&random_model(n, v, key, false), &lengths(20_000, 40, key), key);
+        for (what, model) in [("dense", random_model(n, v, key + 10, false)), ("zeros", random_model(n, v, key + 20, true))] {
+            compare_passes(&model, &seqs, &format!("N={n}, 20,000 sequences, {what}"));
+            let ((ma, la), (mb, lb)) = (hmm::baum_welch_step(&model, &seqs, &Default::default(), &Exec::cpu()).unwrap(), hmm::baum_welch_step(&model, &seqs, &Default::default(), &cuda()).unwrap());
+            assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "N={n}, {what}: one step: gpu {lb} cpu {la}");
+            compare_models(&ma, &mb, &format!("N={n}, 20,000 sequences, {what}, one step"));
+        }
+    }
+    let mut lens = lengths(20_000, 30, 96);
+    (lens[5], lens[17_000]) = (3000, 2500);
+    let (seqs, _) = hmm::simulate(&random_model(20, 6, 97, false), &lens, 98);
+    compare_passes(&stuck_model(20, 6, 95), &seqs, "stuck N=20, 20,000 sequences");
 }
 
 #[test]

@@ -79,6 +79,7 @@ pub enum Kernel {
     McmcDiagnostics,
     HmmForward,
     HmmForwardWarp,
+    HmmForwardMma,
     HmmBackward,
     HmmBackwardWarp,
     HmmViterbi,
@@ -116,7 +117,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 62] = [
+    pub const ALL: [Kernel; 63] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -145,6 +146,7 @@ impl Kernel {
         Kernel::McmcDiagnostics,
         Kernel::HmmForward,
         Kernel::HmmForwardWarp,
+        Kernel::HmmForwardMma,
         Kernel::HmmBackward,
         Kernel::HmmBackwardWarp,
         Kernel::HmmViterbi,
@@ -213,6 +215,7 @@ impl Kernel {
             McmcDiagnostics => ("diagnostics", "mcmc_diagnostics"),
             HmmForward => ("hmm", "hmm_forward"),
             HmmForwardWarp => ("hmm", "hmm_forward_warp"),
+            HmmForwardMma => ("hmm", "hmm_forward_mma"),
             HmmBackward => ("hmm", "hmm_backward"),
             HmmBackwardWarp => ("hmm", "hmm_backward_warp"),
             HmmViterbi => ("hmm", "hmm_viterbi"),

@@ -14,11 +14,12 @@ use crate::gpu::{Device, Kernel};
 use super::super::backward::Counts;
 use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
 use super::rows::DeviceDensity;
-use super::plan::{grid, smem_limit, thread_config, thread_path, threads_for, warp_grid, xi_splits};
+use super::plan::{forward_mma, forward_mma_grid, grid, smem_limit, thread_config, thread_path, threads_for, warp_grid, xi_splits};
 use super::{err, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
 /// Launch hmm_forward (or hmm_forward_thread for N <= 8, hmm_forward_warp
-/// for N <= 32; large N goes to the batched kernels instead) over
+/// or, with many sequences, hmm_forward_mma for N <= 32; large N goes to
+/// the batched kernels instead) over
 /// sequences `range`; with `store`, alphas and
 /// scales of the batch are kept in (alpha, scale). With `density` (N <=
 /// 8, [`super::rows::rows_computed`]), the kernel computes each position's
@@ -39,6 +40,9 @@ pub(super) fn launch_forward(
     let (warp, thread) = (n <= WARP_MAX_STATES, thread_path(n));
     let (name, cfg) = if thread {
         (Kernel::HmmForwardThread, thread_config(dev, n, range.len()))
+    } else if warp && forward_mma(dev, range.len(), tables.emis.len()) {
+        let cfg = LaunchConfig { grid_dim: (forward_mma_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: 0 };
+        (Kernel::HmmForwardMma, cfg)
     } else if warp {
         let smem = WARPS * 32 * 8;
         let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
@@ -76,7 +80,7 @@ pub(super) fn launch_forward(
         };
     }
     // SAFETY: the arguments match the parameters of hmm_forward (or of
-    // hmm_forward_warp and hmm_forward_thread, which have no trans_smem
+    // hmm_forward_warp, hmm_forward_mma and hmm_forward_thread, which have no trans_smem
     // flag; the latter compiled for this N, taking a density's obs and ep,
     // its observations and parameters, compiled with its block, or null)
     // in order and type;
@@ -86,7 +90,8 @@ pub(super) fn launch_forward(
     // alpha and scale (or null) hold N and 1 doubles per symbol of the
     // batch, loglik one per sequence of the batch; shared memory is sized
     // for cur, nxt and the reduction slots and trans when trans_smem, or for
-    // one 32-double slice per warp, or the N*N transitions.
+    // one 32-double slice per warp (hmm_forward_mma uses none), or the N*N
+    // transitions.
     unsafe { launch.launch(cfg) }.map_err(err(dev, "launching hmm_forward"))?;
     Ok(())
 }

@@ -111,6 +111,9 @@ const XI_ROWS: usize = 256;
 /// one warp each, used for N <= WARP_MAX_STATES.
 const WARPS: usize = 4;
 const WARP_MAX_STATES: usize = 32;
+/// Sequences per warp of hmm_forward_mma (HMM_MMA_SEQS: the rows of its
+/// FP64 mma products).
+const FORWARD_MMA_SEQS: usize = 16;
 /// Largest N of the thread-per-sequence forward, backward and Viterbi kernels
 /// (hmm_*_thread: a sequence's state vector in one thread's registers) and
 /// of the thread-per-position density rows of HMM_ROW_THREAD_MAX states

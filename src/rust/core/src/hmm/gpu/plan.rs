@@ -11,7 +11,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
 use super::super::sequences::Sequences;
-use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, THREAD_BLOCK, THREAD_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
+use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, FORWARD_MMA_SEQS, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, THREAD_BLOCK, THREAD_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
 
 pub(super) fn check_size(n_states: usize, count: usize) -> Result<()> {
     if n_states > MAX_GPU_STATES {
@@ -124,6 +124,28 @@ pub(super) fn thread_config(dev: &Device, n: usize, count: usize) -> cudarc::dri
 /// Blocks of a warp-kernel launch over `count` sequences.
 pub(super) fn warp_grid(dev: &Device, count: usize) -> u32 {
     (count.div_ceil(WARPS) as u32).clamp(1, dev.multiprocessors * WARP_BLOCKS_PER_SM)
+}
+
+/// Whether a forward pass over `count` sequences at N <= WARP_MAX_STATES
+/// runs hmm_forward_mma (FORWARD_MMA_SEQS sequences a warp on the FP64
+/// tensor cores) instead of hmm_forward_warp (a warp a sequence): with
+/// enough sequences to fill the device. Its steps take longer, so below
+/// that the warp per sequence is faster: on an H200 (132 multiprocessors,
+/// N = 32, T = 1,000) the crossing was at about 3,800 sequences with a
+/// categorical emission and 7,000 with a density's rows (`emis_len`
+/// doubles, read from memory at every step; kernels/hmm.cu).
+pub(super) fn forward_mma(dev: &Device, count: usize, emis_len: usize) -> bool {
+    let per_multiprocessor = if emis_len * 8 > STREAMED_TABLE { 56 } else { 32 };
+    count >= per_multiprocessor * dev.multiprocessors as usize
+}
+
+/// Bytes of an emission table beyond which its rows come from memory, not
+/// the caches (a density's table: a row per position).
+const STREAMED_TABLE: usize = 8 << 20;
+
+/// Blocks of a launch of hmm_forward_mma over `count` sequences.
+pub(super) fn forward_mma_grid(dev: &Device, count: usize) -> u32 {
+    warp_grid(dev, count.div_ceil(FORWARD_MMA_SEQS))
 }
 
 pub(super) fn grid(dev: &Device, count: usize) -> u32 {
