@@ -33,15 +33,28 @@ using std::isfinite;
 inline void __syncthreads() { emu_block_bar->arrive_and_wait(); }
 inline void __syncwarp() { emu_warps[threadIdx.x / 32].bar->arrive_and_wait(); }
 struct alignas(16) double2 { double x, y; };
-inline double __shfl_xor_sync(unsigned, double v, int o) {
+// A warp's lanes exchange values through its slots (any 8-byte-or-smaller
+// type), as the shuffles do.
+template <class T>
+inline T emu_exchange(T v, int src_lane) {
+    static_assert(sizeof(T) <= 8);
     auto& w = emu_warps[threadIdx.x / 32];
     int lane = threadIdx.x % 32;
-    w.slot[lane] = v;
+    std::memcpy(&w.slot[lane], &v, sizeof(T));
     w.bar->arrive_and_wait();
-    double r = w.slot[lane ^ o];
+    T r;
+    std::memcpy(&r, &w.slot[src_lane], sizeof(T));
     w.bar->arrive_and_wait();
     return r;
 }
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int o) { return emu_exchange(v, (int)(threadIdx.x % 32) ^ o); }
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src) { return emu_exchange(v, src & 31); }
+inline double2 make_double2(double x, double y) { return double2{x, y}; }
+// CUDA's integer min and max.
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline double __longlong_as_double(unsigned long long x) { double d; std::memcpy(&d, &x, 8); return d; }
 
 // Run `kernel(args...)` on a grid of blocks of `threads` threads (a multiple of 32).

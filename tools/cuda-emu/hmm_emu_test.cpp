@@ -219,6 +219,22 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         vector<double> alpha(S * N, 0.0), scale(S, 0.0), ll(M, 0.0);
         emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_forward_warp, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, alpha.data(), scale.data(), ll.data(), theta);
         for (int s = 0; s < M; ++s) CHECK(close(ll[s], ref[s].ll, 1e-12), "N=%d warp forward seq %d: %.17g vs %.17g", N, s, ll[s], ref[s].ll);
+        // The 16-sequences-a-warp kernel (its mma by the shuffles'
+        // fallback): the same log-likelihoods, alphas and scales, over all
+        // sequences (rows past the last unused) and over a later batch.
+        {
+            vector<double> am(S * N, 0.0), sm_(S, 0.0), lm(M, 0.0);
+            emu_launch({1, 1, 1}, 128, 0, hmm_forward_mma, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, am.data(), sm_.data(), lm.data(), theta);
+            for (int s = 0; s < M; ++s) CHECK(close(lm[s], ref[s].ll, 1e-12), "N=%d mma forward seq %d: %.17g vs %.17g", N, s, lm[s], ref[s].ll);
+            for (int s = 0; s < M; ++s) {
+                if (ref[s].ll == -INFINITY) continue;
+                for (long long k = off[s] * N; k < off[s + 1] * N; ++k) CHECK(close(am[k], alpha[k], 1e-12), "N=%d mma alpha %lld: %.17g vs %.17g", N, k, am[k], alpha[k]);
+                for (long long k = off[s]; k < off[s + 1]; ++k) CHECK(close(sm_[k], scale[k], 1e-12), "N=%d mma scale %lld: %.17g vs %.17g", N, k, sm_[k], scale[k]);
+            }
+            vector<double> a2((S - off[3]) * N, 0.0), s2(S - off[3], 0.0), l2(M - 3, 0.0);
+            emu_launch({1, 1, 1}, 128, 0, hmm_forward_mma, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, a2.data(), s2.data(), l2.data(), theta);
+            for (int s = 3; s < M; ++s) CHECK(l2[s - 3] == lm[s], "N=%d mma batch seq %d: %.17g vs %.17g", N, s, l2[s - 3], lm[s]);
+        }
         vector<double> gamma(S * N, 0.0);
         double* nulw = nullptr;
         emu_launch({blocks, 1, 1}, 128, 4 * 32 * 8, hmm_backward_warp, N, V, m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, (const double*)alpha.data(), (const double*)scale.data(), (const double*)ll.data(), gamma.data(), nulw, nulw, nulw);
