@@ -504,8 +504,8 @@ extern "C" __global__ void hmm_forward_warp(
     }
 }
 
-// hmm_forward_warp for many sequences, on the FP64 tensor cores: a warp
-// runs 16 sequences at once as the rows of a 16 x 32 matrix of state
+// hmm_forward_mma: hmm_forward_warp's pass for many sequences, on the FP64
+// tensor cores. A warp runs 16 sequences at once as the rows of a 16 x 32 matrix of state
 // vectors, so a step's product by the 32 x 32 transitions is 8 mma
 // m16n8k16 instead of 32 fma a lane for each sequence. Lane l (g = l / 4,
 // q = l % 4) holds rows g and g + 8 (h = 0, 1), states hmm_mma_state(q,
