@@ -126,9 +126,10 @@ backends_ <- function() .Call(wrap__backends_)
 
 #' The backend ("cpu" or "cuda") for a job of `area` ("em": sizes =
 #' c(observation-iterations, components); "hmm" (categorical) or
-#' "hmm:<emission>": c(states, observations, passes, CPU threads), 0 or no
-#' threads for all) and `request` ("cpu", "cuda", "auto"): the core's one choice,
-#' for R code that splits a job into chunks and must choose once for all.
+#' "hmm:<emission>": c(states, observations, forward passes, CPU threads
+#' (0 for all), sequences, longest sequence, forward-backward passes)) and
+#' `request` ("cpu", "cuda", "auto"): the core's one choice, for R code
+#' that splits a job into chunks and must choose once for all.
 #' @noRd
 backend_choice_ <- function(area, request, sizes) .Call(wrap__backend_choice_, area, request, sizes)
 

@@ -239,12 +239,14 @@ hmm_simulate <- function(model, n, length, seed = NULL) {
 #'   is large enough, otherwise the CPU (with a one-time message when no GPU
 #'   is usable); `TRUE`: a GPU or an error saying why not; `FALSE`: the CPU.
 #'   "Large enough" means that the GPU is expected to answer sooner than
-#'   the CPU threads this call has: a model of both, fitted to measured
-#'   times, of the number of states, observations, passes and threads
-#'   (BENCHMARKS.md, "HMM backend choice"). With 16 threads, one pass over
-#'   10,000 observations stays on the CPU up to 32 states, and one over
-#'   10^6 goes to the GPU at any number of states. The GPU kernels handle
-#'   up to 2048 states, with every emission family.
+#'   the CPU threads this call has: models of both, fitted to measured
+#'   times, of the number of states, sequences, observations, the longest
+#'   sequence, passes and threads (BENCHMARKS.md, "HMM backend choice by
+#'   the call's shape"). With 16 threads, one sequence of up to 1,000
+#'   observations stays on the CPU below 128 states, and 1,000 sequences
+#'   of 100 go to the GPU at any number of states. The GPU kernels handle
+#'   up to 2048 states, with every emission family. A fit records the
+#'   backend that ran it (`$backend`).
 #' @param parallel `"none"`: all sequences in this R session. `"future"`:
 #'   the sequences are split into chunks of consecutive sequences and run on
 #'   the workers of the current [future::plan()], one future per chunk
@@ -683,7 +685,8 @@ hmm_fit <- function(seqs, n.states, n.symbols, init = NULL, max.iters = 100, eps
   if (parallel == "none") {
     # The whole fit picks the backend (as one call would); a worker picks by
     # its starts.
-    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, symbols_total, 2 * max.iters * starts, settings$threads)),
+    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, symbols_total, 0, settings$threads,
+                                                                  length(s$lengths), max(0, s$lengths), max.iters * starts)),
                                   call, "hmm_fit")
   }
   progress <- make_progress(starts)
@@ -818,7 +821,8 @@ hmm_run <- function(pass, model, s, use.gpu, parallel, chunk.size, passes, call,
   settings <- c(settings, exec_settings(parallel, use.gpu, call, threads))
   if (parallel == "none") {
     # The whole job picks the backend; a worker picks by its chunk.
-    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, total, passes, settings$threads)), call, fn)
+    settings$backend <- call_core(backend_choice_(fam$area, settings$backend, c(N, total, forward_passes(pass, passes), settings$threads, n,
+                                                                    max(0, s$lengths), e_steps(pass))), call, fn)
   }
   size <- if (!is.null(chunk.size)) {
     chunk.size
@@ -860,10 +864,16 @@ hmm_memory <- function(pass, N, shape, n, lengths, starts, copies, call, fn, thr
   invisible(NULL)
 }
 
+# The backend choice's passes of an HMM `pass` of `passes` passes: a
+# posterior is one forward-backward pass, the others forward passes.
+forward_passes <- function(pass, passes) if (pass == "posterior") 0 else passes
+e_steps <- function(pass) if (pass == "posterior") 1 else 0
+
 # One chunk of sequences of an HMM pass, here or on a future worker.
 hmm_chunk <- function(part, idx, st) {
   ex <- chunk_exec(st)
-  backend <- backend_choice_(st$area, ex$backend, c(length(st$start), sum(as.double(part$lengths)), st$passes, ex$threads))
+  backend <- backend_choice_(st$area, ex$backend, c(length(st$start), sum(as.double(part$lengths)), forward_passes(st$pass, st$passes),
+                                                      ex$threads, length(part$lengths), max(0, part$lengths), e_steps(st$pass)))
   out <- switch(st$pass,
     loglik = hmm_loglik_(st$start, st$trans, st$emission, part$obs, part$lengths, ex$threads, backend),
     viterbi = hmm_viterbi_(st$start, st$trans, st$emission, part$obs, part$lengths, ex$threads, backend,
@@ -884,7 +894,8 @@ hmm_chunk <- function(part, idx, st) {
 hmm_fit_chunk <- function(part, idx, st) {
   ex <- chunk_exec(st)
   backend <- backend_choice_(st$area, ex$backend,
-                             c(st$N, sum(as.double(part$lengths)), 2 * st$max.iters * length(idx), ex$threads))
+                             c(st$N, sum(as.double(part$lengths)), 0, ex$threads,
+                               length(part$lengths), max(0, part$lengths), st$max.iters * length(idx)))
   raw <- hmm_fit_(part$obs, part$lengths, st$N, st$emission, st$init, st$max.iters, st$epsilon,
                   length(idx), st$pseudocount, st$var.floor, st$seed, idx[1] - 1L, ex$threads, backend)
   raw$best_start <- raw$best_start + idx[1] - 1L

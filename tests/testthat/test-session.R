@@ -18,7 +18,17 @@ test_that("one core function picks every area's backend from use.gpu and the job
   expect_equal(choose("em", "auto", c(1e6, 2)), "cpu")
   expect_equal(choose("em", "auto", c(1e10, 2)), if (gpu) "cuda" else "cpu")
   expect_equal(choose("em", "auto", c(1e10, 9)), "cpu")
-  expect_equal(choose("hmm", "auto", c(10, 5000, 1)), "cpu")
+  # An HMM call's shape: c(states, observations, forward passes, threads,
+  # sequences, longest, forward-backward passes). Short sequences stay on
+  # the CPU; 512 states over 512 sequences of 16 go to a usable GPU, as
+  # does a fit's 100 iterations over 1,000 sequences of 100 at 4 states.
+  expect_equal(choose("hmm", "auto", c(10, 500, 1, 0, 5, 100, 0)), "cpu")
+  expect_equal(choose("hmm", "auto", c(4, 100, 1, 16, 1, 100, 0)), "cpu")
+  expect_equal(choose("hmm:gaussian", "auto", c(4, 100, 0, 16, 1, 100, 100)), "cpu")
+  expect_equal(choose("hmm", "auto", c(512, 8192, 1, 16, 512, 16, 0)), if (gpu) "cuda" else "cpu")
+  expect_equal(choose("hmm", "auto", c(4, 1e5, 0, 16, 1000, 100, 100)), if (gpu) "cuda" else "cpu")
+  expect_error(choose("hmm:nosuch", "auto", c(4, 100, 1, 16, 1, 100, 0)), "unknown area")
+  expect_error(choose("hmm", "auto", c(10, 5000, 1)), "7 numbers")
   expect_equal(choose("em", "cpu", c(1e10, 2)), "cpu")
   if (!gpu) {
     expect_error(choose("em", "cuda", c(1e10, 2)), "bulkem_error_device")

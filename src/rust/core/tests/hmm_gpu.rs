@@ -554,9 +554,15 @@ fn kept_models_keep_their_device_tables_and_their_results() {
 
 #[test]
 fn small_jobs_stay_on_the_cpu() {
-    let auto = |states, symbols, passes| choose_backend(BackendRequest::Auto, &hmm::job(states, symbols, passes, 0, 4)).unwrap();
-    assert_eq!(auto(10, 5000, 1), Backend::Cpu);
-    assert_eq!(auto(gpu_max() + 1, 1 << 30, 100), Backend::Cpu);
+    let auto = |shape: hmm::CallShape| choose_backend(BackendRequest::Auto, &hmm::job(&shape)).unwrap();
+    // One sequence of 1,000 at 10 states; 5 of 100.
+    assert_eq!(auto(hmm::CallShape::even(10, 1, 1000)), Backend::Cpu);
+    assert_eq!(auto(hmm::CallShape::even(10, 5, 100)), Backend::Cpu);
+    // Beyond the kernels' states, however large.
+    assert_eq!(auto(hmm::CallShape::even(gpu_max() + 1, 1 << 20, 1000).passes(0, 100)), Backend::Cpu);
+    // Issue 24's many-state shape goes to a usable GPU.
+    let usable = bulkem_core::gpu::probe().usable();
+    assert_eq!(auto(hmm::CallShape::even(512, 512, 16)), if usable { Backend::Cuda } else { Backend::Cpu });
 }
 
 fn gpu_max() -> usize {

@@ -33,19 +33,27 @@ fn backends_() -> List {
 
 /// The backend ("cpu" or "cuda") for a job of `area` ("em": sizes =
 /// c(observation-iterations, components); "hmm" (categorical) or
-/// "hmm:<emission>": c(states, observations, passes, CPU threads), 0 or no
-/// threads for all) and `request` ("cpu", "cuda", "auto"): the core's one choice,
-/// for R code that splits a job into chunks and must choose once for all.
+/// "hmm:<emission>": c(states, observations, forward passes, CPU threads
+/// (0 for all), sequences, longest sequence, forward-backward passes)) and
+/// `request` ("cpu", "cuda", "auto"): the core's one choice, for R code
+/// that splits a job into chunks and must choose once for all.
 /// @noRd
 #[extendr]
 fn backend_choice_(area: &str, request: &str, sizes: &[f64]) -> Result<&'static str> {
-    let size = |i: usize| sizes.get(i).copied().unwrap_or(0.0).max(0.0);
+    let size = |i: usize| sizes.get(i).copied().unwrap_or(0.0).max(0.0) as usize;
+    let hmm = |obs_bytes: usize| {
+        if sizes.len() != 7 {
+            return Err(Error::Other(format!("internal: an HMM job's sizes are 7 numbers, not {}", sizes.len())));
+        }
+        let shape = bulkem_core::hmm::CallShape { states: size(0), sequences: size(4).max(1), total: size(1), longest: size(5), forward: size(2), e_steps: size(6), threads: size(3), obs_bytes };
+        Ok(bulkem_core::hmm::job(&shape))
+    };
     let job = match area {
-        "em" => bulkem_core::em::job_for(size(0), size(1) as usize),
-        "hmm" => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize, size(3) as usize, 4),
+        "em" => bulkem_core::em::job_for(sizes.first().copied().unwrap_or(0.0).max(0.0), size(1)),
+        "hmm" => hmm(4)?,
         other => match other.strip_prefix("hmm:").and_then(bulkem_core::hmm::EmissionKind::from_name) {
             // The other emissions' observations are doubles.
-            Some(_) => bulkem_core::hmm::job(size(0) as usize, size(1) as usize, size(2) as usize, size(3) as usize, 8),
+            Some(_) => hmm(8)?,
             None => return Err(input_error(format!("unknown area '{other}'"))),
         },
     };

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bulkem_core::em::FitStatus;
 use bulkem_core::exec::{Backend, Exec};
-use bulkem_core::hmm::{self, Categorical, Emission, EmissionKind, Gaussian, HmmFit, HmmFitConfig, HmmJob, HmmModel, Pass, Poisson, Sequences};
+use bulkem_core::hmm::{self, CallShape, Categorical, Emission, EmissionKind, Gaussian, HmmFit, HmmFitConfig, HmmJob, HmmModel, Pass, Poisson, Sequences};
 use extendr_api::prelude::*;
 use extendr_api::Result;
 
@@ -219,11 +219,11 @@ fn sequences<E: FromR>(obs: &Robj, lengths: &[i32], threads: i32) -> Result<Sequ
     Sequences::from_lengths(E::obs_from_r(obs, threads.max(0) as usize)?, &lengths).map_err(|_| Error::Other("internal: sequence lengths do not add up to the number of observations".into()))
 }
 
-/// The backend of an HMM call of `passes` passes over `total` observations
-/// (of type O) with `n_states` states on `threads` CPU threads: the core's
-/// one choice from `request`.
-fn backend_of<O>(request: &str, n_states: usize, total: usize, passes: usize, threads: i32) -> Result<Backend> {
-    backend_for(request, &hmm::job(n_states, total, passes, threads.max(0) as usize, std::mem::size_of::<O>()))
+/// The backend of an HMM call of `forward` forward and `e_steps`
+/// forward-backward passes over `seqs` with `n_states` states on `threads`
+/// CPU threads: the core's one choice from `request`.
+fn backend_of<O: Copy>(request: &str, n_states: usize, seqs: &Sequences<O>, (forward, e_steps): (usize, usize), threads: i32) -> Result<Backend> {
+    backend_for(request, &hmm::job(&CallShape::of(n_states, seqs, threads.max(0) as usize).passes(forward, e_steps)))
 }
 
 /// Copies of each pass's result beyond the core's own: the glue's R vector,
@@ -294,8 +294,8 @@ fn hmm_memory_(pass: &str, n_states: f64, emission: List, n_seqs: f64, lengths: 
 fn prepare<E: FromR>(pass: Pass, start: &[f64], emission: &List, obs: &Robj, lengths: &[i32], threads: i32, backend: &str) -> Result<(Sequences<E::Obs>, Backend)> {
     ensure(pass, start.len(), n_stats(emission)?, lengths_of(lengths), threads, 1)?;
     let seqs = sequences::<E>(obs, lengths, threads)?;
-    let passes = if pass == Pass::Posterior { 2 } else { 1 };
-    let backend = backend_of::<E::Obs>(backend, start.len(), seqs.total(), passes, threads)?;
+    let passes = if pass == Pass::Posterior { (0, 1) } else { (1, 0) };
+    let backend = backend_of(backend, start.len(), &seqs, passes, threads)?;
     Ok((seqs, backend))
 }
 
@@ -458,8 +458,8 @@ fn fit<E: FromR>(obs: &Robj, lengths: &[i32], emission: &List, init: &Robj, a: &
         config = config.init(m);
     }
     let config = config.check().map_err(r_error)?;
-    let passes = 2 * config.max_iters * starts;
-    let fit: HmmFit<E> = run_in_session(backend_of::<E::Obs>(backend, config.n_states, seqs.total(), passes, a.threads)?, a.threads.max(0) as usize, |exec| hmm::fit(&seqs, &config, exec)).map_err(r_error)?;
+    let passes = (0, config.max_iters * starts);
+    let fit: HmmFit<E> = run_in_session(backend_of(backend, config.n_states, &seqs, passes, a.threads)?, a.threads.max(0) as usize, |exec| hmm::fit(&seqs, &config, exec)).map_err(r_error)?;
     Ok(list!(
         model = model_list(&fit.model),
         init = model_list(&fit.init),

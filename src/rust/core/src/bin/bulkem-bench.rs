@@ -23,6 +23,7 @@
 //! bulkem-bench hmm [--states N] [--seqs M] [--length T] [--symbols V] [--emission categorical|gaussian]
 //!                  [--backend cpu|cuda|both] [--threads T] [--json FILE]
 //! bulkem-bench hmm-suite [--backend ...] [--threads T]   the cases of the HMM issue
+//! bulkem-bench hmm-choice [--backend ...] [--threads T]  CPU and GPU times beside the backend choice's models
 //! bulkem-bench bootstrap [--family invgauss|normal] [--datasets D] [--n N] [--replicates B]
 //!                        [--components 1,2,3] [--starts S] [--iters I] [--epsilon E]
 //!                        [--backend cpu|cuda|both] [--threads T] [--json FILE]
@@ -238,7 +239,7 @@ fn suite() -> Vec<Case> {
 fn main() {
     let result = (|| -> Result<(), String> {
         let mut it = std::env::args().skip(1);
-        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|select|select-suite|bootstrap|reduce|reduce-table|gibbs|hmm|hmm-suite [flags]; see the source header")?;
+        let area = it.next().ok_or("usage: bulkem-bench em|em-suite|select|select-suite|bootstrap|reduce|reduce-table|gibbs|hmm|hmm-suite|hmm-choice [flags]; see the source header")?;
         if area == "gibbs" {
             let args: Vec<String> = it.collect();
             let json = args.windows(2).find(|w| w[0] == "--json").map(|w| w[1].clone()).unwrap_or_else(|| "bench-results.jsonl".into());
@@ -324,7 +325,7 @@ fn main() {
                 reduce_bench::run(&reduce_opts, &mut file)
             }
             "reduce-table" => reduce_bench::accuracy_table(&[16_384, 1_048_576, 10_000_000, 16_777_216, 67_108_864, 134_215_680], &mut file),
-            "hmm" | "hmm-suite" => {
+            "hmm" | "hmm-suite" | "hmm-choice" => {
                 let backends = match backend.as_str() {
                     "cpu" => vec![Backend::Cpu],
                     "cuda" => vec![Backend::Cuda],
@@ -333,11 +334,13 @@ fn main() {
                 };
                 if area == "hmm" {
                     hmm_bench::run(&hmm_case, &backends, threads, &mut file)
+                } else if area == "hmm-choice" {
+                    hmm_bench::choice(&backends, threads, &mut file)
                 } else {
                     hmm_bench::suite(&backends, threads, &mut file)
                 }
             }
-            other => Err(format!("unknown area {other}; known: em, em-suite, select, select-suite, reduce, reduce-table, gibbs, hmm, hmm-suite")),
+            other => Err(format!("unknown area {other}; known: em, em-suite, select, select-suite, reduce, reduce-table, gibbs, hmm, hmm-suite, hmm-choice")),
         }
     })();
     if let Err(e) = result {

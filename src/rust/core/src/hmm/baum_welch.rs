@@ -193,7 +193,7 @@ fn run_start<E: Emission>(init: HmmModel<E>, config: &CheckedHmmFitConfig<E>, fi
 
 /// Fit on the CPU (see [`fit_with`]).
 pub fn fit<E: Emission>(seqs: &Sequences<E::Obs>, config: &CheckedHmmFitConfig<E>, exec: &Exec) -> Result<HmmFit<E>> {
-    let chunks = cpu::chunks(seqs, Counts::size(config.n_states, E::n_stats_of(&config.shape)));
+    let chunks = cpu::chunks(seqs, config.n_states, Counts::size(config.n_states, E::n_stats_of(&config.shape)));
     let seg = cpu::fit_segment(config.n_states, seqs, exec);
     fit_with(config, seqs, exec, &mut HostEngine::new(|m: &HmmModel<E>| {
         // Per model: the scan needs dense transitions, which a fit can lose.

@@ -21,17 +21,28 @@ use super::size::{self, COUNT_BUDGET_BYTES};
 use super::tables::{LogTables, Tables};
 use super::viterbi::{self, Pointer};
 
-/// Symbols per chunk at least (amortises scratch allocation and progress).
+/// Symbols per chunk at least up to 8 states (amortises scratch allocation
+/// and progress); see [`min_chunk_symbols`].
 pub(crate) const MIN_CHUNK_SYMBOLS: usize = 4096;
 /// At most this many chunks, so the threads stay busy without too many
 /// partial count accumulators.
 pub(crate) const MAX_CHUNKS: usize = 256;
 
+/// Symbols per chunk at least with N states: [`MIN_CHUNK_SYMBOLS`] up to 8
+/// states, fewer beyond as a symbol's work grows (N^2), so that a call of
+/// few symbols but many states still spreads over the threads (512 states
+/// x 8,192 symbols ran on 2 threads of 16: BENCHMARKS.md, "HMM backend
+/// choice by the call's shape").
+pub(crate) fn min_chunk_symbols(n: usize) -> usize {
+    (MIN_CHUNK_SYMBOLS * 64 / (n * n).max(64)).max(1)
+}
+
 /// Split the sequences into consecutive chunks of about equal symbol counts.
-/// Depends only on the data and the model size, never on the thread count.
-pub(crate) fn chunks<O: Copy>(seqs: &Sequences<O>, counts_size: usize) -> Vec<Range<usize>> {
+/// Depends only on the data and the model size (N states, `counts_size`
+/// values of a chunk's counts), never on the thread count.
+pub(crate) fn chunks<O: Copy>(seqs: &Sequences<O>, n: usize, counts_size: usize) -> Vec<Range<usize>> {
     let max_chunks = MAX_CHUNKS.min((COUNT_BUDGET_BYTES / (8 * counts_size.max(1))).max(1));
-    let target = MIN_CHUNK_SYMBOLS.max(seqs.total().div_ceil(max_chunks));
+    let target = min_chunk_symbols(n).max(seqs.total().div_ceil(max_chunks));
     let mut out = Vec::new();
     let mut begin = 0;
     for s in 0..seqs.len() {
@@ -63,13 +74,14 @@ fn split_by_chunks<'a, T, O: Copy>(mut out: &'a mut [T], seqs: &Sequences<O>, ch
 /// where `rows` is the sequence's part of `out` (`width` values per symbol)
 /// and `scratch` is reused within a chunk; returns `one`'s values in order.
 fn per_sequence<T: Send, S: Default, O: Copy + Sync>(
+    n: usize,
     seqs: &Sequences<O>,
     exec: &Exec,
     out: &mut [T],
     width: usize,
     one: impl Fn(&mut S, usize, &mut [T]) -> Result<f64> + Sync,
 ) -> Result<Vec<f64>> {
-    let chunks = chunks(seqs, 0);
+    let chunks = chunks(seqs, n, 0);
     let parts = split_by_chunks(out, seqs, &chunks, width);
     let per_chunk: Vec<Result<Vec<f64>>> = exec.install(|| {
         chunks
@@ -137,7 +149,7 @@ fn forward_backward_one<E: Emission>(tab: &Tables<E>, seq: &[E::Obs], seg: usize
 }
 
 pub fn loglik<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, exec: &Exec) -> Result<Vec<f64>> {
-    per_sequence(seqs, exec, &mut [0u8; 0], 0, |sc: &mut SeqScratch, s, _| loglik_one(tab, seqs.get(s), sc, &exec.monitor))
+    per_sequence(tab.n, seqs, exec, &mut [0u8; 0], 0, |sc: &mut SeqScratch, s, _| loglik_one(tab, seqs.get(s), sc, &exec.monitor))
 }
 
 /// Viterbi paths (flat, laid out like the symbols) and their log-probabilities.
@@ -146,7 +158,7 @@ pub fn viterbi<E: Emission>(tab: &LogTables<E>, seqs: &Sequences<E::Obs>, exec: 
     let seg = size::viterbi_segment(tab.n, job.longest, job.concurrent);
     let mut paths = passes::zeroed(seqs.total(), "the Viterbi paths")?;
     fn run<E: Emission, P: Pointer + Send>(tab: &LogTables<E>, seqs: &Sequences<E::Obs>, exec: &Exec, seg: usize, paths: &mut [u32]) -> Result<Vec<f64>> {
-        per_sequence(seqs, exec, paths, 1, |s: &mut viterbi::Scratch<P>, q, path| viterbi::viterbi(tab, seqs.get(q), path, seg, s, &exec.monitor))
+        per_sequence(tab.n, seqs, exec, paths, 1, |s: &mut viterbi::Scratch<P>, q, path| viterbi::viterbi(tab, seqs.get(q), path, seg, s, &exec.monitor))
     }
     let logp = if size::pointer_bytes(tab.n) == 2 { run::<E, u16>(tab, seqs, exec, seg, &mut paths)? } else { run::<E, u32>(tab, seqs, exec, seg, &mut paths)? };
     Ok((paths, logp))
@@ -160,7 +172,7 @@ pub fn posterior<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, exec: &
     let n = tab.n;
     let len = seqs.total().checked_mul(n).ok_or_else(|| Error::OutOfMemory { what: "the posterior probabilities".into(), needed: memory::bytes::<f64>(&[seqs.total(), n]), available: memory::available() })?;
     let mut post = passes::zeroed(len, "the posterior probabilities")?;
-    let ll = per_sequence(seqs, exec, &mut post, n, |sc: &mut SeqScratch, s, rows| {
+    let ll = per_sequence(tab.n, seqs, exec, &mut post, n, |sc: &mut SeqScratch, s, rows| {
         let seq = seqs.get(s);
         let ll = forward_backward_one(tab, seq, seq.len(), Some(&mut *rows), sc, None, &exec.monitor)?;
         if ll == f64::NEG_INFINITY {
@@ -221,8 +233,8 @@ pub(crate) fn fit_segment<O: Copy>(n: usize, seqs: &Sequences<O>, exec: &Exec) -
 
 /// Consecutive chunks of `which` (indices of sequences) of about equal
 /// symbol counts, as [`chunks`] makes of all sequences.
-fn chunks_of<O: Copy>(seqs: &Sequences<O>, which: &[usize]) -> Vec<Range<usize>> {
-    let target = MIN_CHUNK_SYMBOLS.max(which.iter().map(|&s| seqs.offsets[s + 1] - seqs.offsets[s]).sum::<usize>().div_ceil(MAX_CHUNKS));
+fn chunks_of<O: Copy>(seqs: &Sequences<O>, which: &[usize], n: usize) -> Vec<Range<usize>> {
+    let target = min_chunk_symbols(n).max(which.iter().map(|&s| seqs.offsets[s + 1] - seqs.offsets[s]).sum::<usize>().div_ceil(MAX_CHUNKS));
     let (mut out, mut begin, mut acc) = (Vec::new(), 0, 0);
     for (k, &s) in which.iter().enumerate() {
         acc += seqs.offsets[s + 1] - seqs.offsets[s];
@@ -244,7 +256,7 @@ fn chunks_of<O: Copy>(seqs: &Sequences<O>, which: &[usize]) -> Vec<Range<usize>>
 pub(crate) fn counts_of<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, which: &[usize], seg: usize, exec: &Exec) -> Result<(Counts, Vec<f64>)> {
     let (n, v) = (tab.n, tab.emission.n_stats());
     let per_chunk: Vec<Result<(Counts, Vec<f64>)>> = exec.install(|| {
-        chunks_of(seqs, which)
+        chunks_of(seqs, which, n)
             .par_iter()
             .map(|c| {
                 exec.monitor.check()?;
@@ -270,7 +282,7 @@ pub(crate) fn counts_of<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, 
 /// Log-likelihoods of the given sequences (see [`counts_of`]).
 pub(crate) fn loglik_of<E: Emission>(tab: &Tables<E>, seqs: &Sequences<E::Obs>, which: &[usize], exec: &Exec) -> Result<Vec<f64>> {
     let per_chunk: Vec<Result<Vec<f64>>> = exec.install(|| {
-        chunks_of(seqs, which)
+        chunks_of(seqs, which, tab.n)
             .par_iter()
             .map(|c| {
                 exec.monitor.check()?;
@@ -326,7 +338,7 @@ mod tests {
         let (m, seqs) = (model(), seqs());
         let tab = Tables::new(&m).unwrap();
         let exec = Exec::cpu().threads(2);
-        let chunks = chunks(&seqs, Counts::size(3, 3));
+        let chunks = chunks(&seqs, 3, Counts::size(3, 3));
         let (full, ll, _) = e_step(&tab, &seqs, &chunks, usize::MAX, &exec).unwrap();
         for seg in [1, 2, 5, 18] {
             let (c, l, _) = e_step(&tab, &seqs, &chunks, seg, &exec).unwrap();

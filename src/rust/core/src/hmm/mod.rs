@@ -46,6 +46,7 @@
 
 mod backward;
 mod baum_welch;
+mod choice;
 mod config;
 pub mod cpu;
 pub mod emission;
@@ -68,6 +69,7 @@ use std::any::Any;
 
 pub use backward::Counts;
 pub use baum_welch::{m_step, random_model, try_random_model, HmmFit};
+pub use choice::{cpu_seconds, gpu_seconds, job, CallShape};
 pub use config::{CheckedHmmFitConfig, HmmFitConfig};
 pub use emission::{Categorical, Emission, EmissionFit, EmissionKind, Gaussian, Poisson};
 pub use kept::{find_kept_model, forget_kept_models, keep_model, on_kept_model};
@@ -80,7 +82,7 @@ pub use tables::{row_major, LogTables, Tables};
 pub use viterbi::NO_STATE;
 
 use crate::error::{Error, Result};
-use crate::exec::{Backend, Exec, Job};
+use crate::exec::{Backend, Exec};
 
 /// Viterbi decoding of many sequences.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,32 +102,6 @@ pub struct Posterior {
     pub probs: Vec<f64>,
     /// Log-likelihood of each sequence.
     pub loglik: Vec<f64>,
-}
-
-/// The job `use.gpu = NA` sees (for [`crate::exec::choose_backend`]): the
-/// call's estimated seconds on the CPU's `threads` (0: every available
-/// thread) as its work, and on a GPU as the work from which the GPU
-/// answers sooner, for `passes` passes over `symbols` observations of
-/// `obs_bytes` bytes each with N states. Both are models fitted to measured
-/// times (BENCHMARKS.md, "HMM backend choice"):
-/// - CPU: 30 + 4 N + 0.23 N^2 ns per observation and pass on one thread
-///   (the forward pass, N = 2 to 128 on the dev machine: within 25%);
-/// - GPU, from host memory: 0.5 ms per call, the model's tables at 5 GB/s,
-///   the observations' validation and copy at 0.2 ns per 4 bytes, and per
-///   pass 30 us plus max(0.25, 3e-4 N^2) ns per observation (H100 and H200:
-///   0.26 ns at N = 4 and 32 many-sequence shapes, 29-350 ns at N = 512 and
-///   1,024).
-///
-/// A process's first GPU call also compiles its kernels (0.2-6 s), once per
-/// machine with the kernel cache (`gpu::cache`); the model leaves that out.
-pub fn job(states: usize, symbols: usize, passes: usize, threads: usize, obs_bytes: usize) -> Job {
-    let unsupported = (states > gpu::MAX_GPU_STATES).then(|| format!("the GPU kernels handle up to {} states, not {states}", gpu::MAX_GPU_STATES));
-    let (n, symbols, passes) = (states as f64, symbols as f64, passes.max(1) as f64);
-    let threads = if threads == 0 { crate::exec::available_threads() } else { threads } as f64;
-    let cpu = passes * symbols * (30.0 + 4.0 * n + 0.23 * n * n) * 1e-9 / threads;
-    let tables = 8.0 * n * (n + n.max(16.0)) / 5e9;
-    let gpu = 0.5e-3 + tables + symbols * 0.2e-9 * obs_bytes as f64 / 4.0 + passes * (30e-6 + symbols * (3e-4 * n * n).max(0.25) * 1e-9);
-    Job { work: cpu, gpu_min_work: gpu, gpu_unsupported: unsupported }
 }
 
 /// Check every observation against the emission: the error names the
@@ -301,7 +277,7 @@ pub fn baum_welch_step<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs
             let (counts, ll, _) = if scan::cpu_chosen(model, seqs, exec) {
                 scan::cpu_e_step(&*host_tables(model)?, seqs, exec)?
             } else {
-                let chunks = cpu::chunks(seqs, Counts::size(model.n_states, model.emission.n_stats()));
+                let chunks = cpu::chunks(seqs, model.n_states, Counts::size(model.n_states, model.emission.n_stats()));
                 let seg = cpu::fit_segment(model.n_states, seqs, exec);
                 cpu::e_step(&*host_tables(model)?, seqs, &chunks, seg, exec)?
             };
@@ -326,41 +302,5 @@ pub fn fit<E: Emission>(seqs: &Sequences<E::Obs>, config: &CheckedHmmFitConfig<E
             }
             gpu::density_fit(seqs, density_values::<E>(seqs)?, config, exec)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::job;
-
-    /// Whether the model sends a job to a (usable) GPU.
-    fn gpu(states: usize, symbols: usize, passes: usize, threads: usize, obs_bytes: usize) -> bool {
-        let j = job(states, symbols, passes, threads, obs_bytes);
-        j.gpu_unsupported.is_none() && j.work >= j.gpu_min_work
-    }
-
-    #[test]
-    fn the_backend_model_picks_the_faster_side_of_the_measured_shapes() {
-        // A small job stays on the CPU (one sequence of 100, or 50 x 100 at N = 10).
-        assert!(!gpu(10, 5_000, 1, 2, 4));
-        assert!(!gpu(3, 100, 1, 1, 4));
-        assert!(!gpu(2, 10_000, 1, 16, 8));
-        // Issue 24's shapes, on this machine's 2 threads and a 16-core host:
-        // many short sequences at N = 4 (GPU from host 8.5 ms), N = 32 x 10^7
-        // (4.2 ms), N = M = 512 x 16 (1.2 ms), one long sequence at N = 8
-        // (the scan, 1.1 ms), and their fits.
-        for threads in [2, 16] {
-            assert!(gpu(4, 20_000_000, 1, threads, 4));
-            assert!(gpu(32, 10_000_000, 1, threads, 4));
-            assert!(gpu(32, 10_000_000, 1, threads, 8));
-            assert!(gpu(512, 8_192, 1, threads, 4));
-            assert!(gpu(8, 262_144, 1, threads, 4));
-            assert!(gpu(4, 20_000_000, 2 * 100, threads, 4));
-        }
-        // The CPU's estimate falls with its threads, the GPU's does not.
-        let (a, b) = (job(32, 1_000_000, 1, 2, 4), job(32, 1_000_000, 1, 64, 4));
-        assert!((a.work / b.work - 32.0).abs() < 1e-9 && a.gpu_min_work == b.gpu_min_work);
-        // Beyond the kernels' states: never the GPU.
-        assert!(!gpu(super::gpu::MAX_GPU_STATES + 1, 1 << 30, 100, 1, 4));
     }
 }

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::memory;
 
 use super::backward::Counts;
-use super::cpu::{MAX_CHUNKS, MIN_CHUNK_SYMBOLS};
+use super::cpu::{min_chunk_symbols, MAX_CHUNKS};
 use super::robust;
 use super::sequences::Sequences;
 
@@ -159,7 +159,7 @@ impl HmmJob {
                 let one = b(&[F64, n]).saturating_add(b(&[F64, n, n, 2])).saturating_add(b(&[F64, n, v]));
                 let per = memory::bytes::<f64>(&[Counts::size(n, v)]).max(1);
                 let by_budget = (COUNT_BUDGET_BYTES as u128 / per).max(1);
-                let chunks = (MAX_CHUNKS as u128).min(by_budget).min(self.symbols.div_ceil(MIN_CHUNK_SYMBOLS).max(1) as u128);
+                let chunks = (MAX_CHUNKS as u128).min(by_budget).min(self.symbols.div_ceil(min_chunk_symbols(n)).max(1) as u128);
                 out.push((format!("the Baum-Welch counts ({n} states, {v} symbols)"), one.saturating_mul(chunks + 1)));
                 out.push((format!("the log-likelihoods of {} starts (`random.inits`)", self.starts), b(&[F64, self.starts])));
             }

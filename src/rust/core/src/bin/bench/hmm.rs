@@ -498,3 +498,88 @@ fn bench_hmm(n: usize, m: usize, t: usize, v: usize, backends: &[Backend], threa
     Ok(())
 }
 
+
+/// `bulkem-bench hmm-choice`: for shapes around the backend choice's
+/// crossings (one short sequence; few long ones, parallel in time or not;
+/// fewer sequences than fill a GPU; many short ones; many states), the
+/// forward pass and one Baum-Welch iteration as R calls them on each
+/// backend (median of 3 after a warm-up), beside `hmm::job`'s estimates
+/// of both and whether `use.gpu = NA` would take the faster.
+pub fn choice(backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
+    let threads = if threads == 0 { available_threads() } else { threads };
+    println!("hmm-choice on {threads} CPU threads: shape | forward: cpu, gpu measured (model) ms, choice | baum-welch iteration: the same");
+    // BULKEM_CHOICE_SHAPES="N,M,T,g;...": other shapes (g: 1 for Gaussian).
+    let given: Option<Vec<(usize, usize, usize, bool)>> = std::env::var("BULKEM_CHOICE_SHAPES").ok().map(|v| {
+        v.split(';')
+            .filter_map(|s| {
+                let f: Vec<usize> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                (f.len() == 4).then(|| (f[0], f[1], f[2], f[3] == 1))
+            })
+            .collect()
+    });
+    #[rustfmt::skip]
+    let default: &[(usize, usize, usize, bool)] = &[
+        (2, 1, 100, false), (4, 1, 10_000, false), (8, 1, 4_096, false), (8, 1, 32_768, false), (8, 1, 262_144, false),
+        (32, 1, 65_536, false), (8, 16, 16_384, false), (8, 200, 10_000, false), (8, 2_000, 1_000, false),
+        (4, 100, 1_000, false), (8, 200, 1_000, false), (16, 10, 1_000, false), (64, 10, 100, false),
+        (4, 1_000, 100, false), (4, 10_000, 100, false), (4, 100_000, 200, false), (16, 1_000, 100, false),
+        (32, 1_000, 100, false), (32, 10_000, 1_000, false), (64, 100, 100, false), (64, 1_000, 100, false),
+        (128, 10, 100, false), (128, 100, 200, false), (256, 10, 100, false), (512, 1, 100, false),
+        (512, 512, 16, false), (1024, 1, 64, false), (1024, 64, 256, false),
+        (4, 1_000, 100, true), (4, 100_000, 200, true), (32, 1_000, 100, true), (8, 1, 32_768, true), (128, 100, 100, true),
+    ];
+    for &(n, m, t, gaussian) in given.as_deref().unwrap_or(default) {
+        let (label, shape, fwd, bw) = if gaussian {
+            let (model, seqs) = gaussian_problem(n, m, t);
+            let times = choice_times(&model, &seqs, backends, threads)?;
+            ("gaussian", hmm::CallShape::of(n, &seqs, threads), times.0, times.1)
+        } else {
+            let (model, seqs) = hmm_problem(n, 16, m, t);
+            let times = choice_times(&model, &seqs, backends, threads)?;
+            ("categorical", hmm::CallShape::of(n, &seqs, threads), times.0, times.1)
+        };
+        let row = |(forward, e_steps): (usize, usize), measured: [Option<f64>; 2]| {
+            let s = shape.passes(forward, e_steps);
+            let (cpu, gpu) = (hmm::cpu_seconds(&s) * 1e3, hmm::gpu_seconds(&s) * 1e3);
+            let chosen = if hmm::job(&s).work >= hmm::job(&s).gpu_min_work { "gpu" } else { "cpu" };
+            let faster = match measured {
+                [Some(c), Some(g)] => if g < c { "gpu" } else { "cpu" },
+                _ => "?",
+            };
+            let ms = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.3}"));
+            (format!("{} ({cpu:.3}), {} ({gpu:.3}), takes {chosen}{}", ms(measured[0]), ms(measured[1]), if faster == "?" || faster == chosen { String::new() } else { format!(" (the {faster} is faster)") }), chosen, faster)
+        };
+        let (f, fc, ff) = row((1, 0), fwd);
+        let (b, bc, bf) = row((0, 1), bw);
+        println!("{label} N={n} M={m} T={t} | {f} | {b}");
+        let ms = |x: Option<f64>| x.map_or("null".to_string(), |x| format!("{x:.4}"));
+        writeln!(
+            json,
+            "{{\"area\":\"hmm-choice\",\"emission\":\"{label}\",\"states\":{n},\"seqs\":{m},\"length\":{t},\"threads\":{threads},\"forward_cpu_ms\":{},\"forward_gpu_ms\":{},\"forward_choice\":\"{fc}\",\"forward_faster\":\"{ff}\",\"bw_cpu_ms\":{},\"bw_gpu_ms\":{},\"bw_choice\":\"{bc}\",\"bw_faster\":\"{bf}\"}}",
+            ms(fwd[0]), ms(fwd[1]), ms(bw[0]), ms(bw[1])
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The forward pass's and a Baum-Welch iteration's milliseconds on the
+/// CPU and on the GPU (None for a backend not in `backends`).
+#[allow(clippy::type_complexity)]
+fn choice_times<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<E::Obs>, backends: &[Backend], threads: usize) -> Result<([Option<f64>; 2], [Option<f64>; 2]), String> {
+    let s = |e: bulkem_core::Error| e.to_string();
+    let (mut fwd, mut bw) = ([None; 2], [None; 2]);
+    for &backend in backends {
+        let exec = Exec { backend, ..Exec::cpu().threads(threads) };
+        let i = usize::from(backend == Backend::Cuda);
+        let median3 = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
+            f()?;
+            let mut t: Vec<f64> = (0..3).map(|_| { let t0 = Instant::now(); f().map(|_| t0.elapsed().as_secs_f64() * 1e3) }).collect::<Result<_, _>>()?;
+            t.sort_by(f64::total_cmp);
+            Ok(t[1])
+        };
+        fwd[i] = Some(median3(&mut || as_r(&exec, || hmm::loglik(model, seqs, &exec).map(|_| ()).map_err(s)))?);
+        bw[i] = Some(median3(&mut || as_r(&exec, || hmm::baum_welch_step(model, seqs, &Default::default(), &exec).map(|_| ()).map_err(s)))?);
+    }
+    Ok((fwd, bw))
+}

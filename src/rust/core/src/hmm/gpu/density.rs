@@ -456,7 +456,7 @@ pub(crate) fn fit<E: Emission>(seqs: &Sequences<E::Obs>, values: &[f64], config:
     if super::scan::fits(device()?, n, probe.n_stats(), seqs, super::scan::density_bytes_per_step(n))? {
         // Few long sequences: each E-step parallel in time (or on the CPU
         // for a model the scan cannot take), the M-step on the host.
-        let (chunks, seg) = (cpu::chunks(seqs, Counts::size(n, probe.n_stats())), cpu::fit_segment(n, seqs, exec));
+        let (chunks, seg) = (cpu::chunks(seqs, n, Counts::size(n, probe.n_stats())), cpu::fit_segment(n, seqs, exec));
         return fit_with(config, seqs, exec, &mut super::super::baum_welch::HostEngine::new(|m: &HmmModel<E>| {
             if super::super::scan::usable(&m.trans) {
                 super::scan::density_e_step(m, seqs, values, exec)

@@ -358,7 +358,7 @@ pub fn fit(seqs: &Sequences, config: &CheckedHmmFitConfig, exec: &Exec) -> Resul
     if scan::fits(device()?, config.n_states, config.shape, seqs, 8 * config.n_states)? {
         // Few long sequences: each E-step parallel in time (or on the CPU
         // for a model the scan cannot certify), the M-step on the host.
-        let (chunks, seg) = (cpu::chunks(seqs, Counts::size(config.n_states, config.shape)), cpu::fit_segment(config.n_states, seqs, exec));
+        let (chunks, seg) = (cpu::chunks(seqs, config.n_states, Counts::size(config.n_states, config.shape)), cpu::fit_segment(config.n_states, seqs, exec));
         return fit_with(config, seqs, exec, &mut super::baum_welch::HostEngine::new(|m: &HmmModel| {
             if super::scan::usable(&m.trans) {
                 scan::e_step(m, seqs, None, exec)
