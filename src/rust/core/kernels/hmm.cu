@@ -264,10 +264,10 @@ extern "C" __global__ void hmm_viterbi(
 // Baum-Welch expected counts of the block's sequences to its accumulator
 // `partial + blockIdx.x * (N + N*N + V*N)` (non-null): start (N), trans_raw
 // (N*N, without the factor A_ij), emis (by symbol, V*N). With `tmp_out`
-// (large N), the transition counts are left to hmm_xi_gemm (hmm_batched.cu): row t
-// of each sequence receives B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1}, the
-// last row stays 0. Impossible sequences (loglik -inf) get NaN rows and no
-// counts.
+// (every N past the warp kernels' 32 states), the transition counts are
+// left to hmm_xi_gemm (hmm_batched.cu): row t of each sequence receives
+// B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1}, the last row stays 0.
+// Impossible sequences (loglik -inf) get NaN rows and no counts.
 // Shared: beta[N], beta2[N], tmp[N], then trans_t (N*N) when trans_smem,
 // then the accumulator when acc_smem (loaded from and stored back to
 // global memory around the pass, so batches add up).

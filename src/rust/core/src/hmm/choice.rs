@@ -174,7 +174,7 @@ fn gpu_pass_seconds(s: &CallShape, e_step: bool) -> f64 {
         // A forward-backward pass: 2.1-2.6 forward passes' time at many
         // sequences. Where few sequences leave the steps' latency bare: up
         // to 8 states a thread per sequence runs the backward steps and adds
-        // their counts; 2 up to 32 (a warp per sequence), 2.5 from 128.
+        // their counts; 2 up to 32 (a warp per sequence), 2.5 beyond.
         let (through, latency) = match (e_step, n) {
             (false, _) => (1.0, 1.0),
             // A thread per sequence, a block of them per multiprocessor: a
@@ -183,8 +183,6 @@ fn gpu_pass_seconds(s: &CallShape, e_step: bool) -> f64 {
             // N = 4, M = 100; 3.6 and 4.5 at N = 8, M = 200 and 2,000).
             (true, n) if n <= 8.0 => (2.5, (300.0 + 150.0 * n) / gpu_step_ns(n) * (1.0 + s.sequences as f64 / 150.0).min(3.0)),
             (true, n) if n <= 32.0 => (2.5, 2.0),
-            // Measured 5-10x the forward pass at 48, 64 and 96 states.
-            (true, n) if n <= 96.0 => (10.0, 10.0),
             (true, _) => (2.5, 2.5),
         };
         let per_sequence = s.sequences as f64 * GPU_SEQUENCE_NS;
@@ -241,7 +239,9 @@ mod tests {
     /// hmm-choice --backend both`, 2026-12-01, calls 2 and 3 of
     /// BENCHMARKS.md's "HMM backend choice by the call's shape"): N, M, T,
     /// Gaussian emissions, [CPU, GPU] milliseconds of a forward pass and of
-    /// a Baum-Welch iteration, as R calls them.
+    /// a Baum-Welch iteration, as R calls them. The GPU's Baum-Welch
+    /// iterations at 48-96 states are call 5's, with the transition counts
+    /// by hmm_xi_gemm (NaN: not timed again).
     #[rustfmt::skip]
     const MEASURED: &[(usize, usize, usize, bool, [f64; 2], [f64; 2])] = &[
         (2, 1, 100, false, [0.077, 0.163], [0.060, 0.277]),
@@ -256,15 +256,15 @@ mod tests {
         (4, 100, 1000, false, [0.984, 0.566], [1.825, 2.023]),
         (8, 200, 1000, false, [2.170, 0.780], [4.666, 3.478]),
         (16, 10, 1000, false, [0.605, 0.520], [1.513, 0.950]),
-        (64, 10, 100, false, [0.376, 0.302], [1.002, 1.671]),
+        (64, 10, 100, false, [0.376, 0.302], [1.002, f64::NAN]),
         (4, 1000, 100, false, [0.885, 0.285], [1.593, 0.551]),
         (4, 10000, 100, false, [6.154, 0.618], [11.097, 1.042]),
         (4, 100000, 200, false, [113.446, 5.270], [209.749, 10.728]),
         (16, 1000, 100, false, [1.879, 0.303], [4.577, 0.409]),
         (32, 1000, 100, false, [4.547, 0.305], [12.722, 0.504]),
         (32, 10000, 1000, false, [392.386, 3.343], [1222.660, 8.690]),
-        (64, 100, 100, false, [1.567, 0.336], [6.013, 1.697]),
-        (64, 1000, 100, false, [12.661, 0.705], [44.435, 5.162]),
+        (64, 100, 100, false, [1.567, 0.336], [6.013, 0.582]),
+        (64, 1000, 100, false, [12.661, 0.705], [44.435, 1.675]),
         (128, 10, 100, false, [1.111, 0.466], [4.199, 0.932]),
         (128, 100, 200, false, [9.961, 0.806], [38.296, 1.721]),
         (256, 10, 100, false, [4.119, 0.763], [12.471, 1.639]),
@@ -286,9 +286,9 @@ mod tests {
         (12, 30, 300, false, [0.488, 0.234], [1.181, 0.395]),
         (24, 5, 2000, false, [1.082, 0.873], [2.700, 1.633]),
         (24, 300, 100, false, [0.856, 0.210], [2.013, 0.304]),
-        (48, 10, 200, false, [0.377, 0.407], [1.003, 2.256]),
-        (48, 200, 50, false, [0.832, 0.209], [2.854, 0.752]),
-        (96, 5, 100, false, [0.587, 0.358], [1.716, 2.145]),
+        (48, 10, 200, false, [0.377, 0.407], [1.003, f64::NAN]),
+        (48, 200, 50, false, [0.832, 0.209], [2.854, 0.358]),
+        (96, 5, 100, false, [0.587, 0.358], [1.716, 0.665]),
         (200, 3, 50, false, [1.103, 0.411], [3.365, 0.801]),
         (300, 20, 30, false, [2.211, 0.348], [10.822, 1.080]),
         (700, 2, 20, false, [5.918, 0.553], [22.507, 1.273]),
@@ -297,7 +297,7 @@ mod tests {
         (16, 100, 5000, false, [8.082, 2.200], [20.165, 6.407]),
         (3, 20, 1000, true, [0.738, 0.844], [1.448, 1.718]),
         (16, 200, 200, true, [1.574, 0.329], [3.145, 0.469]),
-        (64, 20, 100, true, [0.646, 0.355], [1.605, 1.688]),
+        (64, 20, 100, true, [0.646, 0.355], [1.605, f64::NAN]),
         (2, 10, 100, false, [0.085, 0.106], [0.106, 0.206]),
         (2, 10000, 10, false, [0.739, 0.369], [1.179, 0.636]),
         // Call 3: call 2's shapes again, on another machine of the same kind.
@@ -313,15 +313,15 @@ mod tests {
         (4, 100, 1000, false, [1.221, 0.542], [1.857, 1.935]),
         (8, 200, 1000, false, [2.155, 0.800], [4.272, 3.553]),
         (16, 10, 1000, false, [0.576, 0.530], [1.411, 0.960]),
-        (64, 10, 100, false, [0.287, 0.306], [0.931, 1.650]),
+        (64, 10, 100, false, [0.287, 0.306], [0.931, f64::NAN]),
         (4, 1000, 100, false, [0.882, 0.250], [1.573, 0.513]),
         (4, 10000, 100, false, [5.839, 0.531], [10.437, 0.956]),
         (4, 100000, 200, false, [107.581, 4.747], [198.205, 9.238]),
         (16, 1000, 100, false, [1.897, 0.287], [4.780, 0.467]),
         (32, 1000, 100, false, [4.344, 0.302], [13.753, 0.502]),
         (32, 10000, 1000, false, [408.136, 3.270], [1233.636, 8.493]),
-        (64, 100, 100, false, [1.448, 0.350], [5.614, 1.687]),
-        (64, 1000, 100, false, [13.155, 0.758], [51.018, 5.120]),
+        (64, 100, 100, false, [1.448, 0.350], [5.614, 0.590]),
+        (64, 1000, 100, false, [13.155, 0.758], [51.018, 1.715]),
         (128, 10, 100, false, [1.085, 0.474], [3.857, 1.041]),
         (128, 100, 200, false, [11.520, 0.727], [40.531, 1.582]),
         (256, 10, 100, false, [3.941, 0.707], [15.871, 1.549]),
@@ -341,10 +341,13 @@ mod tests {
     /// faster.
     #[test]
     fn the_models_fit_the_measured_calls_and_choose_the_faster_backend() {
-        let (mut wrong, mut slower, mut total_taken, mut total_best) = (Vec::new(), Vec::new(), 0.0, 0.0);
+        let (mut wrong, mut slower, mut total_taken, mut total_best, mut calls) = (Vec::new(), Vec::new(), 0.0, 0.0, 0);
         for &(n, m, t, gaussian, forward, baum_welch) in MEASURED {
             let shape = CallShape::even(n, m, t).threads(16).obs_bytes(if gaussian { 8 } else { 4 });
             for (passes, [cpu, gpu]) in [((1, 0), forward), ((0, 1), baum_welch)] {
+                if gpu.is_nan() {
+                    continue;
+                }
                 let s = shape.passes(passes.0, passes.1);
                 let (model_cpu, model_gpu) = (cpu_seconds(&s) * 1e3, gpu_seconds(&s) * 1e3);
                 let what = format!("N = {n}, M = {m}, T = {t}, gaussian {gaussian}, passes {passes:?}: CPU {cpu} ms (model {model_cpu:.3}), GPU {gpu} (model {model_gpu:.3})");
@@ -362,9 +365,10 @@ mod tests {
                 }
                 total_taken += taken;
                 total_best += best;
+                calls += 1;
             }
         }
-        eprintln!("slower choices ({} of {}):\n{}\nall calls: {total_taken:.1} ms as chosen, {total_best:.1} ms at best", slower.len(), 2 * MEASURED.len(), slower.join("\n"));
+        eprintln!("slower choices ({} of {}):\n{}\nall calls: {total_taken:.1} ms as chosen, {total_best:.1} ms at best", slower.len(), calls, slower.join("\n"));
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 

@@ -17,10 +17,11 @@
 //!
 //! Baum-Welch keeps the model, the counts and the scratch memory on the
 //! device for a whole fit (`DeviceEngine`): counts go to one accumulator
-//! per block (or warp), summed in a fixed order by `hmm_reduce`; for large
-//! N the transition counts are one matrix product over all time steps of a
-//! batch (`hmm_xi_gemm`) and the start and emission counts are summed from
-//! the posteriors by symbol (`hmm_count_emissions`); the M-step is
+//! per block (or warp), summed in a fixed order by `hmm_reduce`; past the
+//! warp kernels' 32 states the transition counts are one matrix product
+//! over all time steps of a batch (`hmm_xi_gemm`), and for the batched
+//! kernels the start and emission counts are summed from the posteriors by
+//! symbol (`hmm_count_emissions`); the M-step is
 //! `hmm_m_step`. An iteration copies only the per-sequence
 //! log-likelihoods to the host.
 //!

@@ -89,7 +89,11 @@ impl<'a> Passes<'a> {
         let thread = thread_backward(dev, n, v, counts);
         let warp = !thread && warp_path(dev, n, v, counts);
         let large = !thread && !warp && batched_path(dev, n);
-        let xi_gemm = counts && !thread && !warp && (large || !backward_smem(dev, n, v, true).2);
+        // Transition counts by hmm_xi_gemm beyond the warp kernels: a block
+        // per sequence adding N x N products into shared memory every step
+        // took 4.0 ms of a 64-state E-step over 1,000 sequences of 100
+        // (BENCHMARKS.md, "HMM backend choice by the call's shape").
+        let xi_gemm = counts && !thread && !warp;
         let mut per_symbol = (n + 1) * 8 + extra_per_symbol + if xi_gemm { n * 8 } else { 0 };
         if large {
             // Two state vectors per sequence (at most per symbol), posteriors.
