@@ -539,9 +539,9 @@ pub fn choice(backends: &[Backend], threads: usize, json: &mut std::fs::File) ->
             ("categorical", hmm::CallShape::of(n, &seqs, threads), times.0, times.1)
         };
         let row = |(forward, e_steps): (usize, usize), measured: [Option<f64>; 2]| {
-            let s = shape.passes(forward, e_steps);
-            let (cpu, gpu) = (hmm::cpu_seconds(&s) * 1e3, hmm::gpu_seconds(&s) * 1e3);
-            let chosen = if hmm::job(&s).work >= hmm::job(&s).gpu_min_work { "gpu" } else { "cpu" };
+            let job = hmm::job(&shape.passes(forward, e_steps));
+            let (cpu, gpu) = (job.work * 1e3, job.gpu_min_work * 1e3);
+            let chosen = if job.work >= job.gpu_min_work { "gpu" } else { "cpu" };
             let faster = match measured {
                 [Some(c), Some(g)] => if g < c { "gpu" } else { "cpu" },
                 _ => "?",
