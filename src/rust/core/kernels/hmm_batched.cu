@@ -444,7 +444,10 @@ __device__ const double* hmb_right(const double* __restrict__ right, int N, int 
 // P(sequence), -inf when impossible. With HMB_RESIDENT, the grid is a
 // multiple of ceil(N / HMB_BN) and dynamic shared memory also holds the
 // slice (N rounded up to HMB_BK rows of HMB_BN).
-extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
+// One block a multiprocessor (the shared memory allows no more), so ptxas
+// may use up to 128 registers: without saying so it kept the forward pass
+// at 64 and spilled the rows' data held across steps.
+extern "C" __global__ void __launch_bounds__(HMB_THREADS, 1) hmm_forward_batched(
     int N, const double* __restrict__ start, const double* __restrict__ trans,
     const double* __restrict__ emis_k, const unsigned* __restrict__ sym, long long base, int rows,
     const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
@@ -464,6 +467,17 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
     const long long Tmax = gr.longest;
     const long long ld = HMB_LD(N);
     const double* right = hmb_right(trans, N, col_tiles, hmb_dynamic);
+    // The row of the block's first tile that a half-warp handles: its data
+    // do not change from step to step, so they are read once, and its next
+    // symbol and the next step's count of running rows are read before the
+    // grid barrier, where their latency hides in the barrier's (they were
+    // two dependent L2 round trips after it).
+    const int first_row = (blockIdx.x / col_tiles) * HMB_BM + (threadIdx.x >> 4);
+    const bool first_in = (int)blockIdx.x < tiles && first_row < rows;
+    const long long f_rel = first_in ? bt.rel[first_row] : 0, f_len = first_in ? bt.len[first_row] : 0;
+    const int f_seq = first_in ? bt.seq[first_row] : 0;
+    unsigned f_sym = first_in && f_len > 0 ? sym[base + f_rel] : 0;  // its symbol at step t
+    int run_at = Tmax > 0 ? running[0] : 0, run_before = 0;         // running[t], running[t - 1]
     for (long long t = 0; t <= Tmax; ++t) {
         // Step t computes the rows running at t, and finishes step t - 1
         // (scales, stored alphas, log-likelihoods) for the rows running
@@ -472,8 +486,8 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
         double* nxt = (t & 1) ? buf1 : buf0;
         double* ps = psum + (t & 1) * (long long)chunks * rows;
         const double* prev_ps = psum + ((t - 1) & 1) * (long long)chunks * rows;
-        const int run_prev = t > 0 ? running[t - 1] : 0;
-        const int run = t < Tmax ? running[t] : 0;
+        const int run_prev = t > 0 ? run_before : 0;
+        const int run = t < Tmax ? run_at : 0;
         const int run_any = t > 0 ? run_prev : run;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int row0 = (tile / col_tiles) * HMB_BM, ct = tile % col_tiles, col0 = ct * HMB_BN;
@@ -485,11 +499,12 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
             __syncthreads();
             {
                 const int r = threadIdx.x >> 4, row = row0 + r;
-                const bool was = row < run_prev, now = row < run;
-                // Loads independent of the scale's, issued first.
-                const long long rel = (was || now) ? bt.rel[row] : 0, len = (was || now) ? bt.len[row] : 0;
-                const long long erow = now ? (long long)sym[base + rel + t] * N : -1;
-                const int seq = was ? bt.seq[row] : 0;
+                const bool was = row < run_prev, now = row < run, first = tile == (int)blockIdx.x;
+                // Loads independent of the scale's, issued first (none for
+                // the first tile).
+                const long long rel = (was || now) ? (first ? f_rel : bt.rel[row]) : 0, len = (was || now) ? (first ? f_len : bt.len[row]) : 0;
+                const long long erow = now ? (long long)(first ? f_sym : sym[base + rel + t]) * N : -1;
+                const int seq = was ? (first ? f_seq : bt.seq[row]) : 0;
                 const double c = hmb_row_scale(prev_ps, chunks, row, was);
                 if ((threadIdx.x & 15) == 0) {
                     sh.rows.rel[r] = rel;
@@ -569,6 +584,9 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
             }
 #endif
         }
+        run_before = run_at;
+        run_at = t + 1 < Tmax ? running[t + 1] : 0;
+        if (first_in && t + 1 < f_len) f_sym = sym[base + f_rel + t + 1];
         if (t < Tmax) hmb_grid_sync(bar);
     }
 }
@@ -582,7 +600,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_forward_batched(
 // `tmp_out`, row t of each sequence receives w_{t+1} for hmm_xi_gemm, the
 // last row 0. Impossible sequences (loglik -inf) get NaN gamma rows and
 // zero tmp rows.
-extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
+extern "C" __global__ void __launch_bounds__(HMB_THREADS, 1) hmm_backward_batched(
     int N, const double* __restrict__ trans_t, const double* __restrict__ emis_k,
     const unsigned* __restrict__ sym, long long base, int rows,
     const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
@@ -630,31 +648,61 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
             }
         }
     }
+    // Row r of the block's first tile (thread r): its data, read once, and
+    // the symbol and scale of its next step, read before the grid barrier
+    // with the next step's count of running rows, so that their latency
+    // hides in the barrier's (as in the forward pass).
+    const int first_row = (blockIdx.x / col_tiles) * HMB_BM + threadIdx.x;
+    const bool first_in = threadIdx.x < HMB_BM && (int)blockIdx.x < tiles && first_row < rows;
+    const long long f_rel = first_in ? bt.rel[first_row] : 0, f_len = first_in ? bt.len[first_row] : 0;
+    const int f_seq = first_in ? bt.seq[first_row] : 0;
+    const bool f_ok = first_in && loglik[f_seq] > HMM_NEG_INF;
+    // w_t's symbol and scale at step u (at = rel + len - 2 - u > rel).
+    const auto f_at = [&](long long u) { return f_rel + f_len - 2 - u; };
+    unsigned f_sym = 0;
+    double f_scale = 1.0;
+    if (f_ok && f_at(0) > f_rel) f_sym = sym[base + f_at(0)], f_scale = scale[f_at(0)];
+    int run_at = Tmax > 1 ? running[1] : 0;  // running[u + 1]
     for (long long u = 0; u + 1 < Tmax; ++u) {
         hmb_grid_sync(bar);
         const double* cur = (u & 1) ? buf1 : buf0;
         double* nxt = (u & 1) ? buf0 : buf1;
         // Rows with t = len - 2 - u >= 0.
-        const int run = running[u + 1];
+        const int run = run_at;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int row0 = (tile / col_tiles) * HMB_BM, col0 = (tile % col_tiles) * HMB_BN;
             if (row0 >= run) continue;
             __syncthreads();
-            hmb_load_rows(sh, row0, run, bt);
-            __syncthreads();
-            for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
-                const long long len = sh.rows.len[r];
-                t_of[r] = len - 2 - u;
-                if (len == 0) continue;
-                if (!(loglik[sh.rows.seq[r]] > HMM_NEG_INF)) {
-                    sh.rows.len[r] = 0;
-                    continue;
+            if (tile == (int)blockIdx.x) {
+                // The first tile's rows from the registers.
+                if (threadIdx.x < HMB_BM) {
+                    const int r = threadIdx.x;
+                    const long long len = row0 + r < run ? f_len : 0;
+                    t_of[r] = len - 2 - u;
+                    const bool on = len > 0 && f_ok;
+                    sh.rows.seq[r] = on ? f_seq : 0;
+                    sh.rows.rel[r] = on ? f_rel : 0;
+                    sh.rows.len[r] = on ? len : 0;
+                    sh.rows.erow[r] = on && f_at(u) > f_rel ? (long long)f_sym * N : -1;
+                    sh.rows.mul[r] = on && f_at(u) > f_rel ? 1.0 / f_scale : 0.0;
                 }
-                // w_t for the next step (none after t = 0).
-                const long long at = sh.rows.rel[r] + len - 2 - u;
-                if (at > sh.rows.rel[r]) {
-                    sh.rows.erow[r] = (long long)sym[base + at] * N;
-                    sh.rows.mul[r] = 1.0 / scale[at];
+            } else {
+                hmb_load_rows(sh, row0, run, bt);
+                __syncthreads();
+                for (int r = threadIdx.x; r < HMB_BM; r += blockDim.x) {
+                    const long long len = sh.rows.len[r];
+                    t_of[r] = len - 2 - u;
+                    if (len == 0) continue;
+                    if (!(loglik[sh.rows.seq[r]] > HMM_NEG_INF)) {
+                        sh.rows.len[r] = 0;
+                        continue;
+                    }
+                    // w_t for the next step (none after t = 0).
+                    const long long at = sh.rows.rel[r] + len - 2 - u;
+                    if (at > sh.rows.rel[r]) {
+                        sh.rows.erow[r] = (long long)sym[base + at] * N;
+                        sh.rows.mul[r] = 1.0 / scale[at];
+                    }
                 }
             }
             __syncthreads();
@@ -687,6 +735,8 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS) hmm_backward_batched(
                 if (tmp_out) tmp_out[at - N + j] = w;
             }
         }
+        run_at = u + 2 < Tmax ? running[u + 2] : 0;
+        if (f_ok && f_at(u + 1) > f_rel) f_sym = sym[base + f_at(u + 1)], f_scale = scale[f_at(u + 1)];
     }
 }
 
