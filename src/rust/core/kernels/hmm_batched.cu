@@ -145,6 +145,13 @@ struct HmbShared {
 // outputs.
 #define HMB_NF (HMB_BN / 16)
 #define HMB_OUT (4 * HMB_NF)
+// Whether the forward pass sums each row's scale after the step's product
+// (its loads issued before it, so their trip from L2 overlaps it) rather
+// than before. Narrow tiles have registers to spare; wide ones spilled
+// and were slower (BENCHMARKS.md).
+#ifndef HMB_SCALE_LATE
+#define HMB_SCALE_LATE (HMB_BN <= 16)
+#endif
 __device__ __forceinline__ int hmb_gtid() { return threadIdx.x & (HMB_GROUP - 1); }
 __device__ __forceinline__ int hmb_warp() { return hmb_gtid() >> 5; }
 __device__ __forceinline__ int hmb_out_row(int q) { return 16 * (hmb_warp() >> 1) + ((threadIdx.x & 31) >> 2) + 8 * (q / (2 * HMB_NF)); }
@@ -409,13 +416,33 @@ __device__ HmbGrid hmb_grid(int N, int rows, const long long* __restrict__ row_l
 // l, l + 16, ...) and added by a butterfly: a fixed order, the same
 // whatever the tiling, and every lane of the half ends with the same
 // value. Every lane of the warp calls it (the shuffles are unconditional).
-__device__ __forceinline__ double hmb_row_scale(const double* __restrict__ ps, int chunks, int row, bool was) {
-    double x = 0.0;
+// `x` and `from`: the lane's sum of its chunks below 16 `from` (see
+// hmb_row_scale_load), and the chunks it then reads itself.
+__device__ __forceinline__ double hmb_row_scale(const double* __restrict__ ps, int chunks, int row, bool was, double x = 0.0, int from = 0) {
     if (was)
-        for (int m = threadIdx.x & 15; m < chunks; m += 16) x += __ldcg(&ps[(long long)row * chunks + m]);
+        for (int m = (threadIdx.x & 15) + 16 * from; m < chunks; m += 16) x += __ldcg(&ps[(long long)row * chunks + m]);
 #pragma unroll
     for (int o = 1; o < 16; o <<= 1) x += __shfl_xor_sync(FULL_MASK, x, o);
     return x;
+}
+
+// The first HMB_PS_HELD chunk sums of a lane (for hmb_row_scale), loaded
+// before a step's product so that their trip from L2 overlaps it, and
+// their sum after it (a missing chunk's 0.0 adds nothing: x starts at
+// +0.0, so its bits are those of hmb_row_scale's).
+#define HMB_PS_HELD 4
+__device__ __forceinline__ void hmb_row_scale_load(const double* __restrict__ ps, int chunks, int row, bool was, double held[HMB_PS_HELD]) {
+#pragma unroll
+    for (int i = 0; i < HMB_PS_HELD; ++i) {
+        const int m = (threadIdx.x & 15) + 16 * i;
+        held[i] = was && m < chunks ? __ldcg(&ps[(long long)row * chunks + m]) : 0.0;
+    }
+}
+__device__ __forceinline__ double hmb_row_scale_held(const double* __restrict__ ps, int chunks, int row, bool was, const double held[HMB_PS_HELD]) {
+    double x = 0.0;
+#pragma unroll
+    for (int i = 0; i < HMB_PS_HELD; ++i) x += held[i];
+    return hmb_row_scale(ps, chunks, row, was, x, HMB_PS_HELD);
 }
 
 // Doubles of a block's stage buffers.
@@ -493,40 +520,53 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS, 1) hmm_forward_batched
             const int row0 = (tile / col_tiles) * HMB_BM, ct = tile % col_tiles, col0 = ct * HMB_BN;
             if (row0 >= run_any) continue;
             // A half-warp per row (all rows at once): its scale
-            // (hmb_row_scale), then its first lane fills the row's data. The
+            // (hmb_row_scale), and its first lane fills the row's data.
+            // With HMB_SCALE_LATE the scale's loads are issued here and
+            // summed after the product, which does not need them. The
             // __syncthreads also waits for the previous tile's use of sh.
             static_assert(HMB_THREADS / 16 == HMB_BM, "a half-warp per row");
             __syncthreads();
-            {
-                const int r = threadIdx.x >> 4, row = row0 + r;
-                const bool was = row < run_prev, now = row < run, first = tile == (int)blockIdx.x;
-                // Loads independent of the scale's, issued first (none for
-                // the first tile).
-                const long long rel = (was || now) ? (first ? f_rel : bt.rel[row]) : 0, len = (was || now) ? (first ? f_len : bt.len[row]) : 0;
-                const long long erow = now ? (long long)(first ? f_sym : sym[base + rel + t]) * N : -1;
-                const int seq = was ? (first ? f_seq : bt.seq[row]) : 0;
-                const double c = hmb_row_scale(prev_ps, chunks, row, was);
-                if ((threadIdx.x & 15) == 0) {
-                    sh.rows.rel[r] = rel;
-                    sh.rows.len[r] = now ? len : 0;
-                    // An impossible row stays all zeros (and its scale 0).
-                    sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
-                    sh.rows.erow[r] = erow;
-                    if (was && ct == 0) {
-                        // c NaN: uncertain (NaN from then on); 0: impossible.
-                        const double l = (t == 1 ? 0.0 : llacc[row]) + (c > 0.0 ? log(c) : c == c && theta <= 1.0 ? HMM_NEG_INF : HMM_NAN);
-                        llacc[row] = l;
-                        if (scale && c > 0.0) scale[rel + t - 1] = c;
-                        if (len == t) loglik[seq] = l;
-                    }
-                    sh.rows.was[r] = was;
-                }
+            const int r = threadIdx.x >> 4, row = row0 + r;
+            const bool was = row < run_prev, now = row < run, first = tile == (int)blockIdx.x;
+            // Loads independent of the scale's, issued first (none for the
+            // first tile).
+            const long long rel = (was || now) ? (first ? f_rel : bt.rel[row]) : 0, len = (was || now) ? (first ? f_len : bt.len[row]) : 0;
+            const long long erow = now ? (long long)(first ? f_sym : sym[base + rel + t]) * N : -1;
+            const int seq = was ? (first ? f_seq : bt.seq[row]) : 0;
+            double held[HMB_PS_HELD];
+            if (HMB_SCALE_LATE) hmb_row_scale_load(prev_ps, chunks, row, was, held);
+            const bool ll_row = (threadIdx.x & 15) == 0 && was && ct == 0;
+            const double ll_before = HMB_SCALE_LATE && ll_row && t > 1 ? llacc[row] : 0.0;
+            // Step t - 1's scale c of the row: its factor for step t, and its
+            // log-likelihood, scale and (at its end) loglik.
+            const auto finish = [&](double c) {
+                if ((threadIdx.x & 15) != 0) return;
+                // An impossible row stays all zeros (and its scale 0).
+                sh.rows.mul[r] = c > 0.0 ? 1.0 / c : 0.0;
+                if (!ll_row) return;
+                // c NaN: uncertain (NaN from then on); 0: impossible.
+                const double before = HMB_SCALE_LATE ? ll_before : t > 1 ? llacc[row] : 0.0;
+                const double l = before + (c > 0.0 ? log(c) : c == c && theta <= 1.0 ? HMM_NEG_INF : HMM_NAN);
+                llacc[row] = l;
+                if (scale && c > 0.0) scale[rel + t - 1] = c;
+                if (len == t) loglik[seq] = l;
+            };
+            if (!HMB_SCALE_LATE) finish(hmb_row_scale(prev_ps, chunks, row, was));
+            if ((threadIdx.x & 15) == 0) {
+                sh.rows.rel[r] = rel;
+                sh.rows.len[r] = now ? len : 0;
+                sh.rows.erow[r] = erow;
+                sh.rows.was[r] = was;
             }
             __syncthreads();
             // Step t: nxt = (cur A) / c_{t-1} .* e(o_t), or start .* e(o_0).
             const bool step = row0 < run;
             double acc[HMB_OUT];
             if (step && t > 0) hmb_tile_product(N, {cur, row0, run, nullptr}, right, col0, stages, acc);
+            if (HMB_SCALE_LATE) {
+                finish(hmb_row_scale_held(prev_ps, chunks, row, was, held));
+                __syncthreads();
+            }
             if (threadIdx.x >= HMB_GROUP) {
                 // The other groups store step t - 1's scaled alphas while
                 // group 0 writes step t.

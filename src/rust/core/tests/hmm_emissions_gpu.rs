@@ -151,6 +151,12 @@ fn gaussian_passes_and_fits_match_the_cpu() {
         // (and zeros that it fills: sparse, then dense transitions).
         compare_fits_with(&gaussian(n, key + 60, 8.0, true), &seqs, gaussian_params, 0.5, &format!("gaussian fit N={n}, pseudocount"));
     }
+    // N = 128 over more sequences than one wave of blocks: the passes on
+    // the batched kernels, the fit's E-step on a block per sequence.
+    let model = gaussian(128, 70, 8.0, false);
+    let (seqs, _) = hmm::simulate(&model, &lengths(300, 40, 70), 70);
+    compare_passes(&model, &seqs, "gaussian N=128 M=300");
+    compare_fits(&gaussian(128, 71, 8.0, false), &seqs, gaussian_params, "gaussian fit N=128 M=300");
 }
 
 #[test]

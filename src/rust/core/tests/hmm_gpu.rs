@@ -82,12 +82,14 @@ fn passes_match_the_cpu() {
     }
     // N <= 8 (a thread per sequence for every pass), N <= 32 (a
     // warp per sequence), N above a warp (a block per sequence, tables in
-    // shared memory), and N = 200 (transitions in global memory: several
-    // sequences per block).
-    for (key, &(n, v, zeros)) in [(1usize, 3usize, false), (2, 4, true), (5, 7, true), (8, 5, false), (9, 4, true), (32, 16, false), (33, 16, false), (64, 8, true), (200, 20, false)].iter().enumerate() {
+    // shared memory), N = 200 (transitions in global memory: the batched
+    // kernels), and N = 128 with 40 sequences (a block per sequence) and
+    // with 300 (more than one wave of blocks: the batched kernels).
+    let cases = [(1usize, 3usize, false, 300usize), (2, 4, true, 300), (5, 7, true, 300), (8, 5, false, 300), (9, 4, true, 300), (32, 16, false, 300), (33, 16, false, 300), (64, 8, true, 300), (200, 20, false, 300), (128, 10, true, 40), (128, 10, false, 300)];
+    for (key, &(n, v, zeros, count)) in cases.iter().enumerate() {
         let model = random_model(n, v, key as u64, zeros);
-        let (seqs, _) = hmm::simulate(&model, &lengths(300, 120, key as u64), key as u64);
-        compare_passes(&model, &seqs, &format!("N={n} V={v}"));
+        let (seqs, _) = hmm::simulate(&model, &lengths(count, 120, key as u64), key as u64);
+        compare_passes(&model, &seqs, &format!("N={n} V={v} M={count}"));
     }
 }
 
@@ -305,6 +307,17 @@ fn one_iteration_with_many_states_matches_the_cpu() {
     assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL);
     compare_models(&a, &b, "N=512");
     compare_passes(&model, &seqs, "N=512");
+    // N = 128 over more sequences than one wave of blocks (the batched
+    // kernels, whose transitions would fit a block) and over a few (a
+    // block per sequence).
+    let model = random_model(128, 24, 301, false);
+    for count in [400, 30] {
+        let (seqs, _) = hmm::simulate(&model, &lengths(count, 60, 302), 2);
+        let (a, la) = hmm::baum_welch_step(&model, &seqs, &Default::default(), &Exec::cpu()).unwrap();
+        let (b, lb) = hmm::baum_welch_step(&model, &seqs, &Default::default(), &cuda()).unwrap();
+        assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "N=128 M={count}: loglik gpu {lb} cpu {la}");
+        compare_models(&a, &b, &format!("N=128 M={count}"));
+    }
 }
 
 #[test]

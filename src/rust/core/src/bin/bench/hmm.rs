@@ -44,6 +44,14 @@ fn force_tiling() -> Result<(), String> {
         Ok("narrow") => force_tiling(Some(Tiling::Narrow)),
         Ok(other) => return Err(format!("BULKEM_BENCH_TILING={other}: wide or narrow")),
     }
+    // BULKEM_BENCH_BATCHED=1|0: the batched kernels wherever they can run,
+    // or only where they must.
+    match std::env::var("BULKEM_BENCH_BATCHED").as_deref() {
+        Err(_) => {}
+        Ok("1") => bulkem_core::hmm::gpu::force_batched(Some(true)),
+        Ok("0") => bulkem_core::hmm::gpu::force_batched(Some(false)),
+        Ok(other) => return Err(format!("BULKEM_BENCH_BATCHED={other}: 1 or 0")),
+    }
     Ok(())
 }
 

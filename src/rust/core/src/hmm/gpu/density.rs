@@ -505,7 +505,7 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
         let (mut dt, chain) = DensityTables::new(dev, model, count, total, !computed)?;
         density.refresh(dev, n, &mut dt, chain, &d_seqs.off, count, total, false)?;
         let all = 0..count;
-        if batched_path(dev, n) {
+        if batched_path(dev, n, count) {
             let ranges = row_batches(dev, count, n)?;
             let mut bt = Batched::new(dev, n, density.stats, &pos, &ranges, None)?;
             let mut lls = Vec::with_capacity(ranges.len());

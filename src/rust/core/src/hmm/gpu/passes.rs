@@ -88,7 +88,12 @@ impl<'a> Passes<'a> {
     fn with(dev: &'a Device, n: usize, v: usize, seqs: &'a Sequences, symbols: &'a [u32], d_seqs: DeviceSeqs, counts: bool, extra_per_symbol: usize, density: Option<&'a DeviceDensity>) -> Result<Self> {
         let thread = thread_backward(dev, n, v, counts);
         let warp = !thread && warp_path(dev, n, v, counts);
-        let large = !thread && !warp && batched_path(dev, n);
+        // A density's E-step stays with a block per sequence wherever one
+        // can run it: its statistics from the batched passes' posteriors
+        // made a Baum-Welch iteration 1.75x slower at N = 128 over 1,000
+        // sequences (BENCHMARKS.md), where its forward pass is 2.9x faster.
+        let many = if counts && density.is_some() { 0 } else { seqs.len() };
+        let large = !thread && !warp && batched_path(dev, n, many);
         // Transition counts by hmm_xi_gemm beyond the warp kernels: a block
         // per sequence adding N x N products into shared memory every step
         // took 4.0 ms of a 64-state E-step over 1,000 sequences of 100
@@ -364,7 +369,7 @@ pub(super) fn loglik_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec, out: &mut [f64], density: Option<&DeviceDensity>) -> Result<()> {
     let s = &dev.stream;
-    if batched_path(dev, n) {
+    if batched_path(dev, n, seqs.len()) {
         let t0 = std::time::Instant::now();
         let ranges = row_batches(dev, seqs.len(), n)?;
         crate::gpu::timing::record("row batches", t0);

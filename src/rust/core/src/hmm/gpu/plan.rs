@@ -5,6 +5,7 @@
 //! free device memory.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::error::{Error, Result};
 use crate::gpu::{Device, Kernel};
@@ -71,10 +72,52 @@ pub(super) fn backward_smem(dev: &Device, n: usize, v: usize, with_counts: bool)
     (bytes, trans_smem, acc_smem)
 }
 
-/// Whether N states go to the batched kernels (the transitions do not fit
-/// in shared memory next to the backward pass's vectors).
-pub(super) fn batched_path(dev: &Device, n: usize) -> bool {
-    n > WARP_MAX_STATES && !backward_smem(dev, n, 0, false).1
+/// Whether the batched kernels run every N past the warp kernels (1), or
+/// only where the transitions do not fit in shared memory (2), in place of
+/// the choice by the shape (0): for benchmarks that compare the two.
+static FORCED_BATCHED: AtomicU8 = AtomicU8::new(0);
+
+/// Make the forward-backward passes take the batched kernels wherever
+/// they can (Some(true)), only where they must (Some(false)), or as the
+/// shape chooses (None).
+#[doc(hidden)]
+pub fn force_batched(on: Option<bool>) {
+    FORCED_BATCHED.store(match on { None => 0, Some(true) => 1, Some(false) => 2 }, Ordering::Relaxed);
+}
+
+/// States from which many sequences go to the batched kernels even where
+/// a block per sequence could run them (`batched_path`).
+const BATCHED_FROM: usize = 96;
+
+/// Whether a forward-backward pass of N states over `count` sequences runs
+/// the batched kernels: where the transitions do not fit in shared memory
+/// next to the backward pass's vectors, and from BATCHED_FROM states where
+/// the sequences outnumber one wave of the block-per-sequence kernels.
+/// Those run a wave after another at one step's latency per step (N = 128,
+/// 1,000 sequences of 100: 8 waves, 2.28 ms forward on an H200, against
+/// 0.76 batched; at 96-160 states and 2 waves 1.3-1.7x slower; one wave
+/// faster: BENCHMARKS.md).
+pub(super) fn batched_path(dev: &Device, n: usize, count: usize) -> bool {
+    if n <= WARP_MAX_STATES {
+        return false;
+    }
+    let must = !backward_smem(dev, n, 0, false).1;
+    match FORCED_BATCHED.load(Ordering::Relaxed) {
+        1 => true,
+        2 => must,
+        _ => must || (n >= BATCHED_FROM && count > block_wave(dev, n)),
+    }
+}
+
+/// Blocks of hmm_forward (a block per sequence, the transitions in shared
+/// memory) resident at once on `dev` for N states: its shared memory (and
+/// the 1 KB the driver reserves a block) within a multiprocessor's, its
+/// threads within 2,048.
+fn block_wave(dev: &Device, n: usize) -> usize {
+    let smem = (2 * n + 32) * 8 + n * n * 8 + 1024;
+    let by_smem = (dev.max_shared_per_block + 1024) / smem;
+    let by_threads = 2048 / threads_for(n) as usize;
+    dev.multiprocessors as usize * by_smem.min(by_threads).clamp(1, BLOCKS_PER_SM as usize)
 }
 
 /// Whether the warp-per-sequence kernels run a job of N states and V

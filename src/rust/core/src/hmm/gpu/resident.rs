@@ -48,7 +48,7 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
     let tables = upload_tables(dev, model)?;
     let d_seqs = upload(dev, seqs, &seqs.symbols, model.emission.n_symbols)?;
     let all = 0..seqs.len();
-    if batched_path(dev, n) {
+    if batched_path(dev, n, seqs.len()) {
         let ranges = row_batches(dev, seqs.len(), n)?;
         let mut bt = Batched::new(dev, n, model.emission.n_symbols, seqs, &ranges, None)?;
         let mut lls = Vec::with_capacity(ranges.len());

@@ -102,7 +102,7 @@ impl Spread {
         let sms = dev.multiprocessors as usize;
         let shorter = match kind {
             PassKind::Posterior => true,
-            PassKind::Forward => !batched_path(dev, n) || forward_tiles(n, seqs.len()) > sms,
+            PassKind::Forward => !batched_path(dev, n, seqs.len()) || forward_tiles(n, seqs.len()) > sms,
             PassKind::Viterbi => !viterbi_batched(dev, n) || viterbi_tiles(n, seqs.len()) > sms,
         };
         Spread::Pass { work: work(seqs, n), shorter }
