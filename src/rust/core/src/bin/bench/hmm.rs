@@ -27,7 +27,7 @@ pub struct Case {
 }
 
 pub fn run(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
-    force_tiling()?;
+    force_kernels()?;
     if case.gaussian {
         return bench_gaussian(case.states, case.seqs, case.length, backends, threads, json);
     }
@@ -35,8 +35,9 @@ pub fn run(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs
 }
 
 /// `BULKEM_BENCH_TILING=wide|narrow`: the batched passes' tiling wherever
-/// it fits (unset: chosen by the shape), to compare the two in one call.
-fn force_tiling() -> Result<(), String> {
+/// it fits (unset: chosen by the shape), and `BULKEM_BENCH_BATCHED=1|0`,
+/// which kernels run (see below), to compare them in one call.
+fn force_kernels() -> Result<(), String> {
     use bulkem_core::hmm::gpu::{force_tiling, Tiling};
     match std::env::var("BULKEM_BENCH_TILING").as_deref() {
         Err(_) => {}
@@ -58,7 +59,7 @@ fn force_tiling() -> Result<(), String> {
 /// The cases: the CPU target (1 thread), then the two GPU cases,
 /// categorical and Gaussian.
 pub fn suite(backends: &[Backend], threads: usize, json: &mut std::fs::File) -> Result<(), String> {
-    force_tiling()?;
+    force_kernels()?;
     bench_hmm(10, 50, 100, 10, &[Backend::Cpu], 1, json)?;
     bench_hmm(512, 512, 16, 512, backends, threads, json)?;
     bench_hmm(32, 10_000, 1000, 16, backends, threads, json)?;

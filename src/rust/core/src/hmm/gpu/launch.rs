@@ -14,7 +14,7 @@ use crate::gpu::{Device, Kernel};
 use super::super::backward::Counts;
 use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
 use super::rows::DeviceDensity;
-use super::plan::{forward_mma, forward_mma_grid, grid, smem_limit, thread_config, thread_path, threads_for, warp_grid, xi_splits};
+use super::plan::{forward_block_smem, forward_mma, forward_mma_grid, grid, smem_limit, thread_config, thread_path, threads_for, warp_grid, xi_splits};
 use super::{err, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
 /// Launch hmm_forward (or hmm_forward_thread for N <= 8, hmm_forward_warp
@@ -35,8 +35,7 @@ pub(super) fn launch_forward(
     loglik: &mut CudaSlice<f64>,
     density: Option<&DeviceDensity>,
 ) -> Result<()> {
-    let base = (2 * n + 32) * 8;
-    let trans_smem = base + n * n * 8 <= smem_limit(dev);
+    let trans_smem = forward_block_smem(n, true) <= smem_limit(dev);
     let (warp, thread) = (n <= WARP_MAX_STATES, thread_path(n));
     let (name, cfg) = if thread {
         (Kernel::HmmForwardThread, thread_config(dev, n, range.len()))
@@ -48,7 +47,7 @@ pub(super) fn launch_forward(
         let cfg = LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 };
         (Kernel::HmmForwardWarp, cfg)
     } else {
-        let smem = base + if trans_smem { n * n * 8 } else { 0 };
+        let smem = forward_block_smem(n, trans_smem);
         let cfg = LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 };
         (Kernel::HmmForward, cfg)
     };

@@ -67,6 +67,7 @@ mod shares;
 
 #[doc(hidden)]
 pub use batched::{force_tiling, Tiling};
+#[doc(hidden)]
 pub use plan::force_batched;
 #[doc(hidden)]
 pub use resident::{with_resident_passes, ResidentPass};

@@ -109,12 +109,18 @@ pub(super) fn batched_path(dev: &Device, n: usize, count: usize) -> bool {
     }
 }
 
+/// Shared memory of an hmm_forward block for N states (its vectors and
+/// reduction slots, and the transitions when `trans`).
+pub(super) fn forward_block_smem(n: usize, trans: bool) -> usize {
+    (2 * n + 32) * 8 + if trans { n * n * 8 } else { 0 }
+}
+
 /// Blocks of hmm_forward (a block per sequence, the transitions in shared
 /// memory) resident at once on `dev` for N states: its shared memory (and
 /// the 1 KB the driver reserves a block) within a multiprocessor's, its
 /// threads within 2,048.
 fn block_wave(dev: &Device, n: usize) -> usize {
-    let smem = (2 * n + 32) * 8 + n * n * 8 + 1024;
+    let smem = forward_block_smem(n, true) + 1024;
     let by_smem = (dev.max_shared_per_block + 1024) / smem;
     let by_threads = 2048 / threads_for(n) as usize;
     dev.multiprocessors as usize * by_smem.min(by_threads).clamp(1, BLOCKS_PER_SM as usize)
