@@ -83,9 +83,10 @@ fn passes_match_the_cpu() {
     // N <= 8 (a thread per sequence for every pass), N <= 32 (a
     // warp per sequence), N above a warp (a block per sequence, tables in
     // shared memory), N = 200 (transitions in global memory: the batched
-    // kernels), and N = 128 with 40 sequences (a block per sequence) and
-    // with 300 (more than one wave of blocks: the batched kernels).
-    let cases = [(1usize, 3usize, false, 300usize), (2, 4, true, 300), (5, 7, true, 300), (8, 5, false, 300), (9, 4, true, 300), (32, 16, false, 300), (33, 16, false, 300), (64, 8, true, 300), (200, 20, false, 300), (128, 10, true, 40), (128, 10, false, 300)];
+    // kernels), and N = 128 with 40 sequences (a block per sequence), with
+    // 300 (more than one wave of blocks: the batched forward-backward
+    // kernels) and with 450 (more than three: batched Viterbi too).
+    let cases = [(1usize, 3usize, false, 300usize), (2, 4, true, 300), (5, 7, true, 300), (8, 5, false, 300), (9, 4, true, 300), (32, 16, false, 300), (33, 16, false, 300), (64, 8, true, 300), (200, 20, false, 300), (128, 10, true, 40), (128, 10, false, 300), (128, 6, true, 450)];
     for (key, &(n, v, zeros, count)) in cases.iter().enumerate() {
         let model = random_model(n, v, key as u64, zeros);
         let (seqs, _) = hmm::simulate(&model, &lengths(count, 120, key as u64), key as u64);

@@ -27,7 +27,7 @@ use super::batched::{row_batches, Batched};
 use super::launch::{launch_forward, launch_viterbi};
 use super::memory::viterbi_buffers;
 use super::passes::{forward_all, posterior_bytes, viterbi_all, CountSlots, Passes};
-use super::plan::{batched_path, batches, viterbi_bytes_per_symbol};
+use super::plan::{batched_path, batches, viterbi_batched, viterbi_bytes_per_symbol};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
 use super::rows::{rows_computed, upload_offsets, ChainSummary, DensityTables, DeviceDensity};
@@ -531,10 +531,11 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
         }
         drop(dt);
         let mut tabs = density.log_tables(dev, model, total)?;
-        let ranges = batches(dev, &pos, viterbi_bytes_per_symbol(dev, n))?;
+        let batched = viterbi_batched(dev, n, count);
+        let ranges = batches(dev, &pos, viterbi_bytes_per_symbol(n, batched))?;
         let mut bufs = Vec::with_capacity(ranges.len());
         for range in &ranges {
-            bufs.push(viterbi_buffers(dev, n, &pos, range)?);
+            bufs.push(viterbi_buffers(dev, n, batched, &pos, range)?);
         }
         sync()?;
         run(super::ResidentPass::Viterbi, &mut || {

@@ -14,7 +14,6 @@ use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::batched::{vit_stride, Rows};
 use super::launch::launch_table_mins;
-use super::plan::viterbi_batched;
 use super::{err, WARP_MAX_STATES};
 
 /// The sequences on the device.
@@ -163,8 +162,9 @@ pub(super) struct ViterbiBuffers {
     pub(super) logp: CudaSlice<f64>,
 }
 
-/// The buffers of the Viterbi batch `range` of `seqs` for N states.
-pub(super) fn viterbi_buffers(dev: &Device, n: usize, seqs: &Sequences, range: &Range<usize>) -> Result<ViterbiBuffers> {
+/// The buffers of the Viterbi batch `range` of `seqs` for N states, for
+/// the batched kernel where `batched` ([`super::plan::viterbi_batched`]).
+pub(super) fn viterbi_buffers(dev: &Device, n: usize, batched: bool, seqs: &Sequences, range: &Range<usize>) -> Result<ViterbiBuffers> {
     let s = &dev.stream;
     let symbols = seqs.offsets[range.end] - seqs.offsets[range.start];
     // SAFETY (all): uninitialised on purpose; the kernels write every path
@@ -173,7 +173,7 @@ pub(super) fn viterbi_buffers(dev: &Device, n: usize, seqs: &Sequences, range: &
     // every step).
     let back = if n <= WARP_MAX_STATES {
         Back::Byte(unsafe { s.alloc::<u8>(symbols * n) }.map_err(err(dev, "allocating back-pointers"))?)
-    } else if viterbi_batched(dev, n) {
+    } else if batched {
         let vals = unsafe { s.alloc::<f64>(symbols * vit_stride(n)) }.map_err(err(dev, "allocating the Viterbi vectors"))?;
         Back::Logs(vals, Box::new(Rows::new(dev, seqs, range)?))
     } else {

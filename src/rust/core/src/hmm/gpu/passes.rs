@@ -22,7 +22,7 @@ use super::launch::{launch_forward, launch_viterbi, launch_xi_gemm};
 use super::memory::{upload, upload_log_tables, upload_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
 use super::rows::DeviceDensity;
 use super::shares::ShareSeqs;
-use super::plan::{backward_smem, batched_path, batches, grid, thread_backward, thread_backward_grid, thread_backward_smem, threads_for, viterbi_bytes_per_symbol, warp_grid, warp_path, xi_splits};
+use super::plan::{backward_smem, batched_path, batches, grid, thread_backward, thread_backward_grid, thread_backward_smem, threads_for, viterbi_batched, viterbi_bytes_per_symbol, warp_grid, warp_path, xi_splits};
 use super::{err, PARTIAL_SHARE, WARPS};
 
 /// Baum-Welch count accumulators on the device (`slots` of N + N*N + V*N
@@ -419,10 +419,11 @@ pub(super) enum PathsOut<'a> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn viterbi_all(dev: &Device, n: usize, tabs: &DeviceLogTables, d_seqs: &DeviceSeqs, seqs: &Sequences, density: Option<&DeviceDensity>, exec: &Exec, mut paths: PathsOut<'_>, logp: &mut [f64]) -> Result<()> {
     let s = &dev.stream;
-    for (b, range) in batches(dev, seqs, viterbi_bytes_per_symbol(dev, n))?.into_iter().enumerate() {
+    let batched = viterbi_batched(dev, n, seqs.len());
+    for (b, range) in batches(dev, seqs, viterbi_bytes_per_symbol(n, batched))?.into_iter().enumerate() {
         exec.monitor.check()?;
         let (sym0, sym1) = (seqs.offsets[range.start], seqs.offsets[range.end]);
-        let mut buf = viterbi_buffers(dev, n, seqs, &range)?;
+        let mut buf = viterbi_buffers(dev, n, batched, seqs, &range)?;
         launch_viterbi(dev, n, tabs, d_seqs, &range, &mut buf, density)?;
         // While the first batch runs: the paths' pages, touched once by
         // every thread, not one by one as the copy lands.

@@ -77,7 +77,7 @@ pub(super) fn backward_smem(dev: &Device, n: usize, v: usize, with_counts: bool)
 /// the choice by the shape (0): for benchmarks that compare the two.
 static FORCED_BATCHED: AtomicU8 = AtomicU8::new(0);
 
-/// Make the forward-backward passes take the batched kernels wherever
+/// Make the forward-backward and Viterbi passes take the batched kernels wherever
 /// they can (Some(true)), only where they must (Some(false)), or as the
 /// shape chooses (None).
 #[doc(hidden)]
@@ -206,20 +206,59 @@ pub(super) fn threads_for(n: usize) -> u32 {
     (n.div_ceil(32) * 32).clamp(32, MAX_THREADS) as u32
 }
 
-/// Whether Viterbi over N states runs the batched max-plus kernel
-/// (hmm_viterbi_batched): its log transitions do not fit in shared memory
-/// beside a block's two state vectors, so a block per sequence would read
-/// all of them from L2 at every step.
-pub(super) fn viterbi_batched(dev: &Device, n: usize) -> bool {
-    n > WARP_MAX_STATES && (2 * n + n * n) * 8 > smem_limit(dev)
+/// Shared memory of an hmm_viterbi block for N states: its two state
+/// vectors and the log transitions.
+fn viterbi_block_smem(n: usize) -> usize {
+    (2 * n + n * n) * 8
+}
+
+/// States and waves of hmm_viterbi blocks from which Viterbi takes the
+/// batched kernel where it need not (`viterbi_batched`).
+const VIT_BATCHED_FROM: usize = 128;
+const VIT_BATCHED_WAVES: usize = 3;
+
+/// Whether Viterbi over N states and `count` sequences runs the batched
+/// max-plus kernel (hmm_viterbi_batched): where the log transitions do not
+/// fit in shared memory beside a block's two state vectors (a block per
+/// sequence would read all of them from L2 at every step), and from
+/// VIT_BATCHED_FROM states where the sequences make more than
+/// VIT_BATCHED_WAVES waves of hmm_viterbi blocks, which run one wave after
+/// another. Measured on an H200 with sequences of 100 (BENCHMARKS.md), a
+/// block per sequence against batched, on the device: N = 128, 1,000
+/// sequences (7.6 waves) 2.23 against 1.60 ms, 500 (3.8) 1.12 against
+/// 0.87, 200 (1.5) 0.56 against 0.79; N = 160 about even at 200; N = 96
+/// (3 blocks a multiprocessor) a block per sequence faster up to 1,000
+/// (0.82 against 1.48). Decided once for a call's share, before its
+/// batches are made: their memory depends on it
+/// ([`viterbi_bytes_per_symbol`]).
+pub(super) fn viterbi_batched(dev: &Device, n: usize, count: usize) -> bool {
+    if n <= WARP_MAX_STATES {
+        return false;
+    }
+    let must = viterbi_block_smem(n) > smem_limit(dev);
+    match FORCED_BATCHED.load(Ordering::Relaxed) {
+        1 => true,
+        2 => must,
+        _ => must || (n >= VIT_BATCHED_FROM && count > VIT_BATCHED_WAVES * viterbi_block_wave(dev, n)),
+    }
+}
+
+/// Blocks of hmm_viterbi resident at once on `dev` for N states (as
+/// [`block_wave`]).
+fn viterbi_block_wave(dev: &Device, n: usize) -> usize {
+    let smem = viterbi_block_smem(n) + 1024;
+    let by_smem = (dev.max_shared_per_block + 1024) / smem;
+    let by_threads = 2048 / threads_for(n) as usize;
+    dev.multiprocessors as usize * by_smem.min(by_threads).clamp(1, BLOCKS_PER_SM as usize)
 }
 
 /// Device bytes per symbol of a Viterbi batch: the path (4) and the
-/// back-pointers (a byte or two per state) or, batched, the log vectors.
-pub(super) fn viterbi_bytes_per_symbol(dev: &Device, n: usize) -> usize {
+/// back-pointers (a byte or two per state) or, `batched`
+/// ([`viterbi_batched`]), the log vectors.
+pub(super) fn viterbi_bytes_per_symbol(n: usize, batched: bool) -> usize {
     if n <= WARP_MAX_STATES {
         n + 4
-    } else if viterbi_batched(dev, n) {
+    } else if batched {
         8 * super::batched::vit_stride(n) + 4
     } else {
         2 * n + 4

@@ -13,7 +13,7 @@ use super::batched::{row_batches, Batched};
 use super::engine::DeviceEngine;
 use super::launch::{launch_forward, launch_viterbi};
 use super::memory::{upload, upload_log_tables, upload_tables, viterbi_buffers};
-use super::plan::{batched_path, batches, check_size, viterbi_bytes_per_symbol};
+use super::plan::{batched_path, batches, check_size, viterbi_batched, viterbi_bytes_per_symbol};
 use super::{device, err};
 
 /// A pass [`with_resident_passes`] hands to its caller.
@@ -71,17 +71,18 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
         })?;
     }
     let tabs = upload_log_tables(dev, model)?;
-    let ranges = batches(dev, seqs, viterbi_bytes_per_symbol(dev, n))?;
+    let batched = viterbi_batched(dev, n, seqs.len());
+    let ranges = batches(dev, seqs, viterbi_bytes_per_symbol(n, batched))?;
     let mut bufs = Vec::new();
     if ranges.len() == 1 {
-        bufs.push(viterbi_buffers(dev, n, seqs, &ranges[0])?);
+        bufs.push(viterbi_buffers(dev, n, batched, seqs, &ranges[0])?);
     }
     run(ResidentPass::Viterbi, &mut || {
         for range in &ranges {
             if ranges.len() == 1 {
                 launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut bufs[0], None)?;
             } else {
-                let mut buf = viterbi_buffers(dev, n, seqs, range)?;
+                let mut buf = viterbi_buffers(dev, n, batched, seqs, range)?;
                 launch_viterbi(dev, n, &tabs, &d_seqs, range, &mut buf, None)?;
             }
         }

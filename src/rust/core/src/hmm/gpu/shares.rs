@@ -103,7 +103,7 @@ impl Spread {
         let shorter = match kind {
             PassKind::Posterior => true,
             PassKind::Forward => !batched_path(dev, n, seqs.len()) || forward_tiles(n, seqs.len()) > sms,
-            PassKind::Viterbi => !viterbi_batched(dev, n) || viterbi_tiles(n, seqs.len()) > sms,
+            PassKind::Viterbi => !viterbi_batched(dev, n, seqs.len()) || viterbi_tiles(n, seqs.len()) > sms,
         };
         Spread::Pass { work: work(seqs, n), shorter }
     }
