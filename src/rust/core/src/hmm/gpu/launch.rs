@@ -14,7 +14,7 @@ use crate::gpu::{Device, Kernel};
 use super::super::backward::Counts;
 use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
 use super::rows::DeviceDensity;
-use super::plan::{forward_block_smem, forward_mma, forward_mma_grid, grid, smem_limit, thread_config, thread_path, threads_for, warp_grid, xi_splits};
+use super::plan::{forward_block_smem, forward_mma, forward_mma_grid, grid, smem_limit, thread_config, thread_path, threads_for, viterbi_block_smem, warp_grid, xi_splits};
 use super::{err, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
 /// Launch hmm_forward (or hmm_forward_thread for N <= 8, hmm_forward_warp
@@ -111,8 +111,7 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
         let smem = WARPS * 32 * 8;
         (Kernel::HmmViterbiWarp, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
     } else {
-        // cur, nxt and the log transitions.
-        let smem = 2 * n * 8 + n * n * 8;
+        let smem = viterbi_block_smem(n);
         (Kernel::HmmViterbi, LaunchConfig { grid_dim: (grid(dev, range.len()), 1, 1), block_dim: (threads_for(n), 1, 1), shared_mem_bytes: smem as u32 })
     };
     // A density's warp kernel computes its log rows (tabs.emis unused).

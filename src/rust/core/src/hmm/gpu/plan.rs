@@ -77,9 +77,9 @@ pub(super) fn backward_smem(dev: &Device, n: usize, v: usize, with_counts: bool)
 /// the choice by the shape (0): for benchmarks that compare the two.
 static FORCED_BATCHED: AtomicU8 = AtomicU8::new(0);
 
-/// Make the forward-backward and Viterbi passes take the batched kernels wherever
-/// they can (Some(true)), only where they must (Some(false)), or as the
-/// shape chooses (None).
+/// Make the forward-backward and Viterbi passes take the batched kernels
+/// wherever they can (Some(true)), only where they must (Some(false)), or
+/// as the shape chooses (None).
 #[doc(hidden)]
 pub fn force_batched(on: Option<bool>) {
     FORCED_BATCHED.store(match on { None => 0, Some(true) => 1, Some(false) => 2 }, Ordering::Relaxed);
@@ -116,13 +116,17 @@ pub(super) fn forward_block_smem(n: usize, trans: bool) -> usize {
 }
 
 /// Blocks of hmm_forward (a block per sequence, the transitions in shared
-/// memory) resident at once on `dev` for N states: its shared memory (and
-/// the 1 KB the driver reserves a block) within a multiprocessor's, its
-/// threads within 2,048.
+/// memory) resident at once on `dev` for N states.
 fn block_wave(dev: &Device, n: usize) -> usize {
-    let smem = forward_block_smem(n, true) + 1024;
-    let by_smem = (dev.max_shared_per_block + 1024) / smem;
-    let by_threads = 2048 / threads_for(n) as usize;
+    resident_blocks(dev, forward_block_smem(n, true), threads_for(n))
+}
+
+/// Blocks of `smem` bytes of shared memory and `threads` threads resident
+/// at once on `dev`: their shared memory (and the 1 KB the driver reserves
+/// a block) within a multiprocessor's, their threads within 2,048.
+fn resident_blocks(dev: &Device, smem: usize, threads: u32) -> usize {
+    let by_smem = (dev.max_shared_per_block + 1024) / (smem + 1024);
+    let by_threads = 2048 / threads as usize;
     dev.multiprocessors as usize * by_smem.min(by_threads).clamp(1, BLOCKS_PER_SM as usize)
 }
 
@@ -208,7 +212,7 @@ pub(super) fn threads_for(n: usize) -> u32 {
 
 /// Shared memory of an hmm_viterbi block for N states: its two state
 /// vectors and the log transitions.
-fn viterbi_block_smem(n: usize) -> usize {
+pub(super) fn viterbi_block_smem(n: usize) -> usize {
     (2 * n + n * n) * 8
 }
 
@@ -239,17 +243,8 @@ pub(super) fn viterbi_batched(dev: &Device, n: usize, count: usize) -> bool {
     match FORCED_BATCHED.load(Ordering::Relaxed) {
         1 => true,
         2 => must,
-        _ => must || (n >= VIT_BATCHED_FROM && count > VIT_BATCHED_WAVES * viterbi_block_wave(dev, n)),
+        _ => must || (n >= VIT_BATCHED_FROM && count > VIT_BATCHED_WAVES * resident_blocks(dev, viterbi_block_smem(n), threads_for(n))),
     }
-}
-
-/// Blocks of hmm_viterbi resident at once on `dev` for N states (as
-/// [`block_wave`]).
-fn viterbi_block_wave(dev: &Device, n: usize) -> usize {
-    let smem = viterbi_block_smem(n) + 1024;
-    let by_smem = (dev.max_shared_per_block + 1024) / smem;
-    let by_threads = 2048 / threads_for(n) as usize;
-    dev.multiprocessors as usize * by_smem.min(by_threads).clamp(1, BLOCKS_PER_SM as usize)
 }
 
 /// Device bytes per symbol of a Viterbi batch: the path (4) and the
