@@ -85,6 +85,16 @@ pub fn force_batched(on: Option<bool>) {
     FORCED_BATCHED.store(match on { None => 0, Some(true) => 1, Some(false) => 2 }, Ordering::Relaxed);
 }
 
+/// The batched kernels where they `must` run or `by_shape` says so, unless
+/// a benchmark forced the choice ([`force_batched`]).
+fn batched_unless_forced(must: bool, by_shape: impl FnOnce() -> bool) -> bool {
+    match FORCED_BATCHED.load(Ordering::Relaxed) {
+        1 => true,
+        2 => must,
+        _ => must || by_shape(),
+    }
+}
+
 /// States from which many sequences go to the batched kernels even where
 /// a block per sequence could run them (`batched_path`).
 const BATCHED_FROM: usize = 96;
@@ -102,11 +112,7 @@ pub(super) fn batched_path(dev: &Device, n: usize, count: usize) -> bool {
         return false;
     }
     let must = !backward_smem(dev, n, 0, false).1;
-    match FORCED_BATCHED.load(Ordering::Relaxed) {
-        1 => true,
-        2 => must,
-        _ => must || (n >= BATCHED_FROM && count > block_wave(dev, n)),
-    }
+    batched_unless_forced(must, || n >= BATCHED_FROM && count > block_wave(dev, n))
 }
 
 /// Shared memory of an hmm_forward block for N states (its vectors and
@@ -240,11 +246,7 @@ pub(super) fn viterbi_batched(dev: &Device, n: usize, count: usize) -> bool {
         return false;
     }
     let must = viterbi_block_smem(n) > smem_limit(dev);
-    match FORCED_BATCHED.load(Ordering::Relaxed) {
-        1 => true,
-        2 => must,
-        _ => must || (n >= VIT_BATCHED_FROM && count > VIT_BATCHED_WAVES * resident_blocks(dev, viterbi_block_smem(n), threads_for(n))),
-    }
+    batched_unless_forced(must, || n >= VIT_BATCHED_FROM && count > VIT_BATCHED_WAVES * resident_blocks(dev, viterbi_block_smem(n), threads_for(n)))
 }
 
 /// Device bytes per symbol of a Viterbi batch: the path (4) and the
