@@ -259,6 +259,109 @@ extern "C" __global__ void hmm_viterbi(
     }
 }
 
+// hmm_viterbi for 33 to 128 states, HMM_VG_SEQS sequences a block: the
+// block's threads are two halves of a thread per state, each half keeping
+// four of the sequences' running maxima, so every read of a log transition
+// from shared memory serves four sequences (hmm_viterbi: one). The rows'
+// log vectors are stored state by state, a state's eight side by side
+// (read as two broadcast 16-byte loads). The same additions and
+// comparisons as hmm_viterbi, in the same order: values and paths are
+// bit-identical to the CPU's. A sequence past its end keeps its last
+// vector; thread r then walks sequence r's path back.
+// Shared: the log transitions (N*N, rounded up to even), then two
+// vectors of N x HMM_VG_SEQS.
+#define HMM_VG_SEQS 8
+#define HMM_VG_MINE 4  // sequences a thread keeps
+
+extern "C" __global__ void hmm_viterbi_group(
+    int N, const double* __restrict__ lstart, const double* __restrict__ ltrans,
+    const double* __restrict__ lemis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    unsigned short* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp)
+{
+    extern __shared__ __align__(16) double sm[];
+    double* L = sm;
+    // The vectors from an even double: 16-byte aligned.
+    double* const vec0 = sm + ((long long)N * N + 1) / 2 * 2;
+    double* const vec1 = vec0 + (long long)N * HMM_VG_SEQS;
+    hmm_copy(L, ltrans, (long long)N * N);
+    const int half = blockDim.x / 2;
+    const int j = threadIdx.x % half, r0 = HMM_VG_MINE * (threadIdx.x / half);
+    const long long base = off[s0];
+    const int groups = (s1 - s0 + HMM_VG_SEQS - 1) / HMM_VG_SEQS;
+    __syncthreads();
+    for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+        const int first = s0 + grp * HMM_VG_SEQS;
+        // The thread's sequences: first + r0 + k, positions b[k] .. b[k] + T[k] - 1.
+        long long b[HMM_VG_MINE], T[HMM_VG_MINE], tmax = 0;
+#pragma unroll
+        for (int k = 0; k < HMM_VG_MINE; ++k) {
+            const int s = first + r0 + k;
+            b[k] = s < s1 ? off[s] : 0;
+            T[k] = s < s1 ? off[s + 1] - b[k] : 0;
+        }
+        for (int r = 0; r < HMM_VG_SEQS && first + r < s1; ++r) tmax = max(tmax, off[first + r + 1] - off[first + r]);
+        if (j < N) {
+#pragma unroll
+            for (int k = 0; k < HMM_VG_MINE; ++k)
+                vec0[j * HMM_VG_SEQS + r0 + k] = T[k] > 0 ? lstart[j] + lemis_k[(long long)sym[b[k]] * N + j] : HMM_NEG_INF;
+        }
+        __syncthreads();
+        for (long long t = 1; t < tmax; ++t) {
+            const double* cur = (t & 1) ? vec0 : vec1;
+            double* nxt = (t & 1) ? vec1 : vec0;
+            if (j < N) {
+                double e[HMM_VG_MINE], best[HMM_VG_MINE];
+                int arg[HMM_VG_MINE];
+#pragma unroll
+                for (int k = 0; k < HMM_VG_MINE; ++k) {
+                    e[k] = t < T[k] ? lemis_k[(long long)sym[b[k] + t] * N + j] : 0.0;
+                    best[k] = HMM_NEG_INF;
+                    arg[k] = 0;
+                }
+                for (int i = 0; i < N; ++i) {
+                    const double a = L[(long long)i * N + j];
+                    const double2 c01 = *reinterpret_cast<const double2*>(&cur[i * HMM_VG_SEQS + r0]);
+                    const double2 c23 = *reinterpret_cast<const double2*>(&cur[i * HMM_VG_SEQS + r0 + 2]);
+                    const double c[HMM_VG_MINE] = {c01.x, c01.y, c23.x, c23.y};
+#pragma unroll
+                    for (int k = 0; k < HMM_VG_MINE; ++k) {
+                        const double v = c[k] + a;
+                        if (v > best[k]) {
+                            best[k] = v;
+                            arg[k] = i;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < HMM_VG_MINE; ++k) {
+                    const bool on = t < T[k];
+                    nxt[j * HMM_VG_SEQS + r0 + k] = on ? best[k] + e[k] : cur[j * HMM_VG_SEQS + r0 + k];
+                    if (on) back[(b[k] - base + t) * N + j] = (unsigned short)arg[k];
+                }
+            }
+            __syncthreads();
+        }
+        // Thread r: sequence first + r's last state and path.
+        const int r = threadIdx.x;
+        if (r < HMM_VG_SEQS && first + r < s1) {
+            const double* last = (tmax & 1) ? vec0 : vec1;
+            double best = HMM_NEG_INF;
+            int arg = 0;
+            for (int jj = 0; jj < N; ++jj) {
+                const double v = last[jj * HMM_VG_SEQS + r];
+                if (v > best) {
+                    best = v;
+                    arg = jj;
+                }
+            }
+            const long long bs = off[first + r];
+            hmm_backtrack(best, arg, off[first + r + 1] - bs, bs - base, N, back, path, &logp[first + r - s0]);
+        }
+        __syncthreads();
+    }
+}
+
 // Scaled backward pass over a batch whose forward pass stored alpha and
 // scale. Writes posterior rows to `gamma` (non-null) and/or adds the
 // Baum-Welch expected counts of the block's sequences to its accumulator
@@ -571,6 +674,46 @@ __device__ __forceinline__ void hmm_mma_store(double* __restrict__ out, int N, i
     }
 }
 
+// Rows g and g + 8 (h = 0, 1) of a group of 16 consecutive sequences
+// from `first` (those from s1 on are not valid, their first position
+// `none`): first positions, lengths and a forward pass's state (log P = ll
+// + log(m)); returns the group's longest length, over the warp's lanes,
+// which hold all 16 rows.
+__device__ __forceinline__ long long hmm_rows16(const long long* __restrict__ off, int first, int s1, int g, long long none, long long (&b)[2],
+                                                long long (&T)[2], bool (&valid)[2], bool (&done)[2], bool (&dead)[2], double (&m)[2], double (&ll)[2])
+{
+    long long tmax = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int s = first + g + 8 * h;
+        valid[h] = s < s1;
+        b[h] = valid[h] ? off[s] : none;
+        T[h] = valid[h] ? off[s + 1] - b[h] : 0;
+        tmax = max(tmax, T[h]);
+        done[h] = !valid[h];
+        dead[h] = false;
+        m[h] = 1.0;
+        ll[h] = 0.0;
+    }
+    for (int o = 16; o > 0; o >>= 1) tmax = max(tmax, __shfl_xor_sync(FULL_MASK, tmax, o));
+    return tmax;
+}
+
+// Whether a row not yet done takes its scale c of step t - 1 (positive):
+// log(c) is added and the row is done at its length T. Otherwise the row
+// is dead, its log-likelihood -inf or NaN (hmm_dead).
+__device__ __forceinline__ bool hmm_row_takes(double c, double theta, long long t, long long T, bool& done, bool& dead, double& m, double& ll)
+{
+    if (!(c > 0.0)) {
+        dead = done = true;
+        ll = hmm_dead(c, theta);
+        return false;
+    }
+    hmm_add_log(c, m, ll);
+    done = t >= T;
+    return true;
+}
+
 extern "C" __global__ void __launch_bounds__(32 * HMM_WARPS, 2) hmm_forward_mma(
     int N, const double* __restrict__ start, const double* __restrict__ trans,
     const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
@@ -596,22 +739,10 @@ extern "C" __global__ void __launch_bounds__(32 * HMM_WARPS, 2) hmm_forward_mma(
     const int groups = (s1 - s0 + HMM_MMA_SEQS - 1) / HMM_MMA_SEQS;
     for (int grp = blockIdx.x * HMM_WARPS + warp; grp < groups; grp += gridDim.x * HMM_WARPS) {
         // Row h: sequence s0 + 16 grp + g + 8h, positions b[h] .. b[h] + T[h] - 1.
-        long long b[2], T[2], tmax = 0;
+        long long b[2], T[2];
         bool valid[2], done[2], dead[2];
         double m[2], ll[2];  // log P = ll + log(m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int s = s0 + grp * HMM_MMA_SEQS + g + 8 * h;
-            valid[h] = s < s1;
-            b[h] = valid[h] ? off[s] : base;
-            T[h] = valid[h] ? off[s + 1] - b[h] : 0;
-            tmax = max(tmax, T[h]);
-            done[h] = !valid[h];
-            dead[h] = false;
-            m[h] = 1.0;
-            ll[h] = 0.0;
-        }
-        for (int o = 16; o > 0; o >>= 1) tmax = max(tmax, __shfl_xor_sync(FULL_MASK, tmax, o));
+        const long long tmax = hmm_rows16(off, s0 + grp * HMM_MMA_SEQS, s1, g, base, b, T, valid, done, dead, m, ll);
         // The symbol of row h at step t (clamped to its sequence).
         auto sym_at = [&](int h, long long t) { return sym[b[h] + max(min(t, T[h] - 1), 0LL)]; };
         double x[2][8];
@@ -662,18 +793,11 @@ extern "C" __global__ void __launch_bounds__(32 * HMM_WARPS, 2) hmm_forward_mma(
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 double r = 0.0;
-                if (!done[h]) {
-                    if (!(c[h] > 0.0)) {
-                        dead[h] = done[h] = true;
-                        ll[h] = hmm_dead(c[h], theta);
-                    } else {
-                        const long long rel = b[h] - base;
-                        r = 1.0 / c[h];
-                        hmm_add_log(c[h], m[h], ll[h]);
-                        if (alpha) hmm_mma_store(alpha + (rel + t - 1) * N, N, q, x[h], r);
-                        if (scale && q == 0) scale[rel + t - 1] = c[h];
-                        done[h] = t >= T[h];
-                    }
+                if (!done[h] && hmm_row_takes(c[h], theta, t, T[h], done[h], dead[h], m[h], ll[h])) {
+                    const long long rel = b[h] - base;
+                    r = 1.0 / c[h];
+                    if (alpha) hmm_mma_store(alpha + (rel + t - 1) * N, N, q, x[h], r);
+                    if (scale && q == 0) scale[rel + t - 1] = c[h];
                 }
 #pragma unroll
                 for (int k = 0; k < 8; ++k) x[h][k] = y[h][k] * (r * e[0][h][k]);
@@ -688,6 +812,157 @@ extern "C" __global__ void __launch_bounds__(32 * HMM_WARPS, 2) hmm_forward_mma(
 #pragma unroll
         for (int h = 0; h < 2; ++h)
             if (valid[h] && q == 0) loglik[grp * HMM_MMA_SEQS + g + 8 * h] = dead[h] ? ll[h] : ll[h] + log(m[h]);
+    }
+}
+
+// ---- 33 to 128 states: a block per group of 16 sequences ----------------------
+// hmm_forward for N <= 16 HMM_GK (compiled for each N's HMM_GK, its
+// 16-state slices), HMM_GROUP_SEQS sequences a block of HMM_GK warps. A
+// step of the group is one product of its 16 rows' vectors with the
+// transitions on the FP64 tensor cores: warp w computes columns 16w ..
+// 16w + 15, its slice of the transitions held in registers for the whole
+// pass, and the rows' vectors cross between warps through shared memory,
+// one __syncthreads a step. A block per sequence (hmm_forward) reads all
+// the transitions from shared memory at every step for one row, and the
+// batched kernels wait on a grid barrier at every step; here 16 rows share
+// each read and no barrier spans blocks. As in hmm_forward_mma the scale
+// applies after the product and each state's sum runs in the tensor cores'
+// order, so results agree with the CPU to rounding; a row's sum over its
+// states is the warps' partial sums (each over its 16 columns) added in
+// warp order.
+#ifndef HMM_GK
+#define HMM_GK 8
+#endif
+#define HMM_GROUP_SEQS 16
+// Row stride of the shared vectors, 4 (mod 16) doubles: the 32 lanes'
+// reads of an A fragment fall in distinct banks, a wavefront a half-warp.
+#define HMM_GLD (16 * HMM_GK + 4)
+
+// The lane's four emission entries of symbol o for row h (columns col0 +
+// 8j + u, j, u in {0, 1}), zeros with `ok` false or past N.
+__device__ __forceinline__ void hmm_group_row(const double* __restrict__ emis_k, unsigned o, int N, int col0, bool ok, double (&e)[2][2]) {
+    const double* row = emis_k + (long long)o * N;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const int col = col0 + 8 * j;
+        if ((N & 1) == 0) {
+            const double2 v = ok && col < N ? *reinterpret_cast<const double2*>(row + col) : make_double2(0.0, 0.0);
+            e[j][0] = v.x;
+            e[j][1] = v.y;
+        } else {
+            e[j][0] = ok && col < N ? row[col] : 0.0;
+            e[j][1] = ok && col + 1 < N ? row[col + 1] : 0.0;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * HMM_GK, 1) hmm_forward_group(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym,
+    const long long* __restrict__ off, int s0, int s1,
+    double* __restrict__ loglik, const unsigned long long* __restrict__ mins)
+{
+    // xs[p][r]: row r's unscaled vector of the steps of parity p; part[p][w][r]:
+    // its certified sum over warp w's columns.
+    __shared__ __align__(16) double xs[2][HMM_GROUP_SEQS][HMM_GLD];
+    __shared__ double part[2][HMM_GK][HMM_GROUP_SEQS];
+    const double theta = hmm_theta(mins);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    // The lane's columns: col0 + 8j + u (j, u in {0, 1}).
+    const int col0 = 16 * w + 2 * q;
+    // b[k][j][v] = B[q + 4v][g] of slice k and columns 16w + 8j ..: P(to
+    // 16w + 8j + g | from 16k + q + 4v).
+    double b[HMM_GK][2][4];
+#pragma unroll
+    for (int k = 0; k < HMM_GK; ++k)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int from = 16 * k + q + 4 * v, to = 16 * w + 8 * j + g;
+                b[k][j][v] = from < N && to < N ? trans[(long long)from * N + to] : 0.0;
+            }
+    const int groups = (s1 - s0 + HMM_GROUP_SEQS - 1) / HMM_GROUP_SEQS;
+    for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+        // Row h of the lane: sequence s0 + 16 grp + g + 8h, positions b0[h] .. b0[h] + T[h] - 1.
+        long long b0[2], T[2];
+        bool valid[2], done[2], dead[2];
+        double m[2], ll[2];  // log P = ll + log(m)
+        const long long tmax = hmm_rows16(off, s0 + grp * HMM_GROUP_SEQS, s1, g, 0, b0, T, valid, done, dead, m, ll);
+        auto sym_at = [&](int h, long long t) { return sym[b0[h] + max(min(t, T[h] - 1), 0LL)]; };
+        // Row h's vector at the lane's columns into xs[p], its sum into part[p].
+        auto put = [&](int p, int h, const double (&x)[2][2]) {
+            double s = 0.0;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                *reinterpret_cast<double2*>(&xs[p][g + 8 * h][col0 + 8 * j]) = make_double2(x[j][0], x[j][1]);
+                s += hmm_certified(x[j][0], theta) + hmm_certified(x[j][1], theta);
+            }
+            s += __shfl_xor_sync(FULL_MASK, s, 1);
+            s += __shfl_xor_sync(FULL_MASK, s, 2);
+            if (q == 0) part[p][w][g + 8 * h] = s;
+        };
+        // Step 0, and the emission entries of step 1 (each step loads the
+        // next step's, so their latency overlaps a step's work).
+        double e[2][2][2];
+        unsigned o_ahead[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            double x[2][2];
+            hmm_group_row(emis_k, sym_at(h, 0), N, col0, valid[h], x);
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int col = col0 + 8 * j + u;
+                    x[j][u] = col < N ? start[col] * x[j][u] : 0.0;
+                }
+            put(0, h, x);
+            hmm_group_row(emis_k, sym_at(h, 1), N, col0, 1 < T[h], e[h]);
+            o_ahead[h] = sym_at(h, 2);
+        }
+        __syncthreads();
+        // Step t: xs[(t - 1) & 1] holds step t - 1's unscaled vectors, c
+        // their scales.
+        for (long long t = 1; t <= tmax; ++t) {
+            const int p = (t - 1) & 1;
+            double c[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                c[h] = 0.0;
+#pragma unroll
+                for (int k = 0; k < HMM_GK; ++k) c[h] += part[p][k][g + 8 * h];
+            }
+            // y[j] = D[g][8j + 2q], D[g][8j + 2q + 1], D[g + 8][..], D[g + 8][.. + 1].
+            double y[2][4] = {{0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}};
+#pragma unroll
+            for (int k = 0; k < HMM_GK; ++k) {
+                double a[8];
+#pragma unroll
+                for (int v = 0; v < 8; ++v) a[v] = xs[p][g + 8 * (v & 1)][16 * k + q + 4 * (v >> 1)];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) mma_f64_16x8x16(y[j][0], y[j][1], y[j][2], y[j][3], a, b[k][j]);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                double r = 0.0;
+                if (!done[h] && hmm_row_takes(c[h], theta, t, T[h], done[h], dead[h], m[h], ll[h])) r = 1.0 / c[h];
+                double x[2][2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+#pragma unroll
+                    for (int u = 0; u < 2; ++u) x[j][u] = y[j][2 * h + u] * (r * e[h][j][u]);
+                put(1 - p, h, x);
+                hmm_group_row(emis_k, o_ahead[h], N, col0, !done[h] && t + 1 < T[h], e[h]);
+                o_ahead[h] = sym_at(h, t + 2);
+            }
+            __syncthreads();
+        }
+        if (w == 0 && q == 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (valid[h]) loglik[grp * HMM_GROUP_SEQS + g + 8 * h] = dead[h] ? ll[h] : ll[h] + log(m[h]);
+        }
     }
 }
 

@@ -554,6 +554,53 @@ fn many_sequences_agree_sixteen_to_a_warp() {
 }
 
 #[test]
+fn groups_of_sixteen_sequences_agree() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // From 33 to 128 states the forward pass runs 16 sequences a block on
+    // the tensor cores (hmm_forward_group), and Viterbi over more than two
+    // waves of a block per sequence 8 a block (hmm_viterbi_group; on an
+    // H100 or H200: N = 47 from 3,169 sequences, 100 and 128 from 529 and
+    // 265): odd and even N, a last slice of states part-filled (33, 47,
+    // 100) or full (64, 128), groups part filled (1, 17, 3,301, 601 and 301
+    // sequences), unequal lengths, zero probabilities; exact ties, which
+    // go to the lowest state as on the CPU; and in one group, impossible
+    // sequences and ones whose states decay below the certificate
+    // (computed on the host).
+    for (key, &(n, v, count)) in [(33usize, 5usize, 17usize), (47, 9, 3301), (64, 3, 1), (100, 12, 601), (128, 7, 17), (128, 20, 301)].iter().enumerate() {
+        let key = 700 + key as u64;
+        let (seqs, _) = hmm::simulate(&random_model(n, v, key, false), &lengths(count, 90, key), key);
+        for (what, model) in [("dense", random_model(n, v, key + 10, false)), ("zeros", random_model(n, v, key + 20, true))] {
+            compare_passes(&model, &seqs, &format!("N={n} M={count} {what}"));
+        }
+    }
+    for (n, count) in [(100usize, 601usize), (128, 301)] {
+        let v = 5;
+        let r = random_model(n, v, 720, true);
+        let trans: Vec<f64> = (0..n * n).map(|k| if k / n < n / 2 { 1.0 / n as f64 } else { r.trans[k] }).collect();
+        let emis: Vec<f64> = (0..n * v).map(|k| if k / v < n / 2 { 1.0 / v as f64 } else { r.emission.probs[k] }).collect();
+        let model = HmmModel::new(vec![1.0 / n as f64; n], trans, emis, v).unwrap();
+        let (seqs, _) = hmm::simulate(&model, &lengths(count, 90, 721), 722);
+        compare_passes(&model, &seqs, &format!("ties, N={n}"));
+        let all_zero = Sequences::from_vecs(&[vec![0u32; 50], vec![1, 2, 3], vec![4]]);
+        compare_passes(&model, &all_zero, &format!("ties, N={n}, fixed sequences"));
+    }
+    let n = 40;
+    let mut start = vec![0.0; n];
+    start[0] = 1.0;
+    let trans: Vec<f64> = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
+    let emis: Vec<f64> = (0..n).flat_map(|_| [1.0, 0.0]).collect();
+    let m = HmmModel::new(start, trans, emis, 2).unwrap();
+    let seqs = Sequences::from_vecs(&[vec![0u32, 0, 1], vec![0; 40], vec![1], vec![0, 1, 0, 0, 0], vec![0; 7]]);
+    compare_passes(&m, &seqs, &format!("impossible, N={n}"));
+    assert_eq!(hmm::loglik(&m, &seqs, &cuda()).unwrap(), vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0], "impossible, N={n}");
+    let stuck = stuck_model(n, 6, 710);
+    let (seqs, _) = hmm::simulate(&random_model(n, 6, 711, false), &[5, 2000, 30, 700, 1, 3000, 12, 40, 8, 2, 9, 100, 60, 3, 4, 5, 6, 7], 712);
+    compare_passes(&stuck, &seqs, &format!("stuck N={n}"));
+}
+
+#[test]
 fn kept_models_keep_their_device_tables_and_their_results() {
     if !gpu_or_skip() {
         return;

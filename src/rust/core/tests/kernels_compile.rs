@@ -136,8 +136,9 @@ fn hmm_kernels_compile() {
     if !nvrtc_or_skip() {
         return;
     }
-    // The thread-per-sequence kernels are compiled for each N up to 8.
-    let variants: Vec<Vec<(&str, i64)>> = std::iter::once(vec![]).chain((1..=8).map(|n| vec![("HMM_TN", n)])).collect();
+    // The thread-per-sequence kernels are compiled for each N up to 8, the
+    // group forward pass for each count of 16-state slices from 33 states.
+    let variants: Vec<Vec<(&str, i64)>> = std::iter::once(vec![]).chain((1..=8).map(|n| vec![("HMM_TN", n)])).chain((3..=8).map(|k| vec![("HMM_GK", k)])).collect();
     check("hmm", &variants);
 }
 

@@ -80,10 +80,12 @@ pub enum Kernel {
     HmmForward,
     HmmForwardWarp,
     HmmForwardMma,
+    HmmForwardGroup,
     HmmBackward,
     HmmBackwardWarp,
     HmmViterbi,
     HmmViterbiWarp,
+    HmmViterbiGroup,
     HmmForwardThread,
     HmmBackwardThread,
     HmmViterbiThread,
@@ -117,7 +119,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 63] = [
+    pub const ALL: [Kernel; 65] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -147,10 +149,12 @@ impl Kernel {
         Kernel::HmmForward,
         Kernel::HmmForwardWarp,
         Kernel::HmmForwardMma,
+        Kernel::HmmForwardGroup,
         Kernel::HmmBackward,
         Kernel::HmmBackwardWarp,
         Kernel::HmmViterbi,
         Kernel::HmmViterbiWarp,
+        Kernel::HmmViterbiGroup,
         Kernel::HmmForwardThread,
         Kernel::HmmBackwardThread,
         Kernel::HmmViterbiThread,
@@ -216,10 +220,12 @@ impl Kernel {
             HmmForward => ("hmm", "hmm_forward"),
             HmmForwardWarp => ("hmm", "hmm_forward_warp"),
             HmmForwardMma => ("hmm", "hmm_forward_mma"),
+            HmmForwardGroup => ("hmm", "hmm_forward_group"),
             HmmBackward => ("hmm", "hmm_backward"),
             HmmBackwardWarp => ("hmm", "hmm_backward_warp"),
             HmmViterbi => ("hmm", "hmm_viterbi"),
             HmmViterbiWarp => ("hmm", "hmm_viterbi_warp"),
+            HmmViterbiGroup => ("hmm", "hmm_viterbi_group"),
             HmmForwardThread => ("hmm", "hmm_forward_thread"),
             HmmBackwardThread => ("hmm", "hmm_backward_thread"),
             HmmViterbiThread => ("hmm", "hmm_viterbi_thread"),

@@ -27,7 +27,7 @@ use super::batched::{row_batches, Batched};
 use super::launch::{launch_forward, launch_viterbi};
 use super::memory::viterbi_buffers;
 use super::passes::{forward_all, posterior_bytes, viterbi_all, CountSlots, Passes};
-use super::plan::{batched_path, batches, viterbi_batched, viterbi_bytes_per_symbol};
+use super::plan::{batches, loglik_batched, viterbi_batched, viterbi_bytes_per_symbol};
 use super::WARP_MAX_STATES;
 use super::plan::check_size;
 use super::rows::{rows_computed, upload_offsets, ChainSummary, DensityTables, DeviceDensity};
@@ -505,7 +505,7 @@ pub fn with_resident_density<E: Emission>(model: &HmmModel<E>, seqs: &Sequences<
         let (mut dt, chain) = DensityTables::new(dev, model, count, total, !computed)?;
         density.refresh(dev, n, &mut dt, chain, &d_seqs.off, count, total, false)?;
         let all = 0..count;
-        if batched_path(dev, n, count) {
+        if loglik_batched(dev, n, count) {
             let ranges = row_batches(dev, count, n)?;
             let mut bt = Batched::new(dev, n, density.stats, &pos, &ranges, None)?;
             let mut lls = Vec::with_capacity(ranges.len());

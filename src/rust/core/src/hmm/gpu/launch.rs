@@ -14,12 +14,13 @@ use crate::gpu::{Device, Kernel};
 use super::super::backward::Counts;
 use super::memory::{Back, DeviceLogTables, DeviceSeqs, DeviceTables, ViterbiBuffers};
 use super::rows::DeviceDensity;
-use super::plan::{forward_block_smem, forward_mma, forward_mma_grid, grid, smem_limit, thread_config, thread_path, threads_for, viterbi_block_smem, warp_grid, xi_splits};
+use super::plan::{forward_block_smem, forward_mma, forward_mma_grid, grid, group_config, group_path, group_slices, viterbi_group, viterbi_group_config, smem_limit, thread_config, thread_path, threads_for, viterbi_block_smem, warp_grid, xi_splits};
 use super::{err, WARPS, WARP_MAX_STATES, XI_SMEM, XI_THREADS, XI_TILE};
 
 /// Launch hmm_forward (or hmm_forward_thread for N <= 8, hmm_forward_warp
-/// or, with many sequences, hmm_forward_mma for N <= 32; large N goes to
-/// the batched kernels instead) over
+/// or, with many sequences, hmm_forward_mma for N <= 32, hmm_forward_group
+/// up to 128 states when no alphas are kept; large N goes to the batched
+/// kernels instead) over
 /// sequences `range`; with `store`, alphas and
 /// scales of the batch are kept in (alpha, scale). With `density` (N <=
 /// 8, [`super::rows::rows_computed`]), the kernel computes each position's
@@ -35,6 +36,9 @@ pub(super) fn launch_forward(
     loglik: &mut CudaSlice<f64>,
     density: Option<&DeviceDensity>,
 ) -> Result<()> {
+    if store.is_none() && group_path(n) {
+        return launch_forward_group(dev, n, tables, seqs, range, loglik);
+    }
     let trans_smem = forward_block_smem(n, true) <= smem_limit(dev);
     let (warp, thread) = (n <= WARP_MAX_STATES, thread_path(n));
     let (name, cfg) = if thread {
@@ -95,6 +99,23 @@ pub(super) fn launch_forward(
     Ok(())
 }
 
+/// Launch hmm_forward_group over sequences `range` for N states
+/// ([`group_path`]): log-likelihoods only.
+fn launch_forward_group(dev: &Device, n: usize, tables: &DeviceTables, seqs: &DeviceSeqs, range: &Range<usize>, loglik: &mut CudaSlice<f64>) -> Result<()> {
+    let f = dev.function(Kernel::HmmForwardGroup, &[("HMM_GK", group_slices(n) as i64)])?;
+    let (n_i, s0, s1) = (n as i32, range.start as i32, range.end as i32);
+    let mut launch = dev.stream.launch_builder(&f);
+    launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&seqs.off).arg(&s0).arg(&s1).arg(loglik).arg(&tables.mins);
+    // SAFETY: the arguments match hmm_forward_group's parameters in order
+    // and type; it is compiled for N's slices (HMM_GK >= N / 16, a warp
+    // each); the tables hold N, N*N and V*N doubles (a density's: a row per
+    // position, its positions as symbols), the symbols are < V, off indexes
+    // s0..s1, loglik holds one value per sequence of the range; mins holds
+    // two keys; its shared memory is static.
+    unsafe { launch.launch(group_config(dev, n, range.len())) }.map_err(err(dev, "launching hmm_forward_group"))?;
+    Ok(())
+}
+
 /// Launch the Viterbi kernel for N over the batch `range` (one launch):
 /// warp per sequence (N <= 32), block per sequence (transitions in shared
 /// memory), or batched (max-plus products over the grid; `buf` holds its
@@ -105,8 +126,11 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     }
     let warp = n <= WARP_MAX_STATES;
     let thread = thread_path(n);
+    let group = !warp && viterbi_group(dev, n, range.len());
     let (name, cfg) = if thread {
         (Kernel::HmmViterbiThread, thread_config(dev, n, range.len()))
+    } else if group {
+        (Kernel::HmmViterbiGroup, viterbi_group_config(dev, n, range.len()))
     } else if warp {
         let smem = WARPS * 32 * 8;
         (Kernel::HmmViterbiWarp, LaunchConfig { grid_dim: (warp_grid(dev, range.len()), 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: smem as u32 })
@@ -137,18 +161,19 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
             (Some(d), Some(ep)) => launch.arg(&d.obs).arg(ep),
             _ => launch.arg(&null).arg(&null),
         };
-    } else {
+    } else if !group {
         launch.arg(&trans_smem);
     }
     // SAFETY: the arguments match the parameters of the chosen kernel in
     // order and type (bytes for hmm_viterbi_warp's back-pointers, 16-bit
-    // for hmm_viterbi, which alone takes the trans_smem flag: always set,
-    // since larger N is batched); back holds N back-pointers and path one
+    // for hmm_viterbi and hmm_viterbi_group; hmm_viterbi alone takes the
+    // trans_smem flag: always set, since larger N is batched); back holds N back-pointers and path one
     // state per symbol of the batch, logp one value per sequence of the
     // batch; the log tables hold N, N*N and V*N doubles, the symbols are
     // < V, off indexes the batch; shared memory holds what the kernel's
     // comment lists (cur, nxt and the log transitions, or one 32-double
-    // slice per warp for the warp kernel, the N*N log transitions for the
+    // slice per warp for the warp kernel, the log transitions and two
+    // vectors of N x 8 for the group kernel, the N*N log transitions for the
     // thread kernel, compiled for this N, whose parameters are the warp
     // kernel's); the warp and thread kernels' obs and ep are a density's
     // (observations padded by SYM_PAD values, its parameters), compiled

@@ -117,6 +117,14 @@ const WARP_MAX_STATES: usize = 32;
 /// Sequences per warp of hmm_forward_mma (HMM_MMA_SEQS: the rows of its
 /// FP64 mma products).
 const FORWARD_MMA_SEQS: usize = 16;
+/// Sequences per block of hmm_forward_group (HMM_GROUP_SEQS), and the
+/// largest N it runs: 16 HMM_GK states, HMM_GK warps each holding 16
+/// columns of the transitions in registers (128 registers a lane at 128).
+const GROUP_SEQS: usize = 16;
+const GROUP_MAX_STATES: usize = 128;
+/// Sequences per block of hmm_viterbi_group (HMM_VG_SEQS), over the same
+/// states.
+const VIT_GROUP_SEQS: usize = 8;
 /// Largest N of the thread-per-sequence forward, backward and Viterbi kernels
 /// (hmm_*_thread: a sequence's state vector in one thread's registers) and
 /// of the thread-per-position density rows of HMM_ROW_THREAD_MAX states

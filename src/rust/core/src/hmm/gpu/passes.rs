@@ -22,7 +22,7 @@ use super::launch::{launch_forward, launch_viterbi, launch_xi_gemm};
 use super::memory::{upload, upload_log_tables, upload_tables, upload_tables_with, viterbi_buffers, DeviceLogTables, DeviceSeqs, DeviceTables};
 use super::rows::DeviceDensity;
 use super::shares::ShareSeqs;
-use super::plan::{backward_smem, batched_path, batches, grid, thread_backward, thread_backward_grid, thread_backward_smem, threads_for, viterbi_batched, viterbi_bytes_per_symbol, warp_grid, warp_path, xi_splits};
+use super::plan::{backward_smem, batched_path, batches, grid, loglik_batched, thread_backward, thread_backward_grid, thread_backward_smem, threads_for, viterbi_batched, viterbi_bytes_per_symbol, warp_grid, warp_path, xi_splits};
 use super::{err, PARTIAL_SHARE, WARPS};
 
 /// Baum-Welch count accumulators on the device (`slots` of N + N*N + V*N
@@ -369,7 +369,7 @@ pub(super) fn loglik_device(sh: &ShareSeqs<u32>, model: &HmmModel, exec: &Exec, 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn forward_all(dev: &Device, n: usize, v: usize, tables: &DeviceTables, d_seqs: &DeviceSeqs, seqs: &Sequences, exec: &Exec, out: &mut [f64], density: Option<&DeviceDensity>) -> Result<()> {
     let s = &dev.stream;
-    if batched_path(dev, n, seqs.len()) {
+    if loglik_batched(dev, n, seqs.len()) {
         let t0 = std::time::Instant::now();
         let ranges = row_batches(dev, seqs.len(), n)?;
         crate::gpu::timing::record("row batches", t0);

@@ -12,7 +12,7 @@ use crate::gpu::{Device, Kernel};
 
 use super::super::backward::Counts;
 use super::super::sequences::Sequences;
-use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, FORWARD_MMA_SEQS, MAX_GPU_STATES, MAX_THREADS, MEMORY_SHARE, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, THREAD_BLOCK, THREAD_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
+use super::{err, BLOCKS_PER_SM, DEFAULT_SMEM, FORWARD_MMA_SEQS, GROUP_MAX_STATES, GROUP_SEQS, MAX_GPU_STATES, VIT_GROUP_SEQS, MAX_THREADS, MEMORY_SHARE, WARPS, WARP_BLOCKS_PER_SM, WARP_MAX_STATES, THREAD_BLOCK, THREAD_MAX_STATES, XI_ROWS, XI_SMEM, XI_THREADS, XI_TILE};
 
 pub(super) fn check_size(n_states: usize, count: usize) -> Result<()> {
     if n_states > MAX_GPU_STATES {
@@ -202,6 +202,69 @@ pub(super) fn forward_mma(dev: &Device, count: usize, emis_len: usize) -> bool {
 /// the caches (a density's table: a row per position).
 const STREAMED_TABLE: usize = 8 << 20;
 
+/// Whether N states run the kernels of a block per group of sequences: a
+/// forward pass that keeps no alphas hmm_forward_group (16 sequences a
+/// block, a step of them one product on the tensor cores with the
+/// transitions in the warps' registers), and Viterbi over many sequences
+/// hmm_viterbi_group (8 a block, the log transitions in shared memory;
+/// [`viterbi_group`]). From 33 to GROUP_MAX_STATES states. On an H200 with
+/// sequences of 100, the forward pass on the device took at N = 128 0.20
+/// ms for 20, 300 or 1,000 sequences (a block per sequence 0.30 and 0.43,
+/// batched 0.77 at 1,000) and 0.57 for 5,000 (batched 1.99); at N = 48
+/// 0.09-0.15 ms from 20 to 5,000 (0.16-0.90 before; BENCHMARKS.md).
+pub(super) fn group_path(n: usize) -> bool {
+    n > WARP_MAX_STATES && n <= GROUP_MAX_STATES
+}
+
+/// Whether a forward pass that keeps no alphas (log-likelihoods) over
+/// `count` sequences runs the batched kernels: where [`batched_path`] says
+/// so, except at the states hmm_forward_group runs.
+pub(super) fn loglik_batched(dev: &Device, n: usize, count: usize) -> bool {
+    !group_path(n) && batched_path(dev, n, count)
+}
+
+/// The 16-state slices of hmm_forward_group for N states (HMM_GK: its warps).
+pub(super) fn group_slices(n: usize) -> usize {
+    n.div_ceil(16)
+}
+
+/// Launch shape of hmm_forward_group over `count` sequences for N states.
+pub(super) fn group_config(dev: &Device, n: usize, count: usize) -> cudarc::driver::LaunchConfig {
+    let blocks = grid(dev, count.div_ceil(GROUP_SEQS));
+    cudarc::driver::LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * group_slices(n) as u32, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Waves of hmm_viterbi blocks (a block per sequence) beyond which
+/// Viterbi runs hmm_viterbi_group (`viterbi_group`).
+const VIT_GROUP_WAVES: usize = 2;
+
+/// Whether Viterbi over `count` sequences of N states runs
+/// hmm_viterbi_group: at the states of [`group_path`], where the sequences
+/// make more than VIT_GROUP_WAVES waves of hmm_viterbi blocks. A step of a
+/// group takes about twice a block's (each thread keeps four sequences'
+/// maxima), so fewer sequences run faster a block each. Measured on an
+/// H200, sequences of 100, on the device (BENCHMARKS.md), a block per
+/// sequence against a group: N = 128, 20 sequences 0.29 against 0.61 ms,
+/// 300 (2.3 waves) 0.85 against 0.62, 1,000 1.58 against 0.62; N = 96, 300
+/// (0.8 waves) 0.31 against 0.47, 1,000 (2.5) 0.82 against 0.46; N = 48,
+/// 1,000 (0.7) 0.22 either way, 5,000 (3.4) 0.93 against 0.58.
+pub(super) fn viterbi_group(dev: &Device, n: usize, count: usize) -> bool {
+    group_path(n) && count > VIT_GROUP_WAVES * resident_blocks(dev, viterbi_block_smem(n), threads_for(n))
+}
+
+/// Shared memory of hmm_viterbi_group for N states: the log transitions
+/// (rounded up to an even count) and two vectors of N x VIT_GROUP_SEQS.
+pub(super) fn viterbi_group_smem(n: usize) -> usize {
+    ((n * n).next_multiple_of(2) + 2 * n * VIT_GROUP_SEQS) * 8
+}
+
+/// Launch shape of hmm_viterbi_group over `count` sequences for N states:
+/// two halves of a thread per state.
+pub(super) fn viterbi_group_config(dev: &Device, n: usize, count: usize) -> cudarc::driver::LaunchConfig {
+    let blocks = grid(dev, count.div_ceil(VIT_GROUP_SEQS));
+    cudarc::driver::LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (2 * threads_for(n), 1, 1), shared_mem_bytes: viterbi_group_smem(n) as u32 }
+}
+
 /// Blocks of a launch of hmm_forward_mma over `count` sequences.
 pub(super) fn forward_mma_grid(dev: &Device, count: usize) -> u32 {
     warp_grid(dev, count.div_ceil(FORWARD_MMA_SEQS))
@@ -231,7 +294,8 @@ const VIT_BATCHED_WAVES: usize = 3;
 /// max-plus kernel (hmm_viterbi_batched): where the log transitions do not
 /// fit in shared memory beside a block's two state vectors (a block per
 /// sequence would read all of them from L2 at every step), and from
-/// VIT_BATCHED_FROM states where the sequences make more than
+/// VIT_BATCHED_FROM states past those of hmm_viterbi_group
+/// ([`viterbi_group`]) where the sequences make more than
 /// VIT_BATCHED_WAVES waves of hmm_viterbi blocks, which run one wave after
 /// another. Measured on an H200 with sequences of 100 (BENCHMARKS.md), a
 /// block per sequence against batched, on the device: N = 128, 1,000
@@ -246,7 +310,7 @@ pub(super) fn viterbi_batched(dev: &Device, n: usize, count: usize) -> bool {
         return false;
     }
     let must = viterbi_block_smem(n) > smem_limit(dev);
-    batched_unless_forced(must, || n >= VIT_BATCHED_FROM && count > VIT_BATCHED_WAVES * resident_blocks(dev, viterbi_block_smem(n), threads_for(n)))
+    batched_unless_forced(must, || !group_path(n) && n >= VIT_BATCHED_FROM && count > VIT_BATCHED_WAVES * resident_blocks(dev, viterbi_block_smem(n), threads_for(n)))
 }
 
 /// Device bytes per symbol of a Viterbi batch: the path (4) and the

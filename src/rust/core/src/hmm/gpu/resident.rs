@@ -13,7 +13,7 @@ use super::batched::{row_batches, Batched};
 use super::engine::DeviceEngine;
 use super::launch::{launch_forward, launch_viterbi};
 use super::memory::{upload, upload_log_tables, upload_tables, viterbi_buffers};
-use super::plan::{batched_path, batches, check_size, viterbi_batched, viterbi_bytes_per_symbol};
+use super::plan::{batches, check_size, loglik_batched, viterbi_batched, viterbi_bytes_per_symbol};
 use super::{device, err};
 
 /// A pass [`with_resident_passes`] hands to its caller.
@@ -48,7 +48,7 @@ pub fn with_resident_passes(model: &HmmModel, seqs: &Sequences, mut run: impl Fn
     let tables = upload_tables(dev, model)?;
     let d_seqs = upload(dev, seqs, &seqs.symbols, model.emission.n_symbols)?;
     let all = 0..seqs.len();
-    if batched_path(dev, n, seqs.len()) {
+    if loglik_batched(dev, n, seqs.len()) {
         let ranges = row_batches(dev, seqs.len(), n)?;
         let mut bt = Batched::new(dev, n, model.emission.n_symbols, seqs, &ranges, None)?;
         let mut lls = Vec::with_capacity(ranges.len());

@@ -26,7 +26,7 @@ use super::super::emission::Emission;
 use super::super::model::HmmModel;
 use super::super::sequences::Sequences;
 use super::batched::{forward_tiles, viterbi_tiles};
-use super::plan::{batched_path, viterbi_batched};
+use super::plan::{loglik_batched, viterbi_batched};
 
 /// One share of a call's sequences and the device it runs on.
 pub(super) struct Share {
@@ -102,7 +102,7 @@ impl Spread {
         let sms = dev.multiprocessors as usize;
         let shorter = match kind {
             PassKind::Posterior => true,
-            PassKind::Forward => !batched_path(dev, n, seqs.len()) || forward_tiles(n, seqs.len()) > sms,
+            PassKind::Forward => !loglik_batched(dev, n, seqs.len()) || forward_tiles(n, seqs.len()) > sms,
             PassKind::Viterbi => !viterbi_batched(dev, n, seqs.len()) || viterbi_tiles(n, seqs.len()) > sms,
         };
         Spread::Pass { work: work(seqs, n), shorter }
