@@ -28,6 +28,7 @@ using std::fmax;
 using std::fmin;
 using std::isfinite;
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 #define EMU_SMEM (emu_smem_buf.data())
 
 inline void __syncthreads() { emu_block_bar->arrive_and_wait(); }

@@ -213,6 +213,28 @@ static void run_case(int N, int V, bool zeros, unsigned seed, unsigned G, bool u
         for (int s = 3; s < M; ++s) CHECK(close(ll2[s - 3], ref[s].ll, 1e-12), "N=%d narrow=%d batch forward seq %d", N, narrow, s);
         for (long long k = 0; k < (S - off[3]) * N; ++k) CHECK(a2[k] == alpha[off[3] * N + k], "N=%d narrow=%d batch alpha %lld", N, narrow, k);
     }
+    if (N > 32 && N <= 128) {
+        // A block per group of sequences (hmm.cu's HMM_GK at its default
+        // 8: eight warps, columns past N zero): the forward pass 16 a block
+        // (its mma by the shuffles' fallback) and Viterbi 8 a block (two
+        // groups, the second part-filled), over all sequences and over a
+        // batch from sequence 3.
+        vector<double> lg(M, 0.0), lg2(M - 3, 0.0);
+        emu_launch({1, 1, 1}, 256, 0, hmm_forward_group, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 0, M, lg.data(), theta);
+        for (int s = 0; s < M; ++s) CHECK(close(lg[s], ref[s].ll, 1e-12), "N=%d group forward seq %d: %.17g vs %.17g", N, s, lg[s], ref[s].ll);
+        emu_launch({2, 1, 1}, 256, 0, hmm_forward_group, N, m.start.data(), m.trans.data(), emis_k.data(), sym.data(), off.data(), 3, M, lg2.data(), theta);
+        for (int s = 3; s < M; ++s) CHECK(close(lg2[s - 3], ref[s].ll, 1e-12), "N=%d group forward batch seq %d: %.17g vs %.17g", N, s, lg2[s - 3], ref[s].ll);
+        const unsigned vthreads = 2 * ((N + 31) / 32 * 32);
+        const size_t vsmem = ((size_t)(N * N + 1) / 2 * 2 + 2 * N * 8) * 8;
+        for (int first = 0; first < 4; first += 3) {
+            vector<unsigned short> back(S * N, 0); vector<unsigned> path(S, 7); vector<double> logp(M - first, 0.0);
+            emu_launch({std::min(G, 2u), 1, 1}, vthreads, vsmem, hmm_viterbi_group, N, lstart.data(), ltrans.data(), lemis_k.data(), sym.data(), off.data(), first, M, back.data(), path.data(), logp.data());
+            for (int s = first; s < M; ++s) {
+                CHECK(logp[s - first] == ref[s].logp, "N=%d group viterbi from %d logp seq %d: %.17g vs %.17g", N, first, s, logp[s - first], ref[s].logp);
+                for (long long t = 0; t < off[s + 1] - off[s]; ++t) CHECK(path[off[s] - off[first] + t] == ref[s].path[t], "N=%d group viterbi from %d path seq %d t %lld: %u vs %u", N, first, s, t, path[off[s] - off[first] + t], ref[s].path[t]);
+            }
+        }
+    }
     if (N <= 32) {
         // The warp-per-sequence kernels (4 warps per block).
         unsigned blocks = std::min(G, (unsigned)(M + 3) / 4);
@@ -386,6 +408,7 @@ int main() {
         run_case(3, 9, true, 9, G);
         run_case(33, 5, false, 4, G);
         run_case(70, 6, true, 5, G);
+        run_case(47, 4, false, 15, G, true);
         run_case(32, 4, false, 10, G, true);
         run_case(7, 3, false, 11, G, true);
         run_case(8, 6, true, 12, G);

@@ -279,7 +279,7 @@ extern "C" __global__ void hmm_viterbi_group(
     const long long* __restrict__ off, int s0, int s1,
     unsigned short* __restrict__ back, unsigned* __restrict__ path, double* __restrict__ logp)
 {
-    extern __shared__ __align__(16) double sm[];
+    extern __shared__ double sm[];
     double* L = sm;
     // The vectors from an even double: 16-byte aligned.
     double* const vec0 = sm + ((long long)N * N + 1) / 2 * 2;
