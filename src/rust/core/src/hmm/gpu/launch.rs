@@ -167,9 +167,9 @@ pub(super) fn launch_viterbi(dev: &Device, n: usize, tabs: &DeviceLogTables, seq
     // SAFETY: the arguments match the parameters of the chosen kernel in
     // order and type (bytes for hmm_viterbi_warp's back-pointers, 16-bit
     // for hmm_viterbi and hmm_viterbi_group; hmm_viterbi alone takes the
-    // trans_smem flag: always set, since larger N is batched); back holds N back-pointers and path one
-    // state per symbol of the batch, logp one value per sequence of the
-    // batch; the log tables hold N, N*N and V*N doubles, the symbols are
+    // trans_smem flag: always set, since larger N is batched); back holds
+    // N back-pointers and path one state per symbol of the batch, logp one
+    // value per sequence of the batch; the log tables hold N, N*N and V*N doubles, the symbols are
     // < V, off indexes the batch; shared memory holds what the kernel's
     // comment lists (cur, nxt and the log transitions, or one 32-double
     // slice per warp for the warp kernel, the log transitions and two
