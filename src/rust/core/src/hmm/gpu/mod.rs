@@ -77,6 +77,7 @@ pub(crate) use density::{baum_welch_step as density_baum_welch_step, fit as dens
 
 use engine::DeviceEngine;
 use plan::check_size;
+pub(crate) use plan::group_path;
 use shares::{e_step_shares, fit_shares, on_shares, share_lens, shares, work, PassKind, ShareSeqs, Spread};
 
 use super::backward::Counts;

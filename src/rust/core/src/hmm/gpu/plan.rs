@@ -212,7 +212,7 @@ const STREAMED_TABLE: usize = 8 << 20;
 /// ms for 20, 300 or 1,000 sequences (a block per sequence 0.30 and 0.43,
 /// batched 0.77 at 1,000) and 0.57 for 5,000 (batched 1.99); at N = 48
 /// 0.09-0.15 ms from 20 to 5,000 (0.16-0.90 before; BENCHMARKS.md).
-pub(super) fn group_path(n: usize) -> bool {
+pub(crate) fn group_path(n: usize) -> bool {
     n > WARP_MAX_STATES && n <= GROUP_MAX_STATES
 }
 
