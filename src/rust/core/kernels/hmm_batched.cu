@@ -631,6 +631,295 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS, 1) hmm_forward_batched
     }
 }
 
+// hmm_forward_split: the forward pass that keeps no alphas (log-likelihoods)
+// of up to HMS_ROWS sequences of N <= HMS_KS x HMS_KR states, a step's
+// product split along k over the HMS_KS blocks of a cluster (sm_90).
+// hmm_forward_batched's narrow tiles read every row's whole state vector in
+// each of N / 16 column tiles at every step (8.6 GB over a pass at N =
+// 1,024, M = 64, T = 256), and a step took about 10 us, bound by moving
+// them. Here a block keeps a HMS_KR x 8U slice of the transitions (rows
+// k_base.., its cluster's U column units of 8 columns) and reads only its
+// HMS_KR columns of the state vectors, so a step moves the vectors through
+// L2 ceil(N / 8) / U times (15 at N = 1,024), not N / 16.
+//
+// Warp w computes rows 32 (w / 4) + 0..31 of units w % 4 and w % 4 + 4,
+// their transitions held in registers for the whole pass; a ninth unit
+// (where fewer than ceil(N / 64) clusters fit at once) is read from shared
+// memory, each warp summing a quarter of its k, the quarters added in the
+// block. Each block stores its partial product's fragments in the shared
+// memory of the block of its cluster that owns their columns (unit u: rank
+// u % HMS_KS), and its rows' partial sums of the slice (the terms of the
+// previous step's scales, certified as in hmm_forward_batched) in every
+// block's; after the cluster's barrier each owner adds them in rank order,
+// scales, multiplies by the emission entries and writes its columns. A
+// grid barrier separates the steps. Every sum has a fixed order that does
+// not depend on the grid; it is not hmm_forward_batched's, so the two agree
+// to rounding. tools/hmm-probe/splitk.cu measured the design first.
+//
+// Arguments as hmm_forward_batched's, less alpha, scale, psum and llacc;
+// `bar` is this kernel's own arrival count. The grid is HMS_KS x clusters,
+// each cluster's units an even share of ceil(N / 8), at most HMS_MAXU; one
+// block a multiprocessor, launched cooperatively; HMS_SMEM bytes of dynamic
+// shared memory. Below sm_90 (no clusters) the kernel is empty and the host
+// never launches it.
+#ifndef HMS_KS
+#define HMS_KS 8
+#endif
+#define HMS_KR 128
+#define HMS_KK (HMS_KR / 16)              // mma k steps of a block
+#define HMS_ROWS 64
+#define HMS_THREADS 256
+#define HMS_MAXU 9
+#define HMS_LDA (HMS_KR + 4)              // 4 (mod 16): conflict-free A fragments
+#define HMS_LDX 12                        // 12 (mod 16): conflict-free B fragments of the ninth unit
+#define HMS_OWN 16                        // columns a block owns at most (units r, r + HMS_KS)
+#define HMS_CHUNK 32                      // k of a copy chunk of the slice
+#define HMS_CHUNKS (HMS_KR / HMS_CHUNK)
+#define HMS_SMEM (8 * (HMS_ROWS * HMS_LDA + HMS_KR * HMS_LDX + 4 * HMS_ROWS * 8 + HMS_KS * HMS_ROWS * HMS_OWN + HMS_KS * HMS_ROWS + 4 * HMS_THREADS))
+
+#if __CUDA_ARCH__ >= 900
+// The address of `p` (this block's shared memory) in the block of rank
+// `rank` of the cluster.
+__device__ __forceinline__ unsigned hms_remote(const double* p, int rank) {
+    unsigned at;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
+    return at;
+}
+__device__ __forceinline__ void hms_put(unsigned at, double x) {
+    asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(at), "d"(x) : "memory");
+}
+__device__ __forceinline__ void hms_put2(unsigned at, double x, double y) {
+    asm volatile("st.shared::cluster.v2.f64 [%0], {%1, %2};" ::"r"(at), "d"(x), "d"(y) : "memory");
+}
+// The cluster's barrier: the stores of its blocks before it are seen after it.
+__device__ __forceinline__ void hms_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Wait until at most `pending` chunks' copies are in flight (a constant once unrolled).
+__device__ __forceinline__ void hms_wait(int pending) {
+    switch (pending) {
+        case 0: hmb_copy_wait<0>(); break;
+        case 1: hmb_copy_wait<1>(); break;
+        case 2: hmb_copy_wait<2>(); break;
+        default: hmb_copy_wait<3>(); break;
+    }
+}
+// Store the fragment pair (rows r, r + 8; columns 2q, 2q + 1 of unit u) in
+// recv of u's owner: recv[from][row][8 (u / HMS_KS) + column].
+__device__ __forceinline__ void hms_send(double* recv, int from, int r, int q, int u, const double (&d)[4]) {
+    const unsigned at = hms_remote(recv + (from * HMS_ROWS + r) * HMS_OWN + 8 * (u / HMS_KS) + 2 * q, u % HMS_KS);
+    hms_put2(at, d[0], d[1]);
+    hms_put2(at + 8 * HMS_OWN * (unsigned)sizeof(double), d[2], d[3]);
+}
+#endif
+
+extern "C" __global__ void
+#if __CUDA_ARCH__ >= 900
+__cluster_dims__(HMS_KS, 1, 1)
+#endif
+__launch_bounds__(HMS_THREADS, 1) hmm_forward_split(
+    int N, const double* __restrict__ start, const double* __restrict__ trans,
+    const double* __restrict__ emis_k, const unsigned* __restrict__ sym, long long base, int rows,
+    const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
+    const int* __restrict__ row_seq, const int* __restrict__ running,
+    double* __restrict__ buf0, double* __restrict__ buf1, unsigned long long* __restrict__ bar,
+    double* __restrict__ loglik, const unsigned long long* __restrict__ mins)
+{
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(16) double hms_dynamic[];
+    double* as = hms_dynamic;                            // [HMS_ROWS][HMS_LDA]: the slice of the state vectors
+    double* bx = as + HMS_ROWS * HMS_LDA;                // [HMS_KR][HMS_LDX]: the ninth unit's transitions
+    double* xq = bx + HMS_KR * HMS_LDX;                  // [4][HMS_ROWS][8]: the ninth unit's quarters
+    double* recv = xq + 4 * HMS_ROWS * 8;                // [HMS_KS][HMS_ROWS][HMS_OWN]: the ranks' fragments of the owned columns
+    double* rsum = recv + HMS_KS * HMS_ROWS * HMS_OWN;   // [HMS_KS][HMS_ROWS]: the ranks' sums of the slice's rows
+    double* es = rsum + HMS_KS * HMS_ROWS;               // [HMS_THREADS][4]: each owner thread's emission entries
+    const double theta = hmb_theta(mins);
+    const int rank = blockIdx.x % HMS_KS, cluster = blockIdx.x / HMS_KS, clusters = gridDim.x / HMS_KS;
+    const int tid = threadIdx.x, w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;
+    const int units = (N + 7) / 8;
+    const int u0 = (int)((long long)cluster * units / clusters), U = (int)((long long)(cluster + 1) * units / clusters) - u0;
+    const int col_base = 8 * u0, k_base = HMS_KR * rank;
+    const long long ld = HMB_LD(N);
+    const auto p_at = [&](int k, int c) { const int from = k_base + k, to = col_base + c; return c < 8 * U && from < N && to < N ? trans[(long long)from * N + to] : 0.0; };
+    // Warp w: rows 32 rh + 0..31 (fragments 2 rh, 2 rh + 1), units uq and
+    // uq + 4, and k steps 2 uq, 2 uq + 1 of the ninth unit.
+    const int rh = w >> 2, uq = w & 3;
+    // b[kk][j][v] = P(to unit uq + 4 j, column g | from k_base + 16 kk + q + 4 v).
+    double b[HMS_KK][2][4];
+#pragma unroll
+    for (int kk = 0; kk < HMS_KK; ++kk)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) b[kk][j][v] = p_at(16 * kk + q + 4 * v, 8 * (uq + 4 * j) + g);
+    const bool ninth = U > 8;
+    for (int i = tid; i < HMS_KR * 8; i += HMS_THREADS) bx[(i / 8) * HMS_LDX + i % 8] = p_at(i / 8, 64 + i % 8);
+    // As an owner, thread tid sums row orow at columns 2 op, 2 op + 1 of its
+    // units (rank, rank + HMS_KS, those below U).
+    const int orow = tid >> 2, op = tid & 3;
+    const int owned = (rank < U) + (rank + HMS_KS < U);
+    const bool in_batch = orow < rows;
+    const long long o_rel = in_batch ? row_rel[orow] : 0, o_len = in_batch ? row_len[orow] : 0;
+    const int o_seq = in_batch ? row_seq[orow] : 0;
+    const long long Tmax = rows > 0 ? row_len[0] : 0;
+    double ll = 0.0;  // the row's log-likelihood (kept by block 0)
+    unsigned o_sym = o_len > 0 ? sym[base + o_rel] : 0;  // its symbol at step t
+    __syncthreads();
+    for (long long t = 0; t <= Tmax; ++t) {
+        // Step t computes the rows running at t, and takes step t - 1's
+        // scales of the rows running then (a superset: lengths are sorted).
+        const double* cur = ((t - 1) & 1) ? buf1 : buf0;
+        double* nxt = (t & 1) ? buf1 : buf0;
+        const int run = running[t], run_prev = t > 0 ? running[t - 1] : 0;
+        const bool now = orow < run;
+        // The emission entries of the owned columns, copied into es[tid]
+        // (zeros where none) ahead of the slice, so that they land during
+        // the product without holding registers; and the next symbol.
+        {
+            const double* erow = emis_k + (long long)o_sym * N;
+#pragma unroll
+            for (int k = 0; k < 2; ++k)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int col = col_base + 8 * (rank + HMS_KS * k) + 2 * op + u;
+                    hmb_copy_ro<8>(es + 4 * tid + 2 * k + u, erow + col, now && k < owned && col < N);
+                }
+            hmb_copy_commit();
+            o_sym = t + 1 < o_len ? sym[base + o_rel + t + 1] : 0;
+        }
+        if (t == 0) hmb_copy_wait<0>();
+        double mul = 0.0;  // 1 / c_{t-1} of row orow
+        if (t > 0) {
+            // The slice of step t - 1's vectors (rows running then; zeros
+            // for the others and past N), in chunks.
+#pragma unroll
+            for (int ch = 0; ch < HMS_CHUNKS; ++ch) {
+                for (int i = tid; i < HMS_ROWS * HMS_CHUNK / 2; i += HMS_THREADS) {
+                    const int r = i / (HMS_CHUNK / 2), k = ch * HMS_CHUNK + 2 * (i % (HMS_CHUNK / 2));
+                    hmb_copy_l2(as + r * HMS_LDA + k, cur + r * ld + k_base + k, r < run_prev && k_base + k < N);
+                }
+                hmb_copy_commit();
+            }
+            double acc[2][2][4];
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) acc[m][0][v] = acc[m][1][v] = 0.0;
+#pragma unroll
+            for (int ch = 0; ch < HMS_CHUNKS; ++ch) {
+                hms_wait(HMS_CHUNKS - 1 - ch);
+                __syncthreads();
+#pragma unroll
+                for (int kq = 0; kq < HMS_CHUNK / 16; ++kq) {
+                    const int kk = ch * (HMS_CHUNK / 16) + kq, k0 = 16 * kk;
+#pragma unroll
+                    for (int m = 0; m < 2; ++m) {
+                        double a[8];
+#pragma unroll
+                        for (int v = 0; v < 8; ++v) a[v] = as[(32 * rh + 16 * m + g + 8 * (v & 1)) * HMS_LDA + k0 + q + 4 * (v >> 1)];
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) mma_f64_16x8x16(acc[m][j][0], acc[m][j][1], acc[m][j][2], acc[m][j][3], a, b[kk][j]);
+                    }
+                }
+            }
+            // The fragments, to their owners.
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+                    if (uq + 4 * j < U) hms_send(recv, rank, 32 * rh + 16 * m + g, q, uq + 4 * j, acc[m][j]);
+            // This rank's sums of the slice's rows (NaN below the
+            // certificate; lane op adds columns op, op + 4, ...), to every
+            // block of the cluster: lane op stores to ranks op, op + 4.
+            {
+                const double* v = as + orow * HMS_LDA + op;
+                double s4[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll 8
+                for (int i = 0; i < HMS_KR / 4; ++i) s4[i & 3] += (v[4 * i] > 0.0 && v[4 * i] < theta) ? HMM_NAN : v[4 * i];
+                double s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+                s += __shfl_xor_sync(FULL_MASK, s, 1);
+                s += __shfl_xor_sync(FULL_MASK, s, 2);
+                for (int to = op; to < HMS_KS; to += 4) hms_put(hms_remote(rsum + rank * HMS_ROWS + orow, to), s);
+            }
+            if (ninth) {
+                // The ninth unit: the warp's quarter of k (steps 2 uq, 2 uq
+                // + 1), then the quarters added in quarter order.
+                double accx[2][4] = {{0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}};
+#pragma unroll
+                for (int kq = 0; kq < 2; ++kq) {
+                    const int k0 = 16 * (2 * uq + kq);
+                    double bb[4];
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) bb[v] = bx[(k0 + q + 4 * v) * HMS_LDX + g];
+#pragma unroll
+                    for (int m = 0; m < 2; ++m) {
+                        double a[8];
+#pragma unroll
+                        for (int v = 0; v < 8; ++v) a[v] = as[(32 * rh + 16 * m + g + 8 * (v & 1)) * HMS_LDA + k0 + q + 4 * (v >> 1)];
+                        mma_f64_16x8x16(accx[m][0], accx[m][1], accx[m][2], accx[m][3], a, bb);
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    double* x = xq + (uq * HMS_ROWS + 32 * rh + 16 * m + g) * 8 + 2 * q;
+                    *reinterpret_cast<double2*>(x) = make_double2(accx[m][0], accx[m][1]);
+                    *reinterpret_cast<double2*>(x + 64) = make_double2(accx[m][2], accx[m][3]);
+                }
+                __syncthreads();
+                double d[2] = {0.0, 0.0};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const double2 x = *reinterpret_cast<const double2*>(xq + (k * HMS_ROWS + orow) * 8 + 2 * op);
+                    d[0] += x.x;
+                    d[1] += x.y;
+                }
+                hms_put2(hms_remote(recv + (rank * HMS_ROWS + orow) * HMS_OWN + 8 * (8 / HMS_KS) + 2 * op, 8 % HMS_KS), d[0], d[1]);
+            }
+            hms_cluster_sync();
+            // c_{t-1} of the row: the ranks' sums in rank order; as
+            // hmm_forward_batched, NaN when uncertain, 0 when impossible.
+            double c = 0.0;
+#pragma unroll
+            for (int from = 0; from < HMS_KS; ++from) c += rsum[from * HMS_ROWS + orow];
+            const bool was = orow < run_prev;
+            mul = was && c > 0.0 ? 1.0 / c : 0.0;
+            if (blockIdx.x == 0 && op == 0 && was) {
+                ll += c > 0.0 ? log(c) : c == c && theta <= 1.0 ? HMM_NEG_INF : HMM_NAN;
+                if (o_len == t) loglik[o_seq] = ll;
+            }
+        }
+        // Step t of the owned columns: (the ranks' fragments in rank order)
+        // / c_{t-1} .* e(o_t), or start .* e(o_0).
+        if (now) {
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                if (k >= owned) break;
+                const int col = col_base + 8 * (rank + HMS_KS * k) + 2 * op;
+                double v0 = 0.0, v1 = 0.0;
+                if (t == 0) {
+                    v0 = col < N ? start[col] : 0.0;
+                    v1 = col + 1 < N ? start[col + 1] : 0.0;
+                } else {
+#pragma unroll
+                    for (int from = 0; from < HMS_KS; ++from) {
+                        const double2 p = *reinterpret_cast<const double2*>(recv + (from * HMS_ROWS + orow) * HMS_OWN + 8 * k + 2 * op);
+                        v0 += p.x;
+                        v1 += p.y;
+                    }
+                    v0 *= mul;
+                    v1 *= mul;
+                }
+                const double e0 = es[4 * tid + 2 * k], e1 = es[4 * tid + 2 * k + 1];
+                double* out = nxt + orow * ld + col;
+                if (col + 1 < N) __stcg(reinterpret_cast<double2*>(out), make_double2(v0 * e0, v1 * e1));
+                else if (col < N) __stcg(out, v0 * e0);
+            }
+        }
+        if (t < Tmax) hmb_grid_sync(bar);
+    }
+#endif
+}
+
 // Scaled backward pass of a batch whose forward pass stored alpha and
 // scale (hmm_forward_batched, or any forward kernel: same layouts). Row
 // order as in the forward pass. The step computing beta_hat_t multiplies

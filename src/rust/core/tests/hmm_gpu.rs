@@ -553,6 +553,19 @@ fn many_sequences_agree_sixteen_to_a_warp() {
     compare_passes(&stuck_model(20, 6, 95), &seqs, "stuck N=20, 20,000 sequences");
 }
 
+/// A model that stays in state 0 and always emits symbol 0, and five
+/// sequences of 0s and 1s, whose log-likelihoods are FIXED_STATE_LOGLIKS.
+fn fixed_state_model(n: usize) -> (HmmModel, Sequences) {
+    let mut start = vec![0.0; n];
+    start[0] = 1.0;
+    let trans: Vec<f64> = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
+    let emis: Vec<f64> = (0..n).flat_map(|_| [1.0, 0.0]).collect();
+    let seqs = Sequences::from_vecs(&[vec![0u32, 0, 1], vec![0; 40], vec![1], vec![0, 1, 0, 0, 0], vec![0; 7]]);
+    (HmmModel::new(start, trans, emis, 2).unwrap(), seqs)
+}
+
+const FIXED_STATE_LOGLIKS: [f64; 5] = [f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0];
+
 #[test]
 fn groups_of_sixteen_sequences_agree() {
     if !gpu_or_skip() {
@@ -587,17 +600,55 @@ fn groups_of_sixteen_sequences_agree() {
         compare_passes(&model, &all_zero, &format!("ties, N={n}, fixed sequences"));
     }
     let n = 40;
-    let mut start = vec![0.0; n];
-    start[0] = 1.0;
-    let trans: Vec<f64> = (0..n * n).map(|k| if k / n == k % n { 1.0 } else { 0.0 }).collect();
-    let emis: Vec<f64> = (0..n).flat_map(|_| [1.0, 0.0]).collect();
-    let m = HmmModel::new(start, trans, emis, 2).unwrap();
-    let seqs = Sequences::from_vecs(&[vec![0u32, 0, 1], vec![0; 40], vec![1], vec![0, 1, 0, 0, 0], vec![0; 7]]);
+    let (m, seqs) = fixed_state_model(n);
     compare_passes(&m, &seqs, &format!("impossible, N={n}"));
-    assert_eq!(hmm::loglik(&m, &seqs, &cuda()).unwrap(), vec![f64::NEG_INFINITY, 0.0, f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0], "impossible, N={n}");
+    assert_eq!(hmm::loglik(&m, &seqs, &cuda()).unwrap(), FIXED_STATE_LOGLIKS, "impossible, N={n}");
     let stuck = stuck_model(n, 6, 710);
     let (seqs, _) = hmm::simulate(&random_model(n, 6, 711, false), &[5, 2000, 30, 700, 1, 3000, 12, 40, 8, 2, 9, 100, 60, 3, 4, 5, 6, 7], 712);
     compare_passes(&stuck, &seqs, &format!("stuck N={n}"));
+}
+
+#[test]
+fn clusters_split_the_forward_pass_at_many_states() {
+    if !gpu_or_skip() {
+        return;
+    }
+    // From 897 states, up to 64 sequences' log-likelihoods on sm_90 run
+    // hmm_forward_split: each step's sums split over the 8 blocks of a
+    // cluster, 15 or 16 clusters sharing ceil(N / 8) column units of 8
+    // (uneven shares). N a multiple of 8 or not (1,024, 1,000, 900), 64
+    // sequences (full row tiles), 7 and 1; lengths from 1, so rows finish
+    // at every step; zero probabilities (impossible sequences); states
+    // decaying below the certificate (settled on the host); a model where
+    // every sequence but the fixed ones is impossible.
+    let sm90 = bulkem_core::gpu::probe().devices.first().is_some_and(|d| d.compute_capability.0 >= 9);
+    let before = hmm::gpu::split_launches();
+    let cpu = Exec::cpu();
+    let check = |model: &HmmModel, seqs: &Sequences, what: &str| {
+        let a = hmm::loglik(model, seqs, &cpu).unwrap();
+        let b = hmm::loglik(model, seqs, &cuda()).unwrap();
+        for (s, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: loglik of sequence {s}: gpu {y} cpu {x}");
+        }
+        a
+    };
+    for (key, &(n, v, count, longest)) in [(1024usize, 16usize, 64usize, 40usize), (1000, 9, 7, 60), (900, 5, 1, 30), (1024, 30, 64, 3)].iter().enumerate() {
+        let key = 800 + 10 * key as u64;
+        let (seqs, _) = hmm::simulate(&random_model(n, v, key, false), &lengths(count, longest, key), key + 1);
+        check(&random_model(n, v, key + 2, false), &seqs, &format!("N={n} M={count} dense"));
+        let ll = check(&random_model(n, v, key + 3, true), &seqs, &format!("N={n} M={count} zeros"));
+        assert!(ll.iter().any(|l| l.is_finite()), "N={n}: some sequences are possible");
+    }
+    let n = 1000;
+    let stuck = stuck_model(n, 6, 850);
+    let (seqs, _) = hmm::simulate(&random_model(n, 6, 851, false), &[5, 400, 30, 1, 120, 2, 60], 852);
+    check(&stuck, &seqs, &format!("stuck N={n}"));
+    let (m, seqs) = fixed_state_model(n);
+    check(&m, &seqs, "impossible");
+    assert_eq!(hmm::loglik(&m, &seqs, &cuda()).unwrap(), FIXED_STATE_LOGLIKS, "impossible, N={n}");
+    if sm90 {
+        assert!(hmm::gpu::split_launches() > before, "the split forward pass ran");
+    }
 }
 
 #[test]

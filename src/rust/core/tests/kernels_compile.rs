@@ -173,8 +173,10 @@ fn hmm_batched_kernels_compile() {
     if !nvrtc_or_skip() {
         return;
     }
-    // Both tilings (batched.rs's Tiling).
+    // Both tilings (batched.rs's Tiling), and hmm_forward_split's clusters
+    // of 5 to 8 blocks.
     check("hmm_batched", &[vec![], vec![("HMB_BN", 16), ("HMB_RESIDENT", 1), ("HMB_STAGES", 3)], vec![("HMB_BN", 16), ("HMB_RESIDENT", 1), ("HMB_STAGES", 4)]]);
+    check("hmm_batched", &(5..=7).map(|ks| vec![("HMS_KS", ks)]).collect::<Vec<_>>());
 }
 
 /// The scan kernels for the smallest, a middle and the largest N.

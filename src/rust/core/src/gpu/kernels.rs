@@ -93,6 +93,7 @@ pub enum Kernel {
     HmmVitPad,
     HmmReduce,
     HmmForwardBatched,
+    HmmForwardSplit,
     HmmBackwardBatched,
     HmmCountEmissions,
     HmmXiGemm,
@@ -119,7 +120,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 65] = [
+    pub const ALL: [Kernel; 66] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -162,6 +163,7 @@ impl Kernel {
         Kernel::HmmVitPad,
         Kernel::HmmReduce,
         Kernel::HmmForwardBatched,
+        Kernel::HmmForwardSplit,
         Kernel::HmmBackwardBatched,
         Kernel::HmmCountEmissions,
         Kernel::HmmXiGemm,
@@ -233,6 +235,7 @@ impl Kernel {
             HmmVitPad => ("hmm_batched", "hmm_vit_pad"),
             HmmReduce => ("hmm", "hmm_reduce"),
             HmmForwardBatched => ("hmm_batched", "hmm_forward_batched"),
+            HmmForwardSplit => ("hmm_batched", "hmm_forward_split"),
             HmmBackwardBatched => ("hmm_batched", "hmm_backward_batched"),
             HmmCountEmissions => ("hmm_batched", "hmm_count_emissions"),
             HmmXiGemm => ("hmm_batched", "hmm_xi_gemm"),

@@ -426,7 +426,9 @@ mod tests {
     /// calls under a millisecond).
     #[test]
     fn the_models_fit_the_measured_calls_and_choose_the_faster_backend() {
-        let mut runs: std::collections::BTreeMap<(usize, usize, usize, bool, (usize, usize)), Vec<[f64; 2]>> = Default::default();
+        // (N, M, T, Gaussian, passes) -> the runs' [CPU, GPU] milliseconds.
+        type Runs = std::collections::BTreeMap<(usize, usize, usize, bool, (usize, usize)), Vec<[f64; 2]>>;
+        let mut runs = Runs::new();
         for &(n, m, t, gaussian, forward, baum_welch) in MEASURED {
             for (passes, times) in [((1, 0), forward), ((0, 1), baum_welch)] {
                 if !times[1].is_nan() {

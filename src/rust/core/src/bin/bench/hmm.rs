@@ -35,8 +35,9 @@ pub fn run(case: &Case, backends: &[Backend], threads: usize, json: &mut std::fs
 }
 
 /// `BULKEM_BENCH_TILING=wide|narrow`: the batched passes' tiling wherever
-/// it fits (unset: chosen by the shape), and `BULKEM_BENCH_BATCHED=1|0`,
-/// which kernels run (see below), to compare them in one call.
+/// it fits (unset: chosen by the shape), `BULKEM_BENCH_BATCHED=1|0` and
+/// `BULKEM_BENCH_SPLIT=1|0`, which kernels run (see below), to compare them
+/// in one call.
 fn force_kernels() -> Result<(), String> {
     use bulkem_core::hmm::gpu::{force_tiling, Tiling};
     match std::env::var("BULKEM_BENCH_TILING").as_deref() {
@@ -52,6 +53,14 @@ fn force_kernels() -> Result<(), String> {
         Ok("1") => bulkem_core::hmm::gpu::force_batched(Some(true)),
         Ok("0") => bulkem_core::hmm::gpu::force_batched(Some(false)),
         Ok(other) => return Err(format!("BULKEM_BENCH_BATCHED={other}: 1 or 0")),
+    }
+    // BULKEM_BENCH_SPLIT=1|0: the forward pass split over clusters
+    // (hmm_forward_split) wherever it can run, or never.
+    match std::env::var("BULKEM_BENCH_SPLIT").as_deref() {
+        Err(_) => {}
+        Ok("1") => bulkem_core::hmm::gpu::force_split(Some(true)),
+        Ok("0") => bulkem_core::hmm::gpu::force_split(Some(false)),
+        Ok(other) => return Err(format!("BULKEM_BENCH_SPLIT={other}: 1 or 0")),
     }
     Ok(())
 }

@@ -4,7 +4,10 @@
 //! whole grid, and a pass is one cooperative launch
 //! (a grid-wide barrier between steps). Used when the transitions do not
 //! fit in shared memory, where a block per sequence would re-read all of A
-//! from L2 at every step of every sequence.
+//! from L2 at every step of every sequence. From 897 to 1,024 states, a
+//! forward pass that keeps no alphas over at most 64 sequences splits each
+//! step's sums over the blocks of a cluster instead (hmm_forward_split,
+//! sm_90: [`Split`]).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -115,6 +118,113 @@ fn forced_tiling() -> Option<Tiling> {
         1 => Some(Tiling::Wide),
         2 => Some(Tiling::Narrow),
         _ => None,
+    }
+}
+
+/// hmm_forward_split (hmm_batched.cu's HMS_*): rows a launch, states of a
+/// block's slice of the transitions (a cluster of ceil(N / 128) blocks
+/// splits a step's sums over k), column units of 8 a cluster at most, and
+/// threads of a block.
+const SPLIT_ROWS: usize = 64;
+const SPLIT_KR: usize = 128;
+const SPLIT_MAX_UNITS: usize = 9;
+const SPLIT_THREADS: u32 = 256;
+
+/// States from which a forward pass that keeps no alphas over at most 64
+/// sequences runs hmm_forward_split (clusters of 8 blocks), where it was
+/// measured faster on an H200: at N = 1,024, 64 sequences of 256 took 1.89
+/// ms on the device against the narrow tiles' 2.40-2.42 (one of 64: 0.45
+/// against 0.60), at N = 900, 20 of 200 1.25 against 1.73; at N = 768
+/// (clusters of 6) it was slower, 2.16 against 2.02 (BENCHMARKS.md).
+const SPLIT_FROM: usize = 897;
+
+/// hmm_forward_split's dynamic shared memory (HMS_SMEM) for clusters of
+/// `ks` blocks: the slice of the state vectors, the ninth unit's
+/// transitions and quarters, the fragments and row sums received, each
+/// thread's emission entries.
+fn split_smem(ks: usize) -> usize {
+    let threads = SPLIT_THREADS as usize;
+    8 * (SPLIT_ROWS * (SPLIT_KR + 4) + SPLIT_KR * 12 + 4 * SPLIT_ROWS * 8 + ks * SPLIT_ROWS * 16 + ks * SPLIT_ROWS + 4 * threads)
+}
+
+/// 0: choose by the shape; 1: never; 2: wherever it can run (from 513
+/// states: clusters of 5 to 8 blocks).
+static FORCED_SPLIT: AtomicU8 = AtomicU8::new(0);
+
+/// Make forward passes that keep no alphas run hmm_forward_split wherever
+/// it can (Some(true)) or never (Some(false); None: by the shape), for
+/// benchmarks and tests that compare it with the batched kernels.
+#[doc(hidden)]
+pub fn force_split(on: Option<bool>) {
+    FORCED_SPLIT.store(
+        match on {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        },
+        Ordering::Relaxed,
+    );
+}
+
+/// hmm_forward_split's launches in this process, for tests that check a
+/// shape took it.
+static SPLIT_LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[doc(hidden)]
+pub fn split_launches() -> usize {
+    SPLIT_LAUNCHES.load(Ordering::Relaxed)
+}
+
+/// hmm_forward_split's launch: clusters of `ks` blocks, `grid` blocks.
+#[derive(Clone, Copy, Debug)]
+struct Split {
+    ks: usize,
+    grid: u32,
+}
+
+impl Split {
+    fn defines(self) -> [(&'static str, i64); 1] {
+        [("HMS_KS", self.ks as i64)]
+    }
+
+    fn config(self) -> LaunchConfig {
+        LaunchConfig { grid_dim: (self.grid, 1, 1), block_dim: (SPLIT_THREADS, 1, 1), shared_mem_bytes: split_smem(self.ks) as u32 }
+    }
+
+    /// The launch for N states and batches of at most `rows` rows, where
+    /// hmm_forward_split runs (sm_90's clusters, N up to 1,024, `rows` up
+    /// to 64; from SPLIT_FROM unless forced): ceil(N / 8) column units of
+    /// 8 shared by as many clusters as are resident at once, at most 8
+    /// units each (9 where fewer fit: 15 clusters of 8 on an H200 at N =
+    /// 1,024).
+    fn plan(dev: &Device, n: usize, rows: usize) -> Result<Option<Self>> {
+        let wanted = match FORCED_SPLIT.load(Ordering::Relaxed) {
+            1 => false,
+            2 => true,
+            _ => n >= SPLIT_FROM,
+        };
+        let ks = n.div_ceil(SPLIT_KR);
+        if !wanted || dev.info.compute_capability.0 < 9 || rows > SPLIT_ROWS || !(5..=8).contains(&ks) || split_smem(ks) > dev.max_shared_per_block {
+            return Ok(None);
+        }
+        // Kept per device and cluster size (a driver call each time would
+        // cost a small call more than its plan).
+        static MOST: Mutex<Vec<((usize, usize), usize)>> = Mutex::new(Vec::new());
+        let units = n.div_ceil(8);
+        let key = (dev.info.ordinal, ks);
+        let known = MOST.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(k, _)| *k == key).map(|&(_, m)| m);
+        let most = match known {
+            Some(m) => m,
+            None => {
+                let probe = Split { ks, grid: (ks * units.div_ceil(8)) as u32 };
+                let f = dev.function(Kernel::HmmForwardSplit, &probe.defines())?;
+                let m = f.occupancy_max_active_clusters(probe.config(), &dev.stream).map_err(err(dev, "preparing the split forward pass"))? as usize;
+                MOST.lock().unwrap_or_else(|e| e.into_inner()).push((key, m));
+                m
+            }
+        };
+        let clusters = units.div_ceil(8).min(most);
+        Ok((clusters > 0 && units <= clusters * SPLIT_MAX_UNITS).then_some(Split { ks, grid: (clusters * ks) as u32 }))
     }
 }
 
@@ -239,6 +349,8 @@ pub(super) struct Batched {
     /// never more than can be resident (the barrier needs all of them);
     /// with `Narrow`, a multiple of the column tiles.
     grid: u32,
+    /// Where forward passes that keep no alphas run hmm_forward_split.
+    split: Option<Split>,
 }
 
 /// Device addresses of the batched passes' scratch arrays (see
@@ -249,6 +361,8 @@ struct Scratch {
     psum: u64,
     llacc: u64,
     bar: u64,
+    /// hmm_forward_split's arrival count (its grid is not the others').
+    split_bar: u64,
 }
 
 /// Dynamic shared memory a block of the batched passes may have.
@@ -329,16 +443,19 @@ impl Batched {
             (None, Some(_)) => (Tiling::Wide, wide.0),
         };
         crate::gpu::timing::record("plan functions", t0);
-        let (scratch, [buf0, buf1, psum, llacc, bar]) = dev.alloc_zeros_packed([8 * rows * row_stride(n), 8 * rows * row_stride(n), 8 * 2 * n.div_ceil(CHUNK) * rows, 8 * rows, 8])?;
+        let split = Split::plan(dev, n, rows)?;
+        let (scratch, [buf0, buf1, psum, llacc, bar, split_bar]) =
+            dev.alloc_zeros_packed([8 * rows * row_stride(n), 8 * rows * row_stride(n), 8 * 2 * n.div_ceil(CHUNK) * rows, 8 * rows, 8, 8])?;
         Ok(Batched {
             n,
             v,
             batches,
             _scratch: scratch,
-            scratch: Scratch { buf0, buf1, psum, llacc, bar },
+            scratch: Scratch { buf0, buf1, psum, llacc, bar, split_bar },
             defines: tiling.defines(n, dynamic_smem_limit(dev)),
             smem: tiling.smem(n, dynamic_smem_limit(dev)),
             grid,
+            split,
         })
     }
 
@@ -357,6 +474,9 @@ impl Batched {
         store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
         loglik: &mut CudaSlice<f64>,
     ) -> Result<()> {
+        if let (None, Some(split)) = (&store, self.split) {
+            return self.forward_split(dev, tables, seqs, b, split, loglik);
+        }
         let f = dev.function(Kernel::HmmForwardBatched, &self.defines)?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
@@ -384,6 +504,31 @@ impl Batched {
         // barrier requires (with Narrow, a multiple of the column tiles, and
         // the slice in the dynamic shared memory); mins holds two keys.
         unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching hmm_forward_batched"))?;
+        Ok(())
+    }
+
+    /// [`Batched::forward`] without stored alphas by hmm_forward_split.
+    fn forward_split(&mut self, dev: &Device, tables: &DeviceTables, seqs: &DeviceSeqs, b: usize, split: Split, loglik: &mut CudaSlice<f64>) -> Result<()> {
+        let f = dev.function(Kernel::HmmForwardSplit, &split.defines())?;
+        let batch = &self.batches[b];
+        let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
+        let mut launch = dev.stream.launch_builder(&f);
+        launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&batch.rows.base).arg(&rows);
+        batch.rows.push(&mut launch);
+        let sc = &self.scratch;
+        launch.arg(&sc.buf0).arg(&sc.buf1).arg(&sc.split_bar).arg(loglik).arg(&tables.mins);
+        // SAFETY: the arguments match hmm_forward_split's parameters in
+        // order and type; rel, len and seq hold `rows` (at most 64) entries,
+        // running longest + 1, as HmbBatch describes; buf0/buf1 hold rows x
+        // row_stride(N) doubles (the pad column zero); split_bar is an
+        // arrival count only this plan's split launches (one grid) use,
+        // left at a multiple of the grid; loglik holds one double per
+        // sequence, mins two keys. The grid is whole clusters of split.ks
+        // blocks, no more clusters than can be resident at once
+        // (`Split::plan`), as the grid barrier requires; the launch is
+        // cooperative.
+        unsafe { launch.launch_cooperative(split.config()) }.map_err(err(dev, "launching hmm_forward_split"))?;
+        SPLIT_LAUNCHES.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 

@@ -66,7 +66,7 @@ mod scan;
 mod shares;
 
 #[doc(hidden)]
-pub use batched::{force_tiling, Tiling};
+pub use batched::{force_split, force_tiling, split_launches, Tiling};
 #[doc(hidden)]
 pub use plan::force_batched;
 #[doc(hidden)]
