@@ -631,8 +631,32 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS, 1) hmm_forward_batched
     }
 }
 
-// hmm_forward_split: the forward pass that keeps no alphas (log-likelihoods)
-// of up to HMS_ROWS sequences of N <= HMS_KS x HMS_KR states, a step's
+// The backward pass's last step at column j of a row (first symbol rel,
+// length len > 0; `ok`: its sequence possible): beta = 1, gamma = alpha,
+// w = B(o_{len-1}) / c_{len-1} into *w_out and tmp_out's last two rows; an
+// impossible row's gamma rows NaN and tmp rows zero (*w_out untouched).
+__device__ __forceinline__ void hmb_backward_last(int N, int j, long long rel, long long len, bool ok, const double* __restrict__ emis_k,
+                                                  const unsigned* __restrict__ sym, long long base, const double* __restrict__ alpha,
+                                                  const double* __restrict__ scale, double* w_out, double* gamma, double* tmp_out) {
+    if (!ok) {
+        for (long long t = 0; t < len; ++t) {
+            if (gamma) gamma[(rel + t) * N + j] = HMM_NAN;
+            if (tmp_out) tmp_out[(rel + t) * N + j] = 0.0;
+        }
+        return;
+    }
+    const long long last = rel + len - 1;
+    const double w = emis_k[(long long)sym[base + last] * N + j] / scale[last];
+    *w_out = w;
+    if (gamma) gamma[last * N + j] = alpha[last * N + j];
+    if (tmp_out) {
+        tmp_out[last * N + j] = 0.0;
+        if (len > 1) tmp_out[(last - 1) * N + j] = w;
+    }
+}
+
+// hmm_forward_split: the forward pass (log-likelihoods, and with alpha the
+// scaled alphas and scales) of up to HMS_ROWS sequences of N <= HMS_KS x HMS_KR states, a step's
 // product split along k over the HMS_KS blocks of a cluster (sm_90).
 // hmm_forward_batched's narrow tiles read every row's whole state vector in
 // each of N / 16 column tiles at every step (8.6 GB over a pass at N =
@@ -656,7 +680,9 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS, 1) hmm_forward_batched
 // not depend on the grid; it is not hmm_forward_batched's, so the two agree
 // to rounding. tools/hmm-probe/splitk.cu measured the design first.
 //
-// Arguments as hmm_forward_batched's, less alpha, scale, psum and llacc;
+// Arguments as hmm_forward_batched's, less psum and llacc; with alpha and
+// scale, every scaled alpha and scale is stored as there (each block its
+// slice of some rows, after the cluster's barrier gives their scales);
 // `bar` is this kernel's own arrival count. The grid is HMS_KS x clusters,
 // each cluster's units an even share of ceil(N / 8), at most HMS_MAXU; one
 // block a multiprocessor, launched cooperatively; HMS_SMEM bytes of dynamic
@@ -675,7 +701,7 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS, 1) hmm_forward_batched
 #define HMS_OWN 16                        // columns a block owns at most (units r, r + HMS_KS)
 #define HMS_CHUNK 32                      // k of a copy chunk of the slice
 #define HMS_CHUNKS (HMS_KR / HMS_CHUNK)
-#define HMS_SMEM (8 * (HMS_ROWS * HMS_LDA + HMS_KR * HMS_LDX + 4 * HMS_ROWS * 8 + HMS_KS * HMS_ROWS * HMS_OWN + HMS_KS * HMS_ROWS + 4 * HMS_THREADS))
+#define HMS_SMEM (8 * (HMS_ROWS * HMS_LDA + HMS_KR * HMS_LDX + 4 * HMS_ROWS * 8 + HMS_KS * HMS_ROWS * HMS_OWN + HMS_KS * HMS_ROWS + 8 * HMS_THREADS + HMS_ROWS))
 
 #if __CUDA_ARCH__ >= 900
 // The address of `p` (this block's shared memory) in the block of rank
@@ -711,6 +737,188 @@ __device__ __forceinline__ void hms_send(double* recv, int from, int r, int q, i
     hms_put2(at, d[0], d[1]);
     hms_put2(at + 8 * HMS_OWN * (unsigned)sizeof(double), d[2], d[3]);
 }
+
+// A block of a split launch: its rank in its cluster, its cluster's column
+// units (U of them from column col_base), its rows of the transitions
+// (k_base..), and its threads' roles. Warp w computes rows 32 rh + 0..31
+// (fragments 2 rh, 2 rh + 1) of units uq and uq + 4, and k steps 2 uq, 2 uq
+// + 1 of the ninth unit; as an owner, thread tid sums row orow at columns
+// 2 op, 2 op + 1 of its units (rank, rank + HMS_KS: `owned` of them below U).
+struct HmsBlock {
+    int rank, cluster, clusters, tid, g, q, rh, uq, orow, op, U, owned, col_base, k_base;
+    bool ninth;
+};
+
+__device__ __forceinline__ HmsBlock hms_block(int N) {
+    HmsBlock k;
+    k.rank = blockIdx.x % HMS_KS, k.cluster = blockIdx.x / HMS_KS, k.clusters = gridDim.x / HMS_KS;
+    k.tid = threadIdx.x;
+    const int w = k.tid >> 5;
+    k.g = (k.tid & 31) >> 2, k.q = k.tid & 3, k.rh = w >> 2, k.uq = w & 3;
+    k.orow = k.tid >> 2, k.op = k.tid & 3;
+    const int units = (N + 7) / 8;
+    const int u0 = (int)((long long)k.cluster * units / k.clusters);
+    k.U = (int)((long long)(k.cluster + 1) * units / k.clusters) - u0;
+    k.owned = (k.rank < k.U) + (k.rank + HMS_KS < k.U);
+    k.col_base = 8 * u0, k.k_base = HMS_KR * k.rank;
+    k.ninth = k.U > 8;
+    return k;
+}
+
+// Column `col` of owned unit `j` (0, 1) of thread `op`, pair element `e`.
+__device__ __forceinline__ int hms_col(const HmsBlock& k, int j, int e) {
+    return k.col_base + 8 * (k.rank + HMS_KS * j) + 2 * k.op + e;
+}
+
+// The block's transitions from `right` (N x N, row from, column to) for the
+// whole pass: the first 8 units' in b, b[kk][j][v] = right(k_base + 16 kk
+// + q + 4 v, unit uq + 4 j, column g), the ninth unit's in bx; zeros past N
+// and past the cluster's units.
+__device__ __forceinline__ void hms_load_right(const HmsBlock& k, int N, const double* __restrict__ right, double (&b)[HMS_KK][2][4], double* bx) {
+    const auto p_at = [&](int kr, int c) { const int from = k.k_base + kr, to = k.col_base + c; return c < 8 * k.U && from < N && to < N ? right[(long long)from * N + to] : 0.0; };
+#pragma unroll
+    for (int kk = 0; kk < HMS_KK; ++kk)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) b[kk][j][v] = p_at(16 * kk + k.q + 4 * v, 8 * (k.uq + 4 * j) + k.g);
+    for (int i = k.tid; i < HMS_KR * 8; i += HMS_THREADS) bx[(i / 8) * HMS_LDX + i % 8] = p_at(i / 8, 64 + i % 8);
+}
+
+// Copy the block's slice of `cur` (rows below `run`; zeros for the others
+// and past N) into `as`, in HMS_CHUNKS commit groups of HMS_CHUNK columns.
+__device__ __forceinline__ void hms_copy_slice(const HmsBlock& k, int N, double* as, const double* cur, int run) {
+    const long long ld = HMB_LD(N);
+#pragma unroll
+    for (int ch = 0; ch < HMS_CHUNKS; ++ch) {
+        for (int i = k.tid; i < HMS_ROWS * HMS_CHUNK / 2; i += HMS_THREADS) {
+            const int r = i / (HMS_CHUNK / 2), c = ch * HMS_CHUNK + 2 * (i % (HMS_CHUNK / 2));
+            hmb_copy_l2(as + r * HMS_LDA + c, cur + r * ld + k.k_base + c, r < run && k.k_base + c < N);
+        }
+        hmb_copy_commit();
+    }
+}
+
+// The step's product of the slice (as hms_copy_slice committed it, the
+// chunks waited for in turn) with the block's transitions: the fragments
+// of the first 8 units stored in their owners' recv, then `between()`,
+// then the ninth unit's (each warp a quarter of its k, the quarters added
+// in quarter order through xq) stored in its owner's. The owners read recv
+// after the cluster's barrier.
+template <class Between>
+__device__ __forceinline__ void hms_product(const HmsBlock& k, const double* as, const double* bx, double* xq, double* recv, const double (&b)[HMS_KK][2][4], Between between) {
+    double acc[2][2][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[m][0][v] = acc[m][1][v] = 0.0;
+    // A fragment of rows 32 rh + 16 m.. at k steps from k0.
+    const auto a_frag = [&](int m, int k0, double (&a)[8]) {
+#pragma unroll
+        for (int v = 0; v < 8; ++v) a[v] = as[(32 * k.rh + 16 * m + k.g + 8 * (v & 1)) * HMS_LDA + k0 + k.q + 4 * (v >> 1)];
+    };
+#pragma unroll
+    for (int ch = 0; ch < HMS_CHUNKS; ++ch) {
+        hms_wait(HMS_CHUNKS - 1 - ch);
+        __syncthreads();
+#pragma unroll
+        for (int kq = 0; kq < HMS_CHUNK / 16; ++kq) {
+            const int kk = ch * (HMS_CHUNK / 16) + kq;
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                double a[8];
+                a_frag(m, 16 * kk, a);
+#pragma unroll
+                for (int j = 0; j < 2; ++j) mma_f64_16x8x16(acc[m][j][0], acc[m][j][1], acc[m][j][2], acc[m][j][3], a, b[kk][j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            if (k.uq + 4 * j < k.U) hms_send(recv, k.rank, 32 * k.rh + 16 * m + k.g, k.q, k.uq + 4 * j, acc[m][j]);
+    between();
+    if (!k.ninth) return;
+    double accx[2][4] = {{0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}};
+#pragma unroll
+    for (int kq = 0; kq < 2; ++kq) {
+        const int k0 = 16 * (2 * k.uq + kq);
+        double bb[4];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) bb[v] = bx[(k0 + k.q + 4 * v) * HMS_LDX + k.g];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            double a[8];
+            a_frag(m, k0, a);
+            mma_f64_16x8x16(accx[m][0], accx[m][1], accx[m][2], accx[m][3], a, bb);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+        double* x = xq + (k.uq * HMS_ROWS + 32 * k.rh + 16 * m + k.g) * 8 + 2 * k.q;
+        *reinterpret_cast<double2*>(x) = make_double2(accx[m][0], accx[m][1]);
+        *reinterpret_cast<double2*>(x + 64) = make_double2(accx[m][2], accx[m][3]);
+    }
+    __syncthreads();
+    double d[2] = {0.0, 0.0};
+#pragma unroll
+    for (int kq = 0; kq < 4; ++kq) {
+        const double2 x = *reinterpret_cast<const double2*>(xq + (kq * HMS_ROWS + k.orow) * 8 + 2 * k.op);
+        d[0] += x.x;
+        d[1] += x.y;
+    }
+    hms_put2(hms_remote(recv + (k.rank * HMS_ROWS + k.orow) * HMS_OWN + 8 * (8 / HMS_KS) + 2 * k.op, 8 % HMS_KS), d[0], d[1]);
+}
+
+// The owner's sums of owned unit j at its two columns: the ranks'
+// fragments in rank order.
+__device__ __forceinline__ double2 hms_owned_sum(const HmsBlock& k, const double* recv, int j) {
+    double v0 = 0.0, v1 = 0.0;
+#pragma unroll
+    for (int from = 0; from < HMS_KS; ++from) {
+        const double2 p = *reinterpret_cast<const double2*>(recv + (from * HMS_ROWS + k.orow) * HMS_OWN + 8 * j + 2 * k.op);
+        v0 += p.x;
+        v1 += p.y;
+    }
+    return make_double2(v0, v1);
+}
+
+// Store x at p and, with `pair`, y after it: one 16-byte store where p is
+// aligned to it (N even), else two (a backward step's results cost three
+// times its forward step's stores).
+__device__ __forceinline__ void hms_store2(double* p, double x, double y, bool pair) {
+    if (pair && (reinterpret_cast<unsigned long long>(p) & 15) == 0) {
+        *reinterpret_cast<double2*>(p) = make_double2(x, y);
+    } else {
+        p[0] = x;
+        if (pair) p[1] = y;
+    }
+}
+
+// The shared memory of a split block (HMS_SMEM bytes).
+struct HmsShared {
+    double* as;    // [HMS_ROWS][HMS_LDA]: the slice of the state vectors
+    double* bx;    // [HMS_KR][HMS_LDX]: the ninth unit's transitions
+    double* xq;    // [4][HMS_ROWS][8]: the ninth unit's quarters
+    double* recv;  // [HMS_KS][HMS_ROWS][HMS_OWN]: the ranks' fragments of the owned columns
+    double* rsum;  // [HMS_KS][HMS_ROWS]: the ranks' sums of the slice's rows
+    double* es;    // [HMS_THREADS][4]: each owner thread's emission entries
+    double* ea;    // [HMS_THREADS][4]: each owner thread's alphas (backward)
+    long long* rel; // [HMS_ROWS]: the rows' first symbols (forward, storing alphas)
+};
+__device__ __forceinline__ HmsShared hms_shared(double* dynamic) {
+    HmsShared m;
+    m.as = dynamic;
+    m.bx = m.as + HMS_ROWS * HMS_LDA;
+    m.xq = m.bx + HMS_KR * HMS_LDX;
+    m.recv = m.xq + 4 * HMS_ROWS * 8;
+    m.rsum = m.recv + HMS_KS * HMS_ROWS * HMS_OWN;
+    m.es = m.rsum + HMS_KS * HMS_ROWS;
+    m.ea = m.es + 4 * HMS_THREADS;
+    m.rel = reinterpret_cast<long long*>(m.ea + 4 * HMS_THREADS);
+    return m;
+}
 #endif
 
 extern "C" __global__ void
@@ -723,47 +931,25 @@ __launch_bounds__(HMS_THREADS, 1) hmm_forward_split(
     const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
     const int* __restrict__ row_seq, const int* __restrict__ running,
     double* __restrict__ buf0, double* __restrict__ buf1, unsigned long long* __restrict__ bar,
-    double* __restrict__ loglik, const unsigned long long* __restrict__ mins)
+    double* __restrict__ alpha, double* __restrict__ scale, double* __restrict__ loglik,
+    const unsigned long long* __restrict__ mins)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ __align__(16) double hms_dynamic[];
-    double* as = hms_dynamic;                            // [HMS_ROWS][HMS_LDA]: the slice of the state vectors
-    double* bx = as + HMS_ROWS * HMS_LDA;                // [HMS_KR][HMS_LDX]: the ninth unit's transitions
-    double* xq = bx + HMS_KR * HMS_LDX;                  // [4][HMS_ROWS][8]: the ninth unit's quarters
-    double* recv = xq + 4 * HMS_ROWS * 8;                // [HMS_KS][HMS_ROWS][HMS_OWN]: the ranks' fragments of the owned columns
-    double* rsum = recv + HMS_KS * HMS_ROWS * HMS_OWN;   // [HMS_KS][HMS_ROWS]: the ranks' sums of the slice's rows
-    double* es = rsum + HMS_KS * HMS_ROWS;               // [HMS_THREADS][4]: each owner thread's emission entries
+    const HmsShared sm = hms_shared(hms_dynamic);
     const double theta = hmb_theta(mins);
-    const int rank = blockIdx.x % HMS_KS, cluster = blockIdx.x / HMS_KS, clusters = gridDim.x / HMS_KS;
-    const int tid = threadIdx.x, w = tid >> 5, g = (tid & 31) >> 2, q = tid & 3;
-    const int units = (N + 7) / 8;
-    const int u0 = (int)((long long)cluster * units / clusters), U = (int)((long long)(cluster + 1) * units / clusters) - u0;
-    const int col_base = 8 * u0, k_base = HMS_KR * rank;
+    const HmsBlock k = hms_block(N);
     const long long ld = HMB_LD(N);
-    const auto p_at = [&](int k, int c) { const int from = k_base + k, to = col_base + c; return c < 8 * U && from < N && to < N ? trans[(long long)from * N + to] : 0.0; };
-    // Warp w: rows 32 rh + 0..31 (fragments 2 rh, 2 rh + 1), units uq and
-    // uq + 4, and k steps 2 uq, 2 uq + 1 of the ninth unit.
-    const int rh = w >> 2, uq = w & 3;
-    // b[kk][j][v] = P(to unit uq + 4 j, column g | from k_base + 16 kk + q + 4 v).
     double b[HMS_KK][2][4];
-#pragma unroll
-    for (int kk = 0; kk < HMS_KK; ++kk)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) b[kk][j][v] = p_at(16 * kk + q + 4 * v, 8 * (uq + 4 * j) + g);
-    const bool ninth = U > 8;
-    for (int i = tid; i < HMS_KR * 8; i += HMS_THREADS) bx[(i / 8) * HMS_LDX + i % 8] = p_at(i / 8, 64 + i % 8);
-    // As an owner, thread tid sums row orow at columns 2 op, 2 op + 1 of its
-    // units (rank, rank + HMS_KS, those below U).
-    const int orow = tid >> 2, op = tid & 3;
-    const int owned = (rank < U) + (rank + HMS_KS < U);
+    hms_load_right(k, N, trans, b, sm.bx);
+    const int orow = k.orow, op = k.op, tid = k.tid;
     const bool in_batch = orow < rows;
     const long long o_rel = in_batch ? row_rel[orow] : 0, o_len = in_batch ? row_len[orow] : 0;
     const int o_seq = in_batch ? row_seq[orow] : 0;
     const long long Tmax = rows > 0 ? row_len[0] : 0;
     double ll = 0.0;  // the row's log-likelihood (kept by block 0)
     unsigned o_sym = o_len > 0 ? sym[base + o_rel] : 0;  // its symbol at step t
+    if (tid < HMS_ROWS) sm.rel[tid] = tid < rows ? row_rel[tid] : 0;
     __syncthreads();
     for (long long t = 0; t <= Tmax; ++t) {
         // Step t computes the rows running at t, and takes step t - 1's
@@ -778,11 +964,11 @@ __launch_bounds__(HMS_THREADS, 1) hmm_forward_split(
         {
             const double* erow = emis_k + (long long)o_sym * N;
 #pragma unroll
-            for (int k = 0; k < 2; ++k)
+            for (int j = 0; j < 2; ++j)
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int col = col_base + 8 * (rank + HMS_KS * k) + 2 * op + u;
-                    hmb_copy_ro<8>(es + 4 * tid + 2 * k + u, erow + col, now && k < owned && col < N);
+                for (int e = 0; e < 2; ++e) {
+                    const int col = hms_col(k, j, e);
+                    hmb_copy_ro<8>(sm.es + 4 * tid + 2 * j + e, erow + col, now && j < k.owned && col < N);
                 }
             hmb_copy_commit();
             o_sym = t + 1 < o_len ? sym[base + o_rel + t + 1] : 0;
@@ -790,132 +976,182 @@ __launch_bounds__(HMS_THREADS, 1) hmm_forward_split(
         if (t == 0) hmb_copy_wait<0>();
         double mul = 0.0;  // 1 / c_{t-1} of row orow
         if (t > 0) {
-            // The slice of step t - 1's vectors (rows running then; zeros
-            // for the others and past N), in chunks.
-#pragma unroll
-            for (int ch = 0; ch < HMS_CHUNKS; ++ch) {
-                for (int i = tid; i < HMS_ROWS * HMS_CHUNK / 2; i += HMS_THREADS) {
-                    const int r = i / (HMS_CHUNK / 2), k = ch * HMS_CHUNK + 2 * (i % (HMS_CHUNK / 2));
-                    hmb_copy_l2(as + r * HMS_LDA + k, cur + r * ld + k_base + k, r < run_prev && k_base + k < N);
-                }
-                hmb_copy_commit();
-            }
-            double acc[2][2][4];
-#pragma unroll
-            for (int m = 0; m < 2; ++m)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) acc[m][0][v] = acc[m][1][v] = 0.0;
-#pragma unroll
-            for (int ch = 0; ch < HMS_CHUNKS; ++ch) {
-                hms_wait(HMS_CHUNKS - 1 - ch);
-                __syncthreads();
-#pragma unroll
-                for (int kq = 0; kq < HMS_CHUNK / 16; ++kq) {
-                    const int kk = ch * (HMS_CHUNK / 16) + kq, k0 = 16 * kk;
-#pragma unroll
-                    for (int m = 0; m < 2; ++m) {
-                        double a[8];
-#pragma unroll
-                        for (int v = 0; v < 8; ++v) a[v] = as[(32 * rh + 16 * m + g + 8 * (v & 1)) * HMS_LDA + k0 + q + 4 * (v >> 1)];
-#pragma unroll
-                        for (int j = 0; j < 2; ++j) mma_f64_16x8x16(acc[m][j][0], acc[m][j][1], acc[m][j][2], acc[m][j][3], a, b[kk][j]);
-                    }
-                }
-            }
-            // The fragments, to their owners.
-#pragma unroll
-            for (int m = 0; m < 2; ++m)
-#pragma unroll
-                for (int j = 0; j < 2; ++j)
-                    if (uq + 4 * j < U) hms_send(recv, rank, 32 * rh + 16 * m + g, q, uq + 4 * j, acc[m][j]);
-            // This rank's sums of the slice's rows (NaN below the
-            // certificate; lane op adds columns op, op + 4, ...), to every
-            // block of the cluster: lane op stores to ranks op, op + 4.
-            {
-                const double* v = as + orow * HMS_LDA + op;
+            hms_copy_slice(k, N, sm.as, cur, run_prev);
+            hms_product(k, sm.as, sm.bx, sm.xq, sm.recv, b, [&] {
+                // This rank's sums of the slice's rows (NaN below the
+                // certificate; lane op adds columns op, op + 4, ...), to
+                // every block of the cluster: lane op stores to ranks op,
+                // op + 4.
+                const double* v = sm.as + orow * HMS_LDA + op;
                 double s4[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll 8
                 for (int i = 0; i < HMS_KR / 4; ++i) s4[i & 3] += (v[4 * i] > 0.0 && v[4 * i] < theta) ? HMM_NAN : v[4 * i];
                 double s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
                 s += __shfl_xor_sync(FULL_MASK, s, 1);
                 s += __shfl_xor_sync(FULL_MASK, s, 2);
-                for (int to = op; to < HMS_KS; to += 4) hms_put(hms_remote(rsum + rank * HMS_ROWS + orow, to), s);
-            }
-            if (ninth) {
-                // The ninth unit: the warp's quarter of k (steps 2 uq, 2 uq
-                // + 1), then the quarters added in quarter order.
-                double accx[2][4] = {{0.0, 0.0, 0.0, 0.0}, {0.0, 0.0, 0.0, 0.0}};
-#pragma unroll
-                for (int kq = 0; kq < 2; ++kq) {
-                    const int k0 = 16 * (2 * uq + kq);
-                    double bb[4];
-#pragma unroll
-                    for (int v = 0; v < 4; ++v) bb[v] = bx[(k0 + q + 4 * v) * HMS_LDX + g];
-#pragma unroll
-                    for (int m = 0; m < 2; ++m) {
-                        double a[8];
-#pragma unroll
-                        for (int v = 0; v < 8; ++v) a[v] = as[(32 * rh + 16 * m + g + 8 * (v & 1)) * HMS_LDA + k0 + q + 4 * (v >> 1)];
-                        mma_f64_16x8x16(accx[m][0], accx[m][1], accx[m][2], accx[m][3], a, bb);
-                    }
-                }
-#pragma unroll
-                for (int m = 0; m < 2; ++m) {
-                    double* x = xq + (uq * HMS_ROWS + 32 * rh + 16 * m + g) * 8 + 2 * q;
-                    *reinterpret_cast<double2*>(x) = make_double2(accx[m][0], accx[m][1]);
-                    *reinterpret_cast<double2*>(x + 64) = make_double2(accx[m][2], accx[m][3]);
-                }
-                __syncthreads();
-                double d[2] = {0.0, 0.0};
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const double2 x = *reinterpret_cast<const double2*>(xq + (k * HMS_ROWS + orow) * 8 + 2 * op);
-                    d[0] += x.x;
-                    d[1] += x.y;
-                }
-                hms_put2(hms_remote(recv + (rank * HMS_ROWS + orow) * HMS_OWN + 8 * (8 / HMS_KS) + 2 * op, 8 % HMS_KS), d[0], d[1]);
-            }
+                for (int to = op; to < HMS_KS; to += 4) hms_put(hms_remote(sm.rsum + k.rank * HMS_ROWS + orow, to), s);
+            });
             hms_cluster_sync();
             // c_{t-1} of the row: the ranks' sums in rank order; as
             // hmm_forward_batched, NaN when uncertain, 0 when impossible.
             double c = 0.0;
 #pragma unroll
-            for (int from = 0; from < HMS_KS; ++from) c += rsum[from * HMS_ROWS + orow];
+            for (int from = 0; from < HMS_KS; ++from) c += sm.rsum[from * HMS_ROWS + orow];
             const bool was = orow < run_prev;
             mul = was && c > 0.0 ? 1.0 / c : 0.0;
             if (blockIdx.x == 0 && op == 0 && was) {
                 ll += c > 0.0 ? log(c) : c == c && theta <= 1.0 ? HMM_NEG_INF : HMM_NAN;
                 if (o_len == t) loglik[o_seq] = ll;
             }
+            if (alpha) {
+                // Step t - 1's scaled alphas, as hmm_forward_batched stores
+                // them: each block its slice of the rows of one cluster
+                // (row r: cluster r mod clusters), a thread a column, each
+                // taking the row's scale from the ranks' sums in rank order
+                // (as the owners); rank 0 the scale. (The row's four owner
+                // threads storing it, 32 values each, cost 1 us a step.)
+                for (int e = tid;; e += HMS_THREADS) {
+                    const int r = k.cluster + k.clusters * (e / HMS_KR), i = e % HMS_KR;
+                    if (r >= run_prev) break;
+                    double cr = 0.0;
+#pragma unroll
+                    for (int from = 0; from < HMS_KS; ++from) cr += sm.rsum[from * HMS_ROWS + r];
+                    if (!(cr > 0.0) || k.k_base + i >= N) continue;
+                    alpha[(sm.rel[r] + t - 1) * N + k.k_base + i] = sm.as[r * HMS_LDA + i] * (1.0 / cr);
+                    if (k.rank == 0 && i == 0) scale[sm.rel[r] + t - 1] = cr;
+                }
+            }
         }
         // Step t of the owned columns: (the ranks' fragments in rank order)
         // / c_{t-1} .* e(o_t), or start .* e(o_0).
         if (now) {
 #pragma unroll
-            for (int k = 0; k < 2; ++k) {
-                if (k >= owned) break;
-                const int col = col_base + 8 * (rank + HMS_KS * k) + 2 * op;
+            for (int j = 0; j < 2; ++j) {
+                if (j >= k.owned) break;
+                const int col = hms_col(k, j, 0);
                 double v0 = 0.0, v1 = 0.0;
                 if (t == 0) {
                     v0 = col < N ? start[col] : 0.0;
                     v1 = col + 1 < N ? start[col + 1] : 0.0;
                 } else {
-#pragma unroll
-                    for (int from = 0; from < HMS_KS; ++from) {
-                        const double2 p = *reinterpret_cast<const double2*>(recv + (from * HMS_ROWS + orow) * HMS_OWN + 8 * k + 2 * op);
-                        v0 += p.x;
-                        v1 += p.y;
-                    }
-                    v0 *= mul;
-                    v1 *= mul;
+                    const double2 v = hms_owned_sum(k, sm.recv, j);
+                    v0 = v.x * mul;
+                    v1 = v.y * mul;
                 }
-                const double e0 = es[4 * tid + 2 * k], e1 = es[4 * tid + 2 * k + 1];
+                const double e0 = sm.es[4 * tid + 2 * j], e1 = sm.es[4 * tid + 2 * j + 1];
                 double* out = nxt + orow * ld + col;
                 if (col + 1 < N) __stcg(reinterpret_cast<double2*>(out), make_double2(v0 * e0, v1 * e1));
                 else if (col < N) __stcg(out, v0 * e0);
             }
         }
         if (t < Tmax) hmb_grid_sync(bar);
+    }
+#endif
+}
+
+// hmm_backward_split: hmm_backward_batched's pass (same arguments and
+// results) for the batches hmm_forward_split runs, each step's product
+// split the same way. Its right operand is the transposed transitions, its
+// left the rows w_{t+1} = B(o_{t+1}) .* beta_hat_{t+1} / c_{t+1} that the
+// step before wrote; there are no scales to sum. Each owner thread copies
+// its alphas and the next emission entries into shared memory ahead of the
+// product; after the cluster's barrier it adds the ranks' fragments in
+// rank order (beta_hat_t), writes gamma = alpha .* beta_hat_t and, but at
+// t = 0, w_t to the next step's buffer and to tmp_out. Rows whose sequence
+// is impossible or uncertain (loglik not above -inf) get NaN gamma rows
+// and zero tmp rows, as there.
+extern "C" __global__ void
+#if __CUDA_ARCH__ >= 900
+__cluster_dims__(HMS_KS, 1, 1)
+#endif
+__launch_bounds__(HMS_THREADS, 1) hmm_backward_split(
+    int N, const double* __restrict__ trans_t, const double* __restrict__ emis_k,
+    const unsigned* __restrict__ sym, long long base, int rows,
+    const long long* __restrict__ row_rel, const long long* __restrict__ row_len,
+    const int* __restrict__ row_seq, const int* __restrict__ running,
+    double* __restrict__ buf0, double* __restrict__ buf1,
+    unsigned long long* __restrict__ bar, const double* __restrict__ alpha, const double* __restrict__ scale,
+    const double* __restrict__ loglik, double* __restrict__ gamma, double* __restrict__ tmp_out)
+{
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(16) double hms_dynamic[];
+    const HmsShared sm = hms_shared(hms_dynamic);
+    const HmsBlock k = hms_block(N);
+    const long long ld = HMB_LD(N);
+    double b[HMS_KK][2][4];
+    hms_load_right(k, N, trans_t, b, sm.bx);
+    const int orow = k.orow, tid = k.tid;
+    const bool in_batch = orow < rows;
+    const long long o_rel = in_batch ? row_rel[orow] : 0, o_len = in_batch ? row_len[orow] : 0;
+    const bool o_ok = in_batch && loglik[row_seq[orow]] > HMM_NEG_INF;
+    const long long Tmax = rows > 0 ? row_len[0] : 0;
+    // Each block owns its columns of every row: the last step (beta = 1,
+    // gamma = alpha, w = B(o_{len-1}) / c_{len-1}) or an impossible row's
+    // NaN and zero rows; 0 in the buffer for the latter.
+    if (in_batch && k.rank < k.U) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = hms_col(k, j, e);
+                if (j >= k.owned || col >= N) continue;
+                buf0[orow * ld + col] = 0.0;
+                hmb_backward_last(N, col, o_rel, o_len, o_ok, emis_k, sym, base, alpha, scale, buf0 + orow * ld + col, gamma, tmp_out);
+            }
+    }
+    for (long long u = 0; u + 1 < Tmax; ++u) {
+        hmb_grid_sync(bar);
+        const double* cur = (u & 1) ? buf1 : buf0;
+        double* nxt = (u & 1) ? buf0 : buf1;
+        // Rows with t = len - 2 - u >= 0 (a prefix: lengths are sorted).
+        const int run = running[u + 1];
+        const long long t = o_len - 2 - u, at = o_rel + t;
+        const bool now = orow < run && o_ok, wnext = now && t > 0;
+        // The row's alphas at t and emission entries at t (for w_t, none
+        // at t = 0) of the owned columns, copied into ea[tid] and es[tid]
+        // (zeros where none) ahead of the slice, so that they land during
+        // the product; and the scale c_t.
+        {
+            const double* erow = emis_k + (long long)(wnext ? sym[base + at] : 0) * N;
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = hms_col(k, j, e);
+                    const bool ok = j < k.owned && col < N;
+                    hmb_copy_ro<8>(sm.ea + 4 * tid + 2 * j + e, alpha + at * N + col, now && ok);
+                    hmb_copy_ro<8>(sm.es + 4 * tid + 2 * j + e, erow + col, wnext && ok);
+                }
+            hmb_copy_commit();
+        }
+        const double mul = wnext ? 1.0 / scale[at] : 0.0;
+        hms_copy_slice(k, N, sm.as, cur, run);
+        hms_product(k, sm.as, sm.bx, sm.xq, sm.recv, b, [] {});
+        hms_cluster_sync();
+        if (!now) {
+            // An impossible row's next slice: zeros, as its first.
+            if (orow < run && in_batch)
+                for (int j = 0; j < k.owned; ++j)
+                    for (int e = 0; e < 2; ++e)
+                        if (hms_col(k, j, e) < N) nxt[orow * ld + hms_col(k, j, e)] = 0.0;
+            continue;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            if (j >= k.owned) break;
+            const int col = hms_col(k, j, 0);
+            if (col >= N) continue;
+            const bool pair = col + 1 < N;
+            const double2 beta = hms_owned_sum(k, sm.recv, j);
+            const double* a = sm.ea + 4 * tid + 2 * j;
+            const double b0 = a[0] == 0.0 ? 0.0 : beta.x, b1 = a[1] == 0.0 ? 0.0 : beta.y;
+            if (gamma) hms_store2(gamma + at * N + col, a[0] * b0, a[1] * b1, pair);
+            if (!wnext) continue;
+            const double* e = sm.es + 4 * tid + 2 * j;
+            const double w0 = b0 * e[0] * mul, w1 = b1 * e[1] * mul;
+            hms_store2(nxt + orow * ld + col, w0, w1, pair);
+            if (tmp_out) hms_store2(tmp_out + (at - 1) * N + col, w0, w1, pair);
+        }
     }
 #endif
 }
@@ -959,22 +1195,8 @@ extern "C" __global__ void __launch_bounds__(HMB_THREADS, 1) hmm_backward_batche
             const int r = q / HMB_BN, j = col0 + q % HMB_BN;
             const long long len = sh.rows.len[r];
             if (len == 0 || j >= N) continue;
-            const long long rel = sh.rows.rel[r];
-            if (!(loglik[sh.rows.seq[r]] > HMM_NEG_INF)) {
-                for (long long t = 0; t < len; ++t) {
-                    if (gamma) gamma[(rel + t) * N + j] = HMM_NAN;
-                    if (tmp_out) tmp_out[(rel + t) * N + j] = 0.0;
-                }
-                continue;
-            }
-            const long long last = rel + len - 1;
-            const double w = emis_k[(long long)sym[base + last] * N + j] / scale[last];
-            buf0[(row0 + r) * ld + j] = w;
-            if (gamma) gamma[last * N + j] = alpha[last * N + j];
-            if (tmp_out) {
-                tmp_out[last * N + j] = 0.0;
-                if (len > 1) tmp_out[(last - 1) * N + j] = w;
-            }
+            const bool ok = loglik[sh.rows.seq[r]] > HMM_NEG_INF;
+            hmb_backward_last(N, j, sh.rows.rel[r], len, ok, emis_k, sym, base, alpha, scale, buf0 + (row0 + r) * ld + j, gamma, tmp_out);
         }
     }
     // Row r of the block's first tile (thread r): its data, read once, and

@@ -157,13 +157,18 @@ fn gaussian_passes_and_fits_match_the_cpu() {
     let (seqs, _) = hmm::simulate(&model, &lengths(300, 40, 70), 70);
     compare_passes(&model, &seqs, "gaussian N=128 M=300");
     compare_fits(&gaussian(128, 71, 8.0, false), &seqs, gaussian_params, "gaussian fit N=128 M=300");
-    // N = 1,000 over 40 sequences: the log-likelihoods split over clusters
-    // (hmm_forward_split on sm_90), the density's rows from a table.
+    // N = 1,000 over 40 sequences: the forward passes split over clusters
+    // (hmm_forward_split on sm_90; the posteriors' stores its alphas), the
+    // density's rows from a table.
     let model = gaussian(1000, 72, 8.0, true);
     let (seqs, _) = hmm::simulate(&model, &lengths(40, 30, 72), 72);
     let (a, b) = (hmm::loglik(&model, &seqs, &Exec::cpu()).unwrap(), hmm::loglik(&model, &seqs, &cuda()).unwrap());
     for (s, (x, y)) in a.iter().zip(&b).enumerate() {
         assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "gaussian N=1000 M=40: loglik of sequence {s}: gpu {y} cpu {x}");
+    }
+    let (pa, pb) = (hmm::posterior(&model, &seqs, &Exec::cpu()).unwrap(), hmm::posterior(&model, &seqs, &cuda()).unwrap());
+    for (x, y) in pa.probs.iter().zip(&pb.probs) {
+        assert!((x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-10, "gaussian N=1000 M=40: posterior gpu {y} cpu {x}");
     }
 }
 

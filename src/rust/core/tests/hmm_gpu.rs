@@ -613,10 +613,11 @@ fn clusters_split_the_forward_pass_at_many_states() {
     if !gpu_or_skip() {
         return;
     }
-    // From 897 states, up to 64 sequences' log-likelihoods on sm_90 run
+    // From 897 states, up to 64 sequences' forward passes on sm_90 run
     // hmm_forward_split: each step's sums split over the 8 blocks of a
     // cluster, 15 or 16 clusters sharing ceil(N / 8) column units of 8
-    // (uneven shares). N a multiple of 8 or not (1,024, 1,000, 900), 64
+    // (uneven shares); the posterior and Baum-Welch passes store its
+    // alphas and scales. N a multiple of 8 or not (1,024, 1,000, 900), 64
     // sequences (full row tiles), 7 and 1; lengths from 1, so rows finish
     // at every step; zero probabilities (impossible sequences); states
     // decaying below the certificate (settled on the host); a model where
@@ -630,14 +631,28 @@ fn clusters_split_the_forward_pass_at_many_states() {
         for (s, (x, y)) in a.iter().zip(&b).enumerate() {
             assert!(rel(*y, *x) <= GPU_CPU_LOGLIK_REL, "{what}: loglik of sequence {s}: gpu {y} cpu {x}");
         }
+        let launches = hmm::gpu::split_launches();
+        let (pa, pb) = (hmm::posterior(model, seqs, &cpu).unwrap(), hmm::posterior(model, seqs, &cuda()).unwrap());
+        for (x, y) in pa.probs.iter().zip(&pb.probs) {
+            assert!((x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-10, "{what}: posterior gpu {y} cpu {x}");
+        }
+        if sm90 {
+            assert!(hmm::gpu::split_launches() > launches, "{what}: the posterior pass's alphas came from the split forward pass");
+        }
         a
     };
     for (key, &(n, v, count, longest)) in [(1024usize, 16usize, 64usize, 40usize), (1000, 9, 7, 60), (900, 5, 1, 30), (1024, 30, 64, 3)].iter().enumerate() {
         let key = 800 + 10 * key as u64;
         let (seqs, _) = hmm::simulate(&random_model(n, v, key, false), &lengths(count, longest, key), key + 1);
-        check(&random_model(n, v, key + 2, false), &seqs, &format!("N={n} M={count} dense"));
+        let dense = random_model(n, v, key + 2, false);
+        check(&dense, &seqs, &format!("N={n} M={count} dense"));
         let ll = check(&random_model(n, v, key + 3, true), &seqs, &format!("N={n} M={count} zeros"));
         assert!(ll.iter().any(|l| l.is_finite()), "N={n}: some sequences are possible");
+        if count > 1 {
+            let ((ma, la), (mb, lb)) = (hmm::baum_welch_step(&dense, &seqs, &Default::default(), &cpu).unwrap(), hmm::baum_welch_step(&dense, &seqs, &Default::default(), &cuda()).unwrap());
+            assert!(rel(lb, la) <= GPU_CPU_LOGLIK_REL, "N={n} M={count}: one step's loglik gpu {lb} cpu {la}");
+            compare_models(&ma, &mb, &format!("N={n} M={count}: one step"));
+        }
     }
     let n = 1000;
     let stuck = stuck_model(n, 6, 850);

@@ -95,6 +95,7 @@ pub enum Kernel {
     HmmForwardBatched,
     HmmForwardSplit,
     HmmBackwardBatched,
+    HmmBackwardSplit,
     HmmCountEmissions,
     HmmXiGemm,
     HmmMStep,
@@ -120,7 +121,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 66] = [
+    pub const ALL: [Kernel; 67] = [
         Kernel::EmWarp,
         Kernel::EmGrid,
         Kernel::TreePairwise,
@@ -165,6 +166,7 @@ impl Kernel {
         Kernel::HmmForwardBatched,
         Kernel::HmmForwardSplit,
         Kernel::HmmBackwardBatched,
+        Kernel::HmmBackwardSplit,
         Kernel::HmmCountEmissions,
         Kernel::HmmXiGemm,
         Kernel::HmmMStep,
@@ -237,6 +239,7 @@ impl Kernel {
             HmmForwardBatched => ("hmm_batched", "hmm_forward_batched"),
             HmmForwardSplit => ("hmm_batched", "hmm_forward_split"),
             HmmBackwardBatched => ("hmm_batched", "hmm_backward_batched"),
+            HmmBackwardSplit => ("hmm_batched", "hmm_backward_split"),
             HmmCountEmissions => ("hmm_batched", "hmm_count_emissions"),
             HmmXiGemm => ("hmm_batched", "hmm_xi_gemm"),
             HmmMStep => ("hmm_batched", "hmm_m_step"),

@@ -4,10 +4,10 @@
 //! whole grid, and a pass is one cooperative launch
 //! (a grid-wide barrier between steps). Used when the transitions do not
 //! fit in shared memory, where a block per sequence would re-read all of A
-//! from L2 at every step of every sequence. From 897 to 1,024 states, a
-//! forward pass that keeps no alphas over at most 64 sequences splits each
-//! step's sums over the blocks of a cluster instead (hmm_forward_split,
-//! sm_90: [`Split`]).
+//! from L2 at every step of every sequence. From 897 to 1,024 states, the
+//! forward and backward passes over batches of at most 64 sequences split
+//! each step's sums over the blocks of a cluster instead
+//! (hmm_forward_split and hmm_backward_split, sm_90: [`Split`]).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -121,37 +121,39 @@ fn forced_tiling() -> Option<Tiling> {
     }
 }
 
-/// hmm_forward_split (hmm_batched.cu's HMS_*): rows a launch, states of a
-/// block's slice of the transitions (a cluster of ceil(N / 128) blocks
-/// splits a step's sums over k), column units of 8 a cluster at most, and
-/// threads of a block.
+/// hmm_forward_split and hmm_backward_split (hmm_batched.cu's HMS_*): rows
+/// a launch, states of a block's slice of the transitions (a cluster of
+/// ceil(N / 128) blocks splits a step's sums over k), column units of 8 a
+/// cluster at most, and threads of a block.
 const SPLIT_ROWS: usize = 64;
 const SPLIT_KR: usize = 128;
 const SPLIT_MAX_UNITS: usize = 9;
 const SPLIT_THREADS: u32 = 256;
 
-/// States from which a forward pass that keeps no alphas over at most 64
-/// sequences runs hmm_forward_split (clusters of 8 blocks), where it was
-/// measured faster on an H200: at N = 1,024, 64 sequences of 256 took 1.89
-/// ms on the device against the narrow tiles' 2.40-2.42 (one of 64: 0.45
-/// against 0.60), at N = 900, 20 of 200 1.25 against 1.73; at N = 768
-/// (clusters of 6) it was slower, 2.16 against 2.02 (BENCHMARKS.md).
+/// States from which the passes over batches of at most 64 sequences run
+/// hmm_forward_split and hmm_backward_split (clusters of 8 blocks), where
+/// the forward pass was measured faster on an H200: at N = 1,024, 64
+/// sequences of 256 took 1.89 ms on the device against the narrow tiles'
+/// 2.40-2.42 (one of 64: 0.45 against 0.60), at N = 900, 20 of 200 1.25
+/// against 1.73; at N = 768 (clusters of 6) it was slower, 2.16 against
+/// 2.02 (BENCHMARKS.md).
 const SPLIT_FROM: usize = 897;
 
-/// hmm_forward_split's dynamic shared memory (HMS_SMEM) for clusters of
+/// The split kernels' dynamic shared memory (HMS_SMEM) for clusters of
 /// `ks` blocks: the slice of the state vectors, the ninth unit's
 /// transitions and quarters, the fragments and row sums received, each
-/// thread's emission entries.
+/// thread's emission entries and (backward) alphas, the rows' first
+/// symbols.
 fn split_smem(ks: usize) -> usize {
     let threads = SPLIT_THREADS as usize;
-    8 * (SPLIT_ROWS * (SPLIT_KR + 4) + SPLIT_KR * 12 + 4 * SPLIT_ROWS * 8 + ks * SPLIT_ROWS * 16 + ks * SPLIT_ROWS + 4 * threads)
+    8 * (SPLIT_ROWS * (SPLIT_KR + 4) + SPLIT_KR * 12 + 4 * SPLIT_ROWS * 8 + ks * SPLIT_ROWS * 16 + ks * SPLIT_ROWS + 8 * threads + SPLIT_ROWS)
 }
 
 /// 0: choose by the shape; 1: never; 2: wherever it can run (from 513
 /// states: clusters of 5 to 8 blocks).
 static FORCED_SPLIT: AtomicU8 = AtomicU8::new(0);
 
-/// Make forward passes that keep no alphas run hmm_forward_split wherever
+/// Make the batched forward and backward passes run the split kernels wherever
 /// it can (Some(true)) or never (Some(false); None: by the shape), for
 /// benchmarks and tests that compare it with the batched kernels.
 #[doc(hidden)]
@@ -166,8 +168,8 @@ pub fn force_split(on: Option<bool>) {
     );
 }
 
-/// hmm_forward_split's launches in this process, for tests that check a
-/// shape took it.
+/// Launches of hmm_forward_split and hmm_backward_split in this process,
+/// for tests that check a shape took them.
 static SPLIT_LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 #[doc(hidden)]
@@ -175,7 +177,7 @@ pub fn split_launches() -> usize {
     SPLIT_LAUNCHES.load(Ordering::Relaxed)
 }
 
-/// hmm_forward_split's launch: clusters of `ks` blocks, `grid` blocks.
+/// The split kernels' launch: clusters of `ks` blocks, `grid` blocks.
 #[derive(Clone, Copy, Debug)]
 struct Split {
     ks: usize,
@@ -217,8 +219,11 @@ impl Split {
             Some(m) => m,
             None => {
                 let probe = Split { ks, grid: (ks * units.div_ceil(8)) as u32 };
-                let f = dev.function(Kernel::HmmForwardSplit, &probe.defines())?;
-                let m = f.occupancy_max_active_clusters(probe.config(), &dev.stream).map_err(err(dev, "preparing the split forward pass"))? as usize;
+                let mut m = usize::MAX;
+                for kernel in [Kernel::HmmForwardSplit, Kernel::HmmBackwardSplit] {
+                    let f = dev.function(kernel, &probe.defines())?;
+                    m = m.min(f.occupancy_max_active_clusters(probe.config(), &dev.stream).map_err(err(dev, "preparing the split passes"))? as usize);
+                }
                 MOST.lock().unwrap_or_else(|e| e.into_inner()).push((key, m));
                 m
             }
@@ -349,7 +354,7 @@ pub(super) struct Batched {
     /// never more than can be resident (the barrier needs all of them);
     /// with `Narrow`, a multiple of the column tiles.
     grid: u32,
-    /// Where forward passes that keep no alphas run hmm_forward_split.
+    /// Where the forward and backward passes run the split kernels.
     split: Option<Split>,
 }
 
@@ -474,8 +479,8 @@ impl Batched {
         store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
         loglik: &mut CudaSlice<f64>,
     ) -> Result<()> {
-        if let (None, Some(split)) = (&store, self.split) {
-            return self.forward_split(dev, tables, seqs, b, split, loglik);
+        if let Some(split) = self.split {
+            return self.forward_split(dev, tables, seqs, b, split, store, loglik);
         }
         let f = dev.function(Kernel::HmmForwardBatched, &self.defines)?;
         let batch = &self.batches[b];
@@ -507,8 +512,18 @@ impl Batched {
         Ok(())
     }
 
-    /// [`Batched::forward`] without stored alphas by hmm_forward_split.
-    fn forward_split(&mut self, dev: &Device, tables: &DeviceTables, seqs: &DeviceSeqs, b: usize, split: Split, loglik: &mut CudaSlice<f64>) -> Result<()> {
+    /// [`Batched::forward`] by hmm_forward_split.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_split(
+        &mut self,
+        dev: &Device,
+        tables: &DeviceTables,
+        seqs: &DeviceSeqs,
+        b: usize,
+        split: Split,
+        store: Option<(&mut CudaSlice<f64>, &mut CudaSlice<f64>)>,
+        loglik: &mut CudaSlice<f64>,
+    ) -> Result<()> {
         let f = dev.function(Kernel::HmmForwardSplit, &split.defines())?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
@@ -516,14 +531,21 @@ impl Batched {
         launch.arg(&n_i).arg(&tables.start).arg(&tables.trans).arg(&tables.emis).arg(&seqs.sym).arg(&batch.rows.base).arg(&rows);
         batch.rows.push(&mut launch);
         let sc = &self.scratch;
-        launch.arg(&sc.buf0).arg(&sc.buf1).arg(&sc.split_bar).arg(loglik).arg(&tables.mins);
+        let null: u64 = 0;
+        launch.arg(&sc.buf0).arg(&sc.buf1).arg(&sc.split_bar);
+        match store {
+            Some((alpha, scale)) => launch.arg(alpha).arg(scale),
+            None => launch.arg(&null).arg(&null),
+        };
+        launch.arg(loglik).arg(&tables.mins);
         // SAFETY: the arguments match hmm_forward_split's parameters in
         // order and type; rel, len and seq hold `rows` (at most 64) entries,
         // running longest + 1, as HmbBatch describes; buf0/buf1 hold rows x
         // row_stride(N) doubles (the pad column zero); split_bar is an
         // arrival count only this plan's split launches (one grid) use,
-        // left at a multiple of the grid; loglik holds one double per
-        // sequence, mins two keys. The grid is whole clusters of split.ks
+        // left at a multiple of the grid; alpha and scale (or null) hold N
+        // and 1 doubles per symbol of the batch, loglik one per sequence,
+        // mins two keys. The grid is whole clusters of split.ks
         // blocks, no more clusters than can be resident at once
         // (`Split::plan`), as the grid barrier requires; the launch is
         // cooperative.
@@ -548,25 +570,34 @@ impl Batched {
         gamma: &mut CudaSlice<f64>,
         tmp: Option<&mut CudaSlice<f64>>,
     ) -> Result<()> {
-        let f = dev.function(Kernel::HmmBackwardBatched, &self.defines)?;
+        let (kernel, defines, cfg, bar) = match self.split {
+            Some(split) => (Kernel::HmmBackwardSplit, split.defines().to_vec(), split.config(), &self.scratch.split_bar),
+            None => (Kernel::HmmBackwardBatched, self.defines.clone(), self.config(), &self.scratch.bar),
+        };
+        let f = dev.function(kernel, &defines)?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
         let null: u64 = 0;
-        let cfg = self.config();
         let mut launch = dev.stream.launch_builder(&f);
         launch.arg(&n_i).arg(&tables.trans_t).arg(&tables.emis).arg(&seqs.sym).arg(&batch.rows.base).arg(&rows);
         batch.rows.push(&mut launch);
         let sc = &self.scratch;
-        launch.arg(&sc.buf0).arg(&sc.buf1).arg(&sc.bar).arg(alpha).arg(scale).arg(loglik).arg(gamma);
+        launch.arg(&sc.buf0).arg(&sc.buf1).arg(bar).arg(alpha).arg(scale).arg(loglik).arg(gamma);
         match tmp {
             Some(t) => launch.arg(t),
             None => launch.arg(&null),
         };
-        // SAFETY: the arguments match hmm_backward_batched's parameters in
+        // SAFETY: the arguments match the parameters of
+        // hmm_backward_batched and of hmm_backward_split (the same) in
         // order and type; alpha, scale and loglik were filled by a forward
         // pass of this batch; gamma and tmp (or null) hold N doubles per
-        // symbol of the batch; buffers and launch as for `forward`.
-        unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching hmm_backward_batched"))?;
+        // symbol of the batch; buffers, arrival count and launch as for
+        // `forward` and `forward_split` (the split plan's batches hold at
+        // most 64 rows).
+        unsafe { launch.launch_cooperative(cfg) }.map_err(err(dev, "launching the backward pass"))?;
+        if self.split.is_some() {
+            SPLIT_LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
