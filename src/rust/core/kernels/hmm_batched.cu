@@ -656,8 +656,9 @@ __device__ __forceinline__ void hmb_backward_last(int N, int j, long long rel, l
 }
 
 // hmm_forward_split: the forward pass (log-likelihoods, and with alpha the
-// scaled alphas and scales) of up to HMS_ROWS sequences of N <= HMS_KS x HMS_KR states, a step's
-// product split along k over the HMS_KS blocks of a cluster (sm_90).
+// scaled alphas and scales) of up to HMS_ROWS sequences of N <= HMS_KS x
+// HMS_KR states, a step's product split along k over the HMS_KS blocks of
+// a cluster (sm_90).
 // hmm_forward_batched's narrow tiles read every row's whole state vector in
 // each of N / 16 column tiles at every step (8.6 GB over a pass at N =
 // 1,024, M = 64, T = 256), and a step took about 10 us, bound by moving
