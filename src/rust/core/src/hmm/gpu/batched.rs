@@ -570,11 +570,10 @@ impl Batched {
         gamma: &mut CudaSlice<f64>,
         tmp: Option<&mut CudaSlice<f64>>,
     ) -> Result<()> {
-        let (kernel, defines, cfg, bar) = match self.split {
-            Some(split) => (Kernel::HmmBackwardSplit, split.defines().to_vec(), split.config(), &self.scratch.split_bar),
-            None => (Kernel::HmmBackwardBatched, self.defines.clone(), self.config(), &self.scratch.bar),
+        let (f, cfg, bar) = match self.split {
+            Some(split) => (dev.function(Kernel::HmmBackwardSplit, &split.defines())?, split.config(), &self.scratch.split_bar),
+            None => (dev.function(Kernel::HmmBackwardBatched, &self.defines)?, self.config(), &self.scratch.bar),
         };
-        let f = dev.function(kernel, &defines)?;
         let batch = &self.batches[b];
         let (n_i, rows) = (self.n as i32, batch.range.len() as i32);
         let null: u64 = 0;
